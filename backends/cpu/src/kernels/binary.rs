@@ -1,0 +1,215 @@
+//! Elementwise binary kernels. Both operands arrive with the output's shape (broadcast axes
+//! have stride 0), so one strided loop serves every broadcast; dense and scalar cases take
+//! vectorised fast paths.
+
+use crate::buffer::{dense, host, narrow, widen};
+use crate::num::{FloatMath, Num};
+use crate::simd::{map, zip, PAR_THRESHOLD};
+use ferroflow_tensor::{backend::unsupported, BinaryOp, Element, Error, HostData, Layout, Operand, Result};
+use rayon::prelude::*;
+
+/// `f(a[i], b[i])` over two equally shaped strided views.
+pub(crate) fn apply<T, U, F>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: F) -> Vec<U>
+where
+    T: Element,
+    U: Copy + Default + Send + Sync,
+    F: Fn(T, T) -> U + Sync,
+{
+    let n = la.num_elements();
+    if let (Some((oa, _)), Some((ob, _))) = (la.contiguous_range(), lb.contiguous_range()) {
+        return zip(&a[oa..oa + n], &b[ob..ob + n], f);
+    }
+    if n > 0 && lb.is_scalar_broadcast() {
+        if let Some((oa, _)) = la.contiguous_range() {
+            let s = b[lb.offset()];
+            return map(&a[oa..oa + n], |x| f(x, s));
+        }
+    }
+    if n > 0 && la.is_scalar_broadcast() {
+        if let Some((ob, _)) = lb.contiguous_range() {
+            let s = a[la.offset()];
+            return map(&b[ob..ob + n], |y| f(s, y));
+        }
+    }
+    let mut out = vec![U::default(); n];
+    if n == 0 {
+        return out;
+    }
+    let rank = la.rank();
+    let inner = la.shape()[rank - 1];
+    if inner == 0 {
+        return out;
+    }
+    let (sa, sb) = (la.strides()[rank - 1], lb.strides()[rank - 1]);
+    let outer_shape = &la.shape()[..rank - 1];
+    let row = |r: usize, o: &mut [U]| {
+        // Unravel row r into the base offsets of both operands.
+        let (mut pa, mut pb) = (la.offset() as isize, lb.offset() as isize);
+        let mut rem = r;
+        for ax in (0..rank - 1).rev() {
+            let i = rem % outer_shape[ax];
+            rem /= outer_shape[ax];
+            pa += i as isize * la.strides()[ax];
+            pb += i as isize * lb.strides()[ax];
+        }
+        let (pa, pb) = (pa as usize, pb as usize);
+        match (sa, sb) {
+            (1, 1) => {
+                for ((d, &x), &y) in o.iter_mut().zip(&a[pa..pa + inner]).zip(&b[pb..pb + inner]) {
+                    *d = f(x, y);
+                }
+            }
+            (1, 0) => {
+                let y = b[pb];
+                for (d, &x) in o.iter_mut().zip(&a[pa..pa + inner]) {
+                    *d = f(x, y);
+                }
+            }
+            (0, 1) => {
+                let x = a[pa];
+                for (d, &y) in o.iter_mut().zip(&b[pb..pb + inner]) {
+                    *d = f(x, y);
+                }
+            }
+            _ => {
+                for (j, d) in o.iter_mut().enumerate() {
+                    let (ia, ib) = (pa as isize + j as isize * sa, pb as isize + j as isize * sb);
+                    *d = f(a[ia as usize], b[ib as usize]);
+                }
+            }
+        }
+    };
+    if n < PAR_THRESHOLD {
+        out.chunks_mut(inner).enumerate().for_each(|(r, o)| row(r, o));
+    } else {
+        out.par_chunks_mut(inner).enumerate().for_each(|(r, o)| row(r, o));
+    }
+    out
+}
+
+pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>) -> Result<HostData> {
+    let (da, db) = (host(&a)?, host(&b)?);
+    let (la, lb) = (a.layout, b.layout);
+    if let (Some(wa), Some(wb)) = (widen(da), widen(db)) {
+        return Ok(match binary_float::<f32>(op, &wa, la, &wb, lb) {
+            HostData::F32(v) => narrow(v, a.dtype),
+            other => other,
+        });
+    }
+    Ok(match (da, db) {
+        (HostData::F32(x), HostData::F32(y)) => binary_float(op, x, la, y, lb),
+        (HostData::F64(x), HostData::F64(y)) => binary_float(op, x, la, y, lb),
+        (HostData::I8(x), HostData::I8(y)) => binary_int(op, x, la, y, lb)?,
+        (HostData::I32(x), HostData::I32(y)) => binary_int(op, x, la, y, lb)?,
+        (HostData::I64(x), HostData::I64(y)) => binary_int(op, x, la, y, lb)?,
+        (HostData::U8(x), HostData::U8(y)) => binary_int(op, x, la, y, lb)?,
+        (HostData::Bool(x), HostData::Bool(y)) => {
+            let f = match op {
+                BinaryOp::LogicalAnd => |p: bool, q: bool| p & q,
+                BinaryOp::LogicalOr => |p: bool, q: bool| p | q,
+                BinaryOp::LogicalXor | BinaryOp::NotEqual => |p: bool, q: bool| p ^ q,
+                BinaryOp::Equal => |p: bool, q: bool| p == q,
+                _ => return Err(unsupported("cpu", op.name(), a.dtype)),
+            };
+            HostData::Bool(apply(x, la, y, lb, f))
+        }
+        _ => return Err(unsupported("cpu", op.name(), a.dtype)),
+    })
+}
+
+fn compare<T: Element>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Option<HostData> {
+    use BinaryOp::*;
+    Some(HostData::Bool(match op {
+        Equal => apply(a, la, b, lb, |x, y| x == y),
+        NotEqual => apply(a, la, b, lb, |x, y| x != y),
+        Less => apply(a, la, b, lb, |x, y| x < y),
+        LessEqual => apply(a, la, b, lb, |x, y| x <= y),
+        Greater => apply(a, la, b, lb, |x, y| x > y),
+        GreaterEqual => apply(a, la, b, lb, |x, y| x >= y),
+        _ => return None,
+    }))
+}
+
+fn binary_float<T: FloatMath>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> HostData {
+    use BinaryOp::*;
+    if let Some(c) = compare(op, a, la, b, lb) {
+        return c;
+    }
+    let v: Vec<T> = match op {
+        Add => apply(a, la, b, lb, |x: T, y: T| x + y),
+        Sub => apply(a, la, b, lb, |x: T, y: T| x - y),
+        Mul => apply(a, la, b, lb, |x: T, y: T| x * y),
+        Div => apply(a, la, b, lb, |x: T, y: T| x / y),
+        FloorDiv => apply(a, la, b, lb, |x: T, y: T| (x / y).floor()),
+        Mod => apply(a, la, b, lb, |x: T, y: T| {
+            let r = x % y;
+            if r != T::ZERO && ((r < T::ZERO) != (y < T::ZERO)) {
+                r + y
+            } else {
+                r
+            }
+        }),
+        Pow => apply(a, la, b, lb, |x: T, y: T| x.powf(y)),
+        Maximum => apply(a, la, b, lb, |x: T, y: T| if x > y || x != x { x } else { y }),
+        Minimum => apply(a, la, b, lb, |x: T, y: T| if x < y || x != x { x } else { y }),
+        SquaredDifference => apply(a, la, b, lb, |x: T, y: T| (x - y) * (x - y)),
+        Atan2 => apply(a, la, b, lb, |x: T, y: T| x.atan2(y)),
+        // Comparisons returned above; logical ops never reach a float kernel.
+        _ => return HostData::F32(vec![]),
+    };
+    T::into_host(v)
+}
+
+fn any_zero<T: Num>(b: &[T], lb: &Layout) -> bool {
+    dense(b, lb).iter().any(|&v| v == T::ZERO)
+}
+
+fn binary_int<T: Num + Sync + Send>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Result<HostData> {
+    use BinaryOp::*;
+    if let Some(c) = compare(op, a, la, b, lb) {
+        return Ok(c);
+    }
+    let i = |v: T| v.to_i64();
+    let t = T::from_i64;
+    if matches!(op, Div | FloorDiv | Mod) && any_zero(b, lb) {
+        return Err(Error::Arithmetic { op: op.name(), msg: "integer division by zero" });
+    }
+    if op == Pow && dense(b, lb).iter().any(|&v| v.to_i64() < 0) {
+        return Err(Error::Arithmetic { op: "pow", msg: "integers to negative integer powers are not allowed" });
+    }
+    let v: Vec<T> = match op {
+        Add => apply(a, la, b, lb, |x: T, y: T| x.wadd(y)),
+        Sub => apply(a, la, b, lb, |x: T, y: T| x.wsub(y)),
+        Mul => apply(a, la, b, lb, |x: T, y: T| x.wmul(y)),
+        Div => apply(a, la, b, lb, |x: T, y: T| t(i(x).wrapping_div(i(y)))),
+        FloorDiv => apply(a, la, b, lb, |x: T, y: T| {
+            let (x, y) = (i(x), i(y));
+            let q = x.wrapping_div(y);
+            t(if x.wrapping_rem(y) != 0 && ((x < 0) != (y < 0)) { q - 1 } else { q })
+        }),
+        Mod => apply(a, la, b, lb, |x: T, y: T| {
+            let (x, y) = (i(x), i(y));
+            let r = x.wrapping_rem(y);
+            t(if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r })
+        }),
+        Pow => apply(a, la, b, lb, |x: T, y: T| {
+            let (mut base, mut e, mut acc) = (i(x), i(y) as u64, 1i64);
+            while e > 0 {
+                if e & 1 == 1 {
+                    acc = acc.wrapping_mul(base);
+                }
+                base = base.wrapping_mul(base);
+                e >>= 1;
+            }
+            t(acc)
+        }),
+        Maximum => apply(a, la, b, lb, |x: T, y: T| if x > y { x } else { y }),
+        Minimum => apply(a, la, b, lb, |x: T, y: T| if x < y { x } else { y }),
+        SquaredDifference => apply(a, la, b, lb, |x: T, y: T| {
+            let d = x.wsub(y);
+            d.wmul(d)
+        }),
+        _ => return Err(unsupported("cpu", op.name(), T::DTYPE)),
+    };
+    Ok(T::into_host(v))
+}

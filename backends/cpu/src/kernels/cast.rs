@@ -1,0 +1,87 @@
+//! `cast` between every dtype pair, and dense copies of views.
+
+use crate::buffer::{dense, host, narrow, widen};
+use ferroflow_tensor::{with_host_data, bf16, f16, DType, Element, HostData, Operand, Result};
+
+/// How an element converts: integers (and bool) go through i64 so int-to-int casts wrap
+/// like C's, everything else through f64 (Rust `as`: saturating, NaN to 0).
+pub(crate) trait Convert: Element {
+    const INT: bool;
+    fn to_i64(self) -> i64;
+    fn from_i64(v: i64) -> Self;
+}
+
+macro_rules! convert_int {
+    ($($t:ty),*) => {$(
+        impl Convert for $t {
+            const INT: bool = true;
+            #[inline(always)]
+            fn to_i64(self) -> i64 { self as i64 }
+            #[inline(always)]
+            fn from_i64(v: i64) -> Self { v as $t }
+        }
+    )*};
+}
+convert_int!(i8, i32, i64, u8);
+macro_rules! convert_float {
+    ($($t:ty),*) => {$(
+        impl Convert for $t {
+            const INT: bool = false;
+            #[inline(always)]
+            fn to_i64(self) -> i64 { self.to_f64() as i64 }
+            #[inline(always)]
+            fn from_i64(v: i64) -> Self { <$t>::from_f64(v as f64) }
+        }
+    )*};
+}
+convert_float!(f16, bf16, f32, f64);
+impl Convert for bool {
+    const INT: bool = true;
+    #[inline(always)]
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    #[inline(always)]
+    fn from_i64(v: i64) -> Self {
+        v != 0
+    }
+}
+
+fn convert<T: Convert, U: Convert>(src: &[T]) -> Vec<U> {
+    if T::INT && U::INT {
+        src.iter().map(|&x| U::from_i64(x.to_i64())).collect()
+    } else {
+        src.iter().map(|&x| U::from_f64(x.to_f64())).collect()
+    }
+}
+
+fn cast_to<T: Convert>(src: &[T], to: DType) -> HostData {
+    match to {
+        DType::F16 => HostData::F16(convert(src)),
+        DType::BF16 => HostData::BF16(convert(src)),
+        DType::F32 => HostData::F32(convert(src)),
+        DType::F64 => HostData::F64(convert(src)),
+        DType::I8 => HostData::I8(convert(src)),
+        DType::I32 => HostData::I32(convert(src)),
+        DType::I64 => HostData::I64(convert(src)),
+        DType::U8 => HostData::U8(convert(src)),
+        DType::Bool => HostData::Bool(convert(src)),
+    }
+}
+
+pub(crate) fn cast(x: Operand<'_>, to: DType) -> Result<HostData> {
+    let data = host(&x)?;
+    // Vectorised half <-> f32 conversions (F16C where the CPU has it, via `half`).
+    if let (Some(w), DType::F32) = (widen(data), to) {
+        return Ok(HostData::F32(dense(&w, x.layout).into_owned()));
+    }
+    if let (HostData::F32(v), DType::F16 | DType::BF16) = (data, to) {
+        return Ok(narrow(dense(v, x.layout).into_owned(), to));
+    }
+    Ok(with_host_data!(data, v => cast_to(&dense(v, x.layout), to)))
+}
+
+pub(crate) fn copy(x: Operand<'_>) -> Result<HostData> {
+    let data = host(&x)?;
+    Ok(with_host_data!(data, v => Element::into_host(dense(v, x.layout).into_owned())))
+}

@@ -1,0 +1,175 @@
+//! Batched matmul through the `gemm` crate (f32, f64, f16; bf16 widened to f32), reading the
+//! operands' strides directly so transposed and broadcast inputs are never copied.
+//! Integers use a plain triple loop.
+
+use crate::buffer::{host, narrow, widen};
+use ferroflow_tensor::{backend::unsupported, DType, HostData, Layout, Operand, Result};
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// Offsets of every batch matrix for a `[..batch, r, c]` layout.
+fn batch_offsets(l: &Layout) -> Vec<usize> {
+    let rank = l.rank();
+    let batch = Layout::new(l.shape()[..rank - 2].to_vec(), l.strides()[..rank - 2].to_vec(), l.offset());
+    let mut v = Vec::with_capacity(batch.num_elements());
+    batch.for_each_offset(|o| v.push(o));
+    v
+}
+
+struct Dims {
+    m: usize,
+    k: usize,
+    n: usize,
+    a_rs: isize,
+    a_cs: isize,
+    b_rs: isize,
+    b_cs: isize,
+}
+
+fn dims(la: &Layout, lb: &Layout) -> Dims {
+    let (ra, rb) = (la.rank(), lb.rank());
+    Dims {
+        m: la.shape()[ra - 2],
+        k: la.shape()[ra - 1],
+        n: lb.shape()[rb - 1],
+        a_rs: la.strides()[ra - 2],
+        a_cs: la.strides()[ra - 1],
+        b_rs: lb.strides()[rb - 2],
+        b_cs: lb.strides()[rb - 1],
+    }
+}
+
+/// A matrix inside a buffer: element (i, j) is `data[offset + i·rs + j·cs]`.
+#[derive(Clone, Copy)]
+pub(crate) struct StridedMatrix<'a, T> {
+    pub data: &'a [T],
+    pub offset: usize,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+impl<T> StridedMatrix<'_, T> {
+    /// True when every element of an `r x c` matrix lies inside `data`.
+    fn fits(&self, r: usize, c: usize) -> bool {
+        if r == 0 || c == 0 {
+            return true;
+        }
+        let corners = [0, (r as isize - 1) * self.rs, (c as isize - 1) * self.cs, (r as isize - 1) * self.rs + (c as isize - 1) * self.cs];
+        corners.iter().all(|&d| {
+            let p = self.offset as isize + d;
+            p >= 0 && (p as usize) < self.data.len()
+        })
+    }
+}
+
+/// `dst (m x n, dense row-major) = [dst +] lhs (m x k) · rhs (k x n)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_into<T: Copy + 'static>(
+    dst: &mut [T],
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: StridedMatrix<'_, T>,
+    rhs: StridedMatrix<'_, T>,
+    accumulate: bool,
+    zero: T,
+    one: T,
+    par: Parallelism,
+) {
+    assert!(dst.len() >= m * n && lhs.fits(m, k) && rhs.fits(k, n), "gemm_into: operands out of bounds");
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    // SAFETY: the assert above keeps every element gemm touches inside the three slices.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.data.as_ptr().add(lhs.offset),
+            lhs.cs,
+            lhs.rs,
+            rhs.data.as_ptr().add(rhs.offset),
+            rhs.cs,
+            rhs.rs,
+            if accumulate { one } else { zero },
+            one,
+            false,
+            false,
+            false,
+            par,
+        )
+    }
+}
+
+fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(a: &[T], la: &Layout, b: &[T], lb: &Layout, zero: T, one: T) -> Vec<T> {
+    let d = dims(la, lb);
+    let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
+    let batches = oa.len();
+    let mn = d.m * d.n;
+    let mut out = vec![T::default(); batches * mn];
+    if mn == 0 || batches == 0 {
+        return out;
+    }
+    if d.k == 0 {
+        return out; // empty inner dimension: zeros
+    }
+    let flops = 2 * d.m * d.n * d.k;
+    let run = |dst: &mut [T], i: usize, par: Parallelism| {
+        let lhs = StridedMatrix { data: a, offset: oa[i], rs: d.a_rs, cs: d.a_cs };
+        let rhs = StridedMatrix { data: b, offset: ob[i], rs: d.b_rs, cs: d.b_cs };
+        gemm_into(dst, d.m, d.n, d.k, lhs, rhs, false, zero, one, par);
+    };
+    if batches > 1 && flops < (1 << 22) {
+        out.par_chunks_mut(mn).enumerate().for_each(|(i, dst)| run(dst, i, Parallelism::None));
+    } else {
+        let par = if flops < (1 << 18) { Parallelism::None } else { Parallelism::Rayon(0) };
+        for (i, dst) in out.chunks_mut(mn).enumerate() {
+            run(dst, i, par);
+        }
+    }
+    out
+}
+
+fn matmul_int<T: crate::num::Num + Send + Sync>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
+    let d = dims(la, lb);
+    let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
+    let mut out = vec![T::ZERO; oa.len() * d.m * d.n];
+    for (bi, dst) in out.chunks_mut((d.m * d.n).max(1)).enumerate().take(oa.len()) {
+        for i in 0..d.m {
+            for j in 0..d.n {
+                let mut acc = T::ZERO;
+                for p in 0..d.k {
+                    let x = a[(oa[bi] as isize + i as isize * d.a_rs + p as isize * d.a_cs) as usize];
+                    let y = b[(ob[bi] as isize + p as isize * d.b_rs + j as isize * d.b_cs) as usize];
+                    acc = acc.wadd(x.wmul(y));
+                }
+                dst[i * d.n + j] = acc;
+            }
+        }
+    }
+    out
+}
+
+pub(crate) fn matmul(a: Operand<'_>, b: Operand<'_>) -> Result<HostData> {
+    let (da, db) = (host(&a)?, host(&b)?);
+    let (la, lb) = (a.layout, b.layout);
+    Ok(match (da, db) {
+        (HostData::F32(x), HostData::F32(y)) => HostData::F32(gemm_batched(x, la, y, lb, 0.0, 1.0)),
+        (HostData::F64(x), HostData::F64(y)) => HostData::F64(gemm_batched(x, la, y, lb, 0.0, 1.0)),
+        (HostData::F16(x), HostData::F16(y)) => {
+            HostData::F16(gemm_batched(x, la, y, lb, half::f16::ZERO, half::f16::ONE))
+        }
+        (HostData::BF16(_), HostData::BF16(_)) => {
+            let (wx, wy) = (widen(da).unwrap_or_default(), widen(db).unwrap_or_default());
+            narrow(gemm_batched(&wx, la, &wy, lb, 0.0, 1.0), DType::BF16)
+        }
+        (HostData::I32(x), HostData::I32(y)) => HostData::I32(matmul_int(x, la, y, lb)),
+        (HostData::I64(x), HostData::I64(y)) => HostData::I64(matmul_int(x, la, y, lb)),
+        _ => return Err(unsupported("cpu", "matmul", a.dtype)),
+    })
+}

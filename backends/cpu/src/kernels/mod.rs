@@ -1,0 +1,10 @@
+//! CPU kernels, one module per op family.
+
+pub(crate) mod binary;
+pub(crate) mod cast;
+pub(crate) mod conv;
+pub(crate) mod index;
+pub(crate) mod matmul;
+pub(crate) mod reduce;
+pub(crate) mod scan;
+pub(crate) mod unary;

@@ -1,0 +1,144 @@
+//! Reductions (sum, prod, max, min, any, all) and argmax/argmin.
+//!
+//! The reduced axes are moved last by a layout permutation: dense rows then reduce with a
+//! vectorised lane fold; a leading block of reduced axes on dense data reduces column-wise
+//! (also vectorised); anything else is made dense first.
+
+use crate::buffer::{dense, host, narrow, widen};
+use crate::num::Num;
+use crate::simd::{fold, PAR_THRESHOLD};
+use ferroflow_tensor::{backend::unsupported, ArgReduceOp, Element, HostData, Layout, Operand, ReduceOp, Result};
+use rayon::prelude::*;
+
+fn reduce_with<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(data: &[T], layout: &Layout, axes: &[usize], init: T, f: F) -> Vec<T> {
+    let rank = layout.rank();
+    let kept: Vec<usize> = (0..rank).filter(|a| !axes.contains(a)).collect();
+    let k: usize = kept.iter().map(|&a| layout.shape()[a]).product();
+    let r: usize = axes.iter().map(|&a| layout.shape()[a]).product();
+    if r == 0 || k == 0 {
+        return vec![init; k];
+    }
+    let leading_block = axes.iter().enumerate().all(|(i, &a)| i == a);
+    if leading_block && !axes.is_empty() && !kept.is_empty() {
+        if let Some((off, n)) = layout.contiguous_range() {
+            return reduce_columns(&data[off..off + n], r, k, init, f);
+        }
+    }
+    let mut perm = kept.clone();
+    perm.extend_from_slice(axes);
+    let permuted = layout.permute(&perm).expect("kept ++ axes is a permutation");
+    let rows = dense(data, &permuted);
+    if k == 1 {
+        return vec![fold(&rows, init, f)];
+    }
+    let row = |c: &[T]| c.iter().fold(init, |acc, &v| f(acc, v));
+    if k * r < PAR_THRESHOLD {
+        rows.chunks(r).map(row).collect()
+    } else if r >= 4096 {
+        rows.chunks(r).map(|c| fold(c, init, f)).collect()
+    } else {
+        rows.par_chunks(r).map(row).collect()
+    }
+}
+
+/// out[j] = f(.. f(f(init, x[0][j]), x[1][j]) ..): row-wise passes that vectorise over j.
+fn reduce_columns<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(x: &[T], r: usize, k: usize, init: T, f: F) -> Vec<T> {
+    let mut out = vec![init; k];
+    let pass = |o: &mut [T], j0: usize| {
+        for i in 0..r {
+            let src = &x[i * k + j0..i * k + j0 + o.len()];
+            for (d, &v) in o.iter_mut().zip(src) {
+                *d = f(*d, v);
+            }
+        }
+    };
+    if r * k < PAR_THRESHOLD || k < 64 {
+        pass(&mut out, 0);
+    } else {
+        let chunk = k.div_ceil(rayon::current_num_threads() * 4).max(64);
+        out.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| pass(o, c * chunk));
+    }
+    out
+}
+
+fn reduce_num<T: Num + Sync + Send>(op: ReduceOp, data: &[T], layout: &Layout, axes: &[usize]) -> Option<Vec<T>> {
+    Some(match op {
+        ReduceOp::Sum => reduce_with(data, layout, axes, T::ZERO, |a: T, b: T| a.wadd(b)),
+        ReduceOp::Prod => reduce_with(data, layout, axes, T::ONE, |a: T, b: T| a.wmul(b)),
+        // `a != a` keeps a NaN once seen; a NaN `b` wins because `a > NaN` is false.
+        ReduceOp::Max => reduce_with(data, layout, axes, T::LOWEST, |a: T, b: T| if a > b || a != a { a } else { b }),
+        ReduceOp::Min => reduce_with(data, layout, axes, T::HIGHEST, |a: T, b: T| if a < b || a != a { a } else { b }),
+        ReduceOp::Any | ReduceOp::All => return None,
+    })
+}
+
+pub(crate) fn reduce(op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<HostData> {
+    let data = host(&x)?;
+    let none = || unsupported("cpu", op.name(), x.dtype);
+    if let Some(w) = widen(data) {
+        return Ok(narrow(reduce_num(op, &w, x.layout, axes).ok_or_else(none)?, x.dtype));
+    }
+    Ok(match data {
+        HostData::F32(v) => HostData::F32(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::F64(v) => HostData::F64(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::I8(v) => HostData::I8(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::I32(v) => HostData::I32(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::I64(v) => HostData::I64(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::U8(v) => HostData::U8(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::Bool(v) => HostData::Bool(match op {
+            ReduceOp::Any => reduce_with(v, x.layout, axes, false, |a, b| a | b),
+            ReduceOp::All => reduce_with(v, x.layout, axes, true, |a, b| a & b),
+            _ => return Err(none()),
+        }),
+        _ => return Err(none()),
+    })
+}
+
+/// Index of the first maximum (or minimum) of a row; the first NaN wins outright.
+fn arg_row<T: Num + Sync + Send>(row: &[T], max: bool) -> i64 {
+    let best = if max {
+        fold(row, T::LOWEST, |a: T, b: T| if a > b || a != a { a } else { b })
+    } else {
+        fold(row, T::HIGHEST, |a: T, b: T| if a < b || a != a { a } else { b })
+    };
+    let nan = best.is_nan();
+    const BLOCK: usize = 512;
+    for (bi, block) in row.chunks(BLOCK).enumerate() {
+        let hit = if nan { block.iter().any(|v| v.is_nan()) } else { block.iter().fold(false, |h, &v| h | (v == best)) };
+        if hit {
+            let j = block.iter().position(|&v| if nan { v.is_nan() } else { v == best }).unwrap_or(0);
+            return (bi * BLOCK + j) as i64;
+        }
+    }
+    0
+}
+
+fn arg_typed<T: Num + Sync + Send>(op: ArgReduceOp, data: &[T], layout: &Layout, axis: usize) -> Vec<i64> {
+    let rank = layout.rank();
+    let mut perm: Vec<usize> = (0..rank).filter(|&a| a != axis).collect();
+    perm.push(axis);
+    let rows = dense(data, &layout.permute(&perm).expect("a permutation"));
+    let n = layout.shape()[axis];
+    let max = op == ArgReduceOp::ArgMax;
+    if rows.len() < PAR_THRESHOLD || n >= 4096 {
+        rows.chunks(n).map(|r| arg_row(r, max)).collect()
+    } else {
+        rows.par_chunks(n).map(|r| arg_row(r, max)).collect()
+    }
+}
+
+pub(crate) fn arg_reduce(op: ArgReduceOp, x: Operand<'_>, axis: usize) -> Result<HostData> {
+    let data = host(&x)?;
+    if let Some(w) = widen(data) {
+        return Ok(HostData::I64(arg_typed(op, &w, x.layout, axis)));
+    }
+    Ok(HostData::I64(match data {
+        HostData::F32(v) => arg_typed(op, v, x.layout, axis),
+        HostData::F64(v) => arg_typed(op, v, x.layout, axis),
+        HostData::I8(v) => arg_typed(op, v, x.layout, axis),
+        HostData::I32(v) => arg_typed(op, v, x.layout, axis),
+        HostData::I64(v) => arg_typed(op, v, x.layout, axis),
+        HostData::U8(v) => arg_typed(op, v, x.layout, axis),
+        _ => return Err(unsupported("cpu", op.name(), x.dtype)),
+    }))
+}

@@ -1,0 +1,89 @@
+//! Elementwise unary kernels.
+
+use crate::buffer::{dense, host, narrow, widen};
+use crate::num::{FloatMath, Num};
+use crate::simd::map;
+use ferroflow_tensor::{backend::unsupported, HostData, Operand, Result, UnaryOp};
+
+pub(crate) fn unary(op: UnaryOp, x: Operand<'_>) -> Result<HostData> {
+    let data = host(&x)?;
+    if let Some(w) = widen(data) {
+        return Ok(match unary_float::<f32>(op, &dense(&w, x.layout)) {
+            HostData::F32(v) => narrow(v, x.dtype),
+            other => other,
+        });
+    }
+    Ok(match data {
+        HostData::F32(v) => unary_float(op, &dense(v, x.layout)),
+        HostData::F64(v) => unary_float(op, &dense(v, x.layout)),
+        HostData::I8(v) => HostData::I8(unary_int(op, &dense(v, x.layout)).ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?),
+        HostData::I32(v) => HostData::I32(unary_int(op, &dense(v, x.layout)).ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?),
+        HostData::I64(v) => HostData::I64(unary_int(op, &dense(v, x.layout)).ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?),
+        HostData::U8(v) => HostData::U8(unary_int(op, &dense(v, x.layout)).ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?),
+        HostData::Bool(v) if op == UnaryOp::LogicalNot => HostData::Bool(map(&dense(v, x.layout), |b: bool| !b)),
+        _ => return Err(unsupported("cpu", op.name(), x.dtype)),
+    })
+}
+
+/// Round half to even (TF `round`, NumPy `around`).
+#[inline(always)]
+fn round_half_even<T: FloatMath>(x: T) -> T {
+    let half = T::from(0.5).unwrap_or(T::zero());
+    let two = T::ONE + T::ONE;
+    if (x - x.trunc()).abs() == half {
+        two * (x / two).round()
+    } else {
+        x.round()
+    }
+}
+
+fn unary_float<T: FloatMath>(op: UnaryOp, x: &[T]) -> HostData {
+    use UnaryOp::*;
+    let one = T::ONE;
+    let zero = T::ZERO;
+    let v: Vec<T> = match op {
+        Neg => map(x, |v: T| -v),
+        Abs => map(x, |v: T| v.abs()),
+        Sign => map(x, |v: T| if v > zero { one } else if v < zero { -one } else { v }),
+        Exp => map(x, |v: T| v.exp_vec()),
+        Expm1 => map(x, |v: T| v.exp_m1()),
+        Log => map(x, |v: T| v.ln()),
+        Log1p => map(x, |v: T| v.ln_1p()),
+        Sqrt => map(x, |v: T| v.sqrt()),
+        Rsqrt => map(x, |v: T| one / v.sqrt()),
+        Square => map(x, |v: T| v * v),
+        Reciprocal => map(x, |v: T| one / v),
+        Sin => map(x, |v: T| v.sin()),
+        Cos => map(x, |v: T| v.cos()),
+        Tan => map(x, |v: T| v.tan()),
+        Asin => map(x, |v: T| v.asin()),
+        Acos => map(x, |v: T| v.acos()),
+        Atan => map(x, |v: T| v.atan()),
+        Sinh => map(x, |v: T| v.sinh()),
+        Cosh => map(x, |v: T| v.cosh()),
+        Tanh => map(x, |v: T| v.tanh()),
+        Sigmoid => map(x, |v: T| one / (one + (-v).exp_vec())),
+        Erf => map(x, |v: T| v.erf()),
+        Floor => map(x, |v: T| v.floor()),
+        Ceil => map(x, |v: T| v.ceil()),
+        Round => map(x, round_half_even),
+        Relu => map(x, |v: T| if v > zero { v } else if v != v { v } else { zero }),
+        IsFinite => return HostData::Bool(map(x, |v: T| v.is_finite())),
+        IsNan => return HostData::Bool(map(x, |v: T| v != v)),
+        LogicalNot => return HostData::Bool(map(x, |v: T| v == zero)),
+    };
+    T::into_host(v)
+}
+
+fn unary_int<T: Num + Sync + Send>(op: UnaryOp, x: &[T]) -> Option<Vec<T>> {
+    use UnaryOp::*;
+    let zero = T::ZERO;
+    Some(match op {
+        Neg => map(x, |v: T| zero.wsub(v)),
+        Abs => map(x, |v: T| if v < zero { zero.wsub(v) } else { v }),
+        Sign => map(x, |v: T| if v > zero { T::ONE } else if v < zero { zero.wsub(T::ONE) } else { zero }),
+        Square => map(x, |v: T| v.wmul(v)),
+        Relu => map(x, |v: T| if v > zero { v } else { zero }),
+        _ => return None,
+    })
+}

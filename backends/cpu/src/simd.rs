@@ -1,0 +1,138 @@
+//! Slice loops compiled twice, for baseline x86-64 and for AVX2+FMA, picked at run time
+//! (the binary stays portable; the hot loops still get 256-bit vectors), and split across
+//! threads with rayon once a slice is large enough to pay for it.
+
+use rayon::prelude::*;
+
+/// Below this many elements a loop runs on the calling thread.
+pub(crate) const PAR_THRESHOLD: usize = 1 << 16;
+/// Elements per rayon task.
+const CHUNK: usize = 1 << 15;
+
+#[inline(always)]
+fn map_loop<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [U], f: &F) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = f(v);
+    }
+}
+
+#[inline(always)]
+fn zip_loop<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [U], f: &F) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = f(x, y);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn map_loop_avx2<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [U], f: &F) {
+    map_loop(x, out, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn zip_loop_avx2<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [U], f: &F) {
+    zip_loop(a, b, out, f)
+}
+
+#[inline]
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[inline]
+fn map_chunk<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [U], f: &F) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports the features the function was compiled for.
+        return unsafe { map_loop_avx2(x, out, f) };
+    }
+    map_loop(x, out, f)
+}
+
+#[inline]
+fn zip_chunk<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [U], f: &F) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: as above.
+        return unsafe { zip_loop_avx2(a, b, out, f) };
+    }
+    zip_loop(a, b, out, f)
+}
+
+/// `f` over every element.
+pub(crate) fn map<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T) -> U + Sync>(x: &[T], f: F) -> Vec<U> {
+    let mut out = vec![U::default(); x.len()];
+    if x.len() < PAR_THRESHOLD {
+        map_chunk(x, &mut out, &f);
+    } else {
+        out.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(o, c)| map_chunk(c, o, &f));
+    }
+    out
+}
+
+/// `f` over pairs of equal-length slices.
+pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + Sync>(a: &[T], b: &[T], f: F) -> Vec<U> {
+    debug_assert_eq!(a.len(), b.len());
+    let mut out = vec![U::default(); a.len()];
+    if a.len() < PAR_THRESHOLD {
+        zip_chunk(a, b, &mut out, &f);
+    } else {
+        out.par_chunks_mut(CHUNK)
+            .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
+            .for_each(|(o, (x, y))| zip_chunk(x, y, o, &f));
+    }
+    out
+}
+
+/// Folds a slice with `LANES` independent accumulators (vectorisable, and more accurate for
+/// float sums than one running total), then combines the lanes.
+#[inline(always)]
+fn fold_lanes<T: Copy, const LANES: usize>(x: &[T], init: T, f: &impl Fn(T, T) -> T) -> T {
+    let mut acc = [init; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] = f(acc[i], c[i]);
+        }
+    }
+    let mut r = init;
+    for &a in acc.iter() {
+        r = f(r, a);
+    }
+    for &v in rest {
+        r = f(r, v);
+    }
+    r
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fold_lanes_avx2<T: Copy, const LANES: usize>(x: &[T], init: T, f: &impl Fn(T, T) -> T) -> T {
+    fold_lanes::<T, LANES>(x, init, f)
+}
+
+/// Folds one slice (`f` must be associative; `init` its identity), threaded when large.
+pub(crate) fn fold<T: Copy + Send + Sync, F: Fn(T, T) -> T + Sync>(x: &[T], init: T, f: F) -> T {
+    let run = |c: &[T]| -> T {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            // SAFETY: feature checked.
+            return unsafe { fold_lanes_avx2::<T, 32>(c, init, &f) };
+        }
+        fold_lanes::<T, 32>(c, init, &f)
+    };
+    if x.len() < PAR_THRESHOLD {
+        run(x)
+    } else {
+        x.par_chunks(CHUNK * 4).map(run).reduce(|| init, &f)
+    }
+}

@@ -1,0 +1,42 @@
+//! ferroflow: TensorFlow 2.4's feature set in Rust. This facade re-exports the micro-crates
+//! and registers the backends compiled in.
+//!
+//! ```
+//! ferroflow::init();
+//! use ferroflow::{Tensor, DType};
+//! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+//! let p = x.softmax(-1)?;
+//! let rows = p.reduce_sum(-1, false)?.to_vec::<f32>()?;
+//! assert!(rows.iter().all(|s| (s - 1.0).abs() < 1e-6));
+//! # Ok::<(), ferroflow::Error>(())
+//! ```
+//!
+//! # Features
+//! - `cpu` (default): the multi-threaded CPU backend, registered by [`init`] for `/CPU:0`.
+//!
+//! # Design
+//! Backends register at run time ([`init`]) rather than through link-time magic: a crate that
+//! is linked but never referenced may be dropped by the linker, so explicit registration is
+//! the one approach that always works. Calling `init` twice is harmless.
+
+#![warn(missing_docs)]
+
+pub use ferroflow_tensor::*;
+
+/// The tensor core crate (`ferroflow-tensor`).
+pub use ferroflow_tensor as tensor;
+
+/// The CPU backend crate (`ferroflow-cpu`).
+#[cfg(feature = "cpu")]
+pub use ferroflow_cpu as cpu;
+
+/// Registers every backend compiled in (idempotent). Call once at start-up.
+pub fn init() {
+    #[cfg(feature = "cpu")]
+    ferroflow_cpu::register();
+}
+
+/// Everything a typical program uses.
+pub mod prelude {
+    pub use ferroflow_tensor::{Axes, DType, Device, Padding, SliceSpec, Tensor, Variable};
+}

@@ -1,0 +1,115 @@
+//! The contract between ferroflow and a compute backend.
+//!
+//! A backend owns opaque device buffers and runs the primitive ops of [`crate::op`] on
+//! them. Every kernel reads its inputs through an [`Operand`] (buffer + [`Layout`] +
+//! dtype), so views (transposes, slices, broadcasts with zero strides, reversed axes) never
+//! need a copy first. Kernels write a fresh, dense, row-major output buffer.
+//!
+//! The tensor layer does all checking (shapes, dtypes, devices, axis ranges, output sizes)
+//! before calling a kernel, so a backend only computes. What a backend may still refuse
+//! (a dtype it has no kernel for) it reports with [`Error::NotSupportedByBackend`]; data
+//! dependent failures (an out-of-range gather index, integer division by zero) are errors too.
+//!
+//! ## Design
+//! The trait is object safe and works on `dyn DeviceBuffer`, because the device is chosen
+//! at run time (TF's model) rather than by a type parameter on `Tensor`: one `Tensor` type,
+//! fast compiles, the cost being one downcast per kernel call.
+
+use crate::dtype::{DType, HostData};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::op::{ArgReduceOp, BinaryOp, CumulativeOp, PoolKind, ReduceOp, UnaryOp, Window2d};
+use std::any::Any;
+
+/// A buffer owned by a backend (host memory, a GPU allocation, ...).
+pub trait DeviceBuffer: Any + Send + Sync {
+    /// For the owning backend's downcast.
+    fn as_any(&self) -> &dyn Any;
+    /// Bytes held (for memory accounting).
+    fn size_in_bytes(&self) -> usize;
+}
+
+/// One kernel input: a buffer read through a layout.
+#[derive(Clone, Copy)]
+pub struct Operand<'a> {
+    /// The buffer.
+    pub buffer: &'a dyn DeviceBuffer,
+    /// How the view's elements sit in it.
+    pub layout: &'a Layout,
+    /// The element type.
+    pub dtype: DType,
+}
+
+impl Operand<'_> {
+    /// The view's shape.
+    pub fn shape(&self) -> &[usize] {
+        self.layout.shape()
+    }
+}
+
+/// A fresh output buffer of a kernel.
+pub type BufferBox = Box<dyn DeviceBuffer>;
+
+/// Builds the "not supported" error for a backend.
+pub fn unsupported(backend: &'static str, op: &'static str, dtype: DType) -> Error {
+    Error::NotSupportedByBackend { op, backend, detail: format!(", no kernel for dtype {dtype}") }
+}
+
+/// A compute backend. See the module docs for the contract every method follows.
+pub trait Backend: Send + Sync + 'static {
+    /// Short name (`cpu`, `wgpu`, `cuda`).
+    fn name(&self) -> &'static str;
+    /// Number of devices this backend serves.
+    fn device_count(&self) -> usize;
+    /// Copies host data into a new buffer on device `ordinal`.
+    fn upload(&self, ordinal: usize, data: HostData) -> Result<BufferBox>;
+    /// Reads a view back to the host, dense and in row-major order of the view.
+    fn download(&self, x: Operand<'_>) -> Result<HostData>;
+    /// Waits for queued work on device `ordinal` (for timing); a no-op for synchronous backends.
+    fn synchronize(&self, _ordinal: usize) -> Result<()> {
+        Ok(())
+    }
+
+    /// Dense copy of a view.
+    fn copy(&self, x: Operand<'_>) -> Result<BufferBox>;
+    /// Elementwise unary op; output dtype per [`UnaryOp::output_dtype`].
+    fn unary(&self, op: UnaryOp, x: Operand<'_>) -> Result<BufferBox>;
+    /// Elementwise binary op; both layouts already have the output shape (broadcast axes
+    /// have stride 0) and the same dtype.
+    fn binary(&self, op: BinaryOp, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox>;
+    /// Reduces over sorted, distinct `axes`; the output has the remaining axes.
+    fn reduce(&self, op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<BufferBox>;
+    /// Index (int64) of the max/min along `axis` (non-empty); the output drops `axis`.
+    fn arg_reduce(&self, op: ArgReduceOp, x: Operand<'_>, axis: usize) -> Result<BufferBox>;
+    /// Converts every element to `to` (floats to ints truncate toward zero and saturate).
+    fn cast(&self, x: Operand<'_>, to: DType) -> Result<BufferBox>;
+    /// `[..batch, m, k] x [..batch, k, n]`, both with the same batch shape (broadcast batch
+    /// axes have stride 0; transposes are in the layouts).
+    fn matmul(&self, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox>;
+    /// `cond ? on_true : on_false`, all three layouts with the output shape.
+    fn select(&self, cond: Operand<'_>, on_true: Operand<'_>, on_false: Operand<'_>) -> Result<BufferBox>;
+    /// Output shape `x[..axis] ++ indices ++ x[axis+1..]`; indices are int32/int64.
+    fn gather(&self, x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Result<BufferBox>;
+    /// Adjoint of gather: zeros of `shape`, then `out[.., indices[j], ..] += updates[.., j, ..]`.
+    fn scatter_add(&self, indices: Operand<'_>, updates: Operand<'_>, shape: &[usize], axis: usize) -> Result<BufferBox>;
+    /// Concatenates along `axis` (shapes agree elsewhere, same dtype).
+    fn concat(&self, inputs: &[Operand<'_>], axis: usize) -> Result<BufferBox>;
+    /// Pads each axis with `value`.
+    fn pad(&self, x: Operand<'_>, paddings: &[(usize, usize)], value: f64) -> Result<BufferBox>;
+    /// Running sum/product along `axis`.
+    fn cumulative(&self, op: CumulativeOp, x: Operand<'_>, axis: usize, exclusive: bool, reverse: bool) -> Result<BufferBox>;
+    /// Stable sort along `axis`: (values, int32 indices). NaNs sort as the largest values.
+    fn sort(&self, x: Operand<'_>, axis: usize, descending: bool) -> Result<(BufferBox, BufferBox)>;
+    /// NHWC conv2d with an HWIO filter.
+    fn conv2d(&self, x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
+    /// Gradient of conv2d w.r.t. the input (shape `w.input`).
+    fn conv2d_backprop_input(&self, filter: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
+    /// Gradient of conv2d w.r.t. the filter (shape [kh, kw, cin, cout]).
+    fn conv2d_backprop_filter(&self, x: Operand<'_>, dy: Operand<'_>, filter_shape: [usize; 4], w: &Window2d) -> Result<BufferBox>;
+    /// Max/avg pooling (NHWC).
+    fn pool2d(&self, kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
+    /// Gradient of max pooling: dy routed to the first maximum of each window.
+    fn max_pool_grad(&self, x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
+    /// Gradient of average pooling.
+    fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
+}

@@ -1,0 +1,208 @@
+//! The one dispatch function every op goes through, and the observers it informs.
+//!
+//! [`dispatch`] checks that the inputs share a device, finds that device's backend, runs
+//! the kernel and then tells the active [`OpObserver`]s what ran: gradient tapes record it,
+//! the profiler times it, a symbolic tracer captures it. This is how autodiff, profiler and
+//! keras stay independent of each other and of the backends.
+//!
+//! Observers are global ([`add_observer`], e.g. a profiler) or per thread
+//! ([`push_thread_observer`], e.g. a `GradientTape`, which TF keeps per thread). Ops that an
+//! observer runs while being notified are not reported again (no re-entrancy). With no
+//! observer active, the cost of dispatch is one atomic load and one thread-local read.
+
+use crate::backend::Backend;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::op::Op;
+use crate::tensor::Tensor;
+use crate::variable::Variable;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// What an observer is told after an op ran.
+pub struct OpEvent<'a> {
+    /// The op and its attributes.
+    pub op: &'a Op,
+    /// Its inputs.
+    pub inputs: &'a [&'a Tensor],
+    /// Its outputs.
+    pub outputs: &'a [Tensor],
+    /// Where it ran.
+    pub device: Device,
+    /// When the kernel started.
+    pub start: Instant,
+    /// How long the kernel took on the host (asynchronous backends: enqueue time).
+    pub duration: Duration,
+}
+
+/// Something that wants to know about every op (gradient tape, profiler, tracer).
+pub trait OpObserver: Send + Sync {
+    /// Called after each op, on the thread that ran it.
+    fn on_op(&self, event: &OpEvent<'_>);
+    /// Called when a variable's value is read (tapes watch trainable variables this way).
+    fn on_variable_read(&self, _variable: &Variable, _value: &Tensor) {}
+}
+
+static GLOBAL: RwLock<Vec<Arc<dyn OpObserver>>> = RwLock::new(Vec::new());
+static GLOBAL_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD: RefCell<Vec<Arc<dyn OpObserver>>> = const { RefCell::new(Vec::new()) };
+    static THREAD_COUNT: Cell<usize> = const { Cell::new(0) };
+    static NOTIFYING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Removes its observer when dropped.
+#[must_use = "the observer is removed when the guard is dropped"]
+pub struct ObserverGuard {
+    observer: Arc<dyn OpObserver>,
+    global: bool,
+}
+
+impl Drop for ObserverGuard {
+    fn drop(&mut self) {
+        let same = |o: &Arc<dyn OpObserver>| Arc::ptr_eq(o, &self.observer);
+        if self.global {
+            let mut g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = g.iter().rposition(same) {
+                g.remove(i);
+                GLOBAL_COUNT.fetch_sub(1, Ordering::Release);
+            }
+        } else {
+            let _ = THREAD.try_with(|t| {
+                let mut t = t.borrow_mut();
+                if let Some(i) = t.iter().rposition(same) {
+                    t.remove(i);
+                    THREAD_COUNT.with(|c| c.set(c.get() - 1));
+                }
+            });
+        }
+    }
+}
+
+/// Adds an observer for ops on every thread (a profiler).
+pub fn add_observer(observer: Arc<dyn OpObserver>) -> ObserverGuard {
+    GLOBAL.write().unwrap_or_else(|e| e.into_inner()).push(observer.clone());
+    GLOBAL_COUNT.fetch_add(1, Ordering::Release);
+    ObserverGuard { observer, global: true }
+}
+
+/// Adds an observer for ops on this thread only (a gradient tape).
+pub fn push_thread_observer(observer: Arc<dyn OpObserver>) -> ObserverGuard {
+    THREAD.with(|t| t.borrow_mut().push(observer.clone()));
+    THREAD_COUNT.with(|c| c.set(c.get() + 1));
+    ObserverGuard { observer, global: false }
+}
+
+#[inline]
+fn observed() -> bool {
+    (GLOBAL_COUNT.load(Ordering::Acquire) > 0 || THREAD_COUNT.with(|c| c.get()) > 0)
+        && !NOTIFYING.with(|n| n.get())
+}
+
+fn notify(f: impl Fn(&dyn OpObserver)) {
+    NOTIFYING.with(|n| n.set(true));
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            NOTIFYING.with(|n| n.set(false));
+        }
+    }
+    let _reset = Reset;
+    let thread: Vec<_> = THREAD.with(|t| t.borrow().clone());
+    for o in &thread {
+        f(o.as_ref());
+    }
+    if GLOBAL_COUNT.load(Ordering::Acquire) > 0 {
+        let global: Vec<_> = GLOBAL.read().unwrap_or_else(|e| e.into_inner()).clone();
+        for o in &global {
+            f(o.as_ref());
+        }
+    }
+}
+
+pub(crate) fn notify_variable_read(variable: &Variable, value: &Tensor) {
+    if observed() {
+        notify(|o| o.on_variable_read(variable, value));
+    }
+}
+
+/// What a kernel closure returns: one tensor, a pair, or a list.
+pub trait OpOutputs {
+    /// The outputs as a list, for observers.
+    fn to_list(&self) -> Vec<Tensor>;
+}
+impl OpOutputs for Tensor {
+    fn to_list(&self) -> Vec<Tensor> {
+        vec![self.clone()]
+    }
+}
+impl OpOutputs for (Tensor, Tensor) {
+    fn to_list(&self) -> Vec<Tensor> {
+        vec![self.0.clone(), self.1.clone()]
+    }
+}
+
+/// Where a kernel runs: the device of the inputs and its backend.
+pub struct Placement<'a> {
+    /// The device.
+    pub device: Device,
+    /// Its backend.
+    pub backend: &'a Arc<dyn Backend>,
+}
+
+/// Runs one op: checks the inputs share a device, runs `kernel` on that device's backend,
+/// then tells the observers. `op` builds the op description only when someone observes.
+/// Ops without inputs run on `device` (creation ops pass the current device scope).
+pub fn dispatch<O: OpOutputs>(
+    op: impl FnOnce() -> Op,
+    inputs: &[&Tensor],
+    kernel: impl FnOnce(Placement<'_>) -> Result<O>,
+) -> Result<O> {
+    let Some(first) = inputs.first() else {
+        return Err(Error::invalid("dispatch", "an op without inputs needs dispatch_on"));
+    };
+    let device = first.device();
+    for t in &inputs[1..] {
+        if t.device() != device {
+            return Err(Error::DeviceMismatch {
+                op: op().name(),
+                lhs: device.to_string(),
+                rhs: t.device().to_string(),
+            });
+        }
+    }
+    run(op, inputs, device, first.backend(), kernel)
+}
+
+/// [`dispatch`] for ops without tensor inputs (constants, random numbers), on `device`.
+pub fn dispatch_on<O: OpOutputs>(
+    op: impl FnOnce() -> Op,
+    device: Device,
+    kernel: impl FnOnce(Placement<'_>) -> Result<O>,
+) -> Result<O> {
+    let backend = crate::device::backend_for(device)?;
+    run(op, &[], device, &backend, kernel)
+}
+
+#[inline]
+fn run<O: OpOutputs>(
+    op: impl FnOnce() -> Op,
+    inputs: &[&Tensor],
+    device: Device,
+    backend: &Arc<dyn Backend>,
+    kernel: impl FnOnce(Placement<'_>) -> Result<O>,
+) -> Result<O> {
+    if !observed() {
+        return kernel(Placement { device, backend });
+    }
+    let start = Instant::now();
+    let out = kernel(Placement { device, backend })?;
+    let duration = start.elapsed();
+    let op = op();
+    let outputs = out.to_list();
+    notify(|o| o.on_op(&OpEvent { op: &op, inputs, outputs: &outputs, device, start, duration }));
+    Ok(out)
+}

@@ -1,0 +1,265 @@
+//! Element types: [`DType`], the Rust types behind them ([`Element`]) and typed host
+//! buffers ([`HostData`]).
+
+use crate::error::{Error, Result};
+use half::{bf16, f16};
+use std::fmt;
+
+/// The element type of a tensor. TensorFlow's rule holds: ops never promote implicitly,
+/// mismatched dtypes are an error and [`crate::Tensor::cast`] converts explicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    /// IEEE half precision.
+    F16,
+    /// bfloat16 (8-bit exponent, 7-bit mantissa).
+    BF16,
+    /// IEEE single precision.
+    F32,
+    /// IEEE double precision.
+    F64,
+    /// Signed 8-bit integer.
+    I8,
+    /// Signed 32-bit integer.
+    I32,
+    /// Signed 64-bit integer.
+    I64,
+    /// Unsigned 8-bit integer.
+    U8,
+    /// Boolean.
+    Bool,
+}
+
+impl DType {
+    /// Every dtype, in declaration order.
+    pub const ALL: [DType; 9] = [
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+        DType::I8,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::Bool,
+    ];
+
+    /// Bytes per element.
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::I8 | DType::U8 | DType::Bool => 1,
+        }
+    }
+    /// True for f16, bf16, f32, f64.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+    }
+    /// True for the integer types.
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I8 | DType::I32 | DType::I64 | DType::U8)
+    }
+    /// True for signed integers and floats.
+    pub fn is_signed(self) -> bool {
+        !matches!(self, DType::U8 | DType::Bool)
+    }
+    /// TensorFlow's name (`float32`, `bfloat16`, `int64`, `bool`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::I8 => "int8",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+            DType::Bool => "bool",
+        }
+    }
+    /// Parses TF names and short names (`"float32"`, `"f32"`, `"half"`, `"int64"`, ...).
+    pub fn parse(s: &str) -> Result<DType> {
+        Ok(match s {
+            "float16" | "f16" | "half" => DType::F16,
+            "bfloat16" | "bf16" => DType::BF16,
+            "float32" | "f32" | "float" => DType::F32,
+            "float64" | "f64" | "double" => DType::F64,
+            "int8" | "i8" => DType::I8,
+            "int32" | "i32" => DType::I32,
+            "int64" | "i64" => DType::I64,
+            "uint8" | "u8" => DType::U8,
+            "bool" => DType::Bool,
+            _ => return Err(Error::invalid("dtype", format!("unknown dtype {s:?}"))),
+        })
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A Rust type that is the element of a dtype.
+pub trait Element: Copy + Send + Sync + PartialOrd + fmt::Debug + Default + 'static {
+    /// The dtype this type stores.
+    const DTYPE: DType;
+    /// Lossy conversion to f64 (bool: 0 or 1).
+    fn to_f64(self) -> f64;
+    /// Conversion from f64 with Rust `as` semantics (saturating, NaN to 0 for ints).
+    fn from_f64(v: f64) -> Self;
+    /// Wraps a vector as [`HostData`].
+    fn into_host(v: Vec<Self>) -> HostData;
+    /// Borrows the vector inside [`HostData`] when it has this type.
+    fn slice_of(d: &HostData) -> Option<&[Self]>;
+    /// Takes the vector out of [`HostData`] when it has this type.
+    fn vec_of(d: HostData) -> Option<Vec<Self>>;
+}
+
+macro_rules! element {
+    ($t:ty, $variant:ident, $to:expr, $from:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            #[inline]
+            fn to_f64(self) -> f64 {
+                let f: fn($t) -> f64 = $to;
+                f(self)
+            }
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                let f: fn(f64) -> $t = $from;
+                f(v)
+            }
+            fn into_host(v: Vec<Self>) -> HostData {
+                HostData::$variant(v)
+            }
+            fn slice_of(d: &HostData) -> Option<&[Self]> {
+                match d {
+                    HostData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn vec_of(d: HostData) -> Option<Vec<Self>> {
+                match d {
+                    HostData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+element!(f16, F16, |x| x.to_f64(), f16::from_f64);
+element!(bf16, BF16, |x| x.to_f64(), bf16::from_f64);
+element!(f32, F32, |x| x as f64, |v| v as f32);
+element!(f64, F64, |x| x, |v| v);
+element!(i8, I8, |x| x as f64, |v| v as i8);
+element!(i32, I32, |x| x as f64, |v| v as i32);
+element!(i64, I64, |x| x as f64, |v| v as i64);
+element!(u8, U8, |x| x as f64, |v| v as u8);
+element!(bool, Bool, |x| x as u8 as f64, |v| v != 0.0);
+
+/// A contiguous, typed host buffer: how data enters and leaves a device, and the CPU
+/// backend's storage.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub enum HostData {
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I8(Vec<i8>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    U8(Vec<u8>),
+    Bool(Vec<bool>),
+}
+
+/// Runs `$body` with `$v` bound to the typed vector inside a [`HostData`] (any variant).
+#[macro_export]
+macro_rules! with_host_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            $crate::HostData::F16($v) => $body,
+            $crate::HostData::BF16($v) => $body,
+            $crate::HostData::F32($v) => $body,
+            $crate::HostData::F64($v) => $body,
+            $crate::HostData::I8($v) => $body,
+            $crate::HostData::I32($v) => $body,
+            $crate::HostData::I64($v) => $body,
+            $crate::HostData::U8($v) => $body,
+            $crate::HostData::Bool($v) => $body,
+        }
+    };
+}
+
+impl HostData {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostData::F16(_) => DType::F16,
+            HostData::BF16(_) => DType::BF16,
+            HostData::F32(_) => DType::F32,
+            HostData::F64(_) => DType::F64,
+            HostData::I8(_) => DType::I8,
+            HostData::I32(_) => DType::I32,
+            HostData::I64(_) => DType::I64,
+            HostData::U8(_) => DType::U8,
+            HostData::Bool(_) => DType::Bool,
+        }
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        with_host_data!(self, v => v.len())
+    }
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Element `i` as f64.
+    pub fn get_f64(&self, i: usize) -> f64 {
+        with_host_data!(self, v => v[i].to_f64())
+    }
+    /// All elements as f64 (lossless for every dtype except i64 beyond 2^53).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        with_host_data!(self, v => v.iter().map(|x| x.to_f64()).collect())
+    }
+    /// A buffer of `dtype` built from f64 values (Rust `as` semantics).
+    pub fn from_f64_slice(dtype: DType, values: &[f64]) -> HostData {
+        fn conv<T: Element>(values: &[f64]) -> HostData {
+            T::into_host(values.iter().map(|&x| T::from_f64(x)).collect())
+        }
+        match dtype {
+            DType::F16 => conv::<f16>(values),
+            DType::BF16 => conv::<bf16>(values),
+            DType::F32 => conv::<f32>(values),
+            DType::F64 => conv::<f64>(values),
+            DType::I8 => conv::<i8>(values),
+            DType::I32 => conv::<i32>(values),
+            DType::I64 => conv::<i64>(values),
+            DType::U8 => conv::<u8>(values),
+            DType::Bool => conv::<bool>(values),
+        }
+    }
+    /// `n` copies of `value` converted to `dtype`.
+    pub fn filled(dtype: DType, n: usize, value: f64) -> HostData {
+        fn fill<T: Element>(n: usize, value: f64) -> HostData {
+            T::into_host(vec![T::from_f64(value); n])
+        }
+        match dtype {
+            DType::F16 => fill::<f16>(n, value),
+            DType::BF16 => fill::<bf16>(n, value),
+            DType::F32 => fill::<f32>(n, value),
+            DType::F64 => fill::<f64>(n, value),
+            DType::I8 => fill::<i8>(n, value),
+            DType::I32 => fill::<i32>(n, value),
+            DType::I64 => fill::<i64>(n, value),
+            DType::U8 => fill::<u8>(n, value),
+            DType::Bool => fill::<bool>(n, value),
+        }
+    }
+    /// Size in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        self.len() * self.dtype().size_in_bytes()
+    }
+}

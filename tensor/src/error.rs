@@ -1,0 +1,155 @@
+//! The one error type of ferroflow's tensor layer: every fallible call returns [`Result`].
+//!
+//! Messages start with the op, say what was expected and what came, lowercase, no final
+//! period: `matmul: inner dimensions differ, lhs [2, 3], rhs [4, 5]`.
+
+use crate::dtype::DType;
+
+/// `Result` with ferroflow's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a tensor operation.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    // ---- shapes ----
+    /// Two shapes that must agree do not.
+    #[error("{op}: {msg}, lhs {lhs:?}, rhs {rhs:?}")]
+    ShapeMismatch {
+        /// The op that checked.
+        op: &'static str,
+        /// What was expected.
+        msg: &'static str,
+        /// First shape.
+        lhs: Vec<usize>,
+        /// Second shape.
+        rhs: Vec<usize>,
+    },
+    /// Shapes that cannot be broadcast together.
+    #[error("{op}: shapes {lhs:?} and {rhs:?} cannot be broadcast together")]
+    Broadcast {
+        /// The op that checked.
+        op: &'static str,
+        /// First shape.
+        lhs: Vec<usize>,
+        /// Second shape.
+        rhs: Vec<usize>,
+    },
+    /// An axis outside `-rank..rank`.
+    #[error("{op}: axis {axis} is out of range for a tensor of rank {rank}")]
+    AxisOutOfRange {
+        /// The op that checked.
+        op: &'static str,
+        /// The axis given.
+        axis: isize,
+        /// The tensor's rank.
+        rank: usize,
+    },
+    /// Any other invalid argument (bad shape for the op, bad attribute value).
+    #[error("{op}: {msg}")]
+    InvalidArgument {
+        /// The op that checked.
+        op: &'static str,
+        /// What is wrong and what was given.
+        msg: String,
+    },
+    /// An index (gather, scatter, one element read) outside its dimension.
+    #[error("{op}: index {index} is out of range [0, {bound})")]
+    IndexOutOfRange {
+        /// The op that checked.
+        op: &'static str,
+        /// The bad index.
+        index: i64,
+        /// The dimension size.
+        bound: usize,
+    },
+
+    // ---- dtypes ----
+    /// Two inputs with different dtypes (ferroflow never promotes implicitly, like TF).
+    #[error("{op}: dtypes differ, lhs {lhs}, rhs {rhs}; cast one explicitly with `cast`")]
+    DTypeMismatch {
+        /// The op that checked.
+        op: &'static str,
+        /// First dtype.
+        lhs: DType,
+        /// Second dtype.
+        rhs: DType,
+    },
+    /// The op has no kernel for this dtype.
+    #[error("{op}: dtype {dtype} is not supported, expected one of {expected}")]
+    UnsupportedDType {
+        /// The op that checked.
+        op: &'static str,
+        /// The dtype given.
+        dtype: DType,
+        /// What the op accepts, in words.
+        expected: &'static str,
+    },
+    /// Host data of one element type was asked for as another.
+    #[error("to_vec: tensor has dtype {actual}, asked for {requested}")]
+    HostTypeMismatch {
+        /// The tensor's dtype.
+        actual: DType,
+        /// The Rust type asked for.
+        requested: DType,
+    },
+
+    // ---- devices and backends ----
+    /// A device string that does not parse.
+    #[error("unknown device {spec:?}: expected forms like \"/CPU:0\", \"/GPU:1\", \"/device:GPU:0\" or \"/job:worker/replica:0/task:1/device:CPU:0\"")]
+    BadDeviceSpec {
+        /// The string given.
+        spec: String,
+    },
+    /// No backend serves this device kind.
+    #[error("no backend for device {device}: {hint}")]
+    BackendUnavailable {
+        /// The device asked for.
+        device: String,
+        /// How to get one (the cargo feature to enable, the init call to make).
+        hint: String,
+    },
+    /// Inputs live on different devices.
+    #[error("{op}: inputs are on different devices, {lhs} and {rhs}; copy one with `to_device`")]
+    DeviceMismatch {
+        /// The op that checked.
+        op: &'static str,
+        /// First device.
+        lhs: String,
+        /// Second device.
+        rhs: String,
+    },
+    /// The backend does not implement an op (or an op for a dtype).
+    #[error("{op}: not supported by the {backend} backend{detail}")]
+    NotSupportedByBackend {
+        /// The op.
+        op: &'static str,
+        /// The backend's name.
+        backend: &'static str,
+        /// More detail (starts with ", " when not empty).
+        detail: String,
+    },
+    /// A backend failed (out of memory, driver error).
+    #[error("{backend} backend: {msg}")]
+    Backend {
+        /// The backend's name.
+        backend: &'static str,
+        /// What went wrong.
+        msg: String,
+    },
+    /// A numeric error TensorFlow also reports (integer division by zero, ...).
+    #[error("{op}: {msg}")]
+    Arithmetic {
+        /// The op.
+        op: &'static str,
+        /// What happened.
+        msg: &'static str,
+    },
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
+        Error::InvalidArgument { op, msg: msg.into() }
+    }
+}

@@ -1,0 +1,435 @@
+//! The op vocabulary: every primitive op as data, with its TensorFlow name.
+//!
+//! Backends implement these; gradient functions, the profiler and tracers match on [`Op`].
+//! Everything else (softmax, one_hot, top_k, gather_nd, logsumexp, ...) is composed from
+//! them in [`crate::ops`]. The primitive count is stated in the crate docs; keep it small.
+
+use crate::dtype::DType;
+
+macro_rules! op_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vm])* $v),* }
+        impl $name {
+            /// Every variant.
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+            /// TensorFlow's snake_case name.
+            pub fn name(self) -> &'static str { match self { $($name::$v => $s),* } }
+        }
+    };
+}
+
+op_enum!(
+    /// Elementwise unary primitives.
+    UnaryOp {
+        /// -x
+        Neg => "neg",
+        /// |x|
+        Abs => "abs",
+        /// -1, 0 or 1 (NaN stays NaN)
+        Sign => "sign",
+        /// e^x
+        Exp => "exp",
+        /// e^x - 1
+        Expm1 => "expm1",
+        /// ln x
+        Log => "log",
+        /// ln(1 + x)
+        Log1p => "log1p",
+        /// √x
+        Sqrt => "sqrt",
+        /// 1/√x
+        Rsqrt => "rsqrt",
+        /// x²
+        Square => "square",
+        /// 1/x
+        Reciprocal => "reciprocal",
+        /// sin x
+        Sin => "sin",
+        /// cos x
+        Cos => "cos",
+        /// tan x
+        Tan => "tan",
+        /// asin x
+        Asin => "asin",
+        /// acos x
+        Acos => "acos",
+        /// atan x
+        Atan => "atan",
+        /// sinh x
+        Sinh => "sinh",
+        /// cosh x
+        Cosh => "cosh",
+        /// tanh x
+        Tanh => "tanh",
+        /// 1/(1+e^-x)
+        Sigmoid => "sigmoid",
+        /// the error function
+        Erf => "erf",
+        /// ⌊x⌋
+        Floor => "floor",
+        /// ⌈x⌉
+        Ceil => "ceil",
+        /// round half to even (TF `round`)
+        Round => "round",
+        /// max(x, 0)
+        Relu => "relu",
+        /// finite? (bool output)
+        IsFinite => "is_finite",
+        /// NaN? (bool output)
+        IsNan => "is_nan",
+        /// !x (bool)
+        LogicalNot => "logical_not",
+    }
+);
+
+impl UnaryOp {
+    /// Ops defined on integers too (the rest need a float dtype, or bool for logical_not).
+    pub fn accepts_int(self) -> bool {
+        matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Square | UnaryOp::Relu)
+    }
+    /// The output dtype for an input dtype.
+    pub fn output_dtype(self, input: DType) -> DType {
+        match self {
+            UnaryOp::IsFinite | UnaryOp::IsNan => DType::Bool,
+            _ => input,
+        }
+    }
+}
+
+op_enum!(
+    /// Elementwise binary primitives (inputs broadcast NumPy-style).
+    BinaryOp {
+        /// a + b
+        Add => "add",
+        /// a - b
+        Sub => "sub",
+        /// a · b
+        Mul => "mul",
+        /// a / b (integers: truncating, TF `truncatediv`)
+        Div => "div",
+        /// ⌊a / b⌋
+        FloorDiv => "floordiv",
+        /// a - ⌊a / b⌋·b (sign of b, TF `floormod`)
+        Mod => "mod",
+        /// a^b
+        Pow => "pow",
+        /// max(a, b) (NaN propagates)
+        Maximum => "maximum",
+        /// min(a, b) (NaN propagates)
+        Minimum => "minimum",
+        /// (a - b)²
+        SquaredDifference => "squared_difference",
+        /// atan2(a, b)
+        Atan2 => "atan2",
+        /// a == b
+        Equal => "equal",
+        /// a != b
+        NotEqual => "not_equal",
+        /// a < b
+        Less => "less",
+        /// a <= b
+        LessEqual => "less_equal",
+        /// a > b
+        Greater => "greater",
+        /// a >= b
+        GreaterEqual => "greater_equal",
+        /// a && b
+        LogicalAnd => "logical_and",
+        /// a || b
+        LogicalOr => "logical_or",
+        /// a ^ b
+        LogicalXor => "logical_xor",
+    }
+);
+
+impl BinaryOp {
+    /// Comparison ops (bool output).
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Equal
+                | BinaryOp::NotEqual
+                | BinaryOp::Less
+                | BinaryOp::LessEqual
+                | BinaryOp::Greater
+                | BinaryOp::GreaterEqual
+        )
+    }
+    /// Logical ops (bool inputs and output).
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinaryOp::LogicalAnd | BinaryOp::LogicalOr | BinaryOp::LogicalXor)
+    }
+    /// Ops that need a float dtype.
+    pub fn float_only(self) -> bool {
+        matches!(self, BinaryOp::Atan2)
+    }
+    /// The output dtype for the input dtype.
+    pub fn output_dtype(self, input: DType) -> DType {
+        if self.is_comparison() || self.is_logical() {
+            DType::Bool
+        } else {
+            input
+        }
+    }
+}
+
+op_enum!(
+    /// Reductions over a set of axes.
+    ReduceOp {
+        /// Σ
+        Sum => "reduce_sum",
+        /// Π
+        Prod => "reduce_prod",
+        /// max (NaN propagates; the lowest value for an empty set)
+        Max => "reduce_max",
+        /// min (NaN propagates; the highest value for an empty set)
+        Min => "reduce_min",
+        /// any (bool)
+        Any => "reduce_any",
+        /// all (bool)
+        All => "reduce_all",
+    }
+);
+
+op_enum!(
+    /// Index of the extreme along one axis (int64 output, first index on ties).
+    ArgReduceOp {
+        /// index of the maximum
+        ArgMax => "argmax",
+        /// index of the minimum
+        ArgMin => "argmin",
+    }
+);
+
+op_enum!(
+    /// Scans along one axis.
+    CumulativeOp {
+        /// running sum
+        Sum => "cumsum",
+        /// running product
+        Prod => "cumprod",
+    }
+);
+
+op_enum!(
+    /// 2-D pooling kinds.
+    PoolKind {
+        /// max over the window (padding never wins)
+        Max => "max_pool2d",
+        /// mean over the valid part of the window (TF excludes padding)
+        Avg => "avg_pool2d",
+    }
+);
+
+/// TF's padding modes for convolution and pooling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Padding {
+    /// Output size ⌈in / stride⌉, zero padding split with the extra on the bottom/right.
+    Same,
+    /// No padding: output size ⌈(in - (k-1)·dilation) / stride⌉.
+    Valid,
+}
+
+/// Geometry of one 2-D window op over NHWC data, resolved by the tensor layer so every
+/// backend computes identical output sizes and padding.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Window2d {
+    /// Input [batch, height, width, channels].
+    pub input: [usize; 4],
+    /// Window (filter) height and width.
+    pub kernel: [usize; 2],
+    /// Strides along height and width.
+    pub strides: [usize; 2],
+    /// Dilations along height and width (1 for pooling).
+    pub dilations: [usize; 2],
+    /// Padding before (top, left).
+    pub pad_before: [usize; 2],
+    /// Output height and width.
+    pub output: [usize; 2],
+}
+
+impl Window2d {
+    /// Resolves TF padding for an input (NHWC) and a window.
+    pub fn resolve(
+        input: [usize; 4],
+        kernel: [usize; 2],
+        strides: [usize; 2],
+        dilations: [usize; 2],
+        padding: Padding,
+    ) -> Window2d {
+        let mut output = [0; 2];
+        let mut pad_before = [0; 2];
+        for i in 0..2 {
+            let n = input[1 + i];
+            let eff = (kernel[i] - 1) * dilations[i] + 1;
+            match padding {
+                Padding::Valid => {
+                    output[i] = if n >= eff { (n - eff) / strides[i] + 1 } else { 0 };
+                }
+                Padding::Same => {
+                    output[i] = n.div_ceil(strides[i]);
+                    let needed = ((output[i].max(1) - 1) * strides[i] + eff).saturating_sub(n);
+                    pad_before[i] = if output[i] == 0 { 0 } else { needed / 2 };
+                }
+            }
+        }
+        Window2d { input, kernel, strides, dilations, pad_before, output }
+    }
+}
+
+/// One primitive op with its attributes, as observers (tapes, profiler, tracers) see it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Op {
+    /// Host data placed on a device (no inputs).
+    Constant,
+    /// Elementwise unary.
+    Unary(UnaryOp),
+    /// Elementwise binary with broadcasting.
+    Binary(BinaryOp),
+    /// Reduction over sorted `axes`.
+    Reduce {
+        /// Which reduction.
+        op: ReduceOp,
+        /// The reduced axes (sorted, normalised).
+        axes: Vec<usize>,
+        /// Whether reduced axes stay as size 1.
+        keepdims: bool,
+    },
+    /// Argmax/argmin along `axis`.
+    ArgReduce {
+        /// Which.
+        op: ArgReduceOp,
+        /// The axis.
+        axis: usize,
+    },
+    /// Dtype conversion.
+    Cast {
+        /// Target dtype.
+        to: DType,
+    },
+    /// Batched matrix product with optional transposes.
+    MatMul {
+        /// Use aᵀ.
+        transpose_a: bool,
+        /// Use bᵀ.
+        transpose_b: bool,
+    },
+    /// New shape, same elements.
+    Reshape {
+        /// The new shape.
+        shape: Vec<usize>,
+    },
+    /// Axis permutation.
+    Transpose {
+        /// Result axis i is input axis perm[i].
+        perm: Vec<usize>,
+    },
+    /// Strided slice with resolved per-axis begin, length and step.
+    Slice {
+        /// First index per axis.
+        begin: Vec<usize>,
+        /// Number of elements per axis.
+        len: Vec<usize>,
+        /// Step per axis (non-zero).
+        step: Vec<isize>,
+    },
+    /// NumPy broadcast to a shape.
+    BroadcastTo {
+        /// The target shape.
+        shape: Vec<usize>,
+    },
+    /// `where(cond, x, y)`; inputs are [cond, x, y].
+    Select,
+    /// Gather along `axis`; inputs are [params, indices].
+    Gather {
+        /// The axis of params indexed.
+        axis: usize,
+    },
+    /// Adjoint of gather: sums updates into zeros of `shape`; inputs [indices, updates].
+    ScatterAdd {
+        /// The axis.
+        axis: usize,
+        /// Output shape.
+        shape: Vec<usize>,
+    },
+    /// Concatenation along `axis`.
+    Concat {
+        /// The axis.
+        axis: usize,
+    },
+    /// Constant padding.
+    Pad {
+        /// (before, after) per axis.
+        paddings: Vec<(usize, usize)>,
+        /// The fill value.
+        value: f64,
+    },
+    /// cumsum/cumprod.
+    Cumulative {
+        /// Which scan.
+        op: CumulativeOp,
+        /// The axis.
+        axis: usize,
+        /// Exclude the current element.
+        exclusive: bool,
+        /// Scan from the end.
+        reverse: bool,
+    },
+    /// Stable sort along `axis`; outputs [values, indices (int32)].
+    Sort {
+        /// The axis.
+        axis: usize,
+        /// Largest first.
+        descending: bool,
+    },
+    /// Dense copy of a view, or a copy to another device.
+    Copy,
+    /// 2-D convolution, NHWC input, HWIO filter; inputs [x, filter].
+    Conv2d(Window2d),
+    /// Gradient of conv2d w.r.t. its input; inputs [filter, dy].
+    Conv2dBackpropInput(Window2d),
+    /// Gradient of conv2d w.r.t. its filter; inputs [x, dy].
+    Conv2dBackpropFilter(Window2d),
+    /// Max or average pooling; input [x].
+    Pool2d(PoolKind, Window2d),
+    /// Gradient of max pooling; inputs [x, dy].
+    MaxPoolGrad(Window2d),
+    /// Gradient of average pooling; input [dy].
+    AvgPoolGrad(Window2d),
+}
+
+impl Op {
+    /// TensorFlow-style name, for profiles and error messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Constant => "const",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Reduce { op, .. } => op.name(),
+            Op::ArgReduce { op, .. } => op.name(),
+            Op::Cast { .. } => "cast",
+            Op::MatMul { .. } => "matmul",
+            Op::Reshape { .. } => "reshape",
+            Op::Transpose { .. } => "transpose",
+            Op::Slice { .. } => "strided_slice",
+            Op::BroadcastTo { .. } => "broadcast_to",
+            Op::Select => "where",
+            Op::Gather { .. } => "gather",
+            Op::ScatterAdd { .. } => "scatter_add",
+            Op::Concat { .. } => "concat",
+            Op::Pad { .. } => "pad",
+            Op::Cumulative { op, .. } => op.name(),
+            Op::Sort { .. } => "sort",
+            Op::Copy => "copy",
+            Op::Conv2d(_) => "conv2d",
+            Op::Conv2dBackpropInput(_) => "conv2d_backprop_input",
+            Op::Conv2dBackpropFilter(_) => "conv2d_backprop_filter",
+            Op::Pool2d(k, _) => k.name(),
+            Op::MaxPoolGrad(_) => "max_pool_grad",
+            Op::AvgPoolGrad(_) => "avg_pool_grad",
+        }
+    }
+}

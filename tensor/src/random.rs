@@ -1,0 +1,210 @@
+//! Random tensors: stateless (same seed, same numbers, anywhere) and stateful (a global
+//! generator seeded by [`set_seed`], like `tf.random.set_seed`).
+//!
+//! Numbers come from the Philox-4x32-10 counter-based generator (the one TF uses), computed
+//! on the host and uploaded; generation is cheap next to what consumes it.
+//!
+//! ```
+//! ferroflow::init();
+//! use ferroflow::{random, DType};
+//! let a = random::stateless_normal(&[3], [1, 2], 0.0, 1.0, DType::F32)?;
+//! let b = random::stateless_normal(&[3], [1, 2], 0.0, 1.0, DType::F32)?;
+//! assert_eq!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
+//! # Ok::<(), ferroflow::Error>(())
+//! ```
+
+use crate::dtype::{DType, HostData};
+use crate::error::{Error, Result};
+use crate::layout::num_elements;
+use crate::tensor::Tensor;
+use std::sync::Mutex;
+
+/// Philox-4x32-10: 128-bit counter, 64-bit key.
+#[derive(Debug, Clone)]
+pub struct Philox {
+    key: [u32; 2],
+    counter: [u32; 4],
+    buf: [u32; 4],
+    used: usize,
+}
+
+impl Philox {
+    /// A generator from a 2-word seed.
+    pub fn new(seed: [u64; 2]) -> Philox {
+        Philox {
+            key: [seed[0] as u32, (seed[0] >> 32) as u32],
+            counter: [0, 0, seed[1] as u32, (seed[1] >> 32) as u32],
+            buf: [0; 4],
+            used: 4,
+        }
+    }
+    fn block(&mut self) -> [u32; 4] {
+        const M0: u64 = 0xD251_1F53;
+        const M1: u64 = 0xCD9E_8D57;
+        let (mut c, mut k) = (self.counter, self.key);
+        for _ in 0..10 {
+            let p0 = M0 * c[0] as u64;
+            let p1 = M1 * c[2] as u64;
+            c = [
+                ((p1 >> 32) as u32) ^ c[1] ^ k[0],
+                p1 as u32,
+                ((p0 >> 32) as u32) ^ c[3] ^ k[1],
+                p0 as u32,
+            ];
+            k[0] = k[0].wrapping_add(0x9E37_79B9);
+            k[1] = k[1].wrapping_add(0xBB67_AE85);
+        }
+        // 128-bit counter increment.
+        for w in self.counter.iter_mut() {
+            *w = w.wrapping_add(1);
+            if *w != 0 {
+                break;
+            }
+        }
+        c
+    }
+    /// Next 32 random bits.
+    pub fn next_u32(&mut self) -> u32 {
+        if self.used == 4 {
+            self.buf = self.block();
+            self.used = 0;
+        }
+        self.used += 1;
+        self.buf[self.used - 1]
+    }
+    /// Uniform in [0, 1) with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        let hi = (self.next_u32() >> 5) as u64;
+        let lo = (self.next_u32() >> 6) as u64;
+        ((hi << 26) | lo) as f64 / (1u64 << 53) as f64
+    }
+    /// Standard normal (Box-Muller).
+    pub fn next_normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.next_f64(); // (0, 1]
+        let u2 = self.next_f64();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+}
+
+struct GlobalGen {
+    seed: Option<u64>,
+    op_count: u64,
+}
+
+static GLOBAL: Mutex<GlobalGen> = Mutex::new(GlobalGen { seed: None, op_count: 0 });
+
+/// Sets the global seed: later stateful random ops give the same sequence in every run
+/// (`tf.random.set_seed`).
+pub fn set_seed(seed: u64) {
+    let mut g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
+    g.seed = Some(seed);
+    g.op_count = 0;
+}
+
+fn stateful_seed(op_seed: Option<u64>) -> [u64; 2] {
+    let mut g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
+    g.op_count += 1;
+    let global = g.seed.unwrap_or_else(|| {
+        // No global seed: fresh entropy per process, as TF without a seed.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let s = t ^ 0x5DEE_CE66_D1CE_4E5B;
+        g.seed = Some(s);
+        s
+    });
+    [global, op_seed.unwrap_or(0).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ g.op_count]
+}
+
+fn check_float(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::UnsupportedDType { op, dtype, expected: "a float dtype" })
+    }
+}
+
+fn make(shape: &[usize], dtype: DType, values: Vec<f64>) -> Result<Tensor> {
+    Tensor::from_host(HostData::from_f64_slice(dtype, &values), shape)
+}
+
+/// Uniform in `[minval, maxval)`; integer dtypes draw integers (`maxval` exclusive).
+pub fn stateless_uniform(shape: &[usize], seed: [u64; 2], minval: f64, maxval: f64, dtype: DType) -> Result<Tensor> {
+    if !(maxval > minval) {
+        return Err(Error::invalid("random_uniform", format!("needs minval < maxval, got {minval} and {maxval}")));
+    }
+    if dtype == DType::Bool {
+        return Err(Error::UnsupportedDType { op: "random_uniform", dtype, expected: "a float or integer dtype" });
+    }
+    let mut g = Philox::new(seed);
+    let n = num_elements(shape);
+    let v = if dtype.is_int() {
+        let (lo, span) = (minval.ceil(), (maxval.ceil() - minval.ceil()).max(1.0));
+        (0..n).map(|_| lo + (g.next_f64() * span).floor()).collect()
+    } else {
+        (0..n).map(|_| minval + (maxval - minval) * g.next_f64()).collect()
+    };
+    make(shape, dtype, v)
+}
+
+/// Normal with `mean` and `stddev`.
+pub fn stateless_normal(shape: &[usize], seed: [u64; 2], mean: f64, stddev: f64, dtype: DType) -> Result<Tensor> {
+    check_float("random_normal", dtype)?;
+    let mut g = Philox::new(seed);
+    let v = (0..num_elements(shape)).map(|_| mean + stddev * g.next_normal()).collect();
+    make(shape, dtype, v)
+}
+
+/// Normal with values beyond two standard deviations redrawn (`tf.random.truncated_normal`).
+pub fn stateless_truncated_normal(shape: &[usize], seed: [u64; 2], mean: f64, stddev: f64, dtype: DType) -> Result<Tensor> {
+    check_float("truncated_normal", dtype)?;
+    let mut g = Philox::new(seed);
+    let v = (0..num_elements(shape))
+        .map(|_| loop {
+            let x = g.next_normal();
+            if x.abs() <= 2.0 {
+                break mean + stddev * x;
+            }
+        })
+        .collect();
+    make(shape, dtype, v)
+}
+
+/// Stateful uniform (`tf.random.uniform`): each call draws new numbers; reproducible after
+/// [`set_seed`].
+pub fn uniform(shape: &[usize], minval: f64, maxval: f64, dtype: DType, seed: Option<u64>) -> Result<Tensor> {
+    stateless_uniform(shape, stateful_seed(seed), minval, maxval, dtype)
+}
+
+/// Stateful normal (`tf.random.normal`).
+pub fn normal(shape: &[usize], mean: f64, stddev: f64, dtype: DType, seed: Option<u64>) -> Result<Tensor> {
+    stateless_normal(shape, stateful_seed(seed), mean, stddev, dtype)
+}
+
+/// Stateful truncated normal (`tf.random.truncated_normal`).
+pub fn truncated_normal(shape: &[usize], mean: f64, stddev: f64, dtype: DType, seed: Option<u64>) -> Result<Tensor> {
+    stateless_truncated_normal(shape, stateful_seed(seed), mean, stddev, dtype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn philox_uniform_has_the_right_moments() {
+        let mut g = Philox::new([7, 0]);
+        let xs: Vec<f64> = (0..100_000).map(|_| g.next_f64()).collect();
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
+        assert!((mean - 0.5).abs() < 0.01, "{mean}");
+        assert!((var - 1.0 / 12.0).abs() < 0.005, "{var}");
+        assert!(xs.iter().all(|&x| (0.0..1.0).contains(&x)));
+    }
+
+    #[test]
+    fn philox_normal_has_unit_variance() {
+        let mut g = Philox::new([3, 4]);
+        let xs: Vec<f64> = (0..100_000).map(|_| g.next_normal()).collect();
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
+        assert!(mean.abs() < 0.02 && (var - 1.0).abs() < 0.02, "{mean} {var}");
+    }
+}

@@ -1,0 +1,350 @@
+//! [`Tensor`]: an immutable, cheaply cloned n-dimensional array on a device.
+
+use crate::backend::{Backend, BufferBox, Operand};
+use crate::device::{current_device, Device};
+use crate::dispatch::{dispatch, dispatch_on};
+use crate::dtype::{DType, Element, HostData};
+use crate::error::{Error, Result};
+use crate::layout::{num_elements, Layout};
+use crate::op::Op;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes held by all live tensor buffers, on every device (for leak tests and memory views).
+pub fn live_tensor_bytes() -> usize {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+/// Identity of a tensor (unique for the life of the process); views get their own id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub u64);
+
+impl TensorId {
+    /// A fresh id.
+    pub fn next() -> TensorId {
+        TensorId(NEXT_ID.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// A buffer on a device, shared by every view of it.
+pub struct Storage {
+    buffer: BufferBox,
+    backend: Arc<dyn Backend>,
+    device: Device,
+    bytes: usize,
+}
+
+impl Storage {
+    /// Wraps a backend buffer (counted in [`live_tensor_bytes`] until dropped).
+    pub fn new(buffer: BufferBox, backend: Arc<dyn Backend>, device: Device) -> Storage {
+        let bytes = buffer.size_in_bytes();
+        LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
+        Storage { buffer, backend, device, bytes }
+    }
+    /// The backend buffer.
+    pub fn buffer(&self) -> &dyn crate::backend::DeviceBuffer {
+        self.buffer.as_ref()
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        LIVE_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+struct Inner {
+    id: TensorId,
+    storage: Arc<Storage>,
+    layout: Layout,
+    dtype: DType,
+}
+
+/// An n-dimensional array of one [`DType`] on one [`Device`]. Cloning is cheap (an `Arc`);
+/// tensors are values: ops return new tensors, views share storage.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow::Tensor;
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+/// let y = x.matmul(&x)?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![7.0, 10.0, 15.0, 22.0]);
+/// println!("{y}"); // tf.Tensor([[ 7. 10.] [15. 22.]], shape=(2, 2), dtype=float32)
+/// # Ok::<(), ferroflow::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Tensor(Arc<Inner>);
+
+impl Tensor {
+    /// A tensor over `storage` viewed through `layout` (used by ops and backends).
+    pub fn from_storage(storage: Arc<Storage>, layout: Layout, dtype: DType) -> Tensor {
+        Tensor(Arc::new(Inner { id: TensorId::next(), storage, layout, dtype }))
+    }
+    /// A tensor over a fresh dense kernel output of `shape`.
+    pub fn from_buffer(buffer: BufferBox, shape: &[usize], dtype: DType, backend: &Arc<dyn Backend>, device: Device) -> Tensor {
+        let storage = Arc::new(Storage::new(buffer, backend.clone(), device));
+        Tensor::from_storage(storage, Layout::contiguous(shape), dtype)
+    }
+    /// The same storage under another layout (a view).
+    pub(crate) fn view(&self, layout: Layout) -> Tensor {
+        Tensor::from_storage(self.0.storage.clone(), layout, self.0.dtype)
+    }
+
+    /// Places host data of `shape` on the current device.
+    pub fn from_host(data: HostData, shape: &[usize]) -> Result<Tensor> {
+        Tensor::from_host_on(data, shape, current_device())
+    }
+    /// Places host data of `shape` on `device`.
+    pub fn from_host_on(data: HostData, shape: &[usize], device: Device) -> Result<Tensor> {
+        if data.len() != num_elements(shape) {
+            return Err(Error::invalid(
+                "constant",
+                format!("{} values do not fill shape {shape:?} ({} elements)", data.len(), num_elements(shape)),
+            ));
+        }
+        let dtype = data.dtype();
+        dispatch_on(
+            || Op::Constant,
+            device,
+            |p| Ok(Tensor::from_buffer(p.backend.upload(device.index(), data)?, shape, dtype, p.backend, device)),
+        )
+    }
+    /// A tensor from a vector and a shape, on the current device.
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        Tensor::from_host(T::into_host(data), shape)
+    }
+    /// A 1-D tensor from a slice.
+    pub fn from_slice<T: Element>(data: &[T]) -> Result<Tensor> {
+        Tensor::from_vec(data.to_vec(), &[data.len()])
+    }
+    /// A rank-0 tensor.
+    pub fn scalar<T: Element>(value: T) -> Result<Tensor> {
+        Tensor::from_vec(vec![value], &[])
+    }
+    /// A rank-0 tensor of `dtype` holding `value` (converted as Rust `as` does).
+    pub fn scalar_of(value: f64, dtype: DType) -> Result<Tensor> {
+        Tensor::fill(&[], value, dtype)
+    }
+    /// `shape` filled with `value` (`tf.fill`).
+    pub fn fill(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
+        Tensor::from_host(HostData::filled(dtype, num_elements(shape), value), shape)
+    }
+    /// Zeros (`tf.zeros`).
+    pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::fill(shape, 0.0, dtype)
+    }
+    /// Ones (`tf.ones`).
+    pub fn ones(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::fill(shape, 1.0, dtype)
+    }
+    /// Zeros with this tensor's shape, dtype and device.
+    pub fn zeros_like(&self) -> Result<Tensor> {
+        self.full_like(0.0)
+    }
+    /// Ones with this tensor's shape, dtype and device.
+    pub fn ones_like(&self) -> Result<Tensor> {
+        self.full_like(1.0)
+    }
+    /// `value` everywhere, with this tensor's shape, dtype and device.
+    pub fn full_like(&self, value: f64) -> Result<Tensor> {
+        let shape = self.shape();
+        Tensor::from_host_on(HostData::filled(self.dtype(), num_elements(shape), value), shape, self.device())
+    }
+    /// A rank-0 tensor of this tensor's dtype and device.
+    pub fn scalar_like(&self, value: f64) -> Result<Tensor> {
+        Tensor::from_host_on(HostData::filled(self.dtype(), 1, value), &[], self.device())
+    }
+    /// Identity matrix `n x m` (`tf.eye(n, m)`).
+    pub fn eye(n: usize, m: usize, dtype: DType) -> Result<Tensor> {
+        let mut v = vec![0.0; n * m];
+        for i in 0..n.min(m) {
+            v[i * m + i] = 1.0;
+        }
+        Tensor::from_host(HostData::from_f64_slice(dtype, &v), &[n, m])
+    }
+    /// `start, start + delta, ...` below `limit` (`tf.range`).
+    pub fn range(start: f64, limit: f64, delta: f64, dtype: DType) -> Result<Tensor> {
+        if delta == 0.0 || !delta.is_finite() || !start.is_finite() || !limit.is_finite() {
+            return Err(Error::invalid("range", format!("needs finite bounds and a non-zero delta, got start {start}, limit {limit}, delta {delta}")));
+        }
+        let n = ((limit - start) / delta).ceil().max(0.0) as usize;
+        let v: Vec<f64> = (0..n).map(|i| start + i as f64 * delta).collect();
+        Tensor::from_host(HostData::from_f64_slice(dtype, &v), &[n])
+    }
+    /// `num` evenly spaced values from `start` to `stop` inclusive (`tf.linspace`).
+    pub fn linspace(start: f64, stop: f64, num: usize, dtype: DType) -> Result<Tensor> {
+        if !dtype.is_float() {
+            return Err(Error::UnsupportedDType { op: "linspace", dtype, expected: "a float dtype" });
+        }
+        let step = if num > 1 { (stop - start) / (num - 1) as f64 } else { 0.0 };
+        let v: Vec<f64> = (0..num).map(|i| if i + 1 == num && num > 1 { stop } else { start + i as f64 * step }).collect();
+        Tensor::from_host(HostData::from_f64_slice(dtype, &v), &[num])
+    }
+
+    /// Unique id (tapes key on it).
+    pub fn id(&self) -> TensorId {
+        self.0.id
+    }
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        self.0.layout.shape()
+    }
+    /// Number of axes.
+    pub fn rank(&self) -> usize {
+        self.0.layout.rank()
+    }
+    /// Number of elements.
+    pub fn num_elements(&self) -> usize {
+        self.0.layout.num_elements()
+    }
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+    /// The device holding the data.
+    pub fn device(&self) -> Device {
+        self.0.storage.device
+    }
+    /// The layout (shape, strides, offset) of this view.
+    pub fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+    /// The backend that owns the storage.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.0.storage.backend
+    }
+    /// The shared storage.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.0.storage
+    }
+    /// This tensor as a kernel input.
+    pub fn operand(&self) -> Operand<'_> {
+        Operand { buffer: self.0.storage.buffer.as_ref(), layout: &self.0.layout, dtype: self.0.dtype }
+    }
+    /// True when two tensors share storage.
+    pub fn shares_storage_with(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
+
+    /// Reads the elements back to the host, dense and row-major.
+    pub fn to_host(&self) -> Result<HostData> {
+        self.backend().download(self.operand())
+    }
+    /// The elements as a `Vec<T>`; `T` must match the dtype.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::HostTypeMismatch { actual: self.dtype(), requested: T::DTYPE });
+        }
+        Ok(T::vec_of(self.to_host()?).expect("dtype checked above"))
+    }
+    /// The elements converted to f64 (any dtype).
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        Ok(self.to_host()?.to_f64_vec())
+    }
+    /// The single element of a one-element tensor.
+    pub fn item<T: Element>(&self) -> Result<T> {
+        if self.num_elements() != 1 {
+            return Err(Error::invalid("item", format!("needs exactly one element, shape is {:?}", self.shape())));
+        }
+        Ok(self.to_vec::<T>()?[0])
+    }
+    /// Copies to another device (`tf.identity` under another device scope).
+    pub fn to_device(&self, device: Device) -> Result<Tensor> {
+        if device == self.device() {
+            return Ok(self.clone());
+        }
+        let host = self.to_host()?;
+        let shape = self.shape().to_vec();
+        let backend = crate::device::backend_for(device)?;
+        let buffer = backend.upload(device.index(), host)?;
+        let out = Tensor::from_buffer(buffer, &shape, self.dtype(), &backend, device);
+        dispatch(|| Op::Copy, &[self], |_| Ok(out))
+    }
+    /// A dense copy (contiguous, own storage).
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.layout().is_contiguous() && self.layout().offset() == 0 {
+            return Ok(self.clone());
+        }
+        self.copy()
+    }
+    /// A dense copy in new storage, always (`tf.identity` that copies).
+    pub fn copy(&self) -> Result<Tensor> {
+        dispatch(|| Op::Copy, &[self], |p| {
+            Ok(Tensor::from_buffer(p.backend.copy(self.operand())?, self.shape(), self.dtype(), p.backend, p.device))
+        })
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor[{:?}, {}, {}]", self.shape(), self.dtype(), self.device())
+    }
+}
+
+/// TF's repr: `tf.Tensor([1. 2. 3.], shape=(3,), dtype=float32)`; large tensors show
+/// their first and last three entries per axis.
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let data = match self.to_host() {
+            Ok(d) => d,
+            Err(e) => return write!(f, "tf.Tensor(<unreadable: {e}>)"),
+        };
+        let shape = self.shape();
+        let summarize = data.len() > 1000;
+        let mut s = String::new();
+        format_nested(&data, shape, 0, 0, summarize, &mut s);
+        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        let shape_str = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+        write!(f, "tf.Tensor({s}, shape={shape_str}, dtype={})", self.dtype())
+    }
+}
+
+fn format_elem(data: &HostData, i: usize) -> String {
+    match data {
+        HostData::Bool(v) => if v[i] { "True" } else { "False" }.to_string(),
+        d if d.dtype().is_float() => {
+            let x = d.get_f64(i);
+            if x.is_nan() {
+                "nan".into()
+            } else if x.is_infinite() {
+                if x > 0.0 { "inf".into() } else { "-inf".into() }
+            } else if x == x.trunc() && x.abs() < 1e16 {
+                format!("{x:.0}.")
+            } else {
+                let s = format!("{:.7}", x);
+                s.trim_end_matches('0').to_string()
+            }
+        }
+        d => format!("{}", d.get_f64(i) as i64),
+    }
+}
+
+fn format_nested(data: &HostData, shape: &[usize], axis: usize, base: usize, summarize: bool, out: &mut String) {
+    if axis == shape.len() {
+        out.push_str(&format_elem(data, base));
+        return;
+    }
+    let stride: usize = shape[axis + 1..].iter().product();
+    let n = shape[axis];
+    out.push('[');
+    let mut first = true;
+    for i in 0..n {
+        if summarize && n > 6 && i == 3 {
+            out.push_str(" ...");
+            continue;
+        }
+        if summarize && n > 6 && i > 3 && i < n - 3 {
+            continue;
+        }
+        if !first {
+            out.push(' ');
+        }
+        first = false;
+        format_nested(data, shape, axis + 1, base + i * stride, summarize, out);
+    }
+    out.push(']');
+}
