@@ -20,13 +20,25 @@ fn main() -> Result<(), ferroflow::Error> {
     println!("argmax: {}", c.argmax(0)?);
     println!("softmax: {}", c.softmax(-1)?);
     println!("transpose: {}", rank_2.t()?);
-    println!("slice [1:, ::-1]: {}", rank_2.strided_slice(&[SliceSpec::Range { start: Some(1), stop: None, step: 1 }, SliceSpec::reversed()])?);
+    println!(
+        "slice [1:, ::-1]: {}",
+        rank_2.strided_slice(&[
+            SliceSpec::Range {
+                start: Some(1),
+                stop: None,
+                step: 1
+            },
+            SliceSpec::reversed()
+        ])?
+    );
     random::set_seed(42);
     let x = random::normal(&[2, 3], 0.0, 1.0, DType::F32, None)?;
     println!("random normal: {x}");
     let images = random::uniform(&[1, 8, 8, 3], 0.0, 1.0, DType::F32, Some(1))?;
     let filters = random::truncated_normal(&[3, 3, 3, 4], 0.0, 0.1, DType::F32, Some(2))?;
-    let y = images.conv2d(&filters, [1, 1], Padding::Same, [1, 1])?.max_pool2d([2, 2], [2, 2], Padding::Valid)?;
+    let y = images
+        .conv2d(&filters, [1, 1], Padding::Same, [1, 1])?
+        .max_pool2d([2, 2], [2, 2], Padding::Valid)?;
     println!("conv2d + max_pool2d shape: {:?}", y.shape());
     let err = a.add(&c).unwrap_err();
     println!("a clear error: {err}");

@@ -52,7 +52,11 @@ pub type BufferBox = Box<dyn DeviceBuffer>;
 
 /// Builds the "not supported" error for a backend.
 pub fn unsupported(backend: &'static str, op: &'static str, dtype: DType) -> Error {
-    Error::NotSupportedByBackend { op, backend, detail: format!(", no kernel for dtype {dtype}") }
+    Error::NotSupportedByBackend {
+        op,
+        backend,
+        detail: format!(", no kernel for dtype {dtype}"),
+    }
 }
 
 /// A compute backend. See the module docs for the contract every method follows.
@@ -87,25 +91,55 @@ pub trait Backend: Send + Sync + 'static {
     /// axes have stride 0; transposes are in the layouts).
     fn matmul(&self, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox>;
     /// `cond ? on_true : on_false`, all three layouts with the output shape.
-    fn select(&self, cond: Operand<'_>, on_true: Operand<'_>, on_false: Operand<'_>) -> Result<BufferBox>;
+    fn select(
+        &self,
+        cond: Operand<'_>,
+        on_true: Operand<'_>,
+        on_false: Operand<'_>,
+    ) -> Result<BufferBox>;
     /// Output shape `x[..axis] ++ indices ++ x[axis+1..]`; indices are int32/int64.
     fn gather(&self, x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Result<BufferBox>;
     /// Adjoint of gather: zeros of `shape`, then `out[.., indices[j], ..] += updates[.., j, ..]`.
-    fn scatter_add(&self, indices: Operand<'_>, updates: Operand<'_>, shape: &[usize], axis: usize) -> Result<BufferBox>;
+    fn scatter_add(
+        &self,
+        indices: Operand<'_>,
+        updates: Operand<'_>,
+        shape: &[usize],
+        axis: usize,
+    ) -> Result<BufferBox>;
     /// Concatenates along `axis` (shapes agree elsewhere, same dtype).
     fn concat(&self, inputs: &[Operand<'_>], axis: usize) -> Result<BufferBox>;
     /// Pads each axis with `value`.
     fn pad(&self, x: Operand<'_>, paddings: &[(usize, usize)], value: f64) -> Result<BufferBox>;
     /// Running sum/product along `axis`.
-    fn cumulative(&self, op: CumulativeOp, x: Operand<'_>, axis: usize, exclusive: bool, reverse: bool) -> Result<BufferBox>;
+    fn cumulative(
+        &self,
+        op: CumulativeOp,
+        x: Operand<'_>,
+        axis: usize,
+        exclusive: bool,
+        reverse: bool,
+    ) -> Result<BufferBox>;
     /// Stable sort along `axis`: (values, int32 indices). NaNs sort as the largest values.
-    fn sort(&self, x: Operand<'_>, axis: usize, descending: bool) -> Result<(BufferBox, BufferBox)>;
+    fn sort(&self, x: Operand<'_>, axis: usize, descending: bool)
+        -> Result<(BufferBox, BufferBox)>;
     /// NHWC conv2d with an HWIO filter.
     fn conv2d(&self, x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
     /// Gradient of conv2d w.r.t. the input (shape `w.input`).
-    fn conv2d_backprop_input(&self, filter: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
+    fn conv2d_backprop_input(
+        &self,
+        filter: Operand<'_>,
+        dy: Operand<'_>,
+        w: &Window2d,
+    ) -> Result<BufferBox>;
     /// Gradient of conv2d w.r.t. the filter (shape [kh, kw, cin, cout]).
-    fn conv2d_backprop_filter(&self, x: Operand<'_>, dy: Operand<'_>, filter_shape: [usize; 4], w: &Window2d) -> Result<BufferBox>;
+    fn conv2d_backprop_filter(
+        &self,
+        x: Operand<'_>,
+        dy: Operand<'_>,
+        filter_shape: [usize; 4],
+        w: &Window2d,
+    ) -> Result<BufferBox>;
     /// Max/avg pooling (NHWC).
     fn pool2d(&self, kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
     /// Gradient of max pooling: dy routed to the first maximum of each window.

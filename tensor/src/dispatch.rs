@@ -84,16 +84,25 @@ impl Drop for ObserverGuard {
 
 /// Adds an observer for ops on every thread (a profiler).
 pub fn add_observer(observer: Arc<dyn OpObserver>) -> ObserverGuard {
-    GLOBAL.write().unwrap_or_else(|e| e.into_inner()).push(observer.clone());
+    GLOBAL
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(observer.clone());
     GLOBAL_COUNT.fetch_add(1, Ordering::Release);
-    ObserverGuard { observer, global: true }
+    ObserverGuard {
+        observer,
+        global: true,
+    }
 }
 
 /// Adds an observer for ops on this thread only (a gradient tape).
 pub fn push_thread_observer(observer: Arc<dyn OpObserver>) -> ObserverGuard {
     THREAD.with(|t| t.borrow_mut().push(observer.clone()));
     THREAD_COUNT.with(|c| c.set(c.get() + 1));
-    ObserverGuard { observer, global: false }
+    ObserverGuard {
+        observer,
+        global: false,
+    }
 }
 
 #[inline]
@@ -162,7 +171,10 @@ pub fn dispatch<O: OpOutputs>(
     kernel: impl FnOnce(Placement<'_>) -> Result<O>,
 ) -> Result<O> {
     let Some(first) = inputs.first() else {
-        return Err(Error::invalid("dispatch", "an op without inputs needs dispatch_on"));
+        return Err(Error::invalid(
+            "dispatch",
+            "an op without inputs needs dispatch_on",
+        ));
     };
     let device = first.device();
     for t in &inputs[1..] {
@@ -203,6 +215,15 @@ fn run<O: OpOutputs>(
     let duration = start.elapsed();
     let op = op();
     let outputs = out.to_list();
-    notify(|o| o.on_op(&OpEvent { op: &op, inputs, outputs: &outputs, device, start, duration }));
+    notify(|o| {
+        o.on_op(&OpEvent {
+            op: &op,
+            inputs,
+            outputs: &outputs,
+            device,
+            start,
+            duration,
+        })
+    });
     Ok(out)
 }

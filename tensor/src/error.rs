@@ -150,6 +150,9 @@ pub enum Error {
 impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
-        Error::InvalidArgument { op, msg: msg.into() }
+        Error::InvalidArgument {
+            op,
+            msg: msg.into(),
+        }
     }
 }

@@ -28,14 +28,26 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
             db
         } else {
-            return Err(Error::Broadcast { op, lhs: a.to_vec(), rhs: b.to_vec() });
+            return Err(Error::Broadcast {
+                op,
+                lhs: a.to_vec(),
+                rhs: b.to_vec(),
+            });
         };
     }
     Ok(out)
@@ -47,7 +59,11 @@ pub fn normalize_axis(op: &'static str, axis: isize, rank: usize) -> Result<usiz
     if axis < -r || axis >= r {
         return Err(Error::AxisOutOfRange { op, axis, rank });
     }
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
 }
 
 /// Resolves a list of axes, rejecting duplicates; returns them sorted.
@@ -56,7 +72,10 @@ pub fn normalize_axes(op: &'static str, axes: &[isize], rank: usize) -> Result<V
     for &a in axes {
         let n = normalize_axis(op, a, rank)?;
         if out.contains(&n) {
-            return Err(Error::invalid(op, format!("axis {a} is repeated in {axes:?}")));
+            return Err(Error::invalid(
+                op,
+                format!("axis {a} is repeated in {axes:?}"),
+            ));
         }
         out.push(n);
     }
@@ -75,12 +94,20 @@ pub struct Layout {
 impl Layout {
     /// Row-major layout of `shape` at offset 0.
     pub fn contiguous(shape: &[usize]) -> Layout {
-        Layout { strides: contiguous_strides(shape), shape: shape.to_vec(), offset: 0 }
+        Layout {
+            strides: contiguous_strides(shape),
+            shape: shape.to_vec(),
+            offset: 0,
+        }
     }
     /// A layout from its parts (the caller guarantees it stays inside the buffer).
     pub fn new(shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Layout {
         debug_assert_eq!(shape.len(), strides.len());
-        Layout { shape, strides, offset }
+        Layout {
+            shape,
+            strides,
+            offset,
+        }
     }
     /// The shape.
     pub fn shape(&self) -> &[usize] {
@@ -115,11 +142,15 @@ impl Layout {
     }
     /// `Some((offset, len))` when the layout is a dense row-major range of the buffer.
     pub fn contiguous_range(&self) -> Option<(usize, usize)> {
-        self.is_contiguous().then(|| (self.offset, self.num_elements()))
+        self.is_contiguous()
+            .then(|| (self.offset, self.num_elements()))
     }
     /// True when every element reads the same buffer slot (all strides zero or size-1 axes).
     pub fn is_scalar_broadcast(&self) -> bool {
-        self.shape.iter().zip(&self.strides).all(|(&d, &s)| d == 1 || s == 0)
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .all(|(&d, &s)| d == 1 || s == 0)
     }
     /// Buffer offset of a multi-index.
     pub fn offset_of(&self, index: &[usize]) -> usize {
@@ -133,7 +164,11 @@ impl Layout {
     /// Broadcasts to `shape` (NumPy rules; new and size-1 axes get stride 0).
     pub fn broadcast_to(&self, op: &'static str, shape: &[usize]) -> Result<Layout> {
         if shape.len() < self.rank() {
-            return Err(Error::Broadcast { op, lhs: self.shape.clone(), rhs: shape.to_vec() });
+            return Err(Error::Broadcast {
+                op,
+                lhs: self.shape.clone(),
+                rhs: shape.to_vec(),
+            });
         }
         let lead = shape.len() - self.rank();
         let mut strides = vec![0isize; shape.len()];
@@ -144,17 +179,29 @@ impl Layout {
             } else if d == 1 {
                 strides[lead + i] = 0;
             } else {
-                return Err(Error::Broadcast { op, lhs: self.shape.clone(), rhs: shape.to_vec() });
+                return Err(Error::Broadcast {
+                    op,
+                    lhs: self.shape.clone(),
+                    rhs: shape.to_vec(),
+                });
             }
         }
-        Ok(Layout { shape: shape.to_vec(), strides, offset: self.offset })
+        Ok(Layout {
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+        })
     }
 
     /// Reorders the axes: axis `i` of the result is axis `perm[i]` of `self`.
     pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
         let rank = self.rank();
         let mut seen = vec![false; rank];
-        if perm.len() != rank || perm.iter().any(|&p| p >= rank || std::mem::replace(&mut seen[p], true)) {
+        if perm.len() != rank
+            || perm
+                .iter()
+                .any(|&p| p >= rank || std::mem::replace(&mut seen[p], true))
+        {
             return Err(Error::invalid(
                 "transpose",
                 format!("perm {perm:?} is not a permutation of 0..{rank}"),
@@ -181,8 +228,16 @@ impl Layout {
             strides.push(self.strides[i] * step[i]);
         }
         // An empty view may point anywhere; keep the offset inside the buffer.
-        let offset = if shape.contains(&0) { self.offset } else { offset as usize };
-        Layout { shape, strides, offset }
+        let offset = if shape.contains(&0) {
+            self.offset
+        } else {
+            offset as usize
+        };
+        Layout {
+            shape,
+            strides,
+            offset,
+        }
     }
 
     /// The same elements under a new shape, when that needs no copy (contiguous data).
@@ -197,7 +252,11 @@ impl Layout {
     /// Inserts a size-1 axis at `axis` (already normalised to `0..=rank`).
     pub fn insert_axis(&self, axis: usize) -> Layout {
         let mut l = self.clone();
-        let stride = if axis < self.rank() { self.strides[axis] * self.shape[axis] as isize } else { 1 };
+        let stride = if axis < self.rank() {
+            self.strides[axis] * self.shape[axis] as isize
+        } else {
+            1
+        };
         l.shape.insert(axis, 1);
         l.strides.insert(axis, stride);
         l
@@ -205,7 +264,11 @@ impl Layout {
 
     /// Removes the given size-1 axes (sorted, normalised).
     pub fn remove_axes(&self, axes: &[usize]) -> Layout {
-        let mut l = Layout { shape: vec![], strides: vec![], offset: self.offset };
+        let mut l = Layout {
+            shape: vec![],
+            strides: vec![],
+            offset: self.offset,
+        };
         for i in 0..self.rank() {
             if !axes.contains(&i) {
                 l.shape.push(self.shape[i]);
@@ -279,7 +342,10 @@ mod tests {
 
     #[test]
     fn broadcasting_follows_numpy() {
-        assert_eq!(broadcast_shapes("t", &[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
+        assert_eq!(
+            broadcast_shapes("t", &[2, 1, 3], &[4, 1]).unwrap(),
+            vec![2, 4, 3]
+        );
         assert_eq!(broadcast_shapes("t", &[], &[5]).unwrap(), vec![5]);
         assert_eq!(broadcast_shapes("t", &[0, 1], &[1, 7]).unwrap(), vec![0, 7]);
         assert!(broadcast_shapes("t", &[2, 3], &[3, 2]).is_err());

@@ -50,12 +50,17 @@ mod tensor;
 mod variable;
 
 pub use backend::{Backend, BufferBox, DeviceBuffer, Operand};
-pub use device::{backend_for, current_device, device_scope, list_devices, register_backend, with_device, Device, DeviceKind, DeviceSpec};
+pub use device::{
+    backend_for, current_device, device_scope, list_devices, register_backend, with_device, Device,
+    DeviceKind, DeviceSpec,
+};
 pub use dispatch::{add_observer, push_thread_observer, OpEvent, OpObserver};
 pub use dtype::{DType, Element, HostData};
 pub use error::{Error, Result};
 pub use layout::Layout;
-pub use op::{ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, ReduceOp, UnaryOp, Window2d};
+pub use op::{
+    ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, ReduceOp, UnaryOp, Window2d,
+};
 pub use ops::{Axes, SliceSpec};
 pub use tensor::{live_tensor_bytes, Storage, Tensor, TensorId};
 pub use variable::{Variable, VariableAggregation, VariableSynchronization};

@@ -87,7 +87,10 @@ op_enum!(
 impl UnaryOp {
     /// Ops defined on integers too (the rest need a float dtype, or bool for logical_not).
     pub fn accepts_int(self) -> bool {
-        matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Square | UnaryOp::Relu)
+        matches!(
+            self,
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Square | UnaryOp::Relu
+        )
     }
     /// The output dtype for an input dtype.
     pub fn output_dtype(self, input: DType) -> DType {
@@ -159,7 +162,10 @@ impl BinaryOp {
     }
     /// Logical ops (bool inputs and output).
     pub fn is_logical(self) -> bool {
-        matches!(self, BinaryOp::LogicalAnd | BinaryOp::LogicalOr | BinaryOp::LogicalXor)
+        matches!(
+            self,
+            BinaryOp::LogicalAnd | BinaryOp::LogicalOr | BinaryOp::LogicalXor
+        )
     }
     /// Ops that need a float dtype.
     pub fn float_only(self) -> bool {
@@ -266,7 +272,11 @@ impl Window2d {
             let eff = (kernel[i] - 1) * dilations[i] + 1;
             match padding {
                 Padding::Valid => {
-                    output[i] = if n >= eff { (n - eff) / strides[i] + 1 } else { 0 };
+                    output[i] = if n >= eff {
+                        (n - eff) / strides[i] + 1
+                    } else {
+                        0
+                    };
                 }
                 Padding::Same => {
                     output[i] = n.div_ceil(strides[i]);
@@ -275,7 +285,14 @@ impl Window2d {
                 }
             }
         }
-        Window2d { input, kernel, strides, dilations, pad_before, output }
+        Window2d {
+            input,
+            kernel,
+            strides,
+            dilations,
+            pad_before,
+            output,
+        }
     }
 }
 

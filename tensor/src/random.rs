@@ -91,7 +91,10 @@ struct GlobalGen {
     op_count: u64,
 }
 
-static GLOBAL: Mutex<GlobalGen> = Mutex::new(GlobalGen { seed: None, op_count: 0 });
+static GLOBAL: Mutex<GlobalGen> = Mutex::new(GlobalGen {
+    seed: None,
+    op_count: 0,
+});
 
 /// Sets the global seed: later stateful random ops give the same sequence in every run
 /// (`tf.random.set_seed`).
@@ -106,19 +109,29 @@ fn stateful_seed(op_seed: Option<u64>) -> [u64; 2] {
     g.op_count += 1;
     let global = g.seed.unwrap_or_else(|| {
         // No global seed: fresh entropy per process, as TF without a seed.
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
         let s = t ^ 0x5DEE_CE66_D1CE_4E5B;
         g.seed = Some(s);
         s
     });
-    [global, op_seed.unwrap_or(0).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ g.op_count]
+    [
+        global,
+        op_seed.unwrap_or(0).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ g.op_count,
+    ]
 }
 
 fn check_float(op: &'static str, dtype: DType) -> Result<()> {
     if dtype.is_float() {
         Ok(())
     } else {
-        Err(Error::UnsupportedDType { op, dtype, expected: "a float dtype" })
+        Err(Error::UnsupportedDType {
+            op,
+            dtype,
+            expected: "a float dtype",
+        })
     }
 }
 
@@ -127,12 +140,25 @@ fn make(shape: &[usize], dtype: DType, values: Vec<f64>) -> Result<Tensor> {
 }
 
 /// Uniform in `[minval, maxval)`; integer dtypes draw integers (`maxval` exclusive).
-pub fn stateless_uniform(shape: &[usize], seed: [u64; 2], minval: f64, maxval: f64, dtype: DType) -> Result<Tensor> {
+pub fn stateless_uniform(
+    shape: &[usize],
+    seed: [u64; 2],
+    minval: f64,
+    maxval: f64,
+    dtype: DType,
+) -> Result<Tensor> {
     if !(maxval > minval) {
-        return Err(Error::invalid("random_uniform", format!("needs minval < maxval, got {minval} and {maxval}")));
+        return Err(Error::invalid(
+            "random_uniform",
+            format!("needs minval < maxval, got {minval} and {maxval}"),
+        ));
     }
     if dtype == DType::Bool {
-        return Err(Error::UnsupportedDType { op: "random_uniform", dtype, expected: "a float or integer dtype" });
+        return Err(Error::UnsupportedDType {
+            op: "random_uniform",
+            dtype,
+            expected: "a float or integer dtype",
+        });
     }
     let mut g = Philox::new(seed);
     let n = num_elements(shape);
@@ -140,21 +166,37 @@ pub fn stateless_uniform(shape: &[usize], seed: [u64; 2], minval: f64, maxval: f
         let (lo, span) = (minval.ceil(), (maxval.ceil() - minval.ceil()).max(1.0));
         (0..n).map(|_| lo + (g.next_f64() * span).floor()).collect()
     } else {
-        (0..n).map(|_| minval + (maxval - minval) * g.next_f64()).collect()
+        (0..n)
+            .map(|_| minval + (maxval - minval) * g.next_f64())
+            .collect()
     };
     make(shape, dtype, v)
 }
 
 /// Normal with `mean` and `stddev`.
-pub fn stateless_normal(shape: &[usize], seed: [u64; 2], mean: f64, stddev: f64, dtype: DType) -> Result<Tensor> {
+pub fn stateless_normal(
+    shape: &[usize],
+    seed: [u64; 2],
+    mean: f64,
+    stddev: f64,
+    dtype: DType,
+) -> Result<Tensor> {
     check_float("random_normal", dtype)?;
     let mut g = Philox::new(seed);
-    let v = (0..num_elements(shape)).map(|_| mean + stddev * g.next_normal()).collect();
+    let v = (0..num_elements(shape))
+        .map(|_| mean + stddev * g.next_normal())
+        .collect();
     make(shape, dtype, v)
 }
 
 /// Normal with values beyond two standard deviations redrawn (`tf.random.truncated_normal`).
-pub fn stateless_truncated_normal(shape: &[usize], seed: [u64; 2], mean: f64, stddev: f64, dtype: DType) -> Result<Tensor> {
+pub fn stateless_truncated_normal(
+    shape: &[usize],
+    seed: [u64; 2],
+    mean: f64,
+    stddev: f64,
+    dtype: DType,
+) -> Result<Tensor> {
     check_float("truncated_normal", dtype)?;
     let mut g = Philox::new(seed);
     let v = (0..num_elements(shape))
@@ -170,17 +212,35 @@ pub fn stateless_truncated_normal(shape: &[usize], seed: [u64; 2], mean: f64, st
 
 /// Stateful uniform (`tf.random.uniform`): each call draws new numbers; reproducible after
 /// [`set_seed`].
-pub fn uniform(shape: &[usize], minval: f64, maxval: f64, dtype: DType, seed: Option<u64>) -> Result<Tensor> {
+pub fn uniform(
+    shape: &[usize],
+    minval: f64,
+    maxval: f64,
+    dtype: DType,
+    seed: Option<u64>,
+) -> Result<Tensor> {
     stateless_uniform(shape, stateful_seed(seed), minval, maxval, dtype)
 }
 
 /// Stateful normal (`tf.random.normal`).
-pub fn normal(shape: &[usize], mean: f64, stddev: f64, dtype: DType, seed: Option<u64>) -> Result<Tensor> {
+pub fn normal(
+    shape: &[usize],
+    mean: f64,
+    stddev: f64,
+    dtype: DType,
+    seed: Option<u64>,
+) -> Result<Tensor> {
     stateless_normal(shape, stateful_seed(seed), mean, stddev, dtype)
 }
 
 /// Stateful truncated normal (`tf.random.truncated_normal`).
-pub fn truncated_normal(shape: &[usize], mean: f64, stddev: f64, dtype: DType, seed: Option<u64>) -> Result<Tensor> {
+pub fn truncated_normal(
+    shape: &[usize],
+    mean: f64,
+    stddev: f64,
+    dtype: DType,
+    seed: Option<u64>,
+) -> Result<Tensor> {
     stateless_truncated_normal(shape, stateful_seed(seed), mean, stddev, dtype)
 }
 
@@ -205,6 +265,9 @@ mod tests {
         let xs: Vec<f64> = (0..100_000).map(|_| g.next_normal()).collect();
         let mean = xs.iter().sum::<f64>() / xs.len() as f64;
         let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
-        assert!(mean.abs() < 0.02 && (var - 1.0).abs() < 0.02, "{mean} {var}");
+        assert!(
+            mean.abs() < 0.02 && (var - 1.0).abs() < 0.02,
+            "{mean} {var}"
+        );
     }
 }

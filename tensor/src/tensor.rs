@@ -43,7 +43,12 @@ impl Storage {
     pub fn new(buffer: BufferBox, backend: Arc<dyn Backend>, device: Device) -> Storage {
         let bytes = buffer.size_in_bytes();
         LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
-        Storage { buffer, backend, device, bytes }
+        Storage {
+            buffer,
+            backend,
+            device,
+            bytes,
+        }
     }
     /// The backend buffer.
     pub fn buffer(&self) -> &dyn crate::backend::DeviceBuffer {
@@ -82,10 +87,21 @@ pub struct Tensor(Arc<Inner>);
 impl Tensor {
     /// A tensor over `storage` viewed through `layout` (used by ops and backends).
     pub fn from_storage(storage: Arc<Storage>, layout: Layout, dtype: DType) -> Tensor {
-        Tensor(Arc::new(Inner { id: TensorId::next(), storage, layout, dtype }))
+        Tensor(Arc::new(Inner {
+            id: TensorId::next(),
+            storage,
+            layout,
+            dtype,
+        }))
     }
     /// A tensor over a fresh dense kernel output of `shape`.
-    pub fn from_buffer(buffer: BufferBox, shape: &[usize], dtype: DType, backend: &Arc<dyn Backend>, device: Device) -> Tensor {
+    pub fn from_buffer(
+        buffer: BufferBox,
+        shape: &[usize],
+        dtype: DType,
+        backend: &Arc<dyn Backend>,
+        device: Device,
+    ) -> Tensor {
         let storage = Arc::new(Storage::new(buffer, backend.clone(), device));
         Tensor::from_storage(storage, Layout::contiguous(shape), dtype)
     }
@@ -103,14 +119,26 @@ impl Tensor {
         if data.len() != num_elements(shape) {
             return Err(Error::invalid(
                 "constant",
-                format!("{} values do not fill shape {shape:?} ({} elements)", data.len(), num_elements(shape)),
+                format!(
+                    "{} values do not fill shape {shape:?} ({} elements)",
+                    data.len(),
+                    num_elements(shape)
+                ),
             ));
         }
         let dtype = data.dtype();
         dispatch_on(
             || Op::Constant,
             device,
-            |p| Ok(Tensor::from_buffer(p.backend.upload(device.index(), data)?, shape, dtype, p.backend, device)),
+            |p| {
+                Ok(Tensor::from_buffer(
+                    p.backend.upload(device.index(), data)?,
+                    shape,
+                    dtype,
+                    p.backend,
+                    device,
+                ))
+            },
         )
     }
     /// A tensor from a vector and a shape, on the current device.
@@ -152,7 +180,11 @@ impl Tensor {
     /// `value` everywhere, with this tensor's shape, dtype and device.
     pub fn full_like(&self, value: f64) -> Result<Tensor> {
         let shape = self.shape();
-        Tensor::from_host_on(HostData::filled(self.dtype(), num_elements(shape), value), shape, self.device())
+        Tensor::from_host_on(
+            HostData::filled(self.dtype(), num_elements(shape), value),
+            shape,
+            self.device(),
+        )
     }
     /// A rank-0 tensor of this tensor's dtype and device.
     pub fn scalar_like(&self, value: f64) -> Result<Tensor> {
@@ -178,10 +210,26 @@ impl Tensor {
     /// `num` evenly spaced values from `start` to `stop` inclusive (`tf.linspace`).
     pub fn linspace(start: f64, stop: f64, num: usize, dtype: DType) -> Result<Tensor> {
         if !dtype.is_float() {
-            return Err(Error::UnsupportedDType { op: "linspace", dtype, expected: "a float dtype" });
+            return Err(Error::UnsupportedDType {
+                op: "linspace",
+                dtype,
+                expected: "a float dtype",
+            });
         }
-        let step = if num > 1 { (stop - start) / (num - 1) as f64 } else { 0.0 };
-        let v: Vec<f64> = (0..num).map(|i| if i + 1 == num && num > 1 { stop } else { start + i as f64 * step }).collect();
+        let step = if num > 1 {
+            (stop - start) / (num - 1) as f64
+        } else {
+            0.0
+        };
+        let v: Vec<f64> = (0..num)
+            .map(|i| {
+                if i + 1 == num && num > 1 {
+                    stop
+                } else {
+                    start + i as f64 * step
+                }
+            })
+            .collect();
         Tensor::from_host(HostData::from_f64_slice(dtype, &v), &[num])
     }
 
@@ -223,7 +271,11 @@ impl Tensor {
     }
     /// This tensor as a kernel input.
     pub fn operand(&self) -> Operand<'_> {
-        Operand { buffer: self.0.storage.buffer.as_ref(), layout: &self.0.layout, dtype: self.0.dtype }
+        Operand {
+            buffer: self.0.storage.buffer.as_ref(),
+            layout: &self.0.layout,
+            dtype: self.0.dtype,
+        }
     }
     /// True when two tensors share storage.
     pub fn shares_storage_with(&self, other: &Tensor) -> bool {
@@ -237,7 +289,10 @@ impl Tensor {
     /// The elements as a `Vec<T>`; `T` must match the dtype.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype() {
-            return Err(Error::HostTypeMismatch { actual: self.dtype(), requested: T::DTYPE });
+            return Err(Error::HostTypeMismatch {
+                actual: self.dtype(),
+                requested: T::DTYPE,
+            });
         }
         Ok(T::vec_of(self.to_host()?).expect("dtype checked above"))
     }
@@ -248,7 +303,10 @@ impl Tensor {
     /// The single element of a one-element tensor.
     pub fn item<T: Element>(&self) -> Result<T> {
         if self.num_elements() != 1 {
-            return Err(Error::invalid("item", format!("needs exactly one element, shape is {:?}", self.shape())));
+            return Err(Error::invalid(
+                "item",
+                format!("needs exactly one element, shape is {:?}", self.shape()),
+            ));
         }
         Ok(self.to_vec::<T>()?[0])
     }
@@ -273,15 +331,31 @@ impl Tensor {
     }
     /// A dense copy in new storage, always (`tf.identity` that copies).
     pub fn copy(&self) -> Result<Tensor> {
-        dispatch(|| Op::Copy, &[self], |p| {
-            Ok(Tensor::from_buffer(p.backend.copy(self.operand())?, self.shape(), self.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::Copy,
+            &[self],
+            |p| {
+                Ok(Tensor::from_buffer(
+                    p.backend.copy(self.operand())?,
+                    self.shape(),
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 }
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Tensor[{:?}, {}, {}]", self.shape(), self.dtype(), self.device())
+        write!(
+            f,
+            "Tensor[{:?}, {}, {}]",
+            self.shape(),
+            self.dtype(),
+            self.device()
+        )
     }
 }
 
@@ -298,8 +372,16 @@ impl fmt::Display for Tensor {
         let mut s = String::new();
         format_nested(&data, shape, 0, 0, summarize, &mut s);
         let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-        let shape_str = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
-        write!(f, "tf.Tensor({s}, shape={shape_str}, dtype={})", self.dtype())
+        let shape_str = if dims.len() == 1 {
+            format!("({},)", dims[0])
+        } else {
+            format!("({})", dims.join(", "))
+        };
+        write!(
+            f,
+            "tf.Tensor({s}, shape={shape_str}, dtype={})",
+            self.dtype()
+        )
     }
 }
 
@@ -311,7 +393,11 @@ fn format_elem(data: &HostData, i: usize) -> String {
             if x.is_nan() {
                 "nan".into()
             } else if x.is_infinite() {
-                if x > 0.0 { "inf".into() } else { "-inf".into() }
+                if x > 0.0 {
+                    "inf".into()
+                } else {
+                    "-inf".into()
+                }
             } else if x == x.trunc() && x.abs() < 1e16 {
                 format!("{x:.0}.")
             } else {
@@ -323,7 +409,14 @@ fn format_elem(data: &HostData, i: usize) -> String {
     }
 }
 
-fn format_nested(data: &HostData, shape: &[usize], axis: usize, base: usize, summarize: bool, out: &mut String) {
+fn format_nested(
+    data: &HostData,
+    shape: &[usize],
+    axis: usize,
+    base: usize,
+    summarize: bool,
+    out: &mut String,
+) {
     if axis == shape.len() {
         out.push_str(&format_elem(data, base));
         return;

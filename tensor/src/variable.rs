@@ -63,7 +63,13 @@ pub struct Variable(Arc<Inner>);
 impl Variable {
     /// A trainable variable holding `initial`.
     pub fn new(name: impl Into<String>, initial: Tensor) -> Variable {
-        Variable::with_options(name, initial, true, VariableSynchronization::Auto, VariableAggregation::None)
+        Variable::with_options(
+            name,
+            initial,
+            true,
+            VariableSynchronization::Auto,
+            VariableAggregation::None,
+        )
     }
     /// A variable with every TF attribute given.
     pub fn with_options(
@@ -110,7 +116,11 @@ impl Variable {
     }
     /// The current value without telling observers (for checkpoints and printing).
     pub fn peek(&self) -> Tensor {
-        self.0.value.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0
+            .value
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
     /// The shape.
     pub fn shape(&self) -> Vec<usize> {
@@ -128,9 +138,17 @@ impl Variable {
             });
         }
         if slot.dtype() != value.dtype() {
-            return Err(Error::DTypeMismatch { op: "assign", lhs: slot.dtype(), rhs: value.dtype() });
+            return Err(Error::DTypeMismatch {
+                op: "assign",
+                lhs: slot.dtype(),
+                rhs: value.dtype(),
+            });
         }
-        let value = if value.device() != slot.device() { value.to_device(slot.device())? } else { value.clone() };
+        let value = if value.device() != slot.device() {
+            value.to_device(slot.device())?
+        } else {
+            value.clone()
+        };
         *slot = value;
         Ok(())
     }
@@ -147,6 +165,12 @@ impl Variable {
 impl fmt::Debug for Variable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = self.peek();
-        write!(f, "<tf.Variable '{}' shape={:?} dtype={}>", self.name(), v.shape(), v.dtype())
+        write!(
+            f,
+            "<tf.Variable '{}' shape={:?} dtype={}>",
+            self.name(),
+            v.shape(),
+            v.dtype()
+        )
     }
 }

@@ -25,7 +25,10 @@ pub(crate) fn host<'a>(x: &Operand<'a>) -> Result<&'a HostData> {
         .as_any()
         .downcast_ref::<CpuBuffer>()
         .map(|b| &b.0)
-        .ok_or_else(|| Error::Backend { backend: "cpu", msg: "received a buffer owned by another backend".into() })
+        .ok_or_else(|| Error::Backend {
+            backend: "cpu",
+            msg: "received a buffer owned by another backend".into(),
+        })
 }
 
 /// The view's elements, dense and row-major: borrowed when the layout already is.
@@ -79,5 +82,9 @@ pub(crate) fn out(d: HostData) -> Result<ferroflow_tensor::BufferBox> {
 
 /// Splits `[.., axis, ..]` of a shape into (outer, axis size, inner) element counts.
 pub(crate) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
-    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
 }

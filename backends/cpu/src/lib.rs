@@ -32,7 +32,8 @@ pub use buffer::CpuBuffer;
 
 use buffer::out;
 use ferroflow_tensor::{
-    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, Window2d,
+    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, HostData, Operand,
+    PoolKind, ReduceOp, Result, UnaryOp, Window2d,
 };
 use std::sync::Arc;
 
@@ -79,13 +80,24 @@ impl Backend for CpuBackend {
     fn matmul(&self, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox> {
         out(kernels::matmul::matmul(lhs, rhs)?)
     }
-    fn select(&self, cond: Operand<'_>, on_true: Operand<'_>, on_false: Operand<'_>) -> Result<BufferBox> {
+    fn select(
+        &self,
+        cond: Operand<'_>,
+        on_true: Operand<'_>,
+        on_false: Operand<'_>,
+    ) -> Result<BufferBox> {
         out(kernels::index::select(cond, on_true, on_false)?)
     }
     fn gather(&self, x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Result<BufferBox> {
         out(kernels::index::gather(x, indices, axis)?)
     }
-    fn scatter_add(&self, indices: Operand<'_>, updates: Operand<'_>, shape: &[usize], axis: usize) -> Result<BufferBox> {
+    fn scatter_add(
+        &self,
+        indices: Operand<'_>,
+        updates: Operand<'_>,
+        shape: &[usize],
+        axis: usize,
+    ) -> Result<BufferBox> {
         out(kernels::index::scatter_add(indices, updates, shape, axis)?)
     }
     fn concat(&self, inputs: &[Operand<'_>], axis: usize) -> Result<BufferBox> {
@@ -94,21 +106,49 @@ impl Backend for CpuBackend {
     fn pad(&self, x: Operand<'_>, paddings: &[(usize, usize)], value: f64) -> Result<BufferBox> {
         out(kernels::index::pad(x, paddings, value)?)
     }
-    fn cumulative(&self, op: CumulativeOp, x: Operand<'_>, axis: usize, exclusive: bool, reverse: bool) -> Result<BufferBox> {
+    fn cumulative(
+        &self,
+        op: CumulativeOp,
+        x: Operand<'_>,
+        axis: usize,
+        exclusive: bool,
+        reverse: bool,
+    ) -> Result<BufferBox> {
         out(kernels::scan::cumulative(op, x, axis, exclusive, reverse)?)
     }
-    fn sort(&self, x: Operand<'_>, axis: usize, descending: bool) -> Result<(BufferBox, BufferBox)> {
+    fn sort(
+        &self,
+        x: Operand<'_>,
+        axis: usize,
+        descending: bool,
+    ) -> Result<(BufferBox, BufferBox)> {
         let (v, i) = kernels::scan::sort(x, axis, descending)?;
         Ok((out(v)?, out(i)?))
     }
     fn conv2d(&self, x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         out(kernels::conv::conv2d(x, filter, w)?)
     }
-    fn conv2d_backprop_input(&self, filter: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
+    fn conv2d_backprop_input(
+        &self,
+        filter: Operand<'_>,
+        dy: Operand<'_>,
+        w: &Window2d,
+    ) -> Result<BufferBox> {
         out(kernels::conv::conv2d_backprop_input(filter, dy, w)?)
     }
-    fn conv2d_backprop_filter(&self, x: Operand<'_>, dy: Operand<'_>, filter_shape: [usize; 4], w: &Window2d) -> Result<BufferBox> {
-        out(kernels::conv::conv2d_backprop_filter(x, dy, filter_shape, w)?)
+    fn conv2d_backprop_filter(
+        &self,
+        x: Operand<'_>,
+        dy: Operand<'_>,
+        filter_shape: [usize; 4],
+        w: &Window2d,
+    ) -> Result<BufferBox> {
+        out(kernels::conv::conv2d_backprop_filter(
+            x,
+            dy,
+            filter_shape,
+            w,
+        )?)
     }
     fn pool2d(&self, kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         out(kernels::conv::pool2d(kind, x, w)?)
@@ -120,4 +160,3 @@ impl Backend for CpuBackend {
         out(kernels::conv::avg_pool_grad(dy, w)?)
     }
 }
-

@@ -6,7 +6,9 @@ use ferroflow_tensor::Element;
 
 /// A numeric type with native kernels: f32, f64, i8, i32, i64, u8. Integer arithmetic wraps
 /// (as TF's does).
-pub(crate) trait Num: Element + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> {
+pub(crate) trait Num:
+    Element + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
+{
     const ZERO: Self;
     const ONE: Self;
     /// The lowest value (−∞ for floats): max of an empty set.
@@ -29,17 +31,29 @@ macro_rules! num_float {
             const LOWEST: Self = <$t>::NEG_INFINITY;
             const HIGHEST: Self = <$t>::INFINITY;
             #[inline(always)]
-            fn wadd(self, o: Self) -> Self { self + o }
+            fn wadd(self, o: Self) -> Self {
+                self + o
+            }
             #[inline(always)]
-            fn wsub(self, o: Self) -> Self { self - o }
+            fn wsub(self, o: Self) -> Self {
+                self - o
+            }
             #[inline(always)]
-            fn wmul(self, o: Self) -> Self { self * o }
+            fn wmul(self, o: Self) -> Self {
+                self * o
+            }
             #[inline(always)]
-            fn is_nan(self) -> bool { self != self }
+            fn is_nan(self) -> bool {
+                self != self
+            }
             #[inline(always)]
-            fn to_i64(self) -> i64 { self as i64 }
+            fn to_i64(self) -> i64 {
+                self as i64
+            }
             #[inline(always)]
-            fn from_i64(v: i64) -> Self { v as $t }
+            fn from_i64(v: i64) -> Self {
+                v as $t
+            }
         }
     };
 }
@@ -51,17 +65,29 @@ macro_rules! num_int {
             const LOWEST: Self = <$t>::MIN;
             const HIGHEST: Self = <$t>::MAX;
             #[inline(always)]
-            fn wadd(self, o: Self) -> Self { self.wrapping_add(o) }
+            fn wadd(self, o: Self) -> Self {
+                self.wrapping_add(o)
+            }
             #[inline(always)]
-            fn wsub(self, o: Self) -> Self { self.wrapping_sub(o) }
+            fn wsub(self, o: Self) -> Self {
+                self.wrapping_sub(o)
+            }
             #[inline(always)]
-            fn wmul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            fn wmul(self, o: Self) -> Self {
+                self.wrapping_mul(o)
+            }
             #[inline(always)]
-            fn is_nan(self) -> bool { false }
+            fn is_nan(self) -> bool {
+                false
+            }
             #[inline(always)]
-            fn to_i64(self) -> i64 { self as i64 }
+            fn to_i64(self) -> i64 {
+                self as i64
+            }
             #[inline(always)]
-            fn from_i64(v: i64) -> Self { v as $t }
+            fn from_i64(v: i64) -> Self {
+                v as $t
+            }
         }
     };
 }
@@ -108,12 +134,16 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const C1: f32 = 0.693_359_4;
     const C2: f32 = -2.121_944_4e-4;
-    let xc = x.clamp(-103.972_08, 88.722_83);
+    // max/min (unlike clamp) turn NaN into a bound, keeping the integer conversion below defined.
+    let xc = x.max(-103.972_08).min(88.722_83);
     // Round to nearest with the 1.5·2^23 trick: plain adds, so it vectorises on any x86.
     let n = (xc * LOG2E + 12_582_912.0) - 12_582_912.0;
     let r = xc - n * C1 - n * C2;
     let r2 = r * r;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 1.666_666_5e-1) * r + 0.5;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 0.5;
     let y = p * r2 + r + 1.0;
     // 2^n for n in [-150, 128]: split in two factors so each stays a normal float.
     // SAFETY: n is an integer-valued float in [-150, 128], representable as i32.
@@ -142,7 +172,10 @@ mod tests {
         while x < 89.0 {
             let (a, b) = (super::exp_f32(x), x.exp());
             let ulp = (a.to_bits() as i64 - b.to_bits() as i64).abs();
-            assert!(ulp <= 2 || (b == 0.0 && a < 1e-44) || (a - b).abs() <= f32::MIN_POSITIVE, "x {x}: {a} vs {b} ({ulp} ulp)");
+            assert!(
+                ulp <= 2 || (b == 0.0 && a < 1e-44) || (a - b).abs() <= f32::MIN_POSITIVE,
+                "x {x}: {a} vs {b} ({ulp} ulp)"
+            );
             x += 0.0137;
         }
         assert!(super::exp_f32(f32::NAN).is_nan());

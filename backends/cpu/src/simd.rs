@@ -68,18 +68,27 @@ fn zip_chunk<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [U], f: &
 }
 
 /// `f` over every element.
-pub(crate) fn map<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T) -> U + Sync>(x: &[T], f: F) -> Vec<U> {
+pub(crate) fn map<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T) -> U + Sync>(
+    x: &[T],
+    f: F,
+) -> Vec<U> {
     let mut out = vec![U::default(); x.len()];
     if x.len() < PAR_THRESHOLD {
         map_chunk(x, &mut out, &f);
     } else {
-        out.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(o, c)| map_chunk(c, o, &f));
+        out.par_chunks_mut(CHUNK)
+            .zip(x.par_chunks(CHUNK))
+            .for_each(|(o, c)| map_chunk(c, o, &f));
     }
     out
 }
 
 /// `f` over pairs of equal-length slices.
-pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + Sync>(a: &[T], b: &[T], f: F) -> Vec<U> {
+pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + Sync>(
+    a: &[T],
+    b: &[T],
+    f: F,
+) -> Vec<U> {
     debug_assert_eq!(a.len(), b.len());
     let mut out = vec![U::default(); a.len()];
     if a.len() < PAR_THRESHOLD {
@@ -116,7 +125,11 @@ fn fold_lanes<T: Copy, const LANES: usize>(x: &[T], init: T, f: &impl Fn(T, T) -
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn fold_lanes_avx2<T: Copy, const LANES: usize>(x: &[T], init: T, f: &impl Fn(T, T) -> T) -> T {
+unsafe fn fold_lanes_avx2<T: Copy, const LANES: usize>(
+    x: &[T],
+    init: T,
+    f: &impl Fn(T, T) -> T,
+) -> T {
     fold_lanes::<T, LANES>(x, init, f)
 }
 

@@ -11,7 +11,9 @@ use crate::tensor::Tensor;
 fn check_unary_dtype(op: UnaryOp, dtype: DType) -> Result<()> {
     let ok = match op {
         UnaryOp::LogicalNot => dtype == DType::Bool,
-        _ if op.accepts_int() => dtype != DType::Bool && (dtype.is_signed() || !matches!(op, UnaryOp::Neg)),
+        _ if op.accepts_int() => {
+            dtype != DType::Bool && (dtype.is_signed() || !matches!(op, UnaryOp::Neg))
+        }
         _ => dtype.is_float(),
     };
     if ok {
@@ -23,7 +25,11 @@ fn check_unary_dtype(op: UnaryOp, dtype: DType) -> Result<()> {
         _ if op.accepts_int() => "a float or integer dtype",
         _ => "a float dtype (cast integers first)",
     };
-    Err(Error::UnsupportedDType { op: op.name(), dtype, expected })
+    Err(Error::UnsupportedDType {
+        op: op.name(),
+        dtype,
+        expected,
+    })
 }
 
 fn check_binary_dtype(op: BinaryOp, dtype: DType) -> Result<()> {
@@ -39,7 +45,11 @@ fn check_binary_dtype(op: BinaryOp, dtype: DType) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::UnsupportedDType { op: op.name(), dtype, expected })
+        Err(Error::UnsupportedDType {
+            op: op.name(),
+            dtype,
+            expected,
+        })
     }
 }
 
@@ -47,31 +57,66 @@ impl Tensor {
     /// Applies a unary primitive.
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         check_unary_dtype(op, self.dtype())?;
-        dispatch(|| Op::Unary(op), &[self], |p| {
-            let buf = p.backend.unary(op, self.operand())?;
-            Ok(Tensor::from_buffer(buf, self.shape(), op.output_dtype(self.dtype()), p.backend, p.device))
-        })
+        dispatch(
+            || Op::Unary(op),
+            &[self],
+            |p| {
+                let buf = p.backend.unary(op, self.operand())?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    self.shape(),
+                    op.output_dtype(self.dtype()),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// Applies a binary primitive with NumPy broadcasting; dtypes must match.
     pub fn binary(&self, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
         if self.dtype() != rhs.dtype() {
-            return Err(Error::DTypeMismatch { op: op.name(), lhs: self.dtype(), rhs: rhs.dtype() });
+            return Err(Error::DTypeMismatch {
+                op: op.name(),
+                lhs: self.dtype(),
+                rhs: rhs.dtype(),
+            });
         }
         check_binary_dtype(op, self.dtype())?;
-        dispatch(|| Op::Binary(op), &[self, rhs], |p| {
-            let out_dtype = op.output_dtype(self.dtype());
-            if self.shape() == rhs.shape() {
-                let buf = p.backend.binary(op, self.operand(), rhs.operand())?;
-                return Ok(Tensor::from_buffer(buf, self.shape(), out_dtype, p.backend, p.device));
-            }
-            let shape = broadcast_shapes(op.name(), self.shape(), rhs.shape())?;
-            let (la, lb) = (self.layout().broadcast_to(op.name(), &shape)?, rhs.layout().broadcast_to(op.name(), &shape)?);
-            let a = crate::backend::Operand { layout: &la, ..self.operand() };
-            let b = crate::backend::Operand { layout: &lb, ..rhs.operand() };
-            let buf = p.backend.binary(op, a, b)?;
-            Ok(Tensor::from_buffer(buf, &shape, out_dtype, p.backend, p.device))
-        })
+        dispatch(
+            || Op::Binary(op),
+            &[self, rhs],
+            |p| {
+                let out_dtype = op.output_dtype(self.dtype());
+                if self.shape() == rhs.shape() {
+                    let buf = p.backend.binary(op, self.operand(), rhs.operand())?;
+                    return Ok(Tensor::from_buffer(
+                        buf,
+                        self.shape(),
+                        out_dtype,
+                        p.backend,
+                        p.device,
+                    ));
+                }
+                let shape = broadcast_shapes(op.name(), self.shape(), rhs.shape())?;
+                let (la, lb) = (
+                    self.layout().broadcast_to(op.name(), &shape)?,
+                    rhs.layout().broadcast_to(op.name(), &shape)?,
+                );
+                let a = crate::backend::Operand {
+                    layout: &la,
+                    ..self.operand()
+                };
+                let b = crate::backend::Operand {
+                    layout: &lb,
+                    ..rhs.operand()
+                };
+                let buf = p.backend.binary(op, a, b)?;
+                Ok(Tensor::from_buffer(
+                    buf, &shape, out_dtype, p.backend, p.device,
+                ))
+            },
+        )
     }
 
     /// Converts to `dtype` (`tf.cast`): floats to integers truncate toward zero and
@@ -80,32 +125,69 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        dispatch(|| Op::Cast { to: dtype }, &[self], |p| {
-            Ok(Tensor::from_buffer(p.backend.cast(self.operand(), dtype)?, self.shape(), dtype, p.backend, p.device))
-        })
+        dispatch(
+            || Op::Cast { to: dtype },
+            &[self],
+            |p| {
+                Ok(Tensor::from_buffer(
+                    p.backend.cast(self.operand(), dtype)?,
+                    self.shape(),
+                    dtype,
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// `where(cond, self, other)` elementwise, all three broadcast together (`tf.where`).
     pub fn select(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         if cond.dtype() != DType::Bool {
-            return Err(Error::UnsupportedDType { op: "where", dtype: cond.dtype(), expected: "bool for the condition" });
+            return Err(Error::UnsupportedDType {
+                op: "where",
+                dtype: cond.dtype(),
+                expected: "bool for the condition",
+            });
         }
         if on_true.dtype() != on_false.dtype() {
-            return Err(Error::DTypeMismatch { op: "where", lhs: on_true.dtype(), rhs: on_false.dtype() });
+            return Err(Error::DTypeMismatch {
+                op: "where",
+                lhs: on_true.dtype(),
+                rhs: on_false.dtype(),
+            });
         }
-        dispatch(|| Op::Select, &[cond, on_true, on_false], |p| {
-            let shape = broadcast_shapes("where", cond.shape(), on_true.shape())?;
-            let shape = broadcast_shapes("where", &shape, on_false.shape())?;
-            let lc = cond.layout().broadcast_to("where", &shape)?;
-            let lt = on_true.layout().broadcast_to("where", &shape)?;
-            let lf = on_false.layout().broadcast_to("where", &shape)?;
-            let buf = p.backend.select(
-                crate::backend::Operand { layout: &lc, ..cond.operand() },
-                crate::backend::Operand { layout: &lt, ..on_true.operand() },
-                crate::backend::Operand { layout: &lf, ..on_false.operand() },
-            )?;
-            Ok(Tensor::from_buffer(buf, &shape, on_true.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::Select,
+            &[cond, on_true, on_false],
+            |p| {
+                let shape = broadcast_shapes("where", cond.shape(), on_true.shape())?;
+                let shape = broadcast_shapes("where", &shape, on_false.shape())?;
+                let lc = cond.layout().broadcast_to("where", &shape)?;
+                let lt = on_true.layout().broadcast_to("where", &shape)?;
+                let lf = on_false.layout().broadcast_to("where", &shape)?;
+                let buf = p.backend.select(
+                    crate::backend::Operand {
+                        layout: &lc,
+                        ..cond.operand()
+                    },
+                    crate::backend::Operand {
+                        layout: &lt,
+                        ..on_true.operand()
+                    },
+                    crate::backend::Operand {
+                        layout: &lf,
+                        ..on_false.operand()
+                    },
+                )?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &shape,
+                    on_true.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// Clips to `[min, max]` (`tf.clip_by_value`), as `minimum(maximum(x, min), max)`.
@@ -134,7 +216,9 @@ impl Tensor {
     }
     /// `x·Φ(x) = x/2·(1 + erf(x/√2))` (`tf.nn.gelu`, exact form).
     pub fn gelu(&self) -> Result<Tensor> {
-        let inner = self.mul(&self.scalar_like(std::f64::consts::FRAC_1_SQRT_2)?)?.erf()?;
+        let inner = self
+            .mul(&self.scalar_like(std::f64::consts::FRAC_1_SQRT_2)?)?
+            .erf()?;
         let one = self.scalar_like(1.0)?;
         self.mul(&self.scalar_like(0.5)?)?.mul(&inner.add(&one)?)
     }

@@ -11,7 +11,11 @@ use crate::tensor::Tensor;
 fn check_indices(op: &'static str, indices: &Tensor) -> Result<()> {
     match indices.dtype() {
         DType::I32 | DType::I64 => Ok(()),
-        d => Err(Error::UnsupportedDType { op, dtype: d, expected: "int32 or int64 indices" }),
+        d => Err(Error::UnsupportedDType {
+            op,
+            dtype: d,
+            expected: "int32 or int64 indices",
+        }),
     }
 }
 
@@ -19,20 +23,40 @@ fn check_indices(op: &'static str, indices: &Tensor) -> Result<()> {
 /// positions in `dims` (shape: the index batch shape).
 fn flatten_nd_indices(op: &'static str, indices: &Tensor, dims: &[usize]) -> Result<Tensor> {
     check_indices(op, indices)?;
-    let depth = *indices.shape().last().ok_or_else(|| Error::invalid(op, "indices must have rank >= 1"))?;
+    let depth = *indices
+        .shape()
+        .last()
+        .ok_or_else(|| Error::invalid(op, "indices must have rank >= 1"))?;
     if depth > dims.len() {
-        return Err(Error::invalid(op, format!("index depth {depth} exceeds the rank {} of shape {dims:?}", dims.len())));
+        return Err(Error::invalid(
+            op,
+            format!(
+                "index depth {depth} exceeds the rank {} of shape {dims:?}",
+                dims.len()
+            ),
+        ));
     }
     if depth == 0 {
-        return Err(Error::invalid(op, "index depth (the last axis of indices) must be at least 1"));
+        return Err(Error::invalid(
+            op,
+            "index depth (the last axis of indices) must be at least 1",
+        ));
     }
-    let raw: Vec<i64> = indices.to_f64_vec()?.into_iter().map(|v| v as i64).collect();
+    let raw: Vec<i64> = indices
+        .to_f64_vec()?
+        .into_iter()
+        .map(|v| v as i64)
+        .collect();
     let mut flat = Vec::with_capacity(raw.len() / depth);
     for chunk in raw.chunks(depth) {
         let mut pos = 0i64;
         for (j, &i) in chunk.iter().enumerate() {
             if i < 0 || i >= dims[j] as i64 {
-                return Err(Error::IndexOutOfRange { op, index: i, bound: dims[j] });
+                return Err(Error::IndexOutOfRange {
+                    op,
+                    index: i,
+                    bound: dims[j],
+                });
             }
             pos = pos * dims[j] as i64 + i;
         }
@@ -51,30 +75,69 @@ impl Tensor {
         let mut shape = self.shape()[..axis].to_vec();
         shape.extend_from_slice(indices.shape());
         shape.extend_from_slice(&self.shape()[axis + 1..]);
-        dispatch(|| Op::Gather { axis }, &[self, indices], |p| {
-            let buf = p.backend.gather(self.operand(), indices.operand(), axis)?;
-            Ok(Tensor::from_buffer(buf, &shape, self.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::Gather { axis },
+            &[self, indices],
+            |p| {
+                let buf = p.backend.gather(self.operand(), indices.operand(), axis)?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &shape,
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// The adjoint of [`Tensor::gather`]: zeros of `shape`, with each slice of `updates` added at
     /// its index along `axis` (repeated indices accumulate; `tf.math.unsorted_segment_sum`).
-    pub fn scatter_add(indices: &Tensor, updates: &Tensor, shape: &[usize], axis: isize) -> Result<Tensor> {
+    pub fn scatter_add(
+        indices: &Tensor,
+        updates: &Tensor,
+        shape: &[usize],
+        axis: isize,
+    ) -> Result<Tensor> {
         check_indices("scatter_add", indices)?;
         let axis = normalize_axis("scatter_add", axis, shape.len())?;
         let mut expected = shape[..axis].to_vec();
         expected.extend_from_slice(indices.shape());
         expected.extend_from_slice(&shape[axis + 1..]);
         if updates.shape() != expected.as_slice() {
-            return Err(Error::ShapeMismatch { op: "scatter_add", msg: "updates must have shape out[..axis] ++ indices ++ out[axis+1..]", lhs: expected, rhs: updates.shape().to_vec() });
+            return Err(Error::ShapeMismatch {
+                op: "scatter_add",
+                msg: "updates must have shape out[..axis] ++ indices ++ out[axis+1..]",
+                lhs: expected,
+                rhs: updates.shape().to_vec(),
+            });
         }
         if updates.dtype() == DType::Bool {
-            return Err(Error::UnsupportedDType { op: "scatter_add", dtype: DType::Bool, expected: "a numeric dtype" });
+            return Err(Error::UnsupportedDType {
+                op: "scatter_add",
+                dtype: DType::Bool,
+                expected: "a numeric dtype",
+            });
         }
-        dispatch(|| Op::ScatterAdd { axis, shape: shape.to_vec() }, &[indices, updates], |p| {
-            let buf = p.backend.scatter_add(indices.operand(), updates.operand(), shape, axis)?;
-            Ok(Tensor::from_buffer(buf, shape, updates.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::ScatterAdd {
+                axis,
+                shape: shape.to_vec(),
+            },
+            &[indices, updates],
+            |p| {
+                let buf =
+                    p.backend
+                        .scatter_add(indices.operand(), updates.operand(), shape, axis)?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    shape,
+                    updates.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// `tf.gather_nd`: `indices[.., depth]` picks slices of the first `depth` axes.
@@ -97,7 +160,12 @@ impl Tensor {
         let mut upd_shape = flat.shape().to_vec();
         upd_shape.extend_from_slice(&shape[depth..]);
         if updates.shape() != upd_shape.as_slice() {
-            return Err(Error::ShapeMismatch { op: "scatter_nd", msg: "updates must have shape indices[..-1] ++ shape[depth..]", lhs: upd_shape, rhs: updates.shape().to_vec() });
+            return Err(Error::ShapeMismatch {
+                op: "scatter_nd",
+                msg: "updates must have shape indices[..-1] ++ shape[depth..]",
+                lhs: upd_shape,
+                rhs: updates.shape().to_vec(),
+            });
         }
         Tensor::scatter_add(&flat, updates, &merged, 0)?.reshape_to(shape)
     }
@@ -109,9 +177,16 @@ impl Tensor {
 
     /// `tf.one_hot`: a new last axis of size `depth`, `on` at the index and `off` elsewhere
     /// (indices outside `0..depth` give a row of `off`).
-    pub fn one_hot(indices: &Tensor, depth: usize, on: f64, off: f64, dtype: DType) -> Result<Tensor> {
+    pub fn one_hot(
+        indices: &Tensor,
+        depth: usize,
+        on: f64,
+        off: f64,
+        dtype: DType,
+    ) -> Result<Tensor> {
         check_indices("one_hot", indices)?;
-        let positions = Tensor::range(0.0, depth as f64, 1.0, indices.dtype())?.to_device(indices.device())?;
+        let positions =
+            Tensor::range(0.0, depth as f64, 1.0, indices.dtype())?.to_device(indices.device())?;
         let hit = indices.expand_dims(-1)?.equal(&positions)?;
         let on = Tensor::from_host_on(HostData::filled(dtype, 1, on), &[], indices.device())?;
         let off = Tensor::from_host_on(HostData::filled(dtype, 1, off), &[], indices.device())?;

@@ -18,21 +18,47 @@ impl Tensor {
     /// Transposes are free: the kernel reads through the transposed layout.
     pub fn matmul_t(&self, rhs: &Tensor, transpose_a: bool, transpose_b: bool) -> Result<Tensor> {
         if self.dtype() != rhs.dtype() {
-            return Err(Error::DTypeMismatch { op: "matmul", lhs: self.dtype(), rhs: rhs.dtype() });
+            return Err(Error::DTypeMismatch {
+                op: "matmul",
+                lhs: self.dtype(),
+                rhs: rhs.dtype(),
+            });
         }
         if matches!(self.dtype(), DType::Bool | DType::U8 | DType::I8) {
-            return Err(Error::UnsupportedDType { op: "matmul", dtype: self.dtype(), expected: "a float dtype, int32 or int64" });
+            return Err(Error::UnsupportedDType {
+                op: "matmul",
+                dtype: self.dtype(),
+                expected: "a float dtype, int32 or int64",
+            });
         }
         if self.rank() < 2 || rhs.rank() < 2 {
-            return Err(Error::ShapeMismatch { op: "matmul", msg: "both inputs need rank >= 2", lhs: self.shape().to_vec(), rhs: rhs.shape().to_vec() });
+            return Err(Error::ShapeMismatch {
+                op: "matmul",
+                msg: "both inputs need rank >= 2",
+                lhs: self.shape().to_vec(),
+                rhs: rhs.shape().to_vec(),
+            });
         }
-        let la = if transpose_a { self.layout().permute(&swap_last(self.rank()))? } else { self.layout().clone() };
-        let lb = if transpose_b { rhs.layout().permute(&swap_last(rhs.rank()))? } else { rhs.layout().clone() };
+        let la = if transpose_a {
+            self.layout().permute(&swap_last(self.rank()))?
+        } else {
+            self.layout().clone()
+        };
+        let lb = if transpose_b {
+            rhs.layout().permute(&swap_last(rhs.rank()))?
+        } else {
+            rhs.layout().clone()
+        };
         let (ra, rb) = (la.rank(), lb.rank());
         let (m, k) = (la.shape()[ra - 2], la.shape()[ra - 1]);
         let (k2, n) = (lb.shape()[rb - 2], lb.shape()[rb - 1]);
         if k != k2 {
-            return Err(Error::ShapeMismatch { op: "matmul", msg: "inner dimensions differ", lhs: la.shape().to_vec(), rhs: lb.shape().to_vec() });
+            return Err(Error::ShapeMismatch {
+                op: "matmul",
+                msg: "inner dimensions differ",
+                lhs: la.shape().to_vec(),
+                rhs: lb.shape().to_vec(),
+            });
         }
         let batch = broadcast_shapes("matmul", &la.shape()[..ra - 2], &lb.shape()[..rb - 2])?;
         let with = |tail: [usize; 2]| {
@@ -43,10 +69,32 @@ impl Tensor {
         let la = la.broadcast_to("matmul", &with([m, k]))?;
         let lb = lb.broadcast_to("matmul", &with([k, n]))?;
         let out_shape = with([m, n]);
-        dispatch(|| Op::MatMul { transpose_a, transpose_b }, &[self, rhs], |p| {
-            let buf = p.backend.matmul(Operand { layout: &la, ..self.operand() }, Operand { layout: &lb, ..rhs.operand() })?;
-            Ok(Tensor::from_buffer(buf, &out_shape, self.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::MatMul {
+                transpose_a,
+                transpose_b,
+            },
+            &[self, rhs],
+            |p| {
+                let buf = p.backend.matmul(
+                    Operand {
+                        layout: &la,
+                        ..self.operand()
+                    },
+                    Operand {
+                        layout: &lb,
+                        ..rhs.operand()
+                    },
+                )?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &out_shape,
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 }
 

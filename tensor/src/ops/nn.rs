@@ -9,83 +9,196 @@ use crate::tensor::Tensor;
 
 fn nhwc(op: &'static str, t: &Tensor) -> Result<[usize; 4]> {
     if !t.dtype().is_float() {
-        return Err(Error::UnsupportedDType { op, dtype: t.dtype(), expected: "a float dtype" });
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype: t.dtype(),
+            expected: "a float dtype",
+        });
     }
     match *t.shape() {
         [n, h, w, c] => Ok([n, h, w, c]),
-        _ => Err(Error::invalid(op, format!("input must be NHWC (rank 4), got shape {:?}", t.shape()))),
+        _ => Err(Error::invalid(
+            op,
+            format!("input must be NHWC (rank 4), got shape {:?}", t.shape()),
+        )),
     }
 }
 
 fn check_positive(op: &'static str, what: &str, v: [usize; 2]) -> Result<()> {
     if v.contains(&0) {
-        return Err(Error::invalid(op, format!("{what} must be positive, got {v:?}")));
+        return Err(Error::invalid(
+            op,
+            format!("{what} must be positive, got {v:?}"),
+        ));
     }
     Ok(())
 }
 
-fn conv_window(x: [usize; 4], filter: &[usize], strides: [usize; 2], padding: Padding, dilations: [usize; 2]) -> Result<Window2d> {
+fn conv_window(
+    x: [usize; 4],
+    filter: &[usize],
+    strides: [usize; 2],
+    padding: Padding,
+    dilations: [usize; 2],
+) -> Result<Window2d> {
     check_positive("conv2d", "strides", strides)?;
     check_positive("conv2d", "dilations", dilations)?;
     if filter.len() != 4 || filter[2] != x[3] {
-        return Err(Error::ShapeMismatch { op: "conv2d", msg: "filter must be [h, w, in_channels, out_channels] with in_channels = input channels", lhs: x.to_vec(), rhs: filter.to_vec() });
+        return Err(Error::ShapeMismatch {
+            op: "conv2d",
+            msg:
+                "filter must be [h, w, in_channels, out_channels] with in_channels = input channels",
+            lhs: x.to_vec(),
+            rhs: filter.to_vec(),
+        });
     }
-    Ok(Window2d::resolve(x, [filter[0], filter[1]], strides, dilations, padding))
+    Ok(Window2d::resolve(
+        x,
+        [filter[0], filter[1]],
+        strides,
+        dilations,
+        padding,
+    ))
 }
 
 impl Tensor {
     /// 2-D convolution (`tf.nn.conv2d`, data_format NHWC): `self` is [batch, h, w, in],
     /// `filter` is [kh, kw, in, out]; output [batch, oh, ow, out].
-    pub fn conv2d(&self, filter: &Tensor, strides: [usize; 2], padding: Padding, dilations: [usize; 2]) -> Result<Tensor> {
+    pub fn conv2d(
+        &self,
+        filter: &Tensor,
+        strides: [usize; 2],
+        padding: Padding,
+        dilations: [usize; 2],
+    ) -> Result<Tensor> {
         let x = nhwc("conv2d", self)?;
         if filter.dtype() != self.dtype() {
-            return Err(Error::DTypeMismatch { op: "conv2d", lhs: self.dtype(), rhs: filter.dtype() });
+            return Err(Error::DTypeMismatch {
+                op: "conv2d",
+                lhs: self.dtype(),
+                rhs: filter.dtype(),
+            });
         }
         let w = conv_window(x, filter.shape(), strides, padding, dilations)?;
         let shape = [x[0], w.output[0], w.output[1], filter.shape()[3]];
-        dispatch(|| Op::Conv2d(w.clone()), &[self, filter], |p| {
-            let buf = p.backend.conv2d(self.operand(), filter.operand(), &w)?;
-            Ok(Tensor::from_buffer(buf, &shape, self.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::Conv2d(w.clone()),
+            &[self, filter],
+            |p| {
+                let buf = p.backend.conv2d(self.operand(), filter.operand(), &w)?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &shape,
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// Gradient of [`Tensor::conv2d`] with respect to its input of shape `input_shape`
     /// (`tf.nn.conv2d_transpose` is this op).
-    pub fn conv2d_backprop_input(input_shape: [usize; 4], filter: &Tensor, dy: &Tensor, strides: [usize; 2], padding: Padding, dilations: [usize; 2]) -> Result<Tensor> {
+    pub fn conv2d_backprop_input(
+        input_shape: [usize; 4],
+        filter: &Tensor,
+        dy: &Tensor,
+        strides: [usize; 2],
+        padding: Padding,
+        dilations: [usize; 2],
+    ) -> Result<Tensor> {
         let dy_shape = nhwc("conv2d_backprop_input", dy)?;
         if filter.dtype() != dy.dtype() {
-            return Err(Error::DTypeMismatch { op: "conv2d_backprop_input", lhs: filter.dtype(), rhs: dy.dtype() });
+            return Err(Error::DTypeMismatch {
+                op: "conv2d_backprop_input",
+                lhs: filter.dtype(),
+                rhs: dy.dtype(),
+            });
         }
         let w = conv_window(input_shape, filter.shape(), strides, padding, dilations)?;
         let expected = [input_shape[0], w.output[0], w.output[1], filter.shape()[3]];
         if dy_shape != expected {
-            return Err(Error::ShapeMismatch { op: "conv2d_backprop_input", msg: "dy does not match the conv output shape", lhs: expected.to_vec(), rhs: dy_shape.to_vec() });
+            return Err(Error::ShapeMismatch {
+                op: "conv2d_backprop_input",
+                msg: "dy does not match the conv output shape",
+                lhs: expected.to_vec(),
+                rhs: dy_shape.to_vec(),
+            });
         }
-        dispatch(|| Op::Conv2dBackpropInput(w.clone()), &[filter, dy], |p| {
-            let buf = p.backend.conv2d_backprop_input(filter.operand(), dy.operand(), &w)?;
-            Ok(Tensor::from_buffer(buf, &input_shape, dy.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::Conv2dBackpropInput(w.clone()),
+            &[filter, dy],
+            |p| {
+                let buf = p
+                    .backend
+                    .conv2d_backprop_input(filter.operand(), dy.operand(), &w)?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &input_shape,
+                    dy.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// Gradient of [`Tensor::conv2d`] with respect to its filter of shape `filter_shape`.
-    pub fn conv2d_backprop_filter(&self, filter_shape: [usize; 4], dy: &Tensor, strides: [usize; 2], padding: Padding, dilations: [usize; 2]) -> Result<Tensor> {
+    pub fn conv2d_backprop_filter(
+        &self,
+        filter_shape: [usize; 4],
+        dy: &Tensor,
+        strides: [usize; 2],
+        padding: Padding,
+        dilations: [usize; 2],
+    ) -> Result<Tensor> {
         let x = nhwc("conv2d_backprop_filter", self)?;
         let dy_shape = nhwc("conv2d_backprop_filter", dy)?;
         if self.dtype() != dy.dtype() {
-            return Err(Error::DTypeMismatch { op: "conv2d_backprop_filter", lhs: self.dtype(), rhs: dy.dtype() });
+            return Err(Error::DTypeMismatch {
+                op: "conv2d_backprop_filter",
+                lhs: self.dtype(),
+                rhs: dy.dtype(),
+            });
         }
         let w = conv_window(x, &filter_shape, strides, padding, dilations)?;
         let expected = [x[0], w.output[0], w.output[1], filter_shape[3]];
         if dy_shape != expected {
-            return Err(Error::ShapeMismatch { op: "conv2d_backprop_filter", msg: "dy does not match the conv output shape", lhs: expected.to_vec(), rhs: dy_shape.to_vec() });
+            return Err(Error::ShapeMismatch {
+                op: "conv2d_backprop_filter",
+                msg: "dy does not match the conv output shape",
+                lhs: expected.to_vec(),
+                rhs: dy_shape.to_vec(),
+            });
         }
-        dispatch(|| Op::Conv2dBackpropFilter(w.clone()), &[self, dy], |p| {
-            let buf = p.backend.conv2d_backprop_filter(self.operand(), dy.operand(), filter_shape, &w)?;
-            Ok(Tensor::from_buffer(buf, &filter_shape, self.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::Conv2dBackpropFilter(w.clone()),
+            &[self, dy],
+            |p| {
+                let buf = p.backend.conv2d_backprop_filter(
+                    self.operand(),
+                    dy.operand(),
+                    filter_shape,
+                    &w,
+                )?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &filter_shape,
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
-    fn pool_window(&self, op: &'static str, ksize: [usize; 2], strides: [usize; 2], padding: Padding) -> Result<Window2d> {
+    fn pool_window(
+        &self,
+        op: &'static str,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    ) -> Result<Window2d> {
         let x = nhwc(op, self)?;
         check_positive(op, "ksize", ksize)?;
         check_positive(op, "strides", strides)?;
@@ -93,56 +206,128 @@ impl Tensor {
     }
 
     /// Max or average pooling (`tf.nn.max_pool2d`, `tf.nn.avg_pool2d`, NHWC).
-    pub fn pool2d(&self, kind: PoolKind, ksize: [usize; 2], strides: [usize; 2], padding: Padding) -> Result<Tensor> {
+    pub fn pool2d(
+        &self,
+        kind: PoolKind,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    ) -> Result<Tensor> {
         let w = self.pool_window(kind.name(), ksize, strides, padding)?;
         let s = self.shape();
         let shape = [s[0], w.output[0], w.output[1], s[3]];
-        dispatch(|| Op::Pool2d(kind, w.clone()), &[self], |p| {
-            Ok(Tensor::from_buffer(p.backend.pool2d(kind, self.operand(), &w)?, &shape, self.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::Pool2d(kind, w.clone()),
+            &[self],
+            |p| {
+                Ok(Tensor::from_buffer(
+                    p.backend.pool2d(kind, self.operand(), &w)?,
+                    &shape,
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
     /// `tf.nn.max_pool2d`.
-    pub fn max_pool2d(&self, ksize: [usize; 2], strides: [usize; 2], padding: Padding) -> Result<Tensor> {
+    pub fn max_pool2d(
+        &self,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    ) -> Result<Tensor> {
         self.pool2d(PoolKind::Max, ksize, strides, padding)
     }
     /// `tf.nn.avg_pool2d` (padding excluded from the mean).
-    pub fn avg_pool2d(&self, ksize: [usize; 2], strides: [usize; 2], padding: Padding) -> Result<Tensor> {
+    pub fn avg_pool2d(
+        &self,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    ) -> Result<Tensor> {
         self.pool2d(PoolKind::Avg, ksize, strides, padding)
     }
 
     fn check_pool_dy(&self, op: &'static str, w: &Window2d, dy: &Tensor) -> Result<()> {
         let expected = [w.input[0], w.output[0], w.output[1], w.input[3]];
         if dy.shape() != expected {
-            return Err(Error::ShapeMismatch { op, msg: "dy does not match the pooling output shape", lhs: expected.to_vec(), rhs: dy.shape().to_vec() });
+            return Err(Error::ShapeMismatch {
+                op,
+                msg: "dy does not match the pooling output shape",
+                lhs: expected.to_vec(),
+                rhs: dy.shape().to_vec(),
+            });
         }
         if dy.dtype() != self.dtype() {
-            return Err(Error::DTypeMismatch { op, lhs: self.dtype(), rhs: dy.dtype() });
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: self.dtype(),
+                rhs: dy.dtype(),
+            });
         }
         Ok(())
     }
 
     /// Gradient of max pooling: each `dy` goes to the first maximum of its window in `self`.
-    pub fn max_pool_grad(&self, dy: &Tensor, ksize: [usize; 2], strides: [usize; 2], padding: Padding) -> Result<Tensor> {
+    pub fn max_pool_grad(
+        &self,
+        dy: &Tensor,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    ) -> Result<Tensor> {
         let w = self.pool_window("max_pool_grad", ksize, strides, padding)?;
         self.check_pool_dy("max_pool_grad", &w, dy)?;
-        dispatch(|| Op::MaxPoolGrad(w.clone()), &[self, dy], |p| {
-            Ok(Tensor::from_buffer(p.backend.max_pool_grad(self.operand(), dy.operand(), &w)?, self.shape(), self.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::MaxPoolGrad(w.clone()),
+            &[self, dy],
+            |p| {
+                Ok(Tensor::from_buffer(
+                    p.backend.max_pool_grad(self.operand(), dy.operand(), &w)?,
+                    self.shape(),
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// Gradient of average pooling for an input of shape `input_shape`.
-    pub fn avg_pool_grad(input_shape: [usize; 4], dy: &Tensor, ksize: [usize; 2], strides: [usize; 2], padding: Padding) -> Result<Tensor> {
+    pub fn avg_pool_grad(
+        input_shape: [usize; 4],
+        dy: &Tensor,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    ) -> Result<Tensor> {
         nhwc("avg_pool_grad", dy)?;
         check_positive("avg_pool_grad", "ksize", ksize)?;
         check_positive("avg_pool_grad", "strides", strides)?;
         let w = Window2d::resolve(input_shape, ksize, strides, [1, 1], padding);
         let expected = [input_shape[0], w.output[0], w.output[1], input_shape[3]];
         if dy.shape() != expected {
-            return Err(Error::ShapeMismatch { op: "avg_pool_grad", msg: "dy does not match the pooling output shape", lhs: expected.to_vec(), rhs: dy.shape().to_vec() });
+            return Err(Error::ShapeMismatch {
+                op: "avg_pool_grad",
+                msg: "dy does not match the pooling output shape",
+                lhs: expected.to_vec(),
+                rhs: dy.shape().to_vec(),
+            });
         }
-        dispatch(|| Op::AvgPoolGrad(w.clone()), &[dy], |p| {
-            Ok(Tensor::from_buffer(p.backend.avg_pool_grad(dy.operand(), &w)?, &input_shape, dy.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::AvgPoolGrad(w.clone()),
+            &[dy],
+            |p| {
+                Ok(Tensor::from_buffer(
+                    p.backend.avg_pool_grad(dy.operand(), &w)?,
+                    &input_shape,
+                    dy.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// `softmax` along `axis`, stable: `exp(x - max) / Σ exp(x - max)`.
@@ -164,7 +349,11 @@ impl Tensor {
         if self.dtype().is_float() {
             Ok(())
         } else {
-            Err(Error::UnsupportedDType { op, dtype: self.dtype(), expected: "a float dtype" })
+            Err(Error::UnsupportedDType {
+                op,
+                dtype: self.dtype(),
+                expected: "a float dtype",
+            })
         }
     }
 }

@@ -76,13 +76,35 @@ impl Tensor {
             _ => dtype != DType::Bool,
         };
         if !ok {
-            let expected = if matches!(op, ReduceOp::Any | ReduceOp::All) { "bool" } else { "a numeric dtype" };
-            return Err(Error::UnsupportedDType { op: op.name(), dtype, expected });
+            let expected = if matches!(op, ReduceOp::Any | ReduceOp::All) {
+                "bool"
+            } else {
+                "a numeric dtype"
+            };
+            return Err(Error::UnsupportedDType {
+                op: op.name(),
+                dtype,
+                expected,
+            });
         }
-        dispatch(|| Op::Reduce { op, axes: axes.clone(), keepdims }, &[self], |p| {
-            let buf = p.backend.reduce(op, self.operand(), &axes)?;
-            Ok(Tensor::from_buffer(buf, &reduced_shape(self.shape(), &axes, keepdims), dtype, p.backend, p.device))
-        })
+        dispatch(
+            || Op::Reduce {
+                op,
+                axes: axes.clone(),
+                keepdims,
+            },
+            &[self],
+            |p| {
+                let buf = p.backend.reduce(op, self.operand(), &axes)?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &reduced_shape(self.shape(), &axes, keepdims),
+                    dtype,
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
     /// Σ over `axes` (`tf.reduce_sum`); f16/bf16 accumulate in f32.
     pub fn reduce_sum(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
@@ -113,30 +135,48 @@ impl Tensor {
     pub fn reduce_mean(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
         let axes = axes.into();
         if matches!(self.dtype(), DType::F16 | DType::BF16) {
-            return self.cast(DType::F32)?.reduce_mean(axes, keepdims)?.cast(self.dtype());
+            return self
+                .cast(DType::F32)?
+                .reduce_mean(axes, keepdims)?
+                .cast(self.dtype());
         }
         let resolved = axes.resolve("reduce_mean", self.rank())?;
         let count: usize = resolved.iter().map(|&a| self.shape()[a]).product();
-        let sum = self.reduce_sum(Axes::List(resolved.iter().map(|&a| a as isize).collect()), keepdims)?;
+        let sum = self.reduce_sum(
+            Axes::List(resolved.iter().map(|&a| a as isize).collect()),
+            keepdims,
+        )?;
         if self.dtype().is_int() && count == 0 {
-            return Err(Error::Arithmetic { op: "reduce_mean", msg: "mean of an empty integer set" });
+            return Err(Error::Arithmetic {
+                op: "reduce_mean",
+                msg: "mean of an empty integer set",
+            });
         }
         sum.div(&sum.scalar_like(count as f64)?)
     }
     /// `log(Σ exp(x))` over `axes`, computed stably by subtracting the maximum.
     pub fn reduce_logsumexp(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
         if !self.dtype().is_float() {
-            return Err(Error::UnsupportedDType { op: "reduce_logsumexp", dtype: self.dtype(), expected: "a float dtype" });
+            return Err(Error::UnsupportedDType {
+                op: "reduce_logsumexp",
+                dtype: self.dtype(),
+                expected: "a float dtype",
+            });
         }
         let axes = axes.into();
         let m = self.reduce_max(axes.clone(), true)?;
         // An infinite or empty maximum must not turn the shift into NaN.
         let m = Tensor::select(&m.is_finite()?, &m, &m.zeros_like()?)?;
-        let s = self.sub(&m)?.exp()?.reduce_sum(axes.clone(), true)?.log()?.add(&m)?;
-        if keepdims {
+        let s = self
+            .sub(&m)?
+            .exp()?
+            .reduce_sum(axes.clone(), true)?
+            .log()?
+            .add(&m)?;
+        let resolved = axes.resolve("reduce_logsumexp", self.rank())?;
+        if keepdims || resolved.is_empty() {
             Ok(s)
         } else {
-            let resolved = axes.resolve("reduce_logsumexp", self.rank())?;
             s.squeeze(&resolved.iter().map(|&a| a as isize).collect::<Vec<_>>())
         }
     }
@@ -151,14 +191,31 @@ impl Tensor {
     fn arg_reduce(&self, op: ArgReduceOp, axis: isize) -> Result<Tensor> {
         let axis = normalize_axis(op.name(), axis, self.rank())?;
         if self.dtype() == DType::Bool {
-            return Err(Error::UnsupportedDType { op: op.name(), dtype: DType::Bool, expected: "a numeric dtype" });
+            return Err(Error::UnsupportedDType {
+                op: op.name(),
+                dtype: DType::Bool,
+                expected: "a numeric dtype",
+            });
         }
         if self.shape()[axis] == 0 {
-            return Err(Error::invalid(op.name(), format!("axis {axis} of shape {:?} is empty", self.shape())));
+            return Err(Error::invalid(
+                op.name(),
+                format!("axis {axis} of shape {:?} is empty", self.shape()),
+            ));
         }
-        dispatch(|| Op::ArgReduce { op, axis }, &[self], |p| {
-            let buf = p.backend.arg_reduce(op, self.operand(), axis)?;
-            Ok(Tensor::from_buffer(buf, &reduced_shape(self.shape(), &[axis], false), DType::I64, p.backend, p.device))
-        })
+        dispatch(
+            || Op::ArgReduce { op, axis },
+            &[self],
+            |p| {
+                let buf = p.backend.arg_reduce(op, self.operand(), axis)?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &reduced_shape(self.shape(), &[axis], false),
+                    DType::I64,
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 }

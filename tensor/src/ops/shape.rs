@@ -28,19 +28,36 @@ pub enum SliceSpec {
 
 impl SliceSpec {
     /// `:` (the whole axis).
-    pub const ALL: SliceSpec = SliceSpec::Range { start: None, stop: None, step: 1 };
+    pub const ALL: SliceSpec = SliceSpec::Range {
+        start: None,
+        stop: None,
+        step: 1,
+    };
     /// `start:stop`.
     pub fn range(start: isize, stop: isize) -> SliceSpec {
-        SliceSpec::Range { start: Some(start), stop: Some(stop), step: 1 }
+        SliceSpec::Range {
+            start: Some(start),
+            stop: Some(stop),
+            step: 1,
+        }
     }
     /// `::-1`.
     pub fn reversed() -> SliceSpec {
-        SliceSpec::Range { start: None, stop: None, step: -1 }
+        SliceSpec::Range {
+            start: None,
+            stop: None,
+            step: -1,
+        }
     }
 }
 
 /// Python's slice resolution: (first index, length) for one axis of size `n`.
-fn resolve_range(n: usize, start: Option<isize>, stop: Option<isize>, step: isize) -> (usize, usize) {
+fn resolve_range(
+    n: usize,
+    start: Option<isize>,
+    stop: Option<isize>,
+    step: isize,
+) -> (usize, usize) {
     let n = n as isize;
     let norm = |v: isize| if v < 0 { v + n } else { v };
     if step > 0 {
@@ -51,7 +68,11 @@ fn resolve_range(n: usize, start: Option<isize>, stop: Option<isize>, step: isiz
     } else {
         let a = start.map(norm).unwrap_or(n - 1).clamp(-1, n - 1);
         let b = stop.map(norm).unwrap_or(-1).clamp(-1, n - 1);
-        let len = if a > b { (a - b + (-step) - 1) / (-step) } else { 0 };
+        let len = if a > b {
+            (a - b + (-step) - 1) / (-step)
+        } else {
+            0
+        };
         (a.max(0) as usize, len as usize)
     }
 }
@@ -74,7 +95,10 @@ impl Tensor {
                 infer = Some(i);
                 out.push(0);
             } else if d < 0 {
-                return Err(Error::invalid("reshape", format!("bad dimension {d} in {shape:?} (only one -1 is allowed)")));
+                return Err(Error::invalid(
+                    "reshape",
+                    format!("bad dimension {d} in {shape:?} (only one -1 is allowed)"),
+                ));
             } else {
                 known *= d as usize;
                 out.push(d as usize);
@@ -82,11 +106,23 @@ impl Tensor {
         }
         if let Some(i) = infer {
             if known == 0 || n % known != 0 {
-                return Err(Error::invalid("reshape", format!("cannot infer -1 in {shape:?} for {n} elements (input shape {:?})", self.shape())));
+                return Err(Error::invalid(
+                    "reshape",
+                    format!(
+                        "cannot infer -1 in {shape:?} for {n} elements (input shape {:?})",
+                        self.shape()
+                    ),
+                ));
             }
             out[i] = n / known;
         } else if known != n {
-            return Err(Error::invalid("reshape", format!("cannot reshape {:?} ({n} elements) to {shape:?} ({known} elements)", self.shape())));
+            return Err(Error::invalid(
+                "reshape",
+                format!(
+                    "cannot reshape {:?} ({n} elements) to {shape:?} ({known} elements)",
+                    self.shape()
+                ),
+            ));
         }
         self.reshape_to(&out)
     }
@@ -101,25 +137,41 @@ impl Tensor {
                 rhs: shape.to_vec(),
             });
         }
-        let op = || Op::Reshape { shape: shape.to_vec() };
+        let op = || Op::Reshape {
+            shape: shape.to_vec(),
+        };
         if let Some(layout) = self.layout().reshape(shape) {
             return self.view_op(op, layout);
         }
         dispatch(op, &[self], |p| {
-            Ok(Tensor::from_buffer(p.backend.copy(self.operand())?, shape, self.dtype(), p.backend, p.device))
+            Ok(Tensor::from_buffer(
+                p.backend.copy(self.operand())?,
+                shape,
+                self.dtype(),
+                p.backend,
+                p.device,
+            ))
         })
     }
 
     /// Permutes axes (`tf.transpose(x, perm)`); a view.
     pub fn transpose(&self, perm: &[usize]) -> Result<Tensor> {
         let layout = self.layout().permute(perm)?;
-        self.view_op(|| Op::Transpose { perm: perm.to_vec() }, layout)
+        self.view_op(
+            || Op::Transpose {
+                perm: perm.to_vec(),
+            },
+            layout,
+        )
     }
     /// Swaps the last two axes (matrix transpose of every matrix in a batch).
     pub fn t(&self) -> Result<Tensor> {
         let r = self.rank();
         if r < 2 {
-            return Err(Error::invalid("transpose", format!("needs rank >= 2, shape is {:?}", self.shape())));
+            return Err(Error::invalid(
+                "transpose",
+                format!("needs rank >= 2, shape is {:?}", self.shape()),
+            ));
         }
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(r - 2, r - 1);
@@ -128,9 +180,18 @@ impl Tensor {
 
     /// NumPy-style strided slice; axes past `specs` are kept whole. A view.
     pub fn strided_slice(&self, specs: &[SliceSpec]) -> Result<Tensor> {
-        let consumed = specs.iter().filter(|s| !matches!(s, SliceSpec::NewAxis)).count();
+        let consumed = specs
+            .iter()
+            .filter(|s| !matches!(s, SliceSpec::NewAxis))
+            .count();
         if consumed > self.rank() {
-            return Err(Error::invalid("strided_slice", format!("{consumed} slice specs for a tensor of rank {}", self.rank())));
+            return Err(Error::invalid(
+                "strided_slice",
+                format!(
+                    "{consumed} slice specs for a tensor of rank {}",
+                    self.rank()
+                ),
+            ));
         }
         let (mut begin, mut len, mut step, mut drop) = (vec![], vec![], vec![], vec![]);
         let mut newaxes = vec![];
@@ -142,7 +203,11 @@ impl Tensor {
                     let n = self.shape()[axis];
                     let j = if i < 0 { i + n as isize } else { i };
                     if j < 0 || j >= n as isize {
-                        return Err(Error::IndexOutOfRange { op: "strided_slice", index: i as i64, bound: n });
+                        return Err(Error::IndexOutOfRange {
+                            op: "strided_slice",
+                            index: i as i64,
+                            bound: n,
+                        });
                     }
                     begin.push(j as usize);
                     len.push(1);
@@ -150,9 +215,16 @@ impl Tensor {
                     drop.push(axis);
                     axis += 1;
                 }
-                SliceSpec::Range { start, stop, step: s } => {
+                SliceSpec::Range {
+                    start,
+                    stop,
+                    step: s,
+                } => {
                     if s == 0 {
-                        return Err(Error::invalid("strided_slice", "slice step must be non-zero"));
+                        return Err(Error::invalid(
+                            "strided_slice",
+                            "slice step must be non-zero",
+                        ));
                     }
                     let (b, l) = resolve_range(self.shape()[axis], start, stop, s);
                     begin.push(b);
@@ -168,7 +240,11 @@ impl Tensor {
             step.push(1);
         }
         let sliced = self.slice_view(begin, len, step)?;
-        let mut out = if drop.is_empty() { sliced } else { sliced.squeeze(&drop.iter().map(|&a| a as isize).collect::<Vec<_>>())? };
+        let mut out = if drop.is_empty() {
+            sliced
+        } else {
+            sliced.squeeze(&drop.iter().map(|&a| a as isize).collect::<Vec<_>>())?
+        };
         // New axes are positions in the output counted before dropped axes are removed.
         for &a in &newaxes {
             let removed_before = drop.iter().filter(|&&d| d < a).count();
@@ -185,14 +261,32 @@ impl Tensor {
     /// `tf.slice`: `size[i] == -1` takes the rest of axis i. A view.
     pub fn slice(&self, begin: &[usize], size: &[isize]) -> Result<Tensor> {
         if begin.len() != self.rank() || size.len() != self.rank() {
-            return Err(Error::invalid("slice", format!("begin {begin:?} and size {size:?} must both have rank {}", self.rank())));
+            return Err(Error::invalid(
+                "slice",
+                format!(
+                    "begin {begin:?} and size {size:?} must both have rank {}",
+                    self.rank()
+                ),
+            ));
         }
         let mut len = vec![];
         for i in 0..self.rank() {
             let n = self.shape()[i];
-            let l = if size[i] == -1 { n.saturating_sub(begin[i]) } else if size[i] < 0 { usize::MAX } else { size[i] as usize };
+            let l = if size[i] == -1 {
+                n.saturating_sub(begin[i])
+            } else if size[i] < 0 {
+                usize::MAX
+            } else {
+                size[i] as usize
+            };
             if begin[i] > n || l > n - begin[i].min(n) {
-                return Err(Error::invalid("slice", format!("begin {begin:?} size {size:?} is outside shape {:?}", self.shape())));
+                return Err(Error::invalid(
+                    "slice",
+                    format!(
+                        "begin {begin:?} size {size:?} is outside shape {:?}",
+                        self.shape()
+                    ),
+                ));
             }
             len.push(l);
         }
@@ -214,7 +308,12 @@ impl Tensor {
     /// NumPy broadcast to `shape` (`tf.broadcast_to`); a view with zero strides.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         let layout = self.layout().broadcast_to("broadcast_to", shape)?;
-        self.view_op(|| Op::BroadcastTo { shape: shape.to_vec() }, layout)
+        self.view_op(
+            || Op::BroadcastTo {
+                shape: shape.to_vec(),
+            },
+            layout,
+        )
     }
 
     /// Inserts a size-1 axis at `axis` (-rank-1..=rank) (`tf.expand_dims`); a view.
@@ -233,7 +332,14 @@ impl Tensor {
             normalize_axes("squeeze", axes, self.rank())?
         };
         if let Some(&bad) = axes.iter().find(|&&a| self.shape()[a] != 1) {
-            return Err(Error::invalid("squeeze", format!("axis {bad} has size {} in shape {:?}, not 1", self.shape()[bad], self.shape())));
+            return Err(Error::invalid(
+                "squeeze",
+                format!(
+                    "axis {bad} has size {} in shape {:?}, not 1",
+                    self.shape()[bad],
+                    self.shape()
+                ),
+            ));
         }
         let layout = self.layout().remove_axes(&axes);
         let shape = layout.shape().to_vec();
@@ -242,19 +348,29 @@ impl Tensor {
 
     /// Joins tensors along `axis` (`tf.concat`).
     pub fn concat(tensors: &[Tensor], axis: isize) -> Result<Tensor> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("concat", "needs at least one tensor"))?;
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::invalid("concat", "needs at least one tensor"))?;
         let rank = first.rank();
         if rank == 0 {
-            return Err(Error::invalid("concat", "cannot concatenate scalars (use stack)"));
+            return Err(Error::invalid(
+                "concat",
+                "cannot concatenate scalars (use stack)",
+            ));
         }
         let axis = normalize_axis("concat", axis, rank)?;
         let mut shape = first.shape().to_vec();
         shape[axis] = 0;
         for t in tensors {
             if t.dtype() != first.dtype() {
-                return Err(Error::DTypeMismatch { op: "concat", lhs: first.dtype(), rhs: t.dtype() });
+                return Err(Error::DTypeMismatch {
+                    op: "concat",
+                    lhs: first.dtype(),
+                    rhs: t.dtype(),
+                });
             }
-            let same = t.rank() == rank && (0..rank).all(|i| i == axis || t.shape()[i] == first.shape()[i]);
+            let same = t.rank() == rank
+                && (0..rank).all(|i| i == axis || t.shape()[i] == first.shape()[i]);
             if !same {
                 return Err(Error::ShapeMismatch {
                     op: "concat",
@@ -266,21 +382,38 @@ impl Tensor {
             shape[axis] += t.shape()[axis];
         }
         let refs: Vec<&Tensor> = tensors.iter().collect();
-        dispatch(|| Op::Concat { axis }, &refs, |p| {
-            let ops: Vec<_> = tensors.iter().map(|t| t.operand()).collect();
-            Ok(Tensor::from_buffer(p.backend.concat(&ops, axis)?, &shape, first.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::Concat { axis },
+            &refs,
+            |p| {
+                let ops: Vec<_> = tensors.iter().map(|t| t.operand()).collect();
+                Ok(Tensor::from_buffer(
+                    p.backend.concat(&ops, axis)?,
+                    &shape,
+                    first.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// Stacks equal-shaped tensors along a new `axis` (`tf.stack`).
     pub fn stack(tensors: &[Tensor], axis: isize) -> Result<Tensor> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
         let a = normalize_axis("stack", axis, first.rank() + 1)?;
         let expanded = tensors
             .iter()
             .map(|t| {
                 if t.shape() != first.shape() {
-                    return Err(Error::ShapeMismatch { op: "stack", msg: "all shapes must be equal", lhs: first.shape().to_vec(), rhs: t.shape().to_vec() });
+                    return Err(Error::ShapeMismatch {
+                        op: "stack",
+                        msg: "all shapes must be equal",
+                        lhs: first.shape().to_vec(),
+                        rhs: t.shape().to_vec(),
+                    });
                 }
                 t.expand_dims(a as isize)
             })
@@ -293,7 +426,14 @@ impl Tensor {
         let axis = normalize_axis("split", axis, self.rank())?;
         let total: usize = sizes.iter().sum();
         if total != self.shape()[axis] {
-            return Err(Error::invalid("split", format!("sizes {sizes:?} sum to {total}, axis {axis} of {:?} has {}", self.shape(), self.shape()[axis])));
+            return Err(Error::invalid(
+                "split",
+                format!(
+                    "sizes {sizes:?} sum to {total}, axis {axis} of {:?} has {}",
+                    self.shape(),
+                    self.shape()[axis]
+                ),
+            ));
         }
         let mut out = vec![];
         let mut at = 0;
@@ -312,32 +452,70 @@ impl Tensor {
         let a = normalize_axis("split", axis, self.rank())?;
         let n = self.shape()[a];
         if num == 0 || n % num != 0 {
-            return Err(Error::invalid("split", format!("axis {a} of size {n} does not split into {num} equal pieces")));
+            return Err(Error::invalid(
+                "split",
+                format!("axis {a} of size {n} does not split into {num} equal pieces"),
+            ));
         }
         self.split(&vec![n / num; num], axis)
     }
     /// The slices along `axis`, each without that axis (`tf.unstack`).
     pub fn unstack(&self, axis: isize) -> Result<Vec<Tensor>> {
         let a = normalize_axis("unstack", axis, self.rank())?;
-        self.split_equal(self.shape()[a], axis)?.into_iter().map(|t| t.squeeze(&[a as isize])).collect()
+        self.split_equal(self.shape()[a], axis)?
+            .into_iter()
+            .map(|t| t.squeeze(&[a as isize]))
+            .collect()
     }
 
     /// Pads each axis with `value` (`tf.pad`, mode CONSTANT).
     pub fn pad(&self, paddings: &[(usize, usize)], value: f64) -> Result<Tensor> {
         if paddings.len() != self.rank() {
-            return Err(Error::invalid("pad", format!("{} paddings for a tensor of rank {}", paddings.len(), self.rank())));
+            return Err(Error::invalid(
+                "pad",
+                format!(
+                    "{} paddings for a tensor of rank {}",
+                    paddings.len(),
+                    self.rank()
+                ),
+            ));
         }
-        let shape: Vec<usize> = self.shape().iter().zip(paddings).map(|(d, (a, b))| d + a + b).collect();
-        dispatch(|| Op::Pad { paddings: paddings.to_vec(), value }, &[self], |p| {
-            Ok(Tensor::from_buffer(p.backend.pad(self.operand(), paddings, value)?, &shape, self.dtype(), p.backend, p.device))
-        })
+        let shape: Vec<usize> = self
+            .shape()
+            .iter()
+            .zip(paddings)
+            .map(|(d, (a, b))| d + a + b)
+            .collect();
+        dispatch(
+            || Op::Pad {
+                paddings: paddings.to_vec(),
+                value,
+            },
+            &[self],
+            |p| {
+                Ok(Tensor::from_buffer(
+                    p.backend.pad(self.operand(), paddings, value)?,
+                    &shape,
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
 
     /// Pads by mirroring (`tf.pad` modes REFLECT, without the edge, and SYMMETRIC, with it),
     /// composed as one gather per padded axis.
     pub fn pad_mirror(&self, paddings: &[(usize, usize)], symmetric: bool) -> Result<Tensor> {
         if paddings.len() != self.rank() {
-            return Err(Error::invalid("pad", format!("{} paddings for a tensor of rank {}", paddings.len(), self.rank())));
+            return Err(Error::invalid(
+                "pad",
+                format!(
+                    "{} paddings for a tensor of rank {}",
+                    paddings.len(),
+                    self.rank()
+                ),
+            ));
         }
         let mut out = self.clone();
         for (axis, &(before, after)) in paddings.iter().enumerate() {
@@ -351,10 +529,19 @@ impl Tensor {
             }
             let shift = if symmetric { 1 } else { 0 };
             let idx: Vec<i64> = (-(before as i64)..n + after as i64)
-                .map(|i| if i < 0 { -i - shift } else if i >= n { 2 * n - i - 2 + shift } else { i })
+                .map(|i| {
+                    if i < 0 {
+                        -i - shift
+                    } else if i >= n {
+                        2 * n - i - 2 + shift
+                    } else {
+                        i
+                    }
+                })
                 .collect();
             let len = idx.len();
-            let idx = Tensor::from_host_on(crate::dtype::HostData::I64(idx), &[len], self.device())?;
+            let idx =
+                Tensor::from_host_on(crate::dtype::HostData::I64(idx), &[len], self.device())?;
             out = out.gather(&idx, axis as isize)?;
         }
         Ok(out)
@@ -363,7 +550,14 @@ impl Tensor {
     /// Repeats the tensor `multiples[i]` times along axis i (`tf.tile`).
     pub fn tile(&self, multiples: &[usize]) -> Result<Tensor> {
         if multiples.len() != self.rank() {
-            return Err(Error::invalid("tile", format!("{} multiples for a tensor of rank {}", multiples.len(), self.rank())));
+            return Err(Error::invalid(
+                "tile",
+                format!(
+                    "{} multiples for a tensor of rank {}",
+                    multiples.len(),
+                    self.rank()
+                ),
+            ));
         }
         let mut interleaved = vec![];
         let mut target = vec![];
@@ -371,7 +565,14 @@ impl Tensor {
             interleaved.extend([1, d]);
             target.extend([m, d]);
         }
-        let final_shape: Vec<usize> = self.shape().iter().zip(multiples).map(|(d, m)| d * m).collect();
-        self.reshape_to(&interleaved)?.broadcast_to(&target)?.reshape_to(&final_shape)
+        let final_shape: Vec<usize> = self
+            .shape()
+            .iter()
+            .zip(multiples)
+            .map(|(d, m)| d * m)
+            .collect();
+        self.reshape_to(&interleaved)?
+            .broadcast_to(&target)?
+            .reshape_to(&final_shape)
     }
 }

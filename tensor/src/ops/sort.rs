@@ -11,15 +11,42 @@ use crate::tensor::Tensor;
 impl Tensor {
     /// Running sum/product along `axis` (`tf.math.cumsum`/`cumprod` with `exclusive`,
     /// `reverse`).
-    pub fn cumulative(&self, op: CumulativeOp, axis: isize, exclusive: bool, reverse: bool) -> Result<Tensor> {
+    pub fn cumulative(
+        &self,
+        op: CumulativeOp,
+        axis: isize,
+        exclusive: bool,
+        reverse: bool,
+    ) -> Result<Tensor> {
         let axis = normalize_axis(op.name(), axis, self.rank())?;
         if self.dtype() == DType::Bool {
-            return Err(Error::UnsupportedDType { op: op.name(), dtype: DType::Bool, expected: "a numeric dtype" });
+            return Err(Error::UnsupportedDType {
+                op: op.name(),
+                dtype: DType::Bool,
+                expected: "a numeric dtype",
+            });
         }
-        dispatch(|| Op::Cumulative { op, axis, exclusive, reverse }, &[self], |p| {
-            let buf = p.backend.cumulative(op, self.operand(), axis, exclusive, reverse)?;
-            Ok(Tensor::from_buffer(buf, self.shape(), self.dtype(), p.backend, p.device))
-        })
+        dispatch(
+            || Op::Cumulative {
+                op,
+                axis,
+                exclusive,
+                reverse,
+            },
+            &[self],
+            |p| {
+                let buf = p
+                    .backend
+                    .cumulative(op, self.operand(), axis, exclusive, reverse)?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    self.shape(),
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
     }
     /// `tf.math.cumsum`.
     pub fn cumsum(&self, axis: isize, exclusive: bool, reverse: bool) -> Result<Tensor> {
@@ -34,15 +61,23 @@ impl Tensor {
     pub fn sort_with_indices(&self, axis: isize, descending: bool) -> Result<(Tensor, Tensor)> {
         let axis = normalize_axis("sort", axis, self.rank())?;
         if self.dtype() == DType::Bool {
-            return Err(Error::UnsupportedDType { op: "sort", dtype: DType::Bool, expected: "a numeric dtype" });
+            return Err(Error::UnsupportedDType {
+                op: "sort",
+                dtype: DType::Bool,
+                expected: "a numeric dtype",
+            });
         }
-        dispatch(|| Op::Sort { axis, descending }, &[self], |p| {
-            let (v, i) = p.backend.sort(self.operand(), axis, descending)?;
-            Ok((
-                Tensor::from_buffer(v, self.shape(), self.dtype(), p.backend, p.device),
-                Tensor::from_buffer(i, self.shape(), DType::I32, p.backend, p.device),
-            ))
-        })
+        dispatch(
+            || Op::Sort { axis, descending },
+            &[self],
+            |p| {
+                let (v, i) = p.backend.sort(self.operand(), axis, descending)?;
+                Ok((
+                    Tensor::from_buffer(v, self.shape(), self.dtype(), p.backend, p.device),
+                    Tensor::from_buffer(i, self.shape(), DType::I32, p.backend, p.device),
+                ))
+            },
+        )
     }
     /// `tf.sort`.
     pub fn sort(&self, axis: isize, descending: bool) -> Result<Tensor> {
@@ -60,7 +95,13 @@ impl Tensor {
         }
         let n = self.shape()[self.rank() - 1];
         if k > n {
-            return Err(Error::invalid("top_k", format!("k = {k} exceeds the last axis size {n} of shape {:?}", self.shape())));
+            return Err(Error::invalid(
+                "top_k",
+                format!(
+                    "k = {k} exceeds the last axis size {n} of shape {:?}",
+                    self.shape()
+                ),
+            ));
         }
         let (v, i) = self.sort_with_indices(-1, true)?;
         let mut size: Vec<isize> = vec![-1; self.rank()];

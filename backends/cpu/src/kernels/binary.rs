@@ -5,7 +5,9 @@
 use crate::buffer::{dense, host, narrow, widen};
 use crate::num::{FloatMath, Num};
 use crate::simd::{map, zip, PAR_THRESHOLD};
-use ferroflow_tensor::{backend::unsupported, BinaryOp, Element, Error, HostData, Layout, Operand, Result};
+use ferroflow_tensor::{
+    backend::unsupported, BinaryOp, Element, Error, HostData, Layout, Operand, Result,
+};
 use rayon::prelude::*;
 
 /// `f(a[i], b[i])` over two equally shaped strided views.
@@ -80,9 +82,13 @@ where
         }
     };
     if n < PAR_THRESHOLD {
-        out.chunks_mut(inner).enumerate().for_each(|(r, o)| row(r, o));
+        out.chunks_mut(inner)
+            .enumerate()
+            .for_each(|(r, o)| row(r, o));
     } else {
-        out.par_chunks_mut(inner).enumerate().for_each(|(r, o)| row(r, o));
+        out.par_chunks_mut(inner)
+            .enumerate()
+            .for_each(|(r, o)| row(r, o));
     }
     out
 }
@@ -117,7 +123,13 @@ pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>) -> Result<Hos
     })
 }
 
-fn compare<T: Element>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Option<HostData> {
+fn compare<T: Element>(
+    op: BinaryOp,
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+) -> Option<HostData> {
     use BinaryOp::*;
     Some(HostData::Bool(match op {
         Equal => apply(a, la, b, lb, |x, y| x == y),
@@ -130,7 +142,13 @@ fn compare<T: Element>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout)
     }))
 }
 
-fn binary_float<T: FloatMath>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> HostData {
+fn binary_float<T: FloatMath>(
+    op: BinaryOp,
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+) -> HostData {
     use BinaryOp::*;
     if let Some(c) = compare(op, a, la, b, lb) {
         return c;
@@ -150,8 +168,20 @@ fn binary_float<T: FloatMath>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &
             }
         }),
         Pow => apply(a, la, b, lb, |x: T, y: T| x.powf(y)),
-        Maximum => apply(a, la, b, lb, |x: T, y: T| if x > y || x != x { x } else { y }),
-        Minimum => apply(a, la, b, lb, |x: T, y: T| if x < y || x != x { x } else { y }),
+        Maximum => apply(
+            a,
+            la,
+            b,
+            lb,
+            |x: T, y: T| if x > y || x != x { x } else { y },
+        ),
+        Minimum => apply(
+            a,
+            la,
+            b,
+            lb,
+            |x: T, y: T| if x < y || x != x { x } else { y },
+        ),
         SquaredDifference => apply(a, la, b, lb, |x: T, y: T| (x - y) * (x - y)),
         Atan2 => apply(a, la, b, lb, |x: T, y: T| x.atan2(y)),
         // Comparisons returned above; logical ops never reach a float kernel.
@@ -164,7 +194,13 @@ fn any_zero<T: Num>(b: &[T], lb: &Layout) -> bool {
     dense(b, lb).iter().any(|&v| v == T::ZERO)
 }
 
-fn binary_int<T: Num + Sync + Send>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Result<HostData> {
+fn binary_int<T: Num + Sync + Send>(
+    op: BinaryOp,
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+) -> Result<HostData> {
     use BinaryOp::*;
     if let Some(c) = compare(op, a, la, b, lb) {
         return Ok(c);
@@ -172,10 +208,16 @@ fn binary_int<T: Num + Sync + Send>(op: BinaryOp, a: &[T], la: &Layout, b: &[T],
     let i = |v: T| v.to_i64();
     let t = T::from_i64;
     if matches!(op, Div | FloorDiv | Mod) && any_zero(b, lb) {
-        return Err(Error::Arithmetic { op: op.name(), msg: "integer division by zero" });
+        return Err(Error::Arithmetic {
+            op: op.name(),
+            msg: "integer division by zero",
+        });
     }
     if op == Pow && dense(b, lb).iter().any(|&v| v.to_i64() < 0) {
-        return Err(Error::Arithmetic { op: "pow", msg: "integers to negative integer powers are not allowed" });
+        return Err(Error::Arithmetic {
+            op: "pow",
+            msg: "integers to negative integer powers are not allowed",
+        });
     }
     let v: Vec<T> = match op {
         Add => apply(a, la, b, lb, |x: T, y: T| x.wadd(y)),
@@ -185,12 +227,20 @@ fn binary_int<T: Num + Sync + Send>(op: BinaryOp, a: &[T], la: &Layout, b: &[T],
         FloorDiv => apply(a, la, b, lb, |x: T, y: T| {
             let (x, y) = (i(x), i(y));
             let q = x.wrapping_div(y);
-            t(if x.wrapping_rem(y) != 0 && ((x < 0) != (y < 0)) { q - 1 } else { q })
+            t(if x.wrapping_rem(y) != 0 && ((x < 0) != (y < 0)) {
+                q - 1
+            } else {
+                q
+            })
         }),
         Mod => apply(a, la, b, lb, |x: T, y: T| {
             let (x, y) = (i(x), i(y));
             let r = x.wrapping_rem(y);
-            t(if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r })
+            t(if r != 0 && ((r < 0) != (y < 0)) {
+                r + y
+            } else {
+                r
+            })
         }),
         Pow => apply(a, la, b, lb, |x: T, y: T| {
             let (mut base, mut e, mut acc) = (i(x), i(y) as u64, 1i64);

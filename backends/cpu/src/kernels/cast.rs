@@ -1,7 +1,7 @@
 //! `cast` between every dtype pair, and dense copies of views.
 
 use crate::buffer::{dense, host, narrow, widen};
-use ferroflow_tensor::{with_host_data, bf16, f16, DType, Element, HostData, Operand, Result};
+use ferroflow_tensor::{bf16, f16, with_host_data, DType, Element, HostData, Operand, Result};
 
 /// How an element converts: integers (and bool) go through i64 so int-to-int casts wrap
 /// like C's, everything else through f64 (Rust `as`: saturating, NaN to 0).

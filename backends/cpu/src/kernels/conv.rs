@@ -8,7 +8,9 @@
 use super::matmul::{gemm_into, StridedMatrix};
 use crate::buffer::{dense, host, narrow, widen};
 use crate::num::Num;
-use ferroflow_tensor::{backend::unsupported, DType, HostData, Operand, PoolKind, Result, Window2d};
+use ferroflow_tensor::{
+    backend::unsupported, DType, HostData, Operand, PoolKind, Result, Window2d,
+};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -24,7 +26,9 @@ enum Floats<'a> {
 fn floats<'a>(op: &'static str, x: &Operand<'a>) -> Result<Floats<'a>> {
     let d = host(x)?;
     if let Some(w) = widen(d) {
-        return Ok(Floats::F32(std::borrow::Cow::Owned(dense(&w, x.layout).into_owned())));
+        return Ok(Floats::F32(std::borrow::Cow::Owned(
+            dense(&w, x.layout).into_owned(),
+        )));
     }
     match d {
         HostData::F32(v) => Ok(Floats::F32(dense(v, x.layout))),
@@ -39,7 +43,14 @@ fn finish_f32(v: Vec<f32>, dtype: DType) -> HostData {
 
 /// Input position of output `o` at window tap `t`, or None inside the padding.
 #[inline(always)]
-fn source(o: usize, t: usize, stride: usize, dilation: usize, pad: usize, n: usize) -> Option<usize> {
+fn source(
+    o: usize,
+    t: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    n: usize,
+) -> Option<usize> {
     let p = (o * stride + t * dilation) as isize - pad as isize;
     (p >= 0 && (p as usize) < n).then_some(p as usize)
 }
@@ -51,20 +62,29 @@ fn im2col<T: Num + Send + Sync>(x: &[T], w: &Window2d, cin: usize, b0: usize, b1
     let [kh, kw] = w.kernel;
     let kdim = kh * kw * cin;
     let mut cols = vec![T::ZERO; (b1 - b0) * oh * ow * kdim];
-    cols.par_chunks_mut(ow * kdim).enumerate().for_each(|(r, row)| {
-        let (b, oy) = (b0 + r / oh, r % oh);
-        for ox in 0..ow {
-            for ky in 0..kh {
-                let Some(iy) = source(oy, ky, w.strides[0], w.dilations[0], w.pad_before[0], h) else { continue };
-                for kx in 0..kw {
-                    let Some(ix) = source(ox, kx, w.strides[1], w.dilations[1], w.pad_before[1], wd) else { continue };
-                    let src = ((b * h + iy) * wd + ix) * cin;
-                    let dst = ox * kdim + (ky * kw + kx) * cin;
-                    row[dst..dst + cin].copy_from_slice(&x[src..src + cin]);
+    cols.par_chunks_mut((ow * kdim).max(1))
+        .enumerate()
+        .for_each(|(r, row)| {
+            let (b, oy) = (b0 + r / oh, r % oh);
+            for ox in 0..ow {
+                for ky in 0..kh {
+                    let Some(iy) = source(oy, ky, w.strides[0], w.dilations[0], w.pad_before[0], h)
+                    else {
+                        continue;
+                    };
+                    for kx in 0..kw {
+                        let Some(ix) =
+                            source(ox, kx, w.strides[1], w.dilations[1], w.pad_before[1], wd)
+                        else {
+                            continue;
+                        };
+                        let src = ((b * h + iy) * wd + ix) * cin;
+                        let dst = ox * kdim + (ky * kw + kx) * cin;
+                        row[dst..dst + cin].copy_from_slice(&x[src..src + cin]);
+                    }
                 }
             }
-        }
-    });
+        });
     cols
 }
 
@@ -73,7 +93,12 @@ fn batch_chunk(w: &Window2d, kdim: usize) -> usize {
     (COLS_BUDGET / per_image).clamp(1, w.input[0].max(1))
 }
 
-fn conv2d_typed<T: Num + Send + Sync + 'static>(x: &[T], f: &[T], w: &Window2d, cout: usize) -> Vec<T> {
+fn conv2d_typed<T: Num + Send + Sync + 'static>(
+    x: &[T],
+    f: &[T],
+    w: &Window2d,
+    cout: usize,
+) -> Vec<T> {
     let [n, _, _, cin] = w.input;
     let kdim = w.kernel[0] * w.kernel[1] * cin;
     let rows_per_image = w.output[0] * w.output[1];
@@ -84,9 +109,30 @@ fn conv2d_typed<T: Num + Send + Sync + 'static>(x: &[T], f: &[T], w: &Window2d, 
         let cols = im2col(x, w, cin, b0, b1);
         let rows = (b1 - b0) * rows_per_image;
         let dst = &mut out[b0 * rows_per_image * cout..b1 * rows_per_image * cout];
-        let lhs = StridedMatrix { data: &cols, offset: 0, rs: kdim as isize, cs: 1 };
-        let rhs = StridedMatrix { data: f, offset: 0, rs: cout as isize, cs: 1 };
-        gemm_into(dst, rows, cout, kdim, lhs, rhs, false, T::ZERO, T::ONE, Parallelism::Rayon(0));
+        let lhs = StridedMatrix {
+            data: &cols,
+            offset: 0,
+            rs: kdim as isize,
+            cs: 1,
+        };
+        let rhs = StridedMatrix {
+            data: f,
+            offset: 0,
+            rs: cout as isize,
+            cs: 1,
+        };
+        gemm_into(
+            dst,
+            rows,
+            cout,
+            kdim,
+            lhs,
+            rhs,
+            false,
+            T::ZERO,
+            T::ONE,
+            Parallelism::Rayon(0),
+        );
     }
     out
 }
@@ -100,7 +146,12 @@ pub(crate) fn conv2d(x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Resul
     })
 }
 
-fn backprop_input_typed<T: Num + Send + Sync + 'static>(f: &[T], dy: &[T], w: &Window2d, cout: usize) -> Vec<T> {
+fn backprop_input_typed<T: Num + Send + Sync + 'static>(
+    f: &[T],
+    dy: &[T],
+    w: &Window2d,
+    cout: usize,
+) -> Vec<T> {
     let [n, h, wd, cin] = w.input;
     let [oh, ow] = w.output;
     let [kh, kw] = w.kernel;
@@ -113,42 +164,97 @@ fn backprop_input_typed<T: Num + Send + Sync + 'static>(f: &[T], dy: &[T], w: &W
         let rows = (b1 - b0) * rows_per_image;
         // dcols = dy · filterᵀ, filter read as [cout, kdim] through swapped strides.
         let mut dcols = vec![T::ZERO; rows * kdim];
-        let lhs = StridedMatrix { data: dy, offset: b0 * rows_per_image * cout, rs: cout as isize, cs: 1 };
-        let rhs = StridedMatrix { data: f, offset: 0, rs: 1, cs: cout as isize };
-        gemm_into(&mut dcols, rows, kdim, cout, lhs, rhs, false, T::ZERO, T::ONE, Parallelism::Rayon(0));
+        let lhs = StridedMatrix {
+            data: dy,
+            offset: b0 * rows_per_image * cout,
+            rs: cout as isize,
+            cs: 1,
+        };
+        let rhs = StridedMatrix {
+            data: f,
+            offset: 0,
+            rs: 1,
+            cs: cout as isize,
+        };
+        gemm_into(
+            &mut dcols,
+            rows,
+            kdim,
+            cout,
+            lhs,
+            rhs,
+            false,
+            T::ZERO,
+            T::ONE,
+            Parallelism::Rayon(0),
+        );
         // col2im: each image only touches its own slice of dx, so images run in parallel.
-        dx[b0 * h * wd * cin..b1 * h * wd * cin].par_chunks_mut(h * wd * cin).enumerate().for_each(|(bi, img)| {
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let row = &dcols[((bi * oh + oy) * ow + ox) * kdim..][..kdim];
-                    for ky in 0..kh {
-                        let Some(iy) = source(oy, ky, w.strides[0], w.dilations[0], w.pad_before[0], h) else { continue };
-                        for kx in 0..kw {
-                            let Some(ix) = source(ox, kx, w.strides[1], w.dilations[1], w.pad_before[1], wd) else { continue };
-                            let d = &mut img[(iy * wd + ix) * cin..][..cin];
-                            let s = &row[(ky * kw + kx) * cin..][..cin];
-                            for (a, &b) in d.iter_mut().zip(s) {
-                                *a = *a + b;
+        dx[b0 * h * wd * cin..b1 * h * wd * cin]
+            .par_chunks_mut((h * wd * cin).max(1))
+            .enumerate()
+            .for_each(|(bi, img)| {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let row = &dcols[((bi * oh + oy) * ow + ox) * kdim..][..kdim];
+                        for ky in 0..kh {
+                            let Some(iy) =
+                                source(oy, ky, w.strides[0], w.dilations[0], w.pad_before[0], h)
+                            else {
+                                continue;
+                            };
+                            for kx in 0..kw {
+                                let Some(ix) = source(
+                                    ox,
+                                    kx,
+                                    w.strides[1],
+                                    w.dilations[1],
+                                    w.pad_before[1],
+                                    wd,
+                                ) else {
+                                    continue;
+                                };
+                                let d = &mut img[(iy * wd + ix) * cin..][..cin];
+                                let s = &row[(ky * kw + kx) * cin..][..cin];
+                                for (a, &b) in d.iter_mut().zip(s) {
+                                    *a = *a + b;
+                                }
                             }
                         }
                     }
                 }
-            }
-        });
+            });
     }
     dx
 }
 
-pub(crate) fn conv2d_backprop_input(filter: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<HostData> {
+pub(crate) fn conv2d_backprop_input(
+    filter: Operand<'_>,
+    dy: Operand<'_>,
+    w: &Window2d,
+) -> Result<HostData> {
     let cout = filter.shape()[3];
-    Ok(match (floats("conv2d_backprop_input", &filter)?, floats("conv2d_backprop_input", &dy)?) {
-        (Floats::F32(f), Floats::F32(g)) => finish_f32(backprop_input_typed(&f, &g, w, cout), dy.dtype),
-        (Floats::F64(f), Floats::F64(g)) => HostData::F64(backprop_input_typed(&f, &g, w, cout)),
-        _ => return Err(unsupported("cpu", "conv2d_backprop_input", dy.dtype)),
-    })
+    Ok(
+        match (
+            floats("conv2d_backprop_input", &filter)?,
+            floats("conv2d_backprop_input", &dy)?,
+        ) {
+            (Floats::F32(f), Floats::F32(g)) => {
+                finish_f32(backprop_input_typed(&f, &g, w, cout), dy.dtype)
+            }
+            (Floats::F64(f), Floats::F64(g)) => {
+                HostData::F64(backprop_input_typed(&f, &g, w, cout))
+            }
+            _ => return Err(unsupported("cpu", "conv2d_backprop_input", dy.dtype)),
+        },
+    )
 }
 
-fn backprop_filter_typed<T: Num + Send + Sync + 'static>(x: &[T], dy: &[T], w: &Window2d, cout: usize) -> Vec<T> {
+fn backprop_filter_typed<T: Num + Send + Sync + 'static>(
+    x: &[T],
+    dy: &[T],
+    w: &Window2d,
+    cout: usize,
+) -> Vec<T> {
     let [n, _, _, cin] = w.input;
     let kdim = w.kernel[0] * w.kernel[1] * cin;
     let rows_per_image = w.output[0] * w.output[1];
@@ -159,58 +265,110 @@ fn backprop_filter_typed<T: Num + Send + Sync + 'static>(x: &[T], dy: &[T], w: &
         let rows = (b1 - b0) * rows_per_image;
         let cols = im2col(x, w, cin, b0, b1);
         // dW += colsᵀ · dy
-        let lhs = StridedMatrix { data: &cols, offset: 0, rs: 1, cs: kdim as isize };
-        let rhs = StridedMatrix { data: dy, offset: b0 * rows_per_image * cout, rs: cout as isize, cs: 1 };
-        gemm_into(&mut dw, kdim, cout, rows, lhs, rhs, ci > 0, T::ZERO, T::ONE, Parallelism::Rayon(0));
+        let lhs = StridedMatrix {
+            data: &cols,
+            offset: 0,
+            rs: 1,
+            cs: kdim as isize,
+        };
+        let rhs = StridedMatrix {
+            data: dy,
+            offset: b0 * rows_per_image * cout,
+            rs: cout as isize,
+            cs: 1,
+        };
+        gemm_into(
+            &mut dw,
+            kdim,
+            cout,
+            rows,
+            lhs,
+            rhs,
+            ci > 0,
+            T::ZERO,
+            T::ONE,
+            Parallelism::Rayon(0),
+        );
     }
     dw
 }
 
-pub(crate) fn conv2d_backprop_filter(x: Operand<'_>, dy: Operand<'_>, filter_shape: [usize; 4], w: &Window2d) -> Result<HostData> {
+pub(crate) fn conv2d_backprop_filter(
+    x: Operand<'_>,
+    dy: Operand<'_>,
+    filter_shape: [usize; 4],
+    w: &Window2d,
+) -> Result<HostData> {
     let cout = filter_shape[3];
-    Ok(match (floats("conv2d_backprop_filter", &x)?, floats("conv2d_backprop_filter", &dy)?) {
-        (Floats::F32(a), Floats::F32(g)) => finish_f32(backprop_filter_typed(&a, &g, w, cout), x.dtype),
-        (Floats::F64(a), Floats::F64(g)) => HostData::F64(backprop_filter_typed(&a, &g, w, cout)),
-        _ => return Err(unsupported("cpu", "conv2d_backprop_filter", x.dtype)),
-    })
+    Ok(
+        match (
+            floats("conv2d_backprop_filter", &x)?,
+            floats("conv2d_backprop_filter", &dy)?,
+        ) {
+            (Floats::F32(a), Floats::F32(g)) => {
+                finish_f32(backprop_filter_typed(&a, &g, w, cout), x.dtype)
+            }
+            (Floats::F64(a), Floats::F64(g)) => {
+                HostData::F64(backprop_filter_typed(&a, &g, w, cout))
+            }
+            _ => return Err(unsupported("cpu", "conv2d_backprop_filter", x.dtype)),
+        },
+    )
 }
 
 /// Calls `f(oy, ox, taps)` per output position with the valid input positions of its window.
 fn for_windows(w: &Window2d, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
     let [_, h, wd, _] = w.input;
     for ky in 0..w.kernel[0] {
-        let Some(iy) = source(oy, ky, w.strides[0], 1, w.pad_before[0], h) else { continue };
+        let Some(iy) = source(oy, ky, w.strides[0], 1, w.pad_before[0], h) else {
+            continue;
+        };
         for kx in 0..w.kernel[1] {
-            let Some(ix) = source(ox, kx, w.strides[1], 1, w.pad_before[1], wd) else { continue };
+            let Some(ix) = source(ox, kx, w.strides[1], 1, w.pad_before[1], wd) else {
+                continue;
+            };
             f(iy, ix);
         }
     }
 }
 
-fn pool_typed<T: Num + Send + Sync + num_traits::Float>(kind: PoolKind, x: &[T], w: &Window2d) -> Vec<T> {
+fn pool_typed<T: Num + Send + Sync + num_traits::Float>(
+    kind: PoolKind,
+    x: &[T],
+    w: &Window2d,
+) -> Vec<T> {
     let [n, h, wd, c] = w.input;
     let [oh, ow] = w.output;
     let mut out = vec![T::ZERO; n * oh * ow * c];
-    out.par_chunks_mut((ow * c).max(1)).enumerate().for_each(|(r, row)| {
-        let (b, oy) = (r / oh, r % oh);
-        for ox in 0..ow {
-            let o = &mut row[ox * c..(ox + 1) * c];
-            let mut count = 0usize;
-            o.fill(if kind == PoolKind::Max { T::LOWEST } else { T::ZERO });
-            for_windows(w, oy, ox, |iy, ix| {
-                count += 1;
-                let s = &x[((b * h + iy) * wd + ix) * c..][..c];
-                match kind {
-                    PoolKind::Max => o.iter_mut().zip(s).for_each(|(a, &v)| *a = if v > *a || v != v { v } else { *a }),
-                    PoolKind::Avg => o.iter_mut().zip(s).for_each(|(a, &v)| *a = *a + v),
+    out.par_chunks_mut((ow * c).max(1))
+        .enumerate()
+        .for_each(|(r, row)| {
+            let (b, oy) = (r / oh, r % oh);
+            for ox in 0..ow {
+                let o = &mut row[ox * c..(ox + 1) * c];
+                let mut count = 0usize;
+                o.fill(if kind == PoolKind::Max {
+                    T::LOWEST
+                } else {
+                    T::ZERO
+                });
+                for_windows(w, oy, ox, |iy, ix| {
+                    count += 1;
+                    let s = &x[((b * h + iy) * wd + ix) * c..][..c];
+                    match kind {
+                        PoolKind::Max => o
+                            .iter_mut()
+                            .zip(s)
+                            .for_each(|(a, &v)| *a = if v > *a || v != v { v } else { *a }),
+                        PoolKind::Avg => o.iter_mut().zip(s).for_each(|(a, &v)| *a = *a + v),
+                    }
+                });
+                if kind == PoolKind::Avg {
+                    let inv = T::ONE / T::from(count.max(1)).unwrap_or(T::ONE);
+                    o.iter_mut().for_each(|a| *a = *a * inv);
                 }
-            });
-            if kind == PoolKind::Avg {
-                let inv = T::ONE / T::from(count.max(1)).unwrap_or(T::ONE);
-                o.iter_mut().for_each(|a| *a = *a * inv);
             }
-        }
-    });
+        });
     out
 }
 
@@ -221,65 +379,78 @@ pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<Hos
     })
 }
 
-fn max_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(x: &[T], dy: &[T], w: &Window2d) -> Vec<T> {
+fn max_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(
+    x: &[T],
+    dy: &[T],
+    w: &Window2d,
+) -> Vec<T> {
     let [n, h, wd, c] = w.input;
     let [oh, ow] = w.output;
     let mut dx = vec![T::ZERO; n * h * wd * c];
-    dx.par_chunks_mut((h * wd * c).max(1)).enumerate().for_each(|(b, img)| {
-        let mut best = vec![T::ZERO; c];
-        let mut arg = vec![usize::MAX; c];
-        for oy in 0..oh {
-            for ox in 0..ow {
-                arg.fill(usize::MAX);
-                for_windows(w, oy, ox, |iy, ix| {
-                    let p = (iy * wd + ix) * c;
-                    let s = &x[b * h * wd * c + p..][..c];
-                    for ch in 0..c {
-                        let v = s[ch];
-                        if arg[ch] == usize::MAX || v > best[ch] || (v != v && best[ch] == best[ch]) {
-                            best[ch] = v;
-                            arg[ch] = p + ch;
+    dx.par_chunks_mut((h * wd * c).max(1))
+        .enumerate()
+        .for_each(|(b, img)| {
+            let mut best = vec![T::ZERO; c];
+            let mut arg = vec![usize::MAX; c];
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    arg.fill(usize::MAX);
+                    for_windows(w, oy, ox, |iy, ix| {
+                        let p = (iy * wd + ix) * c;
+                        let s = &x[b * h * wd * c + p..][..c];
+                        for ch in 0..c {
+                            let v = s[ch];
+                            if arg[ch] == usize::MAX
+                                || v > best[ch]
+                                || (v != v && best[ch] == best[ch])
+                            {
+                                best[ch] = v;
+                                arg[ch] = p + ch;
+                            }
                         }
-                    }
-                });
-                let g = &dy[((b * oh + oy) * ow + ox) * c..][..c];
-                for ch in 0..c {
-                    if arg[ch] != usize::MAX {
-                        img[arg[ch]] = img[arg[ch]] + g[ch];
+                    });
+                    let g = &dy[((b * oh + oy) * ow + ox) * c..][..c];
+                    for ch in 0..c {
+                        if arg[ch] != usize::MAX {
+                            img[arg[ch]] = img[arg[ch]] + g[ch];
+                        }
                     }
                 }
             }
-        }
-    });
+        });
     dx
 }
 
 pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<HostData> {
-    Ok(match (floats("max_pool_grad", &x)?, floats("max_pool_grad", &dy)?) {
-        (Floats::F32(a), Floats::F32(g)) => finish_f32(max_pool_grad_typed(&a, &g, w), x.dtype),
-        (Floats::F64(a), Floats::F64(g)) => HostData::F64(max_pool_grad_typed(&a, &g, w)),
-        _ => return Err(unsupported("cpu", "max_pool_grad", x.dtype)),
-    })
+    Ok(
+        match (floats("max_pool_grad", &x)?, floats("max_pool_grad", &dy)?) {
+            (Floats::F32(a), Floats::F32(g)) => finish_f32(max_pool_grad_typed(&a, &g, w), x.dtype),
+            (Floats::F64(a), Floats::F64(g)) => HostData::F64(max_pool_grad_typed(&a, &g, w)),
+            _ => return Err(unsupported("cpu", "max_pool_grad", x.dtype)),
+        },
+    )
 }
 
 fn avg_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(dy: &[T], w: &Window2d) -> Vec<T> {
     let [n, h, wd, c] = w.input;
     let [oh, ow] = w.output;
     let mut dx = vec![T::ZERO; n * h * wd * c];
-    dx.par_chunks_mut((h * wd * c).max(1)).enumerate().for_each(|(b, img)| {
-        for oy in 0..oh {
-            for ox in 0..ow {
-                let mut count = 0usize;
-                for_windows(w, oy, ox, |_, _| count += 1);
-                let inv = T::ONE / T::from(count.max(1)).unwrap_or(T::ONE);
-                let g = &dy[((b * oh + oy) * ow + ox) * c..][..c];
-                for_windows(w, oy, ox, |iy, ix| {
-                    let d = &mut img[(iy * wd + ix) * c..][..c];
-                    d.iter_mut().zip(g).for_each(|(a, &v)| *a = *a + v * inv);
-                });
+    dx.par_chunks_mut((h * wd * c).max(1))
+        .enumerate()
+        .for_each(|(b, img)| {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut count = 0usize;
+                    for_windows(w, oy, ox, |_, _| count += 1);
+                    let inv = T::ONE / T::from(count.max(1)).unwrap_or(T::ONE);
+                    let g = &dy[((b * oh + oy) * ow + ox) * c..][..c];
+                    for_windows(w, oy, ox, |iy, ix| {
+                        let d = &mut img[(iy * wd + ix) * c..][..c];
+                        d.iter_mut().zip(g).for_each(|(a, &v)| *a = *a + v * inv);
+                    });
+                }
             }
-        }
-    });
+        });
     dx
 }
 

@@ -2,7 +2,9 @@
 
 use crate::buffer::{dense, host, narrow, split_at_axis, widen};
 use crate::num::Num;
-use ferroflow_tensor::{backend::unsupported, with_host_data, Element, Error, HostData, Layout, Operand, Result};
+use ferroflow_tensor::{
+    backend::unsupported, with_host_data, Element, Error, HostData, Layout, Operand, Result,
+};
 
 /// Indices as i64, dense.
 fn indices_i64(x: &Operand<'_>) -> Result<Vec<i64>> {
@@ -15,7 +17,11 @@ fn indices_i64(x: &Operand<'_>) -> Result<Vec<i64>> {
 
 fn check_index(op: &'static str, i: i64, n: usize) -> Result<usize> {
     if i < 0 || i as usize >= n {
-        return Err(Error::IndexOutOfRange { op, index: i, bound: n });
+        return Err(Error::IndexOutOfRange {
+            op,
+            index: i,
+            bound: n,
+        });
     }
     Ok(i as usize)
 }
@@ -23,7 +29,10 @@ fn check_index(op: &'static str, i: i64, n: usize) -> Result<usize> {
 fn gather_typed<T: Element>(v: &[T], layout: &Layout, idx: &[i64], axis: usize) -> Result<Vec<T>> {
     let x = dense(v, layout);
     let (outer, n, inner) = split_at_axis(layout.shape(), axis);
-    let checked = idx.iter().map(|&i| check_index("gather", i, n)).collect::<Result<Vec<_>>>()?;
+    let checked = idx
+        .iter()
+        .map(|&i| check_index("gather", i, n))
+        .collect::<Result<Vec<_>>>()?;
     let mut out = Vec::with_capacity(outer * checked.len() * inner);
     for o in 0..outer {
         let base = o * n * inner;
@@ -42,7 +51,10 @@ pub(crate) fn gather(x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Resul
 fn scatter_typed<T: Num>(upd: &[T], shape: &[usize], idx: &[i64], axis: usize) -> Result<Vec<T>> {
     let (outer, n, inner) = split_at_axis(shape, axis);
     let mut out = vec![T::ZERO; outer * n * inner];
-    let checked = idx.iter().map(|&i| check_index("scatter_add", i, n)).collect::<Result<Vec<_>>>()?;
+    let checked = idx
+        .iter()
+        .map(|&i| check_index("scatter_add", i, n))
+        .collect::<Result<Vec<_>>>()?;
     let m = checked.len();
     for o in 0..outer {
         for (j, &i) in checked.iter().enumerate() {
@@ -56,11 +68,19 @@ fn scatter_typed<T: Num>(upd: &[T], shape: &[usize], idx: &[i64], axis: usize) -
     Ok(out)
 }
 
-pub(crate) fn scatter_add(indices: Operand<'_>, updates: Operand<'_>, shape: &[usize], axis: usize) -> Result<HostData> {
+pub(crate) fn scatter_add(
+    indices: Operand<'_>,
+    updates: Operand<'_>,
+    shape: &[usize],
+    axis: usize,
+) -> Result<HostData> {
     let idx = indices_i64(&indices)?;
     let data = host(&updates)?;
     if let Some(w) = widen(data) {
-        return Ok(narrow(scatter_typed(&dense(&w, updates.layout), shape, &idx, axis)?, updates.dtype));
+        return Ok(narrow(
+            scatter_typed(&dense(&w, updates.layout), shape, &idx, axis)?,
+            updates.dtype,
+        ));
     }
     let l = updates.layout;
     Ok(match data {
@@ -75,7 +95,10 @@ pub(crate) fn scatter_add(indices: Operand<'_>, updates: Operand<'_>, shape: &[u
 }
 
 fn concat_typed<T: Element>(parts: &[(&[T], &Layout)], axis: usize) -> Vec<T> {
-    let dense_parts: Vec<_> = parts.iter().map(|(v, l)| (dense(v, l), split_at_axis(l.shape(), axis))).collect();
+    let dense_parts: Vec<_> = parts
+        .iter()
+        .map(|(v, l)| (dense(v, l), split_at_axis(l.shape(), axis)))
+        .collect();
     let outer = dense_parts.first().map(|(_, (o, _, _))| *o).unwrap_or(0);
     let total: usize = dense_parts.iter().map(|(d, _)| d.len()).sum();
     let mut out = Vec::with_capacity(total);
@@ -89,7 +112,12 @@ fn concat_typed<T: Element>(parts: &[(&[T], &Layout)], axis: usize) -> Vec<T> {
 }
 
 /// Concatenates buffers of the same element type as `_witness`.
-fn concat_like<T: Element>(_witness: &[T], datas: &[&HostData], inputs: &[Operand<'_>], axis: usize) -> Result<Vec<T>> {
+fn concat_like<T: Element>(
+    _witness: &[T],
+    datas: &[&HostData],
+    inputs: &[Operand<'_>],
+    axis: usize,
+) -> Result<Vec<T>> {
     let parts = datas
         .iter()
         .zip(inputs)
@@ -105,10 +133,19 @@ pub(crate) fn concat(inputs: &[Operand<'_>], axis: usize) -> Result<HostData> {
     Ok(with_host_data!(first, v => Element::into_host(concat_like(v, &datas, inputs, axis)?)))
 }
 
-fn pad_typed<T: Element>(v: &[T], layout: &Layout, paddings: &[(usize, usize)], value: T) -> Vec<T> {
+fn pad_typed<T: Element>(
+    v: &[T],
+    layout: &Layout,
+    paddings: &[(usize, usize)],
+    value: T,
+) -> Vec<T> {
     let x = dense(v, layout);
     let in_shape = layout.shape();
-    let out_shape: Vec<usize> = in_shape.iter().zip(paddings).map(|(d, (a, b))| d + a + b).collect();
+    let out_shape: Vec<usize> = in_shape
+        .iter()
+        .zip(paddings)
+        .map(|(d, (a, b))| d + a + b)
+        .collect();
     let mut out = vec![value; out_shape.iter().product()];
     let rank = in_shape.len();
     if x.is_empty() {
@@ -136,7 +173,9 @@ fn pad_typed<T: Element>(v: &[T], layout: &Layout, paddings: &[(usize, usize)], 
 }
 
 pub(crate) fn pad(x: Operand<'_>, paddings: &[(usize, usize)], value: f64) -> Result<HostData> {
-    Ok(with_host_data!(host(&x)?, v => Element::into_host(pad_typed(v, x.layout, paddings, Element::from_f64(value)))))
+    Ok(
+        with_host_data!(host(&x)?, v => Element::into_host(pad_typed(v, x.layout, paddings, Element::from_f64(value)))),
+    )
 }
 
 pub(crate) fn select(c: Operand<'_>, t: Operand<'_>, f: Operand<'_>) -> Result<HostData> {
@@ -145,11 +184,23 @@ pub(crate) fn select(c: Operand<'_>, t: Operand<'_>, f: Operand<'_>) -> Result<H
     };
     let cond = dense(cv, c.layout);
     let (dt, df) = (host(&t)?, host(&f)?);
-    Ok(with_host_data!(dt, tv => Element::into_host(select_like(&cond, tv, t.layout, df, f.layout)?)))
+    Ok(
+        with_host_data!(dt, tv => Element::into_host(select_like(&cond, tv, t.layout, df, f.layout)?)),
+    )
 }
 
-fn select_like<T: Element>(cond: &[bool], tv: &[T], lt: &Layout, df: &HostData, lf: &Layout) -> Result<Vec<T>> {
+fn select_like<T: Element>(
+    cond: &[bool],
+    tv: &[T],
+    lt: &Layout,
+    df: &HostData,
+    lf: &Layout,
+) -> Result<Vec<T>> {
     let fv = T::slice_of(df).ok_or_else(|| unsupported("cpu", "where", df.dtype()))?;
     let (a, b) = (dense(tv, lt), dense(fv, lf));
-    Ok(cond.iter().zip(a.iter().zip(b.iter())).map(|(&k, (&x, &y))| if k { x } else { y }).collect())
+    Ok(cond
+        .iter()
+        .zip(a.iter().zip(b.iter()))
+        .map(|(&k, (&x, &y))| if k { x } else { y })
+        .collect())
 }

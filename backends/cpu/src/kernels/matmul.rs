@@ -10,7 +10,11 @@ use rayon::prelude::*;
 /// Offsets of every batch matrix for a `[..batch, r, c]` layout.
 fn batch_offsets(l: &Layout) -> Vec<usize> {
     let rank = l.rank();
-    let batch = Layout::new(l.shape()[..rank - 2].to_vec(), l.strides()[..rank - 2].to_vec(), l.offset());
+    let batch = Layout::new(
+        l.shape()[..rank - 2].to_vec(),
+        l.strides()[..rank - 2].to_vec(),
+        l.offset(),
+    );
     let mut v = Vec::with_capacity(batch.num_elements());
     batch.for_each_offset(|o| v.push(o));
     v
@@ -54,7 +58,12 @@ impl<T> StridedMatrix<'_, T> {
         if r == 0 || c == 0 {
             return true;
         }
-        let corners = [0, (r as isize - 1) * self.rs, (c as isize - 1) * self.cs, (r as isize - 1) * self.rs + (c as isize - 1) * self.cs];
+        let corners = [
+            0,
+            (r as isize - 1) * self.rs,
+            (c as isize - 1) * self.cs,
+            (r as isize - 1) * self.rs + (c as isize - 1) * self.cs,
+        ];
         corners.iter().all(|&d| {
             let p = self.offset as isize + d;
             p >= 0 && (p as usize) < self.data.len()
@@ -76,7 +85,10 @@ pub(crate) fn gemm_into<T: Copy + 'static>(
     one: T,
     par: Parallelism,
 ) {
-    assert!(dst.len() >= m * n && lhs.fits(m, k) && rhs.fits(k, n), "gemm_into: operands out of bounds");
+    assert!(
+        dst.len() >= m * n && lhs.fits(m, k) && rhs.fits(k, n),
+        "gemm_into: operands out of bounds"
+    );
     if m == 0 || n == 0 || k == 0 {
         return;
     }
@@ -106,7 +118,14 @@ pub(crate) fn gemm_into<T: Copy + 'static>(
     }
 }
 
-fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(a: &[T], la: &Layout, b: &[T], lb: &Layout, zero: T, one: T) -> Vec<T> {
+fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    zero: T,
+    one: T,
+) -> Vec<T> {
     let d = dims(la, lb);
     let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
     let batches = oa.len();
@@ -120,14 +139,30 @@ fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(a: &[T], la: &Layout,
     }
     let flops = 2 * d.m * d.n * d.k;
     let run = |dst: &mut [T], i: usize, par: Parallelism| {
-        let lhs = StridedMatrix { data: a, offset: oa[i], rs: d.a_rs, cs: d.a_cs };
-        let rhs = StridedMatrix { data: b, offset: ob[i], rs: d.b_rs, cs: d.b_cs };
+        let lhs = StridedMatrix {
+            data: a,
+            offset: oa[i],
+            rs: d.a_rs,
+            cs: d.a_cs,
+        };
+        let rhs = StridedMatrix {
+            data: b,
+            offset: ob[i],
+            rs: d.b_rs,
+            cs: d.b_cs,
+        };
         gemm_into(dst, d.m, d.n, d.k, lhs, rhs, false, zero, one, par);
     };
     if batches > 1 && flops < (1 << 22) {
-        out.par_chunks_mut(mn).enumerate().for_each(|(i, dst)| run(dst, i, Parallelism::None));
+        out.par_chunks_mut(mn)
+            .enumerate()
+            .for_each(|(i, dst)| run(dst, i, Parallelism::None));
     } else {
-        let par = if flops < (1 << 18) { Parallelism::None } else { Parallelism::Rayon(0) };
+        let par = if flops < (1 << 18) {
+            Parallelism::None
+        } else {
+            Parallelism::Rayon(0)
+        };
         for (i, dst) in out.chunks_mut(mn).enumerate() {
             run(dst, i, par);
         }
@@ -135,17 +170,28 @@ fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(a: &[T], la: &Layout,
     out
 }
 
-fn matmul_int<T: crate::num::Num + Send + Sync>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
+fn matmul_int<T: crate::num::Num + Send + Sync>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+) -> Vec<T> {
     let d = dims(la, lb);
     let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
     let mut out = vec![T::ZERO; oa.len() * d.m * d.n];
-    for (bi, dst) in out.chunks_mut((d.m * d.n).max(1)).enumerate().take(oa.len()) {
+    for (bi, dst) in out
+        .chunks_mut((d.m * d.n).max(1))
+        .enumerate()
+        .take(oa.len())
+    {
         for i in 0..d.m {
             for j in 0..d.n {
                 let mut acc = T::ZERO;
                 for p in 0..d.k {
-                    let x = a[(oa[bi] as isize + i as isize * d.a_rs + p as isize * d.a_cs) as usize];
-                    let y = b[(ob[bi] as isize + p as isize * d.b_rs + j as isize * d.b_cs) as usize];
+                    let x =
+                        a[(oa[bi] as isize + i as isize * d.a_rs + p as isize * d.a_cs) as usize];
+                    let y =
+                        b[(ob[bi] as isize + p as isize * d.b_rs + j as isize * d.b_cs) as usize];
                     acc = acc.wadd(x.wmul(y));
                 }
                 dst[i * d.n + j] = acc;

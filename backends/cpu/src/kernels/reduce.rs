@@ -7,10 +7,18 @@
 use crate::buffer::{dense, host, narrow, widen};
 use crate::num::Num;
 use crate::simd::{fold, PAR_THRESHOLD};
-use ferroflow_tensor::{backend::unsupported, ArgReduceOp, Element, HostData, Layout, Operand, ReduceOp, Result};
+use ferroflow_tensor::{
+    backend::unsupported, ArgReduceOp, Element, HostData, Layout, Operand, ReduceOp, Result,
+};
 use rayon::prelude::*;
 
-fn reduce_with<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(data: &[T], layout: &Layout, axes: &[usize], init: T, f: F) -> Vec<T> {
+fn reduce_with<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(
+    data: &[T],
+    layout: &Layout,
+    axes: &[usize],
+    init: T,
+    f: F,
+) -> Vec<T> {
     let rank = layout.rank();
     let kept: Vec<usize> = (0..rank).filter(|a| !axes.contains(a)).collect();
     let k: usize = kept.iter().map(|&a| layout.shape()[a]).product();
@@ -26,7 +34,9 @@ fn reduce_with<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(data: &[T], la
     }
     let mut perm = kept.clone();
     perm.extend_from_slice(axes);
-    let permuted = layout.permute(&perm).expect("kept ++ axes is a permutation");
+    let permuted = layout
+        .permute(&perm)
+        .expect("kept ++ axes is a permutation");
     let rows = dense(data, &permuted);
     if k == 1 {
         return vec![fold(&rows, init, f)];
@@ -42,7 +52,13 @@ fn reduce_with<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(data: &[T], la
 }
 
 /// out[j] = f(.. f(f(init, x[0][j]), x[1][j]) ..): row-wise passes that vectorise over j.
-fn reduce_columns<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(x: &[T], r: usize, k: usize, init: T, f: F) -> Vec<T> {
+fn reduce_columns<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(
+    x: &[T],
+    r: usize,
+    k: usize,
+    init: T,
+    f: F,
+) -> Vec<T> {
     let mut out = vec![init; k];
     let pass = |o: &mut [T], j0: usize| {
         for i in 0..r {
@@ -56,18 +72,37 @@ fn reduce_columns<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(x: &[T], r:
         pass(&mut out, 0);
     } else {
         let chunk = k.div_ceil(rayon::current_num_threads() * 4).max(64);
-        out.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| pass(o, c * chunk));
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(c, o)| pass(o, c * chunk));
     }
     out
 }
 
-fn reduce_num<T: Num + Sync + Send>(op: ReduceOp, data: &[T], layout: &Layout, axes: &[usize]) -> Option<Vec<T>> {
+fn reduce_num<T: Num + Sync + Send>(
+    op: ReduceOp,
+    data: &[T],
+    layout: &Layout,
+    axes: &[usize],
+) -> Option<Vec<T>> {
     Some(match op {
         ReduceOp::Sum => reduce_with(data, layout, axes, T::ZERO, |a: T, b: T| a.wadd(b)),
         ReduceOp::Prod => reduce_with(data, layout, axes, T::ONE, |a: T, b: T| a.wmul(b)),
         // `a != a` keeps a NaN once seen; a NaN `b` wins because `a > NaN` is false.
-        ReduceOp::Max => reduce_with(data, layout, axes, T::LOWEST, |a: T, b: T| if a > b || a != a { a } else { b }),
-        ReduceOp::Min => reduce_with(data, layout, axes, T::HIGHEST, |a: T, b: T| if a < b || a != a { a } else { b }),
+        ReduceOp::Max => reduce_with(data, layout, axes, T::LOWEST, |a: T, b: T| {
+            if a > b || a != a {
+                a
+            } else {
+                b
+            }
+        }),
+        ReduceOp::Min => reduce_with(data, layout, axes, T::HIGHEST, |a: T, b: T| {
+            if a < b || a != a {
+                a
+            } else {
+                b
+            }
+        }),
         ReduceOp::Any | ReduceOp::All => return None,
     })
 }
@@ -76,7 +111,10 @@ pub(crate) fn reduce(op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<Hos
     let data = host(&x)?;
     let none = || unsupported("cpu", op.name(), x.dtype);
     if let Some(w) = widen(data) {
-        return Ok(narrow(reduce_num(op, &w, x.layout, axes).ok_or_else(none)?, x.dtype));
+        return Ok(narrow(
+            reduce_num(op, &w, x.layout, axes).ok_or_else(none)?,
+            x.dtype,
+        ));
     }
     Ok(match data {
         HostData::F32(v) => HostData::F32(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
@@ -97,23 +135,43 @@ pub(crate) fn reduce(op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<Hos
 /// Index of the first maximum (or minimum) of a row; the first NaN wins outright.
 fn arg_row<T: Num + Sync + Send>(row: &[T], max: bool) -> i64 {
     let best = if max {
-        fold(row, T::LOWEST, |a: T, b: T| if a > b || a != a { a } else { b })
+        fold(
+            row,
+            T::LOWEST,
+            |a: T, b: T| if a > b || a != a { a } else { b },
+        )
     } else {
-        fold(row, T::HIGHEST, |a: T, b: T| if a < b || a != a { a } else { b })
+        fold(
+            row,
+            T::HIGHEST,
+            |a: T, b: T| if a < b || a != a { a } else { b },
+        )
     };
     let nan = best.is_nan();
     const BLOCK: usize = 512;
     for (bi, block) in row.chunks(BLOCK).enumerate() {
-        let hit = if nan { block.iter().any(|v| v.is_nan()) } else { block.iter().fold(false, |h, &v| h | (v == best)) };
+        let hit = if nan {
+            block.iter().any(|v| v.is_nan())
+        } else {
+            block.iter().fold(false, |h, &v| h | (v == best))
+        };
         if hit {
-            let j = block.iter().position(|&v| if nan { v.is_nan() } else { v == best }).unwrap_or(0);
+            let j = block
+                .iter()
+                .position(|&v| if nan { v.is_nan() } else { v == best })
+                .unwrap_or(0);
             return (bi * BLOCK + j) as i64;
         }
     }
     0
 }
 
-fn arg_typed<T: Num + Sync + Send>(op: ArgReduceOp, data: &[T], layout: &Layout, axis: usize) -> Vec<i64> {
+fn arg_typed<T: Num + Sync + Send>(
+    op: ArgReduceOp,
+    data: &[T],
+    layout: &Layout,
+    axis: usize,
+) -> Vec<i64> {
     let rank = layout.rank();
     let mut perm: Vec<usize> = (0..rank).filter(|&a| a != axis).collect();
     perm.push(axis);

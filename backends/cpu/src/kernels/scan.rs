@@ -2,13 +2,26 @@
 
 use crate::buffer::{dense, host, narrow, split_at_axis, widen};
 use crate::num::Num;
-use ferroflow_tensor::{backend::unsupported, CumulativeOp, Element, HostData, Layout, Operand, Result};
+use ferroflow_tensor::{
+    backend::unsupported, CumulativeOp, Element, HostData, Layout, Operand, Result,
+};
 use rayon::prelude::*;
 
-fn scan_typed<T: Num + Send + Sync>(v: &[T], layout: &Layout, axis: usize, prod: bool, exclusive: bool, reverse: bool) -> Vec<T> {
+fn scan_typed<T: Num + Send + Sync>(
+    v: &[T],
+    layout: &Layout,
+    axis: usize,
+    prod: bool,
+    exclusive: bool,
+    reverse: bool,
+) -> Vec<T> {
     let x = dense(v, layout);
     let (outer, n, inner) = split_at_axis(layout.shape(), axis);
-    let (init, f): (T, fn(T, T) -> T) = if prod { (T::ONE, |a, b| a.wmul(b)) } else { (T::ZERO, |a, b| a.wadd(b)) };
+    let (init, f): (T, fn(T, T) -> T) = if prod {
+        (T::ONE, |a, b| a.wmul(b))
+    } else {
+        (T::ZERO, |a, b| a.wadd(b))
+    };
     let mut out = vec![init; x.len()];
     if x.is_empty() {
         return out;
@@ -35,19 +48,32 @@ fn scan_typed<T: Num + Send + Sync>(v: &[T], layout: &Layout, axis: usize, prod:
         }
     };
     if outer > 1 && x.len() >= crate::simd::PAR_THRESHOLD {
-        out.par_chunks_mut(block).zip(x.par_chunks(block)).for_each(|(d, s)| scan_block(s, d));
+        out.par_chunks_mut(block)
+            .zip(x.par_chunks(block))
+            .for_each(|(d, s)| scan_block(s, d));
     } else {
-        out.chunks_mut(block).zip(x.chunks(block)).for_each(|(d, s)| scan_block(s, d));
+        out.chunks_mut(block)
+            .zip(x.chunks(block))
+            .for_each(|(d, s)| scan_block(s, d));
     }
     out
 }
 
-pub(crate) fn cumulative(op: CumulativeOp, x: Operand<'_>, axis: usize, exclusive: bool, reverse: bool) -> Result<HostData> {
+pub(crate) fn cumulative(
+    op: CumulativeOp,
+    x: Operand<'_>,
+    axis: usize,
+    exclusive: bool,
+    reverse: bool,
+) -> Result<HostData> {
     let prod = op == CumulativeOp::Prod;
     let data = host(&x)?;
     let l = x.layout;
     if let Some(w) = widen(data) {
-        return Ok(narrow(scan_typed(&w, l, axis, prod, exclusive, reverse), x.dtype));
+        return Ok(narrow(
+            scan_typed(&w, l, axis, prod, exclusive, reverse),
+            x.dtype,
+        ));
     }
     Ok(match data {
         HostData::F32(v) => HostData::F32(scan_typed(v, l, axis, prod, exclusive, reverse)),
@@ -74,7 +100,12 @@ fn cmp_nan_last<T: Element>(a: &T, b: &T) -> std::cmp::Ordering {
     }
 }
 
-fn sort_typed<T: Element>(v: &[T], layout: &Layout, axis: usize, descending: bool) -> (Vec<T>, Vec<i32>) {
+fn sort_typed<T: Element>(
+    v: &[T],
+    layout: &Layout,
+    axis: usize,
+    descending: bool,
+) -> (Vec<T>, Vec<i32>) {
     let x = dense(v, layout);
     let (outer, n, inner) = split_at_axis(layout.shape(), axis);
     let mut vals = vec![T::default(); x.len()];

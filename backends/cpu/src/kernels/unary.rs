@@ -16,11 +16,25 @@ pub(crate) fn unary(op: UnaryOp, x: Operand<'_>) -> Result<HostData> {
     Ok(match data {
         HostData::F32(v) => unary_float(op, &dense(v, x.layout)),
         HostData::F64(v) => unary_float(op, &dense(v, x.layout)),
-        HostData::I8(v) => HostData::I8(unary_int(op, &dense(v, x.layout)).ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?),
-        HostData::I32(v) => HostData::I32(unary_int(op, &dense(v, x.layout)).ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?),
-        HostData::I64(v) => HostData::I64(unary_int(op, &dense(v, x.layout)).ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?),
-        HostData::U8(v) => HostData::U8(unary_int(op, &dense(v, x.layout)).ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?),
-        HostData::Bool(v) if op == UnaryOp::LogicalNot => HostData::Bool(map(&dense(v, x.layout), |b: bool| !b)),
+        HostData::I8(v) => HostData::I8(
+            unary_int(op, &dense(v, x.layout))
+                .ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?,
+        ),
+        HostData::I32(v) => HostData::I32(
+            unary_int(op, &dense(v, x.layout))
+                .ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?,
+        ),
+        HostData::I64(v) => HostData::I64(
+            unary_int(op, &dense(v, x.layout))
+                .ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?,
+        ),
+        HostData::U8(v) => HostData::U8(
+            unary_int(op, &dense(v, x.layout))
+                .ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?,
+        ),
+        HostData::Bool(v) if op == UnaryOp::LogicalNot => {
+            HostData::Bool(map(&dense(v, x.layout), |b: bool| !b))
+        }
         _ => return Err(unsupported("cpu", op.name(), x.dtype)),
     })
 }
@@ -44,7 +58,15 @@ fn unary_float<T: FloatMath>(op: UnaryOp, x: &[T]) -> HostData {
     let v: Vec<T> = match op {
         Neg => map(x, |v: T| -v),
         Abs => map(x, |v: T| v.abs()),
-        Sign => map(x, |v: T| if v > zero { one } else if v < zero { -one } else { v }),
+        Sign => map(x, |v: T| {
+            if v > zero {
+                one
+            } else if v < zero {
+                -one
+            } else {
+                v
+            }
+        }),
         Exp => map(x, |v: T| v.exp_vec()),
         Expm1 => map(x, |v: T| v.exp_m1()),
         Log => map(x, |v: T| v.ln()),
@@ -67,7 +89,15 @@ fn unary_float<T: FloatMath>(op: UnaryOp, x: &[T]) -> HostData {
         Floor => map(x, |v: T| v.floor()),
         Ceil => map(x, |v: T| v.ceil()),
         Round => map(x, round_half_even),
-        Relu => map(x, |v: T| if v > zero { v } else if v != v { v } else { zero }),
+        Relu => map(x, |v: T| {
+            if v > zero {
+                v
+            } else if v != v {
+                v
+            } else {
+                zero
+            }
+        }),
         IsFinite => return HostData::Bool(map(x, |v: T| v.is_finite())),
         IsNan => return HostData::Bool(map(x, |v: T| v != v)),
         LogicalNot => return HostData::Bool(map(x, |v: T| v == zero)),
@@ -81,7 +111,15 @@ fn unary_int<T: Num + Sync + Send>(op: UnaryOp, x: &[T]) -> Option<Vec<T>> {
     Some(match op {
         Neg => map(x, |v: T| zero.wsub(v)),
         Abs => map(x, |v: T| if v < zero { zero.wsub(v) } else { v }),
-        Sign => map(x, |v: T| if v > zero { T::ONE } else if v < zero { zero.wsub(T::ONE) } else { zero }),
+        Sign => map(x, |v: T| {
+            if v > zero {
+                T::ONE
+            } else if v < zero {
+                zero.wsub(T::ONE)
+            } else {
+                zero
+            }
+        }),
         Square => map(x, |v: T| v.wmul(v)),
         Relu => map(x, |v: T| if v > zero { v } else { zero }),
         _ => return None,

@@ -1,0 +1,125 @@
+//! gather, scatter_add (as gather's adjoint), gather_nd, scatter_nd, one_hot.
+
+use super::harness::*;
+use super::reference::{unravel, RefArray};
+use crate::{DType, Device, HostData, Tensor};
+use proptest::prelude::*;
+
+/// gather along a random axis with random (repeated) indices; scatter_add is its adjoint:
+/// ⟨gather(x, i), u⟩ = ⟨x, scatter_add(i, u)⟩.
+pub fn gather_scatter(device: &Device) {
+    let strat = nonempty_array(3, 4, -5.0, 5.0).prop_flat_map(|a| {
+        let r = a.shape.len();
+        (
+            Just(a),
+            0..r,
+            prop::collection::vec(0..100usize, 0..6),
+            any::<bool>(),
+            view_kind(),
+        )
+    });
+    check(
+        "gather/scatter_add",
+        strat,
+        |(a, axis, raw_idx, i64_idx, view)| {
+            let a = quantized(DType::F64, &a);
+            let n = a.shape[axis];
+            let idx: Vec<usize> = raw_idx.iter().map(|i| i % n).collect();
+            let x = ok("input", make_tensor(device, DType::F64, &a, view))?;
+            let it = if i64_idx {
+                HostData::I64(idx.iter().map(|&i| i as i64).collect())
+            } else {
+                HostData::I32(idx.iter().map(|&i| i as i32).collect())
+            };
+            let it = ok("indices", Tensor::from_host_on(it, &[idx.len()], *device))?;
+            let got = ok("gather", x.gather(&it, axis as isize))?;
+            let mut shape = a.shape.clone();
+            shape[axis] = idx.len();
+            let want: Vec<f64> = (0..shape.iter().product())
+                .map(|i| {
+                    let mut ix = unravel(i, &shape);
+                    ix[axis] = idx[ix[axis]];
+                    a.at(&ix)
+                })
+                .collect();
+            assert_matches("gather", &got, &RefArray::new(&shape, want.clone()), 1.0)?;
+            // Adjoint identity with u = the gathered values plus one.
+            let u: Vec<f64> = want.iter().map(|v| v + 1.0).collect();
+            let ut = ok(
+                "u",
+                Tensor::from_host_on(HostData::F64(u.clone()), &shape, *device),
+            )?;
+            let s = ok(
+                "scatter_add",
+                Tensor::scatter_add(&it, &ut, &a.shape, axis as isize),
+            )?;
+            let lhs: f64 = want.iter().zip(&u).map(|(p, q)| p * q).sum();
+            let rhs: f64 = a
+                .data
+                .iter()
+                .zip(ok("read", s.to_f64_vec())?)
+                .map(|(p, q)| p * q)
+                .sum();
+            prop_assert!(
+                (lhs - rhs).abs() <= 1e-9 * (1.0 + lhs.abs()),
+                "scatter_add is not gather's adjoint: {lhs} vs {rhs}"
+            );
+            Ok(())
+        },
+    );
+    let x = Tensor::from_host_on(HostData::F32(vec![1.0, 2.0]), &[2], *device).expect("upload");
+    let bad = Tensor::from_host_on(HostData::I32(vec![2]), &[1], *device).expect("upload");
+    let msg = x.gather(&bad, 0).expect_err("index 2 of 2").to_string();
+    assert!(msg.contains("out of range"), "{msg}");
+}
+
+/// gather_nd, scatter_nd and one_hot on small cases with the math spelled out.
+pub fn nd_and_one_hot(device: &Device) {
+    let up = |d: HostData, s: &[usize]| Tensor::from_host_on(d, s, *device).expect("upload");
+    // params[i, j] = 10 i + j; gather_nd at (1, 2) and (0, 0) gives 12 and 0.
+    let params = up(
+        HostData::F32(
+            (0..2)
+                .flat_map(|i| (0..3).map(move |j| (10 * i + j) as f32))
+                .collect(),
+        ),
+        &[2, 3],
+    );
+    let idx = up(HostData::I64(vec![1, 2, 0, 0]), &[2, 2]);
+    assert_eq!(
+        params
+            .gather_nd(&idx)
+            .and_then(|t| t.to_vec::<f32>())
+            .expect("gather_nd"),
+        vec![12.0, 0.0]
+    );
+    // Depth 1 picks rows.
+    let rows = up(HostData::I32(vec![1]), &[1, 1]);
+    assert_eq!(
+        params.gather_nd(&rows).expect("gather_nd rows").shape(),
+        &[1, 3]
+    );
+    // scatter_nd accumulates repeated indices (TF semantics).
+    let s_idx = up(HostData::I32(vec![0, 1, 0, 1, 1, 0]), &[3, 2]);
+    let upd = up(HostData::F32(vec![1.0, 2.0, 5.0]), &[3]);
+    let s = Tensor::scatter_nd(&s_idx, &upd, &[2, 2])
+        .and_then(|t| t.to_vec::<f32>())
+        .expect("scatter_nd");
+    assert_eq!(s, vec![0.0, 3.0, 5.0, 0.0]);
+    let out_of_range = up(HostData::I32(vec![2, 0]), &[1, 2]);
+    assert!(
+        params.gather_nd(&out_of_range).is_err(),
+        "gather_nd with row 2 of 2 must fail"
+    );
+    // one_hot: out-of-range indices give an all-off row.
+    let oh = Tensor::one_hot(
+        &up(HostData::I32(vec![0, 2, 5]), &[3]),
+        3,
+        1.0,
+        0.0,
+        DType::F32,
+    )
+    .and_then(|t| t.to_vec::<f32>())
+    .expect("one_hot");
+    assert_eq!(oh, vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+}

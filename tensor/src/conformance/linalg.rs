@@ -1,0 +1,100 @@
+//! matmul with transposes and broadcast batch axes.
+
+use super::harness::*;
+use super::reference::RefArray;
+use crate::{DType, Device};
+use proptest::prelude::*;
+
+const DTYPES: [DType; 6] = [
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::I64,
+];
+
+/// `matmul_t` against the reference on random sizes (including 0), batch broadcasting,
+/// transposes and views.
+pub fn matmul(device: &Device) {
+    let strat = (
+        0..6usize,
+        0..6usize,
+        0..6usize,
+        prop::collection::vec(1..3usize, 0..3),
+        prop::collection::vec(any::<bool>(), 3),
+        0..DTYPES.len(),
+        any::<bool>(),
+        any::<bool>(),
+        view_kind(),
+    )
+        .prop_flat_map(|(m, k, n, batch, ones, di, ta, tb, view)| {
+            let ba: Vec<usize> = batch
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| if ones[i] { 1 } else { d })
+                .collect();
+            let bb = batch.clone();
+            let sa = [ba.clone(), if ta { vec![k, m] } else { vec![m, k] }].concat();
+            let sb = [
+                bb[bb.len().min(1)..].to_vec(),
+                if tb { vec![n, k] } else { vec![k, n] },
+            ]
+            .concat();
+            let (na, nb): (usize, usize) = (sa.iter().product(), sb.iter().product());
+            (
+                Just((sa, sb, di, ta, tb, view)),
+                prop::collection::vec(-2.0..2.0f64, na),
+                prop::collection::vec(-2.0..2.0f64, nb),
+            )
+        });
+    check("matmul", strat, |((sa, sb, di, ta, tb, view), va, vb)| {
+        let dtype = DTYPES[di];
+        let round = |v: Vec<f64>| {
+            if dtype.is_float() {
+                v
+            } else {
+                v.iter().map(|x| (x * 2.0).round()).collect()
+            }
+        };
+        let (a, b) = (
+            quantized(dtype, &RefArray::new(&sa, round(va))),
+            quantized(dtype, &RefArray::new(&sb, round(vb))),
+        );
+        let (x, y) = (
+            ok("lhs", make_tensor(device, dtype, &a, view))?,
+            ok("rhs", make_tensor(device, dtype, &b, ViewKind::Contiguous))?,
+        );
+        let got = ok("matmul", x.matmul_t(&y, ta, tb))?;
+        let swap = |r: &RefArray, t: bool| {
+            if !t {
+                return r.clone();
+            }
+            let n = r.shape.len();
+            let mut p: Vec<usize> = (0..n).collect();
+            p.swap(n - 2, n - 1);
+            r.transpose(&p)
+        };
+        let want = swap(&a, ta).matmul(&swap(&b, tb));
+        let k = if ta {
+            a.shape[a.shape.len() - 2]
+        } else {
+            a.shape[a.shape.len() - 1]
+        };
+        let want = RefArray::new(&want.shape, quantize(dtype, &want.data));
+        assert_matches(
+            &format!("matmul {dtype} ta {ta} tb {tb}"),
+            &got,
+            &want,
+            2.0 + k as f64,
+        )
+    });
+    // Shape and dtype errors are values.
+    let x = crate::Tensor::from_host_on(crate::HostData::F32(vec![0.0; 6]), &[2, 3], *device)
+        .expect("upload");
+    let msg = x
+        .matmul(&x)
+        .expect_err("inner dimensions differ")
+        .to_string();
+    assert!(msg.contains("matmul") && msg.contains("[2, 3]"), "{msg}");
+}

@@ -1,0 +1,72 @@
+//! The backend conformance suite: one set of tests every backend runs.
+//!
+//! Each family checks ops against a plain f64 reference ([`reference`]) with proptest: random
+//! shapes (including zero-sized axes and scalars), broadcasting, non-contiguous views
+//! (transposed, reversed, strided, offset), every dtype the op takes, with tolerances per
+//! dtype. A backend crate stamps the whole suite into its tests with one macro line:
+//!
+//! ```ignore
+//! ferroflow_tensor::conformance_tests!(ferroflow_cpu::register(), ferroflow_tensor::Device::CPU);
+//! ```
+//!
+//! `FERROFLOW_CONFORMANCE_CASES` sets the cases per property (default 256).
+
+pub mod elementwise;
+pub mod harness;
+pub mod reference;
+
+pub mod creation;
+pub mod index;
+pub mod linalg;
+pub mod nn;
+pub mod reduce;
+pub mod robustness;
+pub mod shape;
+pub mod sort;
+
+/// Expands to one `#[test]` per conformance family, each running `$setup` first and then the
+/// family's checks on `$device`.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($setup:expr, $device:expr) => {
+        $crate::conformance_tests!(@each $setup, $device,
+            unary_float_ops => elementwise::unary_float_ops,
+            unary_int_ops => elementwise::unary_int_ops,
+            binary_float_ops => elementwise::binary_float_ops,
+            binary_int_ops => elementwise::binary_int_ops,
+            binary_logical_ops => elementwise::binary_logical_ops,
+            cast_all_pairs => elementwise::cast_all_pairs,
+            select => elementwise::select,
+            reductions => reduce::reductions,
+            mean_and_logsumexp => reduce::mean_and_logsumexp,
+            arg_reductions => reduce::arg_reductions,
+            matmul => linalg::matmul,
+            reshape_transpose_reverse => shape::reshape_transpose_reverse,
+            strided_slice => shape::strided_slice,
+            concat_split_stack => shape::concat_split_stack,
+            pad_and_tile => shape::pad_and_tile,
+            broadcast_expand_squeeze => shape::broadcast_expand_squeeze,
+            gather_scatter => index::gather_scatter,
+            nd_and_one_hot => index::nd_and_one_hot,
+            scans => sort::scans,
+            sorting => sort::sorting,
+            conv2d => nn::conv2d,
+            pooling => nn::pooling,
+            softmax => nn::softmax,
+            creation_and_round_trip => creation::creation_and_round_trip,
+            random_statistics => creation::random_statistics,
+            variables => creation::variables,
+            never_panics => robustness::never_panics,
+        );
+    };
+    (@each $setup:expr, $device:expr, $($name:ident => $($path:ident)::+),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $setup;
+                let device: $crate::Device = $device;
+                $crate::conformance::$($path)::+(&device);
+            }
+        )*
+    };
+}

@@ -1,0 +1,277 @@
+//! conv2d and pooling against the reference; their gradient kernels through adjoint
+//! identities (⟨conv(x, f), dy⟩ = ⟨x, backprop_input(f, dy)⟩ = ⟨f, backprop_filter(x, dy)⟩);
+//! softmax and log_softmax.
+
+use super::harness::*;
+use super::reference::{self, RefArray};
+use crate::{DType, Device, Padding, PoolKind, Tensor, Window2d};
+use proptest::prelude::*;
+
+const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+
+#[derive(Debug, Clone)]
+struct Geometry {
+    x: [usize; 4],
+    k: [usize; 2],
+    cout: usize,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    same: bool,
+}
+
+fn geometry() -> impl Strategy<Value = Geometry> {
+    (
+        1..3usize,
+        1..7usize,
+        1..7usize,
+        1..4usize,
+        1..4usize,
+        1..4usize,
+        1..4usize,
+        1..3usize,
+        1..3usize,
+        1..3usize,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(n, h, w, c, kh, kw, cout, sh, sw, d, dil, same)| Geometry {
+                x: [n, h, w, c],
+                k: [kh, kw],
+                cout,
+                strides: if dil { [1, 1] } else { [sh, sw] },
+                dilations: if dil { [d, d] } else { [1, 1] },
+                same,
+            },
+        )
+}
+
+fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut g = crate::random::Philox::new([seed, 17]);
+    (0..n).map(|_| g.next_f64() * 2.0 - 1.0).collect()
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(p, q)| p * q).sum()
+}
+
+/// conv2d forward vs the reference, and both backprop kernels by the adjoint identities.
+pub fn conv2d(device: &Device) {
+    check(
+        "conv2d",
+        (geometry(), 0..FLOATS.len(), any::<u64>(), view_kind()),
+        |(g, di, seed, view)| {
+            let dtype = FLOATS[di];
+            let pad = if g.same {
+                Padding::Same
+            } else {
+                Padding::Valid
+            };
+            let w = Window2d::resolve(g.x, g.k, g.strides, g.dilations, pad);
+            let fshape = [g.k[0], g.k[1], g.x[3], g.cout];
+            let xs = RefArray::new(&g.x, quantize(dtype, &values(g.x.iter().product(), seed)));
+            let fs = RefArray::new(
+                &fshape,
+                quantize(dtype, &values(fshape.iter().product(), seed ^ 1)),
+            );
+            let (x, f) = (
+                ok("x", make_tensor(device, dtype, &xs, view))?,
+                ok("f", make_tensor(device, dtype, &fs, ViewKind::Contiguous))?,
+            );
+            let got = ok("conv2d", x.conv2d(&f, g.strides, pad, g.dilations))?;
+            let want = reference::conv2d(&xs, &fs, g.strides, g.dilations, w.pad_before, w.output);
+            let kdim = (g.k[0] * g.k[1] * g.x[3]) as f64;
+            let want = RefArray::new(&want.shape, quantize(dtype, &want.data));
+            assert_close(
+                &format!("conv2d {dtype} {g:?}"),
+                &got,
+                &want,
+                2.0,
+                2.0 * epsilon(dtype) * kdim,
+            )?;
+            if dtype != DType::F64 {
+                return Ok(());
+            }
+            let dys: Vec<f64> = values(want.data.len(), seed ^ 2);
+            let dy = ok(
+                "dy",
+                Tensor::from_host_on(crate::HostData::F64(dys.clone()), &want.shape, *device),
+            )?;
+            let dx = ok(
+                "backprop_input",
+                Tensor::conv2d_backprop_input(g.x, &f, &dy, g.strides, pad, g.dilations),
+            )?;
+            let df = ok(
+                "backprop_filter",
+                x.conv2d_backprop_filter(fshape, &dy, g.strides, pad, g.dilations),
+            )?;
+            let lhs = dot(&want.data, &dys);
+            let by_x = dot(&xs.data, &ok("dx", dx.to_f64_vec())?);
+            let by_f = dot(&fs.data, &ok("df", df.to_f64_vec())?);
+            prop_assert!(
+                (lhs - by_x).abs() < 1e-9 * (1.0 + lhs.abs()),
+                "backprop_input is not conv2d's adjoint: {lhs} vs {by_x}"
+            );
+            prop_assert!(
+                (lhs - by_f).abs() < 1e-9 * (1.0 + lhs.abs()),
+                "backprop_filter is not conv2d's adjoint: {lhs} vs {by_f}"
+            );
+            Ok(())
+        },
+    );
+}
+
+/// max/avg pooling vs the reference; avg_pool_grad by adjointness; max_pool_grad routes each
+/// dy to the first maximum of its window.
+pub fn pooling(device: &Device) {
+    check(
+        "pool2d",
+        (geometry(), 0..FLOATS.len(), any::<u64>(), view_kind()),
+        |(g, di, seed, view)| {
+            let dtype = FLOATS[di];
+            let pad = if g.same {
+                Padding::Same
+            } else {
+                Padding::Valid
+            };
+            let k = [g.k[0], g.k[1]];
+            let w = Window2d::resolve(g.x, k, g.strides, [1, 1], pad);
+            let xs = RefArray::new(&g.x, quantize(dtype, &values(g.x.iter().product(), seed)));
+            let x = ok("x", make_tensor(device, dtype, &xs, view))?;
+            for kind in [PoolKind::Max, PoolKind::Avg] {
+                let got = ok(kind.name(), x.pool2d(kind, k, g.strides, pad))?;
+                let want = reference::pool2d(
+                    &xs,
+                    kind == PoolKind::Max,
+                    k,
+                    g.strides,
+                    w.pad_before,
+                    w.output,
+                );
+                assert_matches(
+                    &format!("{} {dtype}", kind.name()),
+                    &got,
+                    &RefArray::new(&want.shape, quantize(dtype, &want.data)),
+                    2.0,
+                )?;
+            }
+            if dtype != DType::F64 {
+                return Ok(());
+            }
+            let out_shape = [g.x[0], w.output[0], w.output[1], g.x[3]];
+            let dys = values(out_shape.iter().product(), seed ^ 3);
+            let dy = ok(
+                "dy",
+                Tensor::from_host_on(crate::HostData::F64(dys.clone()), &out_shape, *device),
+            )?;
+            let avg = reference::pool2d(&xs, false, k, g.strides, w.pad_before, w.output);
+            let dx = ok(
+                "avg_pool_grad",
+                Tensor::avg_pool_grad(g.x, &dy, k, g.strides, pad),
+            )?;
+            let (lhs, rhs) = (
+                dot(&avg.data, &dys),
+                dot(&xs.data, &ok("dx", dx.to_f64_vec())?),
+            );
+            prop_assert!(
+                (lhs - rhs).abs() < 1e-9 * (1.0 + lhs.abs()),
+                "avg_pool_grad is not avg_pool's adjoint: {lhs} vs {rhs}"
+            );
+            // max: with distinct values the gradient is dy at each window's argmax, summed.
+            let mx = ok("max_pool_grad", x.max_pool_grad(&dy, k, g.strides, pad))?;
+            let mut want = vec![0.0; xs.data.len()];
+            let [n, h, wd, c] = g.x;
+            for b in 0..n {
+                for oy in 0..w.output[0] {
+                    for ox in 0..w.output[1] {
+                        for ch in 0..c {
+                            let mut best: Option<(f64, usize)> = None;
+                            for ky in 0..k[0] {
+                                for kx in 0..k[1] {
+                                    let iy = (oy * g.strides[0] + ky) as isize
+                                        - w.pad_before[0] as isize;
+                                    let ix = (ox * g.strides[1] + kx) as isize
+                                        - w.pad_before[1] as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
+                                        continue;
+                                    }
+                                    let p = ((b * h + iy as usize) * wd + ix as usize) * c + ch;
+                                    if best.map_or(true, |(v, _)| xs.data[p] > v) {
+                                        best = Some((xs.data[p], p));
+                                    }
+                                }
+                            }
+                            if let Some((_, p)) = best {
+                                want[p] +=
+                                    dys[((b * w.output[0] + oy) * w.output[1] + ox) * c + ch];
+                            }
+                        }
+                    }
+                }
+            }
+            assert_matches("max_pool_grad", &mx, &RefArray::new(&g.x, want), 1.0)
+        },
+    );
+}
+
+/// softmax and log_softmax along a random axis, stable for large logits.
+pub fn softmax(device: &Device) {
+    let strat = nonempty_array(3, 5, -30.0, 30.0).prop_flat_map(|a| {
+        let r = a.shape.len();
+        (Just(a), 0..r, 0..FLOATS.len(), view_kind())
+    });
+    check("softmax/log_softmax", strat, |(a, axis, di, view)| {
+        let dtype = FLOATS[di];
+        let a = quantized(dtype, &a.map(|v| v * 10.0)); // up to ±300: overflows a naive exp
+        let x = ok("x", make_tensor(device, dtype, &a, view))?;
+        let m = a.reduce(&[axis], f64::NEG_INFINITY, f64::max);
+        let lse: Vec<f64> = {
+            let s = a.reduce(&[axis], 0.0, |acc, _| acc);
+            let mut sums = vec![0.0; s.data.len()];
+            for i in 0..a.data.len() {
+                let mut idx = reference::unravel(i, &a.shape);
+                idx.remove(axis);
+                let o = idx
+                    .iter()
+                    .zip(&m.shape)
+                    .fold(0, |acc, (&i, &d)| acc * d + i);
+                sums[o] += (a.data[i] - m.data[o]).exp();
+            }
+            sums.iter()
+                .zip(&m.data)
+                .map(|(s, mx)| s.ln() + mx)
+                .collect()
+        };
+        let logp: Vec<f64> = (0..a.data.len())
+            .map(|i| {
+                let mut idx = reference::unravel(i, &a.shape);
+                idx.remove(axis);
+                let o = idx
+                    .iter()
+                    .zip(&m.shape)
+                    .fold(0, |acc, (&i, &d)| acc * d + i);
+                a.data[i] - lse[o]
+            })
+            .collect();
+        let want_log = RefArray::new(&a.shape, quantize(dtype, &logp));
+        let want = RefArray::new(
+            &a.shape,
+            quantize(dtype, &logp.iter().map(|v| v.exp()).collect::<Vec<_>>()),
+        );
+        let scale = a.data.iter().fold(1.0f64, |s, v| s.max(v.abs()));
+        assert_close(
+            "softmax",
+            &ok("softmax", x.softmax(axis as isize))?,
+            &want,
+            4.0,
+            4.0 * epsilon(dtype) * scale,
+        )?;
+        assert_close(
+            "log_softmax",
+            &ok("log_softmax", x.log_softmax(axis as isize))?,
+            &want_log,
+            4.0,
+            4.0 * epsilon(dtype) * scale,
+        )
+    });
+}

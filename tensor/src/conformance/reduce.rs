@@ -1,0 +1,256 @@
+//! Reductions over random axis subsets (with keepdims), mean, logsumexp, argmax/argmin.
+
+use super::harness::*;
+use super::reference::RefArray;
+use crate::{Axes, DType, Device, ReduceOp};
+use proptest::prelude::*;
+
+const NUMERIC: [DType; 7] = [
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::I64,
+    DType::I8,
+];
+
+fn axes_strategy() -> impl Strategy<Value = (RefArray, Option<Vec<isize>>)> {
+    array(4, 5, -3.0, 3.0).prop_flat_map(|a| {
+        let rank = a.shape.len();
+        let axes = prop::option::weighted(
+            0.85,
+            prop::sample::subsequence((0..rank).collect::<Vec<_>>(), 0..=rank),
+        );
+        (Just(a), axes, any::<bool>()).prop_map(move |(a, axes, neg)| {
+            let axes = axes.map(|v| {
+                v.into_iter()
+                    .map(|x| {
+                        if neg {
+                            x as isize - rank as isize
+                        } else {
+                            x as isize
+                        }
+                    })
+                    .collect()
+            });
+            (a, axes)
+        })
+    })
+}
+
+fn resolve(axes: &Option<Vec<isize>>, rank: usize) -> Vec<usize> {
+    match axes {
+        None => (0..rank).collect(),
+        Some(v) => {
+            let mut r: Vec<usize> = v
+                .iter()
+                .map(|&x| {
+                    if x < 0 {
+                        (x + rank as isize) as usize
+                    } else {
+                        x as usize
+                    }
+                })
+                .collect();
+            r.sort_unstable();
+            r
+        }
+    }
+}
+
+fn keep(want: RefArray, shape: &[usize], axes: &[usize], keepdims: bool) -> RefArray {
+    if !keepdims {
+        return want;
+    }
+    let s: Vec<usize> = shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+        .collect();
+    RefArray::new(&s, want.data)
+}
+
+/// sum, prod, max, min on every numeric dtype over random axes.
+pub fn reductions(device: &Device) {
+    for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
+        check(
+            op.name(),
+            (
+                axes_strategy(),
+                0..NUMERIC.len(),
+                view_kind(),
+                any::<bool>(),
+            ),
+            |((a, axes), di, view, keepdims)| {
+                let dtype = NUMERIC[di];
+                // Products stay exact and small with values in {-1, 0, 1, 2} capped at a few factors.
+                let a = if op == ReduceOp::Prod {
+                    a.map(|v| (v / 1.5).round().clamp(-1.0, 1.0))
+                } else {
+                    a
+                };
+                let a = quantized(dtype, &a);
+                let x = ok("input", make_tensor(device, dtype, &a, view))?;
+                let ax = axes.clone().map(Axes::List).unwrap_or(Axes::All);
+                let got = ok(op.name(), x.reduce(op, ax, keepdims))?;
+                let r = resolve(&axes, a.shape.len());
+                let want = match op {
+                    ReduceOp::Sum => a.reduce(&r, 0.0, |p, q| p + q),
+                    ReduceOp::Prod => a.reduce(&r, 1.0, |p, q| p * q),
+                    ReduceOp::Max => a.reduce(&r, f64::NEG_INFINITY, f64::max),
+                    _ => a.reduce(&r, f64::INFINITY, f64::min),
+                };
+                // Integers: empty max/min give the dtype's extremes; sums wrap.
+                let want = if dtype.is_float() {
+                    RefArray::new(&want.shape, quantize(dtype, &want.data))
+                } else {
+                    want.map(|v| {
+                        if v.is_infinite() {
+                            if v > 0.0 {
+                                int_max(dtype)
+                            } else {
+                                int_min(dtype)
+                            }
+                        } else {
+                            wrap_int(dtype, v)
+                        }
+                    })
+                };
+                let abs_sum: f64 = a.data.iter().map(|v| v.abs()).sum();
+                let extra = 4.0 * epsilon(dtype) * abs_sum;
+                assert_close(
+                    &format!("{} {dtype} axes {axes:?}", op.name()),
+                    &got,
+                    &keep(want, &a.shape, &r, keepdims),
+                    1.0,
+                    extra,
+                )
+            },
+        );
+    }
+    check(
+        "reduce_any/all",
+        (axes_strategy(), any::<bool>()),
+        |((a, axes), keepdims)| {
+            let b = quantized(DType::Bool, &a.map(|v| (v > 1.0) as u8 as f64));
+            let x = ok(
+                "input",
+                make_tensor(device, DType::Bool, &b, ViewKind::Contiguous),
+            )?;
+            let ax = || axes.clone().map(Axes::List).unwrap_or(Axes::All);
+            let r = resolve(&axes, b.shape.len());
+            assert_matches(
+                "reduce_any",
+                &ok("any", x.reduce_any(ax(), keepdims))?,
+                &keep(
+                    b.reduce(&r, 0.0, |p, q| (p != 0.0 || q != 0.0) as u8 as f64),
+                    &b.shape,
+                    &r,
+                    keepdims,
+                ),
+                1.0,
+            )?;
+            assert_matches(
+                "reduce_all",
+                &ok("all", x.reduce_all(ax(), keepdims))?,
+                &keep(
+                    b.reduce(&r, 1.0, |p, q| (p != 0.0 && q != 0.0) as u8 as f64),
+                    &b.shape,
+                    &r,
+                    keepdims,
+                ),
+                1.0,
+            )
+        },
+    );
+    // NaN propagates through max and min.
+    let x = crate::Tensor::from_host_on(
+        crate::HostData::F32(vec![1.0, f32::NAN, 3.0]),
+        &[3],
+        *device,
+    )
+    .expect("upload");
+    assert!(x
+        .reduce_max(Axes::All, false)
+        .and_then(|t| t.item::<f32>())
+        .expect("max")
+        .is_nan());
+    assert!(x
+        .reduce_min(Axes::All, false)
+        .and_then(|t| t.item::<f32>())
+        .expect("min")
+        .is_nan());
+}
+
+fn int_max(d: DType) -> f64 {
+    match d {
+        DType::I8 => i8::MAX as f64,
+        DType::I32 => i32::MAX as f64,
+        DType::U8 => u8::MAX as f64,
+        _ => i64::MAX as f64,
+    }
+}
+fn int_min(d: DType) -> f64 {
+    match d {
+        DType::I8 => i8::MIN as f64,
+        DType::I32 => i32::MIN as f64,
+        DType::U8 => 0.0,
+        _ => i64::MIN as f64,
+    }
+}
+
+/// reduce_mean and reduce_logsumexp on floats.
+pub fn mean_and_logsumexp(device: &Device) {
+    check(
+        "reduce_mean/logsumexp",
+        (axes_strategy(), 0..4usize, view_kind()),
+        |((a, axes), di, view)| {
+            let dtype = NUMERIC[di];
+            let a = quantized(dtype, &a);
+            let x = ok("input", make_tensor(device, dtype, &a, view))?;
+            let r = resolve(&axes, a.shape.len());
+            let count: usize = r.iter().map(|&i| a.shape[i]).product();
+            let ax = || axes.clone().map(Axes::List).unwrap_or(Axes::All);
+            let mean = a.reduce(&r, 0.0, |p, q| p + q).map(|s| s / count as f64);
+            let extra = 8.0 * epsilon(dtype) * a.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            assert_close(
+                "reduce_mean",
+                &ok("mean", x.reduce_mean(ax(), false))?,
+                &RefArray::new(&mean.shape, quantize(dtype, &mean.data)),
+                4.0,
+                extra,
+            )?;
+            let lse = a.reduce(&r, 0.0, |p, q| p + q.exp()).map(f64::ln);
+            assert_close(
+                "reduce_logsumexp",
+                &ok("lse", x.reduce_logsumexp(ax(), false))?,
+                &RefArray::new(&lse.shape, quantize(dtype, &lse.data)),
+                4.0,
+                extra,
+            )
+        },
+    );
+}
+
+/// argmax/argmin along one axis (first index on ties; values on a coarse grid make ties).
+pub fn arg_reductions(device: &Device) {
+    let strat = nonempty_array(4, 5, -3.0, 3.0).prop_flat_map(|a| {
+        let r = a.shape.len();
+        (Just(a), 0..r, 0..NUMERIC.len(), view_kind())
+    });
+    check("argmax/argmin", strat, |(a, axis, di, view)| {
+        let dtype = NUMERIC[di];
+        let a = quantized(dtype, &a.map(|v| v.round()));
+        let x = ok("input", make_tensor(device, dtype, &a, view))?;
+        let gmax = ok("argmax", x.argmax(axis as isize))?;
+        prop_assert_eq!(gmax.dtype(), DType::I64);
+        assert_matches("argmax", &gmax, &a.arg(axis, true), 1.0)?;
+        assert_matches(
+            "argmin",
+            &ok("argmin", x.argmin(axis as isize))?,
+            &a.arg(axis, false),
+            1.0,
+        )
+    });
+}

@@ -1,0 +1,170 @@
+//! cumsum/cumprod (exclusive, reverse), sort/argsort (stable, NaN last), top_k.
+
+use super::harness::*;
+use super::reference::{unravel, RefArray};
+use crate::{DType, Device};
+use proptest::prelude::*;
+
+const DTYPES: [DType; 5] = [DType::F32, DType::F64, DType::F16, DType::I32, DType::I64];
+
+fn lanes(shape: &[usize], axis: usize) -> Vec<Vec<Vec<usize>>> {
+    // Every 1-D lane along `axis`, as lists of multi-indices.
+    let mut outer = shape.to_vec();
+    outer[axis] = 1;
+    (0..outer.iter().product())
+        .map(|o| {
+            let base = unravel(o, &outer);
+            (0..shape[axis])
+                .map(|j| {
+                    let mut ix = base.clone();
+                    ix[axis] = j;
+                    ix
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn flat(shape: &[usize], ix: &[usize]) -> usize {
+    ix.iter().zip(shape).fold(0, |acc, (&i, &d)| acc * d + i)
+}
+
+/// cumsum and cumprod in all four (exclusive, reverse) modes along a random axis.
+pub fn scans(device: &Device) {
+    let strat = nonempty_array(3, 5, -2.0, 2.0).prop_flat_map(|a| {
+        let r = a.shape.len();
+        (
+            Just(a),
+            0..r,
+            0..DTYPES.len(),
+            view_kind(),
+            any::<bool>(),
+            any::<bool>(),
+        )
+    });
+    check(
+        "cumsum/cumprod",
+        strat,
+        |(a, axis, di, view, exclusive, reverse)| {
+            let dtype = DTYPES[di];
+            let a = quantized(
+                dtype,
+                &if dtype.is_float() {
+                    a
+                } else {
+                    a.map(|v| v.round())
+                },
+            );
+            let x = ok("input", make_tensor(device, dtype, &a, view))?;
+            for prod in [false, true] {
+                let mut want = vec![0.0; a.data.len()];
+                for lane in lanes(&a.shape, axis) {
+                    let order: Vec<&Vec<usize>> = if reverse {
+                        lane.iter().rev().collect()
+                    } else {
+                        lane.iter().collect()
+                    };
+                    let mut acc = if prod { 1.0 } else { 0.0 };
+                    for ix in order {
+                        let v = a.at(ix);
+                        if exclusive {
+                            want[flat(&a.shape, ix)] = acc;
+                        }
+                        acc = if prod { acc * v } else { acc + v };
+                        if !exclusive {
+                            want[flat(&a.shape, ix)] = acc;
+                        }
+                    }
+                }
+                let got = ok(
+                    "scan",
+                    if prod {
+                        x.cumprod(axis as isize, exclusive, reverse)
+                    } else {
+                        x.cumsum(axis as isize, exclusive, reverse)
+                    },
+                )?;
+                let want = RefArray::new(&a.shape, quantize(dtype, &want));
+                let extra = 8.0 * epsilon(dtype) * 32.0;
+                assert_close(
+                    &format!(
+                        "{} {dtype} excl {exclusive} rev {reverse}",
+                        if prod { "cumprod" } else { "cumsum" }
+                    ),
+                    &got,
+                    &want,
+                    4.0,
+                    extra,
+                )?;
+            }
+            Ok(())
+        },
+    );
+}
+
+/// sort and argsort (stable in both directions), top_k on the last axis.
+pub fn sorting(device: &Device) {
+    let strat = nonempty_array(3, 6, -3.0, 3.0).prop_flat_map(|a| {
+        let r = a.shape.len();
+        (Just(a), 0..r, 0..DTYPES.len(), view_kind(), any::<bool>())
+    });
+    check(
+        "sort/argsort/top_k",
+        strat,
+        |(a, axis, di, view, descending)| {
+            let dtype = DTYPES[di];
+            let a = quantized(dtype, &a.map(|v| v.round())); // ties on purpose
+            let x = ok("input", make_tensor(device, dtype, &a, view))?;
+            let (vals, idxs) = ok("sort", x.sort_with_indices(axis as isize, descending))?;
+            prop_assert_eq!(idxs.dtype(), DType::I32);
+            let (mut wv, mut wi) = (vec![0.0; a.data.len()], vec![0.0; a.data.len()]);
+            for lane in lanes(&a.shape, axis) {
+                let mut order: Vec<usize> = (0..lane.len()).collect();
+                order.sort_by(|&p, &q| {
+                    let (u, v) = (a.at(&lane[p]), a.at(&lane[q]));
+                    // IEEE order (-0 == +0), as the kernels compare; inputs hold no NaN.
+                    let o = u.partial_cmp(&v).unwrap_or(std::cmp::Ordering::Equal);
+                    if descending {
+                        o.reverse()
+                    } else {
+                        o
+                    }
+                });
+                for (j, &p) in order.iter().enumerate() {
+                    wv[flat(&a.shape, &lane[j])] = a.at(&lane[p]);
+                    wi[flat(&a.shape, &lane[j])] = p as f64;
+                }
+            }
+            assert_matches("sort values", &vals, &RefArray::new(&a.shape, wv), 1.0)?;
+            assert_matches("argsort (stable)", &idxs, &RefArray::new(&a.shape, wi), 1.0)?;
+            let last = a.shape.len() - 1;
+            let k = a.shape[last] / 2;
+            let (tv, ti) = ok("top_k", x.top_k(k))?;
+            let (sv, si) = ok("sort desc", x.sort_with_indices(-1, true))?;
+            let mut size = vec![-1isize; a.shape.len()];
+            size[last] = k as isize;
+            let begin = vec![0; a.shape.len()];
+            prop_assert_eq!(
+                ok("tv", tv.to_f64_vec())?,
+                ok("sv", sv.slice(&begin, &size).and_then(|t| t.to_f64_vec()))?
+            );
+            prop_assert_eq!(
+                ok("ti", ti.to_f64_vec())?,
+                ok("si", si.slice(&begin, &size).and_then(|t| t.to_f64_vec()))?
+            );
+            Ok(())
+        },
+    );
+    // NaN sorts last (ascending).
+    let x = crate::Tensor::from_host_on(
+        crate::HostData::F32(vec![2.0, f32::NAN, -1.0]),
+        &[3],
+        *device,
+    )
+    .expect("upload");
+    let s = x
+        .sort(0, false)
+        .and_then(|t| t.to_vec::<f32>())
+        .expect("sort");
+    assert!(s[0] == -1.0 && s[1] == 2.0 && s[2].is_nan(), "{s:?}");
+}
