@@ -147,7 +147,7 @@ pub fn stateless_uniform(
     maxval: f64,
     dtype: DType,
 ) -> Result<Tensor> {
-    if !(maxval > minval) {
+    if maxval.partial_cmp(&minval) != Some(std::cmp::Ordering::Greater) {
         return Err(Error::invalid(
             "random_uniform",
             format!("needs minval < maxval, got {minval} and {maxval}"),

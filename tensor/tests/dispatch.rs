@@ -7,9 +7,12 @@ use ferroflow::{
 };
 use std::sync::{Arc, Mutex};
 
+/// (op name, input ids, output ids)
+type Seen = (String, Vec<TensorId>, Vec<TensorId>);
+
 #[derive(Default)]
 struct Recorder {
-    ops: Mutex<Vec<(String, Vec<TensorId>, Vec<TensorId>)>>,
+    ops: Mutex<Vec<Seen>>,
     reads: Mutex<Vec<String>>,
 }
 

@@ -1,1 +1,43 @@
-fn main() {}
+//! `cargo xtask <command>`: the project's automation.
+//!
+//! - `ci`: format check, clippy with warnings denied, then the README's test command.
+//! - `bench [kernels]`: kernel timings as ratios against NumPy measured in the same run,
+//!   interleaved, median of rounds; writes `bench-out/kernels.csv` and prints a markdown table.
+
+mod bench;
+
+use std::process::{Command, ExitCode};
+
+fn run(cmd: &str, args: &[&str]) -> bool {
+    eprintln!("xtask: {cmd} {}", args.join(" "));
+    match Command::new(cmd).args(args).status() {
+        Ok(s) => s.success(),
+        Err(e) => {
+            eprintln!("xtask: cannot run {cmd}: {e}");
+            false
+        }
+    }
+}
+
+fn ci() -> bool {
+    run("cargo", &["fmt", "--all", "--", "--check"])
+        && run("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])
+        && run("cargo", &["test", "--workspace"])
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let ok = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("bench") => bench::run(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask ci | cargo xtask bench [kernels] [--rounds N]");
+            false
+        }
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

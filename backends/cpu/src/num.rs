@@ -18,7 +18,7 @@ pub(crate) trait Num:
     fn wadd(self, o: Self) -> Self;
     fn wsub(self, o: Self) -> Self;
     fn wmul(self, o: Self) -> Self;
-    fn is_nan(self) -> bool;
+    fn isnan(self) -> bool;
     fn to_i64(self) -> i64;
     fn from_i64(v: i64) -> Self;
 }
@@ -43,8 +43,8 @@ macro_rules! num_float {
                 self * o
             }
             #[inline(always)]
-            fn is_nan(self) -> bool {
-                self != self
+            fn isnan(self) -> bool {
+                <$t>::is_nan(self)
             }
             #[inline(always)]
             fn to_i64(self) -> i64 {
@@ -77,7 +77,7 @@ macro_rules! num_int {
                 self.wrapping_mul(o)
             }
             #[inline(always)]
-            fn is_nan(self) -> bool {
+            fn isnan(self) -> bool {
                 false
             }
             #[inline(always)]
@@ -135,6 +135,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     const C1: f32 = 0.693_359_4;
     const C2: f32 = -2.121_944_4e-4;
     // max/min (unlike clamp) turn NaN into a bound, keeping the integer conversion below defined.
+    #[allow(clippy::manual_clamp)]
     let xc = x.max(-103.972_08).min(88.722_83);
     // Round to nearest with the 1.5·2^23 trick: plain adds, so it vectorises on any x86.
     let n = (xc * LOG2E + 12_582_912.0) - 12_582_912.0;
@@ -153,7 +154,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     let s2 = f32::from_bits(((ni - half + 127) as u32) << 23);
     let out = y * s1 * s2;
     // Saturate and keep NaN, as `f32::exp` does.
-    if x != x {
+    if x.is_nan() {
         x
     } else if x > 88.722_83 {
         f32::INFINITY

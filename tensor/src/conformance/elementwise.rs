@@ -19,7 +19,10 @@ fn round_half_even(x: f64) -> f64 {
 
 /// The math of each float unary op in f64, the input range that keeps it well conditioned,
 /// and a tolerance multiplier.
-fn unary_reference(op: UnaryOp) -> (fn(f64) -> f64, (f64, f64), f64) {
+/// (math, input range, tolerance multiplier) of a unary op.
+type UnaryReference = (fn(f64) -> f64, (f64, f64), f64);
+
+fn unary_reference(op: UnaryOp) -> UnaryReference {
     use UnaryOp::*;
     match op {
         Neg => (|x| -x, (-10.0, 10.0), 1.0),

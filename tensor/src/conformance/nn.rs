@@ -196,7 +196,7 @@ pub fn pooling(device: &Device) {
                                         continue;
                                     }
                                     let p = ((b * h + iy as usize) * wd + ix as usize) * c + ch;
-                                    if best.map_or(true, |(v, _)| xs.data[p] > v) {
+                                    if best.is_none_or(|(v, _)| xs.data[p] > v) {
                                         best = Some((xs.data[p], p));
                                     }
                                 }

@@ -38,10 +38,10 @@ fn run_op(op: usize, x: &Tensor, y: &Tensor, i: isize, j: usize) -> crate::Resul
         2 => x.reduce(
             ReduceOp::ALL[j % ReduceOp::ALL.len()],
             Axes::List(vec![i, i + 1]),
-            j % 2 == 0,
+            j.is_multiple_of(2),
         ),
         3 => x.argmax(i),
-        4 => x.matmul_t(y, j % 2 == 0, j % 3 == 0),
+        4 => x.matmul_t(y, j.is_multiple_of(2), j.is_multiple_of(3)),
         5 => x.reshape(&[i, -1]),
         6 => x.transpose(
             &(0..x.rank())
@@ -53,7 +53,7 @@ fn run_op(op: usize, x: &Tensor, y: &Tensor, i: isize, j: usize) -> crate::Resul
             SliceSpec::Range {
                 start: Some(i),
                 stop: Some(-i),
-                step: if j % 2 == 0 { 0 } else { -(u as isize) - 1 },
+                step: if j.is_multiple_of(2) { 0 } else { -(u as isize) - 1 },
             },
             SliceSpec::Index(i),
         ]),
@@ -61,13 +61,13 @@ fn run_op(op: usize, x: &Tensor, y: &Tensor, i: isize, j: usize) -> crate::Resul
         9 => x.gather(y, i),
         10 => x.pad(&vec![(u, j % 3); x.rank()], 1.0),
         11 => x.tile(&vec![u; x.rank() + j % 2]),
-        12 => x.cumsum(i, j % 2 == 0, j % 3 == 0),
-        13 => x.sort(i, j % 2 == 0),
+        12 => x.cumsum(i, j.is_multiple_of(2), j.is_multiple_of(3)),
+        13 => x.sort(i, j.is_multiple_of(2)),
         14 => x.top_k(u).map(|p| p.0),
         15 => x.conv2d(
             y,
             [u, 1],
-            if j % 2 == 0 {
+            if j.is_multiple_of(2) {
                 Padding::Same
             } else {
                 Padding::Valid
@@ -75,7 +75,7 @@ fn run_op(op: usize, x: &Tensor, y: &Tensor, i: isize, j: usize) -> crate::Resul
             [1, j % 3],
         ),
         16 => x.pool2d(
-            if j % 2 == 0 {
+            if j.is_multiple_of(2) {
                 PoolKind::Max
             } else {
                 PoolKind::Avg
@@ -96,7 +96,7 @@ fn run_op(op: usize, x: &Tensor, y: &Tensor, i: isize, j: usize) -> crate::Resul
         24 => x.softmax(i),
         25 => x.gather_nd(y),
         26 => Tensor::scatter_nd(y, x, &[u, j % 4]),
-        27 => x.pad_mirror(&vec![(u, 1); x.rank()], j % 2 == 0),
+        27 => x.pad_mirror(&vec![(u, 1); x.rank()], j.is_multiple_of(2)),
         28 => Tensor::conv2d_backprop_input([1, u, u, 1], x, y, [1, 1], Padding::Same, [1, 1]),
         29 => x.max_pool_grad(y, [u, u], [1, 1], Padding::Valid),
         _ => x.reduce_logsumexp(Axes::List(vec![i]), false),

@@ -39,7 +39,7 @@ pub fn reshape_transpose_reverse(device: &Device) {
             let a = int_values(dtype, &a);
             let x = ok("input", make_tensor(device, dtype, &a, view))?;
             let mut target: Vec<isize> = a.shape.iter().rev().map(|&d| d as isize).collect();
-            if infer && !target.is_empty() && a.data.len() > 0 {
+            if infer && !target.is_empty() && !a.data.is_empty() {
                 target[0] = -1;
             }
             let rev_shape: Vec<usize> = a.shape.iter().rev().copied().collect();

@@ -105,7 +105,7 @@ impl Tensor {
             }
         }
         if let Some(i) = infer {
-            if known == 0 || n % known != 0 {
+            if known == 0 || !n.is_multiple_of(known) {
                 return Err(Error::invalid(
                     "reshape",
                     format!(
@@ -451,7 +451,7 @@ impl Tensor {
     pub fn split_equal(&self, num: usize, axis: isize) -> Result<Vec<Tensor>> {
         let a = normalize_axis("split", axis, self.rank())?;
         let n = self.shape()[a];
-        if num == 0 || n % num != 0 {
+        if num == 0 || !n.is_multiple_of(num) {
             return Err(Error::invalid(
                 "split",
                 format!("axis {a} of size {n} does not split into {num} equal pieces"),

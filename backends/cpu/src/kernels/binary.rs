@@ -173,14 +173,14 @@ fn binary_float<T: FloatMath>(
             la,
             b,
             lb,
-            |x: T, y: T| if x > y || x != x { x } else { y },
+            |x: T, y: T| if x > y || x.isnan() { x } else { y },
         ),
         Minimum => apply(
             a,
             la,
             b,
             lb,
-            |x: T, y: T| if x < y || x != x { x } else { y },
+            |x: T, y: T| if x < y || x.isnan() { x } else { y },
         ),
         SquaredDifference => apply(a, la, b, lb, |x: T, y: T| (x - y) * (x - y)),
         Atan2 => apply(a, la, b, lb, |x: T, y: T| x.atan2(y)),
@@ -191,7 +191,7 @@ fn binary_float<T: FloatMath>(
 }
 
 fn any_zero<T: Num>(b: &[T], lb: &Layout) -> bool {
-    dense(b, lb).iter().any(|&v| v == T::ZERO)
+    dense(b, lb).contains(&T::ZERO)
 }
 
 fn binary_int<T: Num + Sync + Send>(

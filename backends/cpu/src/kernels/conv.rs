@@ -359,7 +359,7 @@ fn pool_typed<T: Num + Send + Sync + num_traits::Float>(
                         PoolKind::Max => o
                             .iter_mut()
                             .zip(s)
-                            .for_each(|(a, &v)| *a = if v > *a || v != v { v } else { *a }),
+                            .for_each(|(a, &v)| *a = if v > *a || v.isnan() { v } else { *a }),
                         PoolKind::Avg => o.iter_mut().zip(s).for_each(|(a, &v)| *a = *a + v),
                     }
                 });
@@ -402,7 +402,7 @@ fn max_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(
                             let v = s[ch];
                             if arg[ch] == usize::MAX
                                 || v > best[ch]
-                                || (v != v && best[ch] == best[ch])
+                                || (v.isnan() && !best[ch].isnan())
                             {
                                 best[ch] = v;
                                 arg[ch] = p + ch;

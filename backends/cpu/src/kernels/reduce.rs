@@ -88,16 +88,16 @@ fn reduce_num<T: Num + Sync + Send>(
     Some(match op {
         ReduceOp::Sum => reduce_with(data, layout, axes, T::ZERO, |a: T, b: T| a.wadd(b)),
         ReduceOp::Prod => reduce_with(data, layout, axes, T::ONE, |a: T, b: T| a.wmul(b)),
-        // `a != a` keeps a NaN once seen; a NaN `b` wins because `a > NaN` is false.
+        // `a.isnan()` keeps a NaN once seen; a NaN `b` wins because `a > NaN` is false.
         ReduceOp::Max => reduce_with(data, layout, axes, T::LOWEST, |a: T, b: T| {
-            if a > b || a != a {
+            if a > b || a.isnan() {
                 a
             } else {
                 b
             }
         }),
         ReduceOp::Min => reduce_with(data, layout, axes, T::HIGHEST, |a: T, b: T| {
-            if a < b || a != a {
+            if a < b || a.isnan() {
                 a
             } else {
                 b
@@ -138,27 +138,27 @@ fn arg_row<T: Num + Sync + Send>(row: &[T], max: bool) -> i64 {
         fold(
             row,
             T::LOWEST,
-            |a: T, b: T| if a > b || a != a { a } else { b },
+            |a: T, b: T| if a > b || a.isnan() { a } else { b },
         )
     } else {
         fold(
             row,
             T::HIGHEST,
-            |a: T, b: T| if a < b || a != a { a } else { b },
+            |a: T, b: T| if a < b || a.isnan() { a } else { b },
         )
     };
-    let nan = best.is_nan();
+    let nan = best.isnan();
     const BLOCK: usize = 512;
     for (bi, block) in row.chunks(BLOCK).enumerate() {
         let hit = if nan {
-            block.iter().any(|v| v.is_nan())
+            block.iter().any(|v| v.isnan())
         } else {
             block.iter().fold(false, |h, &v| h | (v == best))
         };
         if hit {
             let j = block
                 .iter()
-                .position(|&v| if nan { v.is_nan() } else { v == best })
+                .position(|&v| if nan { v.isnan() } else { v == best })
                 .unwrap_or(0);
             return (bi * BLOCK + j) as i64;
         }

@@ -92,7 +92,7 @@ fn cmp_nan_last<T: Element>(a: &T, b: &T) -> std::cmp::Ordering {
     use std::cmp::Ordering::*;
     match a.partial_cmp(b) {
         Some(o) => o,
-        None => match (a != a, b != b) {
+        None => match (a.partial_cmp(a).is_none(), b.partial_cmp(b).is_none()) {
             (true, true) => Equal,
             (true, false) => Greater,
             _ => Less,

@@ -89,17 +89,10 @@ fn unary_float<T: FloatMath>(op: UnaryOp, x: &[T]) -> HostData {
         Floor => map(x, |v: T| v.floor()),
         Ceil => map(x, |v: T| v.ceil()),
         Round => map(x, round_half_even),
-        Relu => map(x, |v: T| {
-            if v > zero {
-                v
-            } else if v != v {
-                v
-            } else {
-                zero
-            }
-        }),
+        // NaN stays NaN (`NaN > 0` is false, so test it explicitly).
+        Relu => map(x, |v: T| if v > zero || v.isnan() { v } else { zero }),
         IsFinite => return HostData::Bool(map(x, |v: T| v.is_finite())),
-        IsNan => return HostData::Bool(map(x, |v: T| v != v)),
+        IsNan => return HostData::Bool(map(x, |v: T| v.isnan())),
         LogicalNot => return HostData::Bool(map(x, |v: T| v == zero)),
     };
     T::into_host(v)

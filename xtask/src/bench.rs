@@ -1,0 +1,194 @@
+//! Kernel benchmarks against NumPy, measured in one invocation: for each round the Rust side
+//! runs every kernel, then the NumPy script does; each figure is the median over rounds of
+//! each side's median-of-repeats. Ratios > 1 mean ferroflow is faster.
+
+use ferroflow::{DType, Tensor};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+fn median_time(mut f: impl FnMut(), repeats: usize) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..repeats)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn randn(n: usize, seed: u64) -> Tensor {
+    ferroflow::random::stateless_normal(&[n], [seed, 0], 0.0, 1.0, DType::F32).expect("random tensor")
+}
+
+/// One round of ferroflow timings, in seconds.
+fn ours() -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for n in [256usize, 512, 1024, 2048] {
+        let a = randn(n * n, 1).reshape_to(&[n, n]).expect("reshape");
+        let b = randn(n * n, 2).reshape_to(&[n, n]).expect("reshape");
+        let reps = if n <= 1024 { 9 } else { 5 };
+        out.insert(format!("matmul_{n}"), median_time(|| drop(black_box(a.matmul(&b).expect("matmul"))), reps));
+    }
+    for (size, label) in [(1usize << 20, "1M"), (1 << 24, "16M")] {
+        let x = randn(size, 3);
+        let y = randn(size, 4);
+        let reps = if size == 1 << 20 { 21 } else { 7 };
+        out.insert(format!("add_{label}"), median_time(|| drop(black_box(x.add(&y).expect("add"))), reps));
+        out.insert(format!("exp_{label}"), median_time(|| drop(black_box(x.exp().expect("exp"))), reps));
+        out.insert(format!("sum_{label}"), median_time(|| drop(black_box(x.reduce_sum(0, false).expect("sum"))), reps));
+        out.insert(format!("argmax_{label}"), median_time(|| drop(black_box(x.argmax(0).expect("argmax"))), reps));
+        out.insert(format!("cumsum_{label}"), median_time(|| drop(black_box(x.cumsum(0, false, false).expect("cumsum"))), reps));
+    }
+    let (p, q) = (Tensor::from_slice(&[1.0f32]).expect("t"), Tensor::from_slice(&[1.0f32]).expect("t"));
+    let per = median_time(
+        || {
+            for _ in 0..10_000 {
+                black_box(p.add(&q).expect("add"));
+            }
+        },
+        7,
+    ) / 10_000.0;
+    out.insert("dispatch_add_1".into(), per);
+    out
+}
+
+fn numpy(script: &Path) -> Option<BTreeMap<String, f64>> {
+    let o = Command::new("python3").arg(script).output().ok()?;
+    if !o.status.success() {
+        eprintln!("xtask bench: numpy script failed: {}", String::from_utf8_lossy(&o.stderr));
+        return None;
+    }
+    Some(
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                Some((k.to_string(), v.trim().parse().ok()?))
+            })
+            .collect(),
+    )
+}
+
+/// Peak f32 FMA throughput of this machine (all threads), in GFLOP/s: independent AVX2 FMA
+/// chains, enough of them to cover the latency.
+fn fma_peak_gflops() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return None;
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn chains(iters: usize) -> f32 {
+            use std::arch::x86_64::*;
+            let mut acc = [_mm256_set1_ps(0.0); 12];
+            let (m, a) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+            for _ in 0..iters {
+                for r in acc.iter_mut() {
+                    *r = _mm256_fmadd_ps(*r, m, a);
+                }
+            }
+            let mut s = 0.0;
+            for r in acc {
+                let mut v = [0f32; 8];
+                _mm256_storeu_ps(v.as_mut_ptr(), r);
+                s += v.iter().sum::<f32>();
+            }
+            s
+        }
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let iters = 20_000_000usize;
+        let start = Instant::now();
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    // SAFETY: features checked above.
+                    unsafe { chains(iters) }
+                })
+            })
+            .collect();
+        for h in handles {
+            black_box(h.join().ok()?);
+        }
+        let flops = (threads * iters * 12 * 8 * 2) as f64;
+        Some(flops / start.elapsed().as_secs_f64() / 1e9)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_else(|_| "unknown".into())
+}
+
+pub(crate) fn run(args: &[String]) -> bool {
+    ferroflow::init();
+    let rounds: usize = args.iter().position(|a| a == "--rounds").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/numpy_kernels.py");
+    let has_numpy = Command::new("python3").args(["-c", "import numpy"]).status().map(|s| s.success()).unwrap_or(false);
+    if !has_numpy {
+        eprintln!("xtask bench: numpy is not importable; install it with `pip install numpy` for the reference column");
+    }
+    let load_before = load();
+    let mut mine: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut theirs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in 0..rounds {
+        eprintln!("xtask bench: round {}/{rounds}", r + 1);
+        for (k, v) in ours() {
+            mine.entry(k).or_default().push(v);
+        }
+        if has_numpy {
+            for (k, v) in numpy(&script).unwrap_or_default() {
+                theirs.entry(k).or_default().push(v);
+            }
+        }
+    }
+    let peak = fma_peak_gflops();
+    let mut md = String::new();
+    md.push_str(&format!(
+        "machine: {} cores, load average before {load_before}, after {}; rounds: {rounds}; FMA peak (f32, AVX2, all cores): {}\n\n",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        load(),
+        peak.map(|p| format!("{p:.0} GFLOP/s")).unwrap_or_else(|| "n/a".into())
+    ));
+    md.push_str("| kernel | ferroflow | NumPy | ratio (NumPy time / ours) |\n|---|---|---|---|\n");
+    let mut csv = String::from("kernel,ferroflow_seconds,numpy_seconds,ratio\n");
+    let order: Vec<String> = mine.keys().cloned().collect();
+    for k in order {
+        let ours_s = median(&mine[&k]);
+        let np = theirs.get(&k).map(|v| median(v));
+        let fmt = |s: f64| -> String {
+            if let Some(n) = k.strip_prefix("matmul_").and_then(|n| n.parse::<f64>().ok()) {
+                format!("{:.1} GFLOP/s", 2.0 * n * n * n / s / 1e9)
+            } else if k.starts_with("dispatch") {
+                format!("{:.3} µs", s * 1e6)
+            } else {
+                format!("{:.3} ms", s * 1e3)
+            }
+        };
+        let ratio = np.map(|n| n / ours_s);
+        md.push_str(&format!(
+            "| {k} | {} | {} | {} |\n",
+            fmt(ours_s),
+            np.map(fmt).unwrap_or_else(|| "n/a".into()),
+            ratio.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "n/a".into())
+        ));
+        csv.push_str(&format!("{k},{ours_s:.9e},{},{}\n", np.map(|n| format!("{n:.9e}")).unwrap_or_default(), ratio.map(|r| format!("{r:.3}")).unwrap_or_default()));
+    }
+    let _ = std::fs::create_dir_all("bench-out");
+    let _ = std::fs::write("bench-out/kernels.csv", &csv);
+    let _ = std::fs::write("bench-out/kernels.md", &md);
+    println!("{md}");
+    true
+}
