@@ -23,7 +23,8 @@ fn median_time(mut f: impl FnMut(), repeats: usize) -> f64 {
 }
 
 fn randn(n: usize, seed: u64) -> Tensor {
-    ferroflow::random::stateless_normal(&[n], [seed, 0], 0.0, 1.0, DType::F32).expect("random tensor")
+    ferroflow::random::stateless_normal(&[n], [seed, 0], 0.0, 1.0, DType::F32)
+        .expect("random tensor")
 }
 
 /// One round of ferroflow timings, in seconds.
@@ -33,19 +34,46 @@ fn ours() -> BTreeMap<String, f64> {
         let a = randn(n * n, 1).reshape_to(&[n, n]).expect("reshape");
         let b = randn(n * n, 2).reshape_to(&[n, n]).expect("reshape");
         let reps = if n <= 1024 { 9 } else { 5 };
-        out.insert(format!("matmul_{n}"), median_time(|| drop(black_box(a.matmul(&b).expect("matmul"))), reps));
+        out.insert(
+            format!("matmul_{n}"),
+            median_time(|| drop(black_box(a.matmul(&b).expect("matmul"))), reps),
+        );
     }
     for (size, label) in [(1usize << 20, "1M"), (1 << 24, "16M")] {
         let x = randn(size, 3);
         let y = randn(size, 4);
         let reps = if size == 1 << 20 { 21 } else { 7 };
-        out.insert(format!("add_{label}"), median_time(|| drop(black_box(x.add(&y).expect("add"))), reps));
-        out.insert(format!("exp_{label}"), median_time(|| drop(black_box(x.exp().expect("exp"))), reps));
-        out.insert(format!("sum_{label}"), median_time(|| drop(black_box(x.reduce_sum(0, false).expect("sum"))), reps));
-        out.insert(format!("argmax_{label}"), median_time(|| drop(black_box(x.argmax(0).expect("argmax"))), reps));
-        out.insert(format!("cumsum_{label}"), median_time(|| drop(black_box(x.cumsum(0, false, false).expect("cumsum"))), reps));
+        out.insert(
+            format!("add_{label}"),
+            median_time(|| drop(black_box(x.add(&y).expect("add"))), reps),
+        );
+        out.insert(
+            format!("exp_{label}"),
+            median_time(|| drop(black_box(x.exp().expect("exp"))), reps),
+        );
+        out.insert(
+            format!("sum_{label}"),
+            median_time(
+                || drop(black_box(x.reduce_sum(0, false).expect("sum"))),
+                reps,
+            ),
+        );
+        out.insert(
+            format!("argmax_{label}"),
+            median_time(|| drop(black_box(x.argmax(0).expect("argmax"))), reps),
+        );
+        out.insert(
+            format!("cumsum_{label}"),
+            median_time(
+                || drop(black_box(x.cumsum(0, false, false).expect("cumsum"))),
+                reps,
+            ),
+        );
     }
-    let (p, q) = (Tensor::from_slice(&[1.0f32]).expect("t"), Tensor::from_slice(&[1.0f32]).expect("t"));
+    let (p, q) = (
+        Tensor::from_slice(&[1.0f32]).expect("t"),
+        Tensor::from_slice(&[1.0f32]).expect("t"),
+    );
     let per = median_time(
         || {
             for _ in 0..10_000 {
@@ -61,7 +89,10 @@ fn ours() -> BTreeMap<String, f64> {
 fn numpy(script: &Path) -> Option<BTreeMap<String, f64>> {
     let o = Command::new("python3").arg(script).output().ok()?;
     if !o.status.success() {
-        eprintln!("xtask bench: numpy script failed: {}", String::from_utf8_lossy(&o.stderr));
+        eprintln!(
+            "xtask bench: numpy script failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         return None;
     }
     Some(
@@ -101,7 +132,9 @@ fn fma_peak_gflops() -> Option<f64> {
             }
             s
         }
-        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         let iters = 20_000_000usize;
         let start = Instant::now();
         let handles: Vec<_> = (0..threads)
@@ -129,14 +162,26 @@ fn median(v: &[f64]) -> f64 {
 }
 
 fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_else(|_| "unknown".into())
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 pub(crate) fn run(args: &[String]) -> bool {
     ferroflow::init();
-    let rounds: usize = args.iter().position(|a| a == "--rounds").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
+    let rounds: usize = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/numpy_kernels.py");
-    let has_numpy = Command::new("python3").args(["-c", "import numpy"]).status().map(|s| s.success()).unwrap_or(false);
+    let has_numpy = Command::new("python3")
+        .args(["-c", "import numpy"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
     if !has_numpy {
         eprintln!("xtask bench: numpy is not importable; install it with `pip install numpy` for the reference column");
     }
@@ -169,7 +214,10 @@ pub(crate) fn run(args: &[String]) -> bool {
         let ours_s = median(&mine[&k]);
         let np = theirs.get(&k).map(|v| median(v));
         let fmt = |s: f64| -> String {
-            if let Some(n) = k.strip_prefix("matmul_").and_then(|n| n.parse::<f64>().ok()) {
+            if let Some(n) = k
+                .strip_prefix("matmul_")
+                .and_then(|n| n.parse::<f64>().ok())
+            {
                 format!("{:.1} GFLOP/s", 2.0 * n * n * n / s / 1e9)
             } else if k.starts_with("dispatch") {
                 format!("{:.3} µs", s * 1e6)
@@ -182,9 +230,15 @@ pub(crate) fn run(args: &[String]) -> bool {
             "| {k} | {} | {} | {} |\n",
             fmt(ours_s),
             np.map(fmt).unwrap_or_else(|| "n/a".into()),
-            ratio.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "n/a".into())
+            ratio
+                .map(|r| format!("{r:.2}x"))
+                .unwrap_or_else(|| "n/a".into())
         ));
-        csv.push_str(&format!("{k},{ours_s:.9e},{},{}\n", np.map(|n| format!("{n:.9e}")).unwrap_or_default(), ratio.map(|r| format!("{r:.3}")).unwrap_or_default()));
+        csv.push_str(&format!(
+            "{k},{ours_s:.9e},{},{}\n",
+            np.map(|n| format!("{n:.9e}")).unwrap_or_default(),
+            ratio.map(|r| format!("{r:.3}")).unwrap_or_default()
+        ));
     }
     let _ = std::fs::create_dir_all("bench-out");
     let _ = std::fs::write("bench-out/kernels.csv", &csv);

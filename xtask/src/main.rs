@@ -21,7 +21,17 @@ fn run(cmd: &str, args: &[&str]) -> bool {
 
 fn ci() -> bool {
     run("cargo", &["fmt", "--all", "--", "--check"])
-        && run("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])
+        && run(
+            "cargo",
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )
         && run("cargo", &["test", "--workspace"])
 }
 

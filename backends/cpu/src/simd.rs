@@ -3,6 +3,7 @@
 //! threads with rayon once a slice is large enough to pay for it.
 
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Below this many elements a loop runs on the calling thread.
 pub(crate) const PAR_THRESHOLD: usize = 1 << 16;
@@ -10,28 +11,33 @@ pub(crate) const PAR_THRESHOLD: usize = 1 << 16;
 const CHUNK: usize = 1 << 15;
 
 #[inline(always)]
-fn map_loop<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [U], f: &F) {
+fn map_loop<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
     for (o, &v) in out.iter_mut().zip(x) {
-        *o = f(v);
+        o.write(f(v));
     }
 }
 
 #[inline(always)]
-fn zip_loop<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [U], f: &F) {
+fn zip_loop<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [MaybeUninit<U>], f: &F) {
     for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        *o = f(x, y);
+        o.write(f(x, y));
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn map_loop_avx2<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [U], f: &F) {
+unsafe fn map_loop_avx2<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
     map_loop(x, out, f)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn zip_loop_avx2<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [U], f: &F) {
+unsafe fn zip_loop_avx2<T: Copy, U, F: Fn(T, T) -> U>(
+    a: &[T],
+    b: &[T],
+    out: &mut [MaybeUninit<U>],
+    f: &F,
+) {
     zip_loop(a, b, out, f)
 }
 
@@ -48,7 +54,7 @@ pub(crate) fn has_avx2() -> bool {
 }
 
 #[inline]
-fn map_chunk<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [U], f: &F) {
+fn map_chunk<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU supports the features the function was compiled for.
@@ -58,7 +64,7 @@ fn map_chunk<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [U], f: &F) {
 }
 
 #[inline]
-fn zip_chunk<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [U], f: &F) {
+fn zip_chunk<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [MaybeUninit<U>], f: &F) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: as above.
@@ -72,15 +78,15 @@ pub(crate) fn map<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T) -> U + Sync
     x: &[T],
     f: F,
 ) -> Vec<U> {
-    let mut out = vec![U::default(); x.len()];
-    if x.len() < PAR_THRESHOLD {
-        map_chunk(x, &mut out, &f);
-    } else {
-        out.par_chunks_mut(CHUNK)
-            .zip(x.par_chunks(CHUNK))
-            .for_each(|(o, c)| map_chunk(c, o, &f));
-    }
-    out
+    fill_uninit(x.len(), |out| {
+        if x.len() < PAR_THRESHOLD {
+            map_chunk(x, out, &f);
+        } else {
+            out.par_chunks_mut(CHUNK)
+                .zip(x.par_chunks(CHUNK))
+                .for_each(|(o, c)| map_chunk(c, o, &f));
+        }
+    })
 }
 
 /// `f` over pairs of equal-length slices.
@@ -90,14 +96,26 @@ pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + S
     f: F,
 ) -> Vec<U> {
     debug_assert_eq!(a.len(), b.len());
-    let mut out = vec![U::default(); a.len()];
-    if a.len() < PAR_THRESHOLD {
-        zip_chunk(a, b, &mut out, &f);
-    } else {
-        out.par_chunks_mut(CHUNK)
-            .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
-            .for_each(|(o, (x, y))| zip_chunk(x, y, o, &f));
-    }
+    fill_uninit(a.len(), |out| {
+        if a.len() < PAR_THRESHOLD {
+            zip_chunk(a, b, out, &f);
+        } else {
+            out.par_chunks_mut(CHUNK)
+                .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
+                .for_each(|(o, (x, y))| zip_chunk(x, y, o, &f));
+        }
+    })
+}
+
+/// A vector of `n` elements, every one written by `fill` before it is exposed. Skipping the
+/// zeroing pass matters: for an elementwise op it is a third of the memory traffic.
+fn fill_uninit<U>(n: usize, fill: impl FnOnce(&mut [MaybeUninit<U>])) -> Vec<U> {
+    let mut out: Vec<U> = Vec::with_capacity(n);
+    crate::buffer::advise_huge_pages(out.spare_capacity_mut());
+    fill(&mut out.spare_capacity_mut()[..n]);
+    // SAFETY: callers write every element of the slice (map/zip write one output per input,
+    // and the input lengths equal n).
+    unsafe { out.set_len(n) };
     out
 }
 

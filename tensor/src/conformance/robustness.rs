@@ -53,7 +53,11 @@ fn run_op(op: usize, x: &Tensor, y: &Tensor, i: isize, j: usize) -> crate::Resul
             SliceSpec::Range {
                 start: Some(i),
                 stop: Some(-i),
-                step: if j.is_multiple_of(2) { 0 } else { -(u as isize) - 1 },
+                step: if j.is_multiple_of(2) {
+                    0
+                } else {
+                    -(u as isize) - 1
+                },
             },
             SliceSpec::Index(i),
         ]),

@@ -33,7 +33,7 @@ where
             return map(&b[ob..ob + n], |y| f(s, y));
         }
     }
-    let mut out = vec![U::default(); n];
+    let mut out = crate::buffer::zeroed(n);
     if n == 0 {
         return out;
     }

@@ -130,7 +130,7 @@ fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(
     let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
     let batches = oa.len();
     let mn = d.m * d.n;
-    let mut out = vec![T::default(); batches * mn];
+    let mut out = crate::buffer::zeroed(batches * mn);
     if mn == 0 || batches == 0 {
         return out;
     }

@@ -133,37 +133,56 @@ pub(crate) fn reduce(op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<Hos
 }
 
 /// Index of the first maximum (or minimum) of a row; the first NaN wins outright.
+///
+/// One pass: each block of the row is folded to its best value (vectorised), blocks are
+/// combined keeping the earliest best, then only the winning block is scanned for the index.
 fn arg_row<T: Num + Sync + Send>(row: &[T], max: bool) -> i64 {
-    let best = if max {
-        fold(
-            row,
-            T::LOWEST,
-            |a: T, b: T| if a > b || a.isnan() { a } else { b },
-        )
-    } else {
-        fold(
-            row,
-            T::HIGHEST,
-            |a: T, b: T| if a < b || a.isnan() { a } else { b },
-        )
-    };
-    let nan = best.isnan();
-    const BLOCK: usize = 512;
-    for (bi, block) in row.chunks(BLOCK).enumerate() {
-        let hit = if nan {
-            block.iter().any(|v| v.isnan())
+    const BLOCK: usize = 2048;
+    let pick = move |a: T, b: T| {
+        let better = if max { a > b } else { a < b };
+        if better || a.isnan() {
+            a
         } else {
-            block.iter().fold(false, |h, &v| h | (v == best))
-        };
-        if hit {
-            let j = block
-                .iter()
-                .position(|&v| if nan { v.isnan() } else { v == best })
-                .unwrap_or(0);
-            return (bi * BLOCK + j) as i64;
+            b
         }
+    };
+    let init = if max { T::LOWEST } else { T::HIGHEST };
+    let block_best = |(i, blk): (usize, &[T])| (fold(blk, init, pick), i);
+    // Earliest block wins ties; a NaN beats any number.
+    let combine = move |(va, ia): (T, usize), (vb, ib): (T, usize)| {
+        let a_wins = match (va.isnan(), vb.isnan()) {
+            (true, true) => ia < ib,
+            (true, false) => true,
+            (false, true) => false,
+            _ => pick(va, vb) == va && (va != vb || ia < ib),
+        };
+        if a_wins {
+            (va, ia)
+        } else {
+            (vb, ib)
+        }
+    };
+    let (best, bi) = if row.len() >= PAR_THRESHOLD {
+        row.par_chunks(BLOCK)
+            .enumerate()
+            .map(block_best)
+            .reduce(|| (init, usize::MAX), combine)
+    } else {
+        row.chunks(BLOCK)
+            .enumerate()
+            .map(block_best)
+            .fold((init, usize::MAX), combine)
+    };
+    if bi == usize::MAX {
+        return 0;
     }
-    0
+    let block = &row[bi * BLOCK..(bi * BLOCK + BLOCK).min(row.len())];
+    let nan = best.isnan();
+    let j = block
+        .iter()
+        .position(|&v| if nan { v.isnan() } else { v == best })
+        .unwrap_or(0);
+    (bi * BLOCK + j) as i64
 }
 
 fn arg_typed<T: Num + Sync + Send>(

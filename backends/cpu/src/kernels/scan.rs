@@ -15,15 +15,61 @@ fn scan_typed<T: Num + Send + Sync>(
     exclusive: bool,
     reverse: bool,
 ) -> Vec<T> {
+    // Two monomorphic instances so the combine step inlines into the loops.
+    if prod {
+        scan_with(v, layout, axis, exclusive, reverse, T::ONE, |a: T, b: T| {
+            a.wmul(b)
+        })
+    } else {
+        scan_with(
+            v,
+            layout,
+            axis,
+            exclusive,
+            reverse,
+            T::ZERO,
+            |a: T, b: T| a.wadd(b),
+        )
+    }
+}
+
+fn scan_with<T: Num + Send + Sync, F: Fn(T, T) -> T + Sync + Copy>(
+    v: &[T],
+    layout: &Layout,
+    axis: usize,
+    exclusive: bool,
+    reverse: bool,
+    init: T,
+    f: F,
+) -> Vec<T> {
     let x = dense(v, layout);
     let (outer, n, inner) = split_at_axis(layout.shape(), axis);
-    let (init, f): (T, fn(T, T) -> T) = if prod {
-        (T::ONE, |a, b| a.wmul(b))
-    } else {
-        (T::ZERO, |a, b| a.wadd(b))
-    };
-    let mut out = vec![init; x.len()];
+    let mut out = crate::buffer::zeroed(x.len());
     if x.is_empty() {
+        return out;
+    }
+    if inner == 1 {
+        // One lane per row: a plain running total, no per-step slicing.
+        let rows = |src: &[T], dst: &mut [T]| {
+            let mut acc = init;
+            let mut step = |i: usize| {
+                if exclusive {
+                    dst[i] = acc;
+                    acc = f(acc, src[i]);
+                } else {
+                    acc = f(acc, src[i]);
+                    dst[i] = acc;
+                }
+            };
+            if reverse {
+                (0..n).rev().for_each(&mut step);
+            } else {
+                (0..n).for_each(&mut step);
+            }
+        };
+        out.chunks_mut(n)
+            .zip(x.chunks(n))
+            .for_each(|(d, s)| rows(s, d));
         return out;
     }
     let block = n * inner;
