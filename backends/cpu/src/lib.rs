@@ -42,8 +42,28 @@ use std::sync::Arc;
 pub struct CpuBackend;
 
 /// Registers the CPU backend for `/CPU:*` (idempotent).
+///
+/// On Linux with glibc this also raises malloc's mmap and trim thresholds to 1 GiB, so
+/// large tensor buffers freed by one step are reused by the next instead of being unmapped
+/// and faulted in afresh (a 64 MiB output costs ~7 ms of page faults otherwise). Like TF's
+/// and PyTorch's caching allocators, the process keeps its peak heap; set
+/// `FERROFLOW_CPU_KEEP_MALLOC=1` to leave malloc's defaults alone.
 pub fn register() {
+    static TUNE: std::sync::Once = std::sync::Once::new();
+    TUNE.call_once(tune_malloc);
     ferroflow_tensor::register_backend(DeviceKind::Cpu, Arc::new(CpuBackend));
+}
+
+fn tune_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("FERROFLOW_CPU_KEEP_MALLOC").is_none() {
+        const ONE_GIB: libc::c_int = 1 << 30;
+        // SAFETY: mallopt only adjusts allocator parameters; it is thread-safe in glibc.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, ONE_GIB);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, ONE_GIB);
+        }
+    }
 }
 
 impl Backend for CpuBackend {

@@ -7,8 +7,16 @@ use std::mem::MaybeUninit;
 
 /// Below this many elements a loop runs on the calling thread.
 pub(crate) const PAR_THRESHOLD: usize = 1 << 16;
-/// Elements per rayon task.
+/// Elements per rayon task for work that fits in cache.
 const CHUNK: usize = 1 << 15;
+
+/// Chunk length for a parallel loop over `n` elements: small tasks while the data is
+/// cache-sized, and a few large contiguous ranges per thread beyond, so that two threads do
+/// not take turns faulting in the same fresh huge page of the output.
+fn chunk_len(n: usize) -> usize {
+    let per_thread = n / (rayon::current_num_threads().max(1) * 4);
+    per_thread.max(CHUNK)
+}
 
 #[inline(always)]
 fn map_loop<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
@@ -82,8 +90,9 @@ pub(crate) fn map<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T) -> U + Sync
         if x.len() < PAR_THRESHOLD {
             map_chunk(x, out, &f);
         } else {
-            out.par_chunks_mut(CHUNK)
-                .zip(x.par_chunks(CHUNK))
+            let c = chunk_len(x.len());
+            out.par_chunks_mut(c)
+                .zip(x.par_chunks(c))
                 .for_each(|(o, c)| map_chunk(c, o, &f));
         }
     })
@@ -100,8 +109,9 @@ pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + S
         if a.len() < PAR_THRESHOLD {
             zip_chunk(a, b, out, &f);
         } else {
-            out.par_chunks_mut(CHUNK)
-                .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
+            let c = chunk_len(a.len());
+            out.par_chunks_mut(c)
+                .zip(a.par_chunks(c).zip(b.par_chunks(c)))
                 .for_each(|(o, (x, y))| zip_chunk(x, y, o, &f));
         }
     })

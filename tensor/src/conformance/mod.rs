@@ -5,7 +5,7 @@
 //! (transposed, reversed, strided, offset), every dtype the op takes, with tolerances per
 //! dtype. A backend crate stamps the whole suite into its tests with one macro line:
 //!
-//! ```ignore
+//! ```text
 //! ferroflow_tensor::conformance_tests!(ferroflow_cpu::register(), ferroflow_tensor::Device::CPU);
 //! ```
 //!

@@ -37,8 +37,21 @@ fn floats<'a>(op: &'static str, x: &Operand<'a>) -> Result<Floats<'a>> {
     }
 }
 
-fn finish_f32(v: Vec<f32>, dtype: DType) -> HostData {
-    narrow(v, dtype)
+/// Runs a two-operand float kernel in f32 (f16/bf16 widened, the result narrowed to `out`)
+/// or in f64; the closures are the same kernel at the two types.
+fn float_pair(
+    op: &'static str,
+    a: &Operand<'_>,
+    b: &Operand<'_>,
+    out: DType,
+    on_f32: impl FnOnce(&[f32], &[f32]) -> Vec<f32>,
+    on_f64: impl FnOnce(&[f64], &[f64]) -> Vec<f64>,
+) -> Result<HostData> {
+    Ok(match (floats(op, a)?, floats(op, b)?) {
+        (Floats::F32(x), Floats::F32(y)) => narrow(on_f32(&x, &y), out),
+        (Floats::F64(x), Floats::F64(y)) => HostData::F64(on_f64(&x, &y)),
+        _ => return Err(unsupported("cpu", op, out)),
+    })
 }
 
 /// Input position of output `o` at window tap `t`, or None inside the padding.
@@ -139,11 +152,14 @@ fn conv2d_typed<T: Num + Send + Sync + 'static>(
 
 pub(crate) fn conv2d(x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<HostData> {
     let cout = filter.shape()[3];
-    Ok(match (floats("conv2d", &x)?, floats("conv2d", &filter)?) {
-        (Floats::F32(a), Floats::F32(f)) => finish_f32(conv2d_typed(&a, &f, w, cout), x.dtype),
-        (Floats::F64(a), Floats::F64(f)) => HostData::F64(conv2d_typed(&a, &f, w, cout)),
-        _ => return Err(unsupported("cpu", "conv2d", x.dtype)),
-    })
+    float_pair(
+        "conv2d",
+        &x,
+        &filter,
+        x.dtype,
+        |a, f| conv2d_typed(a, f, w, cout),
+        |a, f| conv2d_typed(a, f, w, cout),
+    )
 }
 
 fn backprop_input_typed<T: Num + Send + Sync + 'static>(
@@ -233,19 +249,14 @@ pub(crate) fn conv2d_backprop_input(
     w: &Window2d,
 ) -> Result<HostData> {
     let cout = filter.shape()[3];
-    Ok(
-        match (
-            floats("conv2d_backprop_input", &filter)?,
-            floats("conv2d_backprop_input", &dy)?,
-        ) {
-            (Floats::F32(f), Floats::F32(g)) => {
-                finish_f32(backprop_input_typed(&f, &g, w, cout), dy.dtype)
-            }
-            (Floats::F64(f), Floats::F64(g)) => {
-                HostData::F64(backprop_input_typed(&f, &g, w, cout))
-            }
-            _ => return Err(unsupported("cpu", "conv2d_backprop_input", dy.dtype)),
-        },
+    let op = "conv2d_backprop_input";
+    float_pair(
+        op,
+        &filter,
+        &dy,
+        dy.dtype,
+        |f, g| backprop_input_typed(f, g, w, cout),
+        |f, g| backprop_input_typed(f, g, w, cout),
     )
 }
 
@@ -300,19 +311,14 @@ pub(crate) fn conv2d_backprop_filter(
     w: &Window2d,
 ) -> Result<HostData> {
     let cout = filter_shape[3];
-    Ok(
-        match (
-            floats("conv2d_backprop_filter", &x)?,
-            floats("conv2d_backprop_filter", &dy)?,
-        ) {
-            (Floats::F32(a), Floats::F32(g)) => {
-                finish_f32(backprop_filter_typed(&a, &g, w, cout), x.dtype)
-            }
-            (Floats::F64(a), Floats::F64(g)) => {
-                HostData::F64(backprop_filter_typed(&a, &g, w, cout))
-            }
-            _ => return Err(unsupported("cpu", "conv2d_backprop_filter", x.dtype)),
-        },
+    let op = "conv2d_backprop_filter";
+    float_pair(
+        op,
+        &x,
+        &dy,
+        x.dtype,
+        |a, g| backprop_filter_typed(a, g, w, cout),
+        |a, g| backprop_filter_typed(a, g, w, cout),
     )
 }
 
@@ -374,7 +380,7 @@ fn pool_typed<T: Num + Send + Sync + num_traits::Float>(
 
 pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<HostData> {
     Ok(match floats(kind.name(), &x)? {
-        Floats::F32(a) => finish_f32(pool_typed(kind, &a, w), x.dtype),
+        Floats::F32(a) => narrow(pool_typed(kind, &a, w), x.dtype),
         Floats::F64(a) => HostData::F64(pool_typed(kind, &a, w)),
     })
 }
@@ -422,12 +428,13 @@ fn max_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(
 }
 
 pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<HostData> {
-    Ok(
-        match (floats("max_pool_grad", &x)?, floats("max_pool_grad", &dy)?) {
-            (Floats::F32(a), Floats::F32(g)) => finish_f32(max_pool_grad_typed(&a, &g, w), x.dtype),
-            (Floats::F64(a), Floats::F64(g)) => HostData::F64(max_pool_grad_typed(&a, &g, w)),
-            _ => return Err(unsupported("cpu", "max_pool_grad", x.dtype)),
-        },
+    float_pair(
+        "max_pool_grad",
+        &x,
+        &dy,
+        x.dtype,
+        |a, g| max_pool_grad_typed(a, g, w),
+        |a, g| max_pool_grad_typed(a, g, w),
     )
 }
 
@@ -456,7 +463,7 @@ fn avg_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(dy: &[T], w: &W
 
 pub(crate) fn avg_pool_grad(dy: Operand<'_>, w: &Window2d) -> Result<HostData> {
     Ok(match floats("avg_pool_grad", &dy)? {
-        Floats::F32(g) => finish_f32(avg_pool_grad_typed(&g, w), dy.dtype),
+        Floats::F32(g) => narrow(avg_pool_grad_typed(&g, w), dy.dtype),
         Floats::F64(g) => HostData::F64(avg_pool_grad_typed(&g, w)),
     })
 }
