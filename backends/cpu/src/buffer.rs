@@ -89,30 +89,8 @@ pub(crate) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usiz
     )
 }
 
-/// A zeroed vector for a kernel's output. Large ones come fresh from the OS (calloc maps
-/// untouched zero pages) and are marked for transparent huge pages before the first write, as
-/// NumPy does: a 64 MiB output then takes 32 page faults instead of 16384.
+/// A zeroed vector for a kernel's output. (Large buffers are recycled by malloc, see
+/// [`crate::register`], so no page-fault tricks are needed here.)
 pub(crate) fn zeroed<T: Copy + Default>(n: usize) -> Vec<T> {
-    let v = vec![T::default(); n];
-    advise_huge_pages(&v);
-    v
-}
-
-pub(crate) fn advise_huge_pages<T>(v: &[T]) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let bytes = std::mem::size_of_val(v);
-        if bytes < 2 * HUGE {
-            return;
-        }
-        let start = v.as_ptr() as usize;
-        let aligned = start.next_multiple_of(HUGE);
-        let len = (start + bytes - aligned) / HUGE * HUGE;
-        // SAFETY: the range lies inside `v`'s allocation; MADV_HUGEPAGE only changes how the
-        // kernel backs those pages, never their contents.
-        unsafe {
-            libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
-        }
-    }
+    vec![T::default(); n]
 }

@@ -121,7 +121,6 @@ pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + S
 /// zeroing pass matters: for an elementwise op it is a third of the memory traffic.
 fn fill_uninit<U>(n: usize, fill: impl FnOnce(&mut [MaybeUninit<U>])) -> Vec<U> {
     let mut out: Vec<U> = Vec::with_capacity(n);
-    crate::buffer::advise_huge_pages(out.spare_capacity_mut());
     fill(&mut out.spare_capacity_mut()[..n]);
     // SAFETY: callers write every element of the slice (map/zip write one output per input,
     // and the input lengths equal n).
