@@ -23,6 +23,9 @@
 
 pub use ferroflow_tensor::*;
 
+/// Automatic differentiation (`ferroflow-autodiff`): `GradientTape`, `custom_gradient`.
+pub use ferroflow_autodiff as autodiff;
+
 /// The tensor core crate (`ferroflow-tensor`).
 pub use ferroflow_tensor as tensor;
 
@@ -38,5 +41,6 @@ pub fn init() {
 
 /// Everything a typical program uses.
 pub mod prelude {
+    pub use ferroflow_autodiff::{GradientTape, Source};
     pub use ferroflow_tensor::{Axes, DType, Device, Padding, SliceSpec, Tensor, Variable};
 }

@@ -137,6 +137,24 @@ pub enum Error {
         /// What went wrong.
         msg: String,
     },
+    // ---- gradients ----
+    /// An op without a gradient function, reached by a backward pass that needs one.
+    #[error("gradient: no gradient is defined for op {op}{detail}")]
+    NoGradient {
+        /// The op.
+        op: &'static str,
+        /// Why, or what to do instead (starts with ", " when not empty).
+        detail: String,
+    },
+    /// Misuse of a gradient tape (second call on a non-persistent tape, unconnected target,
+    /// output gradients of the wrong shape).
+    #[error("GradientTape.{method}: {msg}")]
+    Tape {
+        /// The tape method called.
+        method: &'static str,
+        /// What is wrong.
+        msg: String,
+    },
     /// A numeric error TensorFlow also reports (integer division by zero, ...).
     #[error("{op}: {msg}")]
     Arithmetic {

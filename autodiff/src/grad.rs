@@ -1,0 +1,525 @@
+//! One gradient function per primitive op, written with ordinary tensor ops so that an outer
+//! tape records them (higher-order gradients). Each arm opens with its derivative.
+//!
+//! Non-differentiable ops (comparisons, logical ops, argmax, floor/ceil/round/sign, integer
+//! outputs) give `None`: no gradient, never a made-up number.
+
+use ferroflow_tensor::{
+    Axes, BinaryOp, CumulativeOp, DType, Error, HostData, Op, PoolKind, ReduceOp, Result, Tensor,
+    UnaryOp,
+};
+
+/// Sums `g` down to `shape`, undoing NumPy broadcasting.
+pub(crate) fn unbroadcast(g: Tensor, shape: &[usize]) -> Result<Tensor> {
+    if g.shape() == shape {
+        return Ok(g);
+    }
+    let lead = g.rank() - shape.len();
+    let mut axes: Vec<isize> = (0..lead as isize).collect();
+    for (i, &d) in shape.iter().enumerate() {
+        if d == 1 && g.shape()[lead + i] != 1 {
+            axes.push((lead + i) as isize);
+        }
+    }
+    g.reduce_sum(Axes::List(axes), false)?.reshape_to(shape)
+}
+
+fn scalar(like: &Tensor, v: f64) -> Result<Tensor> {
+    like.scalar_like(v)
+}
+
+/// Gradients of a primitive's inputs from the gradients of its outputs (`None` = zero).
+pub(crate) fn backward(
+    op: &Op,
+    inputs: &[Tensor],
+    outputs: &[Tensor],
+    grads: &[Option<Tensor>],
+) -> Result<Vec<Option<Tensor>>> {
+    let Some(g) = grads.first().cloned().flatten() else {
+        return Ok(vec![None; inputs.len()]);
+    };
+    let y = &outputs[0];
+    Ok(match op {
+        Op::Constant => vec![],
+        Op::Unary(u) => vec![unary(*u, &inputs[0], y, &g)?],
+        Op::Binary(b) => binary(*b, &inputs[0], &inputs[1], y, &g)?,
+        Op::Reduce { op, axes, keepdims } => vec![reduce(*op, &inputs[0], y, &g, axes, *keepdims)?],
+        Op::ArgReduce { .. } => vec![None],
+        // d cast(x) = cast(g) back to x's dtype, for float x only.
+        Op::Cast { .. } => vec![if inputs[0].dtype().is_float() {
+            Some(g.cast(inputs[0].dtype())?)
+        } else {
+            None
+        }],
+        Op::MatMul {
+            transpose_a,
+            transpose_b,
+        } => matmul(&inputs[0], &inputs[1], &g, *transpose_a, *transpose_b)?,
+        // reshape: the gradient has the input's shape.
+        Op::Reshape { .. } => vec![Some(g.reshape_to(inputs[0].shape())?)],
+        // transpose: apply the inverse permutation.
+        Op::Transpose { perm } => {
+            let mut inv = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inv[p] = i;
+            }
+            vec![Some(g.transpose(&inv)?)]
+        }
+        Op::Slice {
+            begin,
+            len: _,
+            step,
+        } => vec![Some(slice_grad(&g, inputs[0].shape(), begin, step)?)],
+        Op::BroadcastTo { .. } => vec![Some(unbroadcast(g, inputs[0].shape())?)],
+        // where(c, a, b): a gets g where c, b gets g elsewhere; c gets nothing.
+        Op::Select => {
+            let zeros = g.zeros_like()?;
+            let c = &inputs[0];
+            vec![
+                None,
+                Some(unbroadcast(
+                    Tensor::select(c, &g, &zeros)?,
+                    inputs[1].shape(),
+                )?),
+                Some(unbroadcast(
+                    Tensor::select(c, &zeros, &g)?,
+                    inputs[2].shape(),
+                )?),
+            ]
+        }
+        // gather: scatter the gradient back (repeated indices accumulate).
+        Op::Gather { axis } => vec![
+            Some(Tensor::scatter_add(
+                &inputs[1],
+                &g,
+                inputs[0].shape(),
+                *axis as isize,
+            )?),
+            None,
+        ],
+        // scatter_add: each update's gradient is the gradient at its destination.
+        Op::ScatterAdd { axis, .. } => vec![None, Some(g.gather(&inputs[0], *axis as isize)?)],
+        // concat: split the gradient into the inputs' sizes.
+        Op::Concat { axis } => {
+            let sizes: Vec<usize> = inputs.iter().map(|t| t.shape()[*axis]).collect();
+            g.split(&sizes, *axis as isize)?
+                .into_iter()
+                .map(Some)
+                .collect()
+        }
+        // pad: the gradient is the un-padded window.
+        Op::Pad { paddings, .. } => {
+            let begin: Vec<usize> = paddings.iter().map(|p| p.0).collect();
+            let size: Vec<isize> = inputs[0].shape().iter().map(|&d| d as isize).collect();
+            vec![Some(g.slice(&begin, &size)?)]
+        }
+        Op::Cumulative {
+            op,
+            axis,
+            exclusive,
+            reverse,
+        } => vec![cumulative(
+            *op, &inputs[0], y, &g, *axis, *exclusive, *reverse,
+        )?],
+        // sort: route each value's gradient back to where it came from.
+        Op::Sort { axis, .. } => vec![Some(unpermute(&g, &outputs[1], *axis)?)],
+        Op::Copy => vec![Some(g)],
+        // conv2d: dx = backprop_input(f, g), df = backprop_filter(x, g).
+        Op::Conv2d(w) => {
+            let f = &inputs[1];
+            let fs = shape4(f.shape());
+            vec![
+                Some(Tensor::conv2d_backprop_input(
+                    w.input,
+                    f,
+                    &g,
+                    w.strides,
+                    padding_of(w, fs),
+                    w.dilations,
+                )?),
+                Some(inputs[0].conv2d_backprop_filter(
+                    fs,
+                    &g,
+                    w.strides,
+                    padding_of(w, fs),
+                    w.dilations,
+                )?),
+            ]
+        }
+        // backprop_input(f, dy) is linear in each: d/df = backprop_filter(g, dy), d/ddy = conv2d(g, f).
+        Op::Conv2dBackpropInput(w) => {
+            let (f, dy) = (&inputs[0], &inputs[1]);
+            let fs = shape4(f.shape());
+            vec![
+                Some(g.conv2d_backprop_filter(
+                    fs,
+                    dy,
+                    w.strides,
+                    padding_of(w, fs),
+                    w.dilations,
+                )?),
+                Some(g.conv2d(f, w.strides, padding_of(w, fs), w.dilations)?),
+            ]
+        }
+        // backprop_filter(x, dy): d/dx = backprop_input(g, dy), d/ddy = conv2d(x, g).
+        Op::Conv2dBackpropFilter(w) => {
+            let (xx, dy) = (&inputs[0], &inputs[1]);
+            let fs = shape4(g.shape());
+            vec![
+                Some(Tensor::conv2d_backprop_input(
+                    w.input,
+                    &g,
+                    dy,
+                    w.strides,
+                    padding_of(w, fs),
+                    w.dilations,
+                )?),
+                Some(xx.conv2d(&g, w.strides, padding_of(w, fs), w.dilations)?),
+            ]
+        }
+        Op::Pool2d(kind, w) => {
+            let p = pool_padding(w);
+            vec![Some(match kind {
+                PoolKind::Max => inputs[0].max_pool_grad(&g, w.kernel, w.strides, p)?,
+                PoolKind::Avg => Tensor::avg_pool_grad(w.input, &g, w.kernel, w.strides, p)?,
+            })]
+        }
+        // avg_pool_grad is linear in dy; its adjoint is avg_pool.
+        Op::AvgPoolGrad(w) => vec![Some(g.avg_pool2d(w.kernel, w.strides, pool_padding(w))?)],
+        Op::MaxPoolGrad(_) => {
+            return Err(Error::NoGradient {
+                op: "max_pool_grad",
+                detail: ", so max pooling has no second derivative here yet".into(),
+            })
+        }
+        other => {
+            return Err(Error::NoGradient {
+                op: other.name(),
+                detail: String::new(),
+            })
+        }
+    })
+    .map(|mut v: Vec<Option<Tensor>>| {
+        v.resize(inputs.len(), None);
+        v
+    })
+}
+
+fn shape4(s: &[usize]) -> [usize; 4] {
+    [s[0], s[1], s[2], s[3]]
+}
+
+/// The TF padding that produced a window: SAME when the output is ⌈in/stride⌉ and padding
+/// was applied or needed, VALID otherwise (the two agree whenever both fit).
+fn padding_of(w: &ferroflow_tensor::Window2d, f: [usize; 4]) -> ferroflow_tensor::Padding {
+    let valid = ferroflow_tensor::Window2d::resolve(
+        w.input,
+        [f[0], f[1]],
+        w.strides,
+        w.dilations,
+        ferroflow_tensor::Padding::Valid,
+    );
+    if valid.output == w.output && valid.pad_before == w.pad_before {
+        ferroflow_tensor::Padding::Valid
+    } else {
+        ferroflow_tensor::Padding::Same
+    }
+}
+
+fn pool_padding(w: &ferroflow_tensor::Window2d) -> ferroflow_tensor::Padding {
+    padding_of(w, [w.kernel[0], w.kernel[1], 0, 0])
+}
+
+fn unary(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
+    use UnaryOp::*;
+    let one = || scalar(x, 1.0);
+    Ok(Some(match op {
+        // d(-x) = -1
+        Neg => g.neg()?,
+        // d|x| = sign(x)
+        Abs => g.mul(&x.sign()?)?,
+        // d eˣ = eˣ
+        Exp => g.mul(y)?,
+        // d(eˣ - 1) = eˣ = y + 1
+        Expm1 => g.mul(&y.add(&one()?)?)?,
+        // d ln x = 1/x
+        Log => g.div(x)?,
+        // d ln(1+x) = 1/(1+x)
+        Log1p => g.div(&x.add(&one()?)?)?,
+        // d √x = 1/(2√x)
+        Sqrt => g.div(&y.mul(&scalar(x, 2.0)?)?)?,
+        // d x^-½ = -½ x^-3/2 = -½ y³
+        Rsqrt => g.mul(&y.mul(y)?.mul(y)?.mul(&scalar(x, -0.5)?)?)?,
+        // d x² = 2x
+        Square => g.mul(&x.mul(&scalar(x, 2.0)?)?)?,
+        // d 1/x = -1/x² = -y²
+        Reciprocal => g.mul(&y.square()?.neg()?)?,
+        // d sin = cos
+        Sin => g.mul(&x.cos()?)?,
+        // d cos = -sin
+        Cos => g.mul(&x.sin()?.neg()?)?,
+        // d tan = 1 + tan²
+        Tan => g.mul(&y.square()?.add(&one()?)?)?,
+        // d asin = 1/√(1-x²)
+        Asin => g.mul(&one()?.sub(&x.square()?)?.rsqrt()?)?,
+        // d acos = -1/√(1-x²)
+        Acos => g.mul(&one()?.sub(&x.square()?)?.rsqrt()?.neg()?)?,
+        // d atan = 1/(1+x²)
+        Atan => g.div(&x.square()?.add(&one()?)?)?,
+        // d sinh = cosh
+        Sinh => g.mul(&x.cosh()?)?,
+        // d cosh = sinh
+        Cosh => g.mul(&x.sinh()?)?,
+        // d tanh = 1 - tanh²
+        Tanh => g.mul(&one()?.sub(&y.square()?)?)?,
+        // d σ = σ(1-σ)
+        Sigmoid => g.mul(&y.mul(&one()?.sub(y)?)?)?,
+        // d erf = 2/√π e^{-x²}
+        Erf => g.mul(
+            &x.square()?
+                .neg()?
+                .exp()?
+                .mul(&scalar(x, std::f64::consts::FRAC_2_SQRT_PI)?)?,
+        )?,
+        // d relu = [x > 0]
+        Relu => g.mul(&x.greater(&scalar(x, 0.0)?)?.cast(x.dtype())?)?,
+        // piecewise constant or boolean: no gradient
+        Sign | Floor | Ceil | Round | IsFinite | IsNan | LogicalNot => return Ok(None),
+    }))
+}
+
+fn binary(
+    op: BinaryOp,
+    a: &Tensor,
+    b: &Tensor,
+    _y: &Tensor,
+    g: &Tensor,
+) -> Result<Vec<Option<Tensor>>> {
+    use BinaryOp::*;
+    if !a.dtype().is_float() {
+        return Ok(vec![None, None]);
+    }
+    let (da, db) = match op {
+        // d(a+b) = (1, 1)
+        Add => (g.clone(), g.clone()),
+        // d(a-b) = (1, -1)
+        Sub => (g.clone(), g.neg()?),
+        // d(ab) = (b, a)
+        Mul => (g.mul(b)?, g.mul(a)?),
+        // d(a/b) = (1/b, -a/b²)
+        Div => (g.div(b)?, g.mul(&a.neg()?.div(&b.square()?)?)?),
+        // d(a mod b) = (1, -⌊a/b⌋)
+        Mod => (g.clone(), g.mul(&a.floordiv(b)?.neg()?)?),
+        // d aᵇ = (b a^(b-1), ln(a) aᵇ); the second is 0 where a <= 0 (TF's convention)
+        Pow => {
+            let one = scalar(a, 1.0)?;
+            let da = g.mul(&b.mul(&a.pow(&b.sub(&one)?)?)?)?;
+            let zero = scalar(a, 0.0)?;
+            let positive = a.greater(&zero)?;
+            let safe_a = Tensor::select(&positive, a, &a.ones_like()?)?;
+            let log_a = Tensor::select(&positive, &safe_a.log()?, &a.zeros_like()?)?;
+            (da, g.mul(&log_a.mul(&a.pow(b)?)?)?)
+        }
+        // d max(a, b): to a where a >= b, else to b (TF's tie rule)
+        Maximum | Minimum => {
+            let pick_a = if op == Maximum {
+                a.greater_equal(b)?
+            } else {
+                a.less_equal(b)?
+            };
+            let zeros = g.zeros_like()?;
+            let gb = g.broadcast_to(&broadcast_shape(a, b)?)?;
+            let zb = zeros.broadcast_to(gb.shape())?;
+            (
+                Tensor::select(&pick_a, &gb, &zb)?,
+                Tensor::select(&pick_a, &zb, &gb)?,
+            )
+        }
+        // d (a-b)² = (2(a-b), -2(a-b))
+        SquaredDifference => {
+            let d = a.sub(b)?.mul(&scalar(a, 2.0)?)?.mul(g)?;
+            (d.clone(), d.neg()?)
+        }
+        // d atan2(a, b) = (b, -a) / (a² + b²)
+        Atan2 => {
+            let r = a.square()?.add(&b.square()?)?;
+            (g.mul(&b.div(&r)?)?, g.mul(&a.neg()?.div(&r)?)?)
+        }
+        // floor division, comparisons and logic are piecewise constant
+        FloorDiv | Equal | NotEqual | Less | LessEqual | Greater | GreaterEqual | LogicalAnd
+        | LogicalOr | LogicalXor => return Ok(vec![None, None]),
+    };
+    Ok(vec![
+        Some(unbroadcast(da, a.shape())?),
+        Some(unbroadcast(db, b.shape())?),
+    ])
+}
+
+fn broadcast_shape(a: &Tensor, b: &Tensor) -> Result<Vec<usize>> {
+    ferroflow_tensor::layout::broadcast_shapes("gradient", a.shape(), b.shape())
+}
+
+/// The gradient reshaped so it broadcasts against the input (reduced axes back as size 1).
+fn keep_reduced(g: &Tensor, x: &Tensor, axes: &[usize], keepdims: bool) -> Result<Tensor> {
+    if keepdims {
+        return Ok(g.clone());
+    }
+    let shape: Vec<usize> = x
+        .shape()
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+        .collect();
+    g.reshape_to(&shape)
+}
+
+fn reduce(
+    op: ReduceOp,
+    x: &Tensor,
+    y: &Tensor,
+    g: &Tensor,
+    axes: &[usize],
+    keepdims: bool,
+) -> Result<Option<Tensor>> {
+    if !x.dtype().is_float() {
+        return Ok(None);
+    }
+    let gk = keep_reduced(g, x, axes, keepdims)?;
+    Ok(Some(match op {
+        // d Σx = 1 everywhere
+        ReduceOp::Sum => gk.broadcast_to(x.shape())?,
+        // d max: shared equally by the elements equal to the max (TF's rule)
+        ReduceOp::Max | ReduceOp::Min => {
+            let yk = keep_reduced(y, x, axes, keepdims)?;
+            let hit = x.equal(&yk)?.cast(x.dtype())?;
+            let count =
+                hit.reduce_sum(Axes::List(axes.iter().map(|&a| a as isize).collect()), true)?;
+            gk.mul(&hit)?.div(&count)?
+        }
+        // d Πx / dxᵢ = Π_{j≠i} xⱼ: exclusive products from both sides (exact with zeros)
+        ReduceOp::Prod => prod_grad(x, &gk, axes)?,
+        ReduceOp::Any | ReduceOp::All => return Ok(None),
+    }))
+}
+
+fn prod_grad(x: &Tensor, gk: &Tensor, axes: &[usize]) -> Result<Tensor> {
+    let rank = x.rank();
+    let kept: Vec<usize> = (0..rank).filter(|a| !axes.contains(a)).collect();
+    let mut perm = kept.clone();
+    perm.extend_from_slice(axes);
+    let k: usize = kept.iter().map(|&a| x.shape()[a]).product();
+    let r: usize = axes.iter().map(|&a| x.shape()[a]).product();
+    let flat = x.transpose(&perm)?.reshape_to(&[k, r])?;
+    let left = flat.cumprod(1, true, false)?;
+    let right = flat.cumprod(1, true, true)?;
+    let others = left.mul(&right)?;
+    let mut permuted_shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
+    if permuted_shape.is_empty() {
+        permuted_shape = vec![];
+    }
+    let mut inv = vec![0; rank];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    let back = others.reshape_to(&permuted_shape)?.transpose(&inv)?;
+    back.mul(gk)
+}
+
+fn matmul(a: &Tensor, b: &Tensor, g: &Tensor, ta: bool, tb: bool) -> Result<Vec<Option<Tensor>>> {
+    if !a.dtype().is_float() {
+        return Ok(vec![None, None]);
+    }
+    // C = op(A) op(B): dA = g op(B)ᵀ (transposed back if A was), dB likewise.
+    let da = match (ta, tb) {
+        (false, false) => g.matmul_t(b, false, true)?,
+        (false, true) => g.matmul_t(b, false, false)?,
+        (true, false) => b.matmul_t(g, false, true)?,
+        (true, true) => b.matmul_t(g, true, true)?,
+    };
+    let db = match (ta, tb) {
+        (false, false) => a.matmul_t(g, true, false)?,
+        (false, true) => g.matmul_t(a, true, false)?,
+        (true, false) => a.matmul_t(g, false, false)?,
+        (true, true) => g.matmul_t(a, true, true)?,
+    };
+    Ok(vec![
+        Some(unbroadcast(da, a.shape())?),
+        Some(unbroadcast(db, b.shape())?),
+    ])
+}
+
+/// Gradient of a strided slice: place `g` back at the sliced positions of zeros of `shape`,
+/// one scatter per axis (a pad when the step is 1).
+fn slice_grad(g: &Tensor, shape: &[usize], begin: &[usize], step: &[isize]) -> Result<Tensor> {
+    let mut out = g.clone();
+    for axis in 0..shape.len() {
+        let n = g.shape()[axis];
+        if n == shape[axis] && step[axis] == 1 {
+            continue;
+        }
+        if step[axis] == 1 {
+            let mut pads = vec![(0, 0); shape.len()];
+            pads[axis] = (begin[axis], shape[axis] - begin[axis] - n);
+            out = out.pad(&pads, 0.0)?;
+        } else {
+            let idx: Vec<i64> = (0..n)
+                .map(|i| begin[axis] as i64 + i as i64 * step[axis] as i64)
+                .collect();
+            let idx = Tensor::from_host_on(HostData::I64(idx), &[n], g.device())?;
+            let mut target = out.shape().to_vec();
+            target[axis] = shape[axis];
+            out = Tensor::scatter_add(&idx, &out, &target, axis as isize)?;
+        }
+    }
+    Ok(out)
+}
+
+fn cumulative(
+    op: CumulativeOp,
+    x: &Tensor,
+    y: &Tensor,
+    g: &Tensor,
+    axis: usize,
+    exclusive: bool,
+    reverse: bool,
+) -> Result<Option<Tensor>> {
+    if !x.dtype().is_float() {
+        return Ok(None);
+    }
+    let a = axis as isize;
+    Ok(Some(match op {
+        // cumsum's adjoint is the cumsum running the other way.
+        CumulativeOp::Sum => g.cumsum(a, exclusive, !reverse)?,
+        // cumprod: Σ_{j ≥ i} g_j y_j / x_i (TF's formula; inputs with zeros give inf/NaN, as in TF)
+        CumulativeOp::Prod => g.mul(y)?.cumsum(a, exclusive, !reverse)?.div(x)?,
+    }))
+}
+
+/// Inverse of a per-lane permutation: `out[.., idx[.., j, ..], ..] = g[.., j, ..]` along `axis`.
+fn unpermute(g: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
+    // Build full scatter_nd indices [.., rank]: every coordinate is its own, except `axis`.
+    let rank = g.rank();
+    let shape = g.shape().to_vec();
+    let n: usize = shape.iter().product();
+    let perm = idx.to_f64_vec()?;
+    let mut full = Vec::with_capacity(n * rank);
+    for (i, &p) in perm.iter().enumerate().take(n) {
+        let mut rem = i;
+        let mut coord = vec![0usize; rank];
+        for a in (0..rank).rev() {
+            coord[a] = rem % shape[a];
+            rem /= shape[a];
+        }
+        coord[axis] = p as usize;
+        full.extend(coord.iter().map(|&c| c as i64));
+    }
+    let mut ishape = shape.clone();
+    ishape.push(rank);
+    let indices = Tensor::from_host_on(HostData::I64(full), &ishape, g.device())?;
+    Tensor::scatter_nd(&indices, g, &shape)
+}
+
+/// True for dtypes that carry gradients.
+pub(crate) fn differentiable(d: DType) -> bool {
+    d.is_float()
+}

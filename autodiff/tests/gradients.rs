@@ -1,0 +1,545 @@
+//! Every differentiable op's gradient against central finite differences in f64.
+//!
+//! For an op `f`, the checked scalar is `L = Σ f(x) · w` with fixed random weights `w`, so
+//! every output element's derivative is exercised; `dL/dx` from the tape must match
+//! `(L(x + εeᵢ) - L(x - εeᵢ)) / 2ε` for every element i.
+
+use ferroflow::autodiff::{GradientTape, Source};
+use ferroflow::{Axes, DType, HostData, Padding, SliceSpec, Tensor};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+fn t(shape: &[usize], v: &[f64]) -> Tensor {
+    Tensor::from_host(HostData::F64(v.to_vec()), shape).unwrap()
+}
+
+fn weights(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    t(
+        shape,
+        &(0..n)
+            .map(|i| ((i * 37 % 11) as f64 - 5.0) / 4.0 + 0.1)
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn loss(y: &Tensor, w: &Tensor) -> Tensor {
+    y.mul(w).unwrap().reduce_sum(Axes::All, false).unwrap()
+}
+
+/// Checks the tape's gradient of `f` at `inputs` against finite differences.
+fn check(
+    name: &str,
+    f: &dyn Fn(&[Tensor]) -> ferroflow::Result<Tensor>,
+    inputs: &[(Vec<usize>, Vec<f64>)],
+) {
+    ferroflow::init();
+    let xs: Vec<Tensor> = inputs.iter().map(|(s, v)| t(s, v)).collect();
+    let tape = GradientTape::new();
+    for x in &xs {
+        tape.watch(x);
+    }
+    let y = f(&xs).unwrap_or_else(|e| panic!("{name}: forward failed: {e}"));
+    let w = weights(y.shape());
+    let l = loss(&y, &w);
+    let sources: Vec<Source> = xs.iter().map(Source::from).collect();
+    let grads = tape
+        .gradient(&l, &sources)
+        .unwrap_or_else(|e| panic!("{name}: gradient failed: {e}"));
+    let eps = 1e-6;
+    for (k, (shape, v)) in inputs.iter().enumerate() {
+        let analytic = grads[k].as_ref().map(|g| {
+            assert_eq!(g.shape(), shape.as_slice(), "{name}: gradient {k} shape");
+            g.to_vec::<f64>().unwrap()
+        });
+        for i in 0..v.len() {
+            let eval = |d: f64| {
+                let mut vs: Vec<Tensor> = xs.clone();
+                let mut p = v.clone();
+                p[i] += d;
+                vs[k] = t(shape, &p);
+                loss(&f(&vs).unwrap(), &w).item::<f64>().unwrap()
+            };
+            let numeric = (eval(eps) - eval(-eps)) / (2.0 * eps);
+            let a = analytic.as_ref().map(|g| g[i]).unwrap_or(0.0);
+            assert!(
+                (a - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()),
+                "{name}: d/dx{k}[{i}] tape {a}, finite difference {numeric}"
+            );
+        }
+    }
+}
+
+fn vals(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
+    let mut g = ferroflow::random::Philox::new([seed, 3]);
+    (0..n).map(|_| lo + (hi - lo) * g.next_f64()).collect()
+}
+
+fn input(shape: &[usize], seed: u64, lo: f64, hi: f64) -> (Vec<usize>, Vec<f64>) {
+    (shape.to_vec(), vals(shape.iter().product(), seed, lo, hi))
+}
+
+fn runner(cases: u32) -> TestRunner {
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+#[test]
+fn unary_ops_match_finite_differences_on_random_shapes() {
+    type F = fn(&Tensor) -> ferroflow::Result<Tensor>;
+    let ops: Vec<(&str, F, f64, f64)> = vec![
+        ("neg", Tensor::neg, -3.0, 3.0),
+        ("abs", Tensor::abs, 0.2, 3.0),
+        ("exp", Tensor::exp, -3.0, 3.0),
+        ("expm1", Tensor::expm1, -3.0, 3.0),
+        ("log", Tensor::log, 0.2, 5.0),
+        ("log1p", Tensor::log1p, -0.5, 5.0),
+        ("sqrt", Tensor::sqrt, 0.2, 5.0),
+        ("rsqrt", Tensor::rsqrt, 0.2, 5.0),
+        ("square", Tensor::square, -3.0, 3.0),
+        ("reciprocal", Tensor::reciprocal, 0.3, 3.0),
+        ("sin", Tensor::sin, -3.0, 3.0),
+        ("cos", Tensor::cos, -3.0, 3.0),
+        ("tan", Tensor::tan, -1.0, 1.0),
+        ("asin", Tensor::asin, -0.8, 0.8),
+        ("acos", Tensor::acos, -0.8, 0.8),
+        ("atan", Tensor::atan, -3.0, 3.0),
+        ("sinh", Tensor::sinh, -2.0, 2.0),
+        ("cosh", Tensor::cosh, -2.0, 2.0),
+        ("tanh", Tensor::tanh, -2.0, 2.0),
+        ("sigmoid", Tensor::sigmoid, -4.0, 4.0),
+        ("erf", Tensor::erf, -2.0, 2.0),
+        ("relu", Tensor::relu, 0.1, 2.0),
+        ("softplus", Tensor::softplus, -3.0, 3.0),
+        ("gelu", Tensor::gelu, -3.0, 3.0),
+        ("swish", Tensor::swish, -3.0, 3.0),
+        ("selu", Tensor::selu, 0.1, 3.0),
+    ];
+    for (name, f, lo, hi) in ops {
+        runner(8)
+            .run(
+                &(prop::collection::vec(1..4usize, 0..3), any::<u64>()),
+                |(shape, seed)| {
+                    check(name, &|x| f(&x[0]), &[input(&shape, seed, lo, hi)]);
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+    // Negative side of the piecewise activations.
+    check("relu<0", &|x| x[0].relu(), &[input(&[4], 1, -2.0, -0.1)]);
+    check("elu<0", &|x| x[0].elu(1.0), &[input(&[4], 2, -2.0, -0.1)]);
+    check(
+        "leaky_relu<0",
+        &|x| x[0].leaky_relu(0.2),
+        &[input(&[4], 3, -2.0, -0.1)],
+    );
+}
+
+#[test]
+fn binary_ops_with_broadcasting_match_finite_differences() {
+    type F = fn(&Tensor, &Tensor) -> ferroflow::Result<Tensor>;
+    let ops: Vec<(&str, F, f64, f64)> = vec![
+        ("add", Tensor::add, -2.0, 2.0),
+        ("sub", Tensor::sub, -2.0, 2.0),
+        ("mul", Tensor::mul, -2.0, 2.0),
+        ("div", Tensor::div, 0.5, 2.0),
+        ("pow", Tensor::pow, 0.5, 2.0),
+        ("maximum", Tensor::maximum, -2.0, 2.0),
+        ("minimum", Tensor::minimum, -2.0, 2.0),
+        ("squared_difference", Tensor::squared_difference, -2.0, 2.0),
+        ("atan2", Tensor::atan2, 0.5, 2.0),
+        ("floormod", Tensor::floormod, 0.5, 2.0),
+    ];
+    let shapes = (
+        prop::collection::vec(1..4usize, 0..3),
+        prop::collection::vec(any::<bool>(), 3),
+        any::<u64>(),
+    );
+    for (name, f, lo, hi) in ops {
+        runner(8)
+            .run(&shapes, |(shape, ones, seed)| {
+                let other: Vec<usize> = shape
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &d)| if ones[i] { 1 } else { d })
+                    .collect();
+                let a = input(&shape, seed, lo, hi);
+                let mut b = input(&other, seed ^ 9, lo, hi);
+                if name == "floormod" {
+                    b.1.iter_mut().for_each(|v| *v += 3.0); // keep a/b away from integers
+                }
+                check(name, &|x| f(&x[0], &x[1]), &[a, b]);
+                Ok(())
+            })
+            .unwrap();
+    }
+}
+
+#[test]
+fn reductions_match_finite_differences_over_random_axes() {
+    runner(12)
+        .run(
+            &(
+                prop::collection::vec(1..4usize, 1..4),
+                any::<u64>(),
+                any::<bool>(),
+            ),
+            |(shape, seed, keep)| {
+                let rank = shape.len();
+                let axes: Vec<isize> = (0..rank as isize)
+                    .filter(|a| (seed >> a) & 1 == 1)
+                    .collect();
+                let ax = Axes::List(axes.clone());
+                let inp = input(&shape, seed, -2.0, 2.0);
+                check(
+                    "reduce_sum",
+                    &|x| x[0].reduce_sum(ax.clone(), keep),
+                    &[inp.clone()],
+                );
+                check(
+                    "reduce_mean",
+                    &|x| x[0].reduce_mean(ax.clone(), keep),
+                    &[inp.clone()],
+                );
+                check(
+                    "reduce_max",
+                    &|x| x[0].reduce_max(ax.clone(), keep),
+                    &[inp.clone()],
+                );
+                check(
+                    "reduce_min",
+                    &|x| x[0].reduce_min(ax.clone(), keep),
+                    &[inp.clone()],
+                );
+                check(
+                    "reduce_prod",
+                    &|x| x[0].reduce_prod(ax.clone(), keep),
+                    &[inp.clone()],
+                );
+                check(
+                    "reduce_logsumexp",
+                    &|x| x[0].reduce_logsumexp(ax.clone(), keep),
+                    &[inp],
+                );
+                Ok(())
+            },
+        )
+        .unwrap();
+    // A zero inside a product: the gradient is the product of the others, not NaN.
+    check(
+        "reduce_prod with zero",
+        &|x| x[0].reduce_prod(Axes::All, false),
+        &[(vec![3], vec![2.0, 0.0, 3.0])],
+    );
+}
+
+#[test]
+fn matmul_matches_finite_differences_with_transposes_and_batch_broadcast() {
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let a = if ta {
+            input(&[2, 3, 4], 1, -1.0, 1.0)
+        } else {
+            input(&[2, 4, 3], 1, -1.0, 1.0)
+        };
+        let b = if tb {
+            input(&[1, 2, 3], 2, -1.0, 1.0)
+        } else {
+            input(&[1, 3, 2], 2, -1.0, 1.0)
+        };
+        check("matmul", &|x| x[0].matmul_t(&x[1], ta, tb), &[a, b]);
+    }
+}
+
+#[test]
+fn shape_ops_match_finite_differences() {
+    let x = input(&[2, 3, 4], 5, -1.0, 1.0);
+    check("reshape", &|x| x[0].reshape(&[4, -1]), &[x.clone()]);
+    check("transpose", &|x| x[0].transpose(&[2, 0, 1]), &[x.clone()]);
+    check(
+        "strided_slice",
+        &|x| {
+            x[0].strided_slice(&[
+                SliceSpec::Index(1),
+                SliceSpec::reversed(),
+                SliceSpec::Range {
+                    start: Some(0),
+                    stop: None,
+                    step: 2,
+                },
+            ])
+        },
+        &[x.clone()],
+    );
+    check(
+        "slice",
+        &|x| x[0].slice(&[0, 1, 1], &[2, -1, 2]),
+        &[x.clone()],
+    );
+    check(
+        "broadcast_to",
+        &|x| x[0].broadcast_to(&[3, 2, 3, 4]),
+        &[x.clone()],
+    );
+    check(
+        "expand+squeeze",
+        &|x| x[0].expand_dims(1)?.squeeze(&[1]),
+        &[x.clone()],
+    );
+    check("reverse", &|x| x[0].reverse(&[0, 2]), &[x.clone()]);
+    check(
+        "concat",
+        &|x| Tensor::concat(&[x[0].clone(), x[1].clone()], 1),
+        &[x.clone(), input(&[2, 2, 4], 6, -1.0, 1.0)],
+    );
+    check(
+        "stack",
+        &|x| Tensor::stack(&[x[0].clone(), x[0].square()?], 0),
+        &[x.clone()],
+    );
+    check(
+        "split",
+        &|x| Ok(x[0].split(&[1, 3], 2)?[1].clone()),
+        &[x.clone()],
+    );
+    check(
+        "pad",
+        &|x| x[0].pad(&[(1, 0), (0, 2), (1, 1)], 0.5),
+        &[x.clone()],
+    );
+    check(
+        "pad REFLECT",
+        &|x| x[0].pad_mirror(&[(1, 1), (2, 1), (0, 2)], false),
+        &[x.clone()],
+    );
+    check(
+        "pad SYMMETRIC",
+        &|x| x[0].pad_mirror(&[(1, 1), (2, 1), (0, 2)], true),
+        &[x.clone()],
+    );
+    check("tile", &|x| x[0].tile(&[2, 1, 2]), &[x.clone()]);
+}
+
+/// cast passes the gradient through in the source dtype (finite differences would only
+/// measure f32 rounding here, so the identity is checked directly): d/dx Σ c·cast(x) = c.
+#[test]
+fn cast_passes_gradients_through_and_integers_get_none() {
+    ferroflow::init();
+    let x = t(&[3], &[0.5, 0.25, -1.0]);
+    let c = Tensor::from_slice(&[2.0f32, -1.0, 0.5]).unwrap();
+    let tape = GradientTape::persistent();
+    tape.watch(&x);
+    let y = x
+        .cast(DType::F32)
+        .unwrap()
+        .mul(&c)
+        .unwrap()
+        .reduce_sum(Axes::All, false)
+        .unwrap();
+    let g = tape.gradient(&y, &[(&x).into()]).unwrap()[0]
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (g.dtype(), g.to_vec::<f64>().unwrap()),
+        (DType::F64, vec![2.0, -1.0, 0.5])
+    );
+    // An integer intermediate cuts the path: no gradient, not a wrong one.
+    let z = x
+        .cast(DType::I32)
+        .unwrap()
+        .cast(DType::F64)
+        .unwrap()
+        .reduce_sum(Axes::All, false)
+        .unwrap();
+    let tape2 = GradientTape::new();
+    tape2.watch(&x);
+    let z2 = x
+        .mul(&x)
+        .unwrap()
+        .reduce_sum(Axes::All, false)
+        .unwrap()
+        .add(&z)
+        .unwrap();
+    let g2 = tape2.gradient(&z2, &[(&x).into()]).unwrap()[0]
+        .clone()
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
+    assert_eq!(g2, vec![1.0, 0.5, -2.0]);
+}
+
+#[test]
+fn indexing_ops_match_finite_differences() {
+    let x = input(&[4, 3], 7, -1.0, 1.0);
+    let idx = Tensor::from_slice(&[2i64, 0, 2, 3]).unwrap();
+    check(
+        "gather axis 0 (repeats)",
+        &|x| x[0].gather(&idx, 0),
+        &[x.clone()],
+    );
+    check(
+        "gather axis 1",
+        &|x| x[0].gather(&Tensor::from_slice(&[1i32, 1]).unwrap(), 1),
+        &[x.clone()],
+    );
+    let nd = Tensor::from_vec(vec![1i64, 2, 3, 0], &[2, 2]).unwrap();
+    check("gather_nd", &|x| x[0].gather_nd(&nd), &[x.clone()]);
+    check(
+        "scatter_nd",
+        &|x| Tensor::scatter_nd(&nd, &x[0], &[4, 3]),
+        &[input(&[2], 8, -1.0, 1.0)],
+    );
+    let cond = Tensor::from_vec(vec![true, false, true], &[3]).unwrap();
+    check(
+        "where",
+        &|x| Tensor::select(&cond, &x[0], &x[1]),
+        &[x.clone(), input(&[1, 3], 9, -1.0, 1.0)],
+    );
+}
+
+#[test]
+fn scans_sorts_and_nn_ops_match_finite_differences() {
+    let x = input(&[3, 4], 11, 0.5, 2.0);
+    for (ex, rev) in [(false, false), (true, false), (false, true), (true, true)] {
+        check("cumsum", &|x| x[0].cumsum(1, ex, rev), &[x.clone()]);
+        check("cumprod", &|x| x[0].cumprod(0, ex, rev), &[x.clone()]);
+    }
+    check("sort", &|x| x[0].sort(1, true), &[x.clone()]);
+    check("top_k", &|x| Ok(x[0].top_k(2)?.0), &[x.clone()]);
+    check("softmax", &|x| x[0].softmax(-1), &[x.clone()]);
+    check("log_softmax", &|x| x[0].log_softmax(0), &[x.clone()]);
+    let img = input(&[2, 5, 5, 2], 12, -1.0, 1.0);
+    let filt = input(&[3, 2, 2, 3], 13, -1.0, 1.0);
+    check(
+        "conv2d SAME s2",
+        &|x| x[0].conv2d(&x[1], [2, 1], Padding::Same, [1, 1]),
+        &[img.clone(), filt.clone()],
+    );
+    check(
+        "conv2d VALID d2",
+        &|x| x[0].conv2d(&x[1], [1, 1], Padding::Valid, [1, 2]),
+        &[img.clone(), filt.clone()],
+    );
+    check(
+        "max_pool2d",
+        &|x| x[0].max_pool2d([2, 2], [2, 2], Padding::Same),
+        &[img.clone()],
+    );
+    check(
+        "avg_pool2d",
+        &|x| x[0].avg_pool2d([3, 2], [1, 2], Padding::Same),
+        &[img],
+    );
+}
+
+/// Second derivatives: the Hessian from nested tapes against finite differences of the
+/// tape's own gradient.
+#[test]
+fn hessians_from_nested_tapes_match_finite_differences() {
+    ferroflow::init();
+    type F = Box<dyn Fn(&Tensor) -> ferroflow::Result<Tensor>>;
+    let a = t(&[3, 3], &vals(9, 21, -1.0, 1.0));
+    let a2 = a.clone();
+    let funcs: Vec<(&str, F)> = vec![
+        (
+            "Σ sin(x) x²",
+            Box::new(|x: &Tensor| x.sin()?.mul(&x.square()?)?.reduce_sum(Axes::All, false)),
+        ),
+        (
+            "logsumexp(Ax)",
+            Box::new(move |x: &Tensor| {
+                a.matmul(&x.reshape(&[3, 1])?)?
+                    .reduce_logsumexp(Axes::All, false)
+            }),
+        ),
+        (
+            "Σ softmax(x)·c",
+            Box::new(|x: &Tensor| {
+                x.softmax(0)?
+                    .mul(&t(&[3], &[1.0, -2.0, 0.5]))?
+                    .reduce_sum(Axes::All, false)
+            }),
+        ),
+        (
+            "Σ tanh(Ax)²",
+            Box::new(move |x: &Tensor| {
+                a2.matmul(&x.reshape(&[3, 1])?)?
+                    .tanh()?
+                    .square()?
+                    .reduce_sum(Axes::All, false)
+            }),
+        ),
+        (
+            "Σ x^x",
+            Box::new(|x: &Tensor| x.pow(x)?.reduce_sum(Axes::All, false)),
+        ),
+    ];
+    let x0 = vals(3, 22, 0.5, 1.5);
+    for (name, f) in funcs {
+        let grad = |xv: &[f64]| -> Vec<f64> {
+            let x = t(&[3], xv);
+            let tape = GradientTape::new();
+            tape.watch(&x);
+            let y = f(&x).unwrap();
+            tape.gradient(&y, &[(&x).into()]).unwrap()[0]
+                .clone()
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap()
+        };
+        let x = t(&[3], &x0);
+        let outer = GradientTape::new();
+        outer.watch(&x);
+        let inner = GradientTape::new();
+        inner.watch(&x);
+        let y = f(&x).unwrap();
+        let g = inner.gradient(&y, &[(&x).into()]).unwrap()[0]
+            .clone()
+            .unwrap();
+        let h = outer
+            .jacobian(&g, &(&x).into())
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
+        let eps = 1e-5;
+        for j in 0..3 {
+            let (mut p, mut m) = (x0.clone(), x0.clone());
+            p[j] += eps;
+            m[j] -= eps;
+            let (gp, gm) = (grad(&p), grad(&m));
+            for i in 0..3 {
+                let numeric = (gp[i] - gm[i]) / (2.0 * eps);
+                assert!(
+                    (h[i * 3 + j] - numeric).abs() < 1e-5 * (1.0 + numeric.abs()),
+                    "{name}: H[{i},{j}] tape {} numeric {numeric}",
+                    h[i * 3 + j]
+                );
+            }
+        }
+    }
+}
+
+/// Second derivatives through conv2d (its backprop kernels are differentiated in turn).
+#[test]
+fn conv2d_second_derivative_matches_finite_differences() {
+    let img = input(&[1, 4, 4, 1], 31, -1.0, 1.0);
+    let filt = input(&[2, 2, 1, 2], 32, -1.0, 1.0);
+    // f(x) = Σ (dL/dx)² where L = Σ tanh(conv(x, w)); checks d/dx of backprop_input.
+    check(
+        "d/dx Σ (∂/∂x Σ tanh(conv))²",
+        &|x| {
+            let tape = GradientTape::new();
+            tape.watch(&x[0]);
+            let y = x[0]
+                .conv2d(&x[1], [1, 1], Padding::Same, [1, 1])?
+                .tanh()?
+                .reduce_sum(Axes::All, false)?;
+            let g = tape.gradient(&y, &[(&x[0]).into()])?[0].clone().unwrap();
+            g.square()?.reduce_sum(Axes::All, false)
+        },
+        &[img, filt],
+    );
+}
