@@ -2,7 +2,8 @@
 //! runs every kernel, then the NumPy script does; each figure is the median over rounds of
 //! each side's median-of-repeats. Ratios > 1 mean ferroflow is faster.
 
-use ferroflow::{DType, Tensor};
+use ferroflow::autodiff::{GradientTape, Source};
+use ferroflow::{Axes, DType, Tensor, Variable};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::Path;
@@ -86,11 +87,63 @@ fn ours() -> BTreeMap<String, f64> {
     out
 }
 
-fn numpy(script: &Path) -> Option<BTreeMap<String, f64>> {
+/// Median per-step time of forward + backward of an MLP 784-256-128-10, batch 32, under a
+/// GradientTape (the same computation as `bench/tf_mlp_step.py`).
+fn mlp_step() -> f64 {
+    let x =
+        ferroflow::random::stateless_normal(&[32, 784], [7, 0], 0.0, 1.0, DType::F32).expect("x");
+    let labels =
+        ferroflow::random::stateless_uniform(&[32], [8, 0], 0.0, 10.0, DType::I32).expect("labels");
+    let y = Tensor::one_hot(&labels, 10, 1.0, 0.0, DType::F32).expect("one_hot");
+    let sizes = [(784usize, 256usize), (256, 128), (128, 10)];
+    let ws: Vec<Variable> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &(a, b))| {
+            Variable::new(
+                format!("w{i}"),
+                ferroflow::random::stateless_normal(&[a, b], [i as u64, 9], 0.0, 0.05, DType::F32)
+                    .expect("w"),
+            )
+        })
+        .collect();
+    let bs: Vec<Variable> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, b))| {
+            Variable::new(format!("b{i}"), Tensor::zeros(&[b], DType::F32).expect("b"))
+        })
+        .collect();
+    let sources: Vec<Source> = ws.iter().chain(&bs).map(Source::from).collect();
+    let step = || {
+        let tape = GradientTape::new();
+        let h = x.matmul(&ws[0].value())?.add(&bs[0].value())?.relu()?;
+        let h = h.matmul(&ws[1].value())?.add(&bs[1].value())?.relu()?;
+        let logits = h.matmul(&ws[2].value())?.add(&bs[2].value())?;
+        let loss = y
+            .mul(&logits.log_softmax(-1)?)?
+            .reduce_sum(-1, false)?
+            .neg()?
+            .reduce_mean(Axes::All, false)?;
+        tape.gradient(&loss, &sources)
+    };
+    let steps = 200;
+    median_time(
+        || {
+            for _ in 0..steps {
+                black_box(step().expect("mlp step"));
+            }
+        },
+        5,
+    ) / steps as f64
+}
+
+fn python_figures(script: &Path) -> Option<BTreeMap<String, f64>> {
     let o = Command::new("python3").arg(script).output().ok()?;
     if !o.status.success() {
         eprintln!(
-            "xtask bench: numpy script failed: {}",
+            "xtask bench: {} failed: {}",
+            script.display(),
             String::from_utf8_lossy(&o.stderr)
         );
         return None;
@@ -169,6 +222,11 @@ fn load() -> String {
 
 pub(crate) fn run(args: &[String]) -> bool {
     ferroflow::init();
+    let only = args
+        .first()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--"));
+    let (do_kernels, do_autodiff) = (only != Some("autodiff"), only != Some("kernels"));
     let rounds: usize = args
         .iter()
         .position(|a| a == "--rounds")
@@ -188,14 +246,35 @@ pub(crate) fn run(args: &[String]) -> bool {
     let load_before = load();
     let mut mine: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut theirs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for r in 0..rounds {
+    for r in (0..rounds).filter(|_| do_kernels) {
         eprintln!("xtask bench: round {}/{rounds}", r + 1);
         for (k, v) in ours() {
             mine.entry(k).or_default().push(v);
         }
         if has_numpy {
-            for (k, v) in numpy(&script).unwrap_or_default() {
+            for (k, v) in python_figures(&script).unwrap_or_default() {
                 theirs.entry(k).or_default().push(v);
+            }
+        }
+    }
+    // Autodiff: an MLP training step against TensorFlow eager and tf.function.
+    let tf_script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/tf_mlp_step.py");
+    let has_tf = Command::new("python3")
+        .args(["-c", "import tensorflow"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !has_tf {
+        eprintln!("xtask bench: tensorflow is not importable; `pip install tensorflow-cpu` for the autodiff reference");
+    }
+    let (mut mlp, mut tf_eager, mut tf_fn) = (vec![], vec![], vec![]);
+    for r in (0..rounds).filter(|_| do_autodiff) {
+        eprintln!("xtask bench: autodiff round {}/{rounds}", r + 1);
+        mlp.push(mlp_step());
+        if has_tf {
+            if let Some(m) = python_figures(&tf_script) {
+                tf_eager.extend(m.get("mlp_step_tf_eager"));
+                tf_fn.extend(m.get("mlp_step_tf_function"));
             }
         }
     }
@@ -239,6 +318,33 @@ pub(crate) fn run(args: &[String]) -> bool {
             np.map(|n| format!("{n:.9e}")).unwrap_or_default(),
             ratio.map(|r| format!("{r:.3}")).unwrap_or_default()
         ));
+    }
+    let ours_step = if mlp.is_empty() {
+        f64::NAN
+    } else {
+        median(&mlp)
+    };
+    md.push_str("\n| MLP 784-256-128-10, batch 32, forward + backward | per step | ours / it |\n|---|---|---|\n");
+    md.push_str(&format!(
+        "| ferroflow GradientTape | {:.1} µs | 1.00 |\n",
+        ours_step * 1e6
+    ));
+    csv.push_str(&format!("mlp_step_ferroflow,{ours_step:.9e},,\n"));
+    for (name, v) in [
+        ("TensorFlow tf.function", &tf_fn),
+        ("TensorFlow eager", &tf_eager),
+    ] {
+        if v.is_empty() {
+            md.push_str(&format!("| {name} | n/a | n/a |\n"));
+        } else {
+            let t = median(v);
+            md.push_str(&format!(
+                "| {name} | {:.1} µs | {:.2} |\n",
+                t * 1e6,
+                ours_step / t
+            ));
+            csv.push_str(&format!("mlp_step_{},{t:.9e},,\n", name.replace(' ', "_")));
+        }
     }
     let _ = std::fs::create_dir_all("bench-out");
     let _ = std::fs::write("bench-out/kernels.csv", &csv);

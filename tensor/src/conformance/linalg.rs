@@ -89,6 +89,39 @@ pub fn matmul(device: &Device) {
             2.0 + k as f64,
         )
     });
+    // Sizes past the kernels' blocking and threading thresholds (thin matrices split by rows,
+    // a transposed right operand), in f32 and f64.
+    for (m, k, n, ta, tb) in [
+        (40usize, 33usize, 20usize, false, false),
+        (48, 17, 300, true, true),
+        (300, 40, 24, false, true),
+        (33, 260, 17, true, false),
+    ] {
+        for dtype in [DType::F32, DType::F64] {
+            let va: Vec<f64> = (0..m * k)
+                .map(|i| ((i * 7919) % 13) as f64 / 6.5 - 1.0)
+                .collect();
+            let vb: Vec<f64> = (0..k * n)
+                .map(|i| ((i * 104729) % 11) as f64 / 5.5 - 1.0)
+                .collect();
+            let a = RefArray::new(&[m, k], quantize(dtype, &va));
+            let b = RefArray::new(&[k, n], quantize(dtype, &vb));
+            let sa = if ta { a.transpose(&[1, 0]) } else { a.clone() };
+            let sb = if tb { b.transpose(&[1, 0]) } else { b.clone() };
+            let x = make_tensor(device, dtype, &sa, ViewKind::Contiguous).expect("lhs");
+            let y = make_tensor(device, dtype, &sb, ViewKind::Contiguous).expect("rhs");
+            let got = x.matmul_t(&y, ta, tb).expect("matmul");
+            let want = a.matmul(&b);
+            let r = assert_close(
+                &format!("matmul {m}x{k}x{n} {dtype}"),
+                &got,
+                &RefArray::new(&want.shape, quantize(dtype, &want.data)),
+                2.0,
+                4.0 * epsilon(dtype) * k as f64,
+            );
+            assert!(r.is_ok(), "{r:?}");
+        }
+    }
     // Shape and dtype errors are values.
     let x = crate::Tensor::from_host_on(crate::HostData::F32(vec![0.0; 6]), &[2, 3], *device)
         .expect("upload");

@@ -73,7 +73,7 @@ impl<T> StridedMatrix<'_, T> {
 
 /// `dst (m x n, dense row-major) = [dst +] lhs (m x k) · rhs (k x n)`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm_into<T: Copy + 'static>(
+pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
     dst: &mut [T],
     m: usize,
     n: usize,
@@ -90,6 +90,35 @@ pub(crate) fn gemm_into<T: Copy + 'static>(
         "gemm_into: operands out of bounds"
     );
     if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    // gemm's own threading splits poorly when one side is thin (a batch of 32 rows times a
+    // layer, or its gradient): measured 94 GFLOP/s on 2 cores for 32x784x256. Splitting the
+    // rows across threads, each running the single-threaded kernel, reaches ~1.5x that.
+    let threads = rayon::current_num_threads();
+    if matches!(par, Parallelism::Rayon(_)) && threads > 1 && m.min(n) < 256 && m >= 16 {
+        let rows = m.div_ceil(threads).next_multiple_of(8);
+        dst[..m * n]
+            .par_chunks_mut(rows * n)
+            .enumerate()
+            .for_each(|(c, d)| {
+                let part = StridedMatrix {
+                    offset: (lhs.offset as isize + (c * rows) as isize * lhs.rs) as usize,
+                    ..lhs
+                };
+                gemm_into(
+                    d,
+                    d.len() / n,
+                    n,
+                    k,
+                    part,
+                    rhs,
+                    accumulate,
+                    zero,
+                    one,
+                    Parallelism::None,
+                );
+            });
         return;
     }
     // SAFETY: the assert above keeps every element gemm touches inside the three slices.
