@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: the project's automation.
 //!
-//! - `ci`: format check, clippy with warnings denied, then the README's test command.
+//! - `ci`: format check, clippy with warnings denied, the README's test command, then the
+//!   examples (each exits non-zero when its result is wrong).
 //! - `bench [kernels]`: kernel timings as ratios against NumPy measured in the same run,
 //!   interleaved, median of rounds; writes `bench-out/kernels.csv` and prints a markdown table.
 
@@ -33,6 +34,7 @@ fn ci() -> bool {
             ],
         )
         && run("cargo", &["test", "--workspace"])
+        && ["tensors", "custom_training_loop"].iter().all(|e| run("cargo", &["run", "--quiet", "--example", e]))
 }
 
 fn main() -> ExitCode {
