@@ -15,7 +15,10 @@ fn main() -> Result<(), ferroflow::Error> {
     let n = 1000;
     let x = random::stateless_normal(&[n], [1, 1], 0.0, 1.0, DType::F32)?;
     let noise = random::stateless_normal(&[n], [2, 2], 0.0, 1.0, DType::F32)?;
-    let y = x.mul(&Tensor::scalar(TRUE_W)?)?.add(&Tensor::scalar(TRUE_B)?)?.add(&noise)?;
+    let y = x
+        .mul(&Tensor::scalar(TRUE_W)?)?
+        .add(&Tensor::scalar(TRUE_B)?)?
+        .add(&noise)?;
 
     // The model: tf.Variable(5.0) and tf.Variable(0.0), as in the tutorial.
     let w = Variable::new("w", Tensor::scalar(5.0f32)?);
@@ -26,18 +29,28 @@ fn main() -> Result<(), ferroflow::Error> {
     for epoch in 0..25 {
         let tape = GradientTape::new();
         let prediction = x.mul(&w.value())?.add(&b.value())?;
-        let loss = y.squared_difference(&prediction)?.reduce_mean(Axes::All, false)?;
+        let loss = y
+            .squared_difference(&prediction)?
+            .reduce_mean(Axes::All, false)?;
         let grads = tape.gradient(&loss, &sources)?;
         for (v, g) in [&w, &b].into_iter().zip(grads) {
             let g = g.expect("both variables are used by the loss");
             v.assign_sub(&g.mul(&learning_rate)?)?;
         }
-        println!("epoch {epoch:2}: W = {:.3}, b = {:.3}, loss = {:.5}", w.peek().item::<f32>()?, b.peek().item::<f32>()?, loss.item::<f32>()?);
+        println!(
+            "epoch {epoch:2}: W = {:.3}, b = {:.3}, loss = {:.5}",
+            w.peek().item::<f32>()?,
+            b.peek().item::<f32>()?,
+            loss.item::<f32>()?
+        );
     }
     let (fw, fb) = (w.peek().item::<f32>()?, b.peek().item::<f32>()?);
     println!("W ≈ {fw:.1}, b ≈ {fb:.1}");
     if (fw - TRUE_W).abs() > 0.2 || (fb - TRUE_B).abs() > 0.2 {
-        return Err(ferroflow::Error::invalid("custom_training_loop", format!("did not converge: W = {fw}, b = {fb}")));
+        return Err(ferroflow::Error::invalid(
+            "custom_training_loop",
+            format!("did not converge: W = {fw}, b = {fb}"),
+        ));
     }
     Ok(())
 }

@@ -316,19 +316,42 @@ fn half_precision_inputs_get_half_precision_gradients() {
     ferroflow::init();
     // d/dx Σ x² = 2x, and d/dx Σ tanh(x)·w = w (1 - tanh² x), in f16 and bf16.
     for dtype in [DType::F16, DType::BF16] {
-        let x = Tensor::from_host(ferroflow::HostData::from_f64_slice(dtype, &[0.5, -1.25, 2.0]), &[3]).unwrap();
-        let w = Tensor::from_host(ferroflow::HostData::from_f64_slice(dtype, &[1.0, 2.0, -0.5]), &[3]).unwrap();
+        let x = Tensor::from_host(
+            ferroflow::HostData::from_f64_slice(dtype, &[0.5, -1.25, 2.0]),
+            &[3],
+        )
+        .unwrap();
+        let w = Tensor::from_host(
+            ferroflow::HostData::from_f64_slice(dtype, &[1.0, 2.0, -0.5]),
+            &[3],
+        )
+        .unwrap();
         let tape = GradientTape::persistent();
         tape.watch(&x);
         let sq = x.square().unwrap().reduce_sum(Axes::All, false).unwrap();
-        let g = tape.gradient(&sq, &[(&x).into()]).unwrap()[0].clone().unwrap();
+        let g = tape.gradient(&sq, &[(&x).into()]).unwrap()[0]
+            .clone()
+            .unwrap();
         assert_eq!(g.dtype(), dtype);
         assert_eq!(g.to_f64_vec().unwrap(), vec![1.0, -2.5, 4.0]);
-        let th = x.tanh().unwrap().mul(&w).unwrap().reduce_sum(Axes::All, false).unwrap();
-        let g = tape.gradient(&th, &[(&x).into()]).unwrap()[0].clone().unwrap().to_f64_vec().unwrap();
+        let th = x
+            .tanh()
+            .unwrap()
+            .mul(&w)
+            .unwrap()
+            .reduce_sum(Axes::All, false)
+            .unwrap();
+        let g = tape.gradient(&th, &[(&x).into()]).unwrap()[0]
+            .clone()
+            .unwrap()
+            .to_f64_vec()
+            .unwrap();
         for ((gi, xi), wi) in g.iter().zip([0.5f64, -1.25, 2.0]).zip([1.0, 2.0, -0.5]) {
             let want = wi * (1.0 - xi.tanh().powi(2));
-            assert!((gi - want).abs() < 0.02 * (1.0 + want.abs()), "{dtype}: {gi} vs {want}");
+            assert!(
+                (gi - want).abs() < 0.02 * (1.0 + want.abs()),
+                "{dtype}: {gi} vs {want}"
+            );
         }
     }
 }

@@ -34,7 +34,9 @@ fn ci() -> bool {
             ],
         )
         && run("cargo", &["test", "--workspace"])
-        && ["tensors", "custom_training_loop"].iter().all(|e| run("cargo", &["run", "--quiet", "--example", e]))
+        && ["tensors", "custom_training_loop"]
+            .iter()
+            .all(|e| run("cargo", &["run", "--quiet", "--example", e]))
 }
 
 fn main() -> ExitCode {
