@@ -10,12 +10,26 @@ pub(crate) const PAR_THRESHOLD: usize = 1 << 16;
 /// Elements per rayon task for work that fits in cache.
 const CHUNK: usize = 1 << 15;
 
-/// Chunk length for a parallel loop over `n` elements: small tasks while the data is
-/// cache-sized, and a few large contiguous ranges per thread beyond, so that two threads do
-/// not take turns faulting in the same fresh huge page of the output.
-fn chunk_len(n: usize) -> usize {
-    let per_thread = n / (rayon::current_num_threads().max(1) * 4);
-    per_thread.max(CHUNK)
+/// Runs `f(start, part)` on one contiguous part of `out` per pool thread, every thread at
+/// once. `rayon::broadcast` wakes each worker explicitly; with work-stealing over small chunks
+/// the second worker of a 2-core pool sometimes never woke up in time for a 0.3 ms kernel,
+/// halving its speed for a whole process (seen as bimodal `exp` timings at 1M elements).
+fn split_across_threads<U: Send>(out: &mut [U], f: impl Fn(usize, &mut [U]) + Sync) {
+    let threads = rayon::current_num_threads().max(1);
+    let part = out.len().div_ceil(threads).max(1);
+    let slots: Vec<std::sync::Mutex<Option<(usize, &mut [U])>>> = out
+        .chunks_mut(part)
+        .enumerate()
+        .map(|(i, c)| std::sync::Mutex::new(Some((i * part, c))))
+        .collect();
+    rayon::broadcast(|ctx| {
+        let taken = slots
+            .get(ctx.index())
+            .and_then(|s| s.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some((start, c)) = taken {
+            f(start, c);
+        }
+    });
 }
 
 #[inline(always)]
@@ -90,10 +104,7 @@ pub(crate) fn map<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T) -> U + Sync
         if x.len() < PAR_THRESHOLD {
             map_chunk(x, out, &f);
         } else {
-            let c = chunk_len(x.len());
-            out.par_chunks_mut(c)
-                .zip(x.par_chunks(c))
-                .for_each(|(o, c)| map_chunk(c, o, &f));
+            split_across_threads(out, |start, o| map_chunk(&x[start..start + o.len()], o, &f));
         }
     })
 }
@@ -109,10 +120,10 @@ pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + S
         if a.len() < PAR_THRESHOLD {
             zip_chunk(a, b, out, &f);
         } else {
-            let c = chunk_len(a.len());
-            out.par_chunks_mut(c)
-                .zip(a.par_chunks(c).zip(b.par_chunks(c)))
-                .for_each(|(o, (x, y))| zip_chunk(x, y, o, &f));
+            split_across_threads(out, |start, o| {
+                let end = start + o.len();
+                zip_chunk(&a[start..end], &b[start..end], o, &f)
+            });
         }
     })
 }
