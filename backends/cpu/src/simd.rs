@@ -10,6 +10,9 @@ pub(crate) const PAR_THRESHOLD: usize = 1 << 16;
 /// Elements per rayon task for work that fits in cache.
 const CHUNK: usize = 1 << 15;
 
+/// One thread's share of an output: its start index and its slice, taken once.
+type Part<'a, U> = std::sync::Mutex<Option<(usize, &'a mut [U])>>;
+
 /// Runs `f(start, part)` on one contiguous part of `out` per pool thread, every thread at
 /// once. `rayon::broadcast` wakes each worker explicitly; with work-stealing over small chunks
 /// the second worker of a 2-core pool sometimes never woke up in time for a 0.3 ms kernel,
@@ -17,7 +20,7 @@ const CHUNK: usize = 1 << 15;
 fn split_across_threads<U: Send>(out: &mut [U], f: impl Fn(usize, &mut [U]) + Sync) {
     let threads = rayon::current_num_threads().max(1);
     let part = out.len().div_ceil(threads).max(1);
-    let slots: Vec<std::sync::Mutex<Option<(usize, &mut [U])>>> = out
+    let slots: Vec<Part<'_, U>> = out
         .chunks_mut(part)
         .enumerate()
         .map(|(i, c)| std::sync::Mutex::new(Some((i * part, c))))
