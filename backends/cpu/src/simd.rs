@@ -10,27 +10,23 @@ pub(crate) const PAR_THRESHOLD: usize = 1 << 16;
 /// Elements per rayon task for work that fits in cache.
 const CHUNK: usize = 1 << 15;
 
-/// One thread's share of an output: its start index and its slice, taken once.
-type Part<'a, U> = std::sync::Mutex<Option<(usize, &'a mut [U])>>;
-
-/// Runs `f(start, part)` on one contiguous part of `out` per pool thread, every thread at
-/// once. `rayon::broadcast` wakes each worker explicitly; with work-stealing over small chunks
-/// the second worker of a 2-core pool sometimes never woke up in time for a 0.3 ms kernel,
-/// halving its speed for a whole process (seen as bimodal `exp` timings at 1M elements).
+/// Runs `f(start, part)` on contiguous parts of `out`: the calling thread takes the first
+/// part itself and the pool the others. Two measured reasons: inputs a kernel reads were
+/// usually just written by the calling thread, so its share stays in its own cache (on
+/// chiplet CPUs another core may sit behind another L3); and a sleeping pool worker that
+/// wakes late only delays its own part, while the caller is never idle.
 fn split_across_threads<U: Send>(out: &mut [U], f: impl Fn(usize, &mut [U]) + Sync) {
     let threads = rayon::current_num_threads().max(1);
     let part = out.len().div_ceil(threads).max(1);
-    let slots: Vec<Part<'_, U>> = out
-        .chunks_mut(part)
-        .enumerate()
-        .map(|(i, c)| std::sync::Mutex::new(Some((i * part, c))))
-        .collect();
-    rayon::broadcast(|ctx| {
-        let taken = slots
-            .get(ctx.index())
-            .and_then(|s| s.lock().unwrap_or_else(|e| e.into_inner()).take());
-        if let Some((start, c)) = taken {
-            f(start, c);
+    let mut parts = out.chunks_mut(part).enumerate();
+    let first = parts.next();
+    let f = &f;
+    rayon::in_place_scope(|s| {
+        for (i, c) in parts {
+            s.spawn(move |_| f(i * part, c));
+        }
+        if let Some((_, c)) = first {
+            f(0, c);
         }
     });
 }
