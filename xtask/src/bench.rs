@@ -319,31 +319,33 @@ pub(crate) fn run(args: &[String]) -> bool {
             ratio.map(|r| format!("{r:.3}")).unwrap_or_default()
         ));
     }
-    let ours_step = if mlp.is_empty() {
-        f64::NAN
-    } else {
-        median(&mlp)
-    };
-    md.push_str("\n| MLP 784-256-128-10, batch 32, forward + backward | per step | ours / it |\n|---|---|---|\n");
-    md.push_str(&format!(
-        "| ferroflow GradientTape | {:.1} µs | 1.00 |\n",
-        ours_step * 1e6
-    ));
-    csv.push_str(&format!("mlp_step_ferroflow,{ours_step:.9e},,\n"));
-    for (name, v) in [
-        ("TensorFlow tf.function", &tf_fn),
-        ("TensorFlow eager", &tf_eager),
-    ] {
-        if v.is_empty() {
-            md.push_str(&format!("| {name} | n/a | n/a |\n"));
+    if do_autodiff {
+        let ours_step = if mlp.is_empty() {
+            f64::NAN
         } else {
-            let t = median(v);
-            md.push_str(&format!(
-                "| {name} | {:.1} µs | {:.2} |\n",
-                t * 1e6,
-                ours_step / t
-            ));
-            csv.push_str(&format!("mlp_step_{},{t:.9e},,\n", name.replace(' ', "_")));
+            median(&mlp)
+        };
+        md.push_str("\n| MLP 784-256-128-10, batch 32, forward + backward | per step | ours / it |\n|---|---|---|\n");
+        md.push_str(&format!(
+            "| ferroflow GradientTape | {:.1} µs | 1.00 |\n",
+            ours_step * 1e6
+        ));
+        csv.push_str(&format!("mlp_step_ferroflow,{ours_step:.9e},,\n"));
+        for (name, v) in [
+            ("TensorFlow tf.function", &tf_fn),
+            ("TensorFlow eager", &tf_eager),
+        ] {
+            if v.is_empty() {
+                md.push_str(&format!("| {name} | n/a | n/a |\n"));
+            } else {
+                let t = median(v);
+                md.push_str(&format!(
+                    "| {name} | {:.1} µs | {:.2} |\n",
+                    t * 1e6,
+                    ours_step / t
+                ));
+                csv.push_str(&format!("mlp_step_{},{t:.9e},,\n", name.replace(' ', "_")));
+            }
         }
     }
     let _ = std::fs::create_dir_all("bench-out");
