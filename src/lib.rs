@@ -26,6 +26,9 @@ pub use ferroflow_tensor::*;
 /// Automatic differentiation (`ferroflow-autodiff`): `GradientTape`, `custom_gradient`.
 pub use ferroflow_autodiff as autodiff;
 
+/// Optimizers and learning-rate schedules (`ferroflow-optim`).
+pub use ferroflow_optim as optim;
+
 /// The tensor core crate (`ferroflow-tensor`).
 pub use ferroflow_tensor as tensor;
 

@@ -1,0 +1,42 @@
+//! ferroflow's optimizers: TF 2.4's refactored `Optimizer` pipeline, learning-rate schedules,
+//! and loss scaling for mixed precision.
+//!
+//! # Overview
+//! - [`Optimizer`]: `minimize(loss, var_list, tape)` and `apply_gradients(grads_and_vars,
+//!   aggregate)`; gradients pass the aggregator, then the user's gradient transformers, then
+//!   the built-in clipvalue / clipnorm / global_clipnorm, then each optimizer's update.
+//! - Optimizers: [`Sgd`] (momentum, Nesterov), [`Adam`] (AMSGrad, and AdamW through
+//!   `weight_decay`), [`RmsProp`] (momentum, centered), [`Adagrad`].
+//! - Schedules implement [`LearningRateSchedule`]; any hyperparameter taking [`Hyper`]
+//!   accepts a constant or a schedule.
+//! - [`LossScaleOptimizer`] wraps any optimizer with TF's dynamic loss scale.
+//!
+//! ```
+//! ferroflow::init();
+//! use ferroflow::{autodiff::GradientTape, optim::{Adam, Optimizer}, Tensor, Variable};
+//! let w = Variable::new("w", Tensor::scalar(2.0f32)?);
+//! let mut opt = Adam::new(0.1);
+//! for _ in 0..100 {
+//!     let tape = GradientTape::new();
+//!     let loss = w.value().square()?; // minimum at 0
+//!     opt.minimize(&loss, &[w.clone()], &tape)?;
+//! }
+//! assert!(w.peek().item::<f32>()?.abs() < 0.1);
+//! # Ok::<(), ferroflow::Error>(())
+//! ```
+//!
+//! Not yet here (see the issue tracker): Adadelta, Adamax, Nadam, Ftrl, serde
+//! `get_config`/`from_config`, checkpointed optimizer weights, fused update kernels.
+
+#![warn(missing_docs)]
+
+mod loss_scale;
+mod optimizer;
+mod schedule;
+
+pub use loss_scale::{LossScale, LossScaleOptimizer};
+pub use optimizer::{Adagrad, Adam, GradientTransformer, Optimizer, OptimizerCore, RmsProp, Sgd};
+pub use schedule::{
+    CosineDecay, CosineDecayRestarts, ExponentialDecay, Hyper, InverseTimeDecay,
+    LearningRateSchedule, PiecewiseConstantDecay, PolynomialDecay,
+};

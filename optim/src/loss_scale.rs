@@ -1,0 +1,173 @@
+//! `LossScaleOptimizer` (TF 2.4 mixed precision): scales the loss up so small f16 gradients
+//! do not flush to zero, unscales the gradients, and skips steps whose gradients overflowed.
+
+use crate::optimizer::{Optimizer, OptimizerCore};
+use ferroflow_autodiff::{GradientTape, Source};
+use ferroflow_tensor::{Axes, Error, Result, Tensor, Variable};
+
+/// How the loss scale moves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LossScale {
+    /// TF's dynamic scale: starts at 2^15, doubles after `growth_steps` finite steps in a
+    /// row, halves (never below 1) on any non-finite gradient.
+    Dynamic {
+        /// Finite steps between doublings (TF: 2000).
+        growth_steps: u32,
+    },
+    /// A constant scale.
+    Fixed(f64),
+}
+
+/// Wraps an optimizer with loss scaling (`tf.keras.mixed_precision.LossScaleOptimizer`).
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow::optim::{LossScaleOptimizer, Optimizer, Sgd};
+/// let opt = LossScaleOptimizer::dynamic(Box::new(Sgd::new(0.1)))?;
+/// assert_eq!(opt.current_loss_scale(), 32768.0);
+/// # Ok::<(), ferroflow::Error>(())
+/// ```
+pub struct LossScaleOptimizer {
+    inner: Box<dyn Optimizer>,
+    mode: LossScale,
+    scale: f64,
+    good_steps: u32,
+}
+
+impl LossScaleOptimizer {
+    /// Dynamic loss scaling with TF 2.4's defaults (2^15, growth every 2000 finite steps).
+    pub fn dynamic(inner: Box<dyn Optimizer>) -> Result<LossScaleOptimizer> {
+        LossScaleOptimizer::new(inner, LossScale::Dynamic { growth_steps: 2000 })
+    }
+    /// Any mode. Refuses to wrap a LossScaleOptimizer (TF does too).
+    pub fn new(inner: Box<dyn Optimizer>, mode: LossScale) -> Result<LossScaleOptimizer> {
+        if inner.name() == "LossScaleOptimizer" {
+            return Err(Error::invalid(
+                "LossScaleOptimizer",
+                "cannot wrap a LossScaleOptimizer in another",
+            ));
+        }
+        let scale = match mode {
+            LossScale::Dynamic { .. } => 32768.0,
+            LossScale::Fixed(s) if s > 0.0 && s.is_finite() => s,
+            LossScale::Fixed(s) => {
+                return Err(Error::invalid(
+                    "LossScaleOptimizer",
+                    format!("a fixed loss scale must be positive and finite, got {s}"),
+                ))
+            }
+        };
+        Ok(LossScaleOptimizer {
+            inner,
+            mode,
+            scale,
+            good_steps: 0,
+        })
+    }
+    /// The current scale (`loss_scale`).
+    pub fn current_loss_scale(&self) -> f64 {
+        self.scale
+    }
+    /// Consecutive finite steps since the last change (TF's `good_steps`; checkpointed).
+    pub fn good_steps(&self) -> u32 {
+        self.good_steps
+    }
+    /// Restores the scale state from a checkpoint.
+    pub fn set_state(&mut self, scale: f64, good_steps: u32) {
+        self.scale = scale;
+        self.good_steps = good_steps;
+    }
+    /// `loss · scale` (`get_scaled_loss`), for custom training loops.
+    pub fn get_scaled_loss(&self, loss: &Tensor) -> Result<Tensor> {
+        loss.mul(&loss.scalar_like(self.scale)?)
+    }
+    /// `g / scale` for each gradient (`get_unscaled_gradients`).
+    pub fn get_unscaled_gradients(
+        &self,
+        grads: Vec<Option<Tensor>>,
+    ) -> Result<Vec<Option<Tensor>>> {
+        grads
+            .into_iter()
+            .map(|g| g.map(|g| g.div(&g.scalar_like(self.scale)?)).transpose())
+            .collect()
+    }
+}
+
+fn all_finite(pairs: &[(Option<Tensor>, Variable)]) -> Result<bool> {
+    for (g, _) in pairs {
+        if let Some(g) = g {
+            if !g
+                .is_finite()?
+                .reduce_all(Axes::All, false)?
+                .item::<bool>()?
+            {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+impl Optimizer for LossScaleOptimizer {
+    fn core(&self) -> &OptimizerCore {
+        self.inner.core()
+    }
+    fn core_mut(&mut self) -> &mut OptimizerCore {
+        self.inner.core_mut()
+    }
+    fn name(&self) -> &'static str {
+        "LossScaleOptimizer"
+    }
+    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+        let mut h = self.inner.hyperparameters();
+        h.push(("loss_scale", self.scale));
+        h
+    }
+    fn update(&mut self, grad: &Tensor, var: &Variable, t: i64) -> Result<()> {
+        self.inner.update(grad, var, t)
+    }
+    /// Takes unscaled gradients: applies them when all are finite, otherwise skips the
+    /// update (iterations still advance) and, for a dynamic scale, halves it.
+    fn apply_gradients(
+        &mut self,
+        grads_and_vars: Vec<(Option<Tensor>, Variable)>,
+        aggregate: bool,
+    ) -> Result<()> {
+        if !all_finite(&grads_and_vars)? {
+            if let LossScale::Dynamic { .. } = self.mode {
+                self.scale = (self.scale / 2.0).max(1.0);
+                self.good_steps = 0;
+            }
+            self.inner.core_mut().iterations += 1;
+            return Ok(());
+        }
+        self.inner.apply_gradients(grads_and_vars, aggregate)?;
+        if let LossScale::Dynamic { growth_steps } = self.mode {
+            self.good_steps += 1;
+            if self.good_steps >= growth_steps {
+                let doubled = self.scale * 2.0;
+                if doubled.is_finite() {
+                    self.scale = doubled;
+                }
+                self.good_steps = 0;
+            }
+        }
+        Ok(())
+    }
+    /// Scales the loss, differentiates, unscales, then applies (or skips) as above.
+    fn minimize(
+        &mut self,
+        loss: &Tensor,
+        var_list: &[Variable],
+        tape: &GradientTape,
+    ) -> Result<()> {
+        // The scaled loss must be on the tape: record it before taking the gradient.
+        let scaled = self.get_scaled_loss(loss)?;
+        let sources: Vec<Source> = var_list.iter().map(Source::from).collect();
+        let grads = self.get_unscaled_gradients(tape.gradient(&scaled, &sources)?)?;
+        self.apply_gradients(
+            grads.into_iter().zip(var_list.iter().cloned()).collect(),
+            true,
+        )
+    }
+}

@@ -1,0 +1,498 @@
+//! The TF 2.4 optimizer pipeline: `minimize` → `apply_gradients` → aggregator → gradient
+//! transformers (user ones, then clipvalue / clipnorm / global_clipnorm) → per-variable update.
+
+use crate::schedule::Hyper;
+use ferroflow_autodiff::{GradientTape, Source};
+use ferroflow_tensor::{Axes, Error, Result, Tensor, Variable};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A list of (gradient, variable) pairs in, the same out: the shape of TF 2.4's
+/// `gradient_aggregator` and `gradient_transformers`.
+pub type GradientTransformer =
+    Arc<dyn Fn(Vec<(Tensor, Variable)>) -> Result<Vec<(Tensor, Variable)>> + Send + Sync>;
+
+/// State every optimizer shares: step counter, slots, and the pipeline's options.
+#[derive(Default)]
+pub struct OptimizerCore {
+    /// Steps applied (TF's `iterations`).
+    pub iterations: i64,
+    /// Slot variables, keyed by (variable id, slot name).
+    slots: HashMap<(u64, &'static str), Variable>,
+    /// Clip each gradient element to `[-v, v]`.
+    pub clipvalue: Option<f64>,
+    /// Clip each gradient to this L2 norm.
+    pub clipnorm: Option<f64>,
+    /// Clip all gradients together to this global L2 norm.
+    pub global_clipnorm: Option<f64>,
+    /// User transformers, run after aggregation and before the built-in clipping.
+    pub gradient_transformers: Vec<GradientTransformer>,
+    /// Cross-replica aggregation; `None` is the identity (no distribution strategy).
+    pub gradient_aggregator: Option<GradientTransformer>,
+}
+
+impl OptimizerCore {
+    /// The slot `name` of `var`, created from `init` on first use (`add_slot`).
+    pub fn slot(
+        &mut self,
+        var: &Variable,
+        name: &'static str,
+        init: impl FnOnce() -> Result<Tensor>,
+    ) -> Result<Variable> {
+        if let Some(v) = self.slots.get(&(var.id(), name)) {
+            return Ok(v.clone());
+        }
+        let v = Variable::with_options(
+            format!("{}/{name}", var.name()),
+            init()?,
+            false,
+            Default::default(),
+            Default::default(),
+        );
+        self.slots.insert((var.id(), name), v.clone());
+        Ok(v)
+    }
+    /// An existing slot (`get_slot`).
+    pub fn get_slot(&self, var: &Variable, name: &'static str) -> Option<Variable> {
+        self.slots.get(&(var.id(), name)).cloned()
+    }
+}
+
+/// An optimizer: a per-variable update rule on top of the shared TF 2.4 pipeline.
+pub trait Optimizer: Send {
+    /// The shared state.
+    fn core(&self) -> &OptimizerCore;
+    /// The shared state, mutably.
+    fn core_mut(&mut self) -> &mut OptimizerCore;
+    /// TF's class name (`"Adam"`).
+    fn name(&self) -> &'static str;
+    /// Applies one update to `var` at 1-based step `t`.
+    fn update(&mut self, grad: &Tensor, var: &Variable, t: i64) -> Result<()>;
+    /// Hyperparameters at the current step, by TF name (`get_config`, numeric part).
+    fn hyperparameters(&self) -> Vec<(&'static str, f64)>;
+
+    /// Steps applied so far.
+    fn iterations(&self) -> i64 {
+        self.core().iterations
+    }
+
+    /// TF 2.4's `apply_gradients(grads_and_vars, experimental_aggregate_gradients)`.
+    /// `None` gradients are skipped with a warning; a gradient whose shape or dtype does not
+    /// match its variable is an error naming the variable, and nothing is updated.
+    fn apply_gradients(
+        &mut self,
+        grads_and_vars: Vec<(Option<Tensor>, Variable)>,
+        aggregate: bool,
+    ) -> Result<()> {
+        let mut pairs = Vec::with_capacity(grads_and_vars.len());
+        let mut missing = vec![];
+        for (g, v) in grads_and_vars {
+            match g {
+                Some(g) => {
+                    let value = v.peek();
+                    if g.shape() != value.shape() || g.dtype() != value.dtype() {
+                        return Err(Error::invalid(
+                            "apply_gradients",
+                            format!(
+                                "gradient {:?} {} does not match variable {:?} {:?} {}",
+                                g.shape(),
+                                g.dtype(),
+                                v.name(),
+                                value.shape(),
+                                value.dtype()
+                            ),
+                        ));
+                    }
+                    pairs.push((g, v));
+                }
+                None => missing.push(v.name().to_string()),
+            }
+        }
+        if !missing.is_empty() {
+            eprintln!("WARNING: Gradients do not exist for variables {missing:?} when minimizing the loss.");
+        }
+        if aggregate {
+            if let Some(agg) = self.core().gradient_aggregator.clone() {
+                pairs = agg(pairs)?;
+            }
+        }
+        for t in self.core().gradient_transformers.clone() {
+            pairs = t(pairs)?;
+        }
+        pairs = clip(self.core(), pairs)?;
+        let t = self.core().iterations + 1;
+        for (g, v) in &pairs {
+            self.update(g, v, t)?;
+        }
+        self.core_mut().iterations = t;
+        Ok(())
+    }
+
+    /// TF 2.4's `minimize(loss, var_list, tape)`: gradients of `loss` (computed under
+    /// `tape`) for `var_list`, then [`Optimizer::apply_gradients`].
+    fn minimize(
+        &mut self,
+        loss: &Tensor,
+        var_list: &[Variable],
+        tape: &GradientTape,
+    ) -> Result<()> {
+        let sources: Vec<Source> = var_list.iter().map(Source::from).collect();
+        let grads = tape.gradient(loss, &sources)?;
+        self.apply_gradients(
+            grads.into_iter().zip(var_list.iter().cloned()).collect(),
+            true,
+        )
+    }
+}
+
+fn clip(core: &OptimizerCore, pairs: Vec<(Tensor, Variable)>) -> Result<Vec<(Tensor, Variable)>> {
+    let mut pairs = pairs;
+    if let Some(c) = core.clipvalue {
+        pairs = pairs
+            .into_iter()
+            .map(|(g, v)| Ok((g.clip_by_value(&g.scalar_like(-c)?, &g.scalar_like(c)?)?, v)))
+            .collect::<Result<_>>()?;
+    }
+    if let Some(c) = core.clipnorm {
+        pairs = pairs
+            .into_iter()
+            .map(|(g, v)| {
+                let norm = g.square()?.reduce_sum(Axes::All, false)?.sqrt()?;
+                Ok((scale_to_norm(&g, &norm, c)?, v))
+            })
+            .collect::<Result<_>>()?;
+    }
+    if let Some(c) = core.global_clipnorm {
+        let mut total: Option<Tensor> = None;
+        for (g, _) in &pairs {
+            let s = g.square()?.reduce_sum(Axes::All, false)?;
+            total = Some(match total {
+                Some(t) => t.add(&s)?,
+                None => s,
+            });
+        }
+        if let Some(total) = total {
+            let norm = total.sqrt()?;
+            pairs = pairs
+                .into_iter()
+                .map(|(g, v)| Ok((scale_to_norm(&g, &norm.cast(g.dtype())?, c)?, v)))
+                .collect::<Result<_>>()?;
+        }
+    }
+    Ok(pairs)
+}
+
+/// `g · c / max(norm, c)`: unchanged when the norm is within `c` (tf.clip_by_norm).
+fn scale_to_norm(g: &Tensor, norm: &Tensor, c: f64) -> Result<Tensor> {
+    let cap = norm.scalar_like(c)?;
+    g.mul(&cap)?.div(&norm.maximum(&cap)?)
+}
+
+fn lr_of(h: &Hyper, core: &OptimizerCore) -> f64 {
+    h.at(core.iterations)
+}
+
+/// Gradient descent with momentum (TF 2.4 `SGD`: learning_rate 0.01, momentum 0,
+/// nesterov false): `v = m·v - lr·g; w += v` (nesterov: `w += m·v - lr·g`).
+pub struct Sgd {
+    core: OptimizerCore,
+    /// Learning rate.
+    pub learning_rate: Hyper,
+    /// Momentum.
+    pub momentum: f64,
+    /// Nesterov momentum.
+    pub nesterov: bool,
+}
+
+impl Sgd {
+    /// SGD with TF's defaults except the learning rate.
+    pub fn new(learning_rate: impl Into<Hyper>) -> Sgd {
+        Sgd {
+            core: OptimizerCore::default(),
+            learning_rate: learning_rate.into(),
+            momentum: 0.0,
+            nesterov: false,
+        }
+    }
+    /// With momentum (and optionally Nesterov).
+    pub fn with_momentum(mut self, momentum: f64, nesterov: bool) -> Sgd {
+        self.momentum = momentum;
+        self.nesterov = nesterov;
+        self
+    }
+}
+
+impl Optimizer for Sgd {
+    fn core(&self) -> &OptimizerCore {
+        &self.core
+    }
+    fn core_mut(&mut self) -> &mut OptimizerCore {
+        &mut self.core
+    }
+    fn name(&self) -> &'static str {
+        "SGD"
+    }
+    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("learning_rate", lr_of(&self.learning_rate, &self.core)),
+            ("momentum", self.momentum),
+            ("nesterov", self.nesterov as u8 as f64),
+        ]
+    }
+    fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
+        let w = var.peek();
+        let lr_g = g.mul(&g.scalar_like(lr_of(&self.learning_rate, &self.core))?)?;
+        if self.momentum == 0.0 {
+            return var.assign(&w.sub(&lr_g)?);
+        }
+        let velocity = self.core.slot(var, "momentum", || w.zeros_like())?;
+        let m = g.scalar_like(self.momentum)?;
+        let v = velocity.peek().mul(&m)?.sub(&lr_g)?;
+        velocity.assign(&v)?;
+        let step = if self.nesterov {
+            v.mul(&m)?.sub(&lr_g)?
+        } else {
+            v
+        };
+        var.assign(&w.add(&step)?)
+    }
+}
+
+/// Adam (TF 2.4: learning_rate 0.001, beta_1 0.9, beta_2 0.999, epsilon 1e-7, amsgrad
+/// false): `m = β1 m + (1-β1) g; v = β2 v + (1-β2) g²;
+/// w -= lr·√(1-β2^t)/(1-β1^t) · m / (√v̂ + ε)` with `v̂ = v` or, for AMSGrad, `max(v̂, v)`.
+/// `weight_decay` > 0 gives AdamW (decoupled: `w -= lr·wd·w` before the Adam step).
+pub struct Adam {
+    core: OptimizerCore,
+    /// Learning rate.
+    pub learning_rate: Hyper,
+    /// β1.
+    pub beta_1: f64,
+    /// β2.
+    pub beta_2: f64,
+    /// ε (added to √v̂, TF's "epsilon hat").
+    pub epsilon: f64,
+    /// AMSGrad variant.
+    pub amsgrad: bool,
+    /// Decoupled weight decay (AdamW); 0 for Adam.
+    pub weight_decay: f64,
+}
+
+impl Adam {
+    /// Adam with TF 2.4's defaults except the learning rate.
+    pub fn new(learning_rate: impl Into<Hyper>) -> Adam {
+        Adam {
+            core: OptimizerCore::default(),
+            learning_rate: learning_rate.into(),
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-7,
+            amsgrad: false,
+            weight_decay: 0.0,
+        }
+    }
+    /// AdamW (Loshchilov & Hutter): Adam with decoupled weight decay.
+    pub fn adamw(learning_rate: impl Into<Hyper>, weight_decay: f64) -> Adam {
+        Adam {
+            weight_decay,
+            ..Adam::new(learning_rate)
+        }
+    }
+}
+
+impl Optimizer for Adam {
+    fn core(&self) -> &OptimizerCore {
+        &self.core
+    }
+    fn core_mut(&mut self) -> &mut OptimizerCore {
+        &mut self.core
+    }
+    fn name(&self) -> &'static str {
+        if self.weight_decay > 0.0 {
+            "AdamW"
+        } else {
+            "Adam"
+        }
+    }
+    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("learning_rate", lr_of(&self.learning_rate, &self.core)),
+            ("beta_1", self.beta_1),
+            ("beta_2", self.beta_2),
+            ("epsilon", self.epsilon),
+            ("amsgrad", self.amsgrad as u8 as f64),
+            ("weight_decay", self.weight_decay),
+        ]
+    }
+    fn update(&mut self, g: &Tensor, var: &Variable, t: i64) -> Result<()> {
+        let w = var.peek();
+        let lr = lr_of(&self.learning_rate, &self.core);
+        let (b1, b2) = (self.beta_1, self.beta_2);
+        let m_slot = self.core.slot(var, "m", || w.zeros_like())?;
+        let v_slot = self.core.slot(var, "v", || w.zeros_like())?;
+        let s = |x: f64| g.scalar_like(x);
+        let m = m_slot.peek().mul(&s(b1)?)?.add(&g.mul(&s(1.0 - b1)?)?)?;
+        let v = v_slot
+            .peek()
+            .mul(&s(b2)?)?
+            .add(&g.square()?.mul(&s(1.0 - b2)?)?)?;
+        m_slot.assign(&m)?;
+        v_slot.assign(&v)?;
+        let v_hat = if self.amsgrad {
+            let vh_slot = self.core.slot(var, "vhat", || w.zeros_like())?;
+            let vh = vh_slot.peek().maximum(&v)?;
+            vh_slot.assign(&vh)?;
+            vh
+        } else {
+            v
+        };
+        let t = t as f64;
+        let lr_t = lr * (1.0 - b2.powf(t)).sqrt() / (1.0 - b1.powf(t));
+        let mut w_new = w.clone();
+        if self.weight_decay > 0.0 {
+            w_new = w_new.sub(&w.mul(&s(lr * self.weight_decay)?)?)?;
+        }
+        let step = m
+            .mul(&s(lr_t)?)?
+            .div(&v_hat.sqrt()?.add(&s(self.epsilon)?)?)?;
+        var.assign(&w_new.sub(&step)?)
+    }
+}
+
+/// RMSprop (TF 2.4: learning_rate 0.001, rho 0.9, momentum 0, epsilon 1e-7, centered
+/// false): `ms = ρ ms + (1-ρ) g²` (centered: `mg = ρ mg + (1-ρ) g`, denominator
+/// `ms - mg²`); `mom = μ mom + lr g / √(denom + ε); w -= mom`.
+pub struct RmsProp {
+    core: OptimizerCore,
+    /// Learning rate.
+    pub learning_rate: Hyper,
+    /// ρ.
+    pub rho: f64,
+    /// Momentum μ.
+    pub momentum: f64,
+    /// ε (inside the square root, as TF's kernel).
+    pub epsilon: f64,
+    /// Centered variant.
+    pub centered: bool,
+}
+
+impl RmsProp {
+    /// RMSprop with TF 2.4's defaults except the learning rate.
+    pub fn new(learning_rate: impl Into<Hyper>) -> RmsProp {
+        RmsProp {
+            core: OptimizerCore::default(),
+            learning_rate: learning_rate.into(),
+            rho: 0.9,
+            momentum: 0.0,
+            epsilon: 1e-7,
+            centered: false,
+        }
+    }
+}
+
+impl Optimizer for RmsProp {
+    fn core(&self) -> &OptimizerCore {
+        &self.core
+    }
+    fn core_mut(&mut self) -> &mut OptimizerCore {
+        &mut self.core
+    }
+    fn name(&self) -> &'static str {
+        "RMSprop"
+    }
+    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("learning_rate", lr_of(&self.learning_rate, &self.core)),
+            ("rho", self.rho),
+            ("momentum", self.momentum),
+            ("epsilon", self.epsilon),
+            ("centered", self.centered as u8 as f64),
+        ]
+    }
+    fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
+        let w = var.peek();
+        let lr = lr_of(&self.learning_rate, &self.core);
+        let s = |x: f64| g.scalar_like(x);
+        let rho = self.rho;
+        let ms_slot = self.core.slot(var, "rms", || w.zeros_like())?;
+        let ms = ms_slot
+            .peek()
+            .mul(&s(rho)?)?
+            .add(&g.square()?.mul(&s(1.0 - rho)?)?)?;
+        ms_slot.assign(&ms)?;
+        let denom = if self.centered {
+            let mg_slot = self.core.slot(var, "mg", || w.zeros_like())?;
+            let mg = mg_slot.peek().mul(&s(rho)?)?.add(&g.mul(&s(1.0 - rho)?)?)?;
+            mg_slot.assign(&mg)?;
+            ms.sub(&mg.square()?)?
+        } else {
+            ms
+        };
+        let step = g
+            .mul(&s(lr)?)?
+            .div(&denom.add(&s(self.epsilon)?)?.sqrt()?)?;
+        if self.momentum > 0.0 {
+            let mom_slot = self.core.slot(var, "momentum", || w.zeros_like())?;
+            let mom = mom_slot.peek().mul(&s(self.momentum)?)?.add(&step)?;
+            mom_slot.assign(&mom)?;
+            var.assign(&w.sub(&mom)?)
+        } else {
+            var.assign(&w.sub(&step)?)
+        }
+    }
+}
+
+/// Adagrad (TF 2.4: learning_rate 0.001, initial_accumulator_value 0.1, epsilon 1e-7):
+/// `acc += g²; w -= lr · g / (√acc + ε)`.
+pub struct Adagrad {
+    core: OptimizerCore,
+    /// Learning rate.
+    pub learning_rate: Hyper,
+    /// Starting value of the accumulator.
+    pub initial_accumulator_value: f64,
+    /// ε.
+    pub epsilon: f64,
+}
+
+impl Adagrad {
+    /// Adagrad with TF 2.4's defaults except the learning rate.
+    pub fn new(learning_rate: impl Into<Hyper>) -> Adagrad {
+        Adagrad {
+            core: OptimizerCore::default(),
+            learning_rate: learning_rate.into(),
+            initial_accumulator_value: 0.1,
+            epsilon: 1e-7,
+        }
+    }
+}
+
+impl Optimizer for Adagrad {
+    fn core(&self) -> &OptimizerCore {
+        &self.core
+    }
+    fn core_mut(&mut self) -> &mut OptimizerCore {
+        &mut self.core
+    }
+    fn name(&self) -> &'static str {
+        "Adagrad"
+    }
+    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("learning_rate", lr_of(&self.learning_rate, &self.core)),
+            ("initial_accumulator_value", self.initial_accumulator_value),
+            ("epsilon", self.epsilon),
+        ]
+    }
+    fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
+        let w = var.peek();
+        let lr = lr_of(&self.learning_rate, &self.core);
+        let init = self.initial_accumulator_value;
+        let acc_slot = self.core.slot(var, "accumulator", || w.full_like(init))?;
+        let acc = acc_slot.peek().add(&g.square()?)?;
+        acc_slot.assign(&acc)?;
+        let step = g
+            .mul(&g.scalar_like(lr)?)?
+            .div(&acc.sqrt()?.add(&g.scalar_like(self.epsilon)?)?)?;
+        var.assign(&w.sub(&step)?)
+    }
+}

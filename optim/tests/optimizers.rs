@@ -1,0 +1,434 @@
+//! Each optimizer's trajectory over several steps against TF 2.4's update equations,
+//! written out here in plain f64; the pipeline's order (aggregator, transformers, clipping);
+//! schedules; and the loss-scale state machine.
+
+use ferroflow::autodiff::GradientTape;
+use ferroflow::optim::*;
+use ferroflow::{Tensor, Variable};
+use std::sync::{Arc, Mutex};
+
+const W0: [f64; 3] = [0.5, -1.0, 2.0];
+
+fn grads(step: usize) -> [f64; 3] {
+    // Varying signs and magnitudes, including a zero.
+    [
+        0.3 - 0.1 * step as f64,
+        -0.7 + 0.2 * step as f64,
+        if step == 2 {
+            0.0
+        } else {
+            1.5 / (step as f64 + 1.0)
+        },
+    ]
+}
+
+fn var() -> Variable {
+    Variable::new("w", Tensor::from_slice(&W0).unwrap())
+}
+
+fn run(opt: &mut dyn Optimizer, steps: usize) -> Vec<f64> {
+    ferroflow::init();
+    let v = var();
+    for s in 0..steps {
+        let g = Tensor::from_slice(&grads(s)).unwrap();
+        opt.apply_gradients(vec![(Some(g), v.clone())], true)
+            .unwrap();
+    }
+    assert_eq!(opt.iterations(), steps as i64);
+    v.peek().to_vec::<f64>().unwrap()
+}
+
+fn assert_close(name: &str, got: &[f64], want: &[f64]) {
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-12 * (1.0 + b.abs()),
+            "{name}: w[{i}] = {a}, reference {b}"
+        );
+    }
+}
+
+#[test]
+fn sgd_plain_momentum_and_nesterov_follow_tf_equations() {
+    for (momentum, nesterov) in [(0.0, false), (0.9, false), (0.9, true)] {
+        let lr = 0.05;
+        let mut w = W0.to_vec();
+        let mut v = [0.0; 3];
+        for s in 0..5 {
+            let g = grads(s);
+            for i in 0..3 {
+                if momentum == 0.0 {
+                    w[i] -= lr * g[i];
+                } else {
+                    // v = m v - lr g; w += v (nesterov: w += m v - lr g)
+                    v[i] = momentum * v[i] - lr * g[i];
+                    w[i] += if nesterov {
+                        momentum * v[i] - lr * g[i]
+                    } else {
+                        v[i]
+                    };
+                }
+            }
+        }
+        let mut opt = Sgd::new(lr).with_momentum(momentum, nesterov);
+        assert_close(
+            &format!("SGD m={momentum} nesterov={nesterov}"),
+            &run(&mut opt, 5),
+            &w,
+        );
+    }
+}
+
+#[test]
+fn adam_and_amsgrad_and_adamw_follow_their_equations() {
+    for (amsgrad, wd) in [(false, 0.0), (true, 0.0), (false, 0.01)] {
+        let (lr, b1, b2, eps): (f64, f64, f64, f64) = (0.01, 0.9, 0.999, 1e-7);
+        let mut w = W0.to_vec();
+        let (mut m, mut v, mut vh) = ([0.0; 3], [0.0; 3], [0.0f64; 3]);
+        for s in 0..6 {
+            let g = grads(s);
+            let t = (s + 1) as f64;
+            let lr_t = lr * (1.0 - b2.powf(t)).sqrt() / (1.0 - b1.powf(t));
+            for i in 0..3 {
+                m[i] = b1 * m[i] + (1.0 - b1) * g[i];
+                v[i] = b2 * v[i] + (1.0 - b2) * g[i] * g[i];
+                vh[i] = vh[i].max(v[i]);
+                let denom = if amsgrad { vh[i] } else { v[i] };
+                let decayed = w[i] - lr * wd * w[i];
+                w[i] = decayed - lr_t * m[i] / (denom.sqrt() + eps);
+            }
+        }
+        let mut opt = if wd > 0.0 {
+            Adam::adamw(lr, wd)
+        } else {
+            Adam::new(lr)
+        };
+        opt.amsgrad = amsgrad;
+        assert_close(
+            &format!("Adam amsgrad={amsgrad} wd={wd}"),
+            &run(&mut opt, 6),
+            &w,
+        );
+        assert_eq!(opt.name(), if wd > 0.0 { "AdamW" } else { "Adam" });
+    }
+}
+
+#[test]
+fn rmsprop_plain_centered_and_momentum_follow_tf_equations() {
+    for (centered, momentum) in [(false, 0.0), (true, 0.0), (false, 0.5), (true, 0.5)] {
+        let (lr, rho, eps) = (0.01, 0.9, 1e-7);
+        let mut w = W0.to_vec();
+        let (mut ms, mut mg, mut mom) = ([0.0; 3], [0.0; 3], [0.0; 3]);
+        for s in 0..5 {
+            let g = grads(s);
+            for i in 0..3 {
+                ms[i] = rho * ms[i] + (1.0 - rho) * g[i] * g[i];
+                mg[i] = rho * mg[i] + (1.0 - rho) * g[i];
+                let denom = if centered {
+                    ms[i] - mg[i] * mg[i]
+                } else {
+                    ms[i]
+                };
+                let step = lr * g[i] / (denom + eps).sqrt();
+                if momentum > 0.0 {
+                    mom[i] = momentum * mom[i] + step;
+                    w[i] -= mom[i];
+                } else {
+                    w[i] -= step;
+                }
+            }
+        }
+        let mut opt = RmsProp::new(lr);
+        opt.centered = centered;
+        opt.momentum = momentum;
+        assert_close(
+            &format!("RMSprop centered={centered} momentum={momentum}"),
+            &run(&mut opt, 5),
+            &w,
+        );
+    }
+}
+
+#[test]
+fn adagrad_follows_tf_equations_with_its_initial_accumulator() {
+    let (lr, eps) = (0.1, 1e-7);
+    let mut w = W0.to_vec();
+    let mut acc = [0.1; 3];
+    for s in 0..5 {
+        let g = grads(s);
+        for i in 0..3 {
+            acc[i] += g[i] * g[i];
+            w[i] -= lr * g[i] / (acc[i].sqrt() + eps);
+        }
+    }
+    assert_close("Adagrad", &run(&mut Adagrad::new(lr), 5), &w);
+}
+
+#[test]
+fn pipeline_aggregates_then_transforms_then_clips() {
+    ferroflow::init();
+    let order = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut opt = Sgd::new(1.0);
+    let o1 = order.clone();
+    // The aggregator doubles (standing in for a sum over two replicas).
+    opt.core_mut().gradient_aggregator = Some(Arc::new(move |pairs| {
+        o1.lock().unwrap().push("aggregate".into());
+        pairs
+            .into_iter()
+            .map(|(g, v)| Ok((g.mul(&g.scalar_like(2.0)?)?, v)))
+            .collect()
+    }));
+    let o2 = order.clone();
+    opt.core_mut()
+        .gradient_transformers
+        .push(Arc::new(move |pairs| {
+            o2.lock().unwrap().push(format!(
+                "transform sees {:?}",
+                pairs[0].0.to_vec::<f64>().unwrap()
+            ));
+            Ok(pairs)
+        }));
+    // clipvalue acts after aggregation: 2·[0.3, -4] = [0.6, -8] clips to [0.6, -1].
+    opt.core_mut().clipvalue = Some(1.0);
+    let v = Variable::new("w", Tensor::from_slice(&[0.0f64, 0.0]).unwrap());
+    opt.apply_gradients(
+        vec![(
+            Some(Tensor::from_slice(&[0.3f64, -4.0]).unwrap()),
+            v.clone(),
+        )],
+        true,
+    )
+    .unwrap();
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![
+            "aggregate".to_string(),
+            "transform sees [0.6, -8.0]".to_string()
+        ]
+    );
+    assert_eq!(v.peek().to_vec::<f64>().unwrap(), vec![-0.6, 1.0]);
+    // aggregate = false skips the aggregator (the caller already reduced).
+    opt.apply_gradients(
+        vec![(Some(Tensor::from_slice(&[0.3f64, 0.0]).unwrap()), v.clone())],
+        false,
+    )
+    .unwrap();
+    assert_close(
+        "aggregate=false",
+        &v.peek().to_vec::<f64>().unwrap(),
+        &[-0.6 - 0.3, 1.0],
+    );
+}
+
+#[test]
+fn clipnorm_and_global_clipnorm_scale_to_the_norm() {
+    ferroflow::init();
+    // g = [3, 4] has norm 5: clipnorm 1 gives [0.6, 0.8]; global over [3,4] and [12] (norm 13)
+    // with 6.5 halves both.
+    let mut opt = Sgd::new(1.0);
+    opt.core_mut().clipnorm = Some(1.0);
+    let v = Variable::new("w", Tensor::from_slice(&[0.0f64, 0.0]).unwrap());
+    opt.apply_gradients(
+        vec![(Some(Tensor::from_slice(&[3.0f64, 4.0]).unwrap()), v.clone())],
+        true,
+    )
+    .unwrap();
+    let w = v.peek().to_vec::<f64>().unwrap();
+    assert!(
+        (w[0] + 0.6).abs() < 1e-12 && (w[1] + 0.8).abs() < 1e-12,
+        "{w:?}"
+    );
+    let mut opt = Sgd::new(1.0);
+    opt.core_mut().global_clipnorm = Some(6.5);
+    let a = Variable::new("a", Tensor::from_slice(&[0.0f64, 0.0]).unwrap());
+    let b = Variable::new("b", Tensor::from_slice(&[0.0f64]).unwrap());
+    opt.apply_gradients(
+        vec![
+            (Some(Tensor::from_slice(&[3.0f64, 4.0]).unwrap()), a.clone()),
+            (Some(Tensor::from_slice(&[12.0f64]).unwrap()), b.clone()),
+        ],
+        true,
+    )
+    .unwrap();
+    assert_eq!(a.peek().to_vec::<f64>().unwrap(), vec![-1.5, -2.0]);
+    assert_eq!(b.peek().to_vec::<f64>().unwrap(), vec![-6.0]);
+}
+
+#[test]
+fn none_gradients_are_skipped_and_mismatches_are_errors_naming_the_variable() {
+    ferroflow::init();
+    let mut opt = Sgd::new(0.1);
+    let a = Variable::new("layer/kernel", Tensor::from_slice(&[1.0f64, 1.0]).unwrap());
+    let b = Variable::new("unused", Tensor::from_slice(&[1.0f64]).unwrap());
+    opt.apply_gradients(
+        vec![
+            (Some(Tensor::from_slice(&[1.0f64, 2.0]).unwrap()), a.clone()),
+            (None, b.clone()),
+        ],
+        true,
+    )
+    .unwrap();
+    assert_eq!(b.peek().to_vec::<f64>().unwrap(), vec![1.0]);
+    let e = opt
+        .apply_gradients(
+            vec![(Some(Tensor::from_slice(&[1.0f64]).unwrap()), a.clone())],
+            true,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("layer/kernel"), "{e}");
+    let e = opt
+        .apply_gradients(
+            vec![(Some(Tensor::from_slice(&[1.0f32, 1.0]).unwrap()), a)],
+            true,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("float32") && e.contains("float64"), "{e}");
+}
+
+#[test]
+fn schedules_match_their_formulas() {
+    let e = ExponentialDecay {
+        initial_learning_rate: 0.1,
+        decay_steps: 10.0,
+        decay_rate: 0.5,
+        staircase: false,
+    };
+    assert!((e.at(5) - 0.1 * 0.5f64.powf(0.5)).abs() < 1e-15);
+    let es = ExponentialDecay {
+        staircase: true,
+        ..e.clone()
+    };
+    assert_eq!((es.at(9), es.at(10)), (0.1, 0.05));
+    let p = PiecewiseConstantDecay {
+        boundaries: vec![10, 20],
+        values: vec![1.0, 0.5, 0.1],
+    };
+    assert_eq!(
+        (p.at(0), p.at(10), p.at(11), p.at(20), p.at(21)),
+        (1.0, 1.0, 0.5, 0.5, 0.1)
+    );
+    let poly = PolynomialDecay {
+        initial_learning_rate: 1.0,
+        decay_steps: 10.0,
+        end_learning_rate: 0.0,
+        power: 2.0,
+        cycle: false,
+    };
+    assert!((poly.at(5) - 0.25).abs() < 1e-15 && poly.at(50) == 0.0);
+    let cyc = PolynomialDecay {
+        cycle: true,
+        ..poly.clone()
+    };
+    assert!((cyc.at(15) - 0.0625).abs() < 1e-15, "{}", cyc.at(15)); // decay_steps becomes 20
+    let inv = InverseTimeDecay {
+        initial_learning_rate: 1.0,
+        decay_steps: 1.0,
+        decay_rate: 0.5,
+        staircase: false,
+    };
+    assert!((inv.at(2) - 0.5).abs() < 1e-15);
+    let cos = CosineDecay {
+        initial_learning_rate: 1.0,
+        decay_steps: 10.0,
+        alpha: 0.1,
+    };
+    assert!((cos.at(5) - 0.55).abs() < 1e-15 && (cos.at(10) - 0.1).abs() < 1e-15);
+    // SGDR, t_mul 2: periods [0,10), [10,30); m_mul 0.5 halves the second peak.
+    let r = CosineDecayRestarts {
+        initial_learning_rate: 1.0,
+        first_decay_steps: 10.0,
+        t_mul: 2.0,
+        m_mul: 0.5,
+        alpha: 0.0,
+    };
+    assert!(
+        (r.at(0) - 1.0).abs() < 1e-12
+            && (r.at(10) - 0.5).abs() < 1e-12
+            && (r.at(20) - 0.25).abs() < 1e-12,
+        "{} {} {}",
+        r.at(0),
+        r.at(10),
+        r.at(20)
+    );
+    // A schedule drives the optimizer through `iterations`.
+    ferroflow::init();
+    let mut opt = Sgd::new(p.clone());
+    let v = Variable::new("w", Tensor::scalar(0.0f64).unwrap());
+    for _ in 0..12 {
+        opt.apply_gradients(
+            vec![(Some(Tensor::scalar(1.0f64).unwrap()), v.clone())],
+            true,
+        )
+        .unwrap();
+    }
+    // steps 0..=10 use 1.0 (11 steps), step 11 uses 0.5
+    assert_eq!(v.peek().item::<f64>().unwrap(), -11.5);
+}
+
+#[test]
+fn loss_scale_state_machine_step_by_step() {
+    ferroflow::init();
+    let v = Variable::new("w", Tensor::from_slice(&[1.0f32]).unwrap());
+    let mut opt = LossScaleOptimizer::new(
+        Box::new(Sgd::new(1.0)),
+        LossScale::Dynamic { growth_steps: 3 },
+    )
+    .unwrap();
+    assert_eq!(opt.current_loss_scale(), 32768.0);
+    let finite = || Some(Tensor::from_slice(&[0.5f32]).unwrap());
+    let overflow = || Some(Tensor::from_slice(&[f32::INFINITY]).unwrap());
+    // Overflow: halve, skip the update, iterations still advance.
+    opt.apply_gradients(vec![(overflow(), v.clone())], true)
+        .unwrap();
+    assert_eq!(
+        (opt.current_loss_scale(), opt.good_steps(), opt.iterations()),
+        (16384.0, 0, 1)
+    );
+    assert_eq!(v.peek().to_vec::<f32>().unwrap(), vec![1.0]);
+    // Three finite steps: applied, then the scale doubles.
+    for k in 1..=3 {
+        opt.apply_gradients(vec![(finite(), v.clone())], true)
+            .unwrap();
+        assert_eq!(opt.good_steps(), if k == 3 { 0 } else { k });
+    }
+    assert_eq!((opt.current_loss_scale(), opt.iterations()), (32768.0, 4));
+    assert_eq!(v.peek().to_vec::<f32>().unwrap(), vec![-0.5]);
+    // NaN also halves; the scale never goes below 1.
+    let mut tiny = LossScaleOptimizer::new(
+        Box::new(Sgd::new(1.0)),
+        LossScale::Dynamic { growth_steps: 2000 },
+    )
+    .unwrap();
+    tiny.set_state(1.0, 5);
+    tiny.apply_gradients(
+        vec![(Some(Tensor::from_slice(&[f32::NAN]).unwrap()), v.clone())],
+        true,
+    )
+    .unwrap();
+    assert_eq!((tiny.current_loss_scale(), tiny.good_steps()), (1.0, 0));
+    // A fixed scale never moves; wrapping a LossScaleOptimizer is refused.
+    let mut fixed =
+        LossScaleOptimizer::new(Box::new(Sgd::new(1.0)), LossScale::Fixed(128.0)).unwrap();
+    fixed
+        .apply_gradients(vec![(overflow(), v.clone())], true)
+        .unwrap();
+    assert_eq!(fixed.current_loss_scale(), 128.0);
+    assert!(LossScaleOptimizer::dynamic(Box::new(fixed)).is_err());
+}
+
+#[test]
+fn loss_scale_minimize_scales_and_unscales() {
+    ferroflow::init();
+    // loss = w², dloss/dw = 2w = 4 at w = 2: the scaled loss's gradient is 4·2^15, unscaled 4.
+    let v = Variable::new("w", Tensor::scalar(2.0f32).unwrap());
+    let mut opt = LossScaleOptimizer::dynamic(Box::new(Sgd::new(0.25))).unwrap();
+    let tape = GradientTape::new();
+    let loss = v.value().square().unwrap();
+    assert_eq!(
+        opt.get_scaled_loss(&loss).unwrap().item::<f32>().unwrap(),
+        4.0 * 32768.0
+    );
+    opt.minimize(&loss, std::slice::from_ref(&v), &tape).unwrap();
+    assert_eq!(v.peek().item::<f32>().unwrap(), 1.0); // 2 - 0.25·4
+}
