@@ -6,7 +6,8 @@
 //!   aggregate)`; gradients pass the aggregator, then the user's gradient transformers, then
 //!   the built-in clipvalue / clipnorm / global_clipnorm, then each optimizer's update.
 //! - Optimizers: [`Sgd`] (momentum, Nesterov), [`Adam`] (AMSGrad, and AdamW through
-//!   `weight_decay`), [`RmsProp`] (momentum, centered), [`Adagrad`].
+//!   `weight_decay`), [`RmsProp`] (momentum, centered), [`Adagrad`], [`Adadelta`],
+//!   [`Adamax`], [`Nadam`], [`Ftrl`].
 //! - Schedules implement [`LearningRateSchedule`]; any hyperparameter taking [`Hyper`]
 //!   accepts a constant or a schedule.
 //! - [`LossScaleOptimizer`] wraps any optimizer with TF's dynamic loss scale.
@@ -25,16 +26,18 @@
 //! # Ok::<(), ferroflow::Error>(())
 //! ```
 //!
-//! Not yet here (see the issue tracker): Adadelta, Adamax, Nadam, Ftrl, serde
-//! `get_config`/`from_config`, checkpointed optimizer weights, fused update kernels.
+//! Not yet here (see the issue tracker): serde `get_config`/`from_config`, checkpointed
+//! optimizer weights, fused update kernels.
 
 #![warn(missing_docs)]
 
 mod loss_scale;
+mod more;
 mod optimizer;
 mod schedule;
 
 pub use loss_scale::{LossScale, LossScaleOptimizer};
+pub use more::{Adadelta, Adamax, Ftrl, Nadam};
 pub use optimizer::{Adagrad, Adam, GradientTransformer, Optimizer, OptimizerCore, RmsProp, Sgd};
 pub use schedule::{
     CosineDecay, CosineDecayRestarts, ExponentialDecay, Hyper, InverseTimeDecay,

@@ -429,6 +429,97 @@ fn loss_scale_minimize_scales_and_unscales() {
         opt.get_scaled_loss(&loss).unwrap().item::<f32>().unwrap(),
         4.0 * 32768.0
     );
-    opt.minimize(&loss, std::slice::from_ref(&v), &tape).unwrap();
+    opt.minimize(&loss, std::slice::from_ref(&v), &tape)
+        .unwrap();
     assert_eq!(v.peek().item::<f32>().unwrap(), 1.0); // 2 - 0.25·4
+}
+
+#[test]
+fn adadelta_follows_tf_equations() {
+    let (lr, rho, eps) = (1.0, 0.95, 1e-7);
+    let mut w = W0.to_vec();
+    let (mut acc, mut acc_u) = ([0.0; 3], [0.0; 3]);
+    for s in 0..5 {
+        let g = grads(s);
+        for i in 0..3 {
+            acc[i] = rho * acc[i] + (1.0 - rho) * g[i] * g[i];
+            let u = ((acc_u[i] + eps) as f64).sqrt() / (acc[i] + eps).sqrt() * g[i];
+            acc_u[i] = rho * acc_u[i] + (1.0 - rho) * u * u;
+            w[i] -= lr * u;
+        }
+    }
+    assert_close("Adadelta", &run(&mut Adadelta::new(lr), 5), &w);
+}
+
+#[test]
+fn adamax_follows_tf_equations() {
+    let (lr, b1, b2, eps): (f64, f64, f64, f64) = (0.01, 0.9, 0.999, 1e-7);
+    let mut w = W0.to_vec();
+    let (mut m, mut u) = ([0.0; 3], [0.0f64; 3]);
+    for s in 0..5 {
+        let g = grads(s);
+        let t = (s + 1) as f64;
+        for i in 0..3 {
+            m[i] = b1 * m[i] + (1.0 - b1) * g[i];
+            u[i] = (b2 * u[i]).max(g[i].abs());
+            w[i] -= lr / (1.0 - b1.powf(t)) * m[i] / (u[i] + eps);
+        }
+    }
+    assert_close("Adamax", &run(&mut Adamax::new(lr), 5), &w);
+}
+
+#[test]
+fn nadam_follows_keras_equations_with_the_momentum_schedule() {
+    let (lr, b1, b2, eps): (f64, f64, f64, f64) = (0.01, 0.9, 0.999, 1e-7);
+    let mu = |t: f64| b1 * (1.0 - 0.5 * 0.96f64.powf(0.004 * t));
+    let mut w = W0.to_vec();
+    let (mut m, mut v) = ([0.0; 3], [0.0; 3]);
+    let mut sched = 1.0;
+    for s in 0..5 {
+        let g = grads(s);
+        let t = (s + 1) as f64;
+        sched *= mu(t);
+        let next = sched * mu(t + 1.0);
+        for i in 0..3 {
+            let g_prime = g[i] / (1.0 - sched);
+            m[i] = b1 * m[i] + (1.0 - b1) * g[i];
+            v[i] = b2 * v[i] + (1.0 - b2) * g[i] * g[i];
+            let m_prime = m[i] / (1.0 - next);
+            let v_prime = v[i] / (1.0 - b2.powf(t));
+            let m_bar = (1.0 - mu(t)) * g_prime + mu(t + 1.0) * m_prime;
+            w[i] -= lr * m_bar / (v_prime.sqrt() + eps);
+        }
+    }
+    assert_close("Nadam", &run(&mut Nadam::new(lr), 5), &w);
+}
+
+#[test]
+fn ftrl_follows_tf_equations_with_and_without_regularization() {
+    for (l1, l2, shrink, beta) in [(0.0, 0.0, 0.0, 0.0), (0.05, 0.1, 0.02, 0.3)] {
+        let (lr, p) = (0.1, -0.5f64);
+        let mut w = W0.to_vec();
+        let (mut n, mut z) = ([0.1f64; 3], [0.0; 3]);
+        let l2a = l2 + beta / (2.0 * lr);
+        for s in 0..5 {
+            let g = grads(s);
+            for i in 0..3 {
+                let n_new = n[i] + g[i] * g[i];
+                let sigma = (n_new.powf(-p) - n[i].powf(-p)) / lr;
+                z[i] += g[i] + 2.0 * shrink * w[i] - sigma * w[i];
+                let quad = n_new.powf(-p) / lr + 2.0 * l2a;
+                w[i] = if z[i].abs() > l1 {
+                    (z[i].signum() * l1 - z[i]) / quad
+                } else {
+                    0.0
+                };
+                n[i] = n_new;
+            }
+        }
+        let mut opt = Ftrl::new(lr);
+        opt.l1 = l1;
+        opt.l2 = l2;
+        opt.l2_shrinkage = shrink;
+        opt.beta = beta;
+        assert_close(&format!("Ftrl l1={l1}"), &run(&mut opt, 5), &w);
+    }
 }
