@@ -436,14 +436,14 @@ fn loss_scale_minimize_scales_and_unscales() {
 
 #[test]
 fn adadelta_follows_tf_equations() {
-    let (lr, rho, eps) = (1.0, 0.95, 1e-7);
+    let (lr, rho, eps): (f64, f64, f64) = (1.0, 0.95, 1e-7);
     let mut w = W0.to_vec();
     let (mut acc, mut acc_u) = ([0.0; 3], [0.0; 3]);
     for s in 0..5 {
         let g = grads(s);
         for i in 0..3 {
             acc[i] = rho * acc[i] + (1.0 - rho) * g[i] * g[i];
-            let u = ((acc_u[i] + eps) as f64).sqrt() / (acc[i] + eps).sqrt() * g[i];
+            let u = (acc_u[i] + eps).sqrt() / (acc[i] + eps).sqrt() * g[i];
             acc_u[i] = rho * acc_u[i] + (1.0 - rho) * u * u;
             w[i] -= lr * u;
         }
