@@ -304,21 +304,7 @@ impl GradientTape {
         for i in 0..n {
             let mut seed = vec![0.0; n];
             seed[i] = 1.0;
-            let seed = Tensor::from_host_on(
-                HostData::from_f64_slice(target.dtype(), &seed),
-                target.shape(),
-                target.device(),
-            )?;
-            let g = self.backward_from(
-                std::slice::from_ref(target),
-                vec![seed],
-                std::slice::from_ref(source),
-                UnconnectedGradients::Zero,
-            )?;
-            rows.push(g.into_iter().next().flatten().ok_or_else(|| Error::Tape {
-                method: "jacobian",
-                msg: "no gradient for the source".into(),
-            })?);
+            rows.push(self.seeded_gradient("jacobian", target, &seed, source)?);
         }
         self.finish();
         let mut shape = target.shape().to_vec();
@@ -351,21 +337,7 @@ impl GradientTape {
             for r in 0..b {
                 seed[r * m + j] = 1.0;
             }
-            let seed = Tensor::from_host_on(
-                HostData::from_f64_slice(target.dtype(), &seed),
-                target.shape(),
-                target.device(),
-            )?;
-            let g = self.backward_from(
-                std::slice::from_ref(target),
-                vec![seed],
-                std::slice::from_ref(source),
-                UnconnectedGradients::Zero,
-            )?;
-            cols.push(g.into_iter().next().flatten().ok_or_else(|| Error::Tape {
-                method: "batch_jacobian",
-                msg: "no gradient for the source".into(),
-            })?);
+            cols.push(self.seeded_gradient("batch_jacobian", target, &seed, source)?);
         }
         self.finish();
         let mut shape = vec![b];
@@ -375,6 +347,32 @@ impl GradientTape {
             return Tensor::zeros(&shape, target.dtype());
         }
         Tensor::stack(&cols, 1)?.reshape_to(&shape)
+    }
+
+    /// One backward pass from `target` seeded with `seed` (its elements, row-major), keeping
+    /// the record for the next pass.
+    fn seeded_gradient(
+        &self,
+        method: &'static str,
+        target: &Tensor,
+        seed: &[f64],
+        source: &Source,
+    ) -> Result<Tensor> {
+        let seed = Tensor::from_host_on(
+            HostData::from_f64_slice(target.dtype(), seed),
+            target.shape(),
+            target.device(),
+        )?;
+        let g = self.backward_from(
+            std::slice::from_ref(target),
+            vec![seed],
+            std::slice::from_ref(source),
+            UnconnectedGradients::Zero,
+        )?;
+        g.into_iter().next().flatten().ok_or_else(|| Error::Tape {
+            method,
+            msg: "no gradient for the source".into(),
+        })
     }
 
     fn finish(&self) {
