@@ -18,7 +18,9 @@
 use crate::dtype::{DType, HostData};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::op::{ArgReduceOp, BinaryOp, CumulativeOp, PoolKind, ReduceOp, UnaryOp, Window2d};
+use crate::op::{
+    AdamStep, ArgReduceOp, BinaryOp, CumulativeOp, PoolKind, ReduceOp, UnaryOp, Window2d,
+};
 use std::any::Any;
 
 /// A buffer owned by a backend (host memory, a GPU allocation, ...).
@@ -146,4 +148,21 @@ pub trait Backend: Send + Sync + 'static {
     fn max_pool_grad(&self, x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
     /// Gradient of average pooling.
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
+
+    /// Optional fused Adam step over same-shaped `w, g, m, v` (one pass instead of a chain of
+    /// temporaries). The default says the backend has none; callers then compose primitives.
+    fn adam_update(
+        &self,
+        _w: Operand<'_>,
+        _g: Operand<'_>,
+        _m: Operand<'_>,
+        _v: Operand<'_>,
+        _step: &AdamStep,
+    ) -> Result<(BufferBox, BufferBox, BufferBox)> {
+        Err(Error::NotSupportedByBackend {
+            op: "adam_update",
+            backend: self.name(),
+            detail: ", callers fall back to primitives".into(),
+        })
+    }
 }

@@ -154,6 +154,12 @@ impl OpOutputs for (Tensor, Tensor) {
     }
 }
 
+impl OpOutputs for (Tensor, Tensor, Tensor) {
+    fn to_list(&self) -> Vec<Tensor> {
+        vec![self.0.clone(), self.1.clone(), self.2.clone()]
+    }
+}
+
 /// Where a kernel runs: the device of the inputs and its backend.
 pub struct Placement<'a> {
     /// The device.

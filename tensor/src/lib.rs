@@ -59,7 +59,8 @@ pub use dtype::{DType, Element, HostData};
 pub use error::{Error, Result};
 pub use layout::Layout;
 pub use op::{
-    ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, ReduceOp, UnaryOp, Window2d,
+    AdamStep, ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, ReduceOp, UnaryOp,
+    Window2d,
 };
 pub use ops::{Axes, SliceSpec};
 pub use tensor::{live_tensor_bytes, Storage, Tensor, TensorId};

@@ -296,6 +296,22 @@ impl Window2d {
     }
 }
 
+/// One fused Adam/AdamW step's scalars (bias corrections folded into `lr_t`):
+/// `m' = β1 m + (1-β1) g; v' = β2 v + (1-β2) g²; w' = w - decay·w - lr_t·m'/(√v' + ε)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamStep {
+    /// `lr·√(1-β2^t)/(1-β1^t)`.
+    pub lr_t: f64,
+    /// β1.
+    pub beta_1: f64,
+    /// β2.
+    pub beta_2: f64,
+    /// ε.
+    pub epsilon: f64,
+    /// Decoupled weight decay times the learning rate (0 for Adam).
+    pub decay: f64,
+}
+
 /// One primitive op with its attributes, as observers (tapes, profiler, tracers) see it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -416,6 +432,8 @@ pub enum Op {
     MaxPoolGrad(Window2d),
     /// Gradient of average pooling; input [dy].
     AvgPoolGrad(Window2d),
+    /// Fused Adam update; inputs [w, g, m, v], outputs [w', m', v'] (not differentiable).
+    AdamUpdate(AdamStep),
 }
 
 impl Op {
@@ -447,6 +465,7 @@ impl Op {
             Op::Pool2d(k, _) => k.name(),
             Op::MaxPoolGrad(_) => "max_pool_grad",
             Op::AvgPoolGrad(_) => "avg_pool_grad",
+            Op::AdamUpdate(_) => "adam_update",
         }
     }
 }

@@ -32,8 +32,8 @@ pub use buffer::CpuBuffer;
 
 use buffer::out;
 use ferroflow_tensor::{
-    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, HostData, Operand,
-    PoolKind, ReduceOp, Result, UnaryOp, Window2d,
+    AdamStep, ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, HostData,
+    Operand, PoolKind, ReduceOp, Result, UnaryOp, Window2d,
 };
 use std::sync::Arc;
 
@@ -178,5 +178,16 @@ impl Backend for CpuBackend {
     }
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         out(kernels::conv::avg_pool_grad(dy, w)?)
+    }
+    fn adam_update(
+        &self,
+        w: Operand<'_>,
+        g: Operand<'_>,
+        m: Operand<'_>,
+        v: Operand<'_>,
+        step: &AdamStep,
+    ) -> Result<(BufferBox, BufferBox, BufferBox)> {
+        let (a, b, c) = kernels::fused::adam_update(w, g, m, v, step)?;
+        Ok((out(a)?, out(b)?, out(c)?))
     }
 }

@@ -16,6 +16,7 @@ pub mod harness;
 pub mod reference;
 
 pub mod creation;
+pub mod fused;
 pub mod index;
 pub mod linalg;
 pub mod nn;
@@ -56,6 +57,7 @@ macro_rules! conformance_tests {
             creation_and_round_trip => creation::creation_and_round_trip,
             random_statistics => creation::random_statistics,
             variables => creation::variables,
+            adam_update => fused::adam_update,
             never_panics => robustness::never_panics,
         );
     };

@@ -5,6 +5,7 @@
 //! Composite ops (softmax, one_hot, gather_nd, top_k, tile, ...) call primitives only.
 
 mod elementwise;
+mod fused;
 mod index;
 mod linalg;
 mod nn;

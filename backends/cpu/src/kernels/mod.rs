@@ -3,6 +3,7 @@
 pub(crate) mod binary;
 pub(crate) mod cast;
 pub(crate) mod conv;
+pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
