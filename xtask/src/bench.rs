@@ -3,6 +3,7 @@
 //! each side's median-of-repeats. Ratios > 1 mean ferroflow is faster.
 
 use ferroflow::autodiff::{GradientTape, Source};
+use ferroflow::optim::{Adam, Optimizer};
 use ferroflow::{Axes, DType, Tensor, Variable};
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -138,6 +139,38 @@ fn mlp_step() -> f64 {
     ) / steps as f64
 }
 
+/// (Adam step over 10M f32 parameters in seconds, the memory-bandwidth floor for it in
+/// seconds): the floor is the bytes an ideal step moves (read w, g, m, v; write w, m, v) over
+/// the copy bandwidth measured now (a 40 MB copy reads and writes 40 MB).
+fn adam_vs_floor() -> (f64, f64) {
+    let n = 10_000_000usize;
+    let w = Variable::new(
+        "w",
+        ferroflow::random::stateless_normal(&[n], [1, 1], 0.0, 1.0, DType::F32).expect("w"),
+    );
+    let g = ferroflow::random::stateless_normal(&[n], [2, 2], 0.0, 1.0, DType::F32).expect("g");
+    let mut opt = Adam::new(0.001);
+    let adam = median_time(
+        || {
+            opt.apply_gradients(vec![(Some(g.clone()), w.clone())], true)
+                .expect("adam step")
+        },
+        9,
+    );
+    let src: Vec<f32> = vec![1.0; n];
+    let mut dst: Vec<f32> = vec![0.0; n];
+    let copy = median_time(
+        || {
+            dst.copy_from_slice(black_box(&src));
+            black_box(&dst);
+        },
+        9,
+    );
+    let bandwidth = 2.0 * 4.0 * n as f64 / copy;
+    let floor = 7.0 * 4.0 * n as f64 / bandwidth;
+    (adam, floor)
+}
+
 fn python_figures(script: &Path) -> Option<BTreeMap<String, f64>> {
     let o = Command::new("python3").arg(script).output().ok()?;
     if !o.status.success() {
@@ -226,7 +259,10 @@ pub(crate) fn run(args: &[String]) -> bool {
         .first()
         .map(String::as_str)
         .filter(|a| !a.starts_with("--"));
-    let (do_kernels, do_autodiff) = (only != Some("autodiff"), only != Some("kernels"));
+    let (do_kernels, do_autodiff) = (
+        only.is_none() || only == Some("kernels"),
+        only.is_none() || only == Some("autodiff"),
+    );
     let rounds: usize = args
         .iter()
         .position(|a| a == "--rounds")
@@ -278,6 +314,15 @@ pub(crate) fn run(args: &[String]) -> bool {
             }
         }
     }
+    let adam = if only.is_none() || only == Some("optim") {
+        let runs: Vec<(f64, f64)> = (0..rounds).map(|_| adam_vs_floor()).collect();
+        Some((
+            median(&runs.iter().map(|r| r.0).collect::<Vec<_>>()),
+            median(&runs.iter().map(|r| r.1).collect::<Vec<_>>()),
+        ))
+    } else {
+        None
+    };
     let peak = fma_peak_gflops();
     let mut md = String::new();
     md.push_str(&format!(
@@ -347,6 +392,18 @@ pub(crate) fn run(args: &[String]) -> bool {
                 csv.push_str(&format!("mlp_step_{},{t:.9e},,\n", name.replace(' ', "_")));
             }
         }
+    }
+    if let Some((step, floor)) = adam {
+        md.push_str(&format!(
+            "\n| Adam step, 10M f32 parameters | time | memory-bandwidth floor | floor / time |\n|---|---|---|---|\n| fused kernel | {:.2} ms | {:.2} ms | {:.2} |\n",
+            step * 1e3,
+            floor * 1e3,
+            floor / step
+        ));
+        csv.push_str(&format!(
+            "adam_10M,{step:.9e},{floor:.9e},{:.3}\n",
+            floor / step
+        ));
     }
     let _ = std::fs::create_dir_all("bench-out");
     let _ = std::fs::write("bench-out/kernels.csv", &csv);

@@ -2,7 +2,8 @@
 //!
 //! - `ci`: format check, clippy with warnings denied, the README's test command, then the
 //!   examples (each exits non-zero when its result is wrong).
-//! - `bench [kernels]`: kernel timings as ratios against NumPy measured in the same run,
+//! - `bench [kernels|autodiff|optim]`: kernels against NumPy, a training step against
+//!   TensorFlow, an Adam step against the memory-bandwidth floor; references measured in the same run,
 //!   interleaved, median of rounds; writes `bench-out/kernels.csv` and prints a markdown table.
 
 mod bench;
@@ -45,7 +46,9 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench") => bench::run(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask ci | cargo xtask bench [kernels] [--rounds N]");
+            eprintln!(
+                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim] [--rounds N]"
+            );
             false
         }
     };
