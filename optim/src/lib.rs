@@ -26,8 +26,10 @@
 //! # Ok::<(), ferroflow::Error>(())
 //! ```
 //!
-//! Not yet here (see the issue tracker): serde `get_config`/`from_config`, checkpointed
-//! optimizer weights, fused update kernels.
+//! Checkpoints: [`OptimizerCore::weights`] / [`OptimizerCore::set_weights`] (step count and
+//! slots; restoring before the slots exist defers, as TF does). Adam/AdamW use the backend's
+//! fused update kernel when it has one. Not yet here: serde `get_config`/`from_config` (the
+//! numeric part is [`Optimizer::hyperparameters`]).
 
 #![warn(missing_docs)]
 
@@ -38,7 +40,9 @@ mod schedule;
 
 pub use loss_scale::{LossScale, LossScaleOptimizer};
 pub use more::{Adadelta, Adamax, Ftrl, Nadam};
-pub use optimizer::{Adagrad, Adam, GradientTransformer, Optimizer, OptimizerCore, RmsProp, Sgd};
+pub use optimizer::{
+    minimize_fn, Adagrad, Adam, GradientTransformer, Optimizer, OptimizerCore, RmsProp, Sgd,
+};
 pub use schedule::{
     CosineDecay, CosineDecayRestarts, ExponentialDecay, Hyper, InverseTimeDecay,
     LearningRateSchedule, PiecewiseConstantDecay, PolynomialDecay,

@@ -183,9 +183,16 @@ impl Optimizer for Nadam {
     /// `w -= lr · m̄/(√v' + ε)` with `S_t = Π_{i≤t} μ_i`.
     fn update(&mut self, g: &Tensor, var: &Variable, t: i64) -> Result<()> {
         // S_t advances once per step, shared by every variable of the step.
-        if self.m_schedule.0 != t {
+        if self.m_schedule.0 == t - 1 {
             let prev = self.m_schedule.1;
             self.m_schedule = (t, prev * self.momentum_cache(t as f64));
+        } else if self.m_schedule.0 != t {
+            // After a restore: rebuild the product in the same order, so it is bit-identical.
+            let mut p = 1.0;
+            for i in 1..=t {
+                p *= self.momentum_cache(i as f64);
+            }
+            self.m_schedule = (t, p);
         }
         let s_t = self.m_schedule.1;
         let (mu_t, mu_next) = (

@@ -29,6 +29,8 @@ pub struct OptimizerCore {
     pub gradient_transformers: Vec<GradientTransformer>,
     /// Cross-replica aggregation; `None` is the identity (no distribution strategy).
     pub gradient_aggregator: Option<GradientTransformer>,
+    /// Restored slot values waiting for their slot to be created (TF's deferred restore).
+    pending: HashMap<String, Tensor>,
 }
 
 impl OptimizerCore {
@@ -42,15 +44,58 @@ impl OptimizerCore {
         if let Some(v) = self.slots.get(&(var.id(), name)) {
             return Ok(v.clone());
         }
-        let v = Variable::with_options(
-            format!("{}/{name}", var.name()),
-            init()?,
-            false,
-            Default::default(),
-            Default::default(),
-        );
+        let full = format!("{}/{name}", var.name());
+        let value = match self.pending.remove(&full) {
+            Some(restored) => {
+                let fresh = init()?;
+                if restored.shape() != fresh.shape() || restored.dtype() != fresh.dtype() {
+                    return Err(Error::invalid(
+                        "set_weights",
+                        format!(
+                            "slot {full:?} was saved as {:?} {}, the variable needs {:?} {}",
+                            restored.shape(),
+                            restored.dtype(),
+                            fresh.shape(),
+                            fresh.dtype()
+                        ),
+                    ));
+                }
+                restored
+            }
+            None => init()?,
+        };
+        let v = Variable::with_options(full, value, false, Default::default(), Default::default());
         self.slots.insert((var.id(), name), v.clone());
         Ok(v)
+    }
+    /// Everything a checkpoint must hold to resume bit-identically: `iter` (the step count,
+    /// int64) and every slot by its name (`<variable>/<slot>`), sorted by name.
+    pub fn weights(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = vec![("iter".to_string(), Tensor::scalar(self.iterations)?)];
+        let mut slots: Vec<(String, Tensor)> = self
+            .slots
+            .values()
+            .map(|v| (v.name().to_string(), v.peek()))
+            .collect();
+        slots.sort_by(|a, b| a.0.cmp(&b.0));
+        out.extend(slots);
+        Ok(out)
+    }
+    /// Restores [`OptimizerCore::weights`]; slots not created yet are filled when they are.
+    pub fn set_weights(&mut self, weights: Vec<(String, Tensor)>) -> Result<()> {
+        for (name, value) in weights {
+            if name == "iter" {
+                self.iterations = value.cast(ferroflow_tensor::DType::I64)?.item::<i64>()?;
+                continue;
+            }
+            match self.slots.values().find(|v| v.name() == name) {
+                Some(v) => v.assign(&value)?,
+                None => {
+                    self.pending.insert(name, value);
+                }
+            }
+        }
+        Ok(())
     }
     /// An existing slot (`get_slot`).
     pub fn get_slot(&self, var: &Variable, name: &'static str) -> Option<Variable> {
@@ -143,6 +188,21 @@ pub trait Optimizer: Send {
             true,
         )
     }
+}
+
+/// `minimize` with the loss as a closure and the variables given lazily (TF accepts both):
+/// runs `loss` under a fresh tape, then asks for `var_list` (so a model built by its first
+/// call has its variables by then), then applies the gradients.
+pub fn minimize_fn(
+    opt: &mut dyn Optimizer,
+    loss: impl FnOnce() -> Result<Tensor>,
+    var_list: impl FnOnce() -> Vec<Variable>,
+) -> Result<Tensor> {
+    let tape = GradientTape::new();
+    let value = loss()?;
+    let vars = var_list();
+    opt.minimize(&value, &vars, &tape)?;
+    Ok(value)
 }
 
 fn clip(core: &OptimizerCore, pairs: Vec<(Tensor, Variable)>) -> Result<Vec<(Tensor, Variable)>> {
