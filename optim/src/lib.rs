@@ -28,16 +28,18 @@
 //!
 //! Checkpoints: [`OptimizerCore::weights`] / [`OptimizerCore::set_weights`] (step count and
 //! slots; restoring before the slots exist defers, as TF does). Adam/AdamW use the backend's
-//! fused update kernel when it has one. Not yet here: serde `get_config`/`from_config` (the
-//! numeric part is [`Optimizer::hyperparameters`]).
+//! fused update kernel when it has one. [`get_config`] / [`from_config`]
+//! round-trip every optimizer and built-in schedule through Keras-style JSON.
 
 #![warn(missing_docs)]
 
+mod config;
 mod loss_scale;
 mod more;
 mod optimizer;
 mod schedule;
 
+pub use config::{from_config, get_config};
 pub use loss_scale::{LossScale, LossScaleOptimizer};
 pub use more::{Adadelta, Adamax, Ftrl, Nadam};
 pub use optimizer::{

@@ -118,6 +118,9 @@ impl Optimizer for LossScaleOptimizer {
     fn name(&self) -> &'static str {
         "LossScaleOptimizer"
     }
+    fn learning_rate(&self) -> &crate::schedule::Hyper {
+        self.inner.learning_rate()
+    }
     fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
         let mut h = self.inner.hyperparameters();
         h.push(("loss_scale", self.scale));

@@ -15,6 +15,9 @@ macro_rules! core_impl {
         fn name(&self) -> &'static str {
             $name
         }
+        fn learning_rate(&self) -> &Hyper {
+            &self.learning_rate
+        }
     };
 }
 

@@ -115,6 +115,8 @@ pub trait Optimizer: Send {
     fn update(&mut self, grad: &Tensor, var: &Variable, t: i64) -> Result<()>;
     /// Hyperparameters at the current step, by TF name (`get_config`, numeric part).
     fn hyperparameters(&self) -> Vec<(&'static str, f64)>;
+    /// The learning rate as given (constant or schedule).
+    fn learning_rate(&self) -> &Hyper;
 
     /// Steps applied so far.
     fn iterations(&self) -> i64 {
@@ -283,6 +285,9 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
+    fn learning_rate(&self) -> &Hyper {
+        &self.learning_rate
+    }
     fn core(&self) -> &OptimizerCore {
         &self.core
     }
@@ -365,6 +370,9 @@ impl Adam {
 }
 
 impl Optimizer for Adam {
+    fn learning_rate(&self) -> &Hyper {
+        &self.learning_rate
+    }
     fn core(&self) -> &OptimizerCore {
         &self.core
     }
@@ -473,6 +481,9 @@ impl RmsProp {
 }
 
 impl Optimizer for RmsProp {
+    fn learning_rate(&self) -> &Hyper {
+        &self.learning_rate
+    }
     fn core(&self) -> &OptimizerCore {
         &self.core
     }
@@ -549,6 +560,9 @@ impl Adagrad {
 }
 
 impl Optimizer for Adagrad {
+    fn learning_rate(&self) -> &Hyper {
+        &self.learning_rate
+    }
     fn core(&self) -> &OptimizerCore {
         &self.core
     }

@@ -8,6 +8,47 @@ use std::sync::Arc;
 pub trait LearningRateSchedule: Send + Sync {
     /// The value at `step`.
     fn at(&self, step: i64) -> f64;
+    /// Keras's `{"class_name": ..., "config": {...}}` for [`crate::get_config`]; `None` for a
+    /// schedule that cannot be serialised (the default, for user schedules).
+    fn get_config(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+macro_rules! serialisable {
+    ($($t:ident),*) => {$(
+        impl $t {
+            fn config_json(&self) -> Option<serde_json::Value> {
+                Some(serde_json::json!({ "class_name": stringify!($t), "config": serde_json::to_value(self).ok()? }))
+            }
+        }
+    )*};
+}
+serialisable!(
+    ExponentialDecay,
+    PiecewiseConstantDecay,
+    PolynomialDecay,
+    InverseTimeDecay,
+    CosineDecay,
+    CosineDecayRestarts
+);
+
+/// Rebuilds a built-in schedule from its Keras-style config.
+pub fn schedule_from_config(v: &serde_json::Value) -> Option<Hyper> {
+    let c = v.get("config")?.clone();
+    Some(match v.get("class_name")?.as_str()? {
+        "ExponentialDecay" => serde_json::from_value::<ExponentialDecay>(c).ok()?.into(),
+        "PiecewiseConstantDecay" => serde_json::from_value::<PiecewiseConstantDecay>(c)
+            .ok()?
+            .into(),
+        "PolynomialDecay" => serde_json::from_value::<PolynomialDecay>(c).ok()?.into(),
+        "InverseTimeDecay" => serde_json::from_value::<InverseTimeDecay>(c).ok()?.into(),
+        "CosineDecay" => serde_json::from_value::<CosineDecay>(c).ok()?.into(),
+        "CosineDecayRestarts" => serde_json::from_value::<CosineDecayRestarts>(c)
+            .ok()?
+            .into(),
+        _ => return None,
+    })
 }
 
 /// A hyperparameter: a constant or a schedule (TF accepts either for `learning_rate`).
@@ -42,7 +83,7 @@ impl<S: LearningRateSchedule + 'static> From<S> for Hyper {
 }
 
 /// `initial · rate^(step / decay_steps)`, the exponent floored when `staircase`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ExponentialDecay {
     /// Initial learning rate.
     pub initial_learning_rate: f64,
@@ -55,6 +96,9 @@ pub struct ExponentialDecay {
 }
 
 impl LearningRateSchedule for ExponentialDecay {
+    fn get_config(&self) -> Option<serde_json::Value> {
+        self.config_json()
+    }
     fn at(&self, step: i64) -> f64 {
         let mut p = step as f64 / self.decay_steps;
         if self.staircase {
@@ -65,7 +109,7 @@ impl LearningRateSchedule for ExponentialDecay {
 }
 
 /// `values[i]` while `step <= boundaries[i]` (and `values.last()` after the last boundary).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PiecewiseConstantDecay {
     /// Increasing step boundaries.
     pub boundaries: Vec<i64>,
@@ -74,6 +118,9 @@ pub struct PiecewiseConstantDecay {
 }
 
 impl LearningRateSchedule for PiecewiseConstantDecay {
+    fn get_config(&self) -> Option<serde_json::Value> {
+        self.config_json()
+    }
     fn at(&self, step: i64) -> f64 {
         let i = self
             .boundaries
@@ -90,7 +137,7 @@ impl LearningRateSchedule for PiecewiseConstantDecay {
 
 /// `(initial - end) · (1 - step/decay_steps)^power + end`; with `cycle`, decay_steps grows to
 /// the next multiple of itself past `step`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PolynomialDecay {
     /// Initial learning rate.
     pub initial_learning_rate: f64,
@@ -105,6 +152,9 @@ pub struct PolynomialDecay {
 }
 
 impl LearningRateSchedule for PolynomialDecay {
+    fn get_config(&self) -> Option<serde_json::Value> {
+        self.config_json()
+    }
     fn at(&self, step: i64) -> f64 {
         let s = step as f64;
         let (s, d) = if self.cycle {
@@ -123,7 +173,7 @@ impl LearningRateSchedule for PolynomialDecay {
 }
 
 /// `initial / (1 + rate · step/decay_steps)`, the ratio floored when `staircase`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct InverseTimeDecay {
     /// Initial learning rate.
     pub initial_learning_rate: f64,
@@ -136,6 +186,9 @@ pub struct InverseTimeDecay {
 }
 
 impl LearningRateSchedule for InverseTimeDecay {
+    fn get_config(&self) -> Option<serde_json::Value> {
+        self.config_json()
+    }
     fn at(&self, step: i64) -> f64 {
         let mut p = step as f64 / self.decay_steps;
         if self.staircase {
@@ -146,7 +199,7 @@ impl LearningRateSchedule for InverseTimeDecay {
 }
 
 /// Cosine decay to `alpha · initial` over `decay_steps` (SGDR without restarts).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CosineDecay {
     /// Initial learning rate.
     pub initial_learning_rate: f64,
@@ -157,6 +210,9 @@ pub struct CosineDecay {
 }
 
 impl LearningRateSchedule for CosineDecay {
+    fn get_config(&self) -> Option<serde_json::Value> {
+        self.config_json()
+    }
     fn at(&self, step: i64) -> f64 {
         let p = (step as f64).min(self.decay_steps) / self.decay_steps;
         let cosine = 0.5 * (1.0 + (PI * p).cos());
@@ -165,7 +221,7 @@ impl LearningRateSchedule for CosineDecay {
 }
 
 /// Cosine decay with warm restarts (SGDR): periods grow by `t_mul`, peaks shrink by `m_mul`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CosineDecayRestarts {
     /// Initial learning rate.
     pub initial_learning_rate: f64,
@@ -180,6 +236,9 @@ pub struct CosineDecayRestarts {
 }
 
 impl LearningRateSchedule for CosineDecayRestarts {
+    fn get_config(&self) -> Option<serde_json::Value> {
+        self.config_json()
+    }
     fn at(&self, step: i64) -> f64 {
         let frac = step as f64 / self.first_decay_steps;
         let (i_restart, frac) = if self.t_mul == 1.0 {

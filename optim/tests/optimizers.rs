@@ -591,3 +591,37 @@ fn minimize_fn_takes_a_loss_closure_and_a_lazy_var_list() {
     assert_eq!(loss.item::<f64>().unwrap(), 9.0);
     assert_eq!(w.peek().item::<f64>().unwrap(), 1.5);
 }
+
+#[test]
+fn every_optimizer_round_trips_through_get_config() {
+    ferroflow::init();
+    let mut adam = Adam::adamw(0.003, 0.01);
+    adam.amsgrad = true;
+    adam.core_mut().clipnorm = Some(1.5);
+    let mut ftrl = Ftrl::new(0.2);
+    ftrl.l1 = 0.01;
+    let opts: Vec<Box<dyn Optimizer>> = vec![
+        Box::new(Sgd::new(0.1).with_momentum(0.9, true)),
+        Box::new(adam),
+        Box::new(RmsProp::new(CosineDecay {
+            initial_learning_rate: 0.1,
+            decay_steps: 50.0,
+            alpha: 0.0,
+        })),
+        Box::new(Adagrad::new(0.1)),
+        Box::new(Adadelta::new(1.0)),
+        Box::new(Adamax::new(0.002)),
+        Box::new(Nadam::new(PiecewiseConstantDecay {
+            boundaries: vec![5],
+            values: vec![0.1, 0.01],
+        })),
+        Box::new(ftrl),
+    ];
+    for o in opts {
+        let cfg = get_config(o.as_ref()).unwrap();
+        let back = from_config(&cfg).unwrap();
+        assert_eq!(get_config(back.as_ref()).unwrap(), cfg, "{}", o.name());
+        assert_eq!(back.hyperparameters(), o.hyperparameters(), "{}", o.name());
+    }
+    assert!(from_config(&serde_json::json!({"name": "Lion", "learning_rate": 0.1})).is_err());
+}

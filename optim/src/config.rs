@@ -1,0 +1,147 @@
+//! `get_config` / `from_config`: an optimizer as Keras-style JSON and back.
+
+use crate::more::{Adadelta, Adamax, Ftrl, Nadam};
+use crate::optimizer::{Adagrad, Adam, Optimizer, RmsProp, Sgd};
+use crate::schedule::{schedule_from_config, Hyper};
+use ferroflow_tensor::{Error, Result};
+use serde_json::{json, Map, Value};
+
+const FLAGS: [&str; 3] = ["amsgrad", "nesterov", "centered"];
+
+/// `optimizer.get_config()`: `{"name": ..., "learning_rate": number or schedule config, ...}`
+/// with every hyperparameter by its TF name and the clipping options that are set.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow::optim::{from_config, get_config, Adam, ExponentialDecay};
+/// let adam = Adam::new(ExponentialDecay { initial_learning_rate: 0.1, decay_steps: 100.0, decay_rate: 0.9, staircase: true });
+/// let cfg = get_config(&adam)?;
+/// assert_eq!(cfg["learning_rate"]["class_name"], "ExponentialDecay");
+/// let back = from_config(&cfg)?;
+/// assert_eq!(get_config(back.as_ref())?, cfg);
+/// # Ok::<(), ferroflow::Error>(())
+/// ```
+pub fn get_config(opt: &dyn Optimizer) -> Result<Value> {
+    let mut m = Map::new();
+    m.insert("name".into(), json!(opt.name()));
+    let lr = match opt.learning_rate() {
+        Hyper::Const(v) => json!(v),
+        Hyper::Schedule(s) => s.get_config().ok_or_else(|| {
+            Error::invalid(
+                "get_config",
+                "the learning-rate schedule is a user type without get_config",
+            )
+        })?,
+    };
+    m.insert("learning_rate".into(), lr);
+    for (k, v) in opt.hyperparameters() {
+        if k == "learning_rate" || k == "loss_scale" {
+            continue;
+        }
+        m.insert(
+            k.into(),
+            if FLAGS.contains(&k) {
+                json!(v != 0.0)
+            } else {
+                json!(v)
+            },
+        );
+    }
+    let core = opt.core();
+    for (k, v) in [
+        ("clipvalue", core.clipvalue),
+        ("clipnorm", core.clipnorm),
+        ("global_clipnorm", core.global_clipnorm),
+    ] {
+        if let Some(v) = v {
+            m.insert(k.into(), json!(v));
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// `Optimizer.from_config(config)`: rebuilds any optimizer of this crate from [`get_config`].
+pub fn from_config(cfg: &Value) -> Result<Box<dyn Optimizer>> {
+    let bad = |msg: String| Error::invalid("from_config", msg);
+    let name = cfg
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("missing \"name\"".into()))?;
+    let lr: Hyper = match cfg.get("learning_rate") {
+        Some(Value::Number(n)) => n.as_f64().unwrap_or(0.001).into(),
+        Some(v @ Value::Object(_)) => schedule_from_config(v)
+            .ok_or_else(|| bad(format!("unknown learning-rate schedule {v}")))?,
+        _ => return Err(bad("missing \"learning_rate\"".into())),
+    };
+    let num = |k: &str, default: f64| cfg.get(k).and_then(Value::as_f64).unwrap_or(default);
+    let flag = |k: &str| cfg.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let mut opt: Box<dyn Optimizer> = match name {
+        "SGD" => Box::new(Sgd::new(lr).with_momentum(num("momentum", 0.0), flag("nesterov"))),
+        "Adam" | "AdamW" => {
+            let mut a = Adam::new(lr);
+            (a.beta_1, a.beta_2, a.epsilon, a.amsgrad, a.weight_decay) = (
+                num("beta_1", 0.9),
+                num("beta_2", 0.999),
+                num("epsilon", 1e-7),
+                flag("amsgrad"),
+                num("weight_decay", 0.0),
+            );
+            Box::new(a)
+        }
+        "RMSprop" => {
+            let mut r = RmsProp::new(lr);
+            (r.rho, r.momentum, r.epsilon, r.centered) = (
+                num("rho", 0.9),
+                num("momentum", 0.0),
+                num("epsilon", 1e-7),
+                flag("centered"),
+            );
+            Box::new(r)
+        }
+        "Adagrad" => {
+            let mut a = Adagrad::new(lr);
+            (a.initial_accumulator_value, a.epsilon) =
+                (num("initial_accumulator_value", 0.1), num("epsilon", 1e-7));
+            Box::new(a)
+        }
+        "Adadelta" => {
+            let mut a = Adadelta::new(lr);
+            (a.rho, a.epsilon) = (num("rho", 0.95), num("epsilon", 1e-7));
+            Box::new(a)
+        }
+        "Adamax" => {
+            let mut a = Adamax::new(lr);
+            (a.beta_1, a.beta_2, a.epsilon) = (
+                num("beta_1", 0.9),
+                num("beta_2", 0.999),
+                num("epsilon", 1e-7),
+            );
+            Box::new(a)
+        }
+        "Nadam" => {
+            let mut a = Nadam::new(lr);
+            (a.beta_1, a.beta_2, a.epsilon) = (
+                num("beta_1", 0.9),
+                num("beta_2", 0.999),
+                num("epsilon", 1e-7),
+            );
+            Box::new(a)
+        }
+        "Ftrl" => {
+            let mut f = Ftrl::new(lr);
+            f.learning_rate_power = num("learning_rate_power", -0.5);
+            f.initial_accumulator_value = num("initial_accumulator_value", 0.1);
+            f.l1 = num("l1_regularization_strength", 0.0);
+            f.l2 = num("l2_regularization_strength", 0.0);
+            f.l2_shrinkage = num("l2_shrinkage_regularization_strength", 0.0);
+            f.beta = num("beta", 0.0);
+            Box::new(f)
+        }
+        other => return Err(bad(format!("unknown optimizer {other:?}"))),
+    };
+    let core = opt.core_mut();
+    core.clipvalue = cfg.get("clipvalue").and_then(Value::as_f64);
+    core.clipnorm = cfg.get("clipnorm").and_then(Value::as_f64);
+    core.global_clipnorm = cfg.get("global_clipnorm").and_then(Value::as_f64);
+    Ok(opt)
+}
