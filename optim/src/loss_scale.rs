@@ -77,6 +77,32 @@ impl LossScaleOptimizer {
         self.scale = scale;
         self.good_steps = good_steps;
     }
+    /// The wrapped optimizer's checkpoint weights plus `current_loss_scale` and `good_steps`.
+    pub fn weights(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut w = self.inner.core().weights()?;
+        w.push(("current_loss_scale".into(), Tensor::scalar(self.scale)?));
+        w.push(("good_steps".into(), Tensor::scalar(self.good_steps as i64)?));
+        Ok(w)
+    }
+    /// Restores [`LossScaleOptimizer::weights`].
+    pub fn set_weights(&mut self, weights: Vec<(String, Tensor)>) -> Result<()> {
+        let mut rest = vec![];
+        for (name, value) in weights {
+            match name.as_str() {
+                "current_loss_scale" => {
+                    self.scale = value.cast(ferroflow_tensor::DType::F64)?.item::<f64>()?
+                }
+                "good_steps" => {
+                    self.good_steps = value
+                        .cast(ferroflow_tensor::DType::I64)?
+                        .item::<i64>()?
+                        .max(0) as u32
+                }
+                _ => rest.push((name, value)),
+            }
+        }
+        self.inner.core_mut().set_weights(rest)
+    }
     /// `loss · scale` (`get_scaled_loss`), for custom training loops.
     pub fn get_scaled_loss(&self, loss: &Tensor) -> Result<Tensor> {
         loss.mul(&loss.scalar_like(self.scale)?)

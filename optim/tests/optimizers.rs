@@ -415,6 +415,24 @@ fn loss_scale_state_machine_step_by_step() {
         .unwrap();
     assert_eq!(fixed.current_loss_scale(), 128.0);
     assert!(LossScaleOptimizer::dynamic(Box::new(fixed)).is_err());
+    // The scale state is part of the checkpoint.
+    let saved = opt.weights().unwrap();
+    let mut restored = LossScaleOptimizer::new(
+        Box::new(Sgd::new(1.0)),
+        LossScale::Dynamic { growth_steps: 3 },
+    )
+    .unwrap();
+    opt.apply_gradients(vec![(overflow(), v.clone())], true)
+        .unwrap();
+    restored.set_weights(saved).unwrap();
+    assert_eq!(
+        (
+            restored.current_loss_scale(),
+            restored.good_steps(),
+            restored.iterations()
+        ),
+        (32768.0, 0, 4)
+    );
 }
 
 #[test]
