@@ -24,28 +24,19 @@ const FLAGS: [&str; 3] = ["amsgrad", "nesterov", "centered"];
 pub fn get_config(opt: &dyn Optimizer) -> Result<Value> {
     let mut m = Map::new();
     m.insert("name".into(), json!(opt.name()));
-    let lr = match opt.learning_rate() {
-        Hyper::Const(v) => json!(v),
-        Hyper::Schedule(s) => s.get_config().ok_or_else(|| {
-            Error::invalid(
-                "get_config",
-                "the learning-rate schedule is a user type without get_config",
-            )
-        })?,
-    };
-    m.insert("learning_rate".into(), lr);
-    for (k, v) in opt.hyperparameters() {
+    m.insert(
+        "learning_rate".into(),
+        hyper_json("learning_rate", opt.learning_rate())?,
+    );
+    for (k, h) in opt.hyperparameters() {
         if k == "learning_rate" || k == "loss_scale" {
             continue;
         }
-        m.insert(
-            k.into(),
-            if FLAGS.contains(&k) {
-                json!(v != 0.0)
-            } else {
-                json!(v)
-            },
-        );
+        let v = match h {
+            Hyper::Const(v) if FLAGS.contains(&k) => json!(v != 0.0),
+            other => hyper_json(k, &other)?,
+        };
+        m.insert(k.into(), v);
     }
     let core = opt.core();
     for (k, v) in [
@@ -58,6 +49,18 @@ pub fn get_config(opt: &dyn Optimizer) -> Result<Value> {
         }
     }
     Ok(Value::Object(m))
+}
+
+fn hyper_json(name: &str, h: &Hyper) -> Result<Value> {
+    Ok(match h {
+        Hyper::Const(v) => json!(v),
+        Hyper::Schedule(s) => s.get_config().ok_or_else(|| {
+            Error::invalid(
+                "get_config",
+                format!("the schedule of {name} is a user type without get_config"),
+            )
+        })?,
+    })
 }
 
 /// `Optimizer.from_config(config)`: rebuilds any optimizer of this crate from [`get_config`].
@@ -74,26 +77,35 @@ pub fn from_config(cfg: &Value) -> Result<Box<dyn Optimizer>> {
         _ => return Err(bad("missing \"learning_rate\"".into())),
     };
     let num = |k: &str, default: f64| cfg.get(k).and_then(Value::as_f64).unwrap_or(default);
+    let hyp = |k: &str, default: f64| -> Result<Hyper> {
+        match cfg.get(k) {
+            None => Ok(Hyper::Const(default)),
+            Some(Value::Number(n)) => Ok(Hyper::Const(n.as_f64().unwrap_or(default))),
+            Some(v) => {
+                schedule_from_config(v).ok_or_else(|| bad(format!("{k}: unknown schedule {v}")))
+            }
+        }
+    };
     let flag = |k: &str| cfg.get(k).and_then(Value::as_bool).unwrap_or(false);
     let mut opt: Box<dyn Optimizer> = match name {
-        "SGD" => Box::new(Sgd::new(lr).with_momentum(num("momentum", 0.0), flag("nesterov"))),
+        "SGD" => Box::new(Sgd::new(lr).with_momentum(hyp("momentum", 0.0)?, flag("nesterov"))),
         "Adam" | "AdamW" => {
             let mut a = Adam::new(lr);
             (a.beta_1, a.beta_2, a.epsilon, a.amsgrad, a.weight_decay) = (
-                num("beta_1", 0.9),
-                num("beta_2", 0.999),
-                num("epsilon", 1e-7),
+                hyp("beta_1", 0.9)?,
+                hyp("beta_2", 0.999)?,
+                hyp("epsilon", 1e-7)?,
                 flag("amsgrad"),
-                num("weight_decay", 0.0),
+                hyp("weight_decay", 0.0)?,
             );
             Box::new(a)
         }
         "RMSprop" => {
             let mut r = RmsProp::new(lr);
             (r.rho, r.momentum, r.epsilon, r.centered) = (
-                num("rho", 0.9),
-                num("momentum", 0.0),
-                num("epsilon", 1e-7),
+                hyp("rho", 0.9)?,
+                hyp("momentum", 0.0)?,
+                hyp("epsilon", 1e-7)?,
                 flag("centered"),
             );
             Box::new(r)
@@ -101,40 +113,40 @@ pub fn from_config(cfg: &Value) -> Result<Box<dyn Optimizer>> {
         "Adagrad" => {
             let mut a = Adagrad::new(lr);
             (a.initial_accumulator_value, a.epsilon) =
-                (num("initial_accumulator_value", 0.1), num("epsilon", 1e-7));
+                (num("initial_accumulator_value", 0.1), hyp("epsilon", 1e-7)?);
             Box::new(a)
         }
         "Adadelta" => {
             let mut a = Adadelta::new(lr);
-            (a.rho, a.epsilon) = (num("rho", 0.95), num("epsilon", 1e-7));
+            (a.rho, a.epsilon) = (hyp("rho", 0.95)?, hyp("epsilon", 1e-7)?);
             Box::new(a)
         }
         "Adamax" => {
             let mut a = Adamax::new(lr);
             (a.beta_1, a.beta_2, a.epsilon) = (
-                num("beta_1", 0.9),
-                num("beta_2", 0.999),
-                num("epsilon", 1e-7),
+                hyp("beta_1", 0.9)?,
+                hyp("beta_2", 0.999)?,
+                hyp("epsilon", 1e-7)?,
             );
             Box::new(a)
         }
         "Nadam" => {
             let mut a = Nadam::new(lr);
             (a.beta_1, a.beta_2, a.epsilon) = (
-                num("beta_1", 0.9),
-                num("beta_2", 0.999),
-                num("epsilon", 1e-7),
+                hyp("beta_1", 0.9)?,
+                hyp("beta_2", 0.999)?,
+                hyp("epsilon", 1e-7)?,
             );
             Box::new(a)
         }
         "Ftrl" => {
             let mut f = Ftrl::new(lr);
-            f.learning_rate_power = num("learning_rate_power", -0.5);
+            f.learning_rate_power = hyp("learning_rate_power", -0.5)?;
             f.initial_accumulator_value = num("initial_accumulator_value", 0.1);
-            f.l1 = num("l1_regularization_strength", 0.0);
-            f.l2 = num("l2_regularization_strength", 0.0);
-            f.l2_shrinkage = num("l2_shrinkage_regularization_strength", 0.0);
-            f.beta = num("beta", 0.0);
+            f.l1 = hyp("l1_regularization_strength", 0.0)?;
+            f.l2 = hyp("l2_regularization_strength", 0.0)?;
+            f.l2_shrinkage = hyp("l2_shrinkage_regularization_strength", 0.0)?;
+            f.beta = hyp("beta", 0.0)?;
             Box::new(f)
         }
         other => return Err(bad(format!("unknown optimizer {other:?}"))),

@@ -8,8 +8,8 @@
 //! - Optimizers: [`Sgd`] (momentum, Nesterov), [`Adam`] (AMSGrad, and AdamW through
 //!   `weight_decay`), [`RmsProp`] (momentum, centered), [`Adagrad`], [`Adadelta`],
 //!   [`Adamax`], [`Nadam`], [`Ftrl`].
-//! - Schedules implement [`LearningRateSchedule`]; any hyperparameter taking [`Hyper`]
-//!   accepts a constant or a schedule.
+//! - Schedules implement [`LearningRateSchedule`]; every hyperparameter is a [`Hyper`]: a
+//!   constant or a schedule of the step (TF accepts a callable for any of them).
 //! - [`LossScaleOptimizer`] wraps any optimizer with TF's dynamic loss scale.
 //!
 //! ```

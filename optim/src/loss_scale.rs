@@ -147,9 +147,9 @@ impl Optimizer for LossScaleOptimizer {
     fn learning_rate(&self) -> &crate::schedule::Hyper {
         self.inner.learning_rate()
     }
-    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+    fn hyperparameters(&self) -> Vec<(&'static str, crate::schedule::Hyper)> {
         let mut h = self.inner.hyperparameters();
-        h.push(("loss_scale", self.scale));
+        h.push(("loss_scale", crate::schedule::Hyper::Const(self.scale)));
         h
     }
     fn update(&mut self, grad: &Tensor, var: &Variable, t: i64) -> Result<()> {

@@ -29,9 +29,9 @@ pub struct Adadelta {
     /// Learning rate.
     pub learning_rate: Hyper,
     /// ρ.
-    pub rho: f64,
+    pub rho: Hyper,
     /// ε.
-    pub epsilon: f64,
+    pub epsilon: Hyper,
 }
 
 impl Adadelta {
@@ -40,19 +40,19 @@ impl Adadelta {
         Adadelta {
             core: OptimizerCore::default(),
             learning_rate: learning_rate.into(),
-            rho: 0.95,
-            epsilon: 1e-7,
+            rho: Hyper::Const(0.95),
+            epsilon: Hyper::Const(1e-7),
         }
     }
 }
 
 impl Optimizer for Adadelta {
     core_impl!("Adadelta");
-    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+    fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
-            ("learning_rate", self.learning_rate.at(self.core.iterations)),
-            ("rho", self.rho),
-            ("epsilon", self.epsilon),
+            ("learning_rate", self.learning_rate.clone()),
+            ("rho", self.rho.clone()),
+            ("epsilon", self.epsilon.clone()),
         ]
     }
     fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
@@ -63,9 +63,12 @@ impl Optimizer for Adadelta {
         let upd_slot = self.core.slot(var, "accum_var", || w.zeros_like())?;
         let acc = acc_slot
             .peek()
-            .mul(&s(self.rho)?)?
-            .add(&g.square()?.mul(&s(1.0 - self.rho)?)?)?;
-        let eps = s(self.epsilon)?;
+            .mul(&s(self.rho.at(self.core.iterations))?)?
+            .add(
+                &g.square()?
+                    .mul(&s(1.0 - self.rho.at(self.core.iterations))?)?,
+            )?;
+        let eps = s(self.epsilon.at(self.core.iterations))?;
         let u = upd_slot
             .peek()
             .add(&eps)?
@@ -74,8 +77,11 @@ impl Optimizer for Adadelta {
             .mul(g)?;
         let acc_u = upd_slot
             .peek()
-            .mul(&s(self.rho)?)?
-            .add(&u.square()?.mul(&s(1.0 - self.rho)?)?)?;
+            .mul(&s(self.rho.at(self.core.iterations))?)?
+            .add(
+                &u.square()?
+                    .mul(&s(1.0 - self.rho.at(self.core.iterations))?)?,
+            )?;
         acc_slot.assign(&acc)?;
         upd_slot.assign(&acc_u)?;
         var.assign(&w.sub(&u.mul(&s(lr)?)?)?)
@@ -89,11 +95,11 @@ pub struct Adamax {
     /// Learning rate.
     pub learning_rate: Hyper,
     /// β1.
-    pub beta_1: f64,
+    pub beta_1: Hyper,
     /// β2.
-    pub beta_2: f64,
+    pub beta_2: Hyper,
     /// ε.
-    pub epsilon: f64,
+    pub epsilon: Hyper,
 }
 
 impl Adamax {
@@ -102,21 +108,21 @@ impl Adamax {
         Adamax {
             core: OptimizerCore::default(),
             learning_rate: learning_rate.into(),
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-7,
+            beta_1: Hyper::Const(0.9),
+            beta_2: Hyper::Const(0.999),
+            epsilon: Hyper::Const(1e-7),
         }
     }
 }
 
 impl Optimizer for Adamax {
     core_impl!("Adamax");
-    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+    fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
-            ("learning_rate", self.learning_rate.at(self.core.iterations)),
-            ("beta_1", self.beta_1),
-            ("beta_2", self.beta_2),
-            ("epsilon", self.epsilon),
+            ("learning_rate", self.learning_rate.clone()),
+            ("beta_1", self.beta_1.clone()),
+            ("beta_2", self.beta_2.clone()),
+            ("epsilon", self.epsilon.clone()),
         ]
     }
     fn update(&mut self, g: &Tensor, var: &Variable, t: i64) -> Result<()> {
@@ -127,13 +133,21 @@ impl Optimizer for Adamax {
         let u_slot = self.core.slot(var, "v", || w.zeros_like())?;
         let m = m_slot
             .peek()
-            .mul(&s(self.beta_1)?)?
-            .add(&g.mul(&s(1.0 - self.beta_1)?)?)?;
-        let u = u_slot.peek().mul(&s(self.beta_2)?)?.maximum(&g.abs()?)?;
+            .mul(&s(self.beta_1.at(self.core.iterations))?)?
+            .add(&g.mul(&s(1.0 - self.beta_1.at(self.core.iterations))?)?)?;
+        let u = u_slot
+            .peek()
+            .mul(&s(self.beta_2.at(self.core.iterations))?)?
+            .maximum(&g.abs()?)?;
         m_slot.assign(&m)?;
         u_slot.assign(&u)?;
-        let lr_t = lr / (1.0 - self.beta_1.powf(t as f64));
-        var.assign(&w.sub(&m.mul(&s(lr_t)?)?.div(&u.add(&s(self.epsilon)?)?)?)?)
+        let lr_t = lr / (1.0 - self.beta_1.at(self.core.iterations).powf(t as f64));
+        var.assign(
+            &w.sub(
+                &m.mul(&s(lr_t)?)?
+                    .div(&u.add(&s(self.epsilon.at(self.core.iterations))?)?)?,
+            )?,
+        )
     }
 }
 
@@ -145,11 +159,11 @@ pub struct Nadam {
     /// Learning rate.
     pub learning_rate: Hyper,
     /// β1.
-    pub beta_1: f64,
+    pub beta_1: Hyper,
     /// β2.
-    pub beta_2: f64,
+    pub beta_2: Hyper,
     /// ε.
-    pub epsilon: f64,
+    pub epsilon: Hyper,
     /// (step, m_schedule after that step): the product Π μ_1..μ_t, advanced once per step.
     m_schedule: (i64, f64),
 }
@@ -160,25 +174,25 @@ impl Nadam {
         Nadam {
             core: OptimizerCore::default(),
             learning_rate: learning_rate.into(),
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-7,
+            beta_1: Hyper::Const(0.9),
+            beta_2: Hyper::Const(0.999),
+            epsilon: Hyper::Const(1e-7),
             m_schedule: (0, 1.0),
         }
     }
     fn momentum_cache(&self, t: f64) -> f64 {
-        self.beta_1 * (1.0 - 0.5 * 0.96f64.powf(0.004 * t))
+        self.beta_1.at(self.core.iterations) * (1.0 - 0.5 * 0.96f64.powf(0.004 * t))
     }
 }
 
 impl Optimizer for Nadam {
     core_impl!("Nadam");
-    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+    fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
-            ("learning_rate", self.learning_rate.at(self.core.iterations)),
-            ("beta_1", self.beta_1),
-            ("beta_2", self.beta_2),
-            ("epsilon", self.epsilon),
+            ("learning_rate", self.learning_rate.clone()),
+            ("beta_1", self.beta_1.clone()),
+            ("beta_2", self.beta_2.clone()),
+            ("epsilon", self.epsilon.clone()),
         ]
     }
     /// `g' = g/(1 - S_t)`, `m = β1 m + (1-β1) g`, `m' = m/(1 - S_t μ_{t+1})`,
@@ -210,25 +224,33 @@ impl Optimizer for Nadam {
         let v_slot = self.core.slot(var, "v", || w.zeros_like())?;
         let m = m_slot
             .peek()
-            .mul(&c(self.beta_1)?)?
-            .add(&g.mul(&c(1.0 - self.beta_1)?)?)?;
+            .mul(&c(self.beta_1.at(self.core.iterations))?)?
+            .add(&g.mul(&c(1.0 - self.beta_1.at(self.core.iterations))?)?)?;
         let v = v_slot
             .peek()
-            .mul(&c(self.beta_2)?)?
-            .add(&g.square()?.mul(&c(1.0 - self.beta_2)?)?)?;
+            .mul(&c(self.beta_2.at(self.core.iterations))?)?
+            .add(
+                &g.square()?
+                    .mul(&c(1.0 - self.beta_2.at(self.core.iterations))?)?,
+            )?;
         m_slot.assign(&m)?;
         v_slot.assign(&v)?;
         let g_prime = g.mul(&c(1.0 / (1.0 - s_t))?)?;
         let m_prime = m.mul(&c(1.0 / (1.0 - s_next))?)?;
-        let v_prime = v.mul(&c(1.0 / (1.0 - self.beta_2.powf(t as f64)))?)?;
+        let v_prime =
+            v.mul(&c(1.0
+                / (1.0
+                    - self.beta_2.at(self.core.iterations).powf(t as f64)))?)?;
         let m_bar = g_prime
             .mul(&c(1.0 - mu_t)?)?
             .add(&m_prime.mul(&c(mu_next)?)?)?;
         var.assign(
             &w.sub(
-                &m_bar
-                    .mul(&c(lr)?)?
-                    .div(&v_prime.sqrt()?.add(&c(self.epsilon)?)?)?,
+                &m_bar.mul(&c(lr)?)?.div(
+                    &v_prime
+                        .sqrt()?
+                        .add(&c(self.epsilon.at(self.core.iterations))?)?,
+                )?,
             )?,
         )
     }
@@ -241,17 +263,17 @@ pub struct Ftrl {
     /// Learning rate.
     pub learning_rate: Hyper,
     /// Power of the accumulator in the per-coordinate rate (≤ 0).
-    pub learning_rate_power: f64,
+    pub learning_rate_power: Hyper,
     /// Starting accumulator.
     pub initial_accumulator_value: f64,
     /// L1 strength.
-    pub l1: f64,
+    pub l1: Hyper,
     /// L2 strength.
-    pub l2: f64,
+    pub l2: Hyper,
     /// L2 shrinkage strength (added to the gradient only).
-    pub l2_shrinkage: f64,
+    pub l2_shrinkage: Hyper,
     /// β from the paper (adds β/(2 lr) to l2).
-    pub beta: f64,
+    pub beta: Hyper,
 }
 
 impl Ftrl {
@@ -260,27 +282,33 @@ impl Ftrl {
         Ftrl {
             core: OptimizerCore::default(),
             learning_rate: learning_rate.into(),
-            learning_rate_power: -0.5,
+            learning_rate_power: Hyper::Const(-0.5),
             initial_accumulator_value: 0.1,
-            l1: 0.0,
-            l2: 0.0,
-            l2_shrinkage: 0.0,
-            beta: 0.0,
+            l1: Hyper::Const(0.0),
+            l2: Hyper::Const(0.0),
+            l2_shrinkage: Hyper::Const(0.0),
+            beta: Hyper::Const(0.0),
         }
     }
 }
 
 impl Optimizer for Ftrl {
     core_impl!("Ftrl");
-    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+    fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
-            ("learning_rate", self.learning_rate.at(self.core.iterations)),
-            ("learning_rate_power", self.learning_rate_power),
-            ("initial_accumulator_value", self.initial_accumulator_value),
-            ("l1_regularization_strength", self.l1),
-            ("l2_regularization_strength", self.l2),
-            ("l2_shrinkage_regularization_strength", self.l2_shrinkage),
-            ("beta", self.beta),
+            ("learning_rate", self.learning_rate.clone()),
+            ("learning_rate_power", self.learning_rate_power.clone()),
+            (
+                "initial_accumulator_value",
+                Hyper::Const(self.initial_accumulator_value),
+            ),
+            ("l1_regularization_strength", self.l1.clone()),
+            ("l2_regularization_strength", self.l2.clone()),
+            (
+                "l2_shrinkage_regularization_strength",
+                self.l2_shrinkage.clone(),
+            ),
+            ("beta", self.beta.clone()),
         ]
     }
     /// `n' = n + g²; z += g + 2·l2s·w - (n'^-p - n^-p)/lr · w;
@@ -295,16 +323,16 @@ impl Optimizer for Ftrl {
         let z_slot = self.core.slot(var, "linear", || w.zeros_like())?;
         let n = n_slot.peek();
         let n_new = n.add(&g.square()?)?;
-        let neg_p = c(-self.learning_rate_power)?;
+        let neg_p = c(-self.learning_rate_power.at(self.core.iterations))?;
         let sigma = n_new
             .pow(&neg_p)?
             .sub(&n.pow(&neg_p)?)?
             .mul(&c(1.0 / lr)?)?;
-        let g_shrunk = g.add(&w.mul(&c(2.0 * self.l2_shrinkage)?)?)?;
+        let g_shrunk = g.add(&w.mul(&c(2.0 * self.l2_shrinkage.at(self.core.iterations))?)?)?;
         let z = z_slot.peek().add(&g_shrunk)?.sub(&sigma.mul(&w)?)?;
-        let l2 = self.l2 + self.beta / (2.0 * lr);
+        let l2 = self.l2.at(self.core.iterations) + self.beta.at(self.core.iterations) / (2.0 * lr);
         let quadratic = n_new.pow(&neg_p)?.mul(&c(1.0 / lr)?)?.add(&c(2.0 * l2)?)?;
-        let l1 = c(self.l1)?;
+        let l1 = c(self.l1.at(self.core.iterations))?;
         let w_new = z.sign()?.mul(&l1)?.sub(&z)?.div(&quadratic)?;
         let w_new = Tensor::select(&z.abs()?.greater(&l1)?, &w_new, &w.zeros_like()?)?;
         n_slot.assign(&n_new)?;

@@ -113,8 +113,8 @@ pub trait Optimizer: Send {
     fn name(&self) -> &'static str;
     /// Applies one update to `var` at 1-based step `t`.
     fn update(&mut self, grad: &Tensor, var: &Variable, t: i64) -> Result<()>;
-    /// Hyperparameters at the current step, by TF name (`get_config`, numeric part).
-    fn hyperparameters(&self) -> Vec<(&'static str, f64)>;
+    /// Hyperparameters by TF name, each a constant or a schedule of the step (`get_config`).
+    fn hyperparameters(&self) -> Vec<(&'static str, Hyper)>;
     /// The learning rate as given (constant or schedule).
     fn learning_rate(&self) -> &Hyper;
 
@@ -261,7 +261,7 @@ pub struct Sgd {
     /// Learning rate.
     pub learning_rate: Hyper,
     /// Momentum.
-    pub momentum: f64,
+    pub momentum: Hyper,
     /// Nesterov momentum.
     pub nesterov: bool,
 }
@@ -272,13 +272,13 @@ impl Sgd {
         Sgd {
             core: OptimizerCore::default(),
             learning_rate: learning_rate.into(),
-            momentum: 0.0,
+            momentum: Hyper::Const(0.0),
             nesterov: false,
         }
     }
     /// With momentum (and optionally Nesterov).
-    pub fn with_momentum(mut self, momentum: f64, nesterov: bool) -> Sgd {
-        self.momentum = momentum;
+    pub fn with_momentum(mut self, momentum: impl Into<Hyper>, nesterov: bool) -> Sgd {
+        self.momentum = momentum.into();
         self.nesterov = nesterov;
         self
     }
@@ -297,21 +297,22 @@ impl Optimizer for Sgd {
     fn name(&self) -> &'static str {
         "SGD"
     }
-    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+    fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
-            ("learning_rate", lr_of(&self.learning_rate, &self.core)),
-            ("momentum", self.momentum),
-            ("nesterov", self.nesterov as u8 as f64),
+            ("learning_rate", self.learning_rate.clone()),
+            ("momentum", self.momentum.clone()),
+            ("nesterov", Hyper::Const(self.nesterov as u8 as f64)),
         ]
     }
     fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
         let w = var.peek();
         let lr_g = g.mul(&g.scalar_like(lr_of(&self.learning_rate, &self.core))?)?;
-        if self.momentum == 0.0 {
+        // As TF: a momentum given as a schedule always keeps the velocity slot.
+        if matches!(self.momentum, Hyper::Const(m) if m == 0.0) {
             return var.assign(&w.sub(&lr_g)?);
         }
         let velocity = self.core.slot(var, "momentum", || w.zeros_like())?;
-        let m = g.scalar_like(self.momentum)?;
+        let m = g.scalar_like(self.momentum.at(self.core.iterations))?;
         let v = velocity.peek().mul(&m)?.sub(&lr_g)?;
         velocity.assign(&v)?;
         let step = if self.nesterov {
@@ -332,15 +333,15 @@ pub struct Adam {
     /// Learning rate.
     pub learning_rate: Hyper,
     /// β1.
-    pub beta_1: f64,
+    pub beta_1: Hyper,
     /// β2.
-    pub beta_2: f64,
+    pub beta_2: Hyper,
     /// ε (added to √v̂, TF's "epsilon hat").
-    pub epsilon: f64,
+    pub epsilon: Hyper,
     /// AMSGrad variant.
     pub amsgrad: bool,
     /// Decoupled weight decay (AdamW); 0 for Adam.
-    pub weight_decay: f64,
+    pub weight_decay: Hyper,
     /// Use the backend's fused kernel when it has one (one pass over w, g, m, v instead of
     /// a dozen temporaries); the composed path gives the same numbers.
     pub fused: bool,
@@ -352,18 +353,18 @@ impl Adam {
         Adam {
             core: OptimizerCore::default(),
             learning_rate: learning_rate.into(),
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-7,
+            beta_1: Hyper::Const(0.9),
+            beta_2: Hyper::Const(0.999),
+            epsilon: Hyper::Const(1e-7),
             amsgrad: false,
-            weight_decay: 0.0,
+            weight_decay: Hyper::Const(0.0),
             fused: true,
         }
     }
     /// AdamW (Loshchilov & Hutter): Adam with decoupled weight decay.
-    pub fn adamw(learning_rate: impl Into<Hyper>, weight_decay: f64) -> Adam {
+    pub fn adamw(learning_rate: impl Into<Hyper>, weight_decay: impl Into<Hyper>) -> Adam {
         Adam {
-            weight_decay,
+            weight_decay: weight_decay.into(),
             ..Adam::new(learning_rate)
         }
     }
@@ -380,26 +381,29 @@ impl Optimizer for Adam {
         &mut self.core
     }
     fn name(&self) -> &'static str {
-        if self.weight_decay > 0.0 {
+        if self.weight_decay.at(self.core.iterations) > 0.0 {
             "AdamW"
         } else {
             "Adam"
         }
     }
-    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+    fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
-            ("learning_rate", lr_of(&self.learning_rate, &self.core)),
-            ("beta_1", self.beta_1),
-            ("beta_2", self.beta_2),
-            ("epsilon", self.epsilon),
-            ("amsgrad", self.amsgrad as u8 as f64),
-            ("weight_decay", self.weight_decay),
+            ("learning_rate", self.learning_rate.clone()),
+            ("beta_1", self.beta_1.clone()),
+            ("beta_2", self.beta_2.clone()),
+            ("epsilon", self.epsilon.clone()),
+            ("amsgrad", Hyper::Const(self.amsgrad as u8 as f64)),
+            ("weight_decay", self.weight_decay.clone()),
         ]
     }
     fn update(&mut self, g: &Tensor, var: &Variable, t: i64) -> Result<()> {
         let w = var.peek();
         let lr = lr_of(&self.learning_rate, &self.core);
-        let (b1, b2) = (self.beta_1, self.beta_2);
+        let (b1, b2) = (
+            self.beta_1.at(self.core.iterations),
+            self.beta_2.at(self.core.iterations),
+        );
         let m_slot = self.core.slot(var, "m", || w.zeros_like())?;
         let v_slot = self.core.slot(var, "v", || w.zeros_like())?;
         let s = |x: f64| g.scalar_like(x);
@@ -410,8 +414,8 @@ impl Optimizer for Adam {
                 lr_t,
                 beta_1: b1,
                 beta_2: b2,
-                epsilon: self.epsilon,
-                decay: lr * self.weight_decay,
+                epsilon: self.epsilon.at(self.core.iterations),
+                decay: lr * self.weight_decay.at(self.core.iterations),
             };
             match Tensor::adam_update(&w, g, &m_slot.peek(), &v_slot.peek(), &step) {
                 Ok((w2, m2, v2)) => {
@@ -439,12 +443,14 @@ impl Optimizer for Adam {
             v
         };
         let mut w_new = w.clone();
-        if self.weight_decay > 0.0 {
-            w_new = w_new.sub(&w.mul(&s(lr * self.weight_decay)?)?)?;
+        if self.weight_decay.at(self.core.iterations) > 0.0 {
+            w_new = w_new.sub(&w.mul(&s(lr * self.weight_decay.at(self.core.iterations))?)?)?;
         }
-        let step = m
-            .mul(&s(lr_t)?)?
-            .div(&v_hat.sqrt()?.add(&s(self.epsilon)?)?)?;
+        let step = m.mul(&s(lr_t)?)?.div(
+            &v_hat
+                .sqrt()?
+                .add(&s(self.epsilon.at(self.core.iterations))?)?,
+        )?;
         var.assign(&w_new.sub(&step)?)
     }
 }
@@ -457,11 +463,11 @@ pub struct RmsProp {
     /// Learning rate.
     pub learning_rate: Hyper,
     /// ρ.
-    pub rho: f64,
+    pub rho: Hyper,
     /// Momentum μ.
-    pub momentum: f64,
+    pub momentum: Hyper,
     /// ε (inside the square root, as TF's kernel).
-    pub epsilon: f64,
+    pub epsilon: Hyper,
     /// Centered variant.
     pub centered: bool,
 }
@@ -472,9 +478,9 @@ impl RmsProp {
         RmsProp {
             core: OptimizerCore::default(),
             learning_rate: learning_rate.into(),
-            rho: 0.9,
-            momentum: 0.0,
-            epsilon: 1e-7,
+            rho: Hyper::Const(0.9),
+            momentum: Hyper::Const(0.0),
+            epsilon: Hyper::Const(1e-7),
             centered: false,
         }
     }
@@ -493,20 +499,20 @@ impl Optimizer for RmsProp {
     fn name(&self) -> &'static str {
         "RMSprop"
     }
-    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+    fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
-            ("learning_rate", lr_of(&self.learning_rate, &self.core)),
-            ("rho", self.rho),
-            ("momentum", self.momentum),
-            ("epsilon", self.epsilon),
-            ("centered", self.centered as u8 as f64),
+            ("learning_rate", self.learning_rate.clone()),
+            ("rho", self.rho.clone()),
+            ("momentum", self.momentum.clone()),
+            ("epsilon", self.epsilon.clone()),
+            ("centered", Hyper::Const(self.centered as u8 as f64)),
         ]
     }
     fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
         let w = var.peek();
         let lr = lr_of(&self.learning_rate, &self.core);
         let s = |x: f64| g.scalar_like(x);
-        let rho = self.rho;
+        let rho = self.rho.at(self.core.iterations);
         let ms_slot = self.core.slot(var, "rms", || w.zeros_like())?;
         let ms = ms_slot
             .peek()
@@ -521,12 +527,17 @@ impl Optimizer for RmsProp {
         } else {
             ms
         };
-        let step = g
-            .mul(&s(lr)?)?
-            .div(&denom.add(&s(self.epsilon)?)?.sqrt()?)?;
-        if self.momentum > 0.0 {
+        let step = g.mul(&s(lr)?)?.div(
+            &denom
+                .add(&s(self.epsilon.at(self.core.iterations))?)?
+                .sqrt()?,
+        )?;
+        if !matches!(self.momentum, Hyper::Const(m) if m == 0.0) {
             let mom_slot = self.core.slot(var, "momentum", || w.zeros_like())?;
-            let mom = mom_slot.peek().mul(&s(self.momentum)?)?.add(&step)?;
+            let mom = mom_slot
+                .peek()
+                .mul(&s(self.momentum.at(self.core.iterations))?)?
+                .add(&step)?;
             mom_slot.assign(&mom)?;
             var.assign(&w.sub(&mom)?)
         } else {
@@ -544,7 +555,7 @@ pub struct Adagrad {
     /// Starting value of the accumulator.
     pub initial_accumulator_value: f64,
     /// ε.
-    pub epsilon: f64,
+    pub epsilon: Hyper,
 }
 
 impl Adagrad {
@@ -554,7 +565,7 @@ impl Adagrad {
             core: OptimizerCore::default(),
             learning_rate: learning_rate.into(),
             initial_accumulator_value: 0.1,
-            epsilon: 1e-7,
+            epsilon: Hyper::Const(1e-7),
         }
     }
 }
@@ -572,11 +583,14 @@ impl Optimizer for Adagrad {
     fn name(&self) -> &'static str {
         "Adagrad"
     }
-    fn hyperparameters(&self) -> Vec<(&'static str, f64)> {
+    fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
-            ("learning_rate", lr_of(&self.learning_rate, &self.core)),
-            ("initial_accumulator_value", self.initial_accumulator_value),
-            ("epsilon", self.epsilon),
+            ("learning_rate", self.learning_rate.clone()),
+            (
+                "initial_accumulator_value",
+                Hyper::Const(self.initial_accumulator_value),
+            ),
+            ("epsilon", self.epsilon.clone()),
         ]
     }
     fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
@@ -586,9 +600,10 @@ impl Optimizer for Adagrad {
         let acc_slot = self.core.slot(var, "accumulator", || w.full_like(init))?;
         let acc = acc_slot.peek().add(&g.square()?)?;
         acc_slot.assign(&acc)?;
-        let step = g
-            .mul(&g.scalar_like(lr)?)?
-            .div(&acc.sqrt()?.add(&g.scalar_like(self.epsilon)?)?)?;
+        let step = g.mul(&g.scalar_like(lr)?)?.div(
+            &acc.sqrt()?
+                .add(&g.scalar_like(self.epsilon.at(self.core.iterations))?)?,
+        )?;
         var.assign(&w.sub(&step)?)
     }
 }
