@@ -1,8 +1,8 @@
 //! Adadelta, Adamax, Nadam and Ftrl with TF 2.4's update rules and defaults.
 
-use crate::optimizer::{Optimizer, OptimizerCore};
+use crate::optimizer::{try_fused, Optimizer, OptimizerCore};
 use crate::schedule::Hyper;
-use ferroflow_tensor::{Result, Tensor, Variable};
+use ferroflow_tensor::{Result, Tensor, UpdateRule, Variable};
 
 macro_rules! core_impl {
     ($name:literal) => {
@@ -61,6 +61,14 @@ impl Optimizer for Adadelta {
         let s = |x: f64| g.scalar_like(x);
         let acc_slot = self.core.slot(var, "accum_grad", || w.zeros_like())?;
         let upd_slot = self.core.slot(var, "accum_var", || w.zeros_like())?;
+        let rule = UpdateRule::Adadelta {
+            lr,
+            rho: self.rho.at(self.core.iterations),
+            epsilon: self.epsilon.at(self.core.iterations),
+        };
+        if try_fused(&self.core, rule, var, g, &[&acc_slot, &upd_slot])? {
+            return Ok(());
+        }
         let acc = acc_slot
             .peek()
             .mul(&s(self.rho.at(self.core.iterations))?)?
@@ -131,6 +139,16 @@ impl Optimizer for Adamax {
         let s = |x: f64| g.scalar_like(x);
         let m_slot = self.core.slot(var, "m", || w.zeros_like())?;
         let u_slot = self.core.slot(var, "v", || w.zeros_like())?;
+        let b1 = self.beta_1.at(self.core.iterations);
+        let rule = UpdateRule::Adamax {
+            lr_t: lr / (1.0 - b1.powf(t as f64)),
+            beta_1: b1,
+            beta_2: self.beta_2.at(self.core.iterations),
+            epsilon: self.epsilon.at(self.core.iterations),
+        };
+        if try_fused(&self.core, rule, var, g, &[&m_slot, &u_slot])? {
+            return Ok(());
+        }
         let m = m_slot
             .peek()
             .mul(&s(self.beta_1.at(self.core.iterations))?)?

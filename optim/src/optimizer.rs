@@ -3,7 +3,7 @@
 
 use crate::schedule::Hyper;
 use ferroflow_autodiff::{GradientTape, Source};
-use ferroflow_tensor::{AdamStep, Axes, Error, Result, Tensor, Variable};
+use ferroflow_tensor::{Axes, Error, Result, Tensor, UpdateRule, Variable};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -31,6 +31,9 @@ pub struct OptimizerCore {
     pub gradient_aggregator: Option<GradientTransformer>,
     /// Restored slot values waiting for their slot to be created (TF's deferred restore).
     pending: HashMap<String, Tensor>,
+    /// Run updates as chains of primitives even where the backend has a fused
+    /// `optimizer_update` kernel (for comparisons; both paths give the same numbers).
+    pub compose_updates: bool,
 }
 
 impl OptimizerCore {
@@ -250,6 +253,32 @@ fn scale_to_norm(g: &Tensor, norm: &Tensor, c: f64) -> Result<Tensor> {
     g.mul(&cap)?.div(&norm.maximum(&cap)?)
 }
 
+/// Runs `rule` through the backend's fused kernel, updating `var` and `slots`; `Ok(false)`
+/// when the backend has none (or `compose_updates` is set), so the caller composes it.
+pub(crate) fn try_fused(
+    core: &OptimizerCore,
+    rule: UpdateRule,
+    var: &Variable,
+    g: &Tensor,
+    slots: &[&Variable],
+) -> Result<bool> {
+    if core.compose_updates {
+        return Ok(false);
+    }
+    let values: Vec<Tensor> = slots.iter().map(|s| s.peek()).collect();
+    match Tensor::optimizer_update(&rule, &var.peek(), g, &values) {
+        Ok((w, updated)) => {
+            for (slot, v) in slots.iter().zip(updated) {
+                slot.assign(&v)?;
+            }
+            var.assign(&w)?;
+            Ok(true)
+        }
+        Err(Error::NotSupportedByBackend { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 fn lr_of(h: &Hyper, core: &OptimizerCore) -> f64 {
     h.at(core.iterations)
 }
@@ -312,6 +341,14 @@ impl Optimizer for Sgd {
             return var.assign(&w.sub(&lr_g)?);
         }
         let velocity = self.core.slot(var, "momentum", || w.zeros_like())?;
+        let rule = UpdateRule::SgdMomentum {
+            lr: lr_of(&self.learning_rate, &self.core),
+            momentum: self.momentum.at(self.core.iterations),
+            nesterov: self.nesterov,
+        };
+        if try_fused(&self.core, rule, var, g, &[&velocity])? {
+            return Ok(());
+        }
         let m = g.scalar_like(self.momentum.at(self.core.iterations))?;
         let v = velocity.peek().mul(&m)?.sub(&lr_g)?;
         velocity.assign(&v)?;
@@ -342,9 +379,6 @@ pub struct Adam {
     pub amsgrad: bool,
     /// Decoupled weight decay (AdamW); 0 for Adam.
     pub weight_decay: Hyper,
-    /// Use the backend's fused kernel when it has one (one pass over w, g, m, v instead of
-    /// a dozen temporaries); the composed path gives the same numbers.
-    pub fused: bool,
 }
 
 impl Adam {
@@ -358,7 +392,6 @@ impl Adam {
             epsilon: Hyper::Const(1e-7),
             amsgrad: false,
             weight_decay: Hyper::Const(0.0),
-            fused: true,
         }
     }
     /// AdamW (Loshchilov & Hutter): Adam with decoupled weight decay.
@@ -409,22 +442,16 @@ impl Optimizer for Adam {
         let s = |x: f64| g.scalar_like(x);
         let tf = t as f64;
         let lr_t = lr * (1.0 - b2.powf(tf)).sqrt() / (1.0 - b1.powf(tf));
-        if self.fused && !self.amsgrad {
-            let step = AdamStep {
+        if !self.amsgrad {
+            let rule = UpdateRule::Adam {
                 lr_t,
                 beta_1: b1,
                 beta_2: b2,
                 epsilon: self.epsilon.at(self.core.iterations),
                 decay: lr * self.weight_decay.at(self.core.iterations),
             };
-            match Tensor::adam_update(&w, g, &m_slot.peek(), &v_slot.peek(), &step) {
-                Ok((w2, m2, v2)) => {
-                    m_slot.assign(&m2)?;
-                    v_slot.assign(&v2)?;
-                    return var.assign(&w2);
-                }
-                Err(Error::NotSupportedByBackend { .. }) => {}
-                Err(e) => return Err(e),
+            if try_fused(&self.core, rule, var, g, &[&m_slot, &v_slot])? {
+                return Ok(());
             }
         }
         let m = m_slot.peek().mul(&s(b1)?)?.add(&g.mul(&s(1.0 - b1)?)?)?;
@@ -514,6 +541,23 @@ impl Optimizer for RmsProp {
         let s = |x: f64| g.scalar_like(x);
         let rho = self.rho.at(self.core.iterations);
         let ms_slot = self.core.slot(var, "rms", || w.zeros_like())?;
+        if matches!(self.momentum, Hyper::Const(m) if m == 0.0) {
+            let rule = UpdateRule::RmsProp {
+                lr,
+                rho,
+                epsilon: self.epsilon.at(self.core.iterations),
+                centered: self.centered,
+            };
+            let mg_slot = if self.centered {
+                Some(self.core.slot(var, "mg", || w.zeros_like())?)
+            } else {
+                None
+            };
+            let slots: Vec<&Variable> = std::iter::once(&ms_slot).chain(mg_slot.as_ref()).collect();
+            if try_fused(&self.core, rule, var, g, &slots)? {
+                return Ok(());
+            }
+        }
         let ms = ms_slot
             .peek()
             .mul(&s(rho)?)?
@@ -598,6 +642,13 @@ impl Optimizer for Adagrad {
         let lr = lr_of(&self.learning_rate, &self.core);
         let init = self.initial_accumulator_value;
         let acc_slot = self.core.slot(var, "accumulator", || w.full_like(init))?;
+        let rule = UpdateRule::Adagrad {
+            lr,
+            epsilon: self.epsilon.at(self.core.iterations),
+        };
+        if try_fused(&self.core, rule, var, g, &[&acc_slot])? {
+            return Ok(());
+        }
         let acc = acc_slot.peek().add(&g.square()?)?;
         acc_slot.assign(&acc)?;
         let step = g.mul(&g.scalar_like(lr)?)?.div(

@@ -19,7 +19,7 @@ use crate::dtype::{DType, HostData};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::op::{
-    AdamStep, ArgReduceOp, BinaryOp, CumulativeOp, PoolKind, ReduceOp, UnaryOp, Window2d,
+    ArgReduceOp, BinaryOp, CumulativeOp, PoolKind, ReduceOp, UnaryOp, UpdateRule, Window2d,
 };
 use std::any::Any;
 
@@ -149,18 +149,18 @@ pub trait Backend: Send + Sync + 'static {
     /// Gradient of average pooling.
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
 
-    /// Optional fused Adam step over same-shaped `w, g, m, v` (one pass instead of a chain of
-    /// temporaries). The default says the backend has none; callers then compose primitives.
-    fn adam_update(
+    /// Optional fused optimizer step over same-shaped `w`, `g` and the rule's slots (one pass
+    /// instead of a chain of temporaries), returning `(w', slots')`. The default says the
+    /// backend has none; optimizers then compose primitives.
+    fn optimizer_update(
         &self,
+        _rule: &UpdateRule,
         _w: Operand<'_>,
         _g: Operand<'_>,
-        _m: Operand<'_>,
-        _v: Operand<'_>,
-        _step: &AdamStep,
-    ) -> Result<(BufferBox, BufferBox, BufferBox)> {
+        _slots: &[Operand<'_>],
+    ) -> Result<(BufferBox, Vec<BufferBox>)> {
         Err(Error::NotSupportedByBackend {
-            op: "adam_update",
+            op: "optimizer_update",
             backend: self.name(),
             detail: ", callers fall back to primitives".into(),
         })

@@ -154,9 +154,11 @@ impl OpOutputs for (Tensor, Tensor) {
     }
 }
 
-impl OpOutputs for (Tensor, Tensor, Tensor) {
+impl OpOutputs for (Tensor, Vec<Tensor>) {
     fn to_list(&self) -> Vec<Tensor> {
-        vec![self.0.clone(), self.1.clone(), self.2.clone()]
+        let mut v = vec![self.0.clone()];
+        v.extend(self.1.iter().cloned());
+        v
     }
 }
 

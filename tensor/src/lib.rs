@@ -59,7 +59,7 @@ pub use dtype::{DType, Element, HostData};
 pub use error::{Error, Result};
 pub use layout::Layout;
 pub use op::{
-    AdamStep, ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, ReduceOp, UnaryOp,
+    ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, ReduceOp, UnaryOp, UpdateRule,
     Window2d,
 };
 pub use ops::{Axes, SliceSpec};

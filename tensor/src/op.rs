@@ -296,20 +296,85 @@ impl Window2d {
     }
 }
 
-/// One fused Adam/AdamW step's scalars (bias corrections folded into `lr_t`):
-/// `m' = β1 m + (1-β1) g; v' = β2 v + (1-β2) g²; w' = w - decay·w - lr_t·m'/(√v' + ε)`.
+/// One optimizer step's rule and scalars for the fused `optimizer_update` kernel: the new
+/// variable and slots from the old ones and the gradient, element by element, in one pass.
+/// Slots are passed and returned in the order listed per variant.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdamStep {
-    /// `lr·√(1-β2^t)/(1-β1^t)`.
-    pub lr_t: f64,
-    /// β1.
-    pub beta_1: f64,
-    /// β2.
-    pub beta_2: f64,
-    /// ε.
-    pub epsilon: f64,
-    /// Decoupled weight decay times the learning rate (0 for Adam).
-    pub decay: f64,
+pub enum UpdateRule {
+    /// Slots [v]: `v' = m·v - lr·g; w' = w + v'` (nesterov: `w' = w + m·v' - lr·g`).
+    SgdMomentum {
+        /// Learning rate.
+        lr: f64,
+        /// Momentum.
+        momentum: f64,
+        /// Nesterov momentum.
+        nesterov: bool,
+    },
+    /// Slots [m, v]: `m' = β1 m + (1-β1) g; v' = β2 v + (1-β2) g²;
+    /// w' = w - decay·w - lr_t·m'/(√v' + ε)` (bias corrections folded into `lr_t`).
+    Adam {
+        /// `lr·√(1-β2^t)/(1-β1^t)`.
+        lr_t: f64,
+        /// β1.
+        beta_1: f64,
+        /// β2.
+        beta_2: f64,
+        /// ε.
+        epsilon: f64,
+        /// Decoupled weight decay times the learning rate (0 for Adam).
+        decay: f64,
+    },
+    /// Slots [ms] or, centered, [ms, mg]: `ms' = ρ ms + (1-ρ) g²` (`mg' = ρ mg + (1-ρ) g`);
+    /// `w' = w - lr·g/√(ms' [- mg'²] + ε)`.
+    RmsProp {
+        /// Learning rate.
+        lr: f64,
+        /// ρ.
+        rho: f64,
+        /// ε.
+        epsilon: f64,
+        /// Centered variant (two slots).
+        centered: bool,
+    },
+    /// Slots [acc]: `acc' = acc + g²; w' = w - lr·g/(√acc' + ε)`.
+    Adagrad {
+        /// Learning rate.
+        lr: f64,
+        /// ε.
+        epsilon: f64,
+    },
+    /// Slots [acc, acc_u]: `acc' = ρ acc + (1-ρ) g²; u = √(acc_u + ε)/√(acc' + ε)·g;
+    /// acc_u' = ρ acc_u + (1-ρ) u²; w' = w - lr·u`.
+    Adadelta {
+        /// Learning rate.
+        lr: f64,
+        /// ρ.
+        rho: f64,
+        /// ε.
+        epsilon: f64,
+    },
+    /// Slots [m, u]: `m' = β1 m + (1-β1) g; u' = max(β2 u, |g|); w' = w - lr_t·m'/(u' + ε)`.
+    Adamax {
+        /// `lr/(1-β1^t)`.
+        lr_t: f64,
+        /// β1.
+        beta_1: f64,
+        /// β2.
+        beta_2: f64,
+        /// ε.
+        epsilon: f64,
+    },
+}
+
+impl UpdateRule {
+    /// How many slot tensors the rule reads and returns.
+    pub fn num_slots(&self) -> usize {
+        match self {
+            UpdateRule::SgdMomentum { .. } | UpdateRule::Adagrad { .. } => 1,
+            UpdateRule::RmsProp { centered, .. } => 1 + *centered as usize,
+            UpdateRule::Adam { .. } | UpdateRule::Adadelta { .. } | UpdateRule::Adamax { .. } => 2,
+        }
+    }
 }
 
 /// One primitive op with its attributes, as observers (tapes, profiler, tracers) see it.
@@ -432,8 +497,8 @@ pub enum Op {
     MaxPoolGrad(Window2d),
     /// Gradient of average pooling; input [dy].
     AvgPoolGrad(Window2d),
-    /// Fused Adam update; inputs [w, g, m, v], outputs [w', m', v'] (not differentiable).
-    AdamUpdate(AdamStep),
+    /// Fused optimizer step; inputs [w, g, slots..], outputs [w', slots'..] (not differentiable).
+    OptimizerUpdate(UpdateRule),
 }
 
 impl Op {
@@ -465,7 +530,7 @@ impl Op {
             Op::Pool2d(k, _) => k.name(),
             Op::MaxPoolGrad(_) => "max_pool_grad",
             Op::AvgPoolGrad(_) => "avg_pool_grad",
-            Op::AdamUpdate(_) => "adam_update",
+            Op::OptimizerUpdate(_) => "optimizer_update",
         }
     }
 }

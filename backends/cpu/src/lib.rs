@@ -32,8 +32,8 @@ pub use buffer::CpuBuffer;
 
 use buffer::out;
 use ferroflow_tensor::{
-    AdamStep, ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, HostData,
-    Operand, PoolKind, ReduceOp, Result, UnaryOp, Window2d,
+    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, HostData, Operand,
+    PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
 };
 use std::sync::Arc;
 
@@ -179,15 +179,17 @@ impl Backend for CpuBackend {
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         out(kernels::conv::avg_pool_grad(dy, w)?)
     }
-    fn adam_update(
+    fn optimizer_update(
         &self,
+        rule: &UpdateRule,
         w: Operand<'_>,
         g: Operand<'_>,
-        m: Operand<'_>,
-        v: Operand<'_>,
-        step: &AdamStep,
-    ) -> Result<(BufferBox, BufferBox, BufferBox)> {
-        let (a, b, c) = kernels::fused::adam_update(w, g, m, v, step)?;
-        Ok((out(a)?, out(b)?, out(c)?))
+        slots: &[Operand<'_>],
+    ) -> Result<(BufferBox, Vec<BufferBox>)> {
+        let (nw, ns) = kernels::fused::optimizer_update(rule, w, g, slots)?;
+        Ok((
+            out(nw)?,
+            ns.into_iter().map(out).collect::<Result<Vec<_>>>()?,
+        ))
     }
 }

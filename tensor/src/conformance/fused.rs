@@ -1,75 +1,182 @@
-//! Fused optimizer kernels against their formulas (a backend without one must say so).
+//! The fused `optimizer_update` kernel against each rule's formula (a backend without the
+//! kernel must say so with `NotSupportedByBackend`).
 
 use super::harness::*;
 use super::reference::RefArray;
-use crate::{AdamStep, DType, Device, Error, Tensor};
+use crate::{DType, Device, Error, Tensor, UpdateRule};
 use proptest::prelude::*;
 
-/// `adam_update` on random same-shaped w, g, m, v (v ≥ 0) in f32 and f64.
-pub fn adam_update(device: &Device) {
+/// One element of a rule in f64: returns w' and updates the slots.
+fn reference(rule: &UpdateRule, w: f64, g: f64, s: &mut [f64]) -> f64 {
+    match *rule {
+        UpdateRule::SgdMomentum {
+            lr,
+            momentum,
+            nesterov,
+        } => {
+            s[0] = momentum * s[0] - lr * g;
+            if nesterov {
+                w + momentum * s[0] - lr * g
+            } else {
+                w + s[0]
+            }
+        }
+        UpdateRule::Adam {
+            lr_t,
+            beta_1,
+            beta_2,
+            epsilon,
+            decay,
+        } => {
+            s[0] = beta_1 * s[0] + (1.0 - beta_1) * g;
+            s[1] = beta_2 * s[1] + (1.0 - beta_2) * g * g;
+            w - decay * w - lr_t * s[0] / (s[1].sqrt() + epsilon)
+        }
+        UpdateRule::RmsProp {
+            lr,
+            rho,
+            epsilon,
+            centered,
+        } => {
+            s[0] = rho * s[0] + (1.0 - rho) * g * g;
+            let denom = if centered {
+                s[1] = rho * s[1] + (1.0 - rho) * g;
+                s[0] - s[1] * s[1]
+            } else {
+                s[0]
+            };
+            w - lr * g / (denom + epsilon).sqrt()
+        }
+        UpdateRule::Adagrad { lr, epsilon } => {
+            s[0] += g * g;
+            w - lr * g / (s[0].sqrt() + epsilon)
+        }
+        UpdateRule::Adadelta { lr, rho, epsilon } => {
+            s[0] = rho * s[0] + (1.0 - rho) * g * g;
+            let u = (s[1] + epsilon).sqrt() / (s[0] + epsilon).sqrt() * g;
+            s[1] = rho * s[1] + (1.0 - rho) * u * u;
+            w - lr * u
+        }
+        UpdateRule::Adamax {
+            lr_t,
+            beta_1,
+            beta_2,
+            epsilon,
+        } => {
+            s[0] = beta_1 * s[0] + (1.0 - beta_1) * g;
+            s[1] = (beta_2 * s[1]).max(g.abs());
+            w - lr_t * s[0] / (s[1] + epsilon)
+        }
+    }
+}
+
+fn rules() -> Vec<UpdateRule> {
+    vec![
+        UpdateRule::SgdMomentum {
+            lr: 0.1,
+            momentum: 0.9,
+            nesterov: false,
+        },
+        UpdateRule::SgdMomentum {
+            lr: 0.1,
+            momentum: 0.9,
+            nesterov: true,
+        },
+        UpdateRule::Adam {
+            lr_t: 0.01,
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-7,
+            decay: 0.001,
+        },
+        UpdateRule::RmsProp {
+            lr: 0.01,
+            rho: 0.9,
+            epsilon: 1e-7,
+            centered: false,
+        },
+        UpdateRule::RmsProp {
+            lr: 0.01,
+            rho: 0.9,
+            epsilon: 1e-7,
+            centered: true,
+        },
+        UpdateRule::Adagrad {
+            lr: 0.1,
+            epsilon: 1e-7,
+        },
+        UpdateRule::Adadelta {
+            lr: 1.0,
+            rho: 0.95,
+            epsilon: 1e-7,
+        },
+        UpdateRule::Adamax {
+            lr_t: 0.01,
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-7,
+        },
+    ]
+}
+
+/// Every rule on random same-shaped w, g and slots (second moments ≥ 0) in f32 and f64.
+pub fn optimizer_update(device: &Device) {
     let strat = array(3, 5, -2.0, 2.0).prop_flat_map(|w| {
         let n = w.data.len();
         (
             Just(w),
             prop::collection::vec(-2.0..2.0f64, n),
-            prop::collection::vec(-1.0..1.0f64, n),
-            prop::collection::vec(0.0..1.0f64, n),
+            prop::collection::vec(0.05..1.0f64, n),
+            prop::collection::vec(0.05..1.0f64, n),
             any::<bool>(),
-            0.0..0.01f64,
+            0..8usize,
         )
     });
-    check("adam_update", strat, |(w, g, m, v, f64_, decay)| {
+    check("optimizer_update", strat, |(w, g, s0, s1, f64_, ri)| {
+        let rule = rules()[ri];
         let dtype = if f64_ { DType::F64 } else { DType::F32 };
         let q = |d: &[f64]| RefArray::new(&w.shape, quantize(dtype, d));
-        let (w, g, m, v) = (q(&w.data), q(&g), q(&m), q(&v));
-        let step = AdamStep {
-            lr_t: 0.01,
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-7,
-            decay,
-        };
+        let (w, g) = (q(&w.data), q(&g));
+        // Slots hold positive values: second moments, accumulators (and valid first moments).
+        let slots: Vec<RefArray> = [s0, s1]
+            .iter()
+            .take(rule.num_slots())
+            .map(|v| q(v))
+            .collect();
         let t = |a: &RefArray| make_tensor(device, dtype, a, ViewKind::Contiguous);
-        let (tw, tg, tm, tv) = (
-            ok("w", t(&w))?,
-            ok("g", t(&g))?,
-            ok("m", t(&m))?,
-            ok("v", t(&v))?,
-        );
-        let (w2, m2, v2) = match Tensor::adam_update(&tw, &tg, &tm, &tv, &step) {
+        let (tw, tg) = (ok("w", t(&w))?, ok("g", t(&g))?);
+        let ts = slots
+            .iter()
+            .map(|s| ok("slot", t(s)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (nw, ns) = match Tensor::optimizer_update(&rule, &tw, &tg, &ts) {
             Err(Error::NotSupportedByBackend { .. }) => return Ok(()),
-            r => ok("adam_update", r)?,
+            r => ok("optimizer_update", r)?,
         };
         let n = w.data.len();
-        let mut want = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        let mut want_w = vec![0.0; n];
+        let mut want_s = vec![vec![0.0; n]; slots.len()];
         for i in 0..n {
-            let mi = 0.9 * m.data[i] + 0.1 * g.data[i];
-            let vi = 0.999 * v.data[i] + 0.001 * g.data[i] * g.data[i];
-            want.1[i] = mi;
-            want.2[i] = vi;
-            want.0[i] = w.data[i] - decay * w.data[i] - 0.01 * mi / (vi.sqrt() + 1e-7);
+            let mut st: Vec<f64> = slots.iter().map(|s| s.data[i]).collect();
+            want_w[i] = reference(&rule, w.data[i], g.data[i], &mut st);
+            for (k, v) in st.into_iter().enumerate() {
+                want_s[k][i] = v;
+            }
         }
-        // m/(√v + ε) amplifies rounding where v is tiny: compare with an f32-sized slack.
-        assert_close(
-            "adam_update m",
-            &m2,
-            &RefArray::new(&w.shape, quantize(dtype, &want.1)),
-            4.0,
-            4.0 * epsilon(dtype),
-        )?;
-        assert_close(
-            "adam_update v",
-            &v2,
-            &RefArray::new(&w.shape, quantize(dtype, &want.2)),
-            4.0,
-            4.0 * epsilon(dtype),
-        )?;
-        assert_close(
-            "adam_update w",
-            &w2,
-            &RefArray::new(&w.shape, quantize(dtype, &want.0)),
-            64.0,
-            0.01 * 64.0 * epsilon(dtype) * 1e4,
-        )
+        let eps = epsilon(dtype);
+        assert_close(&format!("{rule:?} w"), &nw, &q(&want_w), 64.0, 64.0 * eps)?;
+        for (k, (got, want)) in ns.iter().zip(&want_s).enumerate() {
+            assert_close(
+                &format!("{rule:?} slot {k}"),
+                got,
+                &q(want),
+                16.0,
+                16.0 * eps,
+            )?;
+        }
+        Ok(())
     });
+    // A wrong slot count is an error, not a panic.
+    let one = Tensor::from_host_on(crate::HostData::F32(vec![1.0]), &[1], *device).expect("upload");
+    assert!(Tensor::optimizer_update(&rules()[2], &one, &one, std::slice::from_ref(&one)).is_err());
 }

@@ -57,7 +57,7 @@ macro_rules! conformance_tests {
             creation_and_round_trip => creation::creation_and_round_trip,
             random_statistics => creation::random_statistics,
             variables => creation::variables,
-            adam_update => fused::adam_update,
+            optimizer_update => fused::optimizer_update,
             never_panics => robustness::never_panics,
         );
     };

@@ -1,33 +1,43 @@
-//! Fused optimizer updates: optional backend kernels that do in one pass what a chain of
-//! primitives does in many (the optimizer falls back to the chain when a backend has none).
+//! Fused optimizer updates: an optional backend kernel that does in one pass what a chain of
+//! primitives does in many (optimizers fall back to the chain when a backend has none).
 
 use crate::dispatch::dispatch;
 use crate::error::{Error, Result};
-use crate::op::{AdamStep, Op};
+use crate::op::{Op, UpdateRule};
 use crate::tensor::Tensor;
 
 impl Tensor {
-    /// One Adam/AdamW step on `(w, g, m, v)`, returning `(w', m', v')`; see [`AdamStep`].
-    /// `Err(NotSupportedByBackend)` when the backend has no fused kernel.
-    pub fn adam_update(
+    /// One optimizer step by `rule` on variable value `w`, gradient `g` and the rule's
+    /// slots, returning `(w', slots')`. `Err(NotSupportedByBackend)` when the backend has no
+    /// fused kernel.
+    pub fn optimizer_update(
+        rule: &UpdateRule,
         w: &Tensor,
         g: &Tensor,
-        m: &Tensor,
-        v: &Tensor,
-        step: &AdamStep,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
-        for t in [g, m, v] {
+        slots: &[Tensor],
+    ) -> Result<(Tensor, Vec<Tensor>)> {
+        if slots.len() != rule.num_slots() {
+            return Err(Error::invalid(
+                "optimizer_update",
+                format!(
+                    "{rule:?} takes {} slots, got {}",
+                    rule.num_slots(),
+                    slots.len()
+                ),
+            ));
+        }
+        for t in std::iter::once(g).chain(slots) {
             if t.shape() != w.shape() {
                 return Err(Error::ShapeMismatch {
-                    op: "adam_update",
-                    msg: "w, g, m and v must have one shape",
+                    op: "optimizer_update",
+                    msg: "the variable, gradient and slots must have one shape",
                     lhs: w.shape().to_vec(),
                     rhs: t.shape().to_vec(),
                 });
             }
             if t.dtype() != w.dtype() {
                 return Err(Error::DTypeMismatch {
-                    op: "adam_update",
+                    op: "optimizer_update",
                     lhs: w.dtype(),
                     rhs: t.dtype(),
                 });
@@ -35,24 +45,23 @@ impl Tensor {
         }
         if !w.dtype().is_float() {
             return Err(Error::UnsupportedDType {
-                op: "adam_update",
+                op: "optimizer_update",
                 dtype: w.dtype(),
                 expected: "a float dtype",
             });
         }
+        let mut inputs = vec![w, g];
+        inputs.extend(slots.iter());
         dispatch(
-            || Op::AdamUpdate(*step),
-            &[w, g, m, v],
+            || Op::OptimizerUpdate(*rule),
+            &inputs,
             |p| {
-                let (a, b, c) = p.backend.adam_update(
-                    w.operand(),
-                    g.operand(),
-                    m.operand(),
-                    v.operand(),
-                    step,
-                )?;
+                let ops: Vec<_> = slots.iter().map(|s| s.operand()).collect();
+                let (nw, ns) = p
+                    .backend
+                    .optimizer_update(rule, w.operand(), g.operand(), &ops)?;
                 let mk = |buf| Tensor::from_buffer(buf, w.shape(), w.dtype(), p.backend, p.device);
-                Ok((mk(a), mk(b), mk(c)))
+                Ok((mk(nw), ns.into_iter().map(mk).collect()))
             },
         )
     }
