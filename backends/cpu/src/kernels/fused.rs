@@ -6,50 +6,70 @@ use ferroflow_tensor::{
 };
 use rayon::prelude::*;
 
-/// One parallel task's share: its start index, its part of w', its parts of each slot'.
-type Chunk<'a, T> = (usize, &'a mut [T], Vec<&'a mut [T]>);
+const CHUNK: usize = 1 << 14;
 
-/// Runs `step(w, g, slots) -> w'` (updating `slots` in place) over every element, threaded.
-fn run<T, const S: usize, F>(w: &[T], g: &[T], slots: &[&[T]; S], step: F) -> (Vec<T>, Vec<Vec<T>>)
+/// `step(w, g, &mut s0) -> w'` over every element, threaded: w' and s0' in one pass.
+fn run1<T, F>(w: &[T], g: &[T], s0: &[T], step: F) -> (Vec<T>, Vec<Vec<T>>)
 where
     T: Copy + Default + Send + Sync,
-    F: Fn(T, T, &mut [T; S]) -> T + Sync,
+    F: Fn(T, T, &mut T) -> T + Sync,
 {
     let n = w.len();
-    let mut w2 = vec![T::default(); n];
-    let mut s2: Vec<Vec<T>> = (0..S).map(|_| vec![T::default(); n]).collect();
-    const CHUNK: usize = 1 << 14;
-    let mut outs: Vec<Chunk<'_, T>> = {
-        let mut slot_chunks: Vec<_> = s2.iter_mut().map(|v| v.chunks_mut(CHUNK)).collect();
-        w2.chunks_mut(CHUNK)
-            .enumerate()
-            .map(|(i, wc)| {
-                (
-                    i * CHUNK,
-                    wc,
-                    slot_chunks
-                        .iter_mut()
-                        .map(|it| it.next().unwrap_or_default())
-                        .collect(),
-                )
-            })
-            .collect()
-    };
-    outs.par_iter_mut().for_each(|(base, wc, sc)| {
-        for j in 0..wc.len() {
-            let i = *base + j;
-            let mut s = [T::default(); S];
-            for k in 0..S {
-                s[k] = slots[k][i];
+    let (mut w2, mut a2) = (vec![T::default(); n], vec![T::default(); n]);
+    w2.par_chunks_mut(CHUNK)
+        .zip(a2.par_chunks_mut(CHUNK))
+        .enumerate()
+        .for_each(|(c, (wo, ao))| {
+            let r = c * CHUNK..c * CHUNK + wo.len();
+            for ((((wo, ao), &wv), &gv), &av) in wo
+                .iter_mut()
+                .zip(ao.iter_mut())
+                .zip(&w[r.clone()])
+                .zip(&g[r.clone()])
+                .zip(&s0[r])
+            {
+                let mut a = av;
+                *wo = step(wv, gv, &mut a);
+                *ao = a;
             }
-            wc[j] = step(w[i], g[i], &mut s);
-            for k in 0..S {
-                sc[k][j] = s[k];
+        });
+    (w2, vec![a2])
+}
+
+/// `step(w, g, &mut s0, &mut s1) -> w'` over every element, threaded.
+fn run2<T, F>(w: &[T], g: &[T], s0: &[T], s1: &[T], step: F) -> (Vec<T>, Vec<Vec<T>>)
+where
+    T: Copy + Default + Send + Sync,
+    F: Fn(T, T, &mut T, &mut T) -> T + Sync,
+{
+    let n = w.len();
+    let (mut w2, mut a2, mut b2) = (
+        vec![T::default(); n],
+        vec![T::default(); n],
+        vec![T::default(); n],
+    );
+    w2.par_chunks_mut(CHUNK)
+        .zip(a2.par_chunks_mut(CHUNK).zip(b2.par_chunks_mut(CHUNK)))
+        .enumerate()
+        .for_each(|(c, (wo, (ao, bo)))| {
+            let r = c * CHUNK..c * CHUNK + wo.len();
+            let inputs = w[r.clone()]
+                .iter()
+                .zip(&g[r.clone()])
+                .zip(s0[r.clone()].iter().zip(&s1[r]));
+            for (((wo, ao), bo), ((&wv, &gv), (&av, &bv))) in wo
+                .iter_mut()
+                .zip(ao.iter_mut())
+                .zip(bo.iter_mut())
+                .zip(inputs)
+            {
+                let (mut a, mut b) = (av, bv);
+                *wo = step(wv, gv, &mut a, &mut b);
+                *ao = a;
+                *bo = b;
             }
-        }
-    });
-    drop(outs);
-    (w2, s2)
+        });
+    (w2, vec![a2, b2])
 }
 
 fn update_typed<T: num_traits::Float + Default + Send + Sync>(
@@ -67,12 +87,12 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             nesterov,
         } => {
             let (lr, m) = (c(lr), c(momentum));
-            run(w, g, &[s[0]], |w, g, st: &mut [T; 1]| {
-                st[0] = m * st[0] - lr * g;
+            run1(w, g, s[0], |w, g, s0: &mut T| {
+                *s0 = m * *s0 - lr * g;
                 if nesterov {
-                    w + m * st[0] - lr * g
+                    w + m * *s0 - lr * g
                 } else {
-                    w + st[0]
+                    w + *s0
                 }
             })
         }
@@ -84,10 +104,10 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             decay,
         } => {
             let (lr_t, b1, b2, eps, decay) = (c(lr_t), c(beta_1), c(beta_2), c(epsilon), c(decay));
-            run(w, g, &[s[0], s[1]], |w, g, st: &mut [T; 2]| {
-                st[0] = b1 * st[0] + (one - b1) * g;
-                st[1] = b2 * st[1] + (one - b2) * g * g;
-                w - decay * w - lr_t * st[0] / (st[1].sqrt() + eps)
+            run2(w, g, s[0], s[1], |w, g, s0: &mut T, s1: &mut T| {
+                *s0 = b1 * *s0 + (one - b1) * g;
+                *s1 = b2 * *s1 + (one - b2) * g * g;
+                w - decay * w - lr_t * *s0 / (s1.sqrt() + eps)
             })
         }
         UpdateRule::RmsProp {
@@ -97,9 +117,9 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             centered: false,
         } => {
             let (lr, rho, eps) = (c(lr), c(rho), c(epsilon));
-            run(w, g, &[s[0]], |w, g, st: &mut [T; 1]| {
-                st[0] = rho * st[0] + (one - rho) * g * g;
-                w - lr * g / (st[0] + eps).sqrt()
+            run1(w, g, s[0], |w, g, s0: &mut T| {
+                *s0 = rho * *s0 + (one - rho) * g * g;
+                w - lr * g / (*s0 + eps).sqrt()
             })
         }
         UpdateRule::RmsProp {
@@ -109,25 +129,25 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             centered: true,
         } => {
             let (lr, rho, eps) = (c(lr), c(rho), c(epsilon));
-            run(w, g, &[s[0], s[1]], |w, g, st: &mut [T; 2]| {
-                st[0] = rho * st[0] + (one - rho) * g * g;
-                st[1] = rho * st[1] + (one - rho) * g;
-                w - lr * g / (st[0] - st[1] * st[1] + eps).sqrt()
+            run2(w, g, s[0], s[1], |w, g, s0: &mut T, s1: &mut T| {
+                *s0 = rho * *s0 + (one - rho) * g * g;
+                *s1 = rho * *s1 + (one - rho) * g;
+                w - lr * g / (*s0 - *s1 * *s1 + eps).sqrt()
             })
         }
         UpdateRule::Adagrad { lr, epsilon } => {
             let (lr, eps) = (c(lr), c(epsilon));
-            run(w, g, &[s[0]], |w, g, st: &mut [T; 1]| {
-                st[0] = st[0] + g * g;
-                w - lr * g / (st[0].sqrt() + eps)
+            run1(w, g, s[0], |w, g, s0: &mut T| {
+                *s0 = *s0 + g * g;
+                w - lr * g / (s0.sqrt() + eps)
             })
         }
         UpdateRule::Adadelta { lr, rho, epsilon } => {
             let (lr, rho, eps) = (c(lr), c(rho), c(epsilon));
-            run(w, g, &[s[0], s[1]], |w, g, st: &mut [T; 2]| {
-                st[0] = rho * st[0] + (one - rho) * g * g;
-                let u = (st[1] + eps).sqrt() / (st[0] + eps).sqrt() * g;
-                st[1] = rho * st[1] + (one - rho) * u * u;
+            run2(w, g, s[0], s[1], |w, g, s0: &mut T, s1: &mut T| {
+                *s0 = rho * *s0 + (one - rho) * g * g;
+                let u = (*s1 + eps).sqrt() / (*s0 + eps).sqrt() * g;
+                *s1 = rho * *s1 + (one - rho) * u * u;
                 w - lr * u
             })
         }
@@ -138,10 +158,10 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             epsilon,
         } => {
             let (lr_t, b1, b2, eps) = (c(lr_t), c(beta_1), c(beta_2), c(epsilon));
-            run(w, g, &[s[0], s[1]], |w, g, st: &mut [T; 2]| {
-                st[0] = b1 * st[0] + (one - b1) * g;
-                st[1] = (b2 * st[1]).max(g.abs());
-                w - lr_t * st[0] / (st[1] + eps)
+            run2(w, g, s[0], s[1], |w, g, s0: &mut T, s1: &mut T| {
+                *s0 = b1 * *s0 + (one - b1) * g;
+                *s1 = (b2 * *s1).max(g.abs());
+                w - lr_t * *s0 / (*s1 + eps)
             })
         }
     }
