@@ -1,25 +1,8 @@
 //! Adadelta, Adamax, Nadam and Ftrl with TF 2.4's update rules and defaults.
 
-use crate::optimizer::{try_fused, Optimizer, OptimizerCore};
+use crate::optimizer::{core_impl, try_fused, Optimizer, OptimizerCore};
 use crate::schedule::Hyper;
 use ferroflow_tensor::{Result, Tensor, UpdateRule, Variable};
-
-macro_rules! core_impl {
-    ($name:literal) => {
-        fn core(&self) -> &OptimizerCore {
-            &self.core
-        }
-        fn core_mut(&mut self) -> &mut OptimizerCore {
-            &mut self.core
-        }
-        fn name(&self) -> &'static str {
-            $name
-        }
-        fn learning_rate(&self) -> &Hyper {
-            &self.learning_rate
-        }
-    };
-}
 
 /// Adadelta (TF 2.4: learning_rate 0.001, rho 0.95, epsilon 1e-7):
 /// `acc = ρ acc + (1-ρ) g²; u = √(acc_u + ε)/√(acc + ε) · g; acc_u = ρ acc_u + (1-ρ) u²;

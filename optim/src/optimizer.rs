@@ -253,6 +253,29 @@ fn scale_to_norm(g: &Tensor, norm: &Tensor, c: f64) -> Result<Tensor> {
     g.mul(&cap)?.div(&norm.maximum(&cap)?)
 }
 
+/// The accessors every optimizer implements the same way: its core state, its learning
+/// rate and (given a literal) its TF class name.
+macro_rules! core_impl {
+    () => {
+        fn core(&self) -> &OptimizerCore {
+            &self.core
+        }
+        fn core_mut(&mut self) -> &mut OptimizerCore {
+            &mut self.core
+        }
+        fn learning_rate(&self) -> &Hyper {
+            &self.learning_rate
+        }
+    };
+    ($name:literal) => {
+        core_impl!();
+        fn name(&self) -> &'static str {
+            $name
+        }
+    };
+}
+pub(crate) use core_impl;
+
 /// Runs `rule` through the backend's fused kernel, updating `var` and `slots`; `Ok(false)`
 /// when the backend has none (or `compose_updates` is set), so the caller composes it.
 pub(crate) fn try_fused(
@@ -314,18 +337,7 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
-    fn learning_rate(&self) -> &Hyper {
-        &self.learning_rate
-    }
-    fn core(&self) -> &OptimizerCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> &mut OptimizerCore {
-        &mut self.core
-    }
-    fn name(&self) -> &'static str {
-        "SGD"
-    }
+    core_impl!("SGD");
     fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
             ("learning_rate", self.learning_rate.clone()),
@@ -404,15 +416,7 @@ impl Adam {
 }
 
 impl Optimizer for Adam {
-    fn learning_rate(&self) -> &Hyper {
-        &self.learning_rate
-    }
-    fn core(&self) -> &OptimizerCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> &mut OptimizerCore {
-        &mut self.core
-    }
+    core_impl!();
     fn name(&self) -> &'static str {
         if self.weight_decay.at(self.core.iterations) > 0.0 {
             "AdamW"
@@ -514,18 +518,7 @@ impl RmsProp {
 }
 
 impl Optimizer for RmsProp {
-    fn learning_rate(&self) -> &Hyper {
-        &self.learning_rate
-    }
-    fn core(&self) -> &OptimizerCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> &mut OptimizerCore {
-        &mut self.core
-    }
-    fn name(&self) -> &'static str {
-        "RMSprop"
-    }
+    core_impl!("RMSprop");
     fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
             ("learning_rate", self.learning_rate.clone()),
@@ -615,18 +608,7 @@ impl Adagrad {
 }
 
 impl Optimizer for Adagrad {
-    fn learning_rate(&self) -> &Hyper {
-        &self.learning_rate
-    }
-    fn core(&self) -> &OptimizerCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> &mut OptimizerCore {
-        &mut self.core
-    }
-    fn name(&self) -> &'static str {
-        "Adagrad"
-    }
+    core_impl!("Adagrad");
     fn hyperparameters(&self) -> Vec<(&'static str, Hyper)> {
         vec![
             ("learning_rate", self.learning_rate.clone()),
