@@ -29,6 +29,12 @@ pub use ferroflow_autodiff as autodiff;
 /// Optimizers and learning-rate schedules (`ferroflow-optim`).
 pub use ferroflow_optim as optim;
 
+/// Keras (`ferroflow-keras`): layers, models, `fit`, losses, metrics, callbacks.
+pub use ferroflow_keras as keras;
+
+/// Input pipelines and file formats (`ferroflow-data`), such as MNIST's IDX.
+pub use ferroflow_data as data;
+
 /// The tensor core crate (`ferroflow-tensor`).
 pub use ferroflow_tensor as tensor;
 

@@ -147,6 +147,9 @@ impl Optimizer for LossScaleOptimizer {
     fn learning_rate(&self) -> &crate::schedule::Hyper {
         self.inner.learning_rate()
     }
+    fn set_learning_rate(&mut self, learning_rate: crate::schedule::Hyper) {
+        self.inner.set_learning_rate(learning_rate);
+    }
     fn hyperparameters(&self) -> Vec<(&'static str, crate::schedule::Hyper)> {
         let mut h = self.inner.hyperparameters();
         h.push(("loss_scale", crate::schedule::Hyper::Const(self.scale)));

@@ -120,6 +120,8 @@ pub trait Optimizer: Send {
     fn hyperparameters(&self) -> Vec<(&'static str, Hyper)>;
     /// The learning rate as given (constant or schedule).
     fn learning_rate(&self) -> &Hyper;
+    /// Replaces the learning rate (Keras callbacks such as `ReduceLROnPlateau` do this).
+    fn set_learning_rate(&mut self, learning_rate: Hyper);
 
     /// Steps applied so far.
     fn iterations(&self) -> i64 {
@@ -265,6 +267,9 @@ macro_rules! core_impl {
         }
         fn learning_rate(&self) -> &Hyper {
             &self.learning_rate
+        }
+        fn set_learning_rate(&mut self, learning_rate: Hyper) {
+            self.learning_rate = learning_rate;
         }
     };
     ($name:literal) => {

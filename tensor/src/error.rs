@@ -155,6 +155,23 @@ pub enum Error {
         /// What is wrong.
         msg: String,
     },
+    // ---- files and configuration ----
+    /// Reading or writing a file failed.
+    #[error("{path}: {msg}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The operating system's message.
+        msg: String,
+    },
+    /// A file or configuration is malformed, or does not match what it is loaded into.
+    #[error("{what}: {msg}")]
+    Format {
+        /// The file, or the kind of configuration.
+        what: String,
+        /// What is wrong.
+        msg: String,
+    },
     /// A numeric error TensorFlow also reports (integer division by zero, ...).
     #[error("{op}: {msg}")]
     Arithmetic {
@@ -166,6 +183,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// An [`Error::Io`] for `path` from an `std::io::Error`.
+    pub fn io(path: impl AsRef<std::path::Path>, err: &std::io::Error) -> Self {
+        Error::Io {
+            path: path.as_ref().display().to_string(),
+            msg: err.to_string(),
+        }
+    }
+    /// Shorthand for [`Error::Format`].
+    pub fn format(what: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::Format {
+            what: what.into(),
+            msg: msg.into(),
+        }
+    }
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
         Error::InvalidArgument {

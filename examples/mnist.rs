@@ -1,0 +1,150 @@
+//! The main job: TensorFlow's "beginner" and "convolutional" MNIST tutorials with Keras'
+//! `fit`, on the MNIST copy in `datasets/mnist` (IDX files, read by `ferroflow::data::idx`).
+//!
+//! Run: `cargo run --release --example mnist` (both models), or pass `mlp` or `cnn`.
+//! Options: `--epochs N` (3), `--batch-size N` (128), `--out DIR` (`target/mnist`).
+//!
+//! - MLP 784-256-128-10 (ReLU), Adam, batch 128: ≥ 97.5% test accuracy in 3 epochs.
+//! - CNN Conv32-Pool-Conv64-Pool-Dense128-Dense10, Adam, batch 128: ≥ 98.8% in 3 epochs.
+//!
+//! Each model's weights are written as safetensors and the path printed.
+
+use std::path::{Path, PathBuf};
+
+use ferroflow::keras::activations::Activation::Relu;
+use ferroflow::keras::layers::{Conv2D, Dense, Flatten, MaxPooling2D};
+use ferroflow::keras::losses::SparseCategoricalCrossentropy;
+use ferroflow::keras::{sequential, FitConfig, Model};
+use ferroflow::optim::Adam;
+use ferroflow::{DType, Error, Result, Tensor};
+
+struct Args {
+    models: Vec<String>,
+    epochs: usize,
+    batch_size: usize,
+    out: PathBuf,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args {
+        models: vec![],
+        epochs: 3,
+        batch_size: 128,
+        out: PathBuf::from("target/mnist"),
+    };
+    let mut it = std::env::args().skip(1);
+    let bad = |m: String| Error::invalid("mnist", m);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .ok_or_else(|| bad(format!("{name} needs a value")))
+        };
+        match a.as_str() {
+            "mlp" | "cnn" => args.models.push(a),
+            "--epochs" => args.epochs = value("--epochs")?.parse().map_err(|e| bad(format!("--epochs: {e}")))?,
+            "--batch-size" => {
+                args.batch_size = value("--batch-size")?.parse().map_err(|e| bad(format!("--batch-size: {e}")))?
+            }
+            "--out" => args.out = PathBuf::from(value("--out")?),
+            other => return Err(bad(format!("unknown argument {other:?}; usage: mnist [mlp] [cnn] [--epochs N] [--batch-size N] [--out DIR]"))),
+        }
+    }
+    if args.models.is_empty() {
+        args.models = vec!["mlp".into(), "cnn".into()];
+    }
+    Ok(args)
+}
+
+/// Images as f32 in [0, 1], shape [n, 28, 28, 1]; labels as int64, shape [n].
+fn load(dir: &Path, split: &str) -> Result<(Tensor, Tensor)> {
+    let images = ferroflow::data::idx::read(dir.join(format!("{split}-images-idx3-ubyte.gz")))?;
+    let labels = ferroflow::data::idx::read(dir.join(format!("{split}-labels-idx1-ubyte.gz")))?;
+    let n = images.shape()[0];
+    let x = images
+        .cast(DType::F32)?
+        .div(&Tensor::scalar(255.0f32)?)?
+        .reshape_to(&[n, 28, 28, 1])?;
+    Ok((x, labels.cast(DType::I64)?))
+}
+
+fn build(kind: &str) -> Model {
+    let net = if kind == "mlp" {
+        sequential![
+            Flatten::new(),
+            Dense::new(256).activation(Relu),
+            Dense::new(128).activation(Relu),
+            Dense::new(10),
+        ]
+    } else {
+        sequential![
+            Conv2D::new(32, [3, 3]).activation(Relu),
+            MaxPooling2D::new([2, 2]),
+            Conv2D::new(64, [3, 3]).activation(Relu),
+            MaxPooling2D::new([2, 2]),
+            Flatten::new(),
+            Dense::new(128).activation(Relu),
+            Dense::new(10),
+        ]
+    };
+    Model::from(net)
+}
+
+fn main() -> Result<()> {
+    ferroflow::init();
+    let args = parse_args()?;
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/mnist");
+    let (x_train, y_train) = load(&data, "train")?;
+    let (x_test, y_test) = load(&data, "t10k")?;
+    println!(
+        "MNIST: {} training and {} test images from {}",
+        x_train.shape()[0],
+        x_test.shape()[0],
+        data.display()
+    );
+    let goals = [("mlp", 0.975), ("cnn", 0.988)];
+    let mut failed = vec![];
+    for kind in &args.models {
+        let mut model = build(kind);
+        model.build(&[28, 28, 1])?;
+        println!("\n{}", model.summary()?);
+        model.compile(
+            Adam::new(1e-3),
+            SparseCategoricalCrossentropy::new(true),
+            &["accuracy"],
+        )?;
+        let start = std::time::Instant::now();
+        model.fit(
+            &x_train,
+            &y_train,
+            FitConfig::new()
+                .epochs(args.epochs)
+                .batch_size(args.batch_size),
+        )?;
+        let secs = start.elapsed().as_secs_f64();
+        let test = model.evaluate(&x_test, &y_test, 1000)?;
+        let acc = test.get("accuracy").unwrap_or(0.0);
+        println!(
+            "{kind}: test loss {:.4}, test accuracy {:.2}% after {} epochs ({:.1} s, {:.0} samples/s)",
+            test.get("loss").unwrap_or(f64::NAN),
+            acc * 100.0,
+            args.epochs,
+            secs,
+            (x_train.shape()[0] * args.epochs) as f64 / secs
+        );
+        let path = args.out.join(format!("{kind}.safetensors"));
+        model.save_weights(&path)?;
+        println!("{kind}: weights written to {}", path.display());
+        let goal = goals.iter().find(|(k, _)| k == kind).map_or(0.0, |g| g.1);
+        if args.epochs >= 3 && acc < goal {
+            failed.push(format!(
+                "{kind} reached {:.2}% < {:.1}%",
+                acc * 100.0,
+                goal * 100.0
+            ));
+        }
+    }
+    if !failed.is_empty() {
+        return Err(Error::invalid("mnist", failed.join("; ")));
+    }
+    Ok(())
+}

@@ -1,0 +1,784 @@
+//! Training callbacks (`tf.keras.callbacks`) and the logs they receive.
+//!
+//! `fit` calls each callback at the start and end of training, of every epoch and of every
+//! batch; a callback may stop training (`model.stop_training = true`), change the
+//! optimizer's learning rate, or save the model.
+//!
+//! ```no_run
+//! # use ferroflow_keras::callbacks::*;
+//! let early = EarlyStopping::new("val_loss").patience(2).restore_best_weights(true);
+//! let best = ModelCheckpoint::new("ckpt/best.safetensors").save_best_only(true);
+//! ```
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use ferroflow_optim::Hyper;
+use ferroflow_tensor::{Error, Result, Tensor};
+
+use crate::model::Model;
+
+/// Named values after a batch or an epoch (`loss`, metrics, `val_*`), in insertion order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Logs {
+    entries: Vec<(String, f64)>,
+}
+
+impl Logs {
+    /// Empty logs.
+    pub fn new() -> Logs {
+        Logs::default()
+    }
+    /// The value for `key`.
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+    /// Sets `key` (replacing, or appending a new key).
+    pub fn set(&mut self, key: &str, value: f64) {
+        match self.entries.iter_mut().find(|(k, _)| k == key) {
+            Some(e) => e.1 = value,
+            None => self.entries.push((key.to_string(), value)),
+        }
+    }
+    /// The entries in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// What `fit` tells callbacks at the start (Keras' `callback.params`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainParams {
+    /// Total epochs.
+    pub epochs: usize,
+    /// Batches per epoch.
+    pub steps: usize,
+    /// Verbosity (0 silent, 1 progress bar, 2 one line per epoch).
+    pub verbose: u8,
+}
+
+/// A training callback. Every hook has an empty default.
+#[allow(unused_variables)]
+pub trait Callback: Send {
+    /// Before the first epoch.
+    fn on_train_begin(&mut self, params: &TrainParams, model: &mut Model) -> Result<()> {
+        Ok(())
+    }
+    /// After the last epoch (or when training stopped early).
+    fn on_train_end(&mut self, logs: &Logs, model: &mut Model) -> Result<()> {
+        Ok(())
+    }
+    /// Before each epoch (0-based).
+    fn on_epoch_begin(&mut self, epoch: usize, model: &mut Model) -> Result<()> {
+        Ok(())
+    }
+    /// After each epoch, with the epoch's training and validation logs.
+    fn on_epoch_end(&mut self, epoch: usize, logs: &Logs, model: &mut Model) -> Result<()> {
+        Ok(())
+    }
+    /// Before each training batch.
+    fn on_train_batch_begin(&mut self, batch: usize, model: &mut Model) -> Result<()> {
+        Ok(())
+    }
+    /// After each training batch, with the running means so far this epoch.
+    fn on_train_batch_end(&mut self, batch: usize, logs: &Logs, model: &mut Model) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Every epoch's logs (`fit` returns one, as Keras' `History`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct History {
+    /// The epochs run (0-based).
+    pub epoch: Vec<usize>,
+    /// Per key, one value per epoch, keys in first-seen order.
+    pub history: Vec<(String, Vec<f64>)>,
+}
+
+impl History {
+    /// The values of `key`, one per epoch.
+    pub fn get(&self, key: &str) -> Option<&[f64]> {
+        self.history
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_slice())
+    }
+    /// Records one epoch.
+    pub fn record(&mut self, epoch: usize, logs: &Logs) {
+        self.epoch.push(epoch);
+        for (k, v) in logs.iter() {
+            match self.history.iter_mut().find(|(key, _)| key == k) {
+                Some((_, vals)) => vals.push(v),
+                None => self.history.push((k.to_string(), vec![v])),
+            }
+        }
+    }
+}
+
+fn format_logs(logs: &Logs) -> String {
+    let mut s = String::new();
+    for (k, v) in logs.iter() {
+        if v.abs() > 1e-3 || v == 0.0 {
+            s += &format!(" - {k}: {v:.4}");
+        } else {
+            s += &format!(" - {k}: {v:.4e}");
+        }
+    }
+    s
+}
+
+fn format_duration(secs: f64) -> String {
+    if secs >= 3600.0 {
+        format!(
+            "{}:{:02}:{:02}",
+            secs as u64 / 3600,
+            (secs as u64 % 3600) / 60,
+            secs as u64 % 60
+        )
+    } else if secs >= 60.0 {
+        format!("{}:{:02}", secs as u64 / 60, secs as u64 % 60)
+    } else {
+        format!("{}s", secs.round() as u64)
+    }
+}
+
+fn format_per_step(secs: f64) -> String {
+    if secs >= 1.0 {
+        format!("{secs:.0}s/step")
+    } else if secs >= 1e-3 {
+        format!("{:.0}ms/step", secs * 1e3)
+    } else {
+        format!("{:.0}us/step", secs * 1e6)
+    }
+}
+
+/// Keras' progress bar (`verbose=1`): `Epoch 1/3`, then
+/// `123/469 [=======>......] - ETA: 2s - loss: 0.5012 - accuracy: 0.8612`, redrawn in place
+/// on a terminal at most every 50 ms; elsewhere (a log file, CI) only the finished line of
+/// each epoch is printed. `verbose=2`: one line per epoch without the bar.
+pub struct ProgbarLogger {
+    verbose: u8,
+    epochs: usize,
+    steps: usize,
+    epoch_start: Instant,
+    last_draw: Option<Instant>,
+    dynamic: bool,
+    width: usize,
+}
+
+impl ProgbarLogger {
+    /// A progress logger at verbosity 1 or 2.
+    pub fn new(verbose: u8) -> ProgbarLogger {
+        ProgbarLogger {
+            verbose,
+            epochs: 0,
+            steps: 0,
+            epoch_start: Instant::now(),
+            last_draw: None,
+            dynamic: std::io::stdout().is_terminal(),
+            width: 0,
+        }
+    }
+
+    fn bar(&self, current: usize) -> String {
+        let target = self.steps.max(1);
+        let digits = target.to_string().len();
+        let filled = 30 * current.min(target) / target;
+        let mut bar = format!("{current:>digits$}/{target} [");
+        if filled > 0 {
+            bar += &"=".repeat(filled - 1);
+            bar.push(if current < target { '>' } else { '=' });
+        }
+        bar += &".".repeat(30 - filled);
+        bar.push(']');
+        bar
+    }
+
+    fn draw(&mut self, line: String, finalize: bool) {
+        let mut out = std::io::stdout().lock();
+        if self.dynamic {
+            let pad = self.width.saturating_sub(line.chars().count());
+            let _ = write!(out, "\r{line}{}", " ".repeat(pad));
+            self.width = line.chars().count();
+            if finalize {
+                let _ = writeln!(out);
+                self.width = 0;
+            }
+        } else if finalize {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
+    }
+}
+
+impl Callback for ProgbarLogger {
+    fn on_train_begin(&mut self, params: &TrainParams, _model: &mut Model) -> Result<()> {
+        self.epochs = params.epochs;
+        self.steps = params.steps;
+        Ok(())
+    }
+    fn on_epoch_begin(&mut self, epoch: usize, _model: &mut Model) -> Result<()> {
+        if self.verbose > 0 {
+            println!("Epoch {}/{}", epoch + 1, self.epochs);
+        }
+        self.epoch_start = Instant::now();
+        self.last_draw = None;
+        Ok(())
+    }
+    fn on_train_batch_end(&mut self, batch: usize, logs: &Logs, _model: &mut Model) -> Result<()> {
+        if self.verbose != 1 || !self.dynamic {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let due = self
+            .last_draw
+            .is_none_or(|t| now.duration_since(t).as_secs_f64() >= 0.05);
+        let current = batch + 1;
+        if due && current < self.steps {
+            let elapsed = now.duration_since(self.epoch_start).as_secs_f64();
+            let eta = elapsed / current as f64 * (self.steps - current) as f64;
+            let line = format!(
+                "{} - ETA: {}{}",
+                self.bar(current),
+                format_duration(eta),
+                format_logs(logs)
+            );
+            self.draw(line, false);
+            self.last_draw = Some(now);
+        }
+        Ok(())
+    }
+    fn on_epoch_end(&mut self, _epoch: usize, logs: &Logs, _model: &mut Model) -> Result<()> {
+        let elapsed = self.epoch_start.elapsed().as_secs_f64();
+        let timing = format!(
+            "{} {}",
+            format_duration(elapsed),
+            format_per_step(elapsed / self.steps.max(1) as f64)
+        );
+        match self.verbose {
+            1 => {
+                let line = format!("{} - {timing}{}", self.bar(self.steps), format_logs(logs));
+                self.draw(line, true);
+            }
+            2 => println!(
+                "{}/{} - {timing}{}",
+                self.steps,
+                self.steps,
+                format_logs(logs)
+            ),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Whether improvement means a larger or a smaller value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Larger is better for names containing `acc`, `auc`, `precision` or `recall`,
+    /// smaller otherwise (Keras' `auto`).
+    Auto,
+    /// Smaller is better.
+    Min,
+    /// Larger is better.
+    Max,
+}
+
+/// Tracks the best value of a monitored quantity.
+#[derive(Debug, Clone)]
+struct Monitor {
+    key: String,
+    maximize: bool,
+    min_delta: f64,
+    best: Option<f64>,
+}
+
+impl Monitor {
+    fn new(key: &str, mode: Mode, min_delta: f64) -> Monitor {
+        let maximize = match mode {
+            Mode::Max => true,
+            Mode::Min => false,
+            Mode::Auto => ["acc", "auc", "precision", "recall"]
+                .iter()
+                .any(|s| key.contains(s)),
+        };
+        Monitor {
+            key: key.into(),
+            maximize,
+            min_delta: min_delta.abs(),
+            best: None,
+        }
+    }
+    /// The monitored value, with a warning when the logs lack it.
+    fn value(&self, logs: &Logs, who: &str) -> Option<f64> {
+        let v = logs.get(&self.key);
+        if v.is_none() {
+            let keys: Vec<&str> = logs.iter().map(|(k, _)| k).collect();
+            eprintln!(
+                "WARNING: {who} conditioned on metric `{}` which is not available. Available metrics are: {}",
+                self.key,
+                keys.join(",")
+            );
+        }
+        v
+    }
+    fn improves(&self, v: f64) -> bool {
+        match self.best {
+            None => !v.is_nan(),
+            Some(b) if self.maximize => v - self.min_delta > b,
+            Some(b) => v + self.min_delta < b,
+        }
+    }
+}
+
+/// `tf.keras.callbacks.EarlyStopping`: stops training when the monitored value has not
+/// improved by `min_delta` for `patience` epochs; optionally restores the best weights.
+pub struct EarlyStopping {
+    monitor: Monitor,
+    patience: usize,
+    baseline: Option<f64>,
+    restore_best_weights: bool,
+    wait: usize,
+    best_weights: Option<Vec<Tensor>>,
+    /// The epoch training stopped at (0 when it ran to the end).
+    pub stopped_epoch: usize,
+}
+
+impl EarlyStopping {
+    /// Monitors `monitor` (`"val_loss"`), patience 0, min_delta 0, mode auto.
+    pub fn new(monitor: &str) -> EarlyStopping {
+        EarlyStopping {
+            monitor: Monitor::new(monitor, Mode::Auto, 0.0),
+            patience: 0,
+            baseline: None,
+            restore_best_weights: false,
+            wait: 0,
+            best_weights: None,
+            stopped_epoch: 0,
+        }
+    }
+    /// Epochs without improvement before stopping.
+    pub fn patience(mut self, p: usize) -> Self {
+        self.patience = p;
+        self
+    }
+    /// The smallest change that counts as an improvement.
+    pub fn min_delta(mut self, d: f64) -> Self {
+        self.monitor.min_delta = d.abs();
+        self
+    }
+    /// Whether larger or smaller is better.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.monitor = Monitor::new(&self.monitor.key, mode, self.monitor.min_delta);
+        self
+    }
+    /// A value the monitored quantity must beat.
+    pub fn baseline(mut self, b: f64) -> Self {
+        self.baseline = Some(b);
+        self
+    }
+    /// Restore the weights of the best epoch when stopping.
+    pub fn restore_best_weights(mut self, r: bool) -> Self {
+        self.restore_best_weights = r;
+        self
+    }
+}
+
+impl Callback for EarlyStopping {
+    fn on_train_begin(&mut self, _p: &TrainParams, _model: &mut Model) -> Result<()> {
+        self.wait = 0;
+        self.stopped_epoch = 0;
+        self.monitor.best = self.baseline;
+        self.best_weights = None;
+        Ok(())
+    }
+    fn on_epoch_end(&mut self, epoch: usize, logs: &Logs, model: &mut Model) -> Result<()> {
+        let Some(v) = self.monitor.value(logs, "Early stopping") else {
+            return Ok(());
+        };
+        if self.monitor.improves(v) {
+            self.monitor.best = Some(v);
+            self.wait = 0;
+            if self.restore_best_weights {
+                self.best_weights = Some(model.get_weights()?);
+            }
+            return Ok(());
+        }
+        self.wait += 1;
+        if self.wait > self.patience {
+            self.stopped_epoch = epoch;
+            model.stop_training = true;
+            if let Some(w) = self.best_weights.take() {
+                println!("Restoring model weights from the end of the best epoch.");
+                model.set_weights(w)?;
+            }
+        }
+        Ok(())
+    }
+    fn on_train_end(&mut self, _logs: &Logs, _model: &mut Model) -> Result<()> {
+        if self.stopped_epoch > 0 {
+            println!("Epoch {:05}: early stopping", self.stopped_epoch + 1);
+        }
+        Ok(())
+    }
+}
+
+/// Fills `{key}`, `{key:02d}` and `{key:.4f}` placeholders from the epoch (1-based, as
+/// Keras) and the logs.
+fn fill_path(template: &str, epoch: usize, logs: &Logs) -> Result<String> {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        out += &rest[..start];
+        let end = rest[start..].find('}').map(|e| start + e).ok_or_else(|| {
+            Error::invalid(
+                "ModelCheckpoint",
+                format!("unclosed '{{' in path {template:?}"),
+            )
+        })?;
+        let field = &rest[start + 1..end];
+        let (key, spec) = field.split_once(':').unwrap_or((field, ""));
+        let value = if key == "epoch" {
+            Some((epoch + 1) as f64)
+        } else {
+            logs.get(key)
+        }
+        .ok_or_else(|| {
+            Error::invalid(
+                "ModelCheckpoint",
+                format!("path {template:?} names {key:?}, which the logs lack"),
+            )
+        })?;
+        let formatted = if let Some(w) = spec.strip_suffix('d') {
+            let width: usize = w.trim_start_matches('0').parse().unwrap_or(0);
+            format!("{:0width$}", value as i64)
+        } else if let Some(p) = spec.strip_prefix('.').and_then(|s| s.strip_suffix('f')) {
+            let prec: usize = p.parse().unwrap_or(6);
+            format!("{value:.prec$}")
+        } else if key == "epoch" {
+            format!("{}", value as i64)
+        } else {
+            format!("{value}")
+        };
+        out += &formatted;
+        rest = &rest[end + 1..];
+    }
+    out += rest;
+    Ok(out)
+}
+
+/// `tf.keras.callbacks.ModelCheckpoint`: saves the weights (safetensors) after each
+/// epoch, or only when the monitored value improved (`save_best_only`). The path may name
+/// the epoch and any log value: `"ckpt/weights.{epoch:02d}-{val_loss:.2f}.safetensors"`.
+/// With `save_weights_only(false)` the whole model is saved (a folder: config + weights).
+pub struct ModelCheckpoint {
+    filepath: String,
+    monitor: Monitor,
+    save_best_only: bool,
+    save_weights_only: bool,
+    /// Paths written so far.
+    pub saved: Vec<PathBuf>,
+}
+
+impl ModelCheckpoint {
+    /// Saves weights to `filepath` after every epoch, monitoring `val_loss`.
+    pub fn new(filepath: &str) -> ModelCheckpoint {
+        ModelCheckpoint {
+            filepath: filepath.into(),
+            monitor: Monitor::new("val_loss", Mode::Auto, 0.0),
+            save_best_only: false,
+            save_weights_only: true,
+            saved: vec![],
+        }
+    }
+    /// The value `save_best_only` watches.
+    pub fn monitor(mut self, key: &str, mode: Mode) -> Self {
+        self.monitor = Monitor::new(key, mode, 0.0);
+        self
+    }
+    /// Save only when the monitored value improved.
+    pub fn save_best_only(mut self, b: bool) -> Self {
+        self.save_best_only = b;
+        self
+    }
+    /// Weights only (default) or the whole model.
+    pub fn save_weights_only(mut self, b: bool) -> Self {
+        self.save_weights_only = b;
+        self
+    }
+}
+
+impl Callback for ModelCheckpoint {
+    fn on_epoch_end(&mut self, epoch: usize, logs: &Logs, model: &mut Model) -> Result<()> {
+        if self.save_best_only {
+            let Some(v) = self.monitor.value(logs, "Can save best model only with") else {
+                return Ok(());
+            };
+            if !self.monitor.improves(v) {
+                return Ok(());
+            }
+            self.monitor.best = Some(v);
+        }
+        let path = PathBuf::from(fill_path(&self.filepath, epoch, logs)?);
+        if self.save_weights_only {
+            model.save_weights(&path)?;
+        } else {
+            model.save(&path)?;
+        }
+        self.saved.push(path);
+        Ok(())
+    }
+}
+
+/// `tf.keras.callbacks.LearningRateScheduler`: sets the learning rate before each epoch to
+/// `schedule(epoch, current_lr)`.
+pub struct LearningRateScheduler {
+    schedule: Box<dyn FnMut(usize, f64) -> f64 + Send>,
+    verbose: bool,
+}
+
+impl LearningRateScheduler {
+    /// Uses `schedule(epoch, lr) -> new lr`.
+    pub fn new(schedule: impl FnMut(usize, f64) -> f64 + Send + 'static) -> LearningRateScheduler {
+        LearningRateScheduler {
+            schedule: Box::new(schedule),
+            verbose: false,
+        }
+    }
+    /// Print each change.
+    pub fn verbose(mut self, v: bool) -> Self {
+        self.verbose = v;
+        self
+    }
+}
+
+impl Callback for LearningRateScheduler {
+    fn on_epoch_begin(&mut self, epoch: usize, model: &mut Model) -> Result<()> {
+        let opt = model.optimizer_mut().ok_or_else(|| {
+            Error::invalid(
+                "LearningRateScheduler",
+                "the model has no optimizer: call compile first",
+            )
+        })?;
+        let lr = opt.learning_rate().at(opt.iterations());
+        let new = (self.schedule)(epoch, lr);
+        if !new.is_finite() {
+            return Err(Error::invalid(
+                "LearningRateScheduler",
+                format!("the schedule returned {new} for epoch {epoch}"),
+            ));
+        }
+        opt.set_learning_rate(Hyper::Const(new));
+        if self.verbose {
+            println!(
+                "\nEpoch {:05}: LearningRateScheduler setting learning rate to {new}.",
+                epoch + 1
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `tf.keras.callbacks.ReduceLROnPlateau`: multiplies the learning rate by `factor` when
+/// the monitored value has not improved for `patience` epochs, then waits `cooldown`
+/// epochs; never below `min_lr`.
+pub struct ReduceLROnPlateau {
+    monitor: Monitor,
+    factor: f64,
+    patience: usize,
+    cooldown: usize,
+    min_lr: f64,
+    wait: usize,
+    cooldown_left: usize,
+}
+
+impl ReduceLROnPlateau {
+    /// Keras' defaults: factor 0.1, patience 10, min_delta 1e-4, cooldown 0, min_lr 0.
+    pub fn new(monitor: &str) -> ReduceLROnPlateau {
+        ReduceLROnPlateau {
+            monitor: Monitor::new(monitor, Mode::Auto, 1e-4),
+            factor: 0.1,
+            patience: 10,
+            cooldown: 0,
+            min_lr: 0.0,
+            wait: 0,
+            cooldown_left: 0,
+        }
+    }
+    /// The multiplier (must be < 1).
+    pub fn factor(mut self, f: f64) -> Self {
+        self.factor = f;
+        self
+    }
+    /// Epochs without improvement before reducing.
+    pub fn patience(mut self, p: usize) -> Self {
+        self.patience = p;
+        self
+    }
+    /// Epochs to wait after a reduction.
+    pub fn cooldown(mut self, c: usize) -> Self {
+        self.cooldown = c;
+        self
+    }
+    /// The floor.
+    pub fn min_lr(mut self, m: f64) -> Self {
+        self.min_lr = m;
+        self
+    }
+    /// The smallest change that counts as an improvement.
+    pub fn min_delta(mut self, d: f64) -> Self {
+        self.monitor.min_delta = d.abs();
+        self
+    }
+}
+
+impl Callback for ReduceLROnPlateau {
+    fn on_train_begin(&mut self, _p: &TrainParams, _model: &mut Model) -> Result<()> {
+        if self.factor >= 1.0 {
+            return Err(Error::invalid(
+                "ReduceLROnPlateau",
+                format!("does not support a factor >= 1.0, got {}", self.factor),
+            ));
+        }
+        self.wait = 0;
+        self.cooldown_left = 0;
+        self.monitor.best = None;
+        Ok(())
+    }
+    fn on_epoch_end(&mut self, epoch: usize, logs: &Logs, model: &mut Model) -> Result<()> {
+        let Some(v) = self.monitor.value(logs, "Learning rate reduction") else {
+            return Ok(());
+        };
+        if self.cooldown_left > 0 {
+            self.cooldown_left -= 1;
+            self.wait = 0;
+        }
+        if self.monitor.improves(v) {
+            self.monitor.best = Some(v);
+            self.wait = 0;
+            return Ok(());
+        }
+        if self.cooldown_left > 0 {
+            return Ok(());
+        }
+        self.wait += 1;
+        if self.wait >= self.patience {
+            let opt = model.optimizer_mut().ok_or_else(|| {
+                Error::invalid(
+                    "ReduceLROnPlateau",
+                    "the model has no optimizer: call compile first",
+                )
+            })?;
+            let old = opt.learning_rate().at(opt.iterations());
+            if old > self.min_lr {
+                let new = (old * self.factor).max(self.min_lr);
+                opt.set_learning_rate(Hyper::Const(new));
+                println!(
+                    "\nEpoch {:05}: ReduceLROnPlateau reducing learning rate to {new}.",
+                    epoch + 1
+                );
+                self.cooldown_left = self.cooldown;
+                self.wait = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `tf.keras.callbacks.CSVLogger`: one row per epoch, `epoch` then the log keys.
+pub struct CsvLogger {
+    path: PathBuf,
+    separator: char,
+    append: bool,
+    keys: Option<Vec<String>>,
+}
+
+impl CsvLogger {
+    /// Writes (truncating) to `path` with `,` separators.
+    pub fn new(path: impl Into<PathBuf>) -> CsvLogger {
+        CsvLogger {
+            path: path.into(),
+            separator: ',',
+            append: false,
+            keys: None,
+        }
+    }
+    /// Appends to an existing file instead of truncating it.
+    pub fn append(mut self, a: bool) -> Self {
+        self.append = a;
+        self
+    }
+    /// The field separator.
+    pub fn separator(mut self, s: char) -> Self {
+        self.separator = s;
+        self
+    }
+}
+
+impl Callback for CsvLogger {
+    fn on_train_begin(&mut self, _p: &TrainParams, _model: &mut Model) -> Result<()> {
+        self.keys = None;
+        let has_content = self.append
+            && std::fs::metadata(&self.path)
+                .map(|m| m.len() > 0)
+                .unwrap_or(false);
+        if has_content {
+            // Continue the existing columns.
+            let text =
+                std::fs::read_to_string(&self.path).map_err(|e| Error::io(&self.path, &e))?;
+            if let Some(h) = text.lines().next() {
+                self.keys = Some(h.split(self.separator).skip(1).map(String::from).collect());
+            }
+        } else {
+            std::fs::write(&self.path, "").map_err(|e| Error::io(&self.path, &e))?;
+        }
+        Ok(())
+    }
+    fn on_epoch_end(&mut self, epoch: usize, logs: &Logs, _model: &mut Model) -> Result<()> {
+        let sep = self.separator.to_string();
+        let mut text = String::new();
+        let keys = match &self.keys {
+            Some(k) => k.clone(),
+            None => {
+                let k: Vec<String> = logs.iter().map(|(k, _)| k.to_string()).collect();
+                text += &format!("epoch{sep}{}\n", k.join(&sep));
+                self.keys = Some(k.clone());
+                k
+            }
+        };
+        let row: Vec<String> = keys
+            .iter()
+            .map(|k| logs.get(k).map_or("NA".into(), |v| v.to_string()))
+            .collect();
+        text += &format!("{epoch}{sep}{}\n", row.join(&sep));
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.path)
+            .map_err(|e| Error::io(&self.path, &e))?;
+        f.write_all(text.as_bytes())
+            .map_err(|e| Error::io(&self.path, &e))
+    }
+}
+
+/// `tf.keras.callbacks.TerminateOnNaN`: stops training at the first batch whose loss is
+/// NaN or infinite.
+#[derive(Debug, Default)]
+pub struct TerminateOnNaN;
+
+impl Callback for TerminateOnNaN {
+    fn on_train_batch_end(&mut self, batch: usize, logs: &Logs, model: &mut Model) -> Result<()> {
+        if let Some(l) = logs.get("loss") {
+            if !l.is_finite() {
+                println!("Batch {batch}: Invalid loss, terminating training");
+                model.stop_training = true;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,374 @@
+//! The [`Layer`] trait and [`LayerBase`], the state every layer shares (name, weights,
+//! trainable flag, dtype policy, built flag).
+//!
+//! A layer builds its weights lazily from the shape of its first input, as in Keras:
+//!
+//! ```
+//! ferroflow::init();
+//! use ferroflow_keras::layers::Dense;
+//! use ferroflow_keras::Layer;
+//! let mut dense = Dense::new(4);
+//! assert!(dense.weights().is_empty());
+//! let x = ferroflow_tensor::Tensor::ones(&[2, 3], ferroflow_tensor::DType::F32)?;
+//! let y = dense.forward(&x, false)?;
+//! assert_eq!(y.shape(), &[2, 4]);
+//! assert_eq!(dense.count_params(), 3 * 4 + 4);
+//! # Ok::<(), ferroflow_tensor::Error>(())
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ferroflow_tensor::{DType, Error, Result, Tensor, Variable};
+use serde_json::{json, Value};
+
+use crate::initializers::Initializer;
+use crate::regularizers::Regularizer;
+
+/// One weight a layer created with [`LayerBase::add_weight`].
+#[derive(Debug, Clone)]
+pub struct Weight {
+    /// The short name inside the layer (`"kernel"`, `"moving_mean"`).
+    pub name: String,
+    /// The variable (its own name is `"<layer>/<weight>"`).
+    pub variable: Variable,
+    /// Whether gradients update it (moving statistics are not trainable).
+    pub trainable: bool,
+    /// Its penalty, added to the training loss.
+    pub regularizer: Option<Regularizer>,
+}
+
+/// The state every layer has. Layers embed one and hand it out through [`Layer::base`].
+#[derive(Debug, Clone)]
+pub struct LayerBase {
+    name: String,
+    /// Whether the layer's weights are trained (Keras `layer.trainable`); `false` freezes
+    /// every weight of the layer and of its sublayers.
+    pub trainable: bool,
+    built: bool,
+    /// The dtype policy name (`"float32"`, `"float64"`, `"float16"`, `"bfloat16"`); the
+    /// weights and computations use it.
+    pub dtype_policy: String,
+    weights: Vec<Weight>,
+    output_shapes: Vec<Vec<usize>>,
+}
+
+static NAME_COUNTS: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+
+/// A process-unique layer name from a prefix: `dense`, then `dense_1`, `dense_2`, ... (Keras).
+pub fn unique_name(prefix: &str) -> String {
+    let mut g = NAME_COUNTS.lock().unwrap_or_else(|e| e.into_inner());
+    let n = g
+        .get_or_insert_with(HashMap::new)
+        .entry(prefix.to_string())
+        .or_insert(0);
+    let name = if *n == 0 {
+        prefix.to_string()
+    } else {
+        format!("{prefix}_{n}")
+    };
+    *n += 1;
+    name
+}
+
+impl LayerBase {
+    /// A base named `name`, or a fresh unique name from `prefix` (Keras' snake-case class
+    /// name, `"dense"`) when `name` is `None`.
+    pub fn new(prefix: &str, name: Option<String>) -> LayerBase {
+        LayerBase {
+            name: name.unwrap_or_else(|| unique_name(prefix)),
+            trainable: true,
+            built: false,
+            dtype_policy: "float32".into(),
+            weights: vec![],
+            output_shapes: vec![],
+        }
+    }
+    /// The layer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Renames the layer (only before it is built: the weights carry the name).
+    pub fn set_name(&mut self, name: impl Into<String>) {
+        self.name = name.into();
+    }
+    /// Whether `build` ran.
+    pub fn built(&self) -> bool {
+        self.built
+    }
+    /// The dtype of the layer's weights and computations, from its policy.
+    pub fn dtype(&self) -> Result<DType> {
+        match self.dtype_policy.as_str() {
+            "float32" => Ok(DType::F32),
+            "float64" => Ok(DType::F64),
+            "float16" => Ok(DType::F16),
+            "bfloat16" => Ok(DType::BF16),
+            other => Err(Error::invalid(
+                "Layer dtype policy",
+                format!(
+                    "{:?}: policy {other:?} is not supported (float32, float64, float16, bfloat16)",
+                    self.name
+                ),
+            )),
+        }
+    }
+    /// Creates a weight named `"<layer>/<name>"` from `initializer` (Keras `add_weight`).
+    pub fn add_weight(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        initializer: &Initializer,
+        trainable: bool,
+        regularizer: Option<Regularizer>,
+    ) -> Result<Variable> {
+        let value = initializer.sample(shape, self.dtype()?)?;
+        let variable = Variable::with_options(
+            format!("{}/{name}", self.name),
+            value,
+            trainable,
+            ferroflow_tensor::VariableSynchronization::Auto,
+            ferroflow_tensor::VariableAggregation::None,
+        );
+        self.weights.push(Weight {
+            name: name.into(),
+            variable: variable.clone(),
+            trainable,
+            regularizer,
+        });
+        Ok(variable)
+    }
+    /// The weights in creation order.
+    pub fn own_weights(&self) -> &[Weight] {
+        &self.weights
+    }
+    /// Output shapes of the last call (for `summary`).
+    pub fn output_shapes(&self) -> &[Vec<usize>] {
+        &self.output_shapes
+    }
+}
+
+/// A Keras layer. Implement `base`, `base_mut`, `class_name`, `call` (and `build` when the
+/// layer has weights); everything else is provided. A custom model is a `Layer` too (Keras'
+/// subclassing): give it sublayers through [`Layer::sublayers`] and wrap it in
+/// [`crate::Model::from_layer`] to `fit` it.
+pub trait Layer: Send {
+    /// Shared state.
+    fn base(&self) -> &LayerBase;
+    /// Shared state, mutably.
+    fn base_mut(&mut self) -> &mut LayerBase;
+    /// Keras class name (`"Dense"`), used in configs and summaries.
+    fn class_name(&self) -> &'static str;
+    /// Creates the weights for inputs of these shapes (batch dimension included). Called
+    /// once, by [`Layer::apply`], before the first `call`.
+    fn build(&mut self, _input_shapes: &[Vec<usize>]) -> Result<()> {
+        Ok(())
+    }
+    /// The forward computation. `training` selects training behaviour (dropout on, batch
+    /// statistics in batch normalization).
+    fn call(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>>;
+    /// The layer-specific part of the Keras config (name, trainable and dtype are added by
+    /// [`Layer::config`]).
+    fn get_config(&self) -> Value {
+        json!({})
+    }
+    /// Layers this one contains (their weights are this layer's weights too).
+    fn sublayers(&self) -> Vec<&dyn Layer> {
+        vec![]
+    }
+
+    /// The layer's name.
+    fn name(&self) -> &str {
+        self.base().name()
+    }
+    /// Builds on first use, then calls. This is what models and users call.
+    fn apply(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
+        if !self.base().built {
+            let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+            self.build(&shapes)?;
+            self.base_mut().built = true;
+        }
+        let out = self.call(inputs, training)?;
+        self.base_mut().output_shapes = out.iter().map(|t| t.shape().to_vec()).collect();
+        Ok(out)
+    }
+    /// [`Layer::apply`] for one input and one output.
+    fn forward(&mut self, x: &Tensor, training: bool) -> Result<Tensor> {
+        let mut out = self.apply(std::slice::from_ref(x), training)?;
+        if out.len() != 1 {
+            return Err(Error::invalid(
+                "Layer.forward",
+                format!(
+                    "layer {:?} returned {} outputs; use `apply` for several",
+                    self.name(),
+                    out.len()
+                ),
+            ));
+        }
+        Ok(out.remove(0))
+    }
+    /// Trainable weights: own then sublayers', none when the layer is frozen.
+    fn trainable_weights(&self) -> Vec<Variable> {
+        if !self.base().trainable {
+            return vec![];
+        }
+        let mut v: Vec<Variable> = self
+            .base()
+            .own_weights()
+            .iter()
+            .filter(|w| w.trainable)
+            .map(|w| w.variable.clone())
+            .collect();
+        for l in self.sublayers() {
+            v.extend(l.trainable_weights());
+        }
+        v
+    }
+    /// Non-trainable weights (moving statistics; every weight of a frozen layer).
+    fn non_trainable_weights(&self) -> Vec<Variable> {
+        let frozen = !self.base().trainable;
+        let mut v: Vec<Variable> = self
+            .base()
+            .own_weights()
+            .iter()
+            .filter(|w| frozen || !w.trainable)
+            .map(|w| w.variable.clone())
+            .collect();
+        for l in self.sublayers() {
+            if frozen {
+                v.extend(l.weights());
+            } else {
+                v.extend(l.non_trainable_weights());
+            }
+        }
+        v
+    }
+    /// Every weight: trainable first, then non-trainable (Keras' `weights`).
+    fn weights(&self) -> Vec<Variable> {
+        let mut v = self.trainable_weights();
+        v.extend(self.non_trainable_weights());
+        v
+    }
+    /// Every weight in creation order with its path, `"<layer>/<weight>"`, nested layers
+    /// prefixed by their parents' names: the names `save_weights` writes.
+    fn named_weights(&self) -> Vec<(String, Variable)> {
+        let mut v: Vec<(String, Variable)> = self
+            .base()
+            .own_weights()
+            .iter()
+            .map(|w| (format!("{}/{}", self.name(), w.name), w.variable.clone()))
+            .collect();
+        for l in self.sublayers() {
+            for (n, var) in l.named_weights() {
+                v.push((format!("{}/{n}", self.name()), var));
+            }
+        }
+        v
+    }
+    /// The regularization penalties of every weight (Keras' `losses`).
+    fn regularization_losses(&self) -> Result<Vec<Tensor>> {
+        let mut v = vec![];
+        for w in self.base().own_weights() {
+            if let Some(r) = &w.regularizer {
+                v.push(r.penalty(&w.variable.value())?);
+            }
+        }
+        for l in self.sublayers() {
+            v.extend(l.regularization_losses()?);
+        }
+        Ok(v)
+    }
+    /// Number of scalars in all weights.
+    fn count_params(&self) -> usize {
+        self.weights()
+            .iter()
+            .map(|v| v.shape().iter().product::<usize>())
+            .sum()
+    }
+    /// The full Keras config: `{"class_name", "config": {"name", "trainable", "dtype", ..}}`.
+    fn config(&self) -> Value {
+        let mut c = self.get_config();
+        if let Value::Object(m) = &mut c {
+            m.insert("name".into(), json!(self.name()));
+            m.insert("trainable".into(), json!(self.base().trainable));
+            m.insert("dtype".into(), json!(self.base().dtype_policy));
+        }
+        json!({"class_name": self.class_name(), "config": c})
+    }
+}
+
+/// A layer shared between several places of a functional graph (Keras' shared layers): one
+/// set of weights, called from many nodes.
+#[derive(Clone)]
+pub struct LayerRef(Arc<Mutex<Box<dyn Layer>>>);
+
+impl LayerRef {
+    /// Shares `layer`.
+    pub fn new(layer: impl Layer + 'static) -> LayerRef {
+        LayerRef(Arc::new(Mutex::new(Box::new(layer))))
+    }
+    /// Shares an already boxed layer.
+    pub fn from_boxed(layer: Box<dyn Layer>) -> LayerRef {
+        LayerRef(Arc::new(Mutex::new(layer)))
+    }
+    /// Locks the layer for use.
+    pub fn lock(&self) -> MutexGuard<'_, Box<dyn Layer>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Whether both handles share one layer.
+    pub fn ptr_eq(&self, other: &LayerRef) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::fmt::Debug for LayerRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let l = self.lock();
+        write!(f, "LayerRef({} {:?})", l.class_name(), l.name())
+    }
+}
+
+/// Reads `key` of a config as the given JSON kind, or a format error naming the layer class.
+pub(crate) fn cfg<'a>(c: &'a Value, class: &str, key: &str) -> Result<&'a Value> {
+    c.get(key)
+        .ok_or_else(|| Error::format(format!("{class} config"), format!("missing key {key:?}")))
+}
+
+/// `cfg(..).as_u64()` as usize.
+pub(crate) fn cfg_usize(c: &Value, class: &str, key: &str) -> Result<usize> {
+    cfg(c, class, key)?
+        .as_u64()
+        .map(|v| v as usize)
+        .ok_or_else(|| {
+            Error::format(
+                format!("{class} config"),
+                format!("{key:?} must be a non-negative integer"),
+            )
+        })
+}
+
+/// `cfg(..).as_f64()`.
+pub(crate) fn cfg_f64(c: &Value, class: &str, key: &str) -> Result<f64> {
+    cfg(c, class, key)?.as_f64().ok_or_else(|| {
+        Error::format(
+            format!("{class} config"),
+            format!("{key:?} must be a number"),
+        )
+    })
+}
+
+/// A pair like `kernel_size` from `[a, b]`.
+pub(crate) fn cfg_pair(c: &Value, class: &str, key: &str) -> Result<[usize; 2]> {
+    let v = cfg(c, class, key)?;
+    let pair = v.as_array().and_then(|a| {
+        a.iter()
+            .map(|x| x.as_u64().map(|u| u as usize))
+            .collect::<Option<Vec<_>>>()
+    });
+    match pair.as_deref() {
+        Some(&[a, b]) => Ok([a, b]),
+        _ => Err(Error::format(
+            format!("{class} config"),
+            format!("{key:?} must be a pair of integers, got {v}"),
+        )),
+    }
+}

@@ -1,0 +1,90 @@
+//! The built-in layers (`tf.keras.layers`), and [`deserialize`], which rebuilds any of them
+//! from its config.
+
+mod conv;
+mod core;
+mod merge;
+mod norm;
+
+pub use self::conv::{
+    AveragePooling2D, Conv2D, GlobalAveragePooling2D, GlobalMaxPooling2D, MaxPooling2D,
+};
+pub use self::core::{Activation, Dense, Dropout, Flatten, Reshape};
+pub use self::merge::{Add, Concatenate, Multiply};
+pub use self::norm::{BatchNormalization, LayerNormalization};
+
+use ferroflow_tensor::{Error, Result};
+use serde_json::Value;
+
+use crate::layer::Layer;
+
+/// Rebuilds a layer from its full config (`{"class_name", "config"}`, as
+/// [`Layer::config`] writes it). Unbuilt: weights are created on first call or loaded.
+pub fn deserialize(v: &Value) -> Result<Box<dyn Layer>> {
+    let class = v["class_name"]
+        .as_str()
+        .ok_or_else(|| Error::format("layer config", format!("no class_name in {v}")))?;
+    let c = &v["config"];
+    let mut layer: Box<dyn Layer> = match class {
+        "Dense" => Box::new(Dense::from_config(c)?),
+        "Activation" => Box::new(Activation::from_config(c)?),
+        "Dropout" => Box::new(Dropout::from_config(c)?),
+        "Flatten" => Box::new(Flatten::from_config(c)?),
+        "Reshape" => Box::new(Reshape::from_config(c)?),
+        "Conv2D" => Box::new(Conv2D::from_config(c)?),
+        "MaxPooling2D" => Box::new(MaxPooling2D::from_config(c)?),
+        "AveragePooling2D" => Box::new(AveragePooling2D::from_config(c)?),
+        "GlobalAveragePooling2D" => Box::new(GlobalAveragePooling2D::from_config(c)?),
+        "GlobalMaxPooling2D" => Box::new(GlobalMaxPooling2D::from_config(c)?),
+        "BatchNormalization" => Box::new(BatchNormalization::from_config(c)?),
+        "LayerNormalization" => Box::new(LayerNormalization::from_config(c)?),
+        "Add" => Box::new(Add::from_config(c)?),
+        "Multiply" => Box::new(Multiply::from_config(c)?),
+        "Concatenate" => Box::new(Concatenate::from_config(c)?),
+        "Sequential" => Box::new(crate::model::Sequential::from_config(c)?),
+        other => {
+            return Err(Error::format(
+                "layer config",
+                format!("unknown layer class {other:?}"),
+            ))
+        }
+    };
+    apply_common(layer.as_mut(), c)?;
+    Ok(layer)
+}
+
+/// Applies the common config keys (name, trainable, dtype) to a freshly made layer.
+fn apply_common(layer: &mut dyn Layer, c: &Value) -> Result<()> {
+    let b = layer.base_mut();
+    if let Some(n) = c["name"].as_str() {
+        b.set_name(n);
+    }
+    if let Some(t) = c["trainable"].as_bool() {
+        b.trainable = t;
+    }
+    if let Some(d) = c["dtype"].as_str() {
+        b.dtype_policy = d.into();
+    }
+    b.dtype()?;
+    Ok(())
+}
+
+/// Checks a layer received exactly `n` inputs.
+pub(crate) fn expect_inputs(
+    layer: &dyn Layer,
+    inputs: &[ferroflow_tensor::Tensor],
+    n: usize,
+) -> Result<()> {
+    if inputs.len() != n {
+        return Err(Error::invalid(
+            "Layer.call",
+            format!(
+                "{} {:?} takes {n} input(s), got {}",
+                layer.class_name(),
+                layer.name(),
+                inputs.len()
+            ),
+        ));
+    }
+    Ok(())
+}

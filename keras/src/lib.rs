@@ -1,0 +1,38 @@
+//! ferroflow-keras: Keras for ferroflow (`tf.keras`): layers, `Sequential` and functional
+//! models, `compile`/`fit`/`evaluate`/`predict`, losses, metrics, callbacks, and weights as
+//! safetensors.
+//!
+//! ```
+//! ferroflow::init();
+//! use ferroflow_keras::{activations::Activation, layers::Dense, losses, sequential, FitConfig, Model};
+//! use ferroflow_optim::Adam;
+//! use ferroflow_tensor::{random, DType};
+//! // Learn the sign of the sum of two numbers.
+//! let x = random::stateless_normal(&[256, 2], [1, 2], 0.0, 1.0, DType::F32)?;
+//! let y = x.reduce_sum(-1isize, true)?.greater(&x.scalar_like(0.0)?)?.cast(DType::F32)?;
+//! let mut model = Model::from(sequential![
+//!     Dense::new(8).activation(Activation::Relu),
+//!     Dense::new(1).activation(Activation::Sigmoid),
+//! ]);
+//! model.compile(Adam::new(0.05), losses::BinaryCrossentropy::new(false), &["accuracy"])?;
+//! let history = model.fit(&x, &y, FitConfig::new().epochs(40).batch_size(64).verbose(0))?;
+//! assert!(history.get("accuracy").unwrap().last().unwrap() > &0.9);
+//! # Ok::<(), ferroflow_tensor::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod activations;
+pub mod callbacks;
+pub mod initializers;
+pub mod layer;
+pub mod layers;
+pub mod losses;
+pub mod metrics;
+pub mod model;
+pub mod regularizers;
+pub mod saving;
+
+pub use callbacks::{Callback, History, Logs};
+pub use layer::{Layer, LayerBase, LayerRef};
+pub use model::{Data, FitConfig, Model, Sequential};

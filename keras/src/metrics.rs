@@ -1,0 +1,572 @@
+//! Stateful metrics (`tf.keras.metrics`): `update_state`, `result`, `reset_state`.
+//!
+//! Metrics accumulate in f64 on the host; each update reads its batch's per-sample values
+//! back from the device once.
+//!
+//! ```
+//! ferroflow::init();
+//! use ferroflow_keras::metrics::{Metric, SparseCategoricalAccuracy};
+//! use ferroflow_tensor::Tensor;
+//! let mut m = SparseCategoricalAccuracy::new();
+//! let y_true = Tensor::from_vec(vec![2i64, 1], &[2])?;
+//! let y_pred = Tensor::from_vec(vec![0.1f32, 0.6, 0.3, 0.05, 0.95, 0.0], &[2, 3])?;
+//! m.update_state(&y_true, &y_pred, None)?;
+//! assert_eq!(m.result(), 0.5);
+//! # Ok::<(), ferroflow_tensor::Error>(())
+//! ```
+
+use ferroflow_tensor::{DType, Error, Result, Tensor};
+
+use crate::losses::class_ids;
+
+/// A stateful metric.
+pub trait Metric: Send {
+    /// The name shown in logs (`"accuracy"`).
+    fn name(&self) -> &str;
+    /// Accumulates one batch; `sample_weight` (per sample) weights each sample.
+    fn update_state(
+        &mut self,
+        y_true: &Tensor,
+        y_pred: &Tensor,
+        sample_weight: Option<&Tensor>,
+    ) -> Result<()>;
+    /// The value so far (0 before any update, as Keras' `div_no_nan`).
+    fn result(&self) -> f64;
+    /// Forgets everything (start of each epoch).
+    fn reset_state(&mut self);
+}
+
+/// Weighted running mean of per-sample values: the state of every mean-style metric.
+#[derive(Debug, Clone, Default)]
+struct MeanState {
+    total: f64,
+    count: f64,
+}
+
+impl MeanState {
+    fn update(&mut self, values: &[f64], weights: Option<&[f64]>) -> Result<()> {
+        match weights {
+            None => {
+                self.total += values.iter().sum::<f64>();
+                self.count += values.len() as f64;
+            }
+            Some(w) if w.len() == values.len() => {
+                self.total += values.iter().zip(w).map(|(v, w)| v * w).sum::<f64>();
+                self.count += w.iter().sum::<f64>();
+            }
+            Some(w) => {
+                return Err(Error::invalid(
+                    "Metric.update_state",
+                    format!("{} sample weights for {} samples", w.len(), values.len()),
+                ))
+            }
+        }
+        Ok(())
+    }
+    fn result(&self) -> f64 {
+        if self.count == 0.0 {
+            0.0
+        } else {
+            self.total / self.count
+        }
+    }
+}
+
+fn weights_of(sample_weight: Option<&Tensor>) -> Result<Option<Vec<f64>>> {
+    sample_weight.map(|w| w.to_f64_vec()).transpose()
+}
+
+/// `tf.keras.metrics.Mean`: the weighted mean of every value passed to
+/// [`Mean::update`] (for `Metric::update_state`, of `y_pred`).
+#[derive(Debug, Clone)]
+pub struct Mean {
+    name: String,
+    state: MeanState,
+}
+
+impl Mean {
+    /// A mean called `name`.
+    pub fn new(name: &str) -> Mean {
+        Mean {
+            name: name.into(),
+            state: MeanState::default(),
+        }
+    }
+    /// Adds `value` (every element) with weight `weight` each.
+    pub fn update(&mut self, value: f64, weight: f64) {
+        self.state.total += value * weight;
+        self.state.count += weight;
+    }
+}
+
+impl Metric for Mean {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn update_state(
+        &mut self,
+        _y_true: &Tensor,
+        y_pred: &Tensor,
+        w: Option<&Tensor>,
+    ) -> Result<()> {
+        self.state
+            .update(&y_pred.to_f64_vec()?, weights_of(w)?.as_deref())
+    }
+    fn result(&self) -> f64 {
+        self.state.result()
+    }
+    fn reset_state(&mut self) {
+        self.state = MeanState::default();
+    }
+}
+
+/// A metric that is the mean of a per-sample function (Keras' `MeanMetricWrapper`).
+macro_rules! mean_metric {
+    ($(#[$m:meta])* $name:ident, $default:literal, |$t:ident, $p:ident| $body:expr) => {
+        $(#[$m])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            name: String,
+            state: MeanState,
+        }
+        impl $name {
+            /// The metric under its Keras name.
+            pub fn new() -> $name {
+                $name { name: $default.into(), state: MeanState::default() }
+            }
+            /// The metric under another name.
+            pub fn named(name: &str) -> $name {
+                $name { name: name.into(), state: MeanState::default() }
+            }
+        }
+        impl Default for $name {
+            fn default() -> Self {
+                $name::new()
+            }
+        }
+        impl Metric for $name {
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn update_state(&mut self, $t: &Tensor, $p: &Tensor, w: Option<&Tensor>) -> Result<()> {
+                let values: Tensor = $body?;
+                self.state.update(&values.to_f64_vec()?, weights_of(w)?.as_deref())
+            }
+            fn result(&self) -> f64 {
+                self.state.result()
+            }
+            fn reset_state(&mut self) {
+                self.state = MeanState::default();
+            }
+        }
+    };
+}
+
+fn same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.shape() != b.shape() {
+        return Err(Error::ShapeMismatch {
+            op,
+            msg: "y_true and y_pred shapes differ",
+            lhs: a.shape().to_vec(),
+            rhs: b.shape().to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// 1.0 where equal, per element, as f32.
+fn matches(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    a.equal(b)?.cast(DType::F32)
+}
+
+mean_metric!(
+    /// `tf.keras.metrics.Accuracy`: how often `y_pred` equals `y_true` exactly.
+    Accuracy, "accuracy", |y_true, y_pred| {
+        same_shape("Accuracy", y_true, y_pred)?;
+        matches(&y_true.cast(y_pred.dtype())?, y_pred)
+    }
+);
+
+mean_metric!(
+    /// `tf.keras.metrics.BinaryAccuracy` (threshold 0.5), averaged over the last axis.
+    BinaryAccuracy, "binary_accuracy", |y_true, y_pred| {
+        let y = if y_true.rank() + 1 == y_pred.rank() { y_true.expand_dims(-1)? } else { y_true.clone() };
+        same_shape("BinaryAccuracy", &y, y_pred)?;
+        let pred = y_pred.greater(&y_pred.scalar_like(0.5)?)?.cast(DType::F32)?;
+        matches(&y.cast(DType::F32)?, &pred)?.reduce_mean(-1isize, false)
+    }
+);
+
+mean_metric!(
+    /// `tf.keras.metrics.CategoricalAccuracy`: `argmax(y_pred) == argmax(y_true)`.
+    CategoricalAccuracy, "categorical_accuracy", |y_true, y_pred| {
+        same_shape("CategoricalAccuracy", y_true, y_pred)?;
+        matches(&y_true.argmax(-1)?, &y_pred.argmax(-1)?)
+    }
+);
+
+mean_metric!(
+    /// `tf.keras.metrics.SparseCategoricalAccuracy`: `argmax(y_pred) == y_true`.
+    SparseCategoricalAccuracy, "sparse_categorical_accuracy", |y_true, y_pred| {
+        let ids = class_ids(y_true, y_pred)?;
+        let am = y_pred.argmax(-1)?;
+        matches(&ids.cast(am.dtype())?, &am)
+    }
+);
+
+mean_metric!(
+    /// `tf.keras.metrics.MeanSquaredError`: the mean of `(y_true - y_pred)²` per sample.
+    MeanSquaredError, "mean_squared_error", |y_true, y_pred| {
+        let y = y_true.cast(y_pred.dtype())?;
+        same_shape("MeanSquaredError", &y, y_pred)?;
+        y_pred.squared_difference(&y)?.reduce_mean(-1isize, false)
+    }
+);
+
+/// `tf.keras.metrics.TopKCategoricalAccuracy` (`sparse`: `SparseTopKCategoricalAccuracy`):
+/// the true class is among the `k` highest predictions (ties at the boundary count as in,
+/// as TF's `in_top_k`).
+#[derive(Debug, Clone)]
+pub struct TopKCategoricalAccuracy {
+    name: String,
+    /// How many top predictions count.
+    pub k: usize,
+    /// Integer targets instead of one-hot.
+    pub sparse: bool,
+    state: MeanState,
+}
+
+impl TopKCategoricalAccuracy {
+    /// Top-`k` accuracy with one-hot (`sparse = false`) or integer targets.
+    pub fn new(k: usize, sparse: bool) -> TopKCategoricalAccuracy {
+        TopKCategoricalAccuracy {
+            name: if sparse {
+                "sparse_top_k_categorical_accuracy"
+            } else {
+                "top_k_categorical_accuracy"
+            }
+            .into(),
+            k,
+            sparse,
+            state: MeanState::default(),
+        }
+    }
+}
+
+impl Metric for TopKCategoricalAccuracy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn update_state(&mut self, y_true: &Tensor, y_pred: &Tensor, w: Option<&Tensor>) -> Result<()> {
+        let ids = if self.sparse {
+            class_ids(y_true, y_pred)?
+        } else {
+            same_shape("TopKCategoricalAccuracy", y_true, y_pred)?;
+            y_true.argmax(-1)?
+        };
+        let classes = *y_pred.shape().last().unwrap_or(&0);
+        let onehot = Tensor::one_hot(&ids, classes, 1.0, 0.0, y_pred.dtype())?;
+        let true_score = y_pred.mul(&onehot)?.reduce_sum(-1isize, true)?;
+        let above = y_pred
+            .greater(&true_score)?
+            .cast(DType::F32)?
+            .reduce_sum(-1isize, false)?;
+        let hit = above
+            .less(&above.scalar_like(self.k as f64)?)?
+            .cast(DType::F32)?;
+        self.state
+            .update(&hit.to_f64_vec()?, weights_of(w)?.as_deref())
+    }
+    fn result(&self) -> f64 {
+        self.state.result()
+    }
+    fn reset_state(&mut self) {
+        self.state = MeanState::default();
+    }
+}
+
+/// Flattened (y_true as 0/1, y_pred) pairs on the host, checked for matching sizes.
+fn binary_pairs(
+    op: &'static str,
+    y_true: &Tensor,
+    y_pred: &Tensor,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let t = y_true.to_f64_vec()?;
+    let p = y_pred.to_f64_vec()?;
+    if t.len() != p.len() {
+        return Err(Error::ShapeMismatch {
+            op,
+            msg: "y_true and y_pred hold different numbers of values",
+            lhs: y_true.shape().to_vec(),
+            rhs: y_pred.shape().to_vec(),
+        });
+    }
+    Ok((t, p))
+}
+
+/// `tf.keras.metrics.Precision` (threshold 0.5): `tp / (tp + fp)`.
+#[derive(Debug, Clone)]
+pub struct Precision {
+    /// Predictions above it count as positive.
+    pub threshold: f64,
+    tp: f64,
+    fp: f64,
+}
+
+impl Precision {
+    /// Precision at threshold 0.5.
+    pub fn new() -> Precision {
+        Precision {
+            threshold: 0.5,
+            tp: 0.0,
+            fp: 0.0,
+        }
+    }
+}
+
+impl Default for Precision {
+    fn default() -> Self {
+        Precision::new()
+    }
+}
+
+impl Metric for Precision {
+    fn name(&self) -> &str {
+        "precision"
+    }
+    fn update_state(&mut self, y_true: &Tensor, y_pred: &Tensor, w: Option<&Tensor>) -> Result<()> {
+        let (t, p) = binary_pairs("Precision", y_true, y_pred)?;
+        let w = weights_of(w)?;
+        for (i, (t, p)) in t.iter().zip(&p).enumerate() {
+            let wi = w.as_ref().and_then(|w| w.get(i)).copied().unwrap_or(1.0);
+            if *p > self.threshold {
+                if *t > 0.5 {
+                    self.tp += wi;
+                } else {
+                    self.fp += wi;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn result(&self) -> f64 {
+        let d = self.tp + self.fp;
+        if d == 0.0 {
+            0.0
+        } else {
+            self.tp / d
+        }
+    }
+    fn reset_state(&mut self) {
+        self.tp = 0.0;
+        self.fp = 0.0;
+    }
+}
+
+/// `tf.keras.metrics.Recall` (threshold 0.5): `tp / (tp + fn)`.
+#[derive(Debug, Clone)]
+pub struct Recall {
+    /// Predictions above it count as positive.
+    pub threshold: f64,
+    tp: f64,
+    fn_: f64,
+}
+
+impl Recall {
+    /// Recall at threshold 0.5.
+    pub fn new() -> Recall {
+        Recall {
+            threshold: 0.5,
+            tp: 0.0,
+            fn_: 0.0,
+        }
+    }
+}
+
+impl Default for Recall {
+    fn default() -> Self {
+        Recall::new()
+    }
+}
+
+impl Metric for Recall {
+    fn name(&self) -> &str {
+        "recall"
+    }
+    fn update_state(&mut self, y_true: &Tensor, y_pred: &Tensor, w: Option<&Tensor>) -> Result<()> {
+        let (t, p) = binary_pairs("Recall", y_true, y_pred)?;
+        let w = weights_of(w)?;
+        for (i, (t, p)) in t.iter().zip(&p).enumerate() {
+            let wi = w.as_ref().and_then(|w| w.get(i)).copied().unwrap_or(1.0);
+            if *t > 0.5 {
+                if *p > self.threshold {
+                    self.tp += wi;
+                } else {
+                    self.fn_ += wi;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn result(&self) -> f64 {
+        let d = self.tp + self.fn_;
+        if d == 0.0 {
+            0.0
+        } else {
+            self.tp / d
+        }
+    }
+    fn reset_state(&mut self) {
+        self.tp = 0.0;
+        self.fn_ = 0.0;
+    }
+}
+
+/// `tf.keras.metrics.AUC`: area under the ROC curve from confusion counts at
+/// `num_thresholds` (200) evenly spaced thresholds, summed with the trapezoidal rule
+/// (Keras' default `curve="ROC"`, `summation_method="interpolation"`).
+#[derive(Debug, Clone)]
+pub struct Auc {
+    thresholds: Vec<f64>,
+    tp: Vec<f64>,
+    fp: Vec<f64>,
+    tn: Vec<f64>,
+    fn_: Vec<f64>,
+}
+
+impl Auc {
+    /// ROC AUC over `num_thresholds` thresholds (at least 2; Keras uses 200).
+    pub fn new(num_thresholds: usize) -> Result<Auc> {
+        if num_thresholds < 2 {
+            return Err(Error::invalid(
+                "AUC",
+                format!("num_thresholds must be > 1, got {num_thresholds}"),
+            ));
+        }
+        let n = num_thresholds;
+        let eps = 1e-7;
+        let thresholds: Vec<f64> = (0..n)
+            .map(|i| match i {
+                0 => -eps,
+                i if i == n - 1 => 1.0 + eps,
+                i => i as f64 / (n - 1) as f64,
+            })
+            .collect();
+        Ok(Auc {
+            tp: vec![0.0; n],
+            fp: vec![0.0; n],
+            tn: vec![0.0; n],
+            fn_: vec![0.0; n],
+            thresholds,
+        })
+    }
+}
+
+impl Metric for Auc {
+    fn name(&self) -> &str {
+        "auc"
+    }
+    fn update_state(&mut self, y_true: &Tensor, y_pred: &Tensor, w: Option<&Tensor>) -> Result<()> {
+        let (t, p) = binary_pairs("AUC", y_true, y_pred)?;
+        let w = weights_of(w)?;
+        for (i, (t, p)) in t.iter().zip(&p).enumerate() {
+            let wi = w.as_ref().and_then(|w| w.get(i)).copied().unwrap_or(1.0);
+            let positive = *t > 0.5;
+            for (j, th) in self.thresholds.iter().enumerate() {
+                match (positive, *p > *th) {
+                    (true, true) => self.tp[j] += wi,
+                    (true, false) => self.fn_[j] += wi,
+                    (false, true) => self.fp[j] += wi,
+                    (false, false) => self.tn[j] += wi,
+                }
+            }
+        }
+        Ok(())
+    }
+    fn result(&self) -> f64 {
+        let ratio = |a: f64, b: f64| if a + b == 0.0 { 0.0 } else { a / (a + b) };
+        let n = self.thresholds.len();
+        let x: Vec<f64> = (0..n).map(|i| ratio(self.fp[i], self.tn[i])).collect();
+        let y: Vec<f64> = (0..n).map(|i| ratio(self.tp[i], self.fn_[i])).collect();
+        (0..n - 1)
+            .map(|i| (x[i] - x[i + 1]) * (y[i] + y[i + 1]) / 2.0)
+            .sum()
+    }
+    fn reset_state(&mut self) {
+        for v in [&mut self.tp, &mut self.fp, &mut self.tn, &mut self.fn_] {
+            v.iter_mut().for_each(|x| *x = 0.0);
+        }
+    }
+}
+
+/// Keras' `"accuracy"`: becomes binary, categorical or sparse categorical accuracy on the
+/// first batch, from the shapes (as `compile` resolves it in TF).
+#[derive(Default)]
+pub struct AutoAccuracy {
+    resolved: Option<Box<dyn Metric>>,
+    name: String,
+}
+
+impl AutoAccuracy {
+    /// `"accuracy"`, resolved on first use.
+    pub fn new(name: &str) -> AutoAccuracy {
+        AutoAccuracy {
+            resolved: None,
+            name: name.into(),
+        }
+    }
+}
+
+impl Metric for AutoAccuracy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn update_state(&mut self, y_true: &Tensor, y_pred: &Tensor, w: Option<&Tensor>) -> Result<()> {
+        if self.resolved.is_none() {
+            let p_last = y_pred.shape().last().copied().unwrap_or(1);
+            let t_last = y_true.shape().last().copied().unwrap_or(1);
+            let sparse = y_true.rank() < y_pred.rank() || (t_last == 1 && p_last > 1);
+            self.resolved = Some(if p_last == 1 {
+                Box::new(BinaryAccuracy::named(&self.name))
+            } else if sparse {
+                Box::new(SparseCategoricalAccuracy::named(&self.name))
+            } else {
+                Box::new(CategoricalAccuracy::named(&self.name))
+            });
+        }
+        self.resolved
+            .as_mut()
+            .expect("resolved just above")
+            .update_state(y_true, y_pred, w)
+    }
+    fn result(&self) -> f64 {
+        self.resolved.as_ref().map_or(0.0, |m| m.result())
+    }
+    fn reset_state(&mut self) {
+        if let Some(m) = &mut self.resolved {
+            m.reset_state();
+        }
+    }
+}
+
+/// A metric by Keras name (`"accuracy"`, `"sparse_categorical_accuracy"`, `"auc"`, ...).
+pub fn get(name: &str) -> Result<Box<dyn Metric>> {
+    Ok(match name {
+        "accuracy" | "acc" => Box::new(AutoAccuracy::new(name)),
+        "binary_accuracy" => Box::new(BinaryAccuracy::new()),
+        "categorical_accuracy" => Box::new(CategoricalAccuracy::new()),
+        "sparse_categorical_accuracy" => Box::new(SparseCategoricalAccuracy::new()),
+        "top_k_categorical_accuracy" => Box::new(TopKCategoricalAccuracy::new(5, false)),
+        "sparse_top_k_categorical_accuracy" => Box::new(TopKCategoricalAccuracy::new(5, true)),
+        "precision" => Box::new(Precision::new()),
+        "recall" => Box::new(Recall::new()),
+        "auc" => Box::new(Auc::new(200)?),
+        "mse" | "mean_squared_error" => Box::new(MeanSquaredError::named(name)),
+        other => {
+            return Err(Error::invalid(
+                "metrics::get",
+                format!("unknown metric {other:?}"),
+            ))
+        }
+    })
+}

@@ -1,0 +1,928 @@
+//! [`Sequential`] and [`Model`]: compile, fit, evaluate, predict, summary, weights I/O.
+
+use std::path::Path;
+
+use ferroflow_autodiff::{GradientTape, Source};
+use ferroflow_optim::Optimizer;
+use ferroflow_tensor::random::Philox;
+use ferroflow_tensor::{random, DType, Error, Result, Tensor, Variable};
+use serde_json::{json, Value};
+
+use crate::callbacks::{Callback, History, Logs, ProgbarLogger, TrainParams};
+use crate::layer::{Layer, LayerBase};
+use crate::losses::Loss;
+use crate::metrics::{Mean, Metric};
+use crate::saving;
+
+/// A stack of layers, each feeding the next (`tf.keras.Sequential`). It is a [`Layer`];
+/// wrap it in a [`Model`] (`Model::from(seq)`) to compile and fit it.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_keras::{activations::Activation, layers::{Dense, Flatten}, sequential, Model};
+/// let mut model = Model::from(sequential![
+///     Flatten::new(),
+///     Dense::new(16).activation(Activation::Relu),
+///     Dense::new(10),
+/// ]);
+/// model.build(&[28, 28])?;
+/// assert_eq!(model.count_params(), 784 * 16 + 16 + 16 * 10 + 10);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub struct Sequential {
+    base: LayerBase,
+    layers: Vec<Box<dyn Layer>>,
+}
+
+/// Builds a [`Sequential`] from layers: `sequential![Dense::new(8), Dense::new(1)]`.
+#[macro_export]
+macro_rules! sequential {
+    ($($layer:expr),* $(,)?) => {{
+        let mut s = $crate::model::Sequential::new();
+        $( s.add($layer); )*
+        s
+    }};
+}
+
+impl Sequential {
+    /// An empty stack.
+    pub fn new() -> Sequential {
+        Sequential {
+            base: LayerBase::new("sequential", None),
+            layers: vec![],
+        }
+    }
+    /// Appends a layer.
+    pub fn add(&mut self, layer: impl Layer + 'static) -> &mut Sequential {
+        self.layers.push(Box::new(layer));
+        self
+    }
+    /// Appends a boxed layer.
+    pub fn add_boxed(&mut self, layer: Box<dyn Layer>) -> &mut Sequential {
+        self.layers.push(layer);
+        self
+    }
+    /// The layers.
+    pub fn layers(&self) -> &[Box<dyn Layer>] {
+        &self.layers
+    }
+    /// The layers, mutably (to freeze one: `layers_mut()[0].base_mut().trainable = false`).
+    pub fn layers_mut(&mut self) -> &mut [Box<dyn Layer>] {
+        &mut self.layers
+    }
+    /// Rebuilds from [`Layer::get_config`].
+    pub fn from_config(c: &Value) -> Result<Sequential> {
+        let mut s = Sequential::new();
+        let layers = c["layers"]
+            .as_array()
+            .ok_or_else(|| Error::format("Sequential config", "missing list \"layers\""))?;
+        for l in layers {
+            s.layers.push(crate::layers::deserialize(l)?);
+        }
+        Ok(s)
+    }
+}
+
+impl Default for Sequential {
+    fn default() -> Self {
+        Sequential::new()
+    }
+}
+
+impl Layer for Sequential {
+    fn base(&self) -> &LayerBase {
+        &self.base
+    }
+    fn base_mut(&mut self) -> &mut LayerBase {
+        &mut self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "Sequential"
+    }
+    fn call(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
+        let mut x = inputs.to_vec();
+        for l in &mut self.layers {
+            x = l.apply(&x, training)?;
+        }
+        Ok(x)
+    }
+    fn get_config(&self) -> Value {
+        json!({ "layers": self.layers.iter().map(|l| l.config()).collect::<Vec<_>>() })
+    }
+    fn sublayers(&self) -> Vec<&dyn Layer> {
+        self.layers.iter().map(|l| l.as_ref()).collect()
+    }
+}
+
+/// Inputs or targets for `fit`/`evaluate`/`predict`: one tensor or several (a model with
+/// several inputs or outputs), all with the same number of samples in dimension 0.
+#[derive(Debug, Clone)]
+pub struct Data(pub Vec<Tensor>);
+
+impl From<Tensor> for Data {
+    fn from(t: Tensor) -> Data {
+        Data(vec![t])
+    }
+}
+impl From<&Tensor> for Data {
+    fn from(t: &Tensor) -> Data {
+        Data(vec![t.clone()])
+    }
+}
+impl From<Vec<Tensor>> for Data {
+    fn from(v: Vec<Tensor>) -> Data {
+        Data(v)
+    }
+}
+impl From<&[Tensor]> for Data {
+    fn from(v: &[Tensor]) -> Data {
+        Data(v.to_vec())
+    }
+}
+
+impl Data {
+    fn samples(&self, what: &str) -> Result<usize> {
+        let n = self
+            .0
+            .first()
+            .and_then(|t| t.shape().first().copied())
+            .ok_or_else(|| Error::invalid("Model.fit", format!("{what} is empty or a scalar")))?;
+        if let Some(t) = self.0.iter().find(|t| t.shape().first() != Some(&n)) {
+            return Err(Error::invalid(
+                "Model.fit",
+                format!(
+                    "{what}: all arrays need {n} samples, one has shape {:?}",
+                    t.shape()
+                ),
+            ));
+        }
+        Ok(n)
+    }
+    fn take(&self, idx: &Tensor) -> Result<Vec<Tensor>> {
+        self.0.iter().map(|t| t.gather(idx, 0)).collect()
+    }
+    fn range(&self, start: usize, end: usize) -> Result<Data> {
+        let idx = Tensor::from_vec(
+            (start as i64..end as i64).collect::<Vec<_>>(),
+            &[end - start],
+        )?;
+        Ok(Data(self.take(&idx)?))
+    }
+}
+
+/// Options of [`Model::fit`] (Keras' keyword arguments), built with chained setters.
+pub struct FitConfig {
+    /// Samples per step (32).
+    pub batch_size: usize,
+    /// Epochs to run up to (1).
+    pub epochs: usize,
+    /// 0 silent, 1 progress bar (default), 2 one line per epoch.
+    pub verbose: u8,
+    /// Shuffle the training samples before each epoch (true).
+    pub shuffle: bool,
+    /// Fraction of the samples (the last ones, before shuffling) held out for validation.
+    pub validation_split: f64,
+    /// Explicit validation inputs and targets (take precedence over the split).
+    pub validation_data: Option<(Data, Data)>,
+    /// Epoch to start at (to resume a run).
+    pub initial_epoch: usize,
+    /// Callbacks, called in order after the built-in history and progress bar.
+    pub callbacks: Vec<Box<dyn Callback>>,
+}
+
+impl Default for FitConfig {
+    fn default() -> Self {
+        FitConfig {
+            batch_size: 32,
+            epochs: 1,
+            verbose: 1,
+            shuffle: true,
+            validation_split: 0.0,
+            validation_data: None,
+            initial_epoch: 0,
+            callbacks: vec![],
+        }
+    }
+}
+
+impl FitConfig {
+    /// Keras' defaults.
+    pub fn new() -> FitConfig {
+        FitConfig::default()
+    }
+    /// Sets `batch_size`.
+    pub fn batch_size(mut self, b: usize) -> Self {
+        self.batch_size = b;
+        self
+    }
+    /// Sets `epochs`.
+    pub fn epochs(mut self, e: usize) -> Self {
+        self.epochs = e;
+        self
+    }
+    /// Sets `verbose`.
+    pub fn verbose(mut self, v: u8) -> Self {
+        self.verbose = v;
+        self
+    }
+    /// Sets `shuffle`.
+    pub fn shuffle(mut self, s: bool) -> Self {
+        self.shuffle = s;
+        self
+    }
+    /// Sets `validation_split`.
+    pub fn validation_split(mut self, f: f64) -> Self {
+        self.validation_split = f;
+        self
+    }
+    /// Sets `validation_data`.
+    pub fn validation_data(mut self, x: impl Into<Data>, y: impl Into<Data>) -> Self {
+        self.validation_data = Some((x.into(), y.into()));
+        self
+    }
+    /// Sets `initial_epoch`.
+    pub fn initial_epoch(mut self, e: usize) -> Self {
+        self.initial_epoch = e;
+        self
+    }
+    /// Adds a callback.
+    pub fn callback(mut self, c: impl Callback + 'static) -> Self {
+        self.callbacks.push(Box::new(c));
+        self
+    }
+}
+
+/// A custom training or test step: `(model, x, y) -> logs` (Keras' overridden
+/// `train_step`/`test_step`).
+pub type StepFn = dyn FnMut(&mut Model, &[Tensor], &[Tensor]) -> Result<Logs> + Send;
+
+struct Compiled {
+    optimizer: Box<dyn Optimizer>,
+    loss: Box<dyn Loss>,
+    metrics: Vec<Box<dyn Metric>>,
+    loss_tracker: Mean,
+}
+
+/// A trainable network (`tf.keras.Model`): a [`Layer`] (a [`Sequential`], a functional
+/// graph, or any custom layer) plus what `compile` gives it.
+pub struct Model {
+    network: Box<dyn Layer>,
+    compiled: Option<Compiled>,
+    train_step_fn: Option<Box<StepFn>>,
+    test_step_fn: Option<Box<StepFn>>,
+    build_input_shapes: Option<Vec<Vec<usize>>>,
+    /// Set by a callback (or a custom step) to end `fit` after the current batch.
+    pub stop_training: bool,
+}
+
+impl From<Sequential> for Model {
+    fn from(s: Sequential) -> Model {
+        Model::from_layer(s)
+    }
+}
+
+impl Model {
+    /// Wraps any layer as a model (Keras' subclassed models).
+    pub fn from_layer(network: impl Layer + 'static) -> Model {
+        Model::from_boxed(Box::new(network))
+    }
+    /// Wraps a boxed layer as a model.
+    pub fn from_boxed(network: Box<dyn Layer>) -> Model {
+        Model {
+            network,
+            compiled: None,
+            train_step_fn: None,
+            test_step_fn: None,
+            build_input_shapes: None,
+            stop_training: false,
+        }
+    }
+    /// The network.
+    pub fn network(&self) -> &dyn Layer {
+        self.network.as_ref()
+    }
+    /// The network, mutably.
+    pub fn network_mut(&mut self) -> &mut dyn Layer {
+        self.network.as_mut()
+    }
+    /// The model's name.
+    pub fn name(&self) -> &str {
+        self.network.name()
+    }
+
+    /// Builds the weights for samples of `input_shape` (without the batch dimension) by
+    /// running one sample of zeros through the network.
+    pub fn build(&mut self, input_shape: &[usize]) -> Result<()> {
+        self.build_multi(&[input_shape.to_vec()])
+    }
+    /// [`Model::build`] for a model with several inputs.
+    pub fn build_multi(&mut self, input_shapes: &[Vec<usize>]) -> Result<()> {
+        let dtype = self.network.base().dtype()?;
+        let probes: Vec<Tensor> = input_shapes
+            .iter()
+            .map(|s| {
+                let mut shape = vec![1];
+                shape.extend_from_slice(s);
+                Tensor::zeros(&shape, dtype)
+            })
+            .collect::<Result<_>>()?;
+        self.network.apply(&probes, false)?;
+        self.build_input_shapes = Some(input_shapes.to_vec());
+        Ok(())
+    }
+    fn note_input_shapes(&mut self, x: &[Tensor]) {
+        if self.build_input_shapes.is_none() {
+            self.build_input_shapes = Some(x.iter().map(|t| t.shape()[1..].to_vec()).collect());
+        }
+    }
+
+    /// Runs the network (Keras' `model(x, training=...)`), one input and one output.
+    pub fn call(&mut self, x: &Tensor, training: bool) -> Result<Tensor> {
+        self.note_input_shapes(std::slice::from_ref(x));
+        self.network.forward(x, training)
+    }
+    /// Runs the network on several inputs, giving every output.
+    pub fn call_multi(&mut self, x: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
+        self.note_input_shapes(x);
+        self.network.apply(x, training)
+    }
+
+    /// Configures training: the optimizer, the loss, and metrics by Keras name
+    /// (`"accuracy"`, `"auc"`, ...).
+    pub fn compile(
+        &mut self,
+        optimizer: impl Optimizer + 'static,
+        loss: impl Loss + 'static,
+        metrics: &[&str],
+    ) -> Result<()> {
+        let metrics = metrics
+            .iter()
+            .map(|m| crate::metrics::get(m))
+            .collect::<Result<Vec<_>>>()?;
+        self.compile_with(Box::new(optimizer), Box::new(loss), metrics);
+        Ok(())
+    }
+    /// [`Model::compile`] with boxed parts and metric objects.
+    pub fn compile_with(
+        &mut self,
+        optimizer: Box<dyn Optimizer>,
+        loss: Box<dyn Loss>,
+        metrics: Vec<Box<dyn Metric>>,
+    ) {
+        self.compiled = Some(Compiled {
+            optimizer,
+            loss,
+            metrics,
+            loss_tracker: Mean::new("loss"),
+        });
+    }
+    fn compiled(&mut self, method: &str) -> Result<&mut Compiled> {
+        self.compiled.as_mut().ok_or_else(|| {
+            Error::invalid(
+                "Model",
+                format!("you must compile the model before calling `{method}`"),
+            )
+        })
+    }
+    /// The optimizer given to `compile`.
+    pub fn optimizer_mut(&mut self) -> Option<&mut (dyn Optimizer + 'static)> {
+        match &mut self.compiled {
+            Some(c) => Some(c.optimizer.as_mut()),
+            None => None,
+        }
+    }
+    /// Replaces `train_step` (Keras: overriding `train_step` in a subclass). The closure may
+    /// call [`Model::default_train_step`] or do its own thing with [`Model::compute_loss`],
+    /// [`Model::update_metrics`] and [`Model::optimizer_mut`].
+    pub fn set_train_step(
+        &mut self,
+        step: impl FnMut(&mut Model, &[Tensor], &[Tensor]) -> Result<Logs> + Send + 'static,
+    ) {
+        self.train_step_fn = Some(Box::new(step));
+    }
+    /// Replaces `test_step` (used by `evaluate` and validation).
+    pub fn set_test_step(
+        &mut self,
+        step: impl FnMut(&mut Model, &[Tensor], &[Tensor]) -> Result<Logs> + Send + 'static,
+    ) {
+        self.test_step_fn = Some(Box::new(step));
+    }
+
+    /// The compiled loss of predictions against targets (summed over outputs when there
+    /// are several), plus the layers' regularization penalties.
+    pub fn compute_loss(&mut self, y: &[Tensor], y_pred: &[Tensor]) -> Result<Tensor> {
+        if y.len() != y_pred.len() {
+            return Err(Error::invalid(
+                "Model.compute_loss",
+                format!(
+                    "the model has {} outputs but {} targets were given",
+                    y_pred.len(),
+                    y.len()
+                ),
+            ));
+        }
+        let mut total: Option<Tensor> = None;
+        {
+            let c = self.compiled("fit")?;
+            for (t, p) in y.iter().zip(y_pred) {
+                let l = c.loss.call(t, p, None)?;
+                total = Some(match total {
+                    Some(s) => s.add(&l)?,
+                    None => l,
+                });
+            }
+        }
+        let mut total = total.ok_or_else(|| Error::invalid("Model.compute_loss", "no outputs"))?;
+        for r in self.network.regularization_losses()? {
+            total = total.add(&r.cast(total.dtype())?)?;
+        }
+        Ok(total)
+    }
+    /// Updates the loss tracker (weighted by batch size, as Keras) and the compiled metrics;
+    /// returns the running logs.
+    pub fn update_metrics(
+        &mut self,
+        y: &[Tensor],
+        y_pred: &[Tensor],
+        loss: &Tensor,
+    ) -> Result<Logs> {
+        let batch = y
+            .first()
+            .and_then(|t| t.shape().first().copied())
+            .unwrap_or(1) as f64;
+        let loss_value = loss.to_f64_vec()?.first().copied().unwrap_or(f64::NAN);
+        let c = self.compiled("fit")?;
+        c.loss_tracker.update(loss_value, batch);
+        for (i, (t, p)) in y.iter().zip(y_pred).enumerate() {
+            // With several outputs only the first gets the metrics (Keras names them per
+            // output; ferroflow keeps one set of names).
+            if i == 0 {
+                for m in &mut c.metrics {
+                    m.update_state(t, p, None)?;
+                }
+            }
+        }
+        Ok(self.metric_logs())
+    }
+    /// The running loss and metric values.
+    pub fn metric_logs(&self) -> Logs {
+        let mut logs = Logs::new();
+        if let Some(c) = &self.compiled {
+            logs.set("loss", c.loss_tracker.result());
+            for m in &c.metrics {
+                logs.set(m.name(), m.result());
+            }
+        }
+        logs
+    }
+    fn reset_metrics(&mut self) {
+        if let Some(c) = &mut self.compiled {
+            c.loss_tracker.reset_state();
+            for m in &mut c.metrics {
+                m.reset_state();
+            }
+        }
+    }
+
+    /// One optimization step on a batch: forward under a tape, loss, gradients,
+    /// `apply_gradients`, metrics (Keras' default `train_step`).
+    pub fn default_train_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        self.compiled("fit")?;
+        let tape = GradientTape::new();
+        let y_pred = self.network.apply(x, true)?;
+        let loss = self.compute_loss(y, &y_pred)?;
+        let vars = self.network.trainable_weights();
+        let sources: Vec<Source> = vars.iter().map(Source::from).collect();
+        let grads = tape.gradient(&loss, &sources)?;
+        drop(tape);
+        let c = self.compiled("fit")?;
+        c.optimizer
+            .apply_gradients(grads.into_iter().zip(vars).collect(), true)?;
+        self.update_metrics(y, &y_pred, &loss)
+    }
+    /// Forward in inference mode, loss and metrics (Keras' default `test_step`).
+    pub fn default_test_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        let y_pred = self.network.apply(x, false)?;
+        let loss = self.compute_loss(y, &y_pred)?;
+        self.update_metrics(y, &y_pred, &loss)
+    }
+    /// The training step in use (the default or the one set by [`Model::set_train_step`]).
+    pub fn train_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        match self.train_step_fn.take() {
+            Some(mut f) => {
+                let r = f(self, x, y);
+                self.train_step_fn = Some(f);
+                r
+            }
+            None => self.default_train_step(x, y),
+        }
+    }
+    /// The test step in use.
+    pub fn test_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        match self.test_step_fn.take() {
+            Some(mut f) => {
+                let r = f(self, x, y);
+                self.test_step_fn = Some(f);
+                r
+            }
+            None => self.default_test_step(x, y),
+        }
+    }
+
+    /// Trains for `config.epochs` epochs (Keras' `fit`), returning the history.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_keras::{layers::Dense, losses::MeanSquaredError, sequential, FitConfig, Model};
+    /// use ferroflow_optim::Sgd;
+    /// use ferroflow_tensor::Tensor;
+    /// // y = 2x - 1 from four points.
+    /// let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0], &[4, 1])?;
+    /// let y = Tensor::from_vec(vec![-1.0f32, 1.0, 3.0, 5.0], &[4, 1])?;
+    /// let mut model = Model::from(sequential![Dense::new(1)]);
+    /// model.compile(Sgd::new(0.05), MeanSquaredError::new(), &[])?;
+    /// let h = model.fit(&x, &y, FitConfig::new().epochs(300).batch_size(4).verbose(0))?;
+    /// assert!(h.get("loss").unwrap().last().unwrap() < &1e-3);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn fit(
+        &mut self,
+        x: impl Into<Data>,
+        y: impl Into<Data>,
+        mut config: FitConfig,
+    ) -> Result<History> {
+        let (x, y) = (x.into(), y.into());
+        self.compiled("fit")?;
+        if config.batch_size == 0 {
+            return Err(Error::invalid("Model.fit", "batch_size must be positive"));
+        }
+        let n = x.samples("x")?;
+        if y.samples("y")? != n {
+            return Err(Error::invalid(
+                "Model.fit",
+                format!("x has {n} samples but y has {}", y.samples("y")?),
+            ));
+        }
+        if !(0.0..1.0).contains(&config.validation_split) {
+            return Err(Error::invalid(
+                "Model.fit",
+                format!(
+                    "validation_split must be in [0, 1), got {}",
+                    config.validation_split
+                ),
+            ));
+        }
+        let (train_x, train_y, val) = match config.validation_data.take() {
+            Some(v) => (x, y, Some(v)),
+            None if config.validation_split > 0.0 => {
+                let split = n - (n as f64 * config.validation_split) as usize;
+                if split == 0 || split == n {
+                    return Err(Error::invalid(
+                        "Model.fit",
+                        format!(
+                            "validation_split {} leaves an empty split of {n} samples",
+                            config.validation_split
+                        ),
+                    ));
+                }
+                (
+                    x.range(0, split)?,
+                    y.range(0, split)?,
+                    Some((x.range(split, n)?, y.range(split, n)?)),
+                )
+            }
+            None => (x, y, None),
+        };
+        let n = train_x.samples("x")?;
+        let steps = n.div_ceil(config.batch_size);
+        self.note_input_shapes(&train_x.0);
+        let mut callbacks: Vec<Box<dyn Callback>> = Vec::new();
+        if config.verbose > 0 {
+            callbacks.push(Box::new(ProgbarLogger::new(config.verbose)));
+        }
+        callbacks.append(&mut config.callbacks);
+        let params = TrainParams {
+            epochs: config.epochs,
+            steps,
+            verbose: config.verbose,
+        };
+        let mut history = History::default();
+        self.stop_training = false;
+        for cb in &mut callbacks {
+            cb.on_train_begin(&params, self)?;
+        }
+        let mut rng = Philox::new([random_seed()?, 0x6669_745f_7368_7566]);
+        let mut last_logs = Logs::new();
+        for epoch in config.initial_epoch..config.epochs {
+            self.reset_metrics();
+            for cb in &mut callbacks {
+                cb.on_epoch_begin(epoch, self)?;
+            }
+            let mut order: Vec<i64> = (0..n as i64).collect();
+            if config.shuffle {
+                for i in (1..n).rev() {
+                    let j = (rng.next_f64() * (i + 1) as f64) as usize;
+                    order.swap(i, j.min(i));
+                }
+            }
+            let mut logs = Logs::new();
+            for (step, chunk) in order.chunks(config.batch_size).enumerate() {
+                for cb in &mut callbacks {
+                    cb.on_train_batch_begin(step, self)?;
+                }
+                let idx = Tensor::from_vec(chunk.to_vec(), &[chunk.len()])?;
+                let (bx, by) = (train_x.take(&idx)?, train_y.take(&idx)?);
+                logs = self.train_step(&bx, &by)?;
+                for cb in &mut callbacks {
+                    cb.on_train_batch_end(step, &logs, self)?;
+                }
+                if self.stop_training {
+                    break;
+                }
+            }
+            if let Some((vx, vy)) = &val {
+                let v = self.evaluate_data(vx, vy, config.batch_size)?;
+                for (k, value) in v.iter() {
+                    logs.set(&format!("val_{k}"), value);
+                }
+            }
+            history.record(epoch, &logs);
+            for cb in &mut callbacks {
+                cb.on_epoch_end(epoch, &logs, self)?;
+            }
+            last_logs = logs;
+            if self.stop_training {
+                break;
+            }
+        }
+        for cb in &mut callbacks {
+            cb.on_train_end(&last_logs, self)?;
+        }
+        Ok(history)
+    }
+
+    fn evaluate_data(&mut self, x: &Data, y: &Data, batch_size: usize) -> Result<Logs> {
+        self.compiled("evaluate")?;
+        if batch_size == 0 {
+            return Err(Error::invalid(
+                "Model.evaluate",
+                "batch_size must be positive",
+            ));
+        }
+        let n = x.samples("x")?;
+        if y.samples("y")? != n {
+            return Err(Error::invalid(
+                "Model.evaluate",
+                format!("x has {n} samples but y has {}", y.samples("y")?),
+            ));
+        }
+        self.reset_metrics();
+        let mut logs = Logs::new();
+        for start in (0..n).step_by(batch_size) {
+            let end = (start + batch_size).min(n);
+            let (bx, by) = (x.range(start, end)?, y.range(start, end)?);
+            logs = self.test_step(&bx.0, &by.0)?;
+        }
+        Ok(logs)
+    }
+
+    /// Loss and metrics over `(x, y)` in inference mode (Keras' `evaluate`).
+    pub fn evaluate(
+        &mut self,
+        x: impl Into<Data>,
+        y: impl Into<Data>,
+        batch_size: usize,
+    ) -> Result<Logs> {
+        let (x, y) = (x.into(), y.into());
+        self.evaluate_data(&x, &y, batch_size)
+    }
+
+    /// The network's outputs for `x` in inference mode, batch by batch, concatenated
+    /// (Keras' `predict`); the first output for multi-output models (see
+    /// [`Model::predict_multi`]).
+    pub fn predict(&mut self, x: impl Into<Data>, batch_size: usize) -> Result<Tensor> {
+        Ok(self.predict_multi(x, batch_size)?.remove(0))
+    }
+    /// Every output of [`Model::predict`].
+    pub fn predict_multi(&mut self, x: impl Into<Data>, batch_size: usize) -> Result<Vec<Tensor>> {
+        let x = x.into();
+        if batch_size == 0 {
+            return Err(Error::invalid(
+                "Model.predict",
+                "batch_size must be positive",
+            ));
+        }
+        let n = x.samples("x")?;
+        self.note_input_shapes(&x.0);
+        let mut parts: Vec<Vec<Tensor>> = vec![];
+        for start in (0..n).step_by(batch_size) {
+            let end = (start + batch_size).min(n);
+            let out = self.network.apply(&x.range(start, end)?.0, false)?;
+            if parts.is_empty() {
+                parts = vec![vec![]; out.len()];
+            }
+            for (p, o) in parts.iter_mut().zip(out) {
+                p.push(o);
+            }
+        }
+        if parts.is_empty() {
+            return Err(Error::invalid("Model.predict", "x has no samples"));
+        }
+        parts.iter().map(|p| Tensor::concat(p, 0)).collect()
+    }
+
+    /// Trainable weights of the network.
+    pub fn trainable_weights(&self) -> Vec<Variable> {
+        self.network.trainable_weights()
+    }
+    /// Every weight of the network.
+    pub fn weights(&self) -> Vec<Variable> {
+        self.network.weights()
+    }
+    /// Number of scalars in all weights.
+    pub fn count_params(&self) -> usize {
+        self.network.count_params()
+    }
+    /// Copies of every weight's value, in [`Model::weights`] order (Keras' `get_weights`).
+    pub fn get_weights(&self) -> Result<Vec<Tensor>> {
+        self.weights().iter().map(|v| v.peek().copy()).collect()
+    }
+    /// Sets every weight from `values` (as [`Model::get_weights`] gives them); all or
+    /// nothing.
+    pub fn set_weights(&mut self, values: Vec<Tensor>) -> Result<()> {
+        let named: Vec<(String, Variable)> = self
+            .weights()
+            .into_iter()
+            .map(|v| (v.name().to_string(), v))
+            .collect();
+        let saved = values
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (format!("#{i}"), t))
+            .collect();
+        saving::assign_weights("set_weights", &named, saved)
+    }
+
+    fn require_built(&self, what: &str) -> Result<()> {
+        if self.network.weights().is_empty() && !self.network.base().built() {
+            return Err(Error::invalid(
+                "Model",
+                format!("{what}: the model has not been built yet; call `build`, call it on data, or `fit` it first"),
+            ));
+        }
+        Ok(())
+    }
+    /// Writes every weight to a safetensors file, named by path (`"dense/kernel"`).
+    pub fn save_weights(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.require_built("save_weights")?;
+        let tensors: Vec<(String, Tensor)> = self
+            .network
+            .named_weights()
+            .into_iter()
+            .map(|(n, v)| (n, v.peek()))
+            .collect();
+        saving::save_tensors(path, &tensors)
+    }
+    /// Loads weights written by [`Model::save_weights`]: all or nothing, the error naming
+    /// the first weight that does not match.
+    pub fn load_weights(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        self.require_built("load_weights")?;
+        let path = path.as_ref();
+        let saved = saving::load_tensors(path)?;
+        saving::assign_weights(
+            &path.display().to_string(),
+            &self.network.named_weights(),
+            saved,
+        )
+    }
+    /// Saves the whole model into folder `dir`: `config.json` (the network's Keras config
+    /// and its input shapes) and `model.safetensors`. The optimizer state is not saved.
+    pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
+        self.require_built("save")?;
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, &e))?;
+        let config = json!({
+            "format": "ferroflow-keras-model",
+            "version": 1,
+            "config": self.network.config(),
+            "build_input_shapes": self.build_input_shapes,
+        });
+        let text = serde_json::to_string_pretty(&config).expect("JSON values serialize");
+        let path = dir.join("config.json");
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, &e))?;
+        self.save_weights(dir.join("model.safetensors"))
+    }
+    /// Loads a model saved by [`Model::save`] (uncompiled).
+    pub fn load(dir: impl AsRef<Path>) -> Result<Model> {
+        let dir = dir.as_ref();
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, &e))?;
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::format(path.display().to_string(), e.to_string()))?;
+        if v["format"] != "ferroflow-keras-model" {
+            return Err(Error::format(
+                path.display().to_string(),
+                "not a ferroflow Keras model config",
+            ));
+        }
+        let network = crate::layers::deserialize(&v["config"])?;
+        let shapes: Vec<Vec<usize>> = serde_json::from_value(v["build_input_shapes"].clone())
+            .map_err(|e| {
+                Error::format(
+                    path.display().to_string(),
+                    format!("build_input_shapes: {e}"),
+                )
+            })?;
+        let mut model = Model::from_boxed(network);
+        model.build_multi(&shapes)?;
+        model.load_weights(dir.join("model.safetensors"))?;
+        Ok(model)
+    }
+
+    /// The Keras summary table: each layer's name, class, output shape (batch as `None`) and
+    /// parameter count, then the totals.
+    pub fn summary(&self) -> Result<String> {
+        self.require_built("summary")?;
+        let mut rows: Vec<(String, String, usize)> = vec![];
+        let layers = self.network.sublayers();
+        let listed: Vec<&dyn Layer> = if layers.is_empty() {
+            vec![self.network.as_ref()]
+        } else {
+            layers
+        };
+        for l in &listed {
+            let shapes: Vec<String> = l
+                .base()
+                .output_shapes()
+                .iter()
+                .map(|s| {
+                    let dims: Vec<String> = s
+                        .iter()
+                        .enumerate()
+                        .map(|(i, d)| if i == 0 { "None".into() } else { d.to_string() })
+                        .collect();
+                    if dims.len() == 1 {
+                        format!("({},)", dims[0])
+                    } else {
+                        format!("({})", dims.join(", "))
+                    }
+                })
+                .collect();
+            let shape = match shapes.len() {
+                0 => "multiple".to_string(),
+                1 => shapes[0].clone(),
+                _ => format!("[{}]", shapes.join(", ")),
+            };
+            rows.push((
+                format!("{} ({})", l.name(), l.class_name()),
+                shape,
+                l.count_params(),
+            ));
+        }
+        let total = self.count_params();
+        let trainable: usize = self
+            .trainable_weights()
+            .iter()
+            .map(|v| v.shape().iter().product::<usize>())
+            .sum();
+        let line = |c: char| c.to_string().repeat(65);
+        let mut s = format!("Model: \"{}\"\n{}\n", self.name(), line('_'));
+        s += &format!(
+            "{:<29}{:<26}{:<10}\n{}\n",
+            "Layer (type)",
+            "Output Shape",
+            "Param #",
+            line('=')
+        );
+        for (i, (name, shape, params)) in rows.iter().enumerate() {
+            s += &format!("{name:<29}{shape:<26}{params:<10}\n");
+            s += &format!("{}\n", line(if i + 1 == rows.len() { '=' } else { '_' }));
+        }
+        s += &format!(
+            "Total params: {}\nTrainable params: {}\nNon-trainable params: {}\n{}\n",
+            thousands(total),
+            thousands(trainable),
+            thousands(total - trainable),
+            line('_')
+        );
+        Ok(s)
+    }
+}
+
+fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A seed from the global stateful generator (so `set_seed` makes shuffling reproducible).
+fn random_seed() -> Result<u64> {
+    let t = random::uniform(&[1], 0.0, i32::MAX as f64, DType::I64, None)?;
+    Ok(t.to_vec::<i64>()?[0] as u64)
+}
