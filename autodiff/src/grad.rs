@@ -28,13 +28,27 @@ fn scalar(like: &Tensor, v: f64) -> Result<Tensor> {
     like.scalar_like(v)
 }
 
+/// `f()` when the gradient is needed, `None` otherwise: skips backward work for inputs
+/// that lead to no source (a model's input images, for instance).
+fn when(needed: bool, f: impl FnOnce() -> Result<Tensor>) -> Result<Option<Tensor>> {
+    if needed {
+        f().map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 /// Gradients of a primitive's inputs from the gradients of its outputs (`None` = zero).
+/// `needs[i]` says whether input `i` leads to a source; the costly gradients (matmul,
+/// convolution, products) are computed only for those.
 pub(crate) fn backward(
     op: &Op,
     inputs: &[Tensor],
     outputs: &[Tensor],
     grads: &[Option<Tensor>],
+    needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
+    let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     let Some(g) = grads.first().cloned().flatten() else {
         return Ok(vec![None; inputs.len()]);
     };
@@ -42,7 +56,7 @@ pub(crate) fn backward(
     Ok(match op {
         Op::Constant => vec![],
         Op::Unary(u) => vec![unary(*u, &inputs[0], y, &g)?],
-        Op::Binary(b) => binary(*b, &inputs[0], &inputs[1], y, &g)?,
+        Op::Binary(b) => binary(*b, &inputs[0], &inputs[1], y, &g, [need(0), need(1)])?,
         Op::Reduce { op, axes, keepdims } => vec![reduce(*op, &inputs[0], y, &g, axes, *keepdims)?],
         Op::ArgReduce { .. } => vec![None],
         // d cast(x) = cast(g) back to x's dtype, for float x only.
@@ -54,7 +68,14 @@ pub(crate) fn backward(
         Op::MatMul {
             transpose_a,
             transpose_b,
-        } => matmul(&inputs[0], &inputs[1], &g, *transpose_a, *transpose_b)?,
+        } => matmul(
+            &inputs[0],
+            &inputs[1],
+            &g,
+            *transpose_a,
+            *transpose_b,
+            [need(0), need(1)],
+        )?,
         // reshape: the gradient has the input's shape.
         Op::Reshape { .. } => vec![Some(g.reshape_to(inputs[0].shape())?)],
         // transpose: apply the inverse permutation.
@@ -129,21 +150,25 @@ pub(crate) fn backward(
             let f = &inputs[1];
             let fs = shape4(f.shape());
             vec![
-                Some(Tensor::conv2d_backprop_input(
-                    w.input,
-                    f,
-                    &g,
-                    w.strides,
-                    padding_of(w, fs),
-                    w.dilations,
-                )?),
-                Some(inputs[0].conv2d_backprop_filter(
-                    fs,
-                    &g,
-                    w.strides,
-                    padding_of(w, fs),
-                    w.dilations,
-                )?),
+                when(need(0), || {
+                    Tensor::conv2d_backprop_input(
+                        w.input,
+                        f,
+                        &g,
+                        w.strides,
+                        padding_of(w, fs),
+                        w.dilations,
+                    )
+                })?,
+                when(need(1), || {
+                    inputs[0].conv2d_backprop_filter(
+                        fs,
+                        &g,
+                        w.strides,
+                        padding_of(w, fs),
+                        w.dilations,
+                    )
+                })?,
             ]
         }
         // backprop_input(f, dy) is linear in each: d/df = backprop_filter(g, dy), d/ddy = conv2d(g, f).
@@ -294,18 +319,25 @@ fn binary(
     b: &Tensor,
     _y: &Tensor,
     g: &Tensor,
+    needs: [bool; 2],
 ) -> Result<Vec<Option<Tensor>>> {
     use BinaryOp::*;
     if !a.dtype().is_float() {
         return Ok(vec![None, None]);
     }
+
     let (da, db) = match op {
         // d(a+b) = (1, 1)
         Add => (g.clone(), g.clone()),
         // d(a-b) = (1, -1)
         Sub => (g.clone(), g.neg()?),
-        // d(ab) = (b, a)
-        Mul => (g.mul(b)?, g.mul(a)?),
+        // d(ab) = (b, a), each only when wanted
+        Mul => {
+            return Ok(vec![
+                when(needs[0], || unbroadcast(g.mul(b)?, a.shape()))?,
+                when(needs[1], || unbroadcast(g.mul(a)?, b.shape()))?,
+            ])
+        }
         // d(a/b) = (1/b, -a/b²)
         Div => (g.div(b)?, g.mul(&a.neg()?.div(&b.square()?)?)?),
         // d(a mod b) = (1, -⌊a/b⌋)
@@ -425,27 +457,37 @@ fn prod_grad(x: &Tensor, gk: &Tensor, axes: &[usize]) -> Result<Tensor> {
     back.mul(gk)
 }
 
-fn matmul(a: &Tensor, b: &Tensor, g: &Tensor, ta: bool, tb: bool) -> Result<Vec<Option<Tensor>>> {
+fn matmul(
+    a: &Tensor,
+    b: &Tensor,
+    g: &Tensor,
+    ta: bool,
+    tb: bool,
+    needs: [bool; 2],
+) -> Result<Vec<Option<Tensor>>> {
     if !a.dtype().is_float() {
         return Ok(vec![None, None]);
     }
     // C = op(A) op(B): dA = g op(B)ᵀ (transposed back if A was), dB likewise.
-    let da = match (ta, tb) {
-        (false, false) => g.matmul_t(b, false, true)?,
-        (false, true) => g.matmul_t(b, false, false)?,
-        (true, false) => b.matmul_t(g, false, true)?,
-        (true, true) => b.matmul_t(g, true, true)?,
-    };
-    let db = match (ta, tb) {
-        (false, false) => a.matmul_t(g, true, false)?,
-        (false, true) => g.matmul_t(a, true, false)?,
-        (true, false) => a.matmul_t(g, false, false)?,
-        (true, true) => g.matmul_t(a, true, true)?,
-    };
-    Ok(vec![
-        Some(unbroadcast(da, a.shape())?),
-        Some(unbroadcast(db, b.shape())?),
-    ])
+    let da = when(needs[0], || {
+        let da = match (ta, tb) {
+            (false, false) => g.matmul_t(b, false, true)?,
+            (false, true) => g.matmul_t(b, false, false)?,
+            (true, false) => b.matmul_t(g, false, true)?,
+            (true, true) => b.matmul_t(g, true, true)?,
+        };
+        unbroadcast(da, a.shape())
+    })?;
+    let db = when(needs[1], || {
+        let db = match (ta, tb) {
+            (false, false) => a.matmul_t(g, true, false)?,
+            (false, true) => g.matmul_t(a, true, false)?,
+            (true, false) => a.matmul_t(g, false, false)?,
+            (true, true) => g.matmul_t(a, true, true)?,
+        };
+        unbroadcast(db, b.shape())
+    })?;
+    Ok(vec![da, db])
 }
 
 /// Gradient of a strided slice: place `g` back at the sliced positions of zeros of `shape`,

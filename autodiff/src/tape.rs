@@ -502,7 +502,14 @@ fn run_backward(
             continue;
         }
         let ins = match &node.op {
-            NodeOp::Primitive(op) => backward(op, &node.inputs, &node.outputs, &outs)?,
+            NodeOp::Primitive(op) => {
+                let needs: Vec<bool> = node
+                    .inputs
+                    .iter()
+                    .map(|i| tracked.contains(&i.id()) && differentiable(i.dtype()))
+                    .collect();
+                backward(op, &node.inputs, &node.outputs, &outs, &needs)?
+            }
             NodeOp::Custom(f) => {
                 let filled = node
                     .outputs

@@ -171,8 +171,83 @@ fn adam_vs_floor() -> (f64, f64) {
     (adam, floor)
 }
 
+/// Samples per second of Keras `fit` on MNIST for the examples' MLP and CNN: two epochs on
+/// the first `n` training images, the second epoch timed (as `bench/tf_keras_mnist.py`).
+fn keras_fit(kind: &str, n: usize) -> ferroflow::Result<f64> {
+    use ferroflow::keras::activations::Activation::Relu;
+    use ferroflow::keras::callbacks::Callback;
+    use ferroflow::keras::layers::{Conv2D, Dense, Flatten, MaxPooling2D};
+    use ferroflow::keras::losses::SparseCategoricalCrossentropy;
+    use ferroflow::keras::{sequential, FitConfig, Logs, Model};
+    use std::sync::{Arc, Mutex};
+    struct EpochTimer(Arc<Mutex<Vec<f64>>>, Instant);
+    impl Callback for EpochTimer {
+        fn on_epoch_begin(&mut self, _e: usize, _m: &mut Model) -> ferroflow::Result<()> {
+            self.1 = Instant::now();
+            Ok(())
+        }
+        fn on_epoch_end(&mut self, _e: usize, _l: &Logs, _m: &mut Model) -> ferroflow::Result<()> {
+            self.0.lock().unwrap().push(self.1.elapsed().as_secs_f64());
+            Ok(())
+        }
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/mnist");
+    let images = ferroflow::data::idx::read(dir.join("train-images-idx3-ubyte.gz"))?;
+    let labels = ferroflow::data::idx::read(dir.join("train-labels-idx1-ubyte.gz"))?;
+    let x = images
+        .slice(&[0, 0, 0], &[n as isize, 28, 28])?
+        .cast(DType::F32)?
+        .div(&Tensor::scalar(255.0f32)?)?
+        .reshape_to(&[n, 28, 28, 1])?;
+    let y = labels.slice(&[0], &[n as isize])?.cast(DType::I64)?;
+    let net = if kind == "mlp" {
+        sequential![
+            Flatten::new(),
+            Dense::new(256).activation(Relu),
+            Dense::new(128).activation(Relu),
+            Dense::new(10)
+        ]
+    } else {
+        sequential![
+            Conv2D::new(32, [3, 3]).activation(Relu),
+            MaxPooling2D::new([2, 2]),
+            Conv2D::new(64, [3, 3]).activation(Relu),
+            MaxPooling2D::new([2, 2]),
+            Flatten::new(),
+            Dense::new(128).activation(Relu),
+            Dense::new(10)
+        ]
+    };
+    let mut model = Model::from(net);
+    model.compile(
+        ferroflow::optim::Adam::new(1e-3),
+        SparseCategoricalCrossentropy::new(true),
+        &["accuracy"],
+    )?;
+    let times = Arc::new(Mutex::new(vec![]));
+    model.fit(
+        &x,
+        &y,
+        FitConfig::new()
+            .epochs(2)
+            .batch_size(128)
+            .verbose(0)
+            .callback(EpochTimer(times.clone(), Instant::now())),
+    )?;
+    let t = *times.lock().unwrap().last().unwrap_or(&f64::NAN);
+    Ok(n as f64 / t)
+}
+
 fn python_figures(script: &Path) -> Option<BTreeMap<String, f64>> {
-    let o = Command::new("python3").arg(script).output().ok()?;
+    python_figures_with(script, &[])
+}
+
+fn python_figures_with(script: &Path, args: &[&str]) -> Option<BTreeMap<String, f64>> {
+    let o = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .ok()?;
     if !o.status.success() {
         eprintln!(
             "xtask bench: {} failed: {}",
@@ -259,9 +334,10 @@ pub(crate) fn run(args: &[String]) -> bool {
         .first()
         .map(String::as_str)
         .filter(|a| !a.starts_with("--"));
-    let (do_kernels, do_autodiff) = (
+    let (do_kernels, do_autodiff, do_keras) = (
         only.is_none() || only == Some("kernels"),
         only.is_none() || only == Some("autodiff"),
+        only.is_none() || only == Some("keras"),
     );
     let rounds: usize = args
         .iter()
@@ -311,6 +387,30 @@ pub(crate) fn run(args: &[String]) -> bool {
             if let Some(m) = python_figures(&tf_script) {
                 tf_eager.extend(m.get("mlp_step_tf_eager"));
                 tf_fn.extend(m.get("mlp_step_tf_function"));
+            }
+        }
+    }
+    // Keras fit on MNIST against TensorFlow's Keras, interleaved.
+    const CNN_SAMPLES: usize = 10_000;
+    let keras_script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/tf_keras_mnist.py");
+    let mnist_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/mnist");
+    let mut keras: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for r in (0..rounds).filter(|_| do_keras) {
+        eprintln!("xtask bench: keras round {}/{rounds}", r + 1);
+        for (kind, n) in [("mlp", 60_000), ("cnn", CNN_SAMPLES)] {
+            match keras_fit(kind, n) {
+                Ok(v) => keras.entry(kind).or_default().0.push(v),
+                Err(e) => eprintln!("xtask bench: keras {kind}: {e}"),
+            }
+        }
+        if has_tf {
+            let dir = mnist_dir.to_string_lossy().to_string();
+            let n = CNN_SAMPLES.to_string();
+            for (k, v) in python_figures_with(&keras_script, &[&dir, &n]).unwrap_or_default() {
+                if let Some(kind) = k.strip_prefix("keras_").and_then(|k| k.strip_suffix("_tf")) {
+                    let kind = if kind == "mlp" { "mlp" } else { "cnn" };
+                    keras.entry(kind).or_default().1.push(v);
+                }
             }
         }
     }
@@ -391,6 +491,39 @@ pub(crate) fn run(args: &[String]) -> bool {
                 ));
                 csv.push_str(&format!("mlp_step_{},{t:.9e},,\n", name.replace(' ', "_")));
             }
+        }
+    }
+    if do_keras {
+        md.push_str(
+            "\n| Keras fit, MNIST, batch 128, Adam (2nd epoch) | ferroflow | TensorFlow Keras | ours / TF |\n|---|---|---|---|\n",
+        );
+        for (kind, label) in [
+            ("mlp", "MLP 784-256-128-10, 60k samples"),
+            ("cnn", "CNN C32-P-C64-P-D128-D10, 10k samples"),
+        ] {
+            let (ours_v, tf_v) = keras.get(kind).cloned().unwrap_or_default();
+            let o = (!ours_v.is_empty()).then(|| median(&ours_v));
+            let t = (!tf_v.is_empty()).then(|| median(&tf_v));
+            let f = |v: Option<f64>| {
+                v.map(|v| format!("{v:.0} samples/s"))
+                    .unwrap_or_else(|| "n/a".into())
+            };
+            md.push_str(&format!(
+                "| {label} | {} | {} | {} |\n",
+                f(o),
+                f(t),
+                o.zip(t)
+                    .map(|(o, t)| format!("{:.2}x", o / t))
+                    .unwrap_or_else(|| "n/a".into())
+            ));
+            csv.push_str(&format!(
+                "keras_{kind},{},{},{}\n",
+                o.map(|v| format!("{v:.6e}")).unwrap_or_default(),
+                t.map(|v| format!("{v:.6e}")).unwrap_or_default(),
+                o.zip(t)
+                    .map(|(o, t)| format!("{:.3}", o / t))
+                    .unwrap_or_default()
+            ));
         }
     }
     if let Some((step, floor)) = adam {

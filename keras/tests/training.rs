@@ -1,0 +1,402 @@
+//! Models: fit, evaluate, predict, validation, callbacks, custom steps, weights I/O, summary.
+
+use std::sync::{Arc, Mutex};
+
+use ferroflow_keras::activations::Activation;
+use ferroflow_keras::callbacks::*;
+use ferroflow_keras::layers::{BatchNormalization, Dense, Dropout, Flatten};
+use ferroflow_keras::losses::{MeanSquaredError, SparseCategoricalCrossentropy};
+use ferroflow_keras::{sequential, FitConfig, Logs, Model};
+use ferroflow_optim::{Adam, Optimizer, Sgd};
+use ferroflow_tensor::{random, DType, Error, Tensor};
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ferroflow-keras-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Three Gaussian blobs in 2-D, labels 0..3.
+fn blobs(n: usize, seed: u64) -> (Tensor, Tensor) {
+    ferroflow::init();
+    let y = random::stateless_uniform(&[n], [seed, 1], 0.0, 3.0, DType::I64).unwrap();
+    let centers = Tensor::from_vec(vec![0.0f32, 3.0, 3.0, -2.0, -3.0, -2.0], &[3, 2]).unwrap();
+    let noise = random::stateless_normal(&[n, 2], [seed, 2], 0.0, 0.7, DType::F32).unwrap();
+    (centers.gather(&y, 0).unwrap().add(&noise).unwrap(), y)
+}
+
+fn classifier() -> Model {
+    ferroflow::init();
+    Model::from(sequential![
+        Dense::new(16).activation(Activation::Relu),
+        Dense::new(3),
+    ])
+}
+
+fn compiled() -> Model {
+    let mut m = classifier();
+    m.compile(
+        Adam::new(0.05),
+        SparseCategoricalCrossentropy::new(true),
+        &["accuracy"],
+    )
+    .unwrap();
+    m
+}
+
+#[test]
+fn fit_learns_and_reports_history_evaluate_and_predict() {
+    let (x, y) = blobs(600, 1);
+    let mut m = compiled();
+    let h = m
+        .fit(
+            &x,
+            &y,
+            FitConfig::new()
+                .epochs(5)
+                .batch_size(32)
+                .validation_split(0.2)
+                .verbose(0),
+        )
+        .unwrap();
+    assert_eq!(h.epoch, vec![0, 1, 2, 3, 4]);
+    let keys: Vec<&str> = h.history.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["loss", "accuracy", "val_loss", "val_accuracy"]);
+    let loss = h.get("loss").unwrap();
+    assert!(loss[4] < loss[0], "{loss:?}");
+    assert!(h.get("val_accuracy").unwrap()[4] > 0.9);
+    let (xt, yt) = blobs(300, 2);
+    let logs = m.evaluate(&xt, &yt, 64).unwrap();
+    assert!(logs.get("accuracy").unwrap() > 0.9);
+    let p = m.predict(&xt, 64).unwrap();
+    assert_eq!(p.shape(), &[300, 3]);
+    // predict agrees with evaluate's accuracy.
+    let am = p.argmax(-1).unwrap().to_vec::<i64>().unwrap();
+    let hits = am
+        .iter()
+        .zip(yt.to_vec::<i64>().unwrap())
+        .filter(|(a, b)| **a == *b)
+        .count();
+    assert!((hits as f64 / 300.0 - logs.get("accuracy").unwrap()).abs() < 1e-9);
+}
+
+#[test]
+fn misuse_is_an_error() {
+    let (x, y) = blobs(10, 3);
+    let mut m = classifier();
+    let e = m.fit(&x, &y, FitConfig::new().verbose(0)).unwrap_err();
+    assert!(e.to_string().contains("compile"), "{e}");
+    let mut m = compiled();
+    let short = y.slice(&[0], &[5]).unwrap();
+    assert!(m.fit(&x, &short, FitConfig::new().verbose(0)).is_err());
+    assert!(m
+        .fit(&x, &y, FitConfig::new().batch_size(0).verbose(0))
+        .is_err());
+    assert!(m
+        .fit(&x, &y, FitConfig::new().validation_split(1.5).verbose(0))
+        .is_err());
+    assert!(classifier().summary().is_err());
+}
+
+#[test]
+fn validation_split_holds_out_the_last_samples() {
+    // Targets of the held-out tail are unlearnable noise far from the head's: the val loss
+    // must be computed on exactly those rows.
+    ferroflow::init();
+    let x = Tensor::ones(&[10, 1], DType::F32).unwrap();
+    let y = Tensor::from_vec(
+        vec![1.0f32, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 5.0, 5.0],
+        &[10, 1],
+    )
+    .unwrap();
+    let mut m = Model::from(sequential![Dense::new(1)]);
+    m.compile(Sgd::new(0.1), MeanSquaredError::new(), &[])
+        .unwrap();
+    let h = m
+        .fit(
+            &x,
+            &y,
+            FitConfig::new()
+                .epochs(200)
+                .batch_size(8)
+                .validation_split(0.2)
+                .verbose(0),
+        )
+        .unwrap();
+    assert!(h.get("loss").unwrap()[199] < 1e-6);
+    assert!((h.get("val_loss").unwrap()[199] - 16.0).abs() < 1e-3);
+}
+
+#[test]
+fn early_stopping_stops_and_restores_the_best_weights() {
+    let (x, y) = blobs(200, 4);
+    let mut m = compiled();
+    // Monitoring val_accuracy in `min` mode: accuracy only rises after epoch 0, so the
+    // best epoch is the first and training stops after `patience` more.
+    let h = m
+        .fit(
+            &x,
+            &y,
+            FitConfig::new()
+                .epochs(50)
+                .verbose(0)
+                .validation_data(&x, &y)
+                .callback(
+                    EarlyStopping::new("val_accuracy")
+                        .mode(Mode::Min)
+                        .patience(2)
+                        .restore_best_weights(true),
+                ),
+        )
+        .unwrap();
+    assert_eq!(
+        h.epoch.len(),
+        4,
+        "stops after the best epoch plus patience + 1"
+    );
+    // Restored weights are the epoch-0 weights: val accuracy back to epoch 0's.
+    let acc0 = h.get("val_accuracy").unwrap()[0];
+    let now = m.evaluate(&x, &y, 32).unwrap().get("accuracy").unwrap();
+    assert!((now - acc0).abs() < 1e-12, "{now} vs {acc0}");
+}
+
+#[test]
+fn checkpoint_lr_callbacks_csv_and_terminate_on_nan() {
+    let dir = tmp("callbacks");
+    let (x, y) = blobs(128, 5);
+    let mut m = compiled();
+    let lrs = Arc::new(Mutex::new(vec![]));
+    let seen = lrs.clone();
+    let csv = dir.join("log.csv");
+    m.fit(
+        &x,
+        &y,
+        FitConfig::new()
+            .epochs(4)
+            .verbose(0)
+            .validation_data(&x, &y)
+            .callback(LearningRateScheduler::new(move |epoch, lr| {
+                seen.lock().unwrap().push(lr);
+                0.01 / (epoch + 1) as f64
+            }))
+            .callback(ModelCheckpoint::new(
+                dir.join("w-{epoch:02d}.safetensors").to_str().unwrap(),
+            ))
+            .callback(CsvLogger::new(&csv)),
+    )
+    .unwrap();
+    assert_eq!(*lrs.lock().unwrap(), vec![0.05, 0.01, 0.005, 0.01 / 3.0]);
+    for e in 1..=4 {
+        assert!(dir.join(format!("w-{e:02}.safetensors")).exists());
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "epoch,loss,accuracy,val_loss,val_accuracy");
+    assert_eq!(lines.len(), 5);
+    assert!(lines[4].starts_with("3,"));
+
+    // save_best_only: a monitored value that never improves after the first epoch.
+    let mut m = compiled();
+    let mut cp = ModelCheckpoint::new(dir.join("best-{epoch}.safetensors").to_str().unwrap())
+        .monitor("loss", Mode::Max)
+        .save_best_only(true);
+    let mut logs = Logs::new();
+    for (epoch, loss) in [3.0, 2.0, 4.0, 1.0].into_iter().enumerate() {
+        logs.set("loss", loss);
+        m.build(&[2]).unwrap();
+        cp.on_epoch_end(epoch, &logs, &mut m).unwrap();
+    }
+    let saved: Vec<String> = cp
+        .saved
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into())
+        .collect();
+    assert_eq!(saved, ["best-1.safetensors", "best-3.safetensors"]);
+
+    // ReduceLROnPlateau divides the learning rate after `patience` flat epochs.
+    let mut r = ReduceLROnPlateau::new("val_loss").factor(0.5).patience(2);
+    let params = TrainParams {
+        epochs: 10,
+        steps: 1,
+        verbose: 0,
+    };
+    r.on_train_begin(&params, &mut m).unwrap();
+    for epoch in 0..5 {
+        let mut l = Logs::new();
+        l.set("val_loss", 1.0);
+        r.on_epoch_end(epoch, &l, &mut m).unwrap();
+    }
+    let lr = m.optimizer_mut().unwrap().learning_rate().at(0);
+    assert!((lr - 0.05 * 0.25).abs() < 1e-12, "{lr}");
+
+    // TerminateOnNaN: a NaN input makes the first batch's loss NaN.
+    let mut bad = x.to_vec::<f32>().unwrap();
+    bad[0] = f32::NAN;
+    let xn = Tensor::from_vec(bad, &[128, 2]).unwrap();
+    let mut m = compiled();
+    let h = m
+        .fit(
+            &xn,
+            &y,
+            FitConfig::new()
+                .epochs(3)
+                .shuffle(false)
+                .verbose(0)
+                .callback(TerminateOnNaN),
+        )
+        .unwrap();
+    assert_eq!(h.epoch.len(), 1);
+    assert!(h.get("loss").unwrap()[0].is_nan());
+}
+
+#[test]
+fn custom_train_step_and_custom_loops_share_the_model() {
+    let (x, y) = blobs(64, 6);
+    let mut m = compiled();
+    let calls = Arc::new(Mutex::new(0usize));
+    let c = calls.clone();
+    m.set_train_step(move |model, x, y| {
+        *c.lock().unwrap() += 1;
+        model.default_train_step(x, y)
+    });
+    m.fit(&x, &y, FitConfig::new().epochs(2).batch_size(16).verbose(0))
+        .unwrap();
+    assert_eq!(*calls.lock().unwrap(), 8);
+    // A GradientTape loop on the same model's layers.
+    let before = m.get_weights().unwrap();
+    let tape = ferroflow_autodiff::GradientTape::new();
+    let out = m.call(&x, true).unwrap();
+    let loss = SparseCategoricalCrossentropy::new(true);
+    use ferroflow_keras::losses::Loss;
+    let l = loss.call(&y, &out, None).unwrap();
+    let vars = m.trainable_weights();
+    let mut opt = Sgd::new(0.1);
+    opt.minimize(&l, &vars, &tape).unwrap();
+    let after = m.get_weights().unwrap();
+    assert_ne!(
+        before[0].to_vec::<f32>().unwrap(),
+        after[0].to_vec::<f32>().unwrap()
+    );
+}
+
+#[test]
+fn weights_round_trip_and_mismatches_change_nothing() {
+    let dir = tmp("weights");
+    let (x, y) = blobs(64, 7);
+    let mut m = compiled();
+    m.fit(&x, &y, FitConfig::new().epochs(2).verbose(0))
+        .unwrap();
+    let path = dir.join("w.safetensors");
+    m.save_weights(&path).unwrap();
+    let p0 = m.predict(&x, 32).unwrap().to_vec::<f32>().unwrap();
+    // A fresh model with other layer names loads by position.
+    let mut fresh = classifier();
+    fresh.build(&[2]).unwrap();
+    fresh.load_weights(&path).unwrap();
+    assert_eq!(fresh.predict(&x, 32).unwrap().to_vec::<f32>().unwrap(), p0);
+    // A model of another shape: an error naming the weight; nothing assigned.
+    let mut other = Model::from(sequential![Dense::new(16), Dense::new(4)]);
+    other.build(&[2]).unwrap();
+    let w0 = other.get_weights().unwrap()[0].to_vec::<f32>().unwrap();
+    let e = other.load_weights(&path).unwrap_err().to_string();
+    assert!(e.contains("kernel") && e.contains("[16, 4]"), "{e}");
+    assert_eq!(other.get_weights().unwrap()[0].to_vec::<f32>().unwrap(), w0);
+    // Not a safetensors file.
+    std::fs::write(dir.join("junk"), b"junk").unwrap();
+    assert!(matches!(
+        fresh.load_weights(dir.join("junk")),
+        Err(Error::Format { .. })
+    ));
+    // Whole model: config + weights.
+    let mut bn = Model::from(sequential![
+        Flatten::new(),
+        Dense::new(8),
+        BatchNormalization::new(),
+        Dropout::new(0.5),
+        Dense::new(3)
+    ]);
+    bn.compile(
+        Adam::new(0.01),
+        SparseCategoricalCrossentropy::new(true),
+        &[],
+    )
+    .unwrap();
+    bn.fit(&x, &y, FitConfig::new().epochs(1).verbose(0))
+        .unwrap();
+    bn.save(dir.join("model")).unwrap();
+    let mut back = Model::load(dir.join("model")).unwrap();
+    assert_eq!(
+        back.predict(&x, 32).unwrap().to_vec::<f32>().unwrap(),
+        bn.predict(&x, 32).unwrap().to_vec::<f32>().unwrap()
+    );
+    assert_eq!(back.network().config(), bn.network().config());
+}
+
+#[test]
+fn safetensors_files_open_in_python() {
+    let has = std::process::Command::new("python3")
+        .args(["-c", "import safetensors.numpy, numpy"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !has {
+        eprintln!("SKIPPED safetensors_files_open_in_python: python3 with `safetensors` and `numpy` is not installed (pip install safetensors numpy; .ci/run does)");
+        return;
+    }
+    let dir = tmp("python");
+    let mut m = classifier();
+    m.build(&[2]).unwrap();
+    let path = dir.join("w.safetensors");
+    m.save_weights(&path).unwrap();
+    let w = m.network().named_weights();
+    let script = "import sys, safetensors.numpy as s\nd = s.load_file(sys.argv[1])\nfor k in sorted(d): print(k, list(d[k].shape), str(d[k].dtype), repr(float(d[k].sum())))";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut want: Vec<String> = w
+        .iter()
+        .map(|(n, v)| {
+            let s: f32 = v.peek().to_vec::<f32>().unwrap().iter().sum();
+            (n.clone(), v.shape(), s)
+        })
+        .map(|(n, shape, s)| format!("{n} {shape:?} float32 {s}"))
+        .collect();
+    want.sort();
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        let (gn, gs) = g.rsplit_once(' ').unwrap();
+        let (wn, ws) = w.rsplit_once(' ').unwrap();
+        assert_eq!(gn, wn);
+        let (gs, ws): (f64, f64) = (gs.parse().unwrap(), ws.parse().unwrap());
+        assert!((gs - ws).abs() < 1e-4 * (1.0 + ws.abs()), "{g} vs {w}");
+    }
+}
+
+#[test]
+fn summary_lists_layers_and_parameter_counts() {
+    ferroflow::init();
+    let mut m = Model::from(sequential![
+        Flatten::new(),
+        Dense::new(8).activation(Activation::Relu),
+        BatchNormalization::new(),
+        Dense::new(2)
+    ]);
+    m.build(&[3, 4]).unwrap();
+    let s = m.summary().unwrap();
+    assert!(s.contains("(None, 12)"), "{s}");
+    assert!(s.contains("(None, 8)"));
+    assert!(s.contains("Total params: 154"), "{s}");
+    assert!(s.contains("Trainable params: 138"));
+    assert!(s.contains("Non-trainable params: 16"));
+    let dense = m.network().sublayers()[1].name().to_string();
+    assert!(s.contains(&format!("{dense} (Dense)")));
+}
