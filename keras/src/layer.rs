@@ -96,6 +96,10 @@ impl LayerBase {
     pub fn built(&self) -> bool {
         self.built
     }
+    /// Marks the layer built (containers whose parts were built elsewhere).
+    pub(crate) fn mark_built(&mut self) {
+        self.built = true;
+    }
     /// The dtype of the layer's weights and computations, from its policy.
     pub fn dtype(&self) -> Result<DType> {
         match self.dtype_policy.as_str() {
@@ -175,6 +179,13 @@ pub trait Layer: Send {
     fn sublayers(&self) -> Vec<&dyn Layer> {
         vec![]
     }
+    /// Calls `f` on each contained layer once, in order. Defaults to [`Layer::sublayers`];
+    /// containers whose layers sit behind locks (functional graphs) override this instead.
+    fn visit_sublayers(&self, f: &mut dyn FnMut(&dyn Layer)) {
+        for l in self.sublayers() {
+            f(l);
+        }
+    }
 
     /// The layer's name.
     fn name(&self) -> &str {
@@ -218,9 +229,7 @@ pub trait Layer: Send {
             .filter(|w| w.trainable)
             .map(|w| w.variable.clone())
             .collect();
-        for l in self.sublayers() {
-            v.extend(l.trainable_weights());
-        }
+        self.visit_sublayers(&mut |l| v.extend(l.trainable_weights()));
         v
     }
     /// Non-trainable weights (moving statistics; every weight of a frozen layer).
@@ -233,13 +242,13 @@ pub trait Layer: Send {
             .filter(|w| frozen || !w.trainable)
             .map(|w| w.variable.clone())
             .collect();
-        for l in self.sublayers() {
+        self.visit_sublayers(&mut |l| {
             if frozen {
                 v.extend(l.weights());
             } else {
                 v.extend(l.non_trainable_weights());
             }
-        }
+        });
         v
     }
     /// Every weight: trainable first, then non-trainable (Keras' `weights`).
@@ -257,11 +266,12 @@ pub trait Layer: Send {
             .iter()
             .map(|w| (format!("{}/{}", self.name(), w.name), w.variable.clone()))
             .collect();
-        for l in self.sublayers() {
+        let me = self.name().to_string();
+        self.visit_sublayers(&mut |l| {
             for (n, var) in l.named_weights() {
-                v.push((format!("{}/{n}", self.name()), var));
+                v.push((format!("{me}/{n}"), var));
             }
-        }
+        });
         v
     }
     /// The regularization penalties of every weight (Keras' `losses`).
@@ -272,10 +282,15 @@ pub trait Layer: Send {
                 v.push(r.penalty(&w.variable.value())?);
             }
         }
-        for l in self.sublayers() {
-            v.extend(l.regularization_losses()?);
+        let mut failure = None;
+        self.visit_sublayers(&mut |l| match l.regularization_losses() {
+            Ok(r) => v.extend(r),
+            Err(e) => failure = failure.take().or(Some(e)),
+        });
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(v),
         }
-        Ok(v)
     }
     /// Number of scalars in all weights.
     fn count_params(&self) -> usize {

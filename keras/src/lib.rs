@@ -24,6 +24,7 @@
 
 pub mod activations;
 pub mod callbacks;
+pub mod functional;
 pub mod initializers;
 pub mod layer;
 pub mod layers;
@@ -34,5 +35,6 @@ pub mod regularizers;
 pub mod saving;
 
 pub use callbacks::{Callback, History, Logs};
+pub use functional::{input, Functional, KerasTensor, Symbolic};
 pub use layer::{Layer, LayerBase, LayerRef};
 pub use model::{Data, FitConfig, Model, Sequential};

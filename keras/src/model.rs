@@ -9,6 +9,7 @@ use ferroflow_tensor::{random, DType, Error, Result, Tensor, Variable};
 use serde_json::{json, Value};
 
 use crate::callbacks::{Callback, History, Logs, ProgbarLogger, TrainParams};
+use crate::functional::{Functional, KerasTensor};
 use crate::layer::{Layer, LayerBase};
 use crate::losses::Loss;
 use crate::metrics::{Mean, Metric};
@@ -282,6 +283,19 @@ impl From<Sequential> for Model {
 }
 
 impl Model {
+    /// A functional model from symbolic inputs to outputs (`tf.keras.Model(inputs,
+    /// outputs)`); see [`crate::functional`].
+    pub fn new(inputs: &[KerasTensor], outputs: &[KerasTensor]) -> Result<Model> {
+        let graph = Functional::new(inputs, outputs)?;
+        let mut m = Model::from_layer(graph);
+        m.build_input_shapes = Some(
+            inputs
+                .iter()
+                .map(|k| k.shape()[1..].iter().map(|d| d.unwrap_or(1)).collect())
+                .collect(),
+        );
+        Ok(m)
+    }
     /// Wraps any layer as a model (Keras' subclassed models).
     pub fn from_layer(network: impl Layer + 'static) -> Model {
         Model::from_boxed(Box::new(network))
@@ -800,11 +814,15 @@ impl Model {
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
         self.require_built("save")?;
         let dir = dir.as_ref();
+        let network_config = self.network.config();
+        if let Some(why) = network_config["config"]["unserializable"].as_str() {
+            return Err(Error::invalid("Model.save", why.to_string()));
+        }
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, &e))?;
         let config = json!({
             "format": "ferroflow-keras-model",
             "version": 1,
-            "config": self.network.config(),
+            "config": network_config,
             "build_input_shapes": self.build_input_shapes,
         });
         let text = serde_json::to_string_pretty(&config).expect("JSON values serialize");
@@ -844,16 +862,26 @@ impl Model {
     pub fn summary(&self) -> Result<String> {
         self.require_built("summary")?;
         let mut rows: Vec<(String, String, usize)> = vec![];
-        let layers = self.network.sublayers();
-        let listed: Vec<&dyn Layer> = if layers.is_empty() {
-            vec![self.network.as_ref()]
-        } else {
-            layers
-        };
-        for l in &listed {
-            let shapes: Vec<String> = l
-                .base()
-                .output_shapes()
+        let mut listed: Vec<(String, &'static str, Vec<Vec<usize>>, usize)> = vec![];
+        self.network.visit_sublayers(&mut |l| {
+            listed.push((
+                l.name().to_string(),
+                l.class_name(),
+                l.base().output_shapes().to_vec(),
+                l.count_params(),
+            ))
+        });
+        if listed.is_empty() {
+            let l = self.network.as_ref();
+            listed.push((
+                l.name().to_string(),
+                l.class_name(),
+                l.base().output_shapes().to_vec(),
+                l.count_params(),
+            ));
+        }
+        for (name, class, output_shapes, params) in &listed {
+            let shapes: Vec<String> = output_shapes
                 .iter()
                 .map(|s| {
                     let dims: Vec<String> = s
@@ -873,11 +901,7 @@ impl Model {
                 1 => shapes[0].clone(),
                 _ => format!("[{}]", shapes.join(", ")),
             };
-            rows.push((
-                format!("{} ({})", l.name(), l.class_name()),
-                shape,
-                l.count_params(),
-            ));
+            rows.push((format!("{name} ({class})"), shape, *params));
         }
         let total = self.count_params();
         let trainable: usize = self

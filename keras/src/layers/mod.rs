@@ -42,6 +42,7 @@ pub fn deserialize(v: &Value) -> Result<Box<dyn Layer>> {
         "Multiply" => Box::new(Multiply::from_config(c)?),
         "Concatenate" => Box::new(Concatenate::from_config(c)?),
         "Sequential" => Box::new(crate::model::Sequential::from_config(c)?),
+        "Functional" => Box::new(crate::functional::Functional::from_config(c)?),
         other => {
             return Err(Error::format(
                 "layer config",

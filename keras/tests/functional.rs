@@ -1,0 +1,124 @@
+//! The Functional API: symbolic inputs, shared layers, raw ops as nodes, several inputs and
+//! outputs, nesting, fit, save/load.
+
+use ferroflow_keras::activations::Activation;
+use ferroflow_keras::functional::{input, KerasTensor, Symbolic};
+use ferroflow_keras::layers::{Add, Concatenate, Dense};
+use ferroflow_keras::losses::MeanSquaredError;
+use ferroflow_keras::{FitConfig, Functional, LayerRef, Model};
+use ferroflow_optim::Adam;
+use ferroflow_tensor::{random, DType, Tensor};
+
+fn x(n: usize, d: usize, seed: u64) -> Tensor {
+    ferroflow::init();
+    random::stateless_normal(&[n, d], [seed, 9], 0.0, 1.0, DType::F32).unwrap()
+}
+
+#[test]
+fn graph_runs_in_topological_order_with_shared_layers_and_ops() {
+    ferroflow::init();
+    let a = input(&[3], "a");
+    let b = input(&[3], "b");
+    assert_eq!(a.shape(), &[None, Some(3)]);
+    let shared = LayerRef::new(Dense::new(4).activation(Activation::Tanh));
+    let ha = (&shared).on(&[&a]).unwrap().remove(0);
+    let hb = (&shared).on(&[&b]).unwrap().remove(0);
+    let diff = ha.sub(&hb).unwrap().square().unwrap();
+    let s = diff.reduce_sum(&[1], true).unwrap();
+    let both = Concatenate::new(-1).on(&[&ha, &hb]).unwrap().remove(0);
+    let mut model = Model::new(&[a, b], &[s.clone(), both]).unwrap();
+    // One set of weights for the shared layer.
+    assert_eq!(model.weights().len(), 2);
+    let (xa, xb) = (x(5, 3, 1), x(5, 3, 2));
+    let out = model.call_multi(&[xa.clone(), xb.clone()], false).unwrap();
+    assert_eq!(out[0].shape(), &[5, 1]);
+    assert_eq!(out[1].shape(), &[5, 8]);
+    // The same computation by hand.
+    let w = model.weights();
+    let f = |t: &Tensor| {
+        t.matmul(&w[0].peek())
+            .unwrap()
+            .add(&w[1].peek())
+            .unwrap()
+            .tanh()
+            .unwrap()
+    };
+    let want = f(&xa)
+        .sub(&f(&xb))
+        .unwrap()
+        .square()
+        .unwrap()
+        .reduce_sum(1isize, true)
+        .unwrap();
+    let (g, w) = (
+        out[0].to_vec::<f32>().unwrap(),
+        want.to_vec::<f32>().unwrap(),
+    );
+    for (g, w) in g.iter().zip(&w) {
+        assert!((g - w).abs() < 1e-5);
+    }
+    // Feeding the wrong number or shape of inputs is an error.
+    assert!(model.call_multi(&[xa.clone()], false).is_err());
+    assert!(model.call_multi(&[xa, x(5, 4, 3)], false).is_err());
+}
+
+#[test]
+fn disconnected_graphs_are_errors() {
+    ferroflow::init();
+    let a = input(&[2], "a");
+    let b = input(&[2], "b");
+    let y = Add::new().on(&[&a, &b]).unwrap().remove(0);
+    let e = Model::new(&[a], &[y]).err().unwrap().to_string();
+    assert!(e.contains("disconnected") && e.contains("\"b\""), "{e}");
+}
+
+#[test]
+fn nested_functional_models_fit_and_save() {
+    let dir = std::env::temp_dir().join(format!("ferroflow-functional-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    ferroflow::init();
+    let inner_in = input(&[4], "inner_in");
+    let h = Dense::new(8)
+        .activation(Activation::Relu)
+        .on(&[&inner_in])
+        .unwrap()
+        .remove(0);
+    let inner = Functional::new(&[inner_in], &[h]).unwrap();
+    let outer_in = input(&[4], "outer_in");
+    let z = inner.on(&[&outer_in]).unwrap().remove(0);
+    let y = Dense::new(1).on(&[&z]).unwrap().remove(0);
+    let y = y.add(&outer_in.reduce_mean(&[1], true).unwrap()).unwrap();
+    let mut model = Model::new(&[outer_in], &[y]).unwrap();
+    assert_eq!(model.count_params(), 4 * 8 + 8 + 8 + 1);
+    let xs = x(256, 4, 4);
+    let ys = xs.reduce_sum(-1isize, true).unwrap();
+    model
+        .compile(Adam::new(0.02), MeanSquaredError::new(), &[])
+        .unwrap();
+    let h = model
+        .fit(
+            &xs,
+            &ys,
+            FitConfig::new().epochs(30).batch_size(32).verbose(0),
+        )
+        .unwrap();
+    let l = h.get("loss").unwrap();
+    assert!(l[29] < 0.1 * l[0], "{l:?}");
+    let s = model.summary().unwrap();
+    assert!(s.contains("(Functional)"), "{s}");
+    model.save(&dir).unwrap();
+    let mut back = Model::load(&dir).unwrap();
+    let (p, q) = (
+        model.predict(&xs, 64).unwrap(),
+        back.predict(&xs, 64).unwrap(),
+    );
+    assert_eq!(p.to_vec::<f32>().unwrap(), q.to_vec::<f32>().unwrap());
+    // A custom lambda node cannot be saved: an error, nothing written.
+    let a = input(&[2], "a");
+    let l = KerasTensor::lambda(&[&a], |t| Ok(vec![t[0].mul(&t[0])?])).unwrap();
+    let m = Model::new(&[a], &[l]).unwrap();
+    let where_ = dir.join("lambda");
+    let e = m.save(&where_).unwrap_err().to_string();
+    assert!(e.contains("lambda"), "{e}");
+    assert!(!where_.exists());
+}
