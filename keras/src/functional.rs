@@ -32,6 +32,9 @@ use crate::layer::{unique_name, Layer, LayerBase, LayerRef};
 
 static NEXT_NODE: AtomicUsize = AtomicUsize::new(0);
 
+/// A function of tensors recorded as a graph node (Keras' `Lambda`).
+pub type LambdaFn = Arc<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync>;
+
 /// A raw tensor op recorded on KerasTensors (Keras' `TFOpLambda`). The named ones can be
 /// saved in a model config; a [`TfOp::Custom`] closure cannot.
 #[derive(Clone)]
@@ -54,7 +57,7 @@ pub enum TfOp {
         keepdims: bool,
     },
     /// Any function of the input tensors.
-    Custom(Arc<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync>),
+    Custom(LambdaFn),
 }
 
 impl TfOp {

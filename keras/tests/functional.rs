@@ -58,7 +58,7 @@ fn graph_runs_in_topological_order_with_shared_layers_and_ops() {
         assert!((g - w).abs() < 1e-5);
     }
     // Feeding the wrong number or shape of inputs is an error.
-    assert!(model.call_multi(&[xa.clone()], false).is_err());
+    assert!(model.call_multi(std::slice::from_ref(&xa), false).is_err());
     assert!(model.call_multi(&[xa, x(5, 4, 3)], false).is_err());
 }
 

@@ -355,6 +355,15 @@ fn layers_rebuild_from_their_configs() {
         Box::new(BatchNormalization::new()),
         Box::new(Concatenate::new(1)),
         Box::new(Reshape::new(&[2, -1])),
+        Box::new(Embedding::new(10, 4)),
+        Box::new(Conv1D::new(3, 2)),
+        Box::new(Conv2DTranspose::new(3, [2, 2]).strides([2, 2])),
+        Box::new(Lstm::new(4).return_sequences(true)),
+        Box::new(Gru::new(2)),
+        Box::new(SimpleRNN::new(3).activation(Activation::Relu)),
+        Box::new(MultiHeadAttention::new(2, 8)),
+        Box::new(LayerNormalization::new()),
+        Box::new(GlobalMaxPooling2D::new()),
     ];
     for l in layers {
         let c = l.config();

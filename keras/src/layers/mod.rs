@@ -4,14 +4,18 @@
 mod conv;
 mod core;
 mod merge;
+mod more_conv;
 mod norm;
+mod recurrent;
 
 pub use self::conv::{
     AveragePooling2D, Conv2D, GlobalAveragePooling2D, GlobalMaxPooling2D, MaxPooling2D,
 };
 pub use self::core::{Activation, Dense, Dropout, Flatten, Reshape};
 pub use self::merge::{Add, Concatenate, Multiply};
+pub use self::more_conv::{Conv1D, Conv2DTranspose, DepthwiseConv2D, Embedding};
 pub use self::norm::{BatchNormalization, LayerNormalization};
+pub use self::recurrent::{Gru, Lstm, MultiHeadAttention, SimpleRNN};
 
 use ferroflow_tensor::{Error, Result};
 use serde_json::Value;
@@ -39,6 +43,14 @@ pub fn deserialize(v: &Value) -> Result<Box<dyn Layer>> {
         "BatchNormalization" => Box::new(BatchNormalization::from_config(c)?),
         "LayerNormalization" => Box::new(LayerNormalization::from_config(c)?),
         "Add" => Box::new(Add::from_config(c)?),
+        "Embedding" => Box::new(Embedding::from_config(c)?),
+        "Conv1D" => Box::new(Conv1D::from_config(c)?),
+        "Conv2DTranspose" => Box::new(Conv2DTranspose::from_config(c)?),
+        "DepthwiseConv2D" => Box::new(DepthwiseConv2D::from_config(c)?),
+        "SimpleRNN" => Box::new(SimpleRNN::from_config(c)?),
+        "LSTM" => Box::new(Lstm::from_config(c)?),
+        "GRU" => Box::new(Gru::from_config(c)?),
+        "MultiHeadAttention" => Box::new(MultiHeadAttention::from_config(c)?),
         "Multiply" => Box::new(Multiply::from_config(c)?),
         "Concatenate" => Box::new(Concatenate::from_config(c)?),
         "Sequential" => Box::new(crate::model::Sequential::from_config(c)?),
