@@ -400,3 +400,73 @@ fn summary_lists_layers_and_parameter_counts() {
     let dense = m.network().sublayers()[1].name().to_string();
     assert!(s.contains(&format!("{dense} (Dense)")));
 }
+
+/// A subclassed model: a custom `Layer` holding two Dense layers and a skip connection.
+struct Residual {
+    base: ferroflow_keras::LayerBase,
+    inner: Dense,
+    out: Dense,
+}
+
+impl ferroflow_keras::Layer for Residual {
+    fn base(&self) -> &ferroflow_keras::LayerBase {
+        &self.base
+    }
+    fn base_mut(&mut self) -> &mut ferroflow_keras::LayerBase {
+        &mut self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "Residual"
+    }
+    fn call(&mut self, inputs: &[Tensor], training: bool) -> ferroflow_tensor::Result<Vec<Tensor>> {
+        let h = self.inner.forward(&inputs[0], training)?;
+        let y = self.out.forward(&h, training)?;
+        Ok(vec![y.add(&inputs[0].reduce_sum(-1isize, true)?)?])
+    }
+    fn sublayers(&self) -> Vec<&dyn ferroflow_keras::Layer> {
+        vec![&self.inner, &self.out]
+    }
+}
+
+#[test]
+fn subclassed_models_fit_and_expose_their_sublayers_weights() {
+    ferroflow::init();
+    let x = random::stateless_normal(&[128, 3], [3, 3], 0.0, 1.0, DType::F32).unwrap();
+    // Target: sum(x) + 2·x0, so the dense part has to learn 2·x0.
+    let y = x
+        .reduce_sum(-1isize, true)
+        .unwrap()
+        .add(
+            &x.slice(&[0, 0], &[128, 1])
+                .unwrap()
+                .mul(&Tensor::scalar(2.0f32).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+    let net = Residual {
+        base: ferroflow_keras::LayerBase::new("residual", None),
+        inner: Dense::new(8).activation(Activation::Relu),
+        out: Dense::new(1),
+    };
+    let mut m = Model::from_layer(net);
+    m.compile(Adam::new(0.02), MeanSquaredError::new(), &[])
+        .unwrap();
+    let h = m
+        .fit(
+            &x,
+            &y,
+            FitConfig::new().epochs(60).batch_size(32).verbose(0),
+        )
+        .unwrap();
+    assert_eq!(m.trainable_weights().len(), 4);
+    assert_eq!(m.count_params(), 3 * 8 + 8 + 8 + 1);
+    let l = h.get("loss").unwrap();
+    assert!(l[59] < 0.05 * l[0], "{} -> {}", l[0], l[59]);
+    let names: Vec<String> = m
+        .network()
+        .named_weights()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert!(names[0].starts_with("residual/dense"), "{names:?}");
+}
