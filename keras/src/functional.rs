@@ -452,25 +452,13 @@ impl Functional {
         let mut built: Vec<Vec<KerasTensor>> = vec![];
         let mut layers: HashMap<String, LayerRef> = HashMap::new();
         for n in nodes {
-            let ins: Vec<KerasTensor> = n["inbound"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|p| {
-                            let (i, j) = (
-                                p[0].as_u64().unwrap_or(u64::MAX) as usize,
-                                p[1].as_u64().unwrap_or(0) as usize,
-                            );
-                            built
-                                .get(i)
-                                .and_then(|o| o.get(j))
-                                .cloned()
-                                .ok_or_else(|| bad(format!("bad inbound {p}")))
-                        })
-                        .collect::<Result<Vec<_>>>()
-                })
-                .transpose()?
-                .unwrap_or_default();
+            let ins: Vec<KerasTensor> = match n["inbound"].as_array() {
+                Some(a) => a
+                    .iter()
+                    .map(|p| resolve(&built, p))
+                    .collect::<Result<_>>()?,
+                None => vec![],
+            };
             let refs: Vec<&KerasTensor> = ins.iter().collect();
             let outs = match n["kind"].as_str() {
                 Some("input") => {
@@ -510,23 +498,22 @@ impl Functional {
                 .as_array()
                 .ok_or_else(|| bad(format!("missing {key:?}")))?
                 .iter()
-                .map(|p| {
-                    let (i, j) = (
-                        p[0].as_u64().unwrap_or(u64::MAX) as usize,
-                        p[1].as_u64().unwrap_or(0) as usize,
-                    );
-                    built
-                        .get(i)
-                        .and_then(|o| o.get(j))
-                        .cloned()
-                        .ok_or_else(|| bad(format!("bad reference {p}")))
-                })
+                .map(|p| resolve(&built, p))
                 .collect()
         };
         let ins = pick("inputs")?;
         let outs = pick("outputs")?;
         Functional::new(&ins, &outs)
     }
+}
+
+/// The tensor a config reference `[node, output]` names among the nodes rebuilt so far.
+fn resolve(built: &[Vec<KerasTensor>], p: &Value) -> Result<KerasTensor> {
+    let (i, j) = (p[0].as_u64(), p[1].as_u64());
+    i.zip(j)
+        .and_then(|(i, j)| built.get(i as usize)?.get(j as usize))
+        .cloned()
+        .ok_or_else(|| Error::format("Functional config", format!("bad tensor reference {p}")))
 }
 
 impl Layer for Functional {

@@ -304,6 +304,23 @@ fn binary_pairs(
     Ok((t, p))
 }
 
+/// Calls `f(is_positive, score, weight)` for every (target, prediction) pair of a batch.
+fn for_each_pair(
+    op: &'static str,
+    y_true: &Tensor,
+    y_pred: &Tensor,
+    w: Option<&Tensor>,
+    mut f: impl FnMut(bool, f64, f64),
+) -> Result<()> {
+    let (t, p) = binary_pairs(op, y_true, y_pred)?;
+    let w = weights_of(w)?;
+    for (i, (t, p)) in t.iter().zip(&p).enumerate() {
+        let wi = w.as_ref().and_then(|w| w.get(i)).copied().unwrap_or(1.0);
+        f(*t > 0.5, *p, wi);
+    }
+    Ok(())
+}
+
 /// `tf.keras.metrics.Precision` (threshold 0.5): `tp / (tp + fp)`.
 #[derive(Debug, Clone)]
 pub struct Precision {
@@ -335,19 +352,13 @@ impl Metric for Precision {
         "precision"
     }
     fn update_state(&mut self, y_true: &Tensor, y_pred: &Tensor, w: Option<&Tensor>) -> Result<()> {
-        let (t, p) = binary_pairs("Precision", y_true, y_pred)?;
-        let w = weights_of(w)?;
-        for (i, (t, p)) in t.iter().zip(&p).enumerate() {
-            let wi = w.as_ref().and_then(|w| w.get(i)).copied().unwrap_or(1.0);
-            if *p > self.threshold {
-                if *t > 0.5 {
-                    self.tp += wi;
-                } else {
-                    self.fp += wi;
-                }
+        let th = self.threshold;
+        let (tp, fp) = (&mut self.tp, &mut self.fp);
+        for_each_pair("Precision", y_true, y_pred, w, |positive, p, wi| {
+            if p > th {
+                *if positive { &mut *tp } else { &mut *fp } += wi;
             }
-        }
-        Ok(())
+        })
     }
     fn result(&self) -> f64 {
         let d = self.tp + self.fp;
@@ -394,19 +405,13 @@ impl Metric for Recall {
         "recall"
     }
     fn update_state(&mut self, y_true: &Tensor, y_pred: &Tensor, w: Option<&Tensor>) -> Result<()> {
-        let (t, p) = binary_pairs("Recall", y_true, y_pred)?;
-        let w = weights_of(w)?;
-        for (i, (t, p)) in t.iter().zip(&p).enumerate() {
-            let wi = w.as_ref().and_then(|w| w.get(i)).copied().unwrap_or(1.0);
-            if *t > 0.5 {
-                if *p > self.threshold {
-                    self.tp += wi;
-                } else {
-                    self.fn_ += wi;
-                }
+        let th = self.threshold;
+        let (tp, fn_) = (&mut self.tp, &mut self.fn_);
+        for_each_pair("Recall", y_true, y_pred, w, |positive, p, wi| {
+            if positive {
+                *if p > th { &mut *tp } else { &mut *fn_ } += wi;
             }
-        }
-        Ok(())
+        })
     }
     fn result(&self) -> f64 {
         let d = self.tp + self.fn_;
@@ -467,21 +472,23 @@ impl Metric for Auc {
         "auc"
     }
     fn update_state(&mut self, y_true: &Tensor, y_pred: &Tensor, w: Option<&Tensor>) -> Result<()> {
-        let (t, p) = binary_pairs("AUC", y_true, y_pred)?;
-        let w = weights_of(w)?;
-        for (i, (t, p)) in t.iter().zip(&p).enumerate() {
-            let wi = w.as_ref().and_then(|w| w.get(i)).copied().unwrap_or(1.0);
-            let positive = *t > 0.5;
-            for (j, th) in self.thresholds.iter().enumerate() {
-                match (positive, *p > *th) {
-                    (true, true) => self.tp[j] += wi,
-                    (true, false) => self.fn_[j] += wi,
-                    (false, true) => self.fp[j] += wi,
-                    (false, false) => self.tn[j] += wi,
+        let Auc {
+            thresholds,
+            tp,
+            fp,
+            tn,
+            fn_,
+        } = self;
+        for_each_pair("AUC", y_true, y_pred, w, |positive, p, wi| {
+            for (j, th) in thresholds.iter().enumerate() {
+                match (positive, p > *th) {
+                    (true, true) => tp[j] += wi,
+                    (true, false) => fn_[j] += wi,
+                    (false, true) => fp[j] += wi,
+                    (false, false) => tn[j] += wi,
                 }
             }
-        }
-        Ok(())
+        })
     }
     fn result(&self) -> f64 {
         let ratio = |a: f64, b: f64| if a + b == 0.0 { 0.0 } else { a / (a + b) };

@@ -143,15 +143,7 @@ impl Conv2D {
 impl Layer for Conv2D {
     layer_base!("Conv2D");
     fn build(&mut self, input_shapes: &[Vec<usize>]) -> Result<()> {
-        let channels = match input_shapes.first().map(Vec::as_slice) {
-            Some(&[_, _, _, c]) => c,
-            other => {
-                return Err(Error::invalid(
-                    "Conv2D",
-                    format!("expects NHWC input (rank 4), got shape {other:?}"),
-                ))
-            }
-        };
+        let channels = crate::layers::more_conv::nhwc_channels(input_shapes, "Conv2D")?;
         let [kh, kw] = self.kernel_size;
         let init = self.kernel_initializer.clone();
         self.kernel = Some(self.base.add_weight(

@@ -19,6 +19,17 @@ fn kernel_of(v: &Option<Variable>, class: &str) -> Result<Tensor> {
     })
 }
 
+/// The channel count of an NHWC input shape, or an error naming the layer.
+pub(crate) fn nhwc_channels(s: &[Vec<usize>], class: &str) -> Result<usize> {
+    match s.first().map(Vec::as_slice) {
+        Some(&[_, _, _, c]) => Ok(c),
+        other => Err(Error::invalid(
+            "Layer.build",
+            format!("{class} expects NHWC input (rank 4), got shape {other:?}"),
+        )),
+    }
+}
+
 fn activation_of(c: &Value) -> Result<Act> {
     c["activation"].as_str().map_or(Ok(Act::Linear), Act::parse)
 }
@@ -265,15 +276,7 @@ impl Conv2DTranspose {
 impl Layer for Conv2DTranspose {
     layer_base!("Conv2DTranspose");
     fn build(&mut self, s: &[Vec<usize>]) -> Result<()> {
-        let ch = match s.first().map(Vec::as_slice) {
-            Some(&[_, _, _, c]) => c,
-            other => {
-                return Err(Error::invalid(
-                    "Conv2DTranspose",
-                    format!("expects NHWC input, got {other:?}"),
-                ))
-            }
-        };
+        let ch = nhwc_channels(s, "Conv2DTranspose")?;
         let [kh, kw] = self.kernel_size;
         let init = self.kernel_initializer.clone();
         self.kernel =
@@ -374,15 +377,7 @@ impl DepthwiseConv2D {
 impl Layer for DepthwiseConv2D {
     layer_base!("DepthwiseConv2D");
     fn build(&mut self, s: &[Vec<usize>]) -> Result<()> {
-        let ch = match s.first().map(Vec::as_slice) {
-            Some(&[_, _, _, c]) => c,
-            other => {
-                return Err(Error::invalid(
-                    "DepthwiseConv2D",
-                    format!("expects NHWC input, got {other:?}"),
-                ))
-            }
-        };
+        let ch = nhwc_channels(s, "DepthwiseConv2D")?;
         let [kh, kw] = self.kernel_size;
         let init = self.depthwise_initializer.clone();
         self.kernel = Some(self.base.add_weight(

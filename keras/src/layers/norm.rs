@@ -24,6 +24,30 @@ fn check_last_axis(c: &Value, class: &str) -> Result<()> {
     }
 }
 
+/// The learned per-feature scale `gamma` (ones) and shift `beta` (zeros), when wanted.
+fn add_scale_and_shift(
+    base: &mut LayerBase,
+    input_shapes: &[Vec<usize>],
+    scale: bool,
+    center: bool,
+    class: &str,
+) -> Result<(Option<Variable>, Option<Variable>, usize)> {
+    let c = *input_shapes.first().and_then(|s| s.last()).ok_or_else(|| {
+        Error::invalid("Layer.build", format!("{class} needs an input of rank ≥ 1"))
+    })?;
+    let gamma = if scale {
+        Some(base.add_weight("gamma", &[c], &Initializer::Ones, true, None)?)
+    } else {
+        None
+    };
+    let beta = if center {
+        Some(base.add_weight("beta", &[c], &Initializer::Zeros, true, None)?)
+    } else {
+        None
+    };
+    Ok((gamma, beta, c))
+}
+
 /// `(x - mean) / sqrt(var + eps) · gamma + beta` with optional gamma/beta.
 fn normalize(
     x: &Tensor,
@@ -100,24 +124,14 @@ impl Default for BatchNormalization {
 impl Layer for BatchNormalization {
     layer_base!("BatchNormalization");
     fn build(&mut self, input_shapes: &[Vec<usize>]) -> Result<()> {
-        let c = *input_shapes
-            .first()
-            .and_then(|s| s.last())
-            .ok_or_else(|| Error::invalid("BatchNormalization", "needs an input of rank ≥ 1"))?;
-        if self.scale {
-            self.gamma =
-                Some(
-                    self.base
-                        .add_weight("gamma", &[c], &Initializer::Ones, true, None)?,
-                );
-        }
-        if self.center {
-            self.beta =
-                Some(
-                    self.base
-                        .add_weight("beta", &[c], &Initializer::Zeros, true, None)?,
-                );
-        }
+        let (gamma, beta, c) = add_scale_and_shift(
+            &mut self.base,
+            input_shapes,
+            self.scale,
+            self.center,
+            "BatchNormalization",
+        )?;
+        (self.gamma, self.beta) = (gamma, beta);
         self.moving_mean =
             Some(
                 self.base
@@ -242,24 +256,14 @@ impl Default for LayerNormalization {
 impl Layer for LayerNormalization {
     layer_base!("LayerNormalization");
     fn build(&mut self, input_shapes: &[Vec<usize>]) -> Result<()> {
-        let c = *input_shapes
-            .first()
-            .and_then(|s| s.last())
-            .ok_or_else(|| Error::invalid("LayerNormalization", "needs an input of rank ≥ 1"))?;
-        if self.scale {
-            self.gamma =
-                Some(
-                    self.base
-                        .add_weight("gamma", &[c], &Initializer::Ones, true, None)?,
-                );
-        }
-        if self.center {
-            self.beta =
-                Some(
-                    self.base
-                        .add_weight("beta", &[c], &Initializer::Zeros, true, None)?,
-                );
-        }
+        let (gamma, beta, _) = add_scale_and_shift(
+            &mut self.base,
+            input_shapes,
+            self.scale,
+            self.center,
+            "LayerNormalization",
+        )?;
+        (self.gamma, self.beta) = (gamma, beta);
         Ok(())
     }
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
