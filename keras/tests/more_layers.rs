@@ -144,6 +144,11 @@ fn depthwise_conv_convolves_each_channel_alone() {
         }
     }
     close(&y.to_f64_vec().unwrap(), &want, 1e-12);
+    let empty = Tensor::zeros(&[1, 0, 4, 3], DType::F64).unwrap();
+    assert!(c.forward(&empty, false).is_err());
+    assert!(Conv2DTranspose::new(2, [2, 2])
+        .forward(&Tensor::zeros(&[1, 0, 2, 1], DType::F32).unwrap(), false)
+        .is_err());
 }
 
 fn sigmoid(v: f64) -> f64 {

@@ -303,6 +303,12 @@ impl Layer for Conv2DTranspose {
                 ))
             }
         };
+        if h == 0 || w == 0 {
+            return Err(Error::invalid(
+                "Conv2DTranspose",
+                format!("input has an empty spatial dimension: {:?}", x.shape()),
+            ));
+        }
         let size = |i: usize, k: usize, s: usize| match self.padding {
             Padding::Valid => (i - 1) * s + k,
             Padding::Same => i * s,
@@ -409,6 +415,17 @@ impl Layer for DepthwiseConv2D {
             }
         };
         let ([kh, kw], [sh, sw], m) = (self.kernel_size, self.strides, self.depth_multiplier);
+        if h == 0 || w == 0 || kh == 0 || kw == 0 || sh == 0 || sw == 0 {
+            return Err(Error::invalid(
+                "DepthwiseConv2D",
+                format!(
+                    "needs non-empty input {:?}, kernel {:?} and strides {:?}",
+                    x.shape(),
+                    self.kernel_size,
+                    self.strides
+                ),
+            ));
+        }
         let k = kernel_of(&self.kernel, "DepthwiseConv2D")?;
         // TF's geometry: output sizes and the padding split (extra at the bottom/right).
         let geom = |i: usize, k: usize, s: usize| -> Result<(usize, usize, usize)> {
