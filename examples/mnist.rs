@@ -16,10 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ferroflow::keras::activations::Activation::Relu;
-use ferroflow::keras::layers::{Conv2D, Dense, Flatten, MaxPooling2D};
 use ferroflow::keras::losses::SparseCategoricalCrossentropy;
-use ferroflow::keras::{sequential, FitConfig, Model};
+use ferroflow::keras::{applications, FitConfig, Model};
 use ferroflow::optim::Adam;
 use ferroflow::{DType, Error, Result, Tensor};
 
@@ -76,25 +74,11 @@ fn load(dir: &Path, split: &str) -> Result<(Tensor, Tensor)> {
 }
 
 fn build(kind: &str) -> Model {
-    let net = if kind == "mlp" {
-        sequential![
-            Flatten::new(),
-            Dense::new(256).activation(Relu),
-            Dense::new(128).activation(Relu),
-            Dense::new(10),
-        ]
+    Model::from(if kind == "mlp" {
+        applications::mnist_mlp()
     } else {
-        sequential![
-            Conv2D::new(32, [3, 3]).activation(Relu),
-            MaxPooling2D::new([2, 2]),
-            Conv2D::new(64, [3, 3]).activation(Relu),
-            MaxPooling2D::new([2, 2]),
-            Flatten::new(),
-            Dense::new(128).activation(Relu),
-            Dense::new(10),
-        ]
-    };
-    Model::from(net)
+        applications::mnist_cnn()
+    })
 }
 
 fn main() -> Result<()> {

@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod activations;
+pub mod applications;
 pub mod callbacks;
 pub mod functional;
 pub mod initializers;

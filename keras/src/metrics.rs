@@ -321,100 +321,71 @@ fn for_each_pair(
     Ok(())
 }
 
-/// `tf.keras.metrics.Precision` (threshold 0.5): `tp / (tp + fp)`.
-#[derive(Debug, Clone)]
-pub struct Precision {
-    /// Predictions above it count as positive.
-    pub threshold: f64,
-    tp: f64,
-    fp: f64,
+/// Which ratio a [`ThresholdRate`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateKind {
+    /// `tp / (tp + fp)` (`tf.keras.metrics.Precision`).
+    Precision,
+    /// `tp / (tp + fn)` (`tf.keras.metrics.Recall`).
+    Recall,
 }
 
-impl Precision {
+/// `tf.keras.metrics.Precision` and `Recall` at one threshold (0.5): predictions above it
+/// count as positive.
+#[derive(Debug, Clone)]
+pub struct ThresholdRate {
+    /// Which ratio.
+    pub kind: RateKind,
+    /// Predictions above it count as positive.
+    pub threshold: f64,
+    /// True positives.
+    tp: f64,
+    /// False positives (precision) or false negatives (recall).
+    misses: f64,
+}
+
+impl ThresholdRate {
     /// Precision at threshold 0.5.
-    pub fn new() -> Precision {
-        Precision {
-            threshold: 0.5,
-            tp: 0.0,
-            fp: 0.0,
-        }
+    pub fn precision() -> ThresholdRate {
+        ThresholdRate::new(RateKind::Precision)
     }
-}
-
-impl Default for Precision {
-    fn default() -> Self {
-        Precision::new()
-    }
-}
-
-impl Metric for Precision {
-    fn name(&self) -> &str {
-        "precision"
-    }
-    fn update_state(&mut self, y_true: &Tensor, y_pred: &Tensor, w: Option<&Tensor>) -> Result<()> {
-        let th = self.threshold;
-        let (tp, fp) = (&mut self.tp, &mut self.fp);
-        for_each_pair("Precision", y_true, y_pred, w, |positive, p, wi| {
-            if p > th {
-                *if positive { &mut *tp } else { &mut *fp } += wi;
-            }
-        })
-    }
-    fn result(&self) -> f64 {
-        let d = self.tp + self.fp;
-        if d == 0.0 {
-            0.0
-        } else {
-            self.tp / d
-        }
-    }
-    fn reset_state(&mut self) {
-        self.tp = 0.0;
-        self.fp = 0.0;
-    }
-}
-
-/// `tf.keras.metrics.Recall` (threshold 0.5): `tp / (tp + fn)`.
-#[derive(Debug, Clone)]
-pub struct Recall {
-    /// Predictions above it count as positive.
-    pub threshold: f64,
-    tp: f64,
-    fn_: f64,
-}
-
-impl Recall {
     /// Recall at threshold 0.5.
-    pub fn new() -> Recall {
-        Recall {
+    pub fn recall() -> ThresholdRate {
+        ThresholdRate::new(RateKind::Recall)
+    }
+    fn new(kind: RateKind) -> ThresholdRate {
+        ThresholdRate {
+            kind,
             threshold: 0.5,
             tp: 0.0,
-            fn_: 0.0,
+            misses: 0.0,
         }
     }
 }
 
-impl Default for Recall {
-    fn default() -> Self {
-        Recall::new()
-    }
-}
-
-impl Metric for Recall {
+impl Metric for ThresholdRate {
     fn name(&self) -> &str {
-        "recall"
+        match self.kind {
+            RateKind::Precision => "precision",
+            RateKind::Recall => "recall",
+        }
     }
     fn update_state(&mut self, y_true: &Tensor, y_pred: &Tensor, w: Option<&Tensor>) -> Result<()> {
-        let th = self.threshold;
-        let (tp, fn_) = (&mut self.tp, &mut self.fn_);
-        for_each_pair("Recall", y_true, y_pred, w, |positive, p, wi| {
-            if positive {
-                *if p > th { &mut *tp } else { &mut *fn_ } += wi;
+        let (th, kind) = (self.threshold, self.kind);
+        let (tp, misses) = (&mut self.tp, &mut self.misses);
+        for_each_pair("Precision/Recall", y_true, y_pred, w, |positive, p, wi| {
+            let predicted = p > th;
+            match (kind, positive, predicted) {
+                (_, true, true) => *tp += wi,
+                (RateKind::Precision, false, true) | (RateKind::Recall, true, false) => {
+                    *misses += wi
+                }
+                _ => {}
             }
         })
     }
     fn result(&self) -> f64 {
-        let d = self.tp + self.fn_;
+        let d = self.tp + self.misses;
         if d == 0.0 {
             0.0
         } else {
@@ -423,7 +394,7 @@ impl Metric for Recall {
     }
     fn reset_state(&mut self) {
         self.tp = 0.0;
-        self.fn_ = 0.0;
+        self.misses = 0.0;
     }
 }
 
@@ -565,8 +536,8 @@ pub fn get(name: &str) -> Result<Box<dyn Metric>> {
         "sparse_categorical_accuracy" => Box::new(SparseCategoricalAccuracy::new()),
         "top_k_categorical_accuracy" => Box::new(TopKCategoricalAccuracy::new(5, false)),
         "sparse_top_k_categorical_accuracy" => Box::new(TopKCategoricalAccuracy::new(5, true)),
-        "precision" => Box::new(Precision::new()),
-        "recall" => Box::new(Recall::new()),
+        "precision" => Box::new(ThresholdRate::precision()),
+        "recall" => Box::new(ThresholdRate::recall()),
         "auc" => Box::new(Auc::new(200)?),
         "mse" | "mean_squared_error" => Box::new(MeanSquaredError::named(name)),
         other => {

@@ -174,11 +174,9 @@ fn adam_vs_floor() -> (f64, f64) {
 /// Samples per second of Keras `fit` on MNIST for the examples' MLP and CNN: two epochs on
 /// the first `n` training images, the second epoch timed (as `bench/tf_keras_mnist.py`).
 fn keras_fit(kind: &str, n: usize) -> ferroflow::Result<f64> {
-    use ferroflow::keras::activations::Activation::Relu;
     use ferroflow::keras::callbacks::Callback;
-    use ferroflow::keras::layers::{Conv2D, Dense, Flatten, MaxPooling2D};
     use ferroflow::keras::losses::SparseCategoricalCrossentropy;
-    use ferroflow::keras::{sequential, FitConfig, Logs, Model};
+    use ferroflow::keras::{applications, FitConfig, Logs, Model};
     use std::sync::{Arc, Mutex};
     struct EpochTimer(Arc<Mutex<Vec<f64>>>, Instant);
     impl Callback for EpochTimer {
@@ -201,22 +199,9 @@ fn keras_fit(kind: &str, n: usize) -> ferroflow::Result<f64> {
         .reshape_to(&[n, 28, 28, 1])?;
     let y = labels.slice(&[0], &[n as isize])?.cast(DType::I64)?;
     let net = if kind == "mlp" {
-        sequential![
-            Flatten::new(),
-            Dense::new(256).activation(Relu),
-            Dense::new(128).activation(Relu),
-            Dense::new(10)
-        ]
+        applications::mnist_mlp()
     } else {
-        sequential![
-            Conv2D::new(32, [3, 3]).activation(Relu),
-            MaxPooling2D::new([2, 2]),
-            Conv2D::new(64, [3, 3]).activation(Relu),
-            MaxPooling2D::new([2, 2]),
-            Flatten::new(),
-            Dense::new(128).activation(Relu),
-            Dense::new(10)
-        ]
+        applications::mnist_cnn()
     };
     let mut model = Model::from(net);
     model.compile(

@@ -7,7 +7,7 @@ use crate::activations::Activation as Act;
 use crate::initializers::Initializer;
 use crate::layer::{cfg, cfg_pair, cfg_usize, Layer, LayerBase};
 use crate::layers::core::layer_base;
-use crate::layers::expect_inputs;
+use crate::layers::{add_kernel_and_bias, bias_and_activation, built_weight, expect_inputs};
 use crate::regularizers::Regularizer;
 
 pub(crate) fn padding_name(p: Padding) -> &'static str {
@@ -145,34 +145,22 @@ impl Layer for Conv2D {
     fn build(&mut self, input_shapes: &[Vec<usize>]) -> Result<()> {
         let channels = crate::layers::more_conv::nhwc_channels(input_shapes, "Conv2D")?;
         let [kh, kw] = self.kernel_size;
-        let init = self.kernel_initializer.clone();
-        self.kernel = Some(self.base.add_weight(
+        let bias_init = self.bias_initializer.clone();
+        (self.kernel, self.bias) = add_kernel_and_bias(
+            &mut self.base,
             "kernel",
             &[kh, kw, channels, self.filters],
-            &init,
-            true,
+            &self.kernel_initializer.clone(),
             self.kernel_regularizer,
-        )?);
-        if self.use_bias {
-            let init = self.bias_initializer.clone();
-            self.bias = Some(
-                self.base
-                    .add_weight("bias", &[self.filters], &init, true, None)?,
-            );
-        }
+            self.use_bias.then_some((self.filters, &bias_init, None)),
+        )?;
         Ok(())
     }
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;
-        let kernel =
-            self.kernel.as_ref().map(Variable::value).ok_or_else(|| {
-                Error::invalid("Conv2D", "call before build: use `apply`/`forward`")
-            })?;
-        let mut y = inputs[0].conv2d(&kernel, self.strides, self.padding, self.dilation_rate)?;
-        if let Some(b) = &self.bias {
-            y = y.add(&b.value())?;
-        }
-        Ok(vec![self.activation.apply(&y)?])
+        let kernel = built_weight(&self.kernel, "Conv2D")?;
+        let y = inputs[0].conv2d(&kernel, self.strides, self.padding, self.dilation_rate)?;
+        Ok(vec![bias_and_activation(y, &self.bias, self.activation)?])
     }
     fn get_config(&self) -> Value {
         json!({

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use crate::activations::Activation as Act;
 use crate::initializers::Initializer;
 use crate::layer::{cfg, cfg_f64, cfg_usize, Layer, LayerBase};
-use crate::layers::expect_inputs;
+use crate::layers::{add_kernel_and_bias, bias_and_activation, built_weight, expect_inputs};
 use crate::regularizers::Regularizer;
 
 /// Implements the three required accessors of [`Layer`] for a struct with a `base` field.
@@ -142,33 +142,22 @@ impl Layer for Dense {
                     "needs an input of rank ≥ 1 with a known last dimension",
                 )
             })?;
-        let init = self.kernel_initializer.clone();
-        self.kernel = Some(self.base.add_weight(
+        let bias_init = self.bias_initializer.clone();
+        (self.kernel, self.bias) = add_kernel_and_bias(
+            &mut self.base,
             "kernel",
             &[last, self.units],
-            &init,
-            true,
+            &self.kernel_initializer.clone(),
             self.kernel_regularizer,
-        )?);
-        if self.use_bias {
-            let init = self.bias_initializer.clone();
-            self.bias = Some(self.base.add_weight(
-                "bias",
-                &[self.units],
-                &init,
-                true,
-                self.bias_regularizer,
-            )?);
-        }
+            self.use_bias
+                .then_some((self.units, &bias_init, self.bias_regularizer)),
+        )?;
         Ok(())
     }
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;
         let x = &inputs[0];
-        let kernel =
-            self.kernel.as_ref().map(Variable::value).ok_or_else(|| {
-                Error::invalid("Dense", "call before build: use `apply`/`forward`")
-            })?;
+        let kernel = built_weight(&self.kernel, "Dense")?;
         let in_dim = kernel.shape()[0];
         if x.shape().last() != Some(&in_dim) {
             return Err(Error::ShapeMismatch {
@@ -178,7 +167,7 @@ impl Layer for Dense {
                 rhs: kernel.shape().to_vec(),
             });
         }
-        let mut y = if x.rank() == 2 {
+        let y = if x.rank() == 2 {
             x.matmul(&kernel)?
         } else {
             let mut out_shape = x.shape().to_vec();
@@ -187,10 +176,7 @@ impl Layer for Dense {
                 .matmul(&kernel)?
                 .reshape_to(&out_shape)?
         };
-        if let Some(b) = &self.bias {
-            y = y.add(&b.value())?;
-        }
-        Ok(vec![self.activation.apply(&y)?])
+        Ok(vec![bias_and_activation(y, &self.bias, self.activation)?])
     }
     fn get_config(&self) -> Value {
         json!({

@@ -82,6 +82,60 @@ fn apply_common(layer: &mut dyn Layer, c: &Value) -> Result<()> {
     Ok(())
 }
 
+/// The current value of a weight `build` creates, or an error when the layer is called
+/// before it was built.
+pub(crate) fn built_weight(
+    v: &Option<ferroflow_tensor::Variable>,
+    class: &str,
+) -> Result<ferroflow_tensor::Tensor> {
+    v.as_ref()
+        .map(ferroflow_tensor::Variable::value)
+        .ok_or_else(|| {
+            Error::invalid(
+                "Layer.call",
+                format!("{class}: call before build: use `apply`/`forward`"),
+            )
+        })
+}
+
+/// Creates the `kernel` weight (`name`, usually `"kernel"`) and, when `bias` gives its
+/// length, initializer and penalty, the `bias` weight: what Dense and the conv layers build.
+pub(crate) fn add_kernel_and_bias(
+    base: &mut crate::layer::LayerBase,
+    name: &str,
+    shape: &[usize],
+    init: &crate::initializers::Initializer,
+    regularizer: Option<crate::regularizers::Regularizer>,
+    bias: Option<(
+        usize,
+        &crate::initializers::Initializer,
+        Option<crate::regularizers::Regularizer>,
+    )>,
+) -> Result<(
+    Option<ferroflow_tensor::Variable>,
+    Option<ferroflow_tensor::Variable>,
+)> {
+    let kernel = base.add_weight(name, shape, init, true, regularizer)?;
+    let bias = match bias {
+        Some((n, init, reg)) => Some(base.add_weight("bias", &[n], init, true, reg)?),
+        None => None,
+    };
+    Ok((Some(kernel), bias))
+}
+
+/// `activation(y + bias)`, the bias optional: how Dense and the conv layers finish.
+pub(crate) fn bias_and_activation(
+    y: ferroflow_tensor::Tensor,
+    bias: &Option<ferroflow_tensor::Variable>,
+    activation: crate::activations::Activation,
+) -> Result<ferroflow_tensor::Tensor> {
+    let y = match bias {
+        Some(b) => y.add(&b.value())?,
+        None => y,
+    };
+    activation.apply(&y)
+}
+
 /// Checks a layer received exactly `n` inputs.
 pub(crate) fn expect_inputs(
     layer: &dyn Layer,

@@ -8,16 +8,7 @@ use crate::initializers::Initializer;
 use crate::layer::{cfg, cfg_pair, cfg_usize, Layer, LayerBase};
 use crate::layers::conv::{padding_from, padding_name};
 use crate::layers::core::layer_base;
-use crate::layers::expect_inputs;
-
-fn kernel_of(v: &Option<Variable>, class: &str) -> Result<Tensor> {
-    v.as_ref().map(Variable::value).ok_or_else(|| {
-        Error::invalid(
-            "Layer.call",
-            format!("{class}: call before build: use `apply`/`forward`"),
-        )
-    })
-}
+use crate::layers::{add_kernel_and_bias, bias_and_activation, built_weight, expect_inputs};
 
 /// The channel count of an NHWC input shape, or an error naming the layer.
 pub(crate) fn nhwc_channels(s: &[Vec<usize>], class: &str) -> Result<usize> {
@@ -94,7 +85,7 @@ impl Layer for Embedding {
             _ => inputs[0].cast(DType::I64)?,
         };
         Ok(vec![
-            kernel_of(&self.embeddings, "Embedding")?.gather(&ids, 0)?
+            built_weight(&self.embeddings, "Embedding")?.gather(&ids, 0)?
         ])
     }
     fn get_config(&self) -> Value {
@@ -167,19 +158,14 @@ impl Layer for Conv1D {
                 ))
             }
         };
-        let init = self.kernel_initializer.clone();
-        self.kernel = Some(self.base.add_weight(
+        (self.kernel, self.bias) = add_kernel_and_bias(
+            &mut self.base,
             "kernel",
             &[self.kernel_size, ch, self.filters],
-            &init,
-            true,
+            &self.kernel_initializer.clone(),
             None,
-        )?);
-        self.bias =
-            Some(
-                self.base
-                    .add_weight("bias", &[self.filters], &Initializer::Zeros, true, None)?,
-            );
+            Some((self.filters, &Initializer::Zeros, None)),
+        )?;
         Ok(())
     }
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
@@ -191,7 +177,7 @@ impl Layer for Conv1D {
                 format!("expects [batch, steps, channels], got {:?}", x.shape()),
             ));
         }
-        let k = kernel_of(&self.kernel, "Conv1D")?;
+        let k = built_weight(&self.kernel, "Conv1D")?;
         let k4 = k.expand_dims(0)?;
         let y = x
             .expand_dims(1)?
@@ -202,8 +188,7 @@ impl Layer for Conv1D {
                 [1, self.dilation_rate],
             )?
             .squeeze(&[1])?;
-        let y = y.add(&kernel_of(&self.bias, "Conv1D")?)?;
-        Ok(vec![self.activation.apply(&y)?])
+        Ok(vec![bias_and_activation(y, &self.bias, self.activation)?])
     }
     fn get_config(&self) -> Value {
         json!({"filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,
@@ -278,17 +263,14 @@ impl Layer for Conv2DTranspose {
     fn build(&mut self, s: &[Vec<usize>]) -> Result<()> {
         let ch = nhwc_channels(s, "Conv2DTranspose")?;
         let [kh, kw] = self.kernel_size;
-        let init = self.kernel_initializer.clone();
-        self.kernel =
-            Some(
-                self.base
-                    .add_weight("kernel", &[kh, kw, self.filters, ch], &init, true, None)?,
-            );
-        self.bias =
-            Some(
-                self.base
-                    .add_weight("bias", &[self.filters], &Initializer::Zeros, true, None)?,
-            );
+        (self.kernel, self.bias) = add_kernel_and_bias(
+            &mut self.base,
+            "kernel",
+            &[kh, kw, self.filters, ch],
+            &self.kernel_initializer.clone(),
+            None,
+            Some((self.filters, &Initializer::Zeros, None)),
+        )?;
         Ok(())
     }
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
@@ -319,10 +301,9 @@ impl Layer for Conv2DTranspose {
             size(w, self.kernel_size[1], self.strides[1]),
             self.filters,
         ];
-        let k = kernel_of(&self.kernel, "Conv2DTranspose")?;
+        let k = built_weight(&self.kernel, "Conv2DTranspose")?;
         let y = Tensor::conv2d_backprop_input(out, &k, x, self.strides, self.padding, [1, 1])?;
-        let y = y.add(&kernel_of(&self.bias, "Conv2DTranspose")?)?;
-        Ok(vec![self.activation.apply(&y)?])
+        Ok(vec![bias_and_activation(y, &self.bias, self.activation)?])
     }
     fn get_config(&self) -> Value {
         json!({"filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,
@@ -385,21 +366,14 @@ impl Layer for DepthwiseConv2D {
     fn build(&mut self, s: &[Vec<usize>]) -> Result<()> {
         let ch = nhwc_channels(s, "DepthwiseConv2D")?;
         let [kh, kw] = self.kernel_size;
-        let init = self.depthwise_initializer.clone();
-        self.kernel = Some(self.base.add_weight(
+        (self.kernel, self.bias) = add_kernel_and_bias(
+            &mut self.base,
             "depthwise_kernel",
             &[kh, kw, ch, self.depth_multiplier],
-            &init,
-            true,
+            &self.depthwise_initializer.clone(),
             None,
-        )?);
-        self.bias = Some(self.base.add_weight(
-            "bias",
-            &[ch * self.depth_multiplier],
-            &Initializer::Zeros,
-            true,
-            None,
-        )?);
+            Some((ch * self.depth_multiplier, &Initializer::Zeros, None)),
+        )?;
         Ok(())
     }
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
@@ -426,7 +400,7 @@ impl Layer for DepthwiseConv2D {
                 ),
             ));
         }
-        let k = kernel_of(&self.kernel, "DepthwiseConv2D")?;
+        let k = built_weight(&self.kernel, "DepthwiseConv2D")?;
         // TF's geometry: output sizes and the padding split (extra at the bottom/right).
         let geom = |i: usize, k: usize, s: usize| -> Result<(usize, usize, usize)> {
             match self.padding {
@@ -487,9 +461,8 @@ impl Layer for DepthwiseConv2D {
         }
         let y = acc
             .ok_or_else(|| Error::invalid("DepthwiseConv2D", "empty kernel"))?
-            .reshape_to(&[n, oh, ow, c * m])?
-            .add(&kernel_of(&self.bias, "DepthwiseConv2D")?)?;
-        Ok(vec![self.activation.apply(&y)?])
+            .reshape_to(&[n, oh, ow, c * m])?;
+        Ok(vec![bias_and_activation(y, &self.bias, self.activation)?])
     }
     fn get_config(&self) -> Value {
         json!({"kernel_size": self.kernel_size, "strides": self.strides, "padding": padding_name(self.padding),
