@@ -381,19 +381,18 @@ impl Loss for SparseCategoricalCrossentropy {
         check_float(self.name(), y_pred)?;
         let ids = class_ids(y_true, y_pred)?;
         let classes = *y_pred.shape().last().unwrap_or(&0);
-        let (lo, hi) = (
-            ids.reduce_min(Axes::All, false)?.to_f64_vec()?,
-            ids.reduce_max(Axes::All, false)?.to_f64_vec()?,
-        );
-        if let (Some(&lo), Some(&hi)) = (lo.first(), hi.first()) {
-            if ids.num_elements() > 0 && (lo < 0.0 || hi >= classes as f64) {
-                let bad = if lo < 0.0 { lo } else { hi };
-                return Err(Error::IndexOutOfRange {
-                    op: "sparse_categorical_crossentropy",
-                    index: bad as i64,
-                    bound: classes,
-                });
-            }
+        // TF rejects a label outside [0, classes); one_hot would silently give a zero row.
+        // One read of the (small, integer) labels checks them all.
+        if let Some(&bad) = ids
+            .to_f64_vec()?
+            .iter()
+            .find(|&&l| l < 0.0 || l >= classes as f64)
+        {
+            return Err(Error::IndexOutOfRange {
+                op: "sparse_categorical_crossentropy",
+                index: bad as i64,
+                bound: classes,
+            });
         }
         let y = Tensor::one_hot(&ids, classes, 1.0, 0.0, y_pred.dtype())?;
         crossentropy_with(&y, y_pred, self.from_logits)
