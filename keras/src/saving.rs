@@ -41,39 +41,6 @@ fn from_st_dtype(d: StDtype) -> Option<DType> {
     })
 }
 
-fn le_bytes(data: &HostData) -> Vec<u8> {
-    match data {
-        HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        HostData::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        HostData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        HostData::I8(v) => v.iter().map(|&x| x as u8).collect(),
-        HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        HostData::U8(v) => v.clone(),
-        HostData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
-    }
-}
-
-fn from_le_bytes(dtype: DType, b: &[u8]) -> HostData {
-    fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-        b.chunks_exact(N)
-            .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
-            .collect()
-    }
-    match dtype {
-        DType::F16 => HostData::F16(chunks(b, half::f16::from_le_bytes)),
-        DType::BF16 => HostData::BF16(chunks(b, half::bf16::from_le_bytes)),
-        DType::F32 => HostData::F32(chunks(b, f32::from_le_bytes)),
-        DType::F64 => HostData::F64(chunks(b, f64::from_le_bytes)),
-        DType::I8 => HostData::I8(b.iter().map(|&x| x as i8).collect()),
-        DType::I32 => HostData::I32(chunks(b, i32::from_le_bytes)),
-        DType::I64 => HostData::I64(chunks(b, i64::from_le_bytes)),
-        DType::U8 => HostData::U8(b.to_vec()),
-        DType::Bool => HostData::Bool(b.iter().map(|&x| x != 0).collect()),
-    }
-}
-
 /// Writes named tensors to a safetensors file; the order is kept in the metadata
 /// (`"ferroflow.order"`, a JSON list) so a positional load can follow it.
 pub fn save_tensors(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Result<()> {
@@ -94,7 +61,7 @@ pub fn save_tensors(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Res
                 n.clone(),
                 t.dtype(),
                 t.shape().to_vec(),
-                le_bytes(&t.to_host()?),
+                t.to_host()?.to_le_bytes(),
             ))
         })
         .collect::<Result<_>>()?;
@@ -158,7 +125,10 @@ pub fn load_tensors(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>> {
                     ),
                 )
             })?;
-            let t = Tensor::from_host(from_le_bytes(dtype, v.data()), v.shape())?;
+            let data = HostData::from_le_bytes(dtype, v.data()).ok_or_else(|| {
+                Error::format(what(), format!("tensor {n:?}: bad {dtype} data"))
+            })?;
+            let t = Tensor::from_host(data, v.shape())?;
             Ok((n, t))
         })
         .collect()

@@ -262,4 +262,54 @@ impl HostData {
     pub fn size_in_bytes(&self) -> usize {
         self.len() * self.dtype().size_in_bytes()
     }
+    /// The elements as little-endian bytes (bool as 0/1), the layout of `.npy`, safetensors
+    /// and ferroflow's record files.
+    ///
+    /// ```
+    /// use ferroflow_tensor::{DType, HostData};
+    /// let d = HostData::I32(vec![1, -2]);
+    /// let bytes = d.to_le_bytes();
+    /// assert_eq!(bytes, [1, 0, 0, 0, 254, 255, 255, 255]);
+    /// assert_eq!(HostData::from_le_bytes(DType::I32, &bytes), Some(d));
+    /// ```
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::I8(v) => v.iter().map(|&x| x as u8).collect(),
+            HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::U8(v) => v.clone(),
+            HostData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+        }
+    }
+    /// Elements of `dtype` from little-endian bytes; `None` when the length is not a multiple
+    /// of the element size or a bool byte is not 0 or 1.
+    pub fn from_le_bytes(dtype: DType, b: &[u8]) -> Option<HostData> {
+        fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Option<Vec<T>> {
+            if b.len() % N != 0 {
+                return None;
+            }
+            b.chunks_exact(N)
+                .map(|c| c.try_into().ok().map(&f))
+                .collect()
+        }
+        Some(match dtype {
+            DType::F16 => HostData::F16(chunks(b, half::f16::from_le_bytes)?),
+            DType::BF16 => HostData::BF16(chunks(b, half::bf16::from_le_bytes)?),
+            DType::F32 => HostData::F32(chunks(b, f32::from_le_bytes)?),
+            DType::F64 => HostData::F64(chunks(b, f64::from_le_bytes)?),
+            DType::I8 => HostData::I8(b.iter().map(|&x| x as i8).collect()),
+            DType::I32 => HostData::I32(chunks(b, i32::from_le_bytes)?),
+            DType::I64 => HostData::I64(chunks(b, i64::from_le_bytes)?),
+            DType::U8 => HostData::U8(b.to_vec()),
+            DType::Bool => HostData::Bool(
+                b.iter()
+                    .map(|&x| (x <= 1).then_some(x == 1))
+                    .collect::<Option<_>>()?,
+            ),
+        })
+    }
 }

@@ -172,6 +172,17 @@ pub enum Error {
         /// What is wrong.
         msg: String,
     },
+    /// One element of an input pipeline failed (a map function's error or panic, a corrupt
+    /// record): the stage, the element's position in that stage's input, and the cause.
+    #[error("{stage}: element {index}: {source}")]
+    Pipeline {
+        /// The transformation or reader (`map`, `TFRecordDataset`, ...).
+        stage: String,
+        /// The element's position (0-based) in the stage's input.
+        index: u64,
+        /// What went wrong.
+        source: Box<Error>,
+    },
     /// A numeric error TensorFlow also reports (integer division by zero, ...).
     #[error("{op}: {msg}")]
     Arithmetic {

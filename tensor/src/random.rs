@@ -104,6 +104,21 @@ pub fn set_seed(seed: u64) {
     g.op_count = 0;
 }
 
+/// The Philox key of the next stateful random op with operation seed `op_seed`, TF's rule:
+/// with a global seed ([`set_seed`]) the sequence of keys is the same in every run; without
+/// one, it starts from fresh entropy. Other crates' random transformations (a dataset's
+/// `shuffle`) call this once when built.
+///
+/// ```
+/// ferroflow_tensor::random::set_seed(7);
+/// let a = ferroflow_tensor::random::op_key(Some(1));
+/// ferroflow_tensor::random::set_seed(7);
+/// assert_eq!(ferroflow_tensor::random::op_key(Some(1)), a);
+/// ```
+pub fn op_key(op_seed: Option<u64>) -> [u64; 2] {
+    stateful_seed(op_seed)
+}
+
 fn stateful_seed(op_seed: Option<u64>) -> [u64; 2] {
     let mut g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
     g.op_count += 1;
