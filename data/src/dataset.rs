@@ -503,7 +503,7 @@ impl<T: Send + 'static> Dataset<T> {
         if buffer_size == 0 {
             return Err(invalid("shuffle", "buffer_size must be at least 1, got 0"));
         }
-        let key = ferroflow_tensor::random::op_key(seed);
+        let key = ferroflow_tensor::random::get_seed(seed);
         let pass = Arc::new(Mutex::new(0u64));
         let label = format!("shuffle({buffer_size},{seed:?},{reshuffle_each_iteration})");
         Ok(self.derive(self.cardinality, label, move |input| {

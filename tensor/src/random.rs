@@ -104,19 +104,29 @@ pub fn set_seed(seed: u64) {
     g.op_count = 0;
 }
 
-/// The Philox key of the next stateful random op with operation seed `op_seed`, TF's rule:
-/// with a global seed ([`set_seed`]) the sequence of keys is the same in every run; without
-/// one, it starts from fresh entropy. Other crates' random transformations (a dataset's
-/// `shuffle`) call this once when built.
+/// TF's `random_seed.get_seed` for random ops built once (a dataset's `shuffle`): with an
+/// operation seed the key is `(global seed, op seed)`, the global seed defaulting to TF's
+/// `DEFAULT_GRAPH_SEED` (87654321), so two ops with the same seed agree; without one, the
+/// global seed ([`set_seed`]) and a per-process op counter decide, or fresh entropy when no
+/// global seed is set.
 ///
 /// ```
-/// ferroflow_tensor::random::set_seed(7);
-/// let a = ferroflow_tensor::random::op_key(Some(1));
-/// ferroflow_tensor::random::set_seed(7);
-/// assert_eq!(ferroflow_tensor::random::op_key(Some(1)), a);
+/// use ferroflow_tensor::random::{get_seed, set_seed};
+/// assert_eq!(get_seed(Some(5)), get_seed(Some(5)));
+/// set_seed(7);
+/// let a = get_seed(None);
+/// set_seed(7);
+/// assert_eq!(get_seed(None), a);
 /// ```
-pub fn op_key(op_seed: Option<u64>) -> [u64; 2] {
-    stateful_seed(op_seed)
+pub fn get_seed(op_seed: Option<u64>) -> [u64; 2] {
+    const DEFAULT_GRAPH_SEED: u64 = 87_654_321;
+    match op_seed {
+        Some(s) => {
+            let g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
+            [g.seed.unwrap_or(DEFAULT_GRAPH_SEED), s]
+        }
+        None => stateful_seed(None),
+    }
 }
 
 fn stateful_seed(op_seed: Option<u64>) -> [u64; 2] {
