@@ -122,6 +122,10 @@ pub fn crc32c(data: &[u8]) -> u32 {
         // SAFETY: the CPU supports SSE4.2 (checked just above).
         return !unsafe { crc32c_sse42(!0, data) };
     }
+    crc32c_portable(data)
+}
+
+fn crc32c_portable(data: &[u8]) -> u32 {
     let t = crc32c_table();
     let mut crc = !0u32;
     let mut chunks = data.chunks_exact(8);
@@ -449,5 +453,20 @@ impl Dataset<Vec<u8>> {
             },
             move || Box::new(read_files("TFRecordDataset", paths.clone(), compression)),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_table_and_the_instruction_agree() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for len in [0, 1, 7, 8, 9, 63, 64, 65, 999, 1000] {
+            for start in [0, 1, 3] {
+                let slice = &data[start..len.max(start)];
+                assert_eq!(super::crc32c(slice), super::crc32c_portable(slice), "len {len} start {start}");
+            }
+        }
+        assert_eq!(super::crc32c_portable(b"123456789"), 0xE306_9283);
     }
 }
