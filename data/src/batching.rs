@@ -9,7 +9,8 @@ use crate::structure::Structure;
 /// `padding` is given.
 pub(crate) fn stack<T: Structure>(elements: &[T], padding: Option<&PaddedBatch>) -> Result<T> {
     let spec = elements[0].spec();
-    let mut columns: Vec<Vec<Tensor>> = vec![Vec::with_capacity(elements.len()); spec.num_tensors()];
+    let mut columns: Vec<Vec<Tensor>> =
+        vec![Vec::with_capacity(elements.len()); spec.num_tensors()];
     for (i, e) in elements.iter().enumerate() {
         let s = e.spec();
         if s != spec {
@@ -70,13 +71,16 @@ fn stack_padded(component: usize, col: &[Tensor], options: &PaddedBatch) -> Resu
         .map(|a| col.iter().map(|t| t.shape()[a]).max().unwrap_or(0))
         .collect();
     if !options.padded_shapes.is_empty() {
-        let fixed = options.padded_shapes.get(component).ok_or_else(|| Error::InvalidArgument {
-            op: "padded_batch",
-            msg: format!(
-                "padded_shapes has {} entries, the element has more components",
-                options.padded_shapes.len()
-            ),
-        })?;
+        let fixed = options
+            .padded_shapes
+            .get(component)
+            .ok_or_else(|| Error::InvalidArgument {
+                op: "padded_batch",
+                msg: format!(
+                    "padded_shapes has {} entries, the element has more components",
+                    options.padded_shapes.len()
+                ),
+            })?;
         if fixed.len() != rank {
             return Err(Error::InvalidArgument {
                 op: "padded_batch",
@@ -104,8 +108,12 @@ fn stack_padded(component: usize, col: &[Tensor], options: &PaddedBatch) -> Resu
     let padded = col
         .iter()
         .map(|t| {
-            let pads: Vec<(usize, usize)> =
-                t.shape().iter().zip(&target).map(|(&s, &n)| (0, n - s)).collect();
+            let pads: Vec<(usize, usize)> = t
+                .shape()
+                .iter()
+                .zip(&target)
+                .map(|(&s, &n)| (0, n - s))
+                .collect();
             if pads.iter().all(|p| p.1 == 0) {
                 Ok(t.clone())
             } else {
@@ -123,7 +131,10 @@ pub(crate) fn unstack<T: Structure>(x: &T) -> Result<Vec<T>> {
     let Some(first) = parts.first() else {
         return Ok(Vec::new());
     };
-    if let Some(t) = parts.iter().find(|t| t.rank() == 0 || t.shape()[0] != first.shape()[0]) {
+    if let Some(t) = parts
+        .iter()
+        .find(|t| t.rank() == 0 || t.shape()[0] != first.shape()[0])
+    {
         return Err(Error::InvalidArgument {
             op: "unbatch",
             msg: format!(

@@ -135,7 +135,8 @@ fn parse_field(text: &str, column: &CsvColumn, na: &str) -> std::result::Result<
         let v = column
             .default
             .ok_or_else(|| "the field is empty and the column has no default".to_string())?;
-        return Tensor::from_host(HostData::from_f64_slice(dtype, &[v]), &[]).map_err(|e| e.to_string());
+        return Tensor::from_host(HostData::from_f64_slice(dtype, &[v]), &[])
+            .map_err(|e| e.to_string());
     }
     let bad = || format!("{text:?} is not a valid {dtype}");
     let data = match dtype {
@@ -165,7 +166,10 @@ struct CsvReader {
 
 impl CsvReader {
     /// The next record's fields and its first line number.
-    fn next_record(&mut self, delim: char) -> Option<std::result::Result<(usize, Vec<String>), String>> {
+    fn next_record(
+        &mut self,
+        delim: char,
+    ) -> Option<std::result::Result<(usize, Vec<String>), String>> {
         let mut text = String::new();
         let mut first = 0;
         loop {
@@ -213,7 +217,10 @@ fn record_to_tensors(
         .zip(&options.columns)
         .map(|(&c, column)| {
             let text = fields.get(c).ok_or_else(|| {
-                format!("column {c} is missing: the record has {} fields", fields.len())
+                format!(
+                    "column {c} is missing: the record has {} fields",
+                    fields.len()
+                )
             })?;
             parse_field(text, column, &options.na_value).map_err(|m| format!("column {c}: {m}"))
         })
@@ -280,7 +287,11 @@ impl Dataset<Vec<Tensor>> {
                         }
                         Err(e) => {
                             stop = true;
-                            return Some(Err(at_element("CsvDataset", index, Error::io(&path, &e))));
+                            return Some(Err(at_element(
+                                "CsvDataset",
+                                index,
+                                Error::io(&path, &e),
+                            )));
                         }
                     }
                 }))

@@ -237,12 +237,7 @@ impl<T: Send + 'static> Dataset<T> {
     /// Sources over tensors hash their contents (one read of the data).
     pub fn fingerprint(&self) -> Result<String> {
         Ok(stable_hash(
-            format!(
-                "{}|{}",
-                (self.fingerprint)()?,
-                std::any::type_name::<T>()
-            )
-            .as_bytes(),
+            format!("{}|{}", (self.fingerprint)()?, std::any::type_name::<T>()).as_bytes(),
         ))
     }
 
@@ -355,17 +350,21 @@ impl<T: Send + 'static> Dataset<T> {
     {
         let id = function_identity::<F>();
         let predicate = Arc::new(predicate);
-        self.derive(Cardinality::Unknown, format!("filter({id})"), move |input| {
-            let p = predicate.clone();
-            Box::new(input.enumerate().filter_map(move |(i, r)| match r {
-                Err(e) => Some(Err(e)),
-                Ok(x) => match call_guarded("filter", || p(&x)) {
-                    Ok(true) => Some(Ok(x)),
-                    Ok(false) => None,
-                    Err(e) => Some(Err(at_element("filter", i as u64, e))),
-                },
-            }))
-        })
+        self.derive(
+            Cardinality::Unknown,
+            format!("filter({id})"),
+            move |input| {
+                let p = predicate.clone();
+                Box::new(input.enumerate().filter_map(move |(i, r)| match r {
+                    Err(e) => Some(Err(e)),
+                    Ok(x) => match call_guarded("filter", || p(&x)) {
+                        Ok(true) => Some(Ok(x)),
+                        Ok(false) => None,
+                        Err(e) => Some(Err(at_element("filter", i as u64, e))),
+                    },
+                }))
+            },
+        )
     }
 
     /// Drops the `Err` items (`tf.data.experimental.ignore_errors`).
@@ -417,12 +416,16 @@ impl<T: Send + 'static> Dataset<T> {
     /// `(position, element)` pairs, the position an `i64` scalar tensor counting from
     /// `start` (`enumerate`).
     pub fn enumerate(&self, start: i64) -> Dataset<(Tensor, T)> {
-        self.derive(self.cardinality, format!("enumerate({start})"), move |input| {
-            Box::new(input.enumerate().map(move |(i, r)| {
-                let x = r?;
-                Ok((Tensor::scalar(start + i as i64)?, x))
-            }))
-        })
+        self.derive(
+            self.cardinality,
+            format!("enumerate({start})"),
+            move |input| {
+                Box::new(input.enumerate().map(move |(i, r)| {
+                    let x = r?;
+                    Ok((Tensor::scalar(start + i as i64)?, x))
+                }))
+            },
+        )
     }
 
     /// Pairs of this dataset's and `other`'s elements, ending with the shorter (`zip`).
@@ -438,7 +441,11 @@ impl<T: Send + 'static> Dataset<T> {
             card,
             move || Ok(format!("zip({},{})", fa()?, fb()?)),
             move || {
-                Box::new(a.iter_boxed().zip(b.iter_boxed()).map(|(x, y)| Ok((x?, y?))))
+                Box::new(
+                    a.iter_boxed()
+                        .zip(b.iter_boxed())
+                        .map(|(x, y)| Ok((x?, y?))),
+                )
             },
         )
     }
@@ -457,7 +464,10 @@ impl<T: Send + 'static> Dataset<T> {
             move || Ok(format!("concatenate({},{})", fa()?, fb()?)),
             move || {
                 let b = b.clone();
-                Box::new(a.iter_boxed().chain(std::iter::once(()).flat_map(move |_| b.iter_boxed())))
+                Box::new(
+                    a.iter_boxed()
+                        .chain(std::iter::once(()).flat_map(move |_| b.iter_boxed())),
+                )
             },
         )
     }
@@ -473,20 +483,24 @@ impl<T: Send + 'static> Dataset<T> {
         if num_shards == 0 || index >= num_shards {
             return Err(invalid(
                 "shard",
-                format!("index must be in [0, num_shards), got index {index}, num_shards {num_shards}"),
+                format!(
+                    "index must be in [0, num_shards), got index {index}, num_shards {num_shards}"
+                ),
             ));
         }
         let card = self
             .cardinality
             .map(|n| n / num_shards + u64::from(n % num_shards > index));
-        Ok(self.derive(card, format!("shard({num_shards},{index})"), move |input| {
-            Box::new(
-                input
-                    .enumerate()
-                    .filter(move |(i, _)| *i as u64 % num_shards == index)
-                    .map(|(_, r)| r),
-            )
-        }))
+        Ok(
+            self.derive(card, format!("shard({num_shards},{index})"), move |input| {
+                Box::new(
+                    input
+                        .enumerate()
+                        .filter(move |(i, _)| *i as u64 % num_shards == index)
+                        .map(|(_, r)| r),
+                )
+            }),
+        )
     }
 
     /// Elements drawn at random from a buffer of `buffer_size` (`shuffle`): a uniform
@@ -623,7 +637,12 @@ impl<T: Structure> Dataset<T> {
     pub fn from_tensor_slices(structure: T) -> Result<Dataset<T>> {
         let parts = structure.flatten();
         let n = match parts.first() {
-            None => return Err(invalid("from_tensor_slices", "the structure holds no tensor")),
+            None => {
+                return Err(invalid(
+                    "from_tensor_slices",
+                    "the structure holds no tensor",
+                ))
+            }
             Some(t) if t.rank() == 0 => {
                 return Err(invalid(
                     "from_tensor_slices",
@@ -709,29 +728,27 @@ impl<T: Structure> Dataset<T> {
             return Err(invalid(stage, "batch_size must be at least 1, got 0"));
         }
         let b = batch_size as u64;
-        let card = self.cardinality.map(|n| {
-            if drop_remainder {
-                n / b
-            } else {
-                n.div_ceil(b)
-            }
-        });
+        let card = self
+            .cardinality
+            .map(|n| if drop_remainder { n / b } else { n.div_ceil(b) });
         let padding = Arc::new(padding);
         let label = format!("{stage}({batch_size},{drop_remainder},{:?})", padding);
         Ok(self.derive(card, label, move |input| {
             let padding = padding.clone();
-            Box::new(Batches {
-                input,
-                batch_size,
-                drop_remainder,
-                index: 0,
-            }
-            .map(move |(i, r)| {
-                r.and_then(|elements| {
-                    crate::batching::stack(&elements, padding.as_ref().as_ref())
-                        .map_err(|e| at_element(stage, i, e))
-                })
-            }))
+            Box::new(
+                Batches {
+                    input,
+                    batch_size,
+                    drop_remainder,
+                    index: 0,
+                }
+                .map(move |(i, r)| {
+                    r.and_then(|elements| {
+                        crate::batching::stack(&elements, padding.as_ref().as_ref())
+                            .map_err(|e| at_element(stage, i, e))
+                    })
+                }),
+            )
         }))
     }
 
@@ -739,9 +756,9 @@ impl<T: Structure> Dataset<T> {
     pub fn unbatch(&self) -> Dataset<T> {
         self.derive(Cardinality::Unknown, "unbatch".into(), |input| {
             Box::new(input.enumerate().flat_map(|(i, r)| {
-                let items: Vec<Result<T>> = match r
-                    .and_then(|x| crate::batching::unstack(&x).map_err(|e| at_element("unbatch", i as u64, e)))
-                {
+                let items: Vec<Result<T>> = match r.and_then(|x| {
+                    crate::batching::unstack(&x).map_err(|e| at_element("unbatch", i as u64, e))
+                }) {
                     Ok(v) => v.into_iter().map(Ok).collect(),
                     Err(e) => vec![Err(e)],
                 };

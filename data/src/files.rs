@@ -30,7 +30,8 @@ impl Dataset<PathBuf> {
             op: "list_files",
             msg,
         };
-        let entries = glob::glob(pattern).map_err(|e| bad(format!("bad pattern {pattern:?}: {e}")))?;
+        let entries =
+            glob::glob(pattern).map_err(|e| bad(format!("bad pattern {pattern:?}: {e}")))?;
         let mut files = Vec::new();
         for entry in entries {
             let path = entry.map_err(|e| Error::io(e.path(), e.error()))?;
@@ -47,7 +48,12 @@ impl Dataset<PathBuf> {
         let fp = listed.clone();
         Ok(Dataset::from_parts(
             Cardinality::Finite(n),
-            move || Ok(format!("list_files({})", crate::tfrecord::files_identity(&fp))),
+            move || {
+                Ok(format!(
+                    "list_files({})",
+                    crate::tfrecord::files_identity(&fp)
+                ))
+            },
             move || {
                 let files = listed.clone();
                 Box::new((0..files.len()).map(move |i| Ok(files[i].clone())))

@@ -43,6 +43,8 @@ mod snapshot;
 mod structure;
 pub mod tfrecord;
 
-pub use dataset::{Cardinality, Dataset, DatasetIter, ElementIter, PaddedBatch, Parallelism, AUTOTUNE};
+pub use dataset::{
+    Cardinality, Dataset, DatasetIter, ElementIter, PaddedBatch, Parallelism, AUTOTUNE,
+};
 pub use snapshot::SnapshotOptions;
 pub use structure::{decode_element, encode_element, Spec, Structure};

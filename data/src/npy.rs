@@ -70,7 +70,10 @@ pub fn to_bytes(tensor: &Tensor) -> Result<Vec<u8>> {
         [n] => format!("({n},)"),
         s => format!(
             "({})",
-            s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            s.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
@@ -131,7 +134,12 @@ pub fn parse(bytes: &[u8]) -> std::result::Result<Tensor, String> {
             u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize,
             12,
         ),
-        _ => return Err(format!("unsupported .npy format version {major}.{}", bytes[7])),
+        _ => {
+            return Err(format!(
+                "unsupported .npy format version {major}.{}",
+                bytes[7]
+            ))
+        }
     };
     let header = bytes
         .get(start..start + header_len)

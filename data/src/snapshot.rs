@@ -102,12 +102,16 @@ impl Metadata {
         }
         Ok(Some(Metadata {
             run,
-            shards: v["num_shards"].as_u64().ok_or_else(|| bad("no num_shards"))? as usize,
+            shards: v["num_shards"]
+                .as_u64()
+                .ok_or_else(|| bad("no num_shards"))? as usize,
             elements: v["num_elements"]
                 .as_u64()
                 .ok_or_else(|| bad("no num_elements"))?,
             compression: Compression::parse(
-                v["compression"].as_str().ok_or_else(|| bad("no compression"))?,
+                v["compression"]
+                    .as_str()
+                    .ok_or_else(|| bad("no compression"))?,
             )?,
         }))
     }
@@ -172,6 +176,9 @@ fn read_records<T: Structure>(
     }))
 }
 
+/// Makes a finished write visible: called with the number of shards and elements.
+type PublishFn = dyn FnOnce(usize, u64) -> Result<()> + Send;
+
 /// Passes elements through while writing them to record files; `publish` runs after a
 /// complete pass without errors, `abandon` otherwise (early drop included).
 struct Recorder<T> {
@@ -182,7 +189,7 @@ struct Recorder<T> {
     shard_size: u64,
     shards: usize,
     elements: u64,
-    publish: Option<Box<dyn FnOnce(usize, u64) -> Result<()> + Send>>,
+    publish: Option<Box<PublishFn>>,
     abandon: Option<Box<dyn FnOnce() + Send>>,
     failed: bool,
 }
@@ -281,7 +288,9 @@ impl<T: Structure> Dataset<T> {
             }
             let tmp = path.with_file_name(format!(
                 "{}.tmp-{}",
-                path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+                path.file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default(),
                 unique_suffix()
             ));
             let (t1, t2, target) = (tmp.clone(), tmp.clone(), path.clone());
@@ -342,7 +351,9 @@ impl<T: Structure> Dataset<T> {
         self.derive(self.cardinality(), label, move |input| {
             let fp = match fingerprint.get_or_init(|| upstream.fingerprint()) {
                 Ok(fp) => fp.clone(),
-                Err(e) => return Box::new(std::iter::once(Err(at_element("snapshot", 0, e.clone())))),
+                Err(e) => {
+                    return Box::new(std::iter::once(Err(at_element("snapshot", 0, e.clone()))))
+                }
             };
             let dir = root.join(&fp);
             match Metadata::read(&dir.join(METADATA)) {

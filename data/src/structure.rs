@@ -272,10 +272,14 @@ impl<'a> ByteReader<'a> {
         Ok(self.take(1)?[0])
     }
     pub(crate) fn u32(&mut self) -> std::result::Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     pub(crate) fn u64(&mut self) -> std::result::Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
     pub(crate) fn is_done(&self) -> bool {
         self.pos == self.bytes.len()
@@ -337,8 +341,8 @@ pub fn decode_element<T: Structure>(bytes: &[u8], what: &str) -> Result<T> {
             .and_then(|n| n.checked_mul(dtype.size_in_bytes()))
             .ok_or_else(|| err(format!("shape {shape:?} overflows")))?;
         let data = r.take(n).map_err(err)?;
-        let host = HostData::from_le_bytes(dtype, data)
-            .ok_or_else(|| err(format!("bad {dtype} data")))?;
+        let host =
+            HostData::from_le_bytes(dtype, data).ok_or_else(|| err(format!("bad {dtype} data")))?;
         tensors.push(Tensor::from_host(host, &shape)?);
     }
     if !r.is_done() {

@@ -85,7 +85,11 @@ fn crc32c_table() -> &'static [[u32; 256]; 8] {
         for i in 0..256 {
             let mut c = i as u32;
             for _ in 0..8 {
-                c = if c & 1 != 0 { (c >> 1) ^ CRC32C_POLY } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    (c >> 1) ^ CRC32C_POLY
+                } else {
+                    c >> 1
+                };
             }
             t[0][i] = c;
         }
@@ -431,7 +435,11 @@ pub(crate) fn files_identity(paths: &[PathBuf]) -> String {
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map(|d| d.as_nanos())
                 .unwrap_or(0);
-            format!("{}:{}:{mtime}", p.display(), meta.map(|m| m.len()).unwrap_or(0))
+            format!(
+                "{}:{}:{mtime}",
+                p.display(),
+                meta.map(|m| m.len()).unwrap_or(0)
+            )
         })
         .collect::<Vec<_>>()
         .join(",")
@@ -460,11 +468,17 @@ impl Dataset<Vec<u8>> {
 mod tests {
     #[test]
     fn the_table_and_the_instruction_agree() {
-        let data: Vec<u8> = (0..1000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let data: Vec<u8> = (0..1000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
         for len in [0, 1, 7, 8, 9, 63, 64, 65, 999, 1000] {
             for start in [0, 1, 3] {
                 let slice = &data[start..len.max(start)];
-                assert_eq!(super::crc32c(slice), super::crc32c_portable(slice), "len {len} start {start}");
+                assert_eq!(
+                    super::crc32c(slice),
+                    super::crc32c_portable(slice),
+                    "len {len} start {start}"
+                );
             }
         }
         assert_eq!(super::crc32c_portable(b"123456789"), 0xE306_9283);

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use ferroflow_data::csv::{CsvColumn, CsvOptions};
-use ferroflow_data::tfrecord::{crc32c, masked_crc32c, Compression, TfRecordReader, TfRecordWriter};
+use ferroflow_data::tfrecord::{
+    crc32c, masked_crc32c, Compression, TfRecordReader, TfRecordWriter,
+};
 use ferroflow_data::{npy, Dataset, SnapshotOptions};
 use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
 
@@ -45,14 +47,22 @@ fn crc32c_matches_the_standard_check_value() {
     let ascending: Vec<u8> = (0..32).collect();
     assert_eq!(crc32c(&ascending), 0x46DD_794E);
     let c = crc32c(b"123456789");
-    assert_eq!(masked_crc32c(b"123456789"), c.rotate_right(15).wrapping_add(0xa282_ead8));
+    assert_eq!(
+        masked_crc32c(b"123456789"),
+        c.rotate_right(15).wrapping_add(0xa282_ead8)
+    );
 }
 
 #[test]
 fn tfrecord_round_trips_with_every_compression() {
     init();
     let dir = tmp("tfrecord");
-    for compression in [Compression::None, Compression::Gzip, Compression::Zlib, Compression::Snappy] {
+    for compression in [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Zlib,
+        Compression::Snappy,
+    ] {
         let a = dir.join(format!("a-{}.tfrecord", compression.name()));
         let b = dir.join(format!("b-{}.tfrecord", compression.name()));
         write_records(&a, 20, compression);
@@ -72,7 +82,10 @@ fn tfrecord_round_trips_with_every_compression() {
     let bytes = std::fs::read(&p).unwrap();
     assert_eq!(bytes.len(), 8 + 4 + 3 + 4);
     assert_eq!(&bytes[..8], &3u64.to_le_bytes());
-    assert_eq!(&bytes[8..12], &masked_crc32c(&3u64.to_le_bytes()).to_le_bytes());
+    assert_eq!(
+        &bytes[8..12],
+        &masked_crc32c(&3u64.to_le_bytes()).to_le_bytes()
+    );
     assert_eq!(&bytes[12..15], b"abc");
     assert_eq!(&bytes[15..], &masked_crc32c(b"abc").to_le_bytes());
 }
@@ -90,13 +103,18 @@ fn every_bit_flip_in_a_tfrecord_file_is_detected() {
             let mut b = good.clone();
             b[byte] ^= 1 << bit;
             std::fs::write(&bad, &b).unwrap();
-            let items: Vec<_> = TfRecordReader::open(&bad, Compression::None).unwrap().collect();
+            let items: Vec<_> = TfRecordReader::open(&bad, Compression::None)
+                .unwrap()
+                .collect();
             let err = items
                 .iter()
                 .find_map(|r| r.as_ref().err())
                 .unwrap_or_else(|| panic!("flip of bit {bit} of byte {byte} went unnoticed"));
             let msg = err.to_string();
-            assert!(msg.contains("CRC mismatch") || msg.contains("truncated"), "{msg}");
+            assert!(
+                msg.contains("CRC mismatch") || msg.contains("truncated"),
+                "{msg}"
+            );
             // Records before the damaged one still come out intact.
             for (i, r) in items.iter().enumerate() {
                 if let Ok(data) = r {
@@ -121,13 +139,21 @@ fn a_truncated_tfrecord_file_is_an_error_not_a_short_read() {
     let cut = dir.join("cut.tfrecord");
     for len in 0..good.len() {
         std::fs::write(&cut, &good[..len]).unwrap();
-        let items: Vec<_> = Dataset::tfrecord(&[&cut], Compression::None).iter().collect();
+        let items: Vec<_> = Dataset::tfrecord(&[&cut], Compression::None)
+            .iter()
+            .collect();
         if boundaries.contains(&len) {
-            assert!(items.iter().all(|r| r.is_ok()), "cut at a record boundary {len}");
+            assert!(
+                items.iter().all(|r| r.is_ok()),
+                "cut at a record boundary {len}"
+            );
         } else {
             let last = items.last().unwrap();
             let msg = last.as_ref().unwrap_err().to_string();
-            assert!(msg.contains("truncated") && msg.contains("TFRecordDataset: element"), "{msg}");
+            assert!(
+                msg.contains("truncated") && msg.contains("TFRecordDataset: element"),
+                "{msg}"
+            );
         }
     }
     // A gzip file read as plain says how to read it; a gzip file cut short is an error.
@@ -142,7 +168,9 @@ fn a_truncated_tfrecord_file_is_an_error_not_a_short_read() {
     assert!(msg.contains("Compression::Gzip"), "{msg}");
     let bytes = std::fs::read(&gz).unwrap();
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
-    let items: Vec<_> = Dataset::tfrecord(&[&cut], Compression::Gzip).iter().collect();
+    let items: Vec<_> = Dataset::tfrecord(&[&cut], Compression::Gzip)
+        .iter()
+        .collect();
     assert!(items.last().unwrap().is_err());
     let missing = Dataset::tfrecord(&[dir.join("nope")], Compression::None);
     assert!(missing.iter().next().unwrap().is_err());
@@ -177,17 +205,32 @@ fn csv_reads_quoted_fields_defaults_and_selected_columns() {
         .unwrap();
     let decoded: Vec<(i64, f64, bool)> = rows
         .iter()
-        .map(|r| (r[0].item().unwrap(), r[1].item().unwrap(), r[2].item().unwrap()))
+        .map(|r| {
+            (
+                r[0].item().unwrap(),
+                r[1].item().unwrap(),
+                r[2].item().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         decoded,
-        vec![(1, 2.5, true), (2, 9.0, false), (3, -1000.0, true), (4, 9.0, false)]
+        vec![
+            (1, 2.5, true),
+            (2, 9.0, false),
+            (3, -1000.0, true),
+            (4, 9.0, false)
+        ]
     );
     assert_eq!(rows[0][0].dtype(), DType::I64);
 
     // Bad records are errors with file and line; the next records still come.
     let c = dir.join("c.csv");
-    std::fs::write(&c, "1,2.0,true\nx,2.0,true\n3,,true\n4,1.0\n5,1.0,false\n\"open,1,1\n").unwrap();
+    std::fs::write(
+        &c,
+        "1,2.0,true\nx,2.0,true\n3,,true\n4,1.0\n5,1.0,false\n\"open,1,1\n",
+    )
+    .unwrap();
     let options = CsvOptions {
         columns: vec![
             CsvColumn::required(DType::I32),
@@ -200,9 +243,21 @@ fn csv_reads_quoted_fields_defaults_and_selected_columns() {
     assert_eq!(items.len(), 6);
     assert!(items[0].is_ok() && items[4].is_ok());
     let msg = |i: usize| items[i].as_ref().unwrap_err().to_string();
-    assert!(msg(1).contains("line 2") && msg(1).contains("\"x\" is not a valid int32"), "{}", msg(1));
-    assert!(msg(2).contains("line 3") && msg(2).contains("no default"), "{}", msg(2));
-    assert!(msg(3).contains("3 fields selected") || msg(3).contains("2 fields selected"), "{}", msg(3));
+    assert!(
+        msg(1).contains("line 2") && msg(1).contains("\"x\" is not a valid int32"),
+        "{}",
+        msg(1)
+    );
+    assert!(
+        msg(2).contains("line 3") && msg(2).contains("no default"),
+        "{}",
+        msg(2)
+    );
+    assert!(
+        msg(3).contains("3 fields selected") || msg(3).contains("2 fields selected"),
+        "{}",
+        msg(3)
+    );
     assert!(msg(5).contains("never closed"), "{}", msg(5));
     assert!(msg(1).contains(&c.display().to_string()));
 }
@@ -220,8 +275,17 @@ fn has_numpy() -> bool {
 }
 
 fn python(script: &str, args: &[&str]) -> String {
-    let out = Command::new("python3").arg("-c").arg(script).args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -229,7 +293,11 @@ fn sample_tensors() -> Vec<Tensor> {
     vec![
         Tensor::from_vec(vec![1.5f32, -2.0, 3.25, 0.0, 1e-3, 7.0], &[2, 3]).unwrap(),
         Tensor::from_vec(vec![1.0f64 / 3.0, -1e300], &[2]).unwrap(),
-        Tensor::from_host(HostData::from_f64_slice(DType::F16, &[0.5, -1.5, 65504.0]), &[3, 1, 1]).unwrap(),
+        Tensor::from_host(
+            HostData::from_f64_slice(DType::F16, &[0.5, -1.5, 65504.0]),
+            &[3, 1, 1],
+        )
+        .unwrap(),
         Tensor::from_vec(vec![-128i8, 0, 127, 5], &[2, 2]).unwrap(),
         Tensor::from_vec(vec![i32::MIN, 0, i32::MAX], &[3]).unwrap(),
         Tensor::from_vec(vec![i64::MIN, 1 << 40], &[1, 2]).unwrap(),
@@ -252,10 +320,17 @@ fn npy_round_trips_every_numpy_dtype() {
         assert_eq!(back.shape(), t.shape());
         assert_eq!(back.to_host().unwrap(), t.to_host().unwrap());
         let data_len = t.num_elements() * t.dtype().size_in_bytes();
-        assert_eq!((std::fs::read(&p).unwrap().len() - data_len) % 64, 0, "header aligned to 64");
+        assert_eq!(
+            (std::fs::read(&p).unwrap().len() - data_len) % 64,
+            0,
+            "header aligned to 64"
+        );
     }
     let bf = Tensor::zeros(&[2], DType::BF16).unwrap();
-    assert!(npy::write(dir.join("bf.npy"), &bf).unwrap_err().to_string().contains("cast bfloat16"));
+    assert!(npy::write(dir.join("bf.npy"), &bf)
+        .unwrap_err()
+        .to_string()
+        .contains("cast bfloat16"));
     // Corrupt files: clear errors.
     let good = npy::to_bytes(&sample_tensors()[0]).unwrap();
     let cases: [(&[u8], &str); 3] = [
@@ -270,7 +345,9 @@ fn npy_round_trips_every_numpy_dtype() {
     let mut swapped = good.clone();
     let at = swapped.windows(3).position(|w| w == b"<f4").unwrap();
     swapped[at..at + 3].copy_from_slice(b"<c8");
-    assert!(npy::parse(&swapped).unwrap_err().contains("no ferroflow equivalent"));
+    assert!(npy::parse(&swapped)
+        .unwrap_err()
+        .contains("no ferroflow equivalent"));
     let ds = Dataset::from_npy(dir.join("0.npy")).unwrap();
     assert_eq!(ds.iter().count(), 2);
 }
@@ -343,13 +420,18 @@ for name, a in cases.items():
 "#;
     let out = python(script, &[&dir.display().to_string()]);
     for line in out.lines() {
-        let mut parts = line.splitn(2, ' ');
-        let name = parts.next().unwrap();
-        let rest = parts.next().unwrap();
+        let (name, rest) = line.split_once(' ').unwrap();
         let (shape, values) = rest.split_once(']').unwrap();
         let t = npy::read(dir.join(format!("{name}.npy"))).unwrap();
-        assert_eq!(format!("{:?}", t.shape()), format!("{shape}]").replace(' ', "").replace(",", ", "), "{name}");
-        let want: Vec<f64> = values.split_whitespace().map(|v| v.parse().unwrap()).collect();
+        assert_eq!(
+            format!("{:?}", t.shape()),
+            format!("{shape}]").replace(' ', "").replace(",", ", "),
+            "{name}"
+        );
+        let want: Vec<f64> = values
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
         assert_eq!(t.to_f64_vec().unwrap(), want, "{name}");
     }
     assert_eq!(out.lines().count(), 11);
@@ -370,7 +452,11 @@ fn cache_file_persists_after_a_complete_pass_only() {
         .cache_file(&path);
     assert_eq!(ds.iter().take(4).count(), 4);
     assert!(!path.exists(), "a partial pass leaves no cache file");
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nor a temporary file");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nor a temporary file"
+    );
     let first: Vec<(i64, f32)> = ds
         .iter()
         .map(|r| {
@@ -389,7 +475,11 @@ fn cache_file_persists_after_a_complete_pass_only() {
         })
         .collect();
     assert_eq!(first, second);
-    assert_eq!(calls.load(Ordering::SeqCst), calls_after_write, "read from the file");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        calls_after_write,
+        "read from the file"
+    );
     assert_eq!(second[3], (3, 3.0));
 }
 
@@ -402,7 +492,10 @@ fn snapshot_pipeline(dir: &Path, options: SnapshotOptions) -> Dataset<(Tensor, V
         .map(|x: Tensor| {
             SNAPSHOT_CALLS.fetch_add(1, Ordering::SeqCst);
             let f = x.cast(DType::F32)?;
-            Ok((x.clone(), vec![f.mul(&f)?, Tensor::fill(&[3], 0.5, DType::F64)?]))
+            Ok((
+                x.clone(),
+                vec![f.mul(&f)?, Tensor::fill(&[3], 0.5, DType::F64)?],
+            ))
         })
         .snapshot_with(dir, options)
 }
@@ -424,10 +517,13 @@ fn snapshot_child_process() {
         return; // only meaningful when the parent test starts it
     };
     init();
-    let ds = snapshot_pipeline(Path::new(&dir), SnapshotOptions {
-        compression: Compression::Gzip,
-        shard_size_bytes: 300,
-    });
+    let ds = snapshot_pipeline(
+        Path::new(&dir),
+        SnapshotOptions {
+            compression: Compression::Gzip,
+            shard_size_bytes: 300,
+        },
+    );
     if std::env::var("FERROFLOW_SNAPSHOT_TEST_DIE").is_ok() {
         for (i, r) in ds.iter().enumerate() {
             r.unwrap();
@@ -438,20 +534,36 @@ fn snapshot_child_process() {
         }
     }
     let summary = summarize(&ds).unwrap();
-    println!("CALLS={} SUM={}", SNAPSHOT_CALLS.load(Ordering::SeqCst), summary.iter().map(|p| p.1).sum::<f32>());
+    println!(
+        "CALLS={} SUM={}",
+        SNAPSHOT_CALLS.load(Ordering::SeqCst),
+        summary.iter().map(|p| p.1).sum::<f32>()
+    );
 }
 
 fn run_child(dir: &Path, die: bool) -> (usize, String) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "snapshot_child_process", "--nocapture", "--test-threads=1"])
-        .env("FERROFLOW_SNAPSHOT_TEST_DIR", dir);
+    cmd.args([
+        "--exact",
+        "snapshot_child_process",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("FERROFLOW_SNAPSHOT_TEST_DIR", dir);
     if die {
         cmd.env("FERROFLOW_SNAPSHOT_TEST_DIE", "1");
     }
     let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let Some(line) = text.lines().find_map(|l| l.split_once("CALLS=").map(|p| p.1)) else {
+    let Some(line) = text
+        .lines()
+        .find_map(|l| l.split_once("CALLS=").map(|p| p.1))
+    else {
         return (usize::MAX, String::new());
     };
     let (calls, sum) = line.split_once(" SUM=").unwrap();
@@ -466,9 +578,15 @@ fn snapshot_is_written_once_and_read_by_later_processes() {
     let (calls, _) = run_child(&dir, true);
     assert_eq!(calls, usize::MAX, "the dying child prints nothing");
     let (calls, sum1) = run_child(&dir, false);
-    assert_eq!(calls, 40, "the killed run's files were not read as a snapshot");
+    assert_eq!(
+        calls, 40,
+        "the killed run's files were not read as a snapshot"
+    );
     let (calls, sum2) = run_child(&dir, false);
-    assert_eq!(calls, 0, "a later process reads the snapshot instead of recomputing");
+    assert_eq!(
+        calls, 0,
+        "a later process reads the snapshot instead of recomputing"
+    );
     assert_eq!(sum1, sum2);
     let fingerprints: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(fingerprints.len(), 1);
@@ -490,13 +608,21 @@ fn snapshot_reads_back_the_same_elements_and_detects_corruption() {
     assert_eq!(first, second);
     assert_eq!(first[7], (7, 49.0));
     // Several shards, listed by the metadata.
-    let fp_dir = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+    let fp_dir = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     let run = std::fs::read_dir(&fp_dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.is_dir())
         .unwrap();
-    let mut shards: Vec<PathBuf> = std::fs::read_dir(&run).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut shards: Vec<PathBuf> = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     shards.sort();
     assert!(shards.len() > 3, "{} shards", shards.len());
     // Flip one bit in the middle of the second shard: an error naming the CRC, not garbage.
@@ -506,7 +632,10 @@ fn snapshot_reads_back_the_same_elements_and_detects_corruption() {
     std::fs::write(&shards[1], &bytes).unwrap();
     let err = summarize(&ds).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("CRC mismatch") && msg.contains("snapshot: element"), "{msg}");
+    assert!(
+        msg.contains("CRC mismatch") && msg.contains("snapshot: element"),
+        "{msg}"
+    );
     assert!(matches!(err, Error::Pipeline { .. }));
     // A missing shard is an error too.
     std::fs::remove_file(&shards[2]).unwrap();
@@ -520,14 +649,32 @@ fn a_different_pipeline_gets_its_own_snapshot() {
     let a = Dataset::range(0, 5, 1).snapshot(&dir, Compression::Snappy);
     let b = Dataset::range(0, 6, 1).snapshot(&dir, Compression::Snappy);
     let x = Tensor::from_slice(&[1.0f32, 2.0]).unwrap();
-    let c = Dataset::from_tensor_slices(x).unwrap().snapshot(&dir, Compression::None);
+    let c = Dataset::from_tensor_slices(x)
+        .unwrap()
+        .snapshot(&dir, Compression::None);
     let y = Tensor::from_slice(&[1.0f32, 3.0]).unwrap();
-    let d = Dataset::from_tensor_slices(y).unwrap().snapshot(&dir, Compression::None);
+    let d = Dataset::from_tensor_slices(y)
+        .unwrap()
+        .snapshot(&dir, Compression::None);
     assert_eq!(a.iter().count(), 5);
     assert_eq!(b.iter().count(), 6);
-    assert_eq!(c.iter().map(|t| t.unwrap().item::<f32>().unwrap()).collect::<Vec<_>>(), vec![1.0, 2.0]);
-    assert_eq!(d.iter().map(|t| t.unwrap().item::<f32>().unwrap()).collect::<Vec<_>>(), vec![1.0, 3.0]);
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 4, "four pipelines, four fingerprints");
+    assert_eq!(
+        c.iter()
+            .map(|t| t.unwrap().item::<f32>().unwrap())
+            .collect::<Vec<_>>(),
+        vec![1.0, 2.0]
+    );
+    assert_eq!(
+        d.iter()
+            .map(|t| t.unwrap().item::<f32>().unwrap())
+            .collect::<Vec<_>>(),
+        vec![1.0, 3.0]
+    );
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        4,
+        "four pipelines, four fingerprints"
+    );
     assert_eq!(a.iter().count(), 5);
     assert_eq!(b.iter().count(), 6);
     // A pass stopped early publishes nothing and cleans up its run.
@@ -536,7 +683,10 @@ fn a_different_pipeline_gets_its_own_snapshot() {
     assert_eq!(e.iter().take(3).count(), 3);
     let fp = upstream.fingerprint().unwrap();
     let fp_dir = std::env::temp_dir()
-        .join(format!("ferroflow-data-snapshot-early-{}", std::process::id()))
+        .join(format!(
+            "ferroflow-data-snapshot-early-{}",
+            std::process::id()
+        ))
         .join(fp);
     assert!(!fp_dir.join("snapshot.metadata").exists());
     assert_eq!(std::fs::read_dir(&fp_dir).unwrap().count(), 0);

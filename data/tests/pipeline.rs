@@ -15,7 +15,9 @@ fn init() {
 }
 
 fn ints(ds: &Dataset<Tensor>) -> Vec<i64> {
-    ds.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect()
+    ds.iter()
+        .map(|x| x.unwrap().item::<i64>().unwrap())
+        .collect()
 }
 
 fn values<T: Send + 'static>(ds: &Dataset<T>) -> Vec<T> {
@@ -46,7 +48,10 @@ fn range_matches_python_range() {
     assert_eq!(ints(&Dataset::range(5, 0, -2)), vec![5, 3, 1]);
     assert_eq!(ints(&Dataset::range(0, 0, 1)), Vec::<i64>::new());
     assert_eq!(ints(&Dataset::range(0, 5, -1)), Vec::<i64>::new());
-    assert_eq!(Dataset::range(0, 10, 3).cardinality(), Cardinality::Finite(4));
+    assert_eq!(
+        Dataset::range(0, 10, 3).cardinality(),
+        Cardinality::Finite(4)
+    );
     let t = Dataset::range(0, 2, 1).iter().next().unwrap().unwrap();
     assert_eq!(t.dtype(), DType::I64);
     assert_eq!(t.rank(), 0);
@@ -65,7 +70,10 @@ fn from_tensor_slices_slices_every_component_and_checks_shapes() {
     assert_eq!(ds.cardinality(), Cardinality::Finite(3));
     let elems = values(&ds);
     assert_eq!(elems[2]["x"].shape(), &[2, 2]);
-    assert_eq!(elems[2]["x"].to_vec::<f32>().unwrap(), vec![8.0, 9.0, 10.0, 11.0]);
+    assert_eq!(
+        elems[2]["x"].to_vec::<f32>().unwrap(),
+        vec![8.0, 9.0, 10.0, 11.0]
+    );
     assert_eq!(elems[1]["y"].item::<i32>().unwrap(), 8);
 
     let bad = Dataset::from_tensor_slices((x, Tensor::from_slice(&[1i32, 2]).unwrap()));
@@ -86,10 +94,19 @@ fn from_tensors_is_one_element_and_repeat_counts_rounds() {
     assert_eq!(all, vec![vec![1, 2]; 3]);
     assert_exhausts(&r);
     assert_eq!(ds.repeat(None).cardinality(), Cardinality::Infinite);
-    assert_eq!(ints(&Dataset::range(0, 3, 1).repeat(None).take(7)), vec![0, 1, 2, 0, 1, 2, 0]);
+    assert_eq!(
+        ints(&Dataset::range(0, 3, 1).repeat(None).take(7)),
+        vec![0, 1, 2, 0, 1, 2, 0]
+    );
     // An empty dataset repeated forever ends at once.
-    assert_eq!(ints(&Dataset::range(0, 0, 1).repeat(None)), Vec::<i64>::new());
-    assert_eq!(ints(&Dataset::range(0, 3, 1).repeat(Some(0))), Vec::<i64>::new());
+    assert_eq!(
+        ints(&Dataset::range(0, 0, 1).repeat(None)),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        ints(&Dataset::range(0, 3, 1).repeat(Some(0))),
+        Vec::<i64>::new()
+    );
 }
 
 #[test]
@@ -112,14 +129,21 @@ fn map_keeps_order_and_reports_errors_and_panics_as_items() {
     assert_eq!(items[0], Ok(0));
     assert_eq!(items[5], Ok(50));
     match &items[2] {
-        Err(Error::Pipeline { stage, index, source }) => {
+        Err(Error::Pipeline {
+            stage,
+            index,
+            source,
+        }) => {
             assert_eq!((stage.as_str(), *index), ("map", 2));
             assert!(source.to_string().contains("two is bad"));
         }
         other => panic!("{other:?}"),
     }
     let msg = items[4].as_ref().unwrap_err().to_string();
-    assert!(msg.contains("element 4") && msg.contains("four panics"), "{msg}");
+    assert!(
+        msg.contains("element 4") && msg.contains("four panics"),
+        "{msg}"
+    );
     assert_exhausts(&ds);
 }
 
@@ -201,7 +225,10 @@ fn parallel_map_errors_carry_the_element_index() {
     for (i, r) in items.iter().enumerate() {
         if i % 10 == 3 {
             let msg = r.as_ref().unwrap_err().to_string();
-            assert!(msg.contains(&format!("element {i}")) && msg.contains(&format!("bad {i}")), "{msg}");
+            assert!(
+                msg.contains(&format!("element {i}")) && msg.contains(&format!("bad {i}")),
+                "{msg}"
+            );
         } else {
             assert_eq!(*r.as_ref().unwrap(), i as u32);
         }
@@ -220,7 +247,11 @@ fn parallel_map_and_prefetch_stop_their_threads_when_dropped_early() {
     std::thread::sleep(Duration::from_millis(50));
     let after_drop = pulls.load(Ordering::SeqCst);
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(pulls.load(Ordering::SeqCst), after_drop, "workers kept pulling after the drop");
+    assert_eq!(
+        pulls.load(Ordering::SeqCst),
+        after_drop,
+        "workers kept pulling after the drop"
+    );
     assert!(after_drop < 40, "bounded buffers: {after_drop} pulls");
 }
 
@@ -233,7 +264,10 @@ fn prefetch_runs_ahead_of_the_consumer_and_keeps_order() {
     assert_eq!(it.next().unwrap().unwrap(), 0);
     std::thread::sleep(Duration::from_millis(50));
     let ahead = pulls.load(Ordering::SeqCst);
-    assert!((5..=10).contains(&ahead), "pulled {ahead} with a buffer of 8");
+    assert!(
+        (5..=10).contains(&ahead),
+        "pulled {ahead} with a buffer of 8"
+    );
     let rest: Vec<u64> = it.map(|x| x.unwrap()).collect();
     assert_eq!(rest, (1..100).collect::<Vec<_>>());
     let auto = counting_source(1000, Arc::default()).prefetch(AUTOTUNE);
@@ -245,18 +279,20 @@ fn prefetch_runs_ahead_of_the_consumer_and_keeps_order() {
 fn a_panicking_source_behind_prefetch_is_an_error_item() {
     init();
     let ds = Dataset::from_generator(|| {
-        (0..10u32).map(|x| {
+        (0..10u32).inspect(|&x| {
             if x == 3 {
                 panic!("generator broke");
             }
-            x
         })
     })
     .prefetch(2);
     let items: Vec<_> = ds.iter().collect();
     assert_eq!(items.len(), 4);
     let msg = items[3].as_ref().unwrap_err().to_string();
-    assert!(msg.contains("generator broke") && msg.contains("element 3"), "{msg}");
+    assert!(
+        msg.contains("generator broke") && msg.contains("element 3"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -276,11 +312,18 @@ fn filter_take_skip_and_ignore_errors() {
     let pulls = Arc::new(AtomicUsize::new(0));
     let taken = counting_source(100, pulls.clone()).take(3);
     assert_eq!(values(&taken), vec![0, 1, 2]);
-    assert_eq!(pulls.load(Ordering::SeqCst), 3, "take pulls no element beyond its count");
+    assert_eq!(
+        pulls.load(Ordering::SeqCst),
+        3,
+        "take pulls no element beyond its count"
+    );
 
     let flaky = Dataset::from_generator(|| 0..6u32).map(|x| {
         if x % 2 == 1 {
-            Err(Error::InvalidArgument { op: "user", msg: "odd".into() })
+            Err(Error::InvalidArgument {
+                op: "user",
+                msg: "odd".into(),
+            })
         } else {
             Ok(x)
         }
@@ -288,14 +331,21 @@ fn filter_take_skip_and_ignore_errors() {
     assert_eq!(values(&flaky.ignore_errors()), vec![0, 2, 4]);
     let failing_filter = Dataset::range(0, 3, 1).filter(|x| {
         if x.item::<i64>()? == 1 {
-            Err(Error::InvalidArgument { op: "user", msg: "no".into() })
+            Err(Error::InvalidArgument {
+                op: "user",
+                msg: "no".into(),
+            })
         } else {
             Ok(true)
         }
     });
     let items: Vec<_> = failing_filter.iter().collect();
     assert_eq!(items.len(), 3);
-    assert!(items[1].as_ref().unwrap_err().to_string().contains("filter: element 1"));
+    assert!(items[1]
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("filter: element 1"));
 }
 
 #[test]
@@ -344,7 +394,11 @@ fn shard_partitions_the_input() {
     }
     all.sort();
     assert_eq!(all, (0..11).collect::<Vec<_>>());
-    assert!(ds.shard(3, 3).unwrap_err().to_string().contains("index must be in [0, num_shards)"));
+    assert!(ds
+        .shard(3, 3)
+        .unwrap_err()
+        .to_string()
+        .contains("index must be in [0, num_shards)"));
     assert!(ds.shard(0, 0).is_err());
 }
 
@@ -359,7 +413,10 @@ fn batch_stacks_structures_and_respects_drop_remainder() {
     let batches = values(&b);
     assert_eq!(batches.len(), 3);
     assert_eq!(batches[0].0.shape(), &[2, 2]);
-    assert_eq!(batches[0].0.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 2.0, 3.0]);
+    assert_eq!(
+        batches[0].0.to_vec::<f32>().unwrap(),
+        vec![0.0, 1.0, 2.0, 3.0]
+    );
     assert_eq!(batches[2].0.shape(), &[1, 2]);
     assert_eq!(batches[2].1.to_vec::<i64>().unwrap(), vec![4]);
     let dropped = ds.batch(2, true).unwrap();
@@ -370,13 +427,18 @@ fn batch_stacks_structures_and_respects_drop_remainder() {
 
     // Unequal shapes: a clear error pointing to padded_batch, then iteration goes on.
     let ragged = Dataset::from_generator(|| {
-        [1usize, 2, 2, 2].into_iter().map(|n| Tensor::zeros(&[n], DType::F32).unwrap())
+        [1usize, 2, 2, 2]
+            .into_iter()
+            .map(|n| Tensor::zeros(&[n], DType::F32).unwrap())
     })
     .batch(2, false)
     .unwrap();
     let items: Vec<_> = ragged.iter().collect();
     let msg = items[0].as_ref().unwrap_err().to_string();
-    assert!(msg.contains("padded_batch") && msg.contains("batch: element 0"), "{msg}");
+    assert!(
+        msg.contains("padded_batch") && msg.contains("batch: element 0"),
+        "{msg}"
+    );
     assert_eq!(items[1].as_ref().unwrap().shape(), &[2, 2]);
 }
 
@@ -413,7 +475,14 @@ fn padded_batch_pads_to_the_longest_or_to_fixed_shapes() {
     assert_eq!(t.shape(), &[4, 5]);
     assert_eq!(&t.to_vec::<i32>().unwrap()[..5], &[1, -1, -1, -1, -1]);
     let too_small = seqs
-        .padded_batch(4, false, PaddedBatch { padded_shapes: vec![vec![Some(2)]], padding_value: 0.0 })
+        .padded_batch(
+            4,
+            false,
+            PaddedBatch {
+                padded_shapes: vec![vec![Some(2)]],
+                padding_value: 0.0,
+            },
+        )
         .unwrap();
     let msg = too_small.iter().next().unwrap().unwrap_err().to_string();
     assert!(msg.contains("larger than its padded size 2"), "{msg}");
@@ -465,7 +534,10 @@ fn shuffle_is_a_seeded_permutation_that_reshuffles_each_pass() {
     // A small buffer only moves elements a bounded distance forward.
     let local = values(&ds.shuffle(4, Some(1), true).unwrap());
     for (pos, &x) in local.iter().enumerate() {
-        assert!((x as usize) <= pos + 3, "{x} came out at {pos} with a buffer of 4");
+        assert!(
+            (x as usize) <= pos + 3,
+            "{x} came out at {pos} with a buffer of 4"
+        );
     }
     assert!(ds.shuffle(0, None, true).is_err());
     assert_exhausts(&s);
@@ -474,7 +546,9 @@ fn shuffle_is_a_seeded_permutation_that_reshuffles_each_pass() {
 #[test]
 fn shuffle_with_a_full_buffer_draws_permutations_uniformly() {
     init();
-    let ds = Dataset::from_generator(|| 0..5u8).shuffle(5, Some(7), true).unwrap();
+    let ds = Dataset::from_generator(|| 0..5u8)
+        .shuffle(5, Some(7), true)
+        .unwrap();
     let runs = 12_000;
     let mut counts: HashMap<Vec<u8>, usize> = HashMap::new();
     for _ in 0..runs {
@@ -501,8 +575,8 @@ fn interleave_follows_tensorflows_documented_order() {
     assert_eq!(
         ints(&ds),
         vec![
-            1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 3, 3, 4, 4, 5, 5, 5, 5,
-            5, 5
+            1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 3, 3, 4, 4, 5, 5, 5, 5, 5,
+            5
         ]
     );
     assert_exhausts(&ds);
@@ -513,7 +587,10 @@ fn interleave_follows_tensorflows_documented_order() {
         .interleave(
             |x: Tensor| {
                 if x.item::<i64>()? == 1 {
-                    Err(Error::InvalidArgument { op: "user", msg: "no dataset".into() })
+                    Err(Error::InvalidArgument {
+                        op: "user",
+                        msg: "no dataset".into(),
+                    })
                 } else {
                     Ok(Dataset::from_tensors(x))
                 }
@@ -524,7 +601,11 @@ fn interleave_follows_tensorflows_documented_order() {
         .unwrap();
     let items: Vec<_> = failing.iter().collect();
     assert_eq!(items.len(), 3);
-    assert!(items[1].as_ref().unwrap_err().to_string().contains("interleave: element 1"));
+    assert!(items[1]
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("interleave: element 1"));
 }
 
 #[test]
@@ -538,7 +619,11 @@ fn memory_cache_computes_once_and_only_after_a_complete_pass() {
     assert_eq!(after_full, 13, "a partial pass caches nothing");
     assert_eq!(values(&ds), (0..10).collect::<Vec<_>>());
     assert_eq!(values(&ds.repeat(Some(2))).len(), 20);
-    assert_eq!(pulls.load(Ordering::SeqCst), after_full, "later passes read the cache");
+    assert_eq!(
+        pulls.load(Ordering::SeqCst),
+        after_full,
+        "later passes read the cache"
+    );
 }
 
 #[test]
@@ -553,8 +638,16 @@ fn the_issues_seed_example_runs() {
     assert_eq!(ds.cardinality(), Cardinality::Finite(10));
     let batches = values(&ds);
     assert_eq!(batches.len(), 10);
-    let want: Vec<f32> = x.to_vec::<f32>().unwrap().iter().map(|v| v.clamp(-1.0, 1.0)).collect();
-    let got: Vec<f32> = batches.iter().flat_map(|b| b.to_vec::<f32>().unwrap()).collect();
+    let want: Vec<f32> = x
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.clamp(-1.0, 1.0))
+        .collect();
+    let got: Vec<f32> = batches
+        .iter()
+        .flat_map(|b| b.to_vec::<f32>().unwrap())
+        .collect();
     assert_eq!(got, want);
 }
 

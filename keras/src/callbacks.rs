@@ -56,8 +56,9 @@ impl Logs {
 pub struct TrainParams {
     /// Total epochs.
     pub epochs: usize,
-    /// Batches per epoch.
-    pub steps: usize,
+    /// Batches per epoch; `None` while unknown (a dataset of unknown cardinality before its
+    /// first epoch ends).
+    pub steps: Option<usize>,
     /// Verbosity (0 silent, 1 progress bar, 2 one line per epoch).
     pub verbose: u8,
 }
@@ -164,7 +165,9 @@ fn format_per_step(secs: f64) -> String {
 pub struct ProgbarLogger {
     verbose: u8,
     epochs: usize,
-    steps: usize,
+    /// Batches per epoch: given by `fit`, or counted in the first epoch when unknown.
+    steps: Option<usize>,
+    seen: usize,
     epoch_start: Instant,
     last_draw: Option<Instant>,
     dynamic: bool,
@@ -177,7 +180,8 @@ impl ProgbarLogger {
         ProgbarLogger {
             verbose,
             epochs: 0,
-            steps: 0,
+            steps: None,
+            seen: 0,
             epoch_start: Instant::now(),
             last_draw: None,
             dynamic: std::io::stdout().is_terminal(),
@@ -186,7 +190,9 @@ impl ProgbarLogger {
     }
 
     fn bar(&self, current: usize) -> String {
-        let target = self.steps.max(1);
+        let Some(target) = self.steps.map(|s| s.max(1)) else {
+            return format!("{current}/Unknown");
+        };
         let digits = target.to_string().len();
         let filled = 30 * current.min(target) / target;
         let mut bar = format!("{current:>digits$}/{target} [");
@@ -228,6 +234,7 @@ impl Callback for ProgbarLogger {
         }
         self.epoch_start = Instant::now();
         self.last_draw = None;
+        self.seen = 0;
         Ok(())
     }
     fn on_train_batch_end(&mut self, batch: usize, logs: &Logs, _model: &mut Model) -> Result<()> {
@@ -239,38 +246,37 @@ impl Callback for ProgbarLogger {
             .last_draw
             .is_none_or(|t| now.duration_since(t).as_secs_f64() >= 0.05);
         let current = batch + 1;
-        if due && current < self.steps {
+        self.seen = current;
+        if due && self.steps.is_none_or(|s| current < s) {
             let elapsed = now.duration_since(self.epoch_start).as_secs_f64();
-            let eta = elapsed / current as f64 * (self.steps - current) as f64;
-            let line = format!(
-                "{} - ETA: {}{}",
-                self.bar(current),
-                format_duration(eta),
-                format_logs(logs)
-            );
+            let eta = match self.steps {
+                Some(s) => format!(
+                    " - ETA: {}",
+                    format_duration(elapsed / current as f64 * (s - current) as f64)
+                ),
+                None => String::new(),
+            };
+            let line = format!("{}{eta}{}", self.bar(current), format_logs(logs));
             self.draw(line, false);
             self.last_draw = Some(now);
         }
         Ok(())
     }
     fn on_epoch_end(&mut self, _epoch: usize, logs: &Logs, _model: &mut Model) -> Result<()> {
+        // An epoch of unknown length has now been counted (Keras does the same).
+        let steps = *self.steps.get_or_insert(self.seen);
         let elapsed = self.epoch_start.elapsed().as_secs_f64();
         let timing = format!(
             "{} {}",
             format_duration(elapsed),
-            format_per_step(elapsed / self.steps.max(1) as f64)
+            format_per_step(elapsed / steps.max(1) as f64)
         );
         match self.verbose {
             1 => {
-                let line = format!("{} - {timing}{}", self.bar(self.steps), format_logs(logs));
+                let line = format!("{} - {timing}{}", self.bar(steps), format_logs(logs));
                 self.draw(line, true);
             }
-            2 => println!(
-                "{}/{} - {timing}{}",
-                self.steps,
-                self.steps,
-                format_logs(logs)
-            ),
+            2 => println!("{steps}/{steps} - {timing}{}", format_logs(logs)),
             _ => {}
         }
         Ok(())

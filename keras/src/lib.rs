@@ -38,4 +38,4 @@ pub mod saving;
 pub use callbacks::{Callback, History, Logs};
 pub use functional::{input, Functional, KerasTensor, Symbolic};
 pub use layer::{Layer, LayerBase, LayerRef};
-pub use model::{Data, FitConfig, Model, Sequential};
+pub use model::{Batch, Data, FitBatch, FitConfig, Model, Sequential, ValidationData};

@@ -1,8 +1,10 @@
 //! [`Sequential`] and [`Model`]: compile, fit, evaluate, predict, summary, weights I/O.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use ferroflow_autodiff::{GradientTape, Source};
+use ferroflow_data::{Cardinality, Dataset, DatasetIter};
 use ferroflow_optim::Optimizer;
 use ferroflow_tensor::random::Philox;
 use ferroflow_tensor::{random, DType, Error, Result, Tensor, Variable};
@@ -171,6 +173,75 @@ impl Data {
     }
 }
 
+/// One batch as `fit` sees it: the inputs and the targets.
+pub type Batch = (Vec<Tensor>, Vec<Tensor>);
+
+/// An element of a dataset `fit`, `evaluate` and `predict` accept: a batch of inputs and
+/// targets (one tensor or several each), or inputs alone (for `predict`).
+pub trait FitBatch: Send + 'static {
+    /// The inputs and the targets (empty for inputs alone).
+    fn into_batch(self) -> Batch;
+}
+impl FitBatch for (Tensor, Tensor) {
+    fn into_batch(self) -> Batch {
+        (vec![self.0], vec![self.1])
+    }
+}
+impl FitBatch for (Vec<Tensor>, Vec<Tensor>) {
+    fn into_batch(self) -> Batch {
+        self
+    }
+}
+impl FitBatch for (Vec<Tensor>, Tensor) {
+    fn into_batch(self) -> Batch {
+        (self.0, vec![self.1])
+    }
+}
+impl FitBatch for Tensor {
+    fn into_batch(self) -> Batch {
+        (vec![self], vec![])
+    }
+}
+
+/// Validation data of [`FitConfig`]: arrays, batched with `fit`'s batch size, or a dataset
+/// of batches.
+pub enum ValidationData {
+    /// Inputs and targets with the samples along dimension 0.
+    Arrays(Data, Data),
+    /// A dataset of `(x, y)` batches.
+    Batches(Dataset<Batch>),
+}
+
+fn batches_of<B: FitBatch>(data: &Dataset<B>) -> Dataset<Batch> {
+    data.map(|b: B| Ok(b.into_batch()))
+}
+
+/// Arrays as a dataset of batches (Keras' array data adapter): `batch_size` samples per
+/// batch, in a new random order each pass when `shuffle_seed` is given.
+fn array_batches(x: Data, y: Data, batch_size: usize, shuffle_seed: Option<u64>) -> Dataset<Batch> {
+    let n =
+        x.0.first()
+            .and_then(|t| t.shape().first().copied())
+            .unwrap_or(0);
+    let rng = shuffle_seed.map(|s| Arc::new(Mutex::new(Philox::new([s, 0x6669_745f_7368_7566]))));
+    Dataset::from_fallible_generator(move || {
+        let mut order: Vec<i64> = (0..n as i64).collect();
+        if let Some(rng) = &rng {
+            let mut rng = rng.lock().unwrap_or_else(|e| e.into_inner());
+            for i in (1..n).rev() {
+                let j = (rng.next_f64() * (i + 1) as f64) as usize;
+                order.swap(i, j.min(i));
+            }
+        }
+        let (x, y) = (x.clone(), y.clone());
+        let chunks: Vec<Vec<i64>> = order.chunks(batch_size).map(<[i64]>::to_vec).collect();
+        chunks.into_iter().map(move |chunk| {
+            let idx = Tensor::from_vec(chunk.clone(), &[chunk.len()])?;
+            Ok((x.take(&idx)?, y.take(&idx)?))
+        })
+    })
+}
+
 /// Options of [`Model::fit`] (Keras' keyword arguments), built with chained setters.
 pub struct FitConfig {
     /// Samples per step (32).
@@ -183,8 +254,15 @@ pub struct FitConfig {
     pub shuffle: bool,
     /// Fraction of the samples (the last ones, before shuffling) held out for validation.
     pub validation_split: f64,
-    /// Explicit validation inputs and targets (take precedence over the split).
-    pub validation_data: Option<(Data, Data)>,
+    /// Explicit validation data, arrays or a dataset of batches (takes precedence over the
+    /// split).
+    pub validation_data: Option<ValidationData>,
+    /// Batches per epoch (`steps_per_epoch`): with it, epochs draw from one iterator that
+    /// continues across epochs (needed for an endless dataset); training stops when the data
+    /// runs out. Without it, each epoch is one full pass.
+    pub steps_per_epoch: Option<usize>,
+    /// Batches of validation data per evaluation (`validation_steps`); all when `None`.
+    pub validation_steps: Option<usize>,
     /// Epoch to start at (to resume a run).
     pub initial_epoch: usize,
     /// Callbacks, called in order after the built-in history and progress bar.
@@ -200,6 +278,8 @@ impl Default for FitConfig {
             shuffle: true,
             validation_split: 0.0,
             validation_data: None,
+            steps_per_epoch: None,
+            validation_steps: None,
             initial_epoch: 0,
             callbacks: vec![],
         }
@@ -238,7 +318,22 @@ impl FitConfig {
     }
     /// Sets `validation_data`.
     pub fn validation_data(mut self, x: impl Into<Data>, y: impl Into<Data>) -> Self {
-        self.validation_data = Some((x.into(), y.into()));
+        self.validation_data = Some(ValidationData::Arrays(x.into(), y.into()));
+        self
+    }
+    /// Sets `validation_data` to a dataset of `(x, y)` batches.
+    pub fn validation_dataset<B: FitBatch>(mut self, data: &Dataset<B>) -> Self {
+        self.validation_data = Some(ValidationData::Batches(batches_of(data)));
+        self
+    }
+    /// Sets `steps_per_epoch`.
+    pub fn steps_per_epoch(mut self, steps: usize) -> Self {
+        self.steps_per_epoch = Some(steps);
+        self
+    }
+    /// Sets `validation_steps`.
+    pub fn validation_steps(mut self, steps: usize) -> Self {
+        self.validation_steps = Some(steps);
         self
     }
     /// Sets `initial_epoch`.
@@ -586,8 +681,8 @@ impl Model {
                 ),
             ));
         }
-        let (train_x, train_y, val) = match config.validation_data.take() {
-            Some(v) => (x, y, Some(v)),
+        let (train_x, train_y) = match config.validation_data {
+            Some(_) => (x, y),
             None if config.validation_split > 0.0 => {
                 let split = n - (n as f64 * config.validation_split) as usize;
                 if split == 0 || split == n {
@@ -599,17 +694,81 @@ impl Model {
                         ),
                     ));
                 }
-                (
-                    x.range(0, split)?,
-                    y.range(0, split)?,
-                    Some((x.range(split, n)?, y.range(split, n)?)),
-                )
+                config.validation_data = Some(ValidationData::Arrays(
+                    x.range(split, n)?,
+                    y.range(split, n)?,
+                ));
+                (x.range(0, split)?, y.range(0, split)?)
             }
-            None => (x, y, None),
+            None => (x, y),
         };
         let n = train_x.samples("x")?;
-        let steps = n.div_ceil(config.batch_size);
         self.note_input_shapes(&train_x.0);
+        let seed = if config.shuffle {
+            Some(random_seed()?)
+        } else {
+            None
+        };
+        let batches = array_batches(train_x, train_y, config.batch_size, seed);
+        let steps = config
+            .steps_per_epoch
+            .unwrap_or(n.div_ceil(config.batch_size));
+        self.fit_batches(&batches, Some(steps), config)
+    }
+
+    /// Trains on a dataset whose elements are batches `(x, y)` (Keras' `fit(dataset)`): each
+    /// epoch is one pass over it (so a `shuffle` in the pipeline reshuffles every epoch),
+    /// or `steps_per_epoch` batches from one continuing iterator. `batch_size`, `shuffle` and
+    /// `validation_split` do not apply: the pipeline batches and shuffles.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// use ferroflow_keras::{layers::Dense, losses::MeanSquaredError, sequential, FitConfig, Model};
+    /// use ferroflow_optim::Sgd;
+    /// use ferroflow_tensor::Tensor;
+    /// let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0], &[4, 1])?;
+    /// let y = Tensor::from_vec(vec![-1.0f32, 1.0, 3.0, 5.0], &[4, 1])?;
+    /// let ds = Dataset::from_tensor_slices((x, y))?.shuffle(4, Some(0), true)?.batch(2, false)?;
+    /// let mut model = Model::from(sequential![Dense::new(1)]);
+    /// model.compile(Sgd::new(0.05), MeanSquaredError::new(), &[])?;
+    /// let h = model.fit_dataset(&ds, FitConfig::new().epochs(300).verbose(0))?;
+    /// assert!(h.get("loss").unwrap().last().unwrap() < &1e-3);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn fit_dataset<B: FitBatch>(
+        &mut self,
+        data: &Dataset<B>,
+        config: FitConfig,
+    ) -> Result<History> {
+        self.compiled("fit")?;
+        if config.validation_split > 0.0 {
+            return Err(Error::invalid(
+                "Model.fit",
+                "validation_split is not supported with a dataset: split the dataset \
+                 (take/skip) and pass validation_data",
+            ));
+        }
+        let steps = match (config.steps_per_epoch, data.cardinality()) {
+            (Some(s), _) => Some(s),
+            (None, Cardinality::Infinite) => {
+                return Err(Error::invalid(
+                    "Model.fit",
+                    "the dataset is infinite (repeat without a count): set steps_per_epoch",
+                ))
+            }
+            (None, Cardinality::Finite(n)) => Some(n as usize),
+            (None, Cardinality::Unknown) => None,
+        };
+        self.fit_batches(&batches_of(data), steps, config)
+    }
+
+    fn fit_batches(
+        &mut self,
+        batches: &Dataset<Batch>,
+        steps: Option<usize>,
+        mut config: FitConfig,
+    ) -> Result<History> {
         let mut callbacks: Vec<Box<dyn Callback>> = Vec::new();
         if config.verbose > 0 {
             callbacks.push(Box::new(ProgbarLogger::new(config.verbose)));
@@ -620,42 +779,76 @@ impl Model {
             steps,
             verbose: config.verbose,
         };
+        let val = config.validation_data.take().map(|v| match v {
+            ValidationData::Arrays(x, y) => array_batches(x, y, config.batch_size.max(1), None),
+            ValidationData::Batches(d) => d,
+        });
         let mut history = History::default();
         self.stop_training = false;
         for cb in &mut callbacks {
             cb.on_train_begin(&params, self)?;
         }
-        let mut rng = Philox::new([random_seed()?, 0x6669_745f_7368_7566]);
         let mut last_logs = Logs::new();
+        let mut continuing = None;
         for epoch in config.initial_epoch..config.epochs {
             self.reset_metrics();
             for cb in &mut callbacks {
                 cb.on_epoch_begin(epoch, self)?;
             }
-            let mut order: Vec<i64> = (0..n as i64).collect();
-            if config.shuffle {
-                for i in (1..n).rev() {
-                    let j = (rng.next_f64() * (i + 1) as f64) as usize;
-                    order.swap(i, j.min(i));
+            let mut fresh;
+            let it: &mut DatasetIter<Batch> = match config.steps_per_epoch {
+                Some(_) => continuing.get_or_insert_with(|| batches.iter()),
+                None => {
+                    fresh = batches.iter();
+                    &mut fresh
                 }
-            }
+            };
             let mut logs = Logs::new();
-            for (step, chunk) in order.chunks(config.batch_size).enumerate() {
+            let mut step = 0;
+            while config.steps_per_epoch.is_none_or(|s| step < s) {
+                let Some(batch) = it.next() else {
+                    if config.steps_per_epoch.is_some() {
+                        if config.verbose > 0 {
+                            eprintln!(
+                                "WARNING: the input ran out of data after {step} steps of epoch {}; \
+                                 interrupting training (use repeat() on the dataset)",
+                                epoch + 1
+                            );
+                        }
+                        self.stop_training = true;
+                    }
+                    break;
+                };
+                let (bx, by) = batch?;
+                if by.is_empty() {
+                    return Err(Error::invalid(
+                        "Model.fit",
+                        "the data holds inputs only; fit needs (x, y) batches",
+                    ));
+                }
+                if step == 0 {
+                    self.note_input_shapes(&bx);
+                }
                 for cb in &mut callbacks {
                     cb.on_train_batch_begin(step, self)?;
                 }
-                let idx = Tensor::from_vec(chunk.to_vec(), &[chunk.len()])?;
-                let (bx, by) = (train_x.take(&idx)?, train_y.take(&idx)?);
                 logs = self.train_step(&bx, &by)?;
                 for cb in &mut callbacks {
                     cb.on_train_batch_end(step, &logs, self)?;
                 }
+                step += 1;
                 if self.stop_training {
                     break;
                 }
             }
-            if let Some((vx, vy)) = &val {
-                let v = self.evaluate_data(vx, vy, config.batch_size)?;
+            if step == 0 && epoch == config.initial_epoch {
+                return Err(Error::invalid(
+                    "Model.fit",
+                    "the training data yielded no batch",
+                ));
+            }
+            if let Some(v) = &val {
+                let v = self.evaluate_batches(v, config.validation_steps)?;
                 for (k, value) in v.iter() {
                     logs.set(&format!("val_{k}"), value);
                 }
@@ -675,6 +868,31 @@ impl Model {
         Ok(history)
     }
 
+    fn evaluate_batches(&mut self, batches: &Dataset<Batch>, steps: Option<usize>) -> Result<Logs> {
+        self.compiled("evaluate")?;
+        self.reset_metrics();
+        let mut logs = Logs::new();
+        let mut seen = 0;
+        for batch in batches.iter().take(steps.unwrap_or(usize::MAX)) {
+            let (bx, by) = batch?;
+            if by.is_empty() {
+                return Err(Error::invalid(
+                    "Model.evaluate",
+                    "the data holds inputs only; evaluate needs (x, y) batches",
+                ));
+            }
+            logs = self.test_step(&bx, &by)?;
+            seen += 1;
+        }
+        if seen == 0 {
+            return Err(Error::invalid(
+                "Model.evaluate",
+                "the data yielded no batch",
+            ));
+        }
+        Ok(logs)
+    }
+
     fn evaluate_data(&mut self, x: &Data, y: &Data, batch_size: usize) -> Result<Logs> {
         self.compiled("evaluate")?;
         if batch_size == 0 {
@@ -690,14 +908,31 @@ impl Model {
                 format!("x has {n} samples but y has {}", y.samples("y")?),
             ));
         }
-        self.reset_metrics();
-        let mut logs = Logs::new();
-        for start in (0..n).step_by(batch_size) {
-            let end = (start + batch_size).min(n);
-            let (bx, by) = (x.range(start, end)?, y.range(start, end)?);
-            logs = self.test_step(&bx.0, &by.0)?;
+        self.evaluate_batches(&array_batches(x.clone(), y.clone(), batch_size, None), None)
+    }
+
+    /// Loss and metrics over a dataset of `(x, y)` batches in inference mode (Keras'
+    /// `evaluate(dataset)`).
+    pub fn evaluate_dataset<B: FitBatch>(&mut self, data: &Dataset<B>) -> Result<Logs> {
+        self.evaluate_batches(&batches_of(data), None)
+    }
+
+    /// The network's first output over a dataset of batches (inputs alone, or `(x, y)` whose
+    /// `y` is ignored), concatenated (Keras' `predict(dataset)`).
+    pub fn predict_dataset<B: FitBatch>(&mut self, data: &Dataset<B>) -> Result<Tensor> {
+        let mut parts = Vec::new();
+        for batch in batches_of(data).iter() {
+            let (bx, _) = batch?;
+            self.note_input_shapes(&bx);
+            parts.push(self.network.apply(&bx, false)?.remove(0));
         }
-        Ok(logs)
+        if parts.is_empty() {
+            return Err(Error::invalid(
+                "Model.predict",
+                "the dataset yielded no batch",
+            ));
+        }
+        Tensor::concat(&parts, 0)
     }
 
     /// Loss and metrics over `(x, y)` in inference mode (Keras' `evaluate`).

@@ -125,9 +125,8 @@ pub fn load_tensors(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>> {
                     ),
                 )
             })?;
-            let data = HostData::from_le_bytes(dtype, v.data()).ok_or_else(|| {
-                Error::format(what(), format!("tensor {n:?}: bad {dtype} data"))
-            })?;
+            let data = HostData::from_le_bytes(dtype, v.data())
+                .ok_or_else(|| Error::format(what(), format!("tensor {n:?}: bad {dtype} data")))?;
             let t = Tensor::from_host(data, v.shape())?;
             Ok((n, t))
         })

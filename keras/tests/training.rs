@@ -218,7 +218,7 @@ fn checkpoint_lr_callbacks_csv_and_terminate_on_nan() {
     let mut r = ReduceLROnPlateau::new("val_loss").factor(0.5).patience(2);
     let params = TrainParams {
         epochs: 10,
-        steps: 1,
+        steps: Some(1),
         verbose: 0,
     };
     r.on_train_begin(&params, &mut m).unwrap();

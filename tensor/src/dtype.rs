@@ -289,7 +289,7 @@ impl HostData {
     /// of the element size or a bool byte is not 0 or 1.
     pub fn from_le_bytes(dtype: DType, b: &[u8]) -> Option<HostData> {
         fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Option<Vec<T>> {
-            if b.len() % N != 0 {
+            if !b.len().is_multiple_of(N) {
                 return None;
             }
             b.chunks_exact(N)
