@@ -227,7 +227,7 @@ fn python_figures(script: &Path) -> Option<BTreeMap<String, f64>> {
     python_figures_with(script, &[])
 }
 
-fn python_figures_with(script: &Path, args: &[&str]) -> Option<BTreeMap<String, f64>> {
+pub(crate) fn python_figures_with(script: &Path, args: &[&str]) -> Option<BTreeMap<String, f64>> {
     let o = Command::new("python3")
         .arg(script)
         .args(args)
@@ -408,6 +408,10 @@ pub(crate) fn run(args: &[String]) -> bool {
     } else {
         None
     };
+    let data_table = (only.is_none() || only == Some("data")).then(|| {
+        let has_tf_data = has_tf;
+        crate::bench_data::run(rounds, has_tf_data)
+    });
     let peak = fma_peak_gflops();
     let mut md = String::new();
     md.push_str(&format!(
@@ -416,7 +420,9 @@ pub(crate) fn run(args: &[String]) -> bool {
         load(),
         peak.map(|p| format!("{p:.0} GFLOP/s")).unwrap_or_else(|| "n/a".into())
     ));
-    md.push_str("| kernel | ferroflow | NumPy | ratio (NumPy time / ours) |\n|---|---|---|---|\n");
+    if do_kernels {
+        md.push_str("| kernel | ferroflow | NumPy | ratio (NumPy time / ours) |\n|---|---|---|---|\n");
+    }
     let mut csv = String::from("kernel,ferroflow_seconds,numpy_seconds,ratio\n");
     let order: Vec<String> = mine.keys().cloned().collect();
     for k in order {
@@ -522,6 +528,10 @@ pub(crate) fn run(args: &[String]) -> bool {
             "adam_10M,{step:.9e},{floor:.9e},{:.3}\n",
             floor / step
         ));
+    }
+    if let Some(t) = data_table {
+        md.push('\n');
+        md.push_str(&t);
     }
     let _ = std::fs::create_dir_all("bench-out");
     let _ = std::fs::write("bench-out/kernels.csv", &csv);
