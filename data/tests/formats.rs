@@ -625,6 +625,14 @@ fn snapshot_reads_back_the_same_elements_and_detects_corruption() {
         .collect();
     shards.sort();
     assert!(shards.len() > 3, "{} shards", shards.len());
+    // Cut the last shard short: an error, then the intact file reads again.
+    let last = shards.last().unwrap().clone();
+    let whole = std::fs::read(&last).unwrap();
+    std::fs::write(&last, &whole[..whole.len() - 5]).unwrap();
+    let msg = summarize(&ds).unwrap_err().to_string();
+    assert!(msg.contains("truncated"), "{msg}");
+    std::fs::write(&last, &whole).unwrap();
+    assert_eq!(summarize(&ds).unwrap(), first);
     // Flip one bit in the middle of the second shard: an error naming the CRC, not garbage.
     let mut bytes = std::fs::read(&shards[1]).unwrap();
     let mid = bytes.len() / 2;

@@ -651,6 +651,67 @@ fn the_issues_seed_example_runs() {
     assert_eq!(got, want);
 }
 
+#[test]
+fn every_transformation_is_deterministic_and_stays_exhausted() {
+    init();
+    let base = Dataset::range(0, 23, 1);
+    let pairs = base.zip(&Dataset::range(100, 200, 1));
+    let seqs =
+        base.map(|n: Tensor| Tensor::fill(&[(n.item::<i64>()? % 4) as usize], 1.0, DType::F32));
+    let cases: Vec<(&str, Dataset<Tensor>)> = vec![
+        ("map", base.map(|x: Tensor| x.add(&x))),
+        (
+            "map_parallel",
+            base.map_parallel(|x: Tensor| x.add(&x), 3, true),
+        ),
+        ("filter", base.filter(|x| Ok(x.item::<i64>()? % 3 == 0))),
+        ("batch", base.batch(5, false).unwrap()),
+        ("batch drop", base.batch(5, true).unwrap()),
+        (
+            "padded_batch",
+            seqs.padded_batch(3, false, PaddedBatch::default()).unwrap(),
+        ),
+        ("unbatch", base.batch(4, false).unwrap().unbatch()),
+        ("shuffle", base.shuffle(7, Some(3), false).unwrap()),
+        ("repeat", base.repeat(Some(2))),
+        ("take", base.take(4)),
+        ("skip", base.skip(20)),
+        (
+            "enumerate",
+            base.enumerate(0).map(|(i, x): (Tensor, Tensor)| i.add(&x)),
+        ),
+        ("zip", pairs.map(|(a, b): (Tensor, Tensor)| a.add(&b))),
+        ("concatenate", base.concatenate(&base)),
+        ("shard", base.shard(4, 1).unwrap()),
+        (
+            "interleave",
+            base.take(3)
+                .interleave(|x| Ok(Dataset::from_tensors(x).repeat(Some(2))), 2, 1)
+                .unwrap(),
+        ),
+        ("cache", base.cache()),
+        ("prefetch", base.prefetch(3)),
+        ("ignore_errors", base.ignore_errors()),
+        ("apply", base.apply(|d| d.skip(1))),
+    ];
+    for (name, ds) in cases {
+        let first: Vec<Vec<f64>> = ds
+            .iter()
+            .map(|t| t.unwrap().to_f64_vec().unwrap())
+            .collect();
+        let second: Vec<Vec<f64>> = ds
+            .iter()
+            .map(|t| t.unwrap().to_f64_vec().unwrap())
+            .collect();
+        assert_eq!(first, second, "{name}: two passes differ");
+        assert!(!first.is_empty(), "{name}: empty");
+        if let Cardinality::Finite(n) = ds.cardinality() {
+            assert_eq!(n as usize, first.len(), "{name}: cardinality");
+        }
+        assert_exhausts(&ds);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 

@@ -238,6 +238,8 @@ impl Callback for ProgbarLogger {
         Ok(())
     }
     fn on_train_batch_end(&mut self, batch: usize, logs: &Logs, _model: &mut Model) -> Result<()> {
+        let current = batch + 1;
+        self.seen = current;
         if self.verbose != 1 || !self.dynamic {
             return Ok(());
         }
@@ -245,8 +247,6 @@ impl Callback for ProgbarLogger {
         let due = self
             .last_draw
             .is_none_or(|t| now.duration_since(t).as_secs_f64() >= 0.05);
-        let current = batch + 1;
-        self.seen = current;
         if due && self.steps.is_none_or(|s| current < s) {
             let elapsed = now.duration_since(self.epoch_start).as_secs_f64();
             let eta = match self.steps {

@@ -421,7 +421,9 @@ pub(crate) fn run(args: &[String]) -> bool {
         peak.map(|p| format!("{p:.0} GFLOP/s")).unwrap_or_else(|| "n/a".into())
     ));
     if do_kernels {
-        md.push_str("| kernel | ferroflow | NumPy | ratio (NumPy time / ours) |\n|---|---|---|---|\n");
+        md.push_str(
+            "| kernel | ferroflow | NumPy | ratio (NumPy time / ours) |\n|---|---|---|---|\n",
+        );
     }
     let mut csv = String::from("kernel,ferroflow_seconds,numpy_seconds,ratio\n");
     let order: Vec<String> = mine.keys().cloned().collect();

@@ -77,7 +77,10 @@ fn ours(x: &Tensor, y: &Tensor) -> ferroflow::Result<BTreeMap<&'static str, f64>
     let f = |i: u32| Ok(burn(10, i as f64));
     out.insert("scale_seq", elements_per_second(&items.map(f), 400));
     for (key, threads) in [("scale_par1", 1usize), ("scale_par2", 2), ("scale_par4", 4)] {
-        out.insert(key, elements_per_second(&items.map_parallel(f, threads, true), 400));
+        out.insert(
+            key,
+            elements_per_second(&items.map_parallel(f, threads, true), 400),
+        );
     }
     out.insert(
         "scale_autotune",
@@ -87,7 +90,11 @@ fn ours(x: &Tensor, y: &Tensor) -> ferroflow::Result<BTreeMap<&'static str, f64>
     // An input-bound loop: producing a batch costs ~2 ms, a training step ~3 ms.
     for (key, prefetch) in [("wait_none", false), ("wait_prefetch", true)] {
         let batches = Dataset::from_generator(|| 0..60u32).map(|i| Ok(burn(20, i as f64)));
-        let batches = if prefetch { batches.prefetch(AUTOTUNE) } else { batches };
+        let batches = if prefetch {
+            batches.prefetch(AUTOTUNE)
+        } else {
+            batches
+        };
         let (mut waited, start) = (Duration::ZERO, Instant::now());
         let mut it = batches.iter();
         loop {
@@ -98,7 +105,14 @@ fn ours(x: &Tensor, y: &Tensor) -> ferroflow::Result<BTreeMap<&'static str, f64>
         }
         let total = start.elapsed().as_secs_f64();
         out.insert(key, waited.as_secs_f64() / total);
-        out.insert(if prefetch { "total_prefetch" } else { "total_none" }, total);
+        out.insert(
+            if prefetch {
+                "total_prefetch"
+            } else {
+                "total_none"
+            },
+            total,
+        );
     }
     Ok(out)
 }
@@ -116,7 +130,9 @@ pub(crate) fn run(rounds: usize, python: bool) -> String {
     for r in 0..rounds {
         eprintln!("xtask bench: data round {}/{rounds}", r + 1);
         match ours(&x, &y) {
-            Ok(m) => m.into_iter().for_each(|(k, v)| mine.entry(k).or_default().push(v)),
+            Ok(m) => m
+                .into_iter()
+                .for_each(|(k, v)| mine.entry(k).or_default().push(v)),
             Err(e) => eprintln!("xtask bench: data: {e}"),
         }
         if python {
@@ -131,16 +147,24 @@ pub(crate) fn run(rounds: usize, python: bool) -> String {
     let mut md = String::new();
     md.push_str("| pipeline | ferroflow | tf.data | ours / tf.data |\n|---|---|---|---|\n");
     for (key, label) in [
-        ("data_mnist", "MNIST 60k: from_tensor_slices, shuffle(10000), batch(128)"),
-        ("data_map_seq", "map: 50 x (sin, mul) on 1024 floats, sequential"),
+        (
+            "data_mnist",
+            "MNIST 60k: from_tensor_slices, shuffle(10000), batch(128)",
+        ),
+        (
+            "data_map_seq",
+            "map: 50 x (sin, mul) on 1024 floats, sequential",
+        ),
         ("data_map_par", "same map, num_parallel_calls=AUTOTUNE"),
     ] {
         let ours_v = m(key);
         let tf_v = t(&format!("{key}_tf"));
         md.push_str(&format!(
             "| {label} | {ours_v:.0} elements/s | {} | {} |\n",
-            tf_v.map(|v| format!("{v:.0} elements/s")).unwrap_or_else(|| "n/a".into()),
-            tf_v.map(|v| format!("{:.2}x", ours_v / v)).unwrap_or_else(|| "n/a".into()),
+            tf_v.map(|v| format!("{v:.0} elements/s"))
+                .unwrap_or_else(|| "n/a".into()),
+            tf_v.map(|v| format!("{:.2}x", ours_v / v))
+                .unwrap_or_else(|| "n/a".into()),
         ));
     }
     md.push_str(&format!(

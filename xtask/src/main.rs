@@ -41,6 +41,9 @@ fn ci() -> bool {
             &["custom_training_loop"],
             // The main job's MLP: 3 epochs, exits non-zero below 97.5% test accuracy.
             &["mnist", "mlp"],
+            // TFRecord shards → interleave → parallel map → cache → shuffle → batch →
+            // prefetch → fit; exits non-zero below 97% test accuracy.
+            &["data_pipeline"],
         ]
         .iter()
         .all(|e| {
