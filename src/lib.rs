@@ -32,7 +32,8 @@ pub use ferroflow_optim as optim;
 /// Keras (`ferroflow-keras`): layers, models, `fit`, losses, metrics, callbacks.
 pub use ferroflow_keras as keras;
 
-/// Input pipelines and file formats (`ferroflow-data`), such as MNIST's IDX.
+/// Input pipelines (`ferroflow-data`, `tf.data`): `Dataset` and the file formats it reads
+/// (TFRecord, CSV, `.npy`, IDX).
 pub use ferroflow_data as data;
 
 /// The tensor core crate (`ferroflow-tensor`).
@@ -51,5 +52,6 @@ pub fn init() {
 /// Everything a typical program uses.
 pub mod prelude {
     pub use ferroflow_autodiff::{GradientTape, Source};
+    pub use ferroflow_data::{Dataset, AUTOTUNE};
     pub use ferroflow_tensor::{Axes, DType, Device, Padding, SliceSpec, Tensor, Variable};
 }
