@@ -268,6 +268,16 @@ impl<T: Send + 'static> Dataset<T> {
 
     /// Like [`from_generator`](Self::from_generator) for iterators that can fail: an `Err`
     /// item is passed on marked with its position.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// use ferroflow_tensor::Error;
+    /// let ds = Dataset::from_fallible_generator(|| vec![Ok(1), Err(Error::format("source", "bad")), Ok(3)]);
+    /// let items: Vec<_> = ds.iter().collect();
+    /// assert!(items[1].as_ref().unwrap_err().to_string().contains("from_generator: element 1"));
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn from_fallible_generator<I, F>(generator: F) -> Dataset<T>
     where
         F: Fn() -> I + Send + Sync + 'static,
@@ -293,6 +303,14 @@ impl<T: Send + 'static> Dataset<T> {
 
     /// `f` applied to every element, in order, on the iterating thread (`map`). An error or
     /// a panic in `f` becomes an `Err` item naming the element; iteration goes on after it.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let squares = Dataset::from_generator(|| 1..4).map(|x: i32| Ok(x * x));
+    /// assert_eq!(squares.iter().collect::<Result<Vec<_>, _>>()?, vec![1, 4, 9]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn map<U, F>(&self, f: F) -> Dataset<U>
     where
         U: Send + 'static,
@@ -344,6 +362,14 @@ impl<T: Send + 'static> Dataset<T> {
     }
 
     /// The elements for which `predicate` holds (`filter`).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let odd = Dataset::from_generator(|| 0..6).filter(|x: &i32| Ok(x % 2 == 1));
+    /// assert_eq!(odd.iter().collect::<Result<Vec<_>, _>>()?, vec![1, 3, 5]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn filter<F>(&self, predicate: F) -> Dataset<T>
     where
         F: Fn(&T) -> Result<bool> + Send + Sync + 'static,
@@ -368,6 +394,16 @@ impl<T: Send + 'static> Dataset<T> {
     }
 
     /// Drops the `Err` items (`tf.data.experimental.ignore_errors`).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// use ferroflow_tensor::Error;
+    /// let parsed = Dataset::from_generator(|| ["1", "x", "3"])
+    ///     .map(|s: &str| s.parse::<i32>().map_err(|e| Error::format("number", e.to_string())));
+    /// assert_eq!(parsed.ignore_errors().iter().collect::<Result<Vec<_>, _>>()?, vec![1, 3]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn ignore_errors(&self) -> Dataset<T> {
         self.derive(Cardinality::Unknown, "ignore_errors".into(), |input| {
             Box::new(input.filter(|r| r.is_ok()))
@@ -375,6 +411,14 @@ impl<T: Send + 'static> Dataset<T> {
     }
 
     /// The first `count` elements (`take`); pulls no element beyond them.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ints = |d: &Dataset<ferroflow_tensor::Tensor>| -> Vec<i64> { d.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect() };
+    /// assert_eq!(ints(&Dataset::range(0, 10, 1).take(3)), vec![0, 1, 2]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn take(&self, count: u64) -> Dataset<T> {
         let card = match self.cardinality {
             Cardinality::Finite(n) => Cardinality::Finite(n.min(count)),
@@ -387,6 +431,14 @@ impl<T: Send + 'static> Dataset<T> {
     }
 
     /// Everything after the first `count` elements (`skip`).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ints = |d: &Dataset<ferroflow_tensor::Tensor>| -> Vec<i64> { d.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect() };
+    /// assert_eq!(ints(&Dataset::range(0, 10, 1).skip(7)), vec![7, 8, 9]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn skip(&self, count: u64) -> Dataset<T> {
         let card = self.cardinality.map(|n| n.saturating_sub(count));
         self.derive(card, format!("skip({count})"), move |input| {
@@ -396,6 +448,14 @@ impl<T: Send + 'static> Dataset<T> {
 
     /// The elements `count` times over (`repeat`); `None` repeats forever. Each round is a new
     /// pass (a shuffle upstream reshuffles). An empty dataset repeated stays empty.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ints = |d: &Dataset<ferroflow_tensor::Tensor>| -> Vec<i64> { d.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect() };
+    /// assert_eq!(ints(&Dataset::range(0, 2, 1).repeat(Some(3))), vec![0, 1, 0, 1, 0, 1]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn repeat(&self, count: Option<u64>) -> Dataset<T> {
         let card = match (count, self.cardinality) {
             (_, Cardinality::Finite(0)) => Cardinality::Finite(0),
@@ -415,6 +475,14 @@ impl<T: Send + 'static> Dataset<T> {
 
     /// `(position, element)` pairs, the position an `i64` scalar tensor counting from
     /// `start` (`enumerate`).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let (i, x) = Dataset::range(10, 13, 1).enumerate(0).iter().last().unwrap()?;
+    /// assert_eq!((i.item::<i64>()?, x.item::<i64>()?), (2, 12));
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn enumerate(&self, start: i64) -> Dataset<(Tensor, T)> {
         self.derive(
             self.cardinality,
@@ -429,6 +497,14 @@ impl<T: Send + 'static> Dataset<T> {
     }
 
     /// Pairs of this dataset's and `other`'s elements, ending with the shorter (`zip`).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let pairs = Dataset::from_generator(|| 0..5).zip(&Dataset::from_generator(|| ["a", "b"]));
+    /// assert_eq!(pairs.iter().collect::<Result<Vec<_>, _>>()?, vec![(0, "a"), (1, "b")]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn zip<U: Send + 'static>(&self, other: &Dataset<U>) -> Dataset<(T, U)> {
         let card = match (self.cardinality, other.cardinality) {
             (Cardinality::Finite(a), Cardinality::Finite(b)) => Cardinality::Finite(a.min(b)),
@@ -451,6 +527,14 @@ impl<T: Send + 'static> Dataset<T> {
     }
 
     /// This dataset's elements, then `other`'s (`concatenate`).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ints = |d: &Dataset<ferroflow_tensor::Tensor>| -> Vec<i64> { d.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect() };
+    /// assert_eq!(ints(&Dataset::range(0, 2, 1).concatenate(&Dataset::range(5, 7, 1))), vec![0, 1, 5, 6]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn concatenate(&self, other: &Dataset<T>) -> Dataset<T> {
         let card = match (self.cardinality, other.cardinality) {
             (Cardinality::Finite(a), Cardinality::Finite(b)) => Cardinality::Finite(a + b),
@@ -473,12 +557,29 @@ impl<T: Send + 'static> Dataset<T> {
     }
 
     /// `f(self)`: a reusable chain of transformations (`apply`).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ints = |d: &Dataset<ferroflow_tensor::Tensor>| -> Vec<i64> { d.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect() };
+    /// let every_other = |d: &Dataset<ferroflow_tensor::Tensor>| d.shard(2, 0);
+    /// assert_eq!(ints(&Dataset::range(0, 6, 1).apply(every_other)?), vec![0, 2, 4]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn apply<U>(&self, f: impl FnOnce(&Dataset<T>) -> U) -> U {
         f(self)
     }
 
     /// Every `num_shards`-th element starting at `index` (`shard`): one worker's part of the
     /// input in distributed training. An error when `index >= num_shards`.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ints = |d: &Dataset<ferroflow_tensor::Tensor>| -> Vec<i64> { d.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect() };
+    /// assert_eq!(ints(&Dataset::range(0, 10, 1).shard(3, 1)?), vec![1, 4, 7]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn shard(&self, num_shards: u64, index: u64) -> Result<Dataset<T>> {
         if num_shards == 0 || index >= num_shards {
             return Err(invalid(
@@ -508,6 +609,17 @@ impl<T: Send + 'static> Dataset<T> {
     /// reproducible; without one it follows the global seed
     /// ([`ferroflow_tensor::random::set_seed`]) or fresh entropy, as in TF. With
     /// `reshuffle_each_iteration` every pass has a new order.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ds = Dataset::from_generator(|| 0..10).shuffle(10, Some(42), true)?;
+    /// let mut order: Vec<i32> = ds.iter().collect::<Result<_, _>>()?;
+    /// assert_ne!(order, (0..10).collect::<Vec<_>>());
+    /// order.sort();
+    /// assert_eq!(order, (0..10).collect::<Vec<_>>());
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn shuffle(
         &self,
         buffer_size: usize,
@@ -546,6 +658,17 @@ impl<T: Send + 'static> Dataset<T> {
     /// (`interleave(f, cycle_length, block_length)`): `cycle_length` of them are open at once,
     /// `block_length` consecutive elements are taken from each in turn; an exhausted one is
     /// replaced by the next input element's dataset.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ints = |d: &Dataset<ferroflow_tensor::Tensor>| -> Vec<i64> { d.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect() };
+    /// // Each element x becomes "x, x, x"; two at a time, one element from each in turn.
+    /// let ds = Dataset::range(1, 4, 1)
+    ///     .interleave(|x| Ok(Dataset::from_tensors(x).repeat(Some(3))), 2, 1)?;
+    /// assert_eq!(ints(&ds), vec![1, 2, 1, 2, 1, 2, 3, 3, 3]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn interleave<U, F>(
         &self,
         f: F,
@@ -587,6 +710,20 @@ impl<T: Send + 'static> Dataset<T> {
 
     /// Keeps the elements in memory after the first complete pass (`cache()`): later passes
     /// read them from there. A pass that stops early or meets an error caches nothing.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// static CALLS: AtomicUsize = AtomicUsize::new(0);
+    /// let ds = Dataset::from_generator(|| 0..3)
+    ///     .map(|x: i32| { CALLS.fetch_add(1, Ordering::SeqCst); Ok(x) })
+    ///     .cache();
+    /// assert_eq!(ds.iter().count(), 3);
+    /// assert_eq!(ds.iter().count(), 3);
+    /// assert_eq!(CALLS.load(Ordering::SeqCst), 3); // the second pass read the cache
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn cache(&self) -> Dataset<T>
     where
         T: Clone + Sync,
@@ -609,6 +746,14 @@ impl<T: Send + 'static> Dataset<T> {
     /// Fills a background buffer of up to `buffer_size` elements on its own thread
     /// (`prefetch`), so producing the next elements overlaps with consuming this one.
     /// [`AUTOTUNE`] starts with a small buffer and grows it while the consumer finds it empty.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::{Dataset, AUTOTUNE};
+    /// let ds = Dataset::from_generator(|| 0..100).map(|x: i32| Ok(x + 1)).prefetch(AUTOTUNE);
+    /// assert_eq!(ds.iter().map(|x| x.unwrap()).sum::<i32>(), 5050);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn prefetch(&self, buffer_size: impl Into<Parallelism>) -> Dataset<T> {
         let buffer = buffer_size.into();
         self.derive(self.cardinality, "prefetch".into(), move |input| {
@@ -685,6 +830,14 @@ impl<T: Structure> Dataset<T> {
     }
 
     /// A dataset of one element, `structure` itself (`from_tensors`).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ds = Dataset::from_tensors(ferroflow_tensor::Tensor::from_slice(&[1.0f32, 2.0])?);
+    /// assert_eq!(ds.iter().next().unwrap()?.shape(), &[2]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn from_tensors(structure: T) -> Dataset<T>
     where
         T: Clone + Sync,
@@ -701,6 +854,16 @@ impl<T: Structure> Dataset<T> {
     /// Consecutive elements stacked along a new first axis (`batch`); the last batch may be
     /// smaller unless `drop_remainder`. Components must have equal shapes within a batch
     /// (else an error that points to `padded_batch`).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ints = |d: &Dataset<ferroflow_tensor::Tensor>| -> Vec<i64> { d.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect() };
+    /// let b = Dataset::range(0, 5, 1).batch(2, false)?;
+    /// let shapes: Vec<Vec<usize>> = b.iter().map(|t| t.unwrap().shape().to_vec()).collect();
+    /// assert_eq!(shapes, vec![vec![2], vec![2], vec![1]]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn batch(&self, batch_size: usize, drop_remainder: bool) -> Result<Dataset<T>> {
         self.padded_or_plain_batch("batch", batch_size, drop_remainder, None)
     }
@@ -708,6 +871,16 @@ impl<T: Structure> Dataset<T> {
     /// Like [`batch`](Self::batch), padding every component to a common shape first
     /// (`padded_batch`): the largest in the batch along each axis, or the fixed sizes in
     /// `options.padded_shapes`, filled with `options.padding_value`.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::{Dataset, PaddedBatch};
+    /// use ferroflow_tensor::{DType, Tensor};
+    /// let seqs = Dataset::from_generator(|| [1usize, 3]).map(|n| Tensor::ones(&[n], DType::I32));
+    /// let b = seqs.padded_batch(2, false, PaddedBatch::default())?.iter().next().unwrap()?;
+    /// assert_eq!(b.to_vec::<i32>()?, vec![1, 0, 0, 1, 1, 1]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn padded_batch(
         &self,
         batch_size: usize,
@@ -753,6 +926,15 @@ impl<T: Structure> Dataset<T> {
     }
 
     /// Every element split along its first axis into elements (`unbatch`).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ints = |d: &Dataset<ferroflow_tensor::Tensor>| -> Vec<i64> { d.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect() };
+    /// let rows = Dataset::range(0, 5, 1).batch(2, false)?.unbatch();
+    /// assert_eq!(ints(&rows), vec![0, 1, 2, 3, 4]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn unbatch(&self) -> Dataset<T> {
         self.derive(Cardinality::Unknown, "unbatch".into(), |input| {
             Box::new(input.enumerate().flat_map(|(i, r)| {
@@ -1012,6 +1194,14 @@ impl<T: Send + 'static> IntoIterator for &Dataset<T> {
 impl Dataset<Tensor> {
     /// `start, start + step, ...` up to `stop` (exclusive) as `i64` scalars (`range`); an
     /// empty dataset when `step` is 0 or points away from `stop`.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// let ints = |d: &Dataset<ferroflow_tensor::Tensor>| -> Vec<i64> { d.iter().map(|x| x.unwrap().item::<i64>().unwrap()).collect() };
+    /// assert_eq!(ints(&Dataset::range(0, 10, 4)), vec![0, 4, 8]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
     pub fn range(start: i64, stop: i64, step: i64) -> Dataset<Tensor> {
         let n = if step > 0 && stop > start {
             ((stop - start) as u64).div_ceil(step as u64)
