@@ -23,6 +23,7 @@ use ferroflow_tensor::{DType, Error, Result, Tensor, Variable};
 use serde_json::{json, Value};
 
 use crate::initializers::Initializer;
+use crate::mixed_precision::Policy;
 use crate::regularizers::Regularizer;
 
 /// One weight a layer created with [`LayerBase::add_weight`].
@@ -46,9 +47,12 @@ pub struct LayerBase {
     /// every weight of the layer and of its sublayers.
     pub trainable: bool,
     built: bool,
-    /// The dtype policy name (`"float32"`, `"float64"`, `"float16"`, `"bfloat16"`); the
-    /// weights and computations use it.
-    pub dtype_policy: String,
+    /// The dtype policy: the weights' and the computations' dtypes (the global policy when
+    /// the layer was made, see [`crate::mixed_precision`]).
+    pub dtype_policy: Policy,
+    /// Cast floating inputs to the compute dtype before `call` (Keras' `autocast`, on by
+    /// default).
+    pub autocast: bool,
     weights: Vec<Weight>,
     output_shapes: Vec<Vec<usize>>,
 }
@@ -79,7 +83,8 @@ impl LayerBase {
             name: name.unwrap_or_else(|| unique_name(prefix)),
             trainable: true,
             built: false,
-            dtype_policy: "float32".into(),
+            dtype_policy: crate::mixed_precision::global_policy(),
+            autocast: true,
             weights: vec![],
             output_shapes: vec![],
         }
@@ -100,21 +105,13 @@ impl LayerBase {
     pub(crate) fn mark_built(&mut self) {
         self.built = true;
     }
-    /// The dtype of the layer's weights and computations, from its policy.
+    /// The dtype of the layer's weights (Keras' `layer.dtype`, the policy's variable dtype).
     pub fn dtype(&self) -> Result<DType> {
-        match self.dtype_policy.as_str() {
-            "float32" => Ok(DType::F32),
-            "float64" => Ok(DType::F64),
-            "float16" => Ok(DType::F16),
-            "bfloat16" => Ok(DType::BF16),
-            other => Err(Error::invalid(
-                "Layer dtype policy",
-                format!(
-                    "{:?}: policy {other:?} is not supported (float32, float64, float16, bfloat16)",
-                    self.name
-                ),
-            )),
-        }
+        Ok(self.dtype_policy.variable_dtype())
+    }
+    /// The dtype the layer computes in (Keras' `layer.compute_dtype`).
+    pub fn compute_dtype(&self) -> DType {
+        self.dtype_policy.compute_dtype()
     }
     /// Creates a weight named `"<layer>/<name>"` from `initializer` (Keras `add_weight`).
     pub fn add_weight(
@@ -198,9 +195,43 @@ pub trait Layer: Send {
             self.build(&shapes)?;
             self.base_mut().built = true;
         }
-        let out = self.call(inputs, training)?;
+        let (compute, mixed) = {
+            let p = &self.base().dtype_policy;
+            (p.compute_dtype(), p.is_mixed())
+        };
+        let cast_inputs = self.base().autocast && compute.is_float();
+        let casted: Vec<Tensor>;
+        let inputs = if cast_inputs
+            && inputs
+                .iter()
+                .any(|t| t.dtype().is_float() && t.dtype() != compute)
+        {
+            casted = inputs
+                .iter()
+                .map(|t| {
+                    if t.dtype().is_float() && t.dtype() != compute {
+                        t.cast(compute)
+                    } else {
+                        Ok(t.clone())
+                    }
+                })
+                .collect::<Result<_>>()?;
+            &casted[..]
+        } else {
+            inputs
+        };
+        let autocast = mixed.then_some(compute);
+        let out = crate::mixed_precision::with_autocast(autocast, || self.call(inputs, training))?;
         self.base_mut().output_shapes = out.iter().map(|t| t.shape().to_vec()).collect();
         Ok(out)
+    }
+    /// Sets the layer's dtype policy (Keras' `dtype=` argument), before it is built.
+    fn dtype(mut self, policy: Policy) -> Self
+    where
+        Self: Sized,
+    {
+        self.base_mut().dtype_policy = policy;
+        self
     }
     /// [`Layer::apply`] for one input and one output.
     fn forward(&mut self, x: &Tensor, training: bool) -> Result<Tensor> {
@@ -305,7 +336,7 @@ pub trait Layer: Send {
         if let Value::Object(m) = &mut c {
             m.insert("name".into(), json!(self.name()));
             m.insert("trainable".into(), json!(self.base().trainable));
-            m.insert("dtype".into(), json!(self.base().dtype_policy));
+            m.insert("dtype".into(), json!(self.base().dtype_policy.name()));
         }
         json!({"class_name": self.class_name(), "config": c})
     }

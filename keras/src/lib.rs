@@ -31,6 +31,7 @@ pub mod layer;
 pub mod layers;
 pub mod losses;
 pub mod metrics;
+pub mod mixed_precision;
 pub mod model;
 pub mod regularizers;
 pub mod saving;

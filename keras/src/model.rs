@@ -468,8 +468,7 @@ impl Model {
             .iter()
             .map(|m| crate::metrics::get(m))
             .collect::<Result<Vec<_>>>()?;
-        self.compile_with(Box::new(optimizer), Box::new(loss), metrics);
-        Ok(())
+        self.compile_with(Box::new(optimizer), Box::new(loss), metrics)
     }
     /// [`Model::compile`] with boxed parts and metric objects.
     pub fn compile_with(
@@ -477,13 +476,22 @@ impl Model {
         optimizer: Box<dyn Optimizer>,
         loss: Box<dyn Loss>,
         metrics: Vec<Box<dyn Metric>>,
-    ) {
+    ) -> Result<()> {
+        // TF 2.4: under "mixed_float16" compile wraps the optimizer in a dynamic loss scale.
+        let optimizer = if self.network.base().dtype_policy.name() == "mixed_float16"
+            && optimizer.loss_scale().is_none()
+        {
+            Box::new(ferroflow_optim::LossScaleOptimizer::dynamic(optimizer)?)
+        } else {
+            optimizer
+        };
         self.compiled = Some(Compiled {
             optimizer,
             loss,
             metrics,
             loss_tracker: Mean::new("loss"),
         });
+        Ok(())
     }
     fn compiled(&mut self, method: &str) -> Result<&mut Compiled> {
         self.compiled.as_mut().ok_or_else(|| {
@@ -534,7 +542,8 @@ impl Model {
         {
             let c = self.compiled("fit")?;
             for (t, p) in y.iter().zip(y_pred) {
-                let l = c.loss.call(t, p, None)?;
+                // Losses run in float32 under mixed precision.
+                let l = c.loss.call(t, &p.upcast_half()?, None)?;
                 total = Some(match total {
                     Some(s) => s.add(&l)?,
                     None => l,
@@ -566,8 +575,9 @@ impl Model {
             // With several outputs only the first gets the metrics (Keras names them per
             // output; ferroflow keeps one set of names).
             if i == 0 {
+                let p = p.upcast_half()?;
                 for m in &mut c.metrics {
-                    m.update_state(t, p, None)?;
+                    m.update_state(t, &p, None)?;
                 }
             }
         }
@@ -602,7 +612,19 @@ impl Model {
         let loss = self.compute_loss(y, &y_pred)?;
         let vars = self.network.trainable_weights();
         let sources: Vec<Source> = vars.iter().map(Source::from).collect();
-        let grads = tape.gradient(&loss, &sources)?;
+        // A loss-scaling optimizer: scale the loss on the tape, unscale the gradients.
+        let scale = self.compiled("fit")?.optimizer.loss_scale();
+        let grads = match scale {
+            Some(s) => {
+                let scaled = loss.mul(&loss.scalar_like(s)?)?;
+                let grads = tape.gradient(&scaled, &sources)?;
+                grads
+                    .into_iter()
+                    .map(|g| g.map(|g| g.div(&g.scalar_like(s)?)).transpose())
+                    .collect::<Result<Vec<_>>>()?
+            }
+            None => tape.gradient(&loss, &sources)?,
+        };
         drop(tape);
         let c = self.compiled("fit")?;
         c.optimizer

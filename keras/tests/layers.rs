@@ -28,7 +28,7 @@ fn close(a: &[f64], b: &[f64], tol: f64) {
 }
 
 fn f64_layer<L: Layer>(mut l: L) -> L {
-    l.base_mut().dtype_policy = "float64".into();
+    l.base_mut().dtype_policy = ferroflow_keras::mixed_precision::Policy::new("float64").unwrap();
     l
 }
 
@@ -202,22 +202,31 @@ fn shape_layers_pooling_and_merges() {
     ]
     .into_iter()
     .fold(f64::MIN, f64::max);
-    assert_eq!(mp.to_f64_vec().unwrap()[((2 + 1) * 2) * 3 + 2], want);
+    // A float32 layer casts its float64 input to float32 first (Keras' autocast).
+    assert_eq!(mp.dtype(), DType::F32);
+    assert_eq!(
+        mp.to_f64_vec().unwrap()[((2 + 1) * 2) * 3 + 2],
+        want as f32 as f64
+    );
     let ap = AveragePooling2D::new([2, 2])
         .padding(Padding::Same)
         .strides([3, 3]);
     assert_eq!(ap.padding, Padding::Same);
-    let g = GlobalAveragePooling2D::new().forward(&x, false).unwrap();
+    let g = f64_layer(GlobalAveragePooling2D::new())
+        .forward(&x, false)
+        .unwrap();
     assert_eq!(g.shape(), &[2, 3]);
     let mean0: f64 = (0..16).map(|p| xv[p * 3]).sum::<f64>() / 16.0;
     assert!((g.to_f64_vec().unwrap()[0] - mean0).abs() < 1e-12);
     let a = randn(&[2, 3], 1);
     let b = randn(&[2, 3], 2);
-    let s = Add::new().apply(&[a.clone(), b.clone()], false).unwrap();
-    let p = Multiply::new()
+    let s = f64_layer(Add::new())
         .apply(&[a.clone(), b.clone()], false)
         .unwrap();
-    let c = Concatenate::new(-1)
+    let p = f64_layer(Multiply::new())
+        .apply(&[a.clone(), b.clone()], false)
+        .unwrap();
+    let c = f64_layer(Concatenate::new(-1))
         .apply(&[a.clone(), b.clone()], false)
         .unwrap();
     let (av, bv) = (a.to_f64_vec().unwrap(), b.to_f64_vec().unwrap());

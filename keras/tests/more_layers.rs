@@ -12,7 +12,7 @@ fn randn(shape: &[usize], seed: u64) -> Tensor {
 }
 
 fn f64_layer<L: Layer>(mut l: L) -> L {
-    l.base_mut().dtype_policy = "float64".into();
+    l.base_mut().dtype_policy = ferroflow_keras::mixed_precision::Policy::new("float64").unwrap();
     l
 }
 

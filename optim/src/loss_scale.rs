@@ -144,6 +144,9 @@ impl Optimizer for LossScaleOptimizer {
     fn name(&self) -> &'static str {
         "LossScaleOptimizer"
     }
+    fn loss_scale(&self) -> Option<f64> {
+        Some(self.scale)
+    }
     fn learning_rate(&self) -> &crate::schedule::Hyper {
         self.inner.learning_rate()
     }

@@ -123,6 +123,13 @@ pub trait Optimizer: Send {
     /// Replaces the learning rate (Keras callbacks such as `ReduceLROnPlateau` do this).
     fn set_learning_rate(&mut self, learning_rate: Hyper);
 
+    /// The current loss scale when this optimizer scales losses (a
+    /// [`LossScaleOptimizer`](crate::LossScaleOptimizer)): a training step multiplies the loss
+    /// by it under the tape and divides the gradients by it before `apply_gradients`, as
+    /// Keras' `train_step` does. `None` for every other optimizer.
+    fn loss_scale(&self) -> Option<f64> {
+        None
+    }
     /// Steps applied so far.
     fn iterations(&self) -> i64 {
         self.core().iterations

@@ -126,6 +126,10 @@ impl Variable {
     pub fn shape(&self) -> Vec<usize> {
         self.peek().shape().to_vec()
     }
+    /// The dtype (fixed for the variable's life).
+    pub fn dtype(&self) -> crate::DType {
+        self.peek().dtype()
+    }
     /// Replaces the value; shape, dtype and device must stay as they are.
     pub fn assign(&self, value: &Tensor) -> Result<()> {
         let mut slot = self.0.value.write().unwrap_or_else(|e| e.into_inner());

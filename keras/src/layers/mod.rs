@@ -75,10 +75,13 @@ fn apply_common(layer: &mut dyn Layer, c: &Value) -> Result<()> {
     if let Some(t) = c["trainable"].as_bool() {
         b.trainable = t;
     }
-    if let Some(d) = c["dtype"].as_str() {
-        b.dtype_policy = d.into();
+    // A policy name, or Keras' serialized form {"class_name": "Policy", "config": {"name": ..}}.
+    let policy = c["dtype"]
+        .as_str()
+        .or_else(|| c["dtype"]["config"]["name"].as_str());
+    if let Some(name) = policy {
+        b.dtype_policy = crate::mixed_precision::Policy::new(name)?;
     }
-    b.dtype()?;
     Ok(())
 }
 
@@ -88,14 +91,13 @@ pub(crate) fn built_weight(
     v: &Option<ferroflow_tensor::Variable>,
     class: &str,
 ) -> Result<ferroflow_tensor::Tensor> {
-    v.as_ref()
-        .map(ferroflow_tensor::Variable::value)
-        .ok_or_else(|| {
-            Error::invalid(
-                "Layer.call",
-                format!("{class}: call before build: use `apply`/`forward`"),
-            )
-        })
+    let v = v.as_ref().ok_or_else(|| {
+        Error::invalid(
+            "Layer.call",
+            format!("{class}: call before build: use `apply`/`forward`"),
+        )
+    })?;
+    crate::mixed_precision::read_variable(v)
 }
 
 /// Creates the `kernel` weight (`name`, usually `"kernel"`) and, when `bias` gives its
@@ -130,7 +132,7 @@ pub(crate) fn bias_and_activation(
     activation: crate::activations::Activation,
 ) -> Result<ferroflow_tensor::Tensor> {
     let y = match bias {
-        Some(b) => y.add(&b.value())?,
+        Some(b) => y.add(&crate::mixed_precision::read_variable(b)?)?,
         None => y,
     };
     activation.apply(&y)

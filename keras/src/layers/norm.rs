@@ -48,7 +48,8 @@ fn add_scale_and_shift(
     Ok((gamma, beta, c))
 }
 
-/// `(x - mean) / sqrt(var + eps) · gamma + beta` with optional gamma/beta.
+/// `(x - mean) / sqrt(var + eps) · gamma + beta` with optional gamma/beta, in `x`'s dtype
+/// (callers pass half-precision inputs upcast: mixed precision normalizes in float32).
 fn normalize(
     x: &Tensor,
     mean: &Tensor,
@@ -57,13 +58,14 @@ fn normalize(
     gamma: Option<&Variable>,
     beta: Option<&Variable>,
 ) -> Result<Tensor> {
+    let d = x.dtype();
     let mut inv = var.add(&var.scalar_like(eps)?)?.rsqrt()?;
     if let Some(g) = gamma {
-        inv = inv.mul(&g.value())?;
+        inv = inv.mul(&g.value().cast(d)?)?;
     }
-    let mut y = x.sub(mean)?.mul(&inv)?;
+    let mut y = x.sub(&mean.cast(d)?)?.mul(&inv)?;
     if let Some(b) = beta {
-        y = y.add(&b.value())?;
+        y = y.add(&b.value().cast(d)?)?;
     }
     Ok(y)
 }
@@ -161,6 +163,8 @@ impl Layer for BatchNormalization {
                 rhs: mm.shape(),
             });
         }
+        let out_dtype = x.dtype();
+        let x = &x.upcast_half()?;
         // Training with a frozen layer runs in inference mode (Keras 2.4 behaviour).
         let y = if training && self.base.trainable {
             let axes: Vec<isize> = (0..x.rank() as isize - 1).collect();
@@ -176,9 +180,10 @@ impl Layer for BatchNormalization {
             };
             let m = mm.peek();
             let decay = m.scalar_like(1.0 - self.momentum)?;
-            mm.assign(&m.sub(&m.sub(&mean)?.mul(&decay)?)?)?;
+            mm.assign(&m.sub(&m.sub(&mean.cast(m.dtype())?)?.mul(&decay)?)?)?;
             let v = mv.peek();
-            mv.assign(&v.sub(&v.sub(&moving_var_sample)?.mul(&decay)?)?)?;
+            let sample = moving_var_sample.cast(v.dtype())?;
+            mv.assign(&v.sub(&v.sub(&sample)?.mul(&decay)?)?)?;
             normalize(
                 x,
                 &mean,
@@ -191,13 +196,13 @@ impl Layer for BatchNormalization {
             normalize(
                 x,
                 &mm.value(),
-                &mv.value(),
+                &mv.value().cast(x.dtype())?,
                 self.epsilon,
                 self.gamma.as_ref(),
                 self.beta.as_ref(),
             )?
         };
-        Ok(vec![y])
+        Ok(vec![y.cast(out_dtype)?])
     }
     fn get_config(&self) -> Value {
         json!({
@@ -268,7 +273,8 @@ impl Layer for LayerNormalization {
     }
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;
-        let x = &inputs[0];
+        let out_dtype = inputs[0].dtype();
+        let x = &inputs[0].upcast_half()?;
         let mean = x.reduce_mean(-1isize, true)?;
         let var = x.squared_difference(&mean)?.reduce_mean(-1isize, true)?;
         Ok(vec![normalize(
@@ -278,7 +284,8 @@ impl Layer for LayerNormalization {
             self.epsilon,
             self.gamma.as_ref(),
             self.beta.as_ref(),
-        )?])
+        )?
+        .cast(out_dtype)?])
     }
     fn get_config(&self) -> Value {
         json!({"axis": -1, "epsilon": self.epsilon, "center": self.center, "scale": self.scale})

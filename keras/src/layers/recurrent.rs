@@ -115,7 +115,8 @@ impl Recurrent {
                 "call before build: use `apply`/`forward`",
             ));
         };
-        let (k, r, b) = (k.value(), r.value(), b.value());
+        let read = crate::mixed_precision::read_variable;
+        let (k, r, b) = (read(k)?, read(r)?, read(b)?);
         let [n, t, f] = [x.shape()[0], x.shape()[1], x.shape()[2]];
         let u = self.units;
         let g = self.cell.gates() * u;

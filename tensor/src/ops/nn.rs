@@ -2,6 +2,7 @@
 //! max/avg pooling and their gradients, softmax and log_softmax.
 
 use crate::dispatch::dispatch;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::normalize_axis;
 use crate::op::{Op, Padding, PoolKind, Window2d};
@@ -330,9 +331,13 @@ impl Tensor {
         )
     }
 
-    /// `softmax` along `axis`, stable: `exp(x - max) / Σ exp(x - max)`.
+    /// `softmax` along `axis`, stable: `exp(x - max) / Σ exp(x - max)` (float16 and bfloat16
+    /// inputs are computed in float32 and the result cast back).
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         self.check_float("softmax")?;
+        if self.is_half() {
+            return self.upcast_half()?.softmax(axis)?.cast(self.dtype());
+        }
         let a = normalize_axis("softmax", axis, self.rank())? as isize;
         let e = self.sub(&self.reduce_max(a, true)?)?.exp()?;
         e.div(&e.reduce_sum(a, true)?)
@@ -341,8 +346,34 @@ impl Tensor {
     /// `log_softmax` along `axis`: `x - logsumexp(x)`.
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
         self.check_float("log_softmax")?;
+        if self.is_half() {
+            return self.upcast_half()?.log_softmax(axis)?.cast(self.dtype());
+        }
         let a = normalize_axis("log_softmax", axis, self.rank())? as isize;
         self.sub(&self.reduce_logsumexp(a, true)?)
+    }
+
+    /// Float16 and bfloat16 cast to float32, every other dtype as it is: where mixed
+    /// precision computes numerically sensitive parts (softmax, losses, normalization
+    /// statistics).
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_tensor::{DType, Tensor};
+    /// let h = Tensor::ones(&[2], DType::BF16)?;
+    /// assert_eq!(h.upcast_half()?.dtype(), DType::F32);
+    /// assert_eq!(Tensor::ones(&[2], DType::F64)?.upcast_half()?.dtype(), DType::F64);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn upcast_half(&self) -> Result<Tensor> {
+        match self.dtype() {
+            DType::F16 | DType::BF16 => self.cast(DType::F32),
+            _ => Ok(self.clone()),
+        }
+    }
+
+    fn is_half(&self) -> bool {
+        matches!(self.dtype(), DType::F16 | DType::BF16)
     }
 
     fn check_float(&self, op: &'static str) -> Result<()> {
