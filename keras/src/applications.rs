@@ -11,17 +11,30 @@
 //! ```
 
 use crate::activations::Activation::Relu;
+use crate::layer::Layer;
 use crate::layers::{Conv2D, Dense, Flatten, MaxPooling2D};
+use crate::mixed_precision::{global_policy, Policy};
 use crate::model::Sequential;
 use crate::sequential;
 
-/// MLP 784-256-128-10 (ReLU; logits out) over 28×28(×1) images.
+/// The logits layer: in float32 under a mixed global policy (the mixed precision guide's
+/// "keep the model's output in float32").
+fn logits(units: usize) -> Dense {
+    let d = Dense::new(units);
+    if global_policy().is_mixed() {
+        d.dtype(Policy::default())
+    } else {
+        d
+    }
+}
+
+/// MLP 784-256-128-10 (ReLU; logits out) over 28×28(×1) images, in the global dtype policy.
 pub fn mnist_mlp() -> Sequential {
     sequential![
         Flatten::new(),
         Dense::new(256).activation(Relu),
         Dense::new(128).activation(Relu),
-        Dense::new(10),
+        logits(10),
     ]
 }
 
@@ -35,6 +48,6 @@ pub fn mnist_cnn() -> Sequential {
         MaxPooling2D::new([2, 2]),
         Flatten::new(),
         Dense::new(128).activation(Relu),
-        Dense::new(10),
+        logits(10),
     ]
 }

@@ -64,7 +64,9 @@ pub use op::{
     Window2d,
 };
 pub use ops::{Axes, SliceSpec};
-pub use tensor::{live_tensor_bytes, Storage, Tensor, TensorId};
+pub use tensor::{
+    live_tensor_bytes, peak_tensor_bytes, reset_peak_tensor_bytes, Storage, Tensor, TensorId,
+};
 pub use variable::{Variable, VariableAggregation, VariableSynchronization};
 
 pub use half::{bf16, f16};

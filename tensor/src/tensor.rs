@@ -14,9 +14,32 @@ use std::sync::Arc;
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
+static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
+
 /// Bytes held by all live tensor buffers, on every device (for leak tests and memory views).
 pub fn live_tensor_bytes() -> usize {
     LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+/// The most bytes live tensor buffers held at once since the last
+/// [`reset_peak_tensor_bytes`] (TF's `get_memory_info(...)["peak"]`).
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_tensor::{peak_tensor_bytes, reset_peak_tensor_bytes, DType, Tensor};
+/// reset_peak_tensor_bytes();
+/// let t = Tensor::zeros(&[1024], DType::F32)?;
+/// assert!(peak_tensor_bytes() >= 4096);
+/// # drop(t);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub fn peak_tensor_bytes() -> usize {
+    PEAK_BYTES.load(Ordering::Relaxed)
+}
+
+/// Starts a new peak measurement at the bytes live now.
+pub fn reset_peak_tensor_bytes() {
+    PEAK_BYTES.store(live_tensor_bytes(), Ordering::Relaxed);
 }
 
 /// Identity of a tensor (unique for the life of the process); views get their own id.
@@ -42,7 +65,8 @@ impl Storage {
     /// Wraps a backend buffer (counted in [`live_tensor_bytes`] until dropped).
     pub fn new(buffer: BufferBox, backend: Arc<dyn Backend>, device: Device) -> Storage {
         let bytes = buffer.size_in_bytes();
-        LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
+        let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
         Storage {
             buffer,
             backend,

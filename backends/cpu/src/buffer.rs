@@ -41,38 +41,59 @@ pub(crate) fn dense<'a, T: Element>(v: &'a [T], layout: &Layout) -> Cow<'a, [T]>
     Cow::Owned(out)
 }
 
-/// f16/bf16 storage widened to f32 (the whole buffer, so the layout still applies).
+/// f16/bf16 storage widened to f32 (the whole buffer, so the layout still applies); large
+/// buffers convert on all cores.
 pub(crate) fn widen(data: &HostData) -> Option<Vec<f32>> {
     match data {
-        HostData::F16(v) => {
-            let mut out = vec![0f32; v.len()];
-            v.convert_to_f32_slice(&mut out);
-            Some(out)
-        }
-        HostData::BF16(v) => {
-            let mut out = vec![0f32; v.len()];
-            v.convert_to_f32_slice(&mut out);
-            Some(out)
-        }
+        HostData::F16(v) => Some(convert(v, |s: &[f16], o: &mut [f32]| {
+            s.convert_to_f32_slice(o)
+        })),
+        HostData::BF16(v) => Some(convert(v, |s: &[bf16], o: &mut [f32]| {
+            // bfloat16 is the upper half of a float32: exact, a shift.
+            for (o, s) in o.iter_mut().zip(s) {
+                *o = f32::from_bits((s.to_bits() as u32) << 16);
+            }
+        })),
         _ => None,
     }
 }
 
-/// f32 results narrowed back to a half dtype (or kept as f32).
+/// f32 results narrowed back to a half dtype (or kept as f32), rounding to nearest even
+/// (NaN stays NaN), as `half`'s conversions do.
 pub(crate) fn narrow(v: Vec<f32>, dtype: DType) -> HostData {
     match dtype {
-        DType::F16 => {
-            let mut o = vec![f16::ZERO; v.len()];
-            o.convert_from_f32_slice(&v);
-            HostData::F16(o)
-        }
-        DType::BF16 => {
-            let mut o = vec![bf16::ZERO; v.len()];
-            o.convert_from_f32_slice(&v);
-            HostData::BF16(o)
-        }
+        DType::F16 => HostData::F16(convert(&v, |s: &[f32], o: &mut [f16]| {
+            o.convert_from_f32_slice(s)
+        })),
+        DType::BF16 => HostData::BF16(convert(&v, |s: &[f32], o: &mut [bf16]| {
+            for (o, &x) in o.iter_mut().zip(s) {
+                let b = x.to_bits();
+                let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
+                let quiet_nan = ((b >> 16) | 0x40) as u16;
+                *o = bf16::from_bits(if x.is_nan() { quiet_nan } else { rounded });
+            }
+        })),
         _ => HostData::F32(v),
     }
+}
+
+/// Element-type conversion of a whole slice with `f` applied chunk by chunk, in parallel
+/// above [`crate::simd::PAR_THRESHOLD`] elements.
+fn convert<S: Sync, D: Copy + Default + Send>(
+    src: &[S],
+    f: impl Fn(&[S], &mut [D]) + Sync,
+) -> Vec<D> {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 14;
+    let mut out = vec![D::default(); src.len()];
+    if src.len() < crate::simd::PAR_THRESHOLD {
+        f(src, &mut out);
+    } else {
+        out.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .for_each(|(o, s)| f(s, o));
+    }
+    out
 }
 
 /// Boxes host data as a kernel output.
@@ -93,4 +114,50 @@ pub(crate) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usiz
 /// [`crate::register`], so no page-fault tricks are needed here.)
 pub(crate) fn zeroed<T: Copy + Default>(n: usize) -> Vec<T> {
     vec![T::default(); n]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_conversions_match_the_half_crate_bit_for_bit() {
+        // Every 16-bit pattern, and float32s around every rounding boundary.
+        let mut xs: Vec<f32> = (0..=u16::MAX)
+            .flat_map(|h| {
+                let b = (h as u32) << 16;
+                [b, b | 0x7FFF, b | 0x8000, b | 0x8001, b | 0xFFFF]
+            })
+            .map(f32::from_bits)
+            .collect();
+        xs.extend([
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+        ]);
+        for dtype in [DType::BF16, DType::F16] {
+            let ours = narrow(xs.clone(), dtype);
+            let theirs: Vec<u16> = match dtype {
+                DType::BF16 => xs.iter().map(|&x| bf16::from_f32(x).to_bits()).collect(),
+                _ => xs.iter().map(|&x| f16::from_f32(x).to_bits()).collect(),
+            };
+            let got: Vec<u16> = match &ours {
+                HostData::BF16(v) => v.iter().map(|h| h.to_bits()).collect(),
+                HostData::F16(v) => v.iter().map(|h| h.to_bits()).collect(),
+                _ => unreachable!("narrow keeps the dtype"),
+            };
+            assert_eq!(got, theirs, "{dtype}");
+            let back = widen(&ours).expect("a half type widens");
+            let want: Vec<u32> = match &ours {
+                HostData::BF16(v) => v.iter().map(|h| h.to_f32().to_bits()).collect(),
+                HostData::F16(v) => v.iter().map(|h| h.to_f32().to_bits()).collect(),
+                _ => unreachable!(),
+            };
+            assert_eq!(back.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+        }
+    }
 }

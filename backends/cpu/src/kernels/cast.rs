@@ -78,6 +78,17 @@ pub(crate) fn cast(x: Operand<'_>, to: DType) -> Result<HostData> {
     if let (HostData::F32(v), DType::F16 | DType::BF16) = (data, to) {
         return Ok(narrow(dense(v, x.layout).into_owned(), to));
     }
+    if matches!(to, DType::F16 | DType::BF16)
+        && matches!(data, HostData::Bool(_) | HostData::U8(_) | HostData::I8(_))
+    {
+        // Through f32, exact for these (masks in relu's gradient), then the vectorised,
+        // parallel narrowing; wider sources keep the direct (single-rounding) conversion.
+        if let HostData::F32(v) =
+            with_host_data!(data, v => cast_to(&dense(v, x.layout), DType::F32))
+        {
+            return Ok(narrow(v, to));
+        }
+    }
     Ok(with_host_data!(data, v => cast_to(&dense(v, x.layout), to)))
 }
 

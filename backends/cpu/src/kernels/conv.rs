@@ -385,6 +385,10 @@ pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<Hos
     })
 }
 
+/// The gradient of max pooling: each window's gradient goes to the first tap holding the
+/// window's maximum (a NaN, the first NaN). Per window, over contiguous channel rows and
+/// without data-dependent branches (so the loops vectorise): the maximum, then the first tap
+/// equal to it (taps scanned backwards, the last match kept), then the writes.
 fn max_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(
     x: &[T],
     dy: &[T],
@@ -393,32 +397,47 @@ fn max_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(
     let [n, h, wd, c] = w.input;
     let [oh, ow] = w.output;
     let mut dx = vec![T::ZERO; n * h * wd * c];
+    // Windows that tile the input (Keras' default pooling) write each element once.
+    let tiled = w.strides == w.kernel && w.pad_before == [0, 0];
     dx.par_chunks_mut((h * wd * c).max(1))
         .enumerate()
         .for_each(|(b, img)| {
+            let xb = &x[b * h * wd * c..][..h * wd * c];
             let mut best = vec![T::ZERO; c];
-            let mut arg = vec![usize::MAX; c];
+            let mut first = vec![0u32; c];
+            let mut taps: Vec<usize> = Vec::with_capacity(w.kernel[0] * w.kernel[1]);
             for oy in 0..oh {
                 for ox in 0..ow {
-                    arg.fill(usize::MAX);
-                    for_windows(w, oy, ox, |iy, ix| {
-                        let p = (iy * wd + ix) * c;
-                        let s = &x[b * h * wd * c + p..][..c];
-                        for ch in 0..c {
-                            let v = s[ch];
-                            if arg[ch] == usize::MAX
-                                || v > best[ch]
-                                || (v.isnan() && !best[ch].isnan())
-                            {
-                                best[ch] = v;
-                                arg[ch] = p + ch;
-                            }
+                    taps.clear();
+                    for_windows(w, oy, ox, |iy, ix| taps.push((iy * wd + ix) * c));
+                    let Some(&p0) = taps.first() else {
+                        continue; // a window entirely inside the padding
+                    };
+                    best.copy_from_slice(&xb[p0..p0 + c]);
+                    for &p in &taps[1..] {
+                        for (m, &v) in best.iter_mut().zip(&xb[p..p + c]) {
+                            let take = (v > *m) | (v.isnan() & !m.isnan());
+                            *m = if take { v } else { *m };
                         }
-                    });
+                    }
+                    first.fill(taps.len() as u32);
+                    for (t, &p) in taps.iter().enumerate().rev() {
+                        for ((f, &v), &m) in first.iter_mut().zip(&xb[p..p + c]).zip(&best) {
+                            let hit = (v == m) | (v.isnan() & m.isnan());
+                            *f = if hit { t as u32 } else { *f };
+                        }
+                    }
                     let g = &dy[((b * oh + oy) * ow + ox) * c..][..c];
-                    for ch in 0..c {
-                        if arg[ch] != usize::MAX {
-                            img[arg[ch]] = img[arg[ch]] + g[ch];
+                    for (t, &p) in taps.iter().enumerate() {
+                        let d = &mut img[p..p + c];
+                        if tiled {
+                            for ((d, &f), &g) in d.iter_mut().zip(&first).zip(g) {
+                                *d = if f == t as u32 { g } else { T::ZERO };
+                            }
+                        } else {
+                            for ((d, &f), &g) in d.iter_mut().zip(&first).zip(g) {
+                                *d = *d + if f == t as u32 { g } else { T::ZERO };
+                            }
                         }
                     }
                 }

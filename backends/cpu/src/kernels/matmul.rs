@@ -54,7 +54,7 @@ pub(crate) struct StridedMatrix<'a, T> {
 
 impl<T> StridedMatrix<'_, T> {
     /// True when every element of an `r x c` matrix lies inside `data`.
-    fn fits(&self, r: usize, c: usize) -> bool {
+    pub(crate) fn fits(&self, r: usize, c: usize) -> bool {
         if r == 0 || c == 0 {
             return true;
         }
@@ -230,6 +230,33 @@ fn matmul_int<T: crate::num::Num + Send + Sync>(
     out
 }
 
+/// Batched bf16 products through `vdpbf16ps`, accumulated and returned in f32.
+fn gemm_batched_bf16(a: &[half::bf16], la: &Layout, b: &[half::bf16], lb: &Layout) -> Vec<f32> {
+    let d = dims(la, lb);
+    let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
+    let mn = d.m * d.n;
+    let mut out = vec![0f32; oa.len() * mn];
+    if mn == 0 {
+        return out;
+    }
+    for (i, dst) in out.chunks_mut(mn).enumerate() {
+        let lhs = StridedMatrix {
+            data: a,
+            offset: oa[i],
+            rs: d.a_rs,
+            cs: d.a_cs,
+        };
+        let rhs = StridedMatrix {
+            data: b,
+            offset: ob[i],
+            rs: d.b_rs,
+            cs: d.b_cs,
+        };
+        super::bf16_gemm::gemm_bf16_into(dst, d.m, d.n, d.k, lhs, rhs, false);
+    }
+    out
+}
+
 pub(crate) fn matmul(a: Operand<'_>, b: Operand<'_>) -> Result<HostData> {
     let (da, db) = (host(&a)?, host(&b)?);
     let (la, lb) = (a.layout, b.layout);
@@ -238,6 +265,9 @@ pub(crate) fn matmul(a: Operand<'_>, b: Operand<'_>) -> Result<HostData> {
         (HostData::F64(x), HostData::F64(y)) => HostData::F64(gemm_batched(x, la, y, lb, 0.0, 1.0)),
         (HostData::F16(x), HostData::F16(y)) => {
             HostData::F16(gemm_batched(x, la, y, lb, half::f16::ZERO, half::f16::ONE))
+        }
+        (HostData::BF16(x), HostData::BF16(y)) if super::bf16_gemm::available() => {
+            narrow(gemm_batched_bf16(x, la, y, lb), DType::BF16)
         }
         (HostData::BF16(_), HostData::BF16(_)) => {
             let (wx, wy) = (widen(da).unwrap_or_default(), widen(db).unwrap_or_default());

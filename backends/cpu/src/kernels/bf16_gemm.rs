@@ -1,0 +1,298 @@
+//! bfloat16 matrix products with float32 accumulation on AVX512-BF16 (`vdpbf16ps`: 32
+//! bf16 multiply-adds per instruction, twice an f32 FMA's), chosen at run time. Callers fall
+//! back to widening to float32 where the CPU lacks the instruction.
+//!
+//! Packing: `B` goes into panels of [`NR`] columns where each 32-bit lane holds the pair
+//! `(B[2p][j], B[2p+1][j])`; rows of `A` go into blocks of [`MR`] rows holding the pair
+//! `(A[i][2p], A[i][2p+1])`, broadcast to every lane. One `vdpbf16ps` then adds
+//! `A[i][2p]·B[2p][j] + A[i][2p+1]·B[2p+1][j]` to lane `j`: an `MR x NR` tile of
+//! accumulators (16 zmm registers) advances two steps of `k` per instruction pair.
+
+use half::bf16;
+use rayon::prelude::*;
+
+use super::matmul::StridedMatrix;
+
+/// Rows of a register tile.
+const MR: usize = 8;
+/// Columns of a register tile (two zmm registers of f32).
+const NR: usize = 32;
+/// Rows each parallel task handles (a multiple of `MR`).
+const ROWS_PER_TASK: usize = 4 * MR;
+
+/// Whether this CPU runs `vdpbf16ps` (checked once).
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| {
+            std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+fn at(m: &StridedMatrix<'_, bf16>, i: usize, j: usize) -> u16 {
+    m.data[(m.offset as isize + i as isize * m.rs + j as isize * m.cs) as usize].to_bits()
+}
+
+fn pair(lo: u16, hi: u16) -> u32 {
+    lo as u32 | (hi as u32) << 16
+}
+
+/// The pair `(M[i][j], M[i][j + 1])` (0 past column `cols`), read as one `u32` when the
+/// two are adjacent in memory.
+#[inline(always)]
+fn pair_along_row(m: &StridedMatrix<'_, bf16>, i: usize, j: usize, cols: usize) -> u32 {
+    let o = (m.offset as isize + i as isize * m.rs + j as isize * m.cs) as usize;
+    if j + 1 < cols {
+        if m.cs == 1 {
+            pair(m.data[o].to_bits(), m.data[o + 1].to_bits())
+        } else {
+            pair(m.data[o].to_bits(), at(m, i, j + 1))
+        }
+    } else {
+        pair(m.data[o].to_bits(), 0)
+    }
+}
+
+/// The pair `(M[i][j], M[i + 1][j])` (0 past row `rows`).
+#[inline(always)]
+fn pair_along_column(m: &StridedMatrix<'_, bf16>, i: usize, j: usize, rows: usize) -> u32 {
+    let o = (m.offset as isize + i as isize * m.rs + j as isize * m.cs) as usize;
+    let hi = if i + 1 < rows {
+        m.data[(o as isize + m.rs) as usize].to_bits()
+    } else {
+        0
+    };
+    pair(m.data[o].to_bits(), hi)
+}
+
+/// `dst (m x n, dense row-major f32) = [dst +] lhs (m x k) · rhs (k x n)`, bf16 operands.
+///
+/// # Panics
+/// When [`available`] is false (callers check), or when an operand is out of bounds.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_bf16_into(
+    dst: &mut [f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: StridedMatrix<'_, bf16>,
+    rhs: StridedMatrix<'_, bf16>,
+    accumulate: bool,
+) {
+    assert!(available(), "gemm_bf16_into needs AVX512-BF16");
+    assert!(
+        dst.len() >= m * n && lhs.fits(m, k) && rhs.fits(k, n),
+        "gemm_bf16_into: operands out of bounds"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            dst[..m * n].fill(0.0);
+        }
+        return;
+    }
+    let kp = k.div_ceil(2);
+    let panels = n.div_ceil(NR);
+    // B, packed once: panel q, pair p, column j.
+    let mut bpack = vec![0u32; panels * kp * NR];
+    bpack
+        .par_chunks_mut(kp * NR)
+        .enumerate()
+        .for_each(|(q, panel)| {
+            let cols = NR.min(n - q * NR);
+            for p in 0..kp {
+                let dst = &mut panel[p * NR..p * NR + cols];
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = pair_along_column(&rhs, 2 * p, q * NR + j, k);
+                }
+            }
+        });
+    let task = |(t, rows): (usize, &mut [f32])| {
+        let mut apack = vec![0u32; kp * MR];
+        let row0 = t * ROWS_PER_TASK;
+        let nrows = rows.len() / n;
+        for b0 in (0..nrows).step_by(MR) {
+            let valid = MR.min(nrows - b0);
+            if valid < MR {
+                apack.fill(0);
+            }
+            for r in 0..valid {
+                let i = row0 + b0 + r;
+                for p in 0..kp {
+                    apack[p * MR + r] = pair_along_row(&lhs, i, 2 * p, k);
+                }
+            }
+            for q in 0..panels {
+                let cols = NR.min(n - q * NR);
+                let out = &mut rows[b0 * n..];
+                // SAFETY: `available()` was asserted; the packed buffers hold `kp` pairs of
+                // MR rows and NR columns; the tile writes `valid` rows of `cols` columns, all
+                // inside `rows` (n columns per row, `valid` rows left from b0).
+                unsafe {
+                    tile(
+                        apack.as_ptr(),
+                        bpack.as_ptr().add(q * kp * NR),
+                        kp,
+                        out.as_mut_ptr().add(q * NR),
+                        n,
+                        valid,
+                        cols,
+                        accumulate,
+                    );
+                }
+            }
+        }
+    };
+    let dst = &mut dst[..m * n];
+    if m * n * k >= 1 << 18 {
+        dst.par_chunks_mut(ROWS_PER_TASK * n)
+            .enumerate()
+            .for_each(task);
+    } else {
+        dst.chunks_mut(ROWS_PER_TASK * n).enumerate().for_each(task);
+    }
+}
+
+/// One `MR x NR` tile: accumulates `kp` pairs, then writes `valid x cols` of it to `c`
+/// (row stride `ldc`), adding to what is there when `accumulate`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    a: *const u32,
+    b: *const u32,
+    kp: usize,
+    c: *mut f32,
+    ldc: usize,
+    valid: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_ps(); 2 * MR];
+    for p in 0..kp {
+        let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(b.add(p * NR) as *const _));
+        let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(b.add(p * NR + 16) as *const _));
+        for r in 0..MR {
+            let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*a.add(p * MR + r) as i32));
+            acc[2 * r] = _mm512_dpbf16_ps(acc[2 * r], av, b0);
+            acc[2 * r + 1] = _mm512_dpbf16_ps(acc[2 * r + 1], av, b1);
+        }
+    }
+    let m0: __mmask16 = if cols >= 16 {
+        0xFFFF
+    } else {
+        (1u32 << cols) as u16 - 1
+    };
+    let m1: __mmask16 = if cols >= 32 {
+        0xFFFF
+    } else if cols > 16 {
+        (1u32 << (cols - 16)) as u16 - 1
+    } else {
+        0
+    };
+    for r in 0..valid {
+        let row = c.add(r * ldc);
+        let (mut v0, mut v1) = (acc[2 * r], acc[2 * r + 1]);
+        if accumulate {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, row));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, row.add(16)));
+        }
+        _mm512_mask_storeu_ps(row, m0, v0);
+        _mm512_mask_storeu_ps(row.add(16), m1, v1);
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    _a: *const u32,
+    _b: *const u32,
+    _kp: usize,
+    _c: *mut f32,
+    _ldc: usize,
+    _valid: usize,
+    _cols: usize,
+    _accumulate: bool,
+) {
+    unreachable!("available() is false off x86_64")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(a: &[bf16], b: &[bf16], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k)
+                    .map(|p| a[i * k + p].to_f64() * b[p * n + j].to_f64())
+                    .sum();
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn matches_a_float64_reference_on_ragged_shapes_and_strides() {
+        if !available() {
+            eprintln!("SKIPPED bf16 gemm test: this CPU has no AVX512-BF16");
+            return;
+        }
+        let val = |i: usize| bf16::from_f32(((i * 7919 % 97) as f32 - 48.0) / 16.0);
+        for (m, k, n) in [
+            (1, 1, 1),
+            (3, 5, 7),
+            (8, 2, 32),
+            (9, 17, 33),
+            (70, 31, 65),
+            (33, 128, 40),
+        ] {
+            let a: Vec<bf16> = (0..m * k).map(val).collect();
+            let b: Vec<bf16> = (0..k * n).map(|i| val(i + 13)).collect();
+            let want = reference(&a, &b, m, k, n);
+            let lhs = StridedMatrix {
+                data: &a,
+                offset: 0,
+                rs: k as isize,
+                cs: 1,
+            };
+            let rhs = StridedMatrix {
+                data: &b,
+                offset: 0,
+                rs: n as isize,
+                cs: 1,
+            };
+            let mut c = vec![0f32; m * n];
+            gemm_bf16_into(&mut c, m, n, k, lhs, rhs, false);
+            for (g, w) in c.iter().zip(&want) {
+                assert!(
+                    (*g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{m}x{k}x{n}: {g} vs {w}"
+                );
+            }
+            // Accumulating, and reading B transposed (column stride n -> row stride 1).
+            let bt: Vec<bf16> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+            let rhs_t = StridedMatrix {
+                data: &bt,
+                offset: 0,
+                rs: 1,
+                cs: k as isize,
+            };
+            gemm_bf16_into(&mut c, m, n, k, lhs, rhs_t, true);
+            for (g, w) in c.iter().zip(&want) {
+                assert!(
+                    (*g as f64 - 2.0 * w).abs() <= 2e-5 * (1.0 + w.abs()),
+                    "{m}x{k}x{n} accumulate"
+                );
+            }
+        }
+    }
+}
