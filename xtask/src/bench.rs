@@ -408,6 +408,8 @@ pub(crate) fn run(args: &[String]) -> bool {
     } else {
         None
     };
+    let mixed_table =
+        (only.is_none() || only == Some("mixed")).then(|| crate::bench_mixed::run(rounds));
     let data_table = (only.is_none() || only == Some("data")).then(|| {
         let has_tf_data = has_tf;
         crate::bench_data::run(rounds, has_tf_data)
@@ -530,6 +532,10 @@ pub(crate) fn run(args: &[String]) -> bool {
             "adam_10M,{step:.9e},{floor:.9e},{:.3}\n",
             floor / step
         ));
+    }
+    if let Some(t) = mixed_table {
+        md.push('\n');
+        md.push_str(&t);
     }
     if let Some(t) = data_table {
         md.push('\n');

@@ -2,12 +2,13 @@
 //!
 //! - `ci`: format check, clippy with warnings denied, the README's test command, then the
 //!   examples (each exits non-zero when its result is wrong).
-//! - `bench [kernels|autodiff|optim|keras|data]`: kernels against NumPy, a training step against
+//! - `bench [kernels|autodiff|optim|keras|data|mixed]`: kernels against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor; references measured in the same run,
 //!   interleaved, median of rounds; writes `bench-out/kernels.csv` and prints a markdown table.
 
 mod bench;
 mod bench_data;
+mod bench_mixed;
 
 use std::process::{Command, ExitCode};
 
@@ -60,7 +61,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data] [--rounds N]"
+                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed] [--rounds N]"
             );
             false
         }
