@@ -16,6 +16,7 @@
 //! ```
 
 use ferroflow_tensor::{Axes, DType, Error, Result, Tensor};
+use serde_json::{json, Value};
 
 /// Keras' `epsilon()`, used to clip probabilities.
 pub const EPSILON: f64 = 1e-7;
@@ -32,6 +33,31 @@ pub enum Reduction {
     None,
 }
 
+impl Reduction {
+    /// Keras' name (`"sum_over_batch_size"`, `"sum"`, `"none"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Reduction::SumOverBatchSize => "sum_over_batch_size",
+            Reduction::Sum => "sum",
+            Reduction::None => "none",
+        }
+    }
+    /// Parses Keras' names (`"auto"` is `SumOverBatchSize`).
+    pub fn parse(name: &str) -> Result<Reduction> {
+        Ok(match name {
+            "sum_over_batch_size" | "auto" => Reduction::SumOverBatchSize,
+            "sum" => Reduction::Sum,
+            "none" => Reduction::None,
+            other => {
+                return Err(Error::invalid(
+                    "Reduction",
+                    format!("unknown reduction {other:?} (sum_over_batch_size, sum, none)"),
+                ))
+            }
+        })
+    }
+}
+
 /// A loss function.
 pub trait Loss: Send {
     /// Keras' snake-case name (`"sparse_categorical_crossentropy"`).
@@ -41,6 +67,11 @@ pub trait Loss: Send {
     /// The reduction.
     fn reduction(&self) -> Reduction {
         Reduction::SumOverBatchSize
+    }
+    /// Keras' `get_config`: the name, the reduction and the loss's own options;
+    /// [`deserialize`] rebuilds the loss from it.
+    fn get_config(&self) -> Value {
+        json!({"name": self.name(), "reduction": self.reduction().name()})
     }
     /// The reduced loss, optionally weighting each sample (`sample_weight` broadcasts
     /// against the per-sample losses).
@@ -216,6 +247,9 @@ impl Loss for Huber {
     fn reduction(&self) -> Reduction {
         self.reduction
     }
+    fn get_config(&self) -> Value {
+        json!({"name": self.name(), "reduction": self.reduction.name(), "delta": self.delta})
+    }
 }
 
 /// Binary cross-entropy over the last axis, on probabilities or (`from_logits`) logits, with
@@ -270,6 +304,9 @@ impl Loss for BinaryCrossentropy {
     }
     fn reduction(&self) -> Reduction {
         self.reduction
+    }
+    fn get_config(&self) -> Value {
+        json!({"name": self.name(), "reduction": self.reduction.name(), "from_logits": self.from_logits, "label_smoothing": self.label_smoothing})
     }
 }
 
@@ -326,6 +363,9 @@ impl Loss for CategoricalCrossentropy {
     }
     fn reduction(&self) -> Reduction {
         self.reduction
+    }
+    fn get_config(&self) -> Value {
+        json!({"name": self.name(), "reduction": self.reduction.name(), "from_logits": self.from_logits, "label_smoothing": self.label_smoothing})
     }
 }
 
@@ -400,6 +440,9 @@ impl Loss for SparseCategoricalCrossentropy {
     fn reduction(&self) -> Reduction {
         self.reduction
     }
+    fn get_config(&self) -> Value {
+        json!({"name": self.name(), "reduction": self.reduction.name(), "from_logits": self.from_logits})
+    }
 }
 
 /// A loss by Keras name or alias (`"mse"`, `"categorical_crossentropy"`, ...), on
@@ -422,6 +465,55 @@ pub fn get(name: &str) -> Result<Box<dyn Loss>> {
         other => {
             return Err(Error::invalid(
                 "losses::get",
+                format!("unknown loss {other:?}"),
+            ))
+        }
+    })
+}
+
+/// Rebuilds a loss from [`Loss::get_config`] (`tf.keras.losses.deserialize`).
+///
+/// ```
+/// use ferroflow_keras::losses::{deserialize, Loss, SparseCategoricalCrossentropy};
+/// let cfg = SparseCategoricalCrossentropy::new(true).get_config();
+/// assert_eq!(deserialize(&cfg)?.get_config(), cfg);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub fn deserialize(config: &Value) -> Result<Box<dyn Loss>> {
+    let name = config["name"]
+        .as_str()
+        .ok_or_else(|| Error::format("loss config", "no \"name\""))?;
+    let reduction = match config["reduction"].as_str() {
+        Some(r) => Reduction::parse(r)?,
+        None => Reduction::default(),
+    };
+    let from_logits = config["from_logits"].as_bool().unwrap_or(false);
+    let label_smoothing = config["label_smoothing"].as_f64().unwrap_or(0.0);
+    Ok(match name {
+        "mean_squared_error" => Box::new(MeanSquaredError { reduction }),
+        "mean_absolute_error" => Box::new(MeanAbsoluteError { reduction }),
+        "kl_divergence" => Box::new(KLDivergence { reduction }),
+        "huber_loss" | "huber" => Box::new(Huber {
+            delta: config["delta"].as_f64().unwrap_or(1.0),
+            reduction,
+        }),
+        "binary_crossentropy" => Box::new(BinaryCrossentropy {
+            from_logits,
+            label_smoothing,
+            reduction,
+        }),
+        "categorical_crossentropy" => Box::new(CategoricalCrossentropy {
+            from_logits,
+            label_smoothing,
+            reduction,
+        }),
+        "sparse_categorical_crossentropy" => Box::new(SparseCategoricalCrossentropy {
+            from_logits,
+            reduction,
+        }),
+        other => {
+            return Err(Error::format(
+                "loss config",
                 format!("unknown loss {other:?}"),
             ))
         }

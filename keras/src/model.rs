@@ -1066,8 +1066,10 @@ impl Model {
             saved,
         )
     }
-    /// Saves the whole model into folder `dir`: `config.json` (the network's Keras config
-    /// and its input shapes) and `model.safetensors`. The optimizer state is not saved.
+    /// Saves the whole model into folder `dir` (Keras' `model.save`): `config.json` (the
+    /// network's Keras config, its input shapes and, once compiled, the training config:
+    /// optimizer, loss and metric names), `model.safetensors`, and the optimizer's state in
+    /// `optimizer.safetensors`, so a loaded model resumes training where this one stopped.
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
         self.require_built("save")?;
         let dir = dir.as_ref();
@@ -1076,19 +1078,45 @@ impl Model {
             return Err(Error::invalid("Model.save", why.to_string()));
         }
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, &e))?;
+        let training_config = match &self.compiled {
+            Some(c) => json!({
+                "optimizer": ferroflow_optim::get_config(c.optimizer.as_ref())?,
+                "loss": c.loss.get_config(),
+                "metrics": c.metrics.iter().map(|m| m.name().to_string()).collect::<Vec<_>>(),
+            }),
+            None => Value::Null,
+        };
         let config = json!({
             "format": "ferroflow-keras-model",
             "version": 1,
             "config": network_config,
             "build_input_shapes": self.build_input_shapes,
+            "training_config": training_config,
         });
         let text = serde_json::to_string_pretty(&config).expect("JSON values serialize");
         let path = dir.join("config.json");
         std::fs::write(&path, text).map_err(|e| Error::io(&path, &e))?;
-        self.save_weights(dir.join("model.safetensors"))
+        self.save_weights(dir.join("model.safetensors"))?;
+        let optimizer_path = dir.join("optimizer.safetensors");
+        match &self.compiled {
+            Some(c) => saving::save_tensors(&optimizer_path, &c.optimizer.get_weights()?),
+            None => match std::fs::remove_file(&optimizer_path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(Error::io(&optimizer_path, &e))
+                }
+                _ => Ok(()),
+            },
+        }
     }
-    /// Loads a model saved by [`Model::save`] (uncompiled).
+    /// Loads a model saved by [`Model::save`] (Keras' `load_model`): compiled with the saved
+    /// optimizer (its state restored), loss and metrics when it was saved compiled.
     pub fn load(dir: impl AsRef<Path>) -> Result<Model> {
+        Model::load_with(dir, true)
+    }
+
+    /// [`Model::load`] with Keras' `compile` flag: `false` ignores the training config and
+    /// returns an uncompiled model.
+    pub fn load_with(dir: impl AsRef<Path>, compile: bool) -> Result<Model> {
         let dir = dir.as_ref();
         let path = dir.join("config.json");
         let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, &e))?;
@@ -1111,6 +1139,33 @@ impl Model {
         let mut model = Model::from_boxed(network);
         model.build_multi(&shapes)?;
         model.load_weights(dir.join("model.safetensors"))?;
+        let training = &v["training_config"];
+        if compile && !training.is_null() {
+            let what = |e: Error| {
+                Error::format(path.display().to_string(), format!("training_config: {e}"))
+            };
+            let optimizer = ferroflow_optim::from_config(&training["optimizer"]).map_err(what)?;
+            let loss = crate::losses::deserialize(&training["loss"]).map_err(what)?;
+            let metrics = training["metrics"]
+                .as_array()
+                .map(|names| {
+                    names
+                        .iter()
+                        .map(|n| crate::metrics::get(n.as_str().unwrap_or_default()))
+                        .collect::<Result<Vec<_>>>()
+                })
+                .transpose()
+                .map_err(|e| {
+                    what(Error::invalid(
+                        "Model.load",
+                        format!("{e}; load with compile = false and compile the model again"),
+                    ))
+                })?
+                .unwrap_or_default();
+            model.compile_with(optimizer, loss, metrics)?;
+            let state = saving::load_tensors(dir.join("optimizer.safetensors"))?;
+            model.compiled("load")?.optimizer.set_weights(state)?;
+        }
         Ok(model)
     }
 

@@ -331,6 +331,52 @@ fn weights_round_trip_and_mismatches_change_nothing() {
         bn.predict(&x, 32).unwrap().to_vec::<f32>().unwrap()
     );
     assert_eq!(back.network().config(), bn.network().config());
+    // The optimizer comes back with its state: one more step on the same batch leaves both
+    // models with the same weights (Adam's moments and step count were restored).
+    assert_eq!(
+        back.optimizer_mut().unwrap().iterations(),
+        bn.optimizer_mut().unwrap().iterations()
+    );
+    let (bx, by) = (
+        x.slice(&[0, 0], &[32, 2]).unwrap(),
+        y.slice(&[0], &[32]).unwrap(),
+    );
+    let seeded = |m: &mut Model| {
+        ferroflow_tensor::random::set_seed(11); // the same dropout mask in both
+        m.train_step(std::slice::from_ref(&bx), std::slice::from_ref(&by))
+            .unwrap();
+    };
+    seeded(&mut bn);
+    seeded(&mut back);
+    for (a, b) in bn
+        .get_weights()
+        .unwrap()
+        .iter()
+        .zip(back.get_weights().unwrap())
+    {
+        assert_eq!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+    }
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("model/config.json")).unwrap())
+            .unwrap();
+    assert_eq!(cfg["training_config"]["optimizer"]["name"], "Adam");
+    assert_eq!(cfg["training_config"]["loss"]["from_logits"], true);
+    // compile = false: the weights without the training setup.
+    let mut bare = Model::load_with(dir.join("model"), false).unwrap();
+    let err = bare
+        .fit(&x, &y, FitConfig::new().verbose(0))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("compile"), "{err}");
+    // Saved uncompiled: loads uncompiled, and no stale optimizer file stays behind.
+    let mut plain = Model::from(sequential![Dense::new(2)]);
+    plain.build(&[2]).unwrap();
+    plain.save(dir.join("model")).unwrap();
+    assert!(!dir.join("model/optimizer.safetensors").exists());
+    assert!(Model::load(dir.join("model"))
+        .unwrap()
+        .optimizer_mut()
+        .is_none());
 }
 
 #[test]

@@ -22,6 +22,24 @@ const FLAGS: [&str; 3] = ["amsgrad", "nesterov", "centered"];
 /// # Ok::<(), ferroflow::Error>(())
 /// ```
 pub fn get_config(opt: &dyn Optimizer) -> Result<Value> {
+    if let Some(inner) = opt.inner_optimizer() {
+        // TF 2.4's LossScaleOptimizer config: the inner optimizer and the scale's mode.
+        let h = opt.hyperparameters();
+        let value = |k: &str| {
+            h.iter().find(|(n, _)| *n == k).map(|(_, v)| match v {
+                Hyper::Const(c) => *c,
+                Hyper::Schedule(s) => s.at(0),
+            })
+        };
+        let growth = value("dynamic_growth_steps").unwrap_or(0.0);
+        return Ok(json!({
+            "name": opt.name(),
+            "inner_optimizer": get_config(inner)?,
+            "dynamic": growth > 0.0,
+            "initial_scale": value("loss_scale").unwrap_or(1.0),
+            "dynamic_growth_steps": growth as u64,
+        }));
+    }
     let mut m = Map::new();
     m.insert("name".into(), json!(opt.name()));
     m.insert(
@@ -87,6 +105,20 @@ pub fn from_config(cfg: &Value) -> Result<Box<dyn Optimizer>> {
         }
     };
     let flag = |k: &str| cfg.get(k).and_then(Value::as_bool).unwrap_or(false);
+    if name == "LossScaleOptimizer" {
+        let inner = from_config(&cfg["inner_optimizer"])?;
+        let scale = num("initial_scale", 32768.0);
+        let mode = if flag("dynamic") {
+            crate::LossScale::Dynamic {
+                growth_steps: num("dynamic_growth_steps", 2000.0) as u32,
+            }
+        } else {
+            crate::LossScale::Fixed(scale)
+        };
+        let mut lso = crate::LossScaleOptimizer::new(inner, mode)?;
+        lso.set_state(scale, 0);
+        return Ok(Box::new(lso));
+    }
     let mut opt: Box<dyn Optimizer> = match name {
         "SGD" => Box::new(Sgd::new(lr).with_momentum(hyp("momentum", 0.0)?, flag("nesterov"))),
         "Adam" | "AdamW" => {

@@ -147,6 +147,15 @@ impl Optimizer for LossScaleOptimizer {
     fn loss_scale(&self) -> Option<f64> {
         Some(self.scale)
     }
+    fn inner_optimizer(&self) -> Option<&dyn Optimizer> {
+        Some(self.inner.as_ref())
+    }
+    fn get_weights(&self) -> Result<Vec<(String, Tensor)>> {
+        LossScaleOptimizer::weights(self)
+    }
+    fn set_weights(&mut self, weights: Vec<(String, Tensor)>) -> Result<()> {
+        LossScaleOptimizer::set_weights(self, weights)
+    }
     fn learning_rate(&self) -> &crate::schedule::Hyper {
         self.inner.learning_rate()
     }
@@ -156,6 +165,14 @@ impl Optimizer for LossScaleOptimizer {
     fn hyperparameters(&self) -> Vec<(&'static str, crate::schedule::Hyper)> {
         let mut h = self.inner.hyperparameters();
         h.push(("loss_scale", crate::schedule::Hyper::Const(self.scale)));
+        let growth = match self.mode {
+            LossScale::Dynamic { growth_steps } => growth_steps as f64,
+            LossScale::Fixed(_) => 0.0,
+        };
+        h.push((
+            "dynamic_growth_steps",
+            crate::schedule::Hyper::Const(growth),
+        ));
         h
     }
     fn update(&mut self, grad: &Tensor, var: &Variable, t: i64) -> Result<()> {

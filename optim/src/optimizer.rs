@@ -130,6 +130,21 @@ pub trait Optimizer: Send {
     fn loss_scale(&self) -> Option<f64> {
         None
     }
+    /// The optimizer a wrapper (a [`LossScaleOptimizer`](crate::LossScaleOptimizer))
+    /// delegates to; `None` for a plain optimizer.
+    fn inner_optimizer(&self) -> Option<&dyn Optimizer> {
+        None
+    }
+    /// Everything a checkpoint needs to resume bit-identically (Keras' optimizer
+    /// `get_weights`): the step count and every slot, by name.
+    fn get_weights(&self) -> Result<Vec<(String, Tensor)>> {
+        self.core().weights()
+    }
+    /// Restores [`Optimizer::get_weights`]; slots of variables not seen yet are filled when
+    /// they are created.
+    fn set_weights(&mut self, weights: Vec<(String, Tensor)>) -> Result<()> {
+        self.core_mut().set_weights(weights)
+    }
     /// Steps applied so far.
     fn iterations(&self) -> i64 {
         self.core().iterations
