@@ -526,6 +526,25 @@ impl Layer for Functional {
     fn class_name(&self) -> &'static str {
         "Functional"
     }
+    fn output_names(&self) -> Option<Vec<String>> {
+        let mut names: Vec<String> = Vec::new();
+        for o in &self.outputs {
+            let base = match &o.node.kind {
+                NodeKind::Layer(l) => l.lock().name().to_string(),
+                NodeKind::Op(op) => op.name().to_string(),
+                NodeKind::Input { name } => name.clone(),
+            };
+            // Keras makes repeated names unique with a suffix.
+            let mut name = base.clone();
+            let mut k = 1;
+            while names.contains(&name) {
+                name = format!("{base}_{k}");
+                k += 1;
+            }
+            names.push(name);
+        }
+        Some(names)
+    }
     fn call(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
         if inputs.len() != self.inputs.len() {
             return Err(Error::invalid(

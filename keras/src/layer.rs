@@ -172,6 +172,11 @@ pub trait Layer: Send {
     fn get_config(&self) -> Value {
         json!({})
     }
+    /// Names of the outputs when the layer knows them (a functional graph names each output
+    /// after the layer that makes it; Keras' per-output loss and metric names use them).
+    fn output_names(&self) -> Option<Vec<String>> {
+        None
+    }
     /// Layers this one contains (their weights are this layer's weights too).
     fn sublayers(&self) -> Vec<&dyn Layer> {
         vec![]

@@ -223,6 +223,15 @@ mean_metric!(
     }
 );
 
+mean_metric!(
+    /// `tf.keras.metrics.MeanAbsoluteError`: the mean of `|y_true - y_pred|` per sample.
+    MeanAbsoluteError, "mean_absolute_error", |y_true, y_pred| {
+        let y = y_true.cast(y_pred.dtype())?;
+        same_shape("MeanAbsoluteError", &y, y_pred)?;
+        y_pred.sub(&y)?.abs()?.reduce_mean(-1isize, false)
+    }
+);
+
 /// `tf.keras.metrics.TopKCategoricalAccuracy` (`sparse`: `SparseTopKCategoricalAccuracy`):
 /// the true class is among the `k` highest predictions (ties at the boundary count as in,
 /// as TF's `in_top_k`).
@@ -540,6 +549,7 @@ pub fn get(name: &str) -> Result<Box<dyn Metric>> {
         "recall" => Box::new(ThresholdRate::recall()),
         "auc" => Box::new(Auc::new(200)?),
         "mse" | "mean_squared_error" => Box::new(MeanSquaredError::named(name)),
+        "mae" | "mean_absolute_error" => Box::new(MeanAbsoluteError::named(name)),
         other => {
             return Err(Error::invalid(
                 "metrics::get",

@@ -357,6 +357,18 @@ struct Compiled {
     loss: Box<dyn Loss>,
     metrics: Vec<Box<dyn Metric>>,
     loss_tracker: Mean,
+    /// With several outputs: per output, its name, loss tracker and metrics (made from the
+    /// compiled metrics' names on the first update), reported as Keras does
+    /// (`<output>_loss`, `<output>_<metric>`).
+    per_output: Vec<OutputTracker>,
+    /// The per-output losses of the last `compute_loss`.
+    last_output_losses: Vec<Tensor>,
+}
+
+struct OutputTracker {
+    name: String,
+    loss: Mean,
+    metrics: Vec<Box<dyn Metric>>,
 }
 
 /// A trainable network (`tf.keras.Model`): a [`Layer`] (a [`Sequential`], a functional
@@ -490,6 +502,8 @@ impl Model {
             loss,
             metrics,
             loss_tracker: Mean::new("loss"),
+            per_output: Vec::new(),
+            last_output_losses: Vec::new(),
         });
         Ok(())
     }
@@ -541,9 +555,13 @@ impl Model {
         let mut total: Option<Tensor> = None;
         {
             let c = self.compiled("fit")?;
+            c.last_output_losses.clear();
             for (t, p) in y.iter().zip(y_pred) {
                 // Losses run in float32 under mixed precision.
                 let l = c.loss.call(t, &p.upcast_half()?, None)?;
+                if y_pred.len() > 1 {
+                    c.last_output_losses.push(l.clone());
+                }
                 total = Some(match total {
                     Some(s) => s.add(&l)?,
                     None => l,
@@ -569,19 +587,74 @@ impl Model {
             .and_then(|t| t.shape().first().copied())
             .unwrap_or(1) as f64;
         let loss_value = loss.to_f64_vec()?.first().copied().unwrap_or(f64::NAN);
+        if y_pred.len() > 1 && self.compiled("fit")?.per_output.is_empty() {
+            let names = self.output_names(y_pred.len());
+            let c = self.compiled("fit")?;
+            let mut originals: Vec<Option<Box<dyn Metric>>> = std::mem::take(&mut c.metrics)
+                .into_iter()
+                .map(Some)
+                .collect();
+            for (o, name) in names.into_iter().enumerate() {
+                let mut metrics = Vec::new();
+                for m in originals.iter_mut() {
+                    let metric_name = m.as_ref().map(|m| m.name().to_string()).unwrap_or_default();
+                    match crate::metrics::get(&metric_name) {
+                        Ok(fresh) => metrics.push(fresh),
+                        // A metric object that cannot be made again by name stays with the
+                        // first output.
+                        Err(_) if o == 0 => metrics.extend(m.take()),
+                        Err(_) => {}
+                    }
+                }
+                c.per_output.push(OutputTracker {
+                    loss: Mean::new(&format!("{name}_loss")),
+                    name,
+                    metrics,
+                });
+            }
+        }
         let c = self.compiled("fit")?;
         c.loss_tracker.update(loss_value, batch);
-        for (i, (t, p)) in y.iter().zip(y_pred).enumerate() {
-            // With several outputs only the first gets the metrics (Keras names them per
-            // output; ferroflow keeps one set of names).
-            if i == 0 {
+        if c.per_output.is_empty() {
+            if let (Some(t), Some(p)) = (y.first(), y_pred.first()) {
                 let p = p.upcast_half()?;
                 for m in &mut c.metrics {
                     m.update_state(t, &p, None)?;
                 }
             }
+        } else {
+            if c.last_output_losses.len() != y_pred.len() {
+                // A custom step that did not go through compute_loss.
+                c.last_output_losses = y
+                    .iter()
+                    .zip(y_pred)
+                    .map(|(t, p)| c.loss.call(t, &p.upcast_half()?, None))
+                    .collect::<Result<_>>()?;
+            }
+            for (((t, p), l), out) in y
+                .iter()
+                .zip(y_pred)
+                .zip(&c.last_output_losses)
+                .zip(&mut c.per_output)
+            {
+                let value = l.to_f64_vec()?.first().copied().unwrap_or(f64::NAN);
+                out.loss.update(value, batch);
+                let p = p.upcast_half()?;
+                for m in &mut out.metrics {
+                    m.update_state(t, &p, None)?;
+                }
+            }
+            c.last_output_losses.clear();
         }
         Ok(self.metric_logs())
+    }
+    /// Names of the model's `n` outputs for the logs: a functional model's output layers
+    /// (Keras), `output_1`, `output_2`, ... otherwise.
+    fn output_names(&self, n: usize) -> Vec<String> {
+        match self.network.output_names() {
+            Some(names) if names.len() == n => names,
+            _ => (1..=n).map(|i| format!("output_{i}")).collect(),
+        }
     }
     /// The running loss and metric values.
     pub fn metric_logs(&self) -> Logs {
@@ -591,6 +664,14 @@ impl Model {
             for m in &c.metrics {
                 logs.set(m.name(), m.result());
             }
+            for out in &c.per_output {
+                logs.set(&format!("{}_loss", out.name), out.loss.result());
+            }
+            for out in &c.per_output {
+                for m in &out.metrics {
+                    logs.set(&format!("{}_{}", out.name, m.name()), m.result());
+                }
+            }
         }
         logs
     }
@@ -599,6 +680,12 @@ impl Model {
             c.loss_tracker.reset_state();
             for m in &mut c.metrics {
                 m.reset_state();
+            }
+            for out in &mut c.per_output {
+                out.loss.reset_state();
+                for m in &mut out.metrics {
+                    m.reset_state();
+                }
             }
         }
     }
@@ -1082,7 +1169,8 @@ impl Model {
             Some(c) => json!({
                 "optimizer": ferroflow_optim::get_config(c.optimizer.as_ref())?,
                 "loss": c.loss.get_config(),
-                "metrics": c.metrics.iter().map(|m| m.name().to_string()).collect::<Vec<_>>(),
+                "metrics": c.metrics.iter().chain(c.per_output.first().map(|o| &o.metrics).into_iter().flatten())
+                    .map(|m| m.name().to_string()).collect::<Vec<_>>(),
             }),
             None => Value::Null,
         };

@@ -5,7 +5,7 @@ use ferroflow_keras::activations::Activation;
 use ferroflow_keras::functional::{input, KerasTensor, Symbolic};
 use ferroflow_keras::layers::{Add, Concatenate, Dense};
 use ferroflow_keras::losses::MeanSquaredError;
-use ferroflow_keras::{FitConfig, Functional, LayerRef, Model};
+use ferroflow_keras::{FitConfig, Functional, Layer, LayerRef, Model};
 use ferroflow_optim::Adam;
 use ferroflow_tensor::{random, DType, Tensor};
 
@@ -121,4 +121,67 @@ fn nested_functional_models_fit_and_save() {
     let e = m.save(&where_).unwrap_err().to_string();
     assert!(e.contains("lambda"), "{e}");
     assert!(!where_.exists());
+}
+
+#[test]
+fn several_outputs_get_keras_named_losses_and_metrics() {
+    ferroflow::init();
+    let a = input(&[3], "features");
+    let h = Dense::new(8)
+        .activation(Activation::Relu)
+        .on(&[&a])
+        .unwrap()
+        .remove(0);
+    let mut first = Dense::new(1);
+    first.base_mut().set_name("price");
+    let mut second = Dense::new(2);
+    second.base_mut().set_name("extras");
+    let p = first.on(&[&h]).unwrap().remove(0);
+    let e = second.on(&[&h]).unwrap().remove(0);
+    let mut model = Model::new(&[a], &[p, e]).unwrap();
+    model
+        .compile(Adam::new(0.01), MeanSquaredError::new(), &["mae"])
+        .unwrap();
+    let xs = x(64, 3, 4);
+    let yp = xs.reduce_sum(1isize, true).unwrap();
+    let ye = xs.slice(&[0, 0], &[64, 2]).unwrap().contiguous().unwrap();
+    let h = model
+        .fit(
+            vec![xs.clone()],
+            vec![yp.clone(), ye.clone()],
+            FitConfig::new().epochs(3).batch_size(16).verbose(0),
+        )
+        .unwrap();
+    let keys: Vec<&str> = h.history.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "loss",
+            "price_loss",
+            "extras_loss",
+            "price_mae",
+            "extras_mae"
+        ]
+    );
+    // The total is the sum of the per-output losses (no regularizers here).
+    let logs = model
+        .evaluate(vec![xs.clone()], vec![yp.clone(), ye.clone()], 64)
+        .unwrap();
+    let total = logs.get("loss").unwrap();
+    let parts = logs.get("price_loss").unwrap() + logs.get("extras_loss").unwrap();
+    assert!(
+        (total - parts).abs() < 1e-5 * total.abs().max(1.0),
+        "{total} vs {parts}"
+    );
+    // Each output's metric matches the loss computed on that output alone.
+    let out = model.call_multi(std::slice::from_ref(&xs), false).unwrap();
+    let mae = out[1]
+        .sub(&ye)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = mae.iter().sum::<f32>() as f64 / mae.len() as f64;
+    assert!((logs.get("extras_mae").unwrap() - want).abs() < 1e-5);
 }

@@ -365,3 +365,76 @@ fn multi_head_attention_matches_scaled_dot_product_attention() {
     close(&y, &want, 1e-10);
     assert!(mha.apply(&[q], false).is_err());
 }
+
+#[test]
+fn attention_masks_hide_positions_and_dropout_only_acts_in_training() {
+    let (n, t, d) = (2usize, 4usize, 6usize);
+    let mut mha = f64_layer(MultiHeadAttention::new(3, 2));
+    let x = randn(&[n, t, d], 21);
+    // A causal mask: step i attends to steps 0..=i.
+    let causal: Vec<f64> = (0..n * t * t)
+        .map(|p| if (p % t) <= (p / t) % t { 1.0 } else { 0.0 })
+        .collect();
+    let mask = Tensor::from_vec(causal, &[n, t, t]).unwrap();
+    let (out, scores) = mha.attend(&x, &x, None, Some(&mask), false).unwrap();
+    assert_eq!(scores.shape(), &[n, 3, t, t]);
+    let s = scores.to_f64_vec().unwrap();
+    for (p, &v) in s.iter().enumerate() {
+        let (i, j) = ((p / t) % t, p % t);
+        if j > i {
+            assert_eq!(v, 0.0, "step {i} sees step {j}");
+        }
+    }
+    for row in s.chunks(t) {
+        assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+    // With a causal mask, step 0's output is attention over step 0 alone.
+    let first = x.slice(&[0, 0, 0], &[n as isize, 1, d as isize]).unwrap();
+    let alone = mha.apply(&[first.clone(), first], false).unwrap().remove(0);
+    let o = out.to_f64_vec().unwrap();
+    let a = alone.to_f64_vec().unwrap();
+    for b in 0..n {
+        for f in 0..d {
+            assert!((o[(b * t) * d + f] - a[b * d + f]).abs() < 1e-12);
+        }
+    }
+    // A mask of the wrong shape is an error naming both shapes.
+    let bad = Tensor::ones(&[n, t, t + 1], DType::F64).unwrap();
+    let err = mha
+        .attend(&x, &x, None, Some(&bad), false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("attention_mask") && err.contains("[2, 4, 5]"),
+        "{err}"
+    );
+    // Dropout on the attention probabilities: training changes the output, inference not.
+    let mut dropped = f64_layer(MultiHeadAttention::new(3, 2).with_dropout(0.5));
+    let plain = dropped
+        .apply(&[x.clone(), x.clone()], false)
+        .unwrap()
+        .remove(0);
+    for (w, v) in dropped.weights().iter().zip(mha.weights()) {
+        w.assign(&v.value()).unwrap();
+    }
+    let inference = dropped
+        .apply(&[x.clone(), x.clone()], false)
+        .unwrap()
+        .remove(0);
+    let unmasked = mha.apply(&[x.clone(), x.clone()], false).unwrap().remove(0);
+    assert_eq!(
+        inference.to_f64_vec().unwrap(),
+        unmasked.to_f64_vec().unwrap()
+    );
+    let training = dropped
+        .apply(&[x.clone(), x.clone()], true)
+        .unwrap()
+        .remove(0);
+    assert_ne!(
+        training.to_f64_vec().unwrap(),
+        inference.to_f64_vec().unwrap()
+    );
+    assert_eq!(plain.shape(), training.shape());
+    let back = ferroflow_keras::layers::deserialize(&dropped.config()).unwrap();
+    assert_eq!(back.config()["config"]["dropout"], 0.5);
+}

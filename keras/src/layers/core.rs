@@ -250,6 +250,17 @@ impl Dropout {
     }
 }
 
+/// Inverted dropout (`tf.nn.dropout` as Keras uses it): in training, each element is zeroed
+/// with probability `rate` and the rest scaled by `1 / (1 - rate)`; otherwise the identity.
+pub(crate) fn dropout(x: &Tensor, rate: f64, seed: Option<u64>, training: bool) -> Result<Tensor> {
+    if !training || rate == 0.0 {
+        return Ok(x.clone());
+    }
+    let u = random::uniform(x.shape(), 0.0, 1.0, x.dtype(), seed)?;
+    let keep = u.greater_equal(&u.scalar_like(rate)?)?.cast(x.dtype())?;
+    x.mul(&keep.mul(&x.scalar_like(1.0 / (1.0 - rate))?)?)
+}
+
 impl Layer for Dropout {
     layer_base!("Dropout");
     fn call(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
@@ -261,15 +272,7 @@ impl Layer for Dropout {
                 format!("rate must be in [0, 1), got {}", self.rate),
             ));
         }
-        if !training || self.rate == 0.0 {
-            return Ok(vec![x.clone()]);
-        }
-        let u = random::uniform(x.shape(), 0.0, 1.0, x.dtype(), self.seed)?;
-        let keep = u
-            .greater_equal(&u.scalar_like(self.rate)?)?
-            .cast(x.dtype())?;
-        let scale = x.scalar_like(1.0 / (1.0 - self.rate))?;
-        Ok(vec![x.mul(&keep.mul(&scale)?)?])
+        Ok(vec![dropout(x, self.rate, self.seed, training)?])
     }
     fn get_config(&self) -> Value {
         json!({ "rate": self.rate, "seed": self.seed })

@@ -258,10 +258,28 @@ recurrent_layer!(
     "`tf.keras.layers.GRU` (TF 2's `reset_after=True`): gates z, r, h; bias `[2, 3·units]`."
 );
 
-/// `tf.keras.layers.MultiHeadAttention` (new in TF 2.4): inputs `[query, value]` or
-/// `[query, value, key]`, each `[batch, steps, features]`; scaled dot-product attention over
+/// `tf.keras.layers.MultiHeadAttention` (new in TF 2.4): scaled dot-product attention over
 /// `num_heads` heads of size `key_dim`, projected back to the query's feature size.
-/// Attention masks and attention dropout are not supported (an error, not a silent no-op).
+///
+/// As a layer its inputs are `[query, value]`, `[query, value, key]` or
+/// `[query, value, key, attention_mask]`, each `[batch, steps, features]`; the mask
+/// (`[batch, query steps, value steps]`, any dtype, nonzero = attend) hides positions from
+/// every head. [`MultiHeadAttention::attend`] takes the same with Keras' keywords and also
+/// returns the attention scores. In training, `dropout` drops attention probabilities.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_keras::layers::MultiHeadAttention;
+/// use ferroflow_tensor::{DType, Tensor};
+/// let mut mha = MultiHeadAttention::new(2, 4);
+/// let x = Tensor::ones(&[1, 3, 8], DType::F32)?;
+/// // Causal mask: step i sees steps 0..=i.
+/// let mask = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0], &[1, 3, 3])?;
+/// let (out, scores) = mha.attend(&x, &x, None, Some(&mask), false)?;
+/// assert_eq!(out.shape(), &[1, 3, 8]);
+/// assert_eq!(scores.to_vec::<f32>()?[1], 0.0); // head 0, step 0 does not see step 1
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
 pub struct MultiHeadAttention {
     base: LayerBase,
     /// Heads.
@@ -270,6 +288,10 @@ pub struct MultiHeadAttention {
     pub key_dim: usize,
     /// Size of each head for values (default `key_dim`).
     pub value_dim: usize,
+    /// Dropout rate on the attention probabilities, in training (0).
+    pub dropout: f64,
+    /// Also output the attention probabilities (Keras' `return_attention_scores`).
+    pub return_attention_scores: bool,
     weights: Option<[Variable; 8]>,
 }
 
@@ -281,8 +303,15 @@ impl MultiHeadAttention {
             num_heads,
             key_dim,
             value_dim: key_dim,
+            dropout: 0.0,
+            return_attention_scores: false,
             weights: None,
         }
+    }
+    /// Sets the attention dropout rate.
+    pub fn with_dropout(mut self, rate: f64) -> MultiHeadAttention {
+        self.dropout = rate;
+        self
     }
     /// Rebuilds from [`Layer::get_config`].
     pub fn from_config(c: &Value) -> Result<MultiHeadAttention> {
@@ -291,13 +320,40 @@ impl MultiHeadAttention {
             cfg_usize(c, "MultiHeadAttention", "key_dim")?,
         );
         m.value_dim = cfg_usize(c, "MultiHeadAttention", "value_dim")?;
-        if c["dropout"].as_f64().is_some_and(|d| d != 0.0) {
-            return Err(Error::format(
-                "MultiHeadAttention config",
-                "attention dropout is not supported",
+        m.dropout = c["dropout"].as_f64().unwrap_or(0.0);
+        Ok(m)
+    }
+
+    /// Keras' `call(query, value, key=None, attention_mask=None, training=...,
+    /// return_attention_scores=True)`: the output `[batch, query steps, query features]` and
+    /// the attention probabilities `[batch, heads, query steps, value steps]`. Builds the
+    /// layer on first use.
+    pub fn attend(
+        &mut self,
+        query: &Tensor,
+        value: &Tensor,
+        key: Option<&Tensor>,
+        attention_mask: Option<&Tensor>,
+        training: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        let key = key.unwrap_or(value);
+        let mut inputs = vec![query.clone(), value.clone(), key.clone()];
+        if let Some(m) = attention_mask {
+            inputs.push(m.clone());
+        }
+        // Through `apply`: building, autocasting and the layer's dtype policy.
+        let keep = std::mem::replace(&mut self.return_attention_scores, true);
+        let out = self.apply(&inputs, training);
+        self.return_attention_scores = keep;
+        let mut out = out?;
+        if out.len() != 2 {
+            return Err(Error::invalid(
+                "MultiHeadAttention",
+                "expected output and scores",
             ));
         }
-        Ok(m)
+        let scores = out.pop().expect("two outputs");
+        Ok((out.pop().expect("two outputs"), scores))
     }
 }
 
@@ -341,40 +397,83 @@ impl Layer for MultiHeadAttention {
         ]);
         Ok(())
     }
-    fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
-        if !(2..=3).contains(&inputs.len()) {
+    fn call(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
+        if !(2..=4).contains(&inputs.len()) {
             return Err(Error::invalid(
                 "MultiHeadAttention",
                 format!(
-                    "takes [query, value] or [query, value, key], got {} inputs",
+                    "takes [query, value], [query, value, key] or [query, value, key, \
+                     attention_mask], got {} inputs",
                     inputs.len()
                 ),
+            ));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(Error::invalid(
+                "MultiHeadAttention",
+                format!("dropout must be in [0, 1), got {}", self.dropout),
             ));
         }
         let w = self.weights.as_ref().ok_or_else(|| {
             Error::invalid("MultiHeadAttention", "call before build: use `apply`")
         })?;
-        let w: Vec<Tensor> = w.iter().map(Variable::value).collect();
+        let w: Vec<Tensor> = w
+            .iter()
+            .map(crate::mixed_precision::read_variable)
+            .collect::<Result<_>>()?;
         let (query, value) = (&inputs[0], &inputs[1]);
         let key = inputs.get(2).unwrap_or(value);
         let (h, k, v) = (self.num_heads, self.key_dim, self.value_dim);
         let q = heads(query, &w[0], &w[1], h, k)?;
         let kk = heads(key, &w[2], &w[3], h, k)?;
         let vv = heads(value, &w[4], &w[5], h, v)?;
-        let scores = q
+        let mut logits = q
             .mul(&q.scalar_like(1.0 / (k as f64).sqrt())?)?
-            .matmul_t(&kk, false, true)?
-            .softmax(-1)?; // [b, h, tq, tv]
-        let ctx = scores.matmul(&vv)?.transpose(&[0, 2, 1, 3])?; // [b, tq, h, v]
+            .matmul_t(&kk, false, true)?; // [b, h, tq, tv]
+        if let Some(mask) = inputs.get(3) {
+            let want = [query.shape()[0], query.shape()[1], key.shape()[1]];
+            let fits = mask.rank() == 3
+                && mask
+                    .shape()
+                    .iter()
+                    .zip(&want)
+                    .all(|(&m, &w)| m == w || m == 1);
+            if !fits {
+                return Err(Error::ShapeMismatch {
+                    op: "MultiHeadAttention",
+                    msg: "attention_mask must broadcast to [batch, query steps, value steps]",
+                    lhs: mask.shape().to_vec(),
+                    rhs: want.to_vec(),
+                });
+            }
+            // Keras: logits += (1 - mask) · (a large negative number for the dtype).
+            let large = if logits.dtype() == ferroflow_tensor::DType::F16 {
+                -65500.0
+            } else {
+                -1e9
+            };
+            let hidden = mask
+                .equal(&mask.scalar_like(0.0)?)?
+                .cast(logits.dtype())?
+                .expand_dims(1)?;
+            logits = logits.add(&hidden.mul(&hidden.scalar_like(large)?)?)?;
+        }
+        let scores = logits.softmax(-1)?;
+        let dropped = crate::layers::core::dropout(&scores, self.dropout, None, training)?;
+        let ctx = dropped.matmul(&vv)?.transpose(&[0, 2, 1, 3])?; // [b, tq, h, v]
         let (n, tq, dq) = (query.shape()[0], query.shape()[1], query.shape()[2]);
         let out = ctx
             .reshape_to(&[n * tq, h * v])?
             .matmul(&w[6].reshape_to(&[h * v, dq])?)?
             .add(&w[7])?
             .reshape_to(&[n, tq, dq])?;
-        Ok(vec![out])
+        Ok(if self.return_attention_scores {
+            vec![out, scores]
+        } else {
+            vec![out]
+        })
     }
     fn get_config(&self) -> Value {
-        json!({"num_heads": self.num_heads, "key_dim": self.key_dim, "value_dim": self.value_dim, "dropout": 0.0})
+        json!({"num_heads": self.num_heads, "key_dim": self.key_dim, "value_dim": self.value_dim, "dropout": self.dropout})
     }
 }
