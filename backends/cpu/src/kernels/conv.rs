@@ -157,9 +157,211 @@ pub(crate) fn conv2d(x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Resul
         &x,
         &filter,
         x.dtype,
-        |a, f| conv2d_typed(a, f, w, cout),
+        |a, f| {
+            if direct::suits(w) {
+                direct::forward(a, f, w, cout)
+            } else {
+                conv2d_typed(a, f, w, cout)
+            }
+        },
         |a, f| conv2d_typed(a, f, w, cout),
     )
+}
+
+/// Direct convolution for inputs with few channels (a network's first layer: `kh·kw·cin`
+/// of 9 or 27), where im2col + GEMM has too thin an inner dimension: each output pixel is
+/// `Σ_t patch[t] · filter[t, :]` over the `cout` outputs, vectorised along `cout` (AVX2+FMA
+/// chosen at run time), rows of output pixels in parallel.
+mod direct {
+    use super::{source, Window2d};
+    use rayon::prelude::*;
+
+    /// Patch lengths (`kh·kw·cin`) this path takes.
+    const MAX_PATCH: usize = 32;
+
+    pub(super) fn suits(w: &Window2d) -> bool {
+        let kdim = w.kernel[0] * w.kernel[1] * w.input[3];
+        kdim > 0 && kdim <= MAX_PATCH
+    }
+
+    /// The window of output pixel `(b, oy, ox)` as `kh·kw·cin` values, zeros in the padding.
+    #[inline(always)]
+    fn gather(x: &[f32], w: &Window2d, b: usize, oy: usize, ox: usize, patch: &mut [f32]) {
+        let [_, h, wd, cin] = w.input;
+        let [kh, kw] = w.kernel;
+        for ky in 0..kh {
+            let iy = source(oy, ky, w.strides[0], w.dilations[0], w.pad_before[0], h);
+            for kx in 0..kw {
+                let dst = &mut patch[(ky * kw + kx) * cin..][..cin];
+                let ix = source(ox, kx, w.strides[1], w.dilations[1], w.pad_before[1], wd);
+                match (iy, ix) {
+                    // One channel (grey images): a plain load, not a memcpy call per tap.
+                    (Some(iy), Some(ix)) if cin == 1 => dst[0] = x[(b * h + iy) * wd + ix],
+                    (Some(iy), Some(ix)) => {
+                        dst.copy_from_slice(&x[((b * h + iy) * wd + ix) * cin..][..cin])
+                    }
+                    _ => dst.fill(0.0),
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn forward_row(x: &[f32], f: &[f32], w: &Window2d, cout: usize, r: usize, row: &mut [f32]) {
+        let kdim = w.kernel[0] * w.kernel[1] * w.input[3];
+        let [oh, ow] = w.output;
+        let (b, oy) = (r / oh, r % oh);
+        let mut patch = [0f32; MAX_PATCH];
+        for ox in 0..ow {
+            gather(x, w, b, oy, ox, &mut patch[..kdim]);
+            let o = &mut row[ox * cout..(ox + 1) * cout];
+            // Blocks of 16 outputs held in registers across the taps (accumulating in
+            // memory would chain every tap through a store and a reload).
+            let mut c0 = 0;
+            while c0 < cout {
+                let width = BLOCK.min(cout - c0);
+                let mut acc = [0f32; BLOCK];
+                if width == BLOCK {
+                    for (t, &p) in patch[..kdim].iter().enumerate() {
+                        let ft: &[f32; BLOCK] = f[t * cout + c0..][..BLOCK]
+                            .try_into()
+                            .expect("a block of BLOCK filter values");
+                        for j in 0..BLOCK {
+                            acc[j] += p * ft[j];
+                        }
+                    }
+                    let dst: &mut [f32; BLOCK] = (&mut o[c0..c0 + BLOCK])
+                        .try_into()
+                        .expect("a block of BLOCK outputs");
+                    *dst = acc;
+                    c0 += BLOCK;
+                    continue;
+                } else {
+                    for (t, &p) in patch[..kdim].iter().enumerate() {
+                        for (a, &fv) in acc.iter_mut().zip(&f[t * cout + c0..][..width]) {
+                            *a += p * fv;
+                        }
+                    }
+                }
+                o[c0..c0 + width].copy_from_slice(&acc[..width]);
+                c0 += width;
+            }
+        }
+    }
+
+    /// Outputs accumulated in registers at once.
+    const BLOCK: usize = 16;
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn forward_row_avx2(
+        x: &[f32],
+        f: &[f32],
+        w: &Window2d,
+        cout: usize,
+        r: usize,
+        row: &mut [f32],
+    ) {
+        forward_row(x, f, w, cout, r, row)
+    }
+
+    fn has_avx2() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    pub(super) fn forward(x: &[f32], f: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
+        let [n, ..] = w.input;
+        let [oh, ow] = w.output;
+        let mut out = vec![0f32; n * oh * ow * cout];
+        let avx2 = has_avx2();
+        out.par_chunks_mut((ow * cout).max(1))
+            .enumerate()
+            .for_each(|(r, row)| {
+                #[cfg(target_arch = "x86_64")]
+                if avx2 {
+                    // SAFETY: the CPU has AVX2 and FMA (checked above).
+                    return unsafe { forward_row_avx2(x, f, w, cout, r, row) };
+                }
+                let _ = avx2;
+                forward_row(x, f, w, cout, r, row)
+            });
+        out
+    }
+
+    #[inline(always)]
+    fn filter_rows(
+        x: &[f32],
+        dy: &[f32],
+        w: &Window2d,
+        cout: usize,
+        rows: std::ops::Range<usize>,
+        acc: &mut [f32],
+    ) {
+        let kdim = w.kernel[0] * w.kernel[1] * w.input[3];
+        let [oh, ow] = w.output;
+        let mut patch = [0f32; MAX_PATCH];
+        for r in rows {
+            let (b, oy) = (r / oh, r % oh);
+            for ox in 0..ow {
+                gather(x, w, b, oy, ox, &mut patch[..kdim]);
+                let g = &dy[(r * ow + ox) * cout..][..cout];
+                for (t, &p) in patch[..kdim].iter().enumerate() {
+                    for (a, &gv) in acc[t * cout..(t + 1) * cout].iter_mut().zip(g) {
+                        *a += p * gv;
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn filter_rows_avx2(
+        x: &[f32],
+        dy: &[f32],
+        w: &Window2d,
+        cout: usize,
+        rows: std::ops::Range<usize>,
+        acc: &mut [f32],
+    ) {
+        filter_rows(x, dy, w, cout, rows, acc)
+    }
+
+    /// `dW[t, co] = Σ_pixels patch[t] · dy[pixel, co]`: private accumulators per task, summed.
+    pub(super) fn filter_grad(x: &[f32], dy: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
+        let kdim = w.kernel[0] * w.kernel[1] * w.input[3];
+        let rows = w.input[0] * w.output[0];
+        let tasks = rayon::current_num_threads().max(1) * 4;
+        let per = rows.div_ceil(tasks).max(1);
+        let avx2 = has_avx2();
+        (0..rows.div_ceil(per))
+            .into_par_iter()
+            .map(|t| {
+                let range = t * per..((t + 1) * per).min(rows);
+                let mut acc = vec![0f32; kdim * cout];
+                #[cfg(target_arch = "x86_64")]
+                if avx2 {
+                    // SAFETY: the CPU has AVX2 and FMA (checked above).
+                    unsafe { filter_rows_avx2(x, dy, w, cout, range, &mut acc) };
+                    return acc;
+                }
+                let _ = avx2;
+                filter_rows(x, dy, w, cout, range, &mut acc);
+                acc
+            })
+            .reduce(
+                || vec![0f32; kdim * cout],
+                |mut a, b| {
+                    a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                    a
+                },
+            )
+    }
 }
 
 fn backprop_input_typed<T: Num + Send + Sync + 'static>(
@@ -317,7 +519,13 @@ pub(crate) fn conv2d_backprop_filter(
         &x,
         &dy,
         x.dtype,
-        |a, g| backprop_filter_typed(a, g, w, cout),
+        |a, g| {
+            if direct::suits(w) {
+                direct::filter_grad(a, g, w, cout)
+            } else {
+                backprop_filter_typed(a, g, w, cout)
+            }
+        },
         |a, g| backprop_filter_typed(a, g, w, cout),
     )
 }
@@ -485,4 +693,55 @@ pub(crate) fn avg_pool_grad(dy: Operand<'_>, w: &Window2d) -> Result<HostData> {
         Floats::F32(g) => narrow(avg_pool_grad_typed(&g, w), dy.dtype),
         Floats::F64(g) => HostData::F64(avg_pool_grad_typed(&g, w)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroflow_tensor::Padding;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i as u64 + 1) * 2_654_435_761 ^ seed) % 1000) as f32 / 250.0 - 2.0)
+            .collect()
+    }
+
+    /// The direct small-channel kernels agree with im2col + GEMM on every geometry kind.
+    #[test]
+    fn direct_convolution_matches_im2col() {
+        let cases = [
+            ([2, 9, 8, 1], [3, 3], [1, 1], [1, 1], Padding::Valid, 32),
+            ([3, 7, 7, 3], [3, 3], [2, 2], [1, 1], Padding::Same, 20),
+            ([1, 10, 9, 2], [2, 3], [1, 2], [2, 1], Padding::Same, 17),
+            ([2, 5, 6, 1], [5, 5], [1, 1], [1, 1], Padding::Same, 7),
+        ];
+        for (shape, k, strides, dilations, pad, cout) in cases {
+            let w = Window2d::resolve(shape, k, strides, dilations, pad);
+            assert!(direct::suits(&w));
+            let x = values(shape.iter().product(), 1);
+            let f = values(k[0] * k[1] * shape[3] * cout, 2);
+            let (got, want) = (
+                direct::forward(&x, &f, &w, cout),
+                conv2d_typed(&x, &f, &w, cout),
+            );
+            for (g, e) in got.iter().zip(&want) {
+                assert!(
+                    (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                    "forward {shape:?}: {g} vs {e}"
+                );
+            }
+            let dy = values(want.len(), 3);
+            let (got, want) = (
+                direct::filter_grad(&x, &dy, &w, cout),
+                backprop_filter_typed(&x, &dy, &w, cout),
+            );
+            assert_eq!(got.len(), want.len());
+            for (g, e) in got.iter().zip(&want) {
+                assert!(
+                    (g - e).abs() <= 1e-3 * (1.0 + e.abs()),
+                    "filter {shape:?}: {g} vs {e}"
+                );
+            }
+        }
+    }
 }
