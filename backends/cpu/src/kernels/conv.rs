@@ -702,7 +702,7 @@ mod tests {
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         (0..n)
-            .map(|i| (((i as u64 + 1) * 2_654_435_761 ^ seed) % 1000) as f32 / 250.0 - 2.0)
+            .map(|i| ((((i as u64 + 1) * 2_654_435_761) ^ seed) % 1000) as f32 / 250.0 - 2.0)
             .collect()
     }
 
