@@ -161,23 +161,28 @@ pub(crate) fn stable_hash(bytes: &[u8]) -> String {
 /// reads a snapshot its older functions wrote.
 pub(crate) fn program_identity() -> String {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    ID.get_or_init(|| {
-        let exe = std::env::current_exe().ok();
-        let meta = exe.as_ref().and_then(|p| std::fs::metadata(p).ok());
-        let mtime = meta
-            .as_ref()
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        format!(
-            "{}:{}:{}",
-            exe.map(|p| p.display().to_string()).unwrap_or_default(),
-            meta.map(|m| m.len()).unwrap_or(0),
-            mtime
-        )
+    ID.get_or_init(|| match std::env::current_exe() {
+        Ok(exe) => file_stamp(&exe),
+        Err(_) => String::new(),
     })
     .clone()
+}
+
+/// `path:size:modification-nanoseconds` of a file (zeros when it cannot be read): what
+/// fingerprints use to notice that a file changed.
+pub(crate) fn file_stamp(path: &std::path::Path) -> String {
+    let meta = std::fs::metadata(path).ok();
+    let mtime = meta
+        .as_ref()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}:{}:{mtime}",
+        path.display(),
+        meta.map(|m| m.len()).unwrap_or(0)
+    )
 }
 
 /// The fingerprint piece of a Rust function value: its type name plus the program identity.

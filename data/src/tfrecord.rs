@@ -427,20 +427,7 @@ pub(crate) fn read_files(
 pub(crate) fn files_identity(paths: &[PathBuf]) -> String {
     paths
         .iter()
-        .map(|p| {
-            let meta = std::fs::metadata(p).ok();
-            let mtime = meta
-                .as_ref()
-                .and_then(|m| m.modified().ok())
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            format!(
-                "{}:{}:{mtime}",
-                p.display(),
-                meta.map(|m| m.len()).unwrap_or(0)
-            )
-        })
+        .map(|p| crate::dataset::file_stamp(p))
         .collect::<Vec<_>>()
         .join(",")
 }

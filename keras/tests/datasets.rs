@@ -1,21 +1,14 @@
 //! `fit`, `evaluate` and `predict` on ferroflow-data pipelines (Keras' `fit(dataset)`).
 
+mod common;
+use common::blobs;
 use ferroflow_data::Dataset;
 use ferroflow_keras::activations::Activation;
 use ferroflow_keras::layers::Dense;
 use ferroflow_keras::losses::SparseCategoricalCrossentropy;
 use ferroflow_keras::{sequential, FitConfig, Model};
 use ferroflow_optim::Adam;
-use ferroflow_tensor::{random, DType, Error, Tensor};
-
-/// Three Gaussian blobs in 2-D, labels 0..3.
-fn blobs(n: usize, seed: u64) -> (Tensor, Tensor) {
-    ferroflow::init();
-    let y = random::stateless_uniform(&[n], [seed, 1], 0.0, 3.0, DType::I64).unwrap();
-    let centers = Tensor::from_vec(vec![0.0f32, 3.0, 3.0, -2.0, -3.0, -2.0], &[3, 2]).unwrap();
-    let noise = random::stateless_normal(&[n, 2], [seed, 2], 0.0, 0.7, DType::F32).unwrap();
-    (centers.gather(&y, 0).unwrap().add(&noise).unwrap(), y)
-}
+use ferroflow_tensor::{Error, Tensor};
 
 fn compiled() -> Model {
     ferroflow::init();

@@ -1,6 +1,8 @@
 //! Mixed precision: policies, autocast of inputs and variables, float32 islands (softmax,
 //! losses, normalization), loss scaling inside `fit`.
 
+mod common;
+use common::blobs;
 use std::sync::Mutex;
 
 use ferroflow_autodiff::{GradientTape, Source};
@@ -248,13 +250,6 @@ fn an_overflowing_step_inside_fit_halves_the_scale_and_is_skipped() {
         moved[0].to_f64_vec().unwrap(),
         before[0].to_f64_vec().unwrap()
     );
-}
-
-fn blobs(n: usize, seed: u64) -> (Tensor, Tensor) {
-    let y = random::stateless_uniform(&[n], [seed, 1], 0.0, 3.0, DType::I64).unwrap();
-    let centers = Tensor::from_vec(vec![0.0f32, 3.0, 3.0, -2.0, -3.0, -2.0], &[3, 2]).unwrap();
-    let noise = random::stateless_normal(&[n, 2], [seed, 2], 0.0, 0.7, DType::F32).unwrap();
-    (centers.gather(&y, 0).unwrap().add(&noise).unwrap(), y)
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! Models: fit, evaluate, predict, validation, callbacks, custom steps, weights I/O, summary.
 
+mod common;
+use common::blobs;
 use std::sync::{Arc, Mutex};
 
 use ferroflow_keras::activations::Activation;
@@ -15,15 +17,6 @@ fn tmp(name: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-/// Three Gaussian blobs in 2-D, labels 0..3.
-fn blobs(n: usize, seed: u64) -> (Tensor, Tensor) {
-    ferroflow::init();
-    let y = random::stateless_uniform(&[n], [seed, 1], 0.0, 3.0, DType::I64).unwrap();
-    let centers = Tensor::from_vec(vec![0.0f32, 3.0, 3.0, -2.0, -3.0, -2.0], &[3, 2]).unwrap();
-    let noise = random::stateless_normal(&[n, 2], [seed, 2], 0.0, 0.7, DType::F32).unwrap();
-    (centers.gather(&y, 0).unwrap().add(&noise).unwrap(), y)
 }
 
 fn classifier() -> Model {

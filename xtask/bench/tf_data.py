@@ -6,7 +6,6 @@ Prints `name value` lines:
   data_map_seq_tf     elements/s of map(f) with f = 50 x (sin, multiply) on a 1024-vector
   data_map_par_tf     the same with num_parallel_calls=AUTOTUNE
 """
-import gzip
 import os
 import sys
 import time
@@ -15,13 +14,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 import tensorflow as tf
 
-
-def idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    rank = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(rank)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
+from tf_keras_mnist import idx  # the one IDX reader of the bench scripts
 
 
 def elements_per_second(ds, n):

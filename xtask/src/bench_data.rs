@@ -38,14 +38,6 @@ fn burn(units: u32, seed: f64) -> f64 {
     x
 }
 
-fn mnist() -> ferroflow::Result<(Tensor, Tensor)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/mnist");
-    let images = ferroflow::data::idx::read(dir.join("train-images-idx3-ubyte.gz"))?;
-    let labels = ferroflow::data::idx::read(dir.join("train-labels-idx1-ubyte.gz"))?;
-    let x = images.cast(DType::F32)?.div(&Tensor::scalar(255.0f32)?)?;
-    Ok((x, labels.cast(DType::I64)?))
-}
-
 /// The ops-inside-map function of the tf.data reference: 50 x (sin, multiply).
 fn heavy(mut x: Tensor) -> ferroflow::Result<Tensor> {
     let k = x.scalar_like(1.01)?;
@@ -119,7 +111,7 @@ fn ours(x: &Tensor, y: &Tensor) -> ferroflow::Result<BTreeMap<&'static str, f64>
 
 /// Runs `rounds` interleaved rounds and returns the Markdown table.
 pub(crate) fn run(rounds: usize, python: bool) -> String {
-    let (x, y) = match mnist() {
+    let (x, y) = match crate::bench::mnist_train(60_000) {
         Ok(d) => d,
         Err(e) => return format!("data benchmark: cannot read MNIST: {e}\n"),
     };

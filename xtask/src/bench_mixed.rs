@@ -3,14 +3,12 @@
 //! peak activation memory of one training step (the most tensor bytes live at once during
 //! forward and backward, minus what was live before: weights, optimizer slots, the batch).
 
-use std::path::Path;
 use std::time::Instant;
 
-use ferroflow::keras::callbacks::Callback;
 use ferroflow::keras::losses::SparseCategoricalCrossentropy;
 use ferroflow::keras::mixed_precision::{set_global_policy, Policy};
-use ferroflow::keras::{applications, FitConfig, Logs, Model};
-use ferroflow::{DType, Tensor};
+use ferroflow::keras::{applications, FitConfig, Model};
+use ferroflow::Tensor;
 
 const POLICIES: [&str; 3] = ["float32", "mixed_float16", "mixed_bfloat16"];
 const SAMPLES: usize = 10_000;
@@ -19,34 +17,6 @@ fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-struct EpochTimer(std::sync::Arc<std::sync::Mutex<Vec<f64>>>, Instant);
-
-impl Callback for EpochTimer {
-    fn on_epoch_begin(&mut self, _e: usize, _m: &mut Model) -> ferroflow::Result<()> {
-        self.1 = Instant::now();
-        Ok(())
-    }
-    fn on_epoch_end(&mut self, _e: usize, _l: &Logs, _m: &mut Model) -> ferroflow::Result<()> {
-        self.0
-            .lock()
-            .expect("timer lock")
-            .push(self.1.elapsed().as_secs_f64());
-        Ok(())
-    }
-}
-
-fn mnist(n: usize) -> ferroflow::Result<(Tensor, Tensor)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/mnist");
-    let images = ferroflow::data::idx::read(dir.join("train-images-idx3-ubyte.gz"))?;
-    let labels = ferroflow::data::idx::read(dir.join("train-labels-idx1-ubyte.gz"))?;
-    let x = images
-        .slice(&[0, 0, 0], &[n as isize, 28, 28])?
-        .cast(DType::F32)?
-        .div(&Tensor::scalar(255.0f32)?)?
-        .reshape_to(&[n, 28, 28, 1])?;
-    Ok((x, labels.slice(&[0], &[n as isize])?.cast(DType::I64)?))
 }
 
 /// (seconds for the second epoch, peak activation bytes of one step) under `policy`.
@@ -67,7 +37,7 @@ fn one(policy: &str, x: &Tensor, y: &Tensor) -> ferroflow::Result<(f64, f64)> {
             .epochs(2)
             .batch_size(128)
             .verbose(0)
-            .callback(EpochTimer(times.clone(), Instant::now())),
+            .callback(crate::bench::EpochTimer(times.clone(), Instant::now())),
     )?;
     let bx = x.slice(&[0, 0, 0, 0], &[128, 28, 28, 1])?.contiguous()?;
     let by = y.slice(&[0], &[128])?.contiguous()?;
@@ -85,7 +55,7 @@ fn one(policy: &str, x: &Tensor, y: &Tensor) -> ferroflow::Result<(f64, f64)> {
 
 /// Runs `rounds` interleaved rounds and returns the Markdown table.
 pub(crate) fn run(rounds: usize) -> String {
-    let (x, y) = match mnist(SAMPLES) {
+    let (x, y) = match crate::bench::mnist_train(SAMPLES) {
         Ok(d) => d,
         Err(e) => return format!("mixed benchmark: cannot read MNIST: {e}\n"),
     };

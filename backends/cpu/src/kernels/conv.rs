@@ -265,20 +265,11 @@ mod direct {
         forward_row(x, f, w, cout, r, row)
     }
 
-    fn has_avx2() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    }
-
     pub(super) fn forward(x: &[f32], f: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
         let [n, ..] = w.input;
         let [oh, ow] = w.output;
         let mut out = vec![0f32; n * oh * ow * cout];
-        let avx2 = has_avx2();
+        let avx2 = crate::simd::has_avx2();
         out.par_chunks_mut((ow * cout).max(1))
             .enumerate()
             .for_each(|(r, row)| {
@@ -338,7 +329,7 @@ mod direct {
         let rows = w.input[0] * w.output[0];
         let tasks = rayon::current_num_threads().max(1) * 4;
         let per = rows.div_ceil(tasks).max(1);
-        let avx2 = has_avx2();
+        let avx2 = crate::simd::has_avx2();
         (0..rows.div_ceil(per))
             .into_par_iter()
             .map(|t| {

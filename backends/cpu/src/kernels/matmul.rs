@@ -30,6 +30,32 @@ struct Dims {
     b_cs: isize,
 }
 
+impl Dims {
+    /// One batch's `(lhs, rhs)` matrices, starting at offsets `oa` and `ob`.
+    fn operands<'a, T>(
+        &self,
+        a: &'a [T],
+        oa: usize,
+        b: &'a [T],
+        ob: usize,
+    ) -> (StridedMatrix<'a, T>, StridedMatrix<'a, T>) {
+        (
+            StridedMatrix {
+                data: a,
+                offset: oa,
+                rs: self.a_rs,
+                cs: self.a_cs,
+            },
+            StridedMatrix {
+                data: b,
+                offset: ob,
+                rs: self.b_rs,
+                cs: self.b_cs,
+            },
+        )
+    }
+}
+
 fn dims(la: &Layout, lb: &Layout) -> Dims {
     let (ra, rb) = (la.rank(), lb.rank());
     Dims {
@@ -168,18 +194,7 @@ fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(
     }
     let flops = 2 * d.m * d.n * d.k;
     let run = |dst: &mut [T], i: usize, par: Parallelism| {
-        let lhs = StridedMatrix {
-            data: a,
-            offset: oa[i],
-            rs: d.a_rs,
-            cs: d.a_cs,
-        };
-        let rhs = StridedMatrix {
-            data: b,
-            offset: ob[i],
-            rs: d.b_rs,
-            cs: d.b_cs,
-        };
+        let (lhs, rhs) = d.operands(a, oa[i], b, ob[i]);
         gemm_into(dst, d.m, d.n, d.k, lhs, rhs, false, zero, one, par);
     };
     if batches > 1 && flops < (1 << 22) {
@@ -240,18 +255,7 @@ fn gemm_batched_bf16(a: &[half::bf16], la: &Layout, b: &[half::bf16], lb: &Layou
         return out;
     }
     for (i, dst) in out.chunks_mut(mn).enumerate() {
-        let lhs = StridedMatrix {
-            data: a,
-            offset: oa[i],
-            rs: d.a_rs,
-            cs: d.a_cs,
-        };
-        let rhs = StridedMatrix {
-            data: b,
-            offset: ob[i],
-            rs: d.b_rs,
-            cs: d.b_cs,
-        };
+        let (lhs, rhs) = d.operands(a, oa[i], b, ob[i]);
         super::bf16_gemm::gemm_bf16_into(dst, d.m, d.n, d.k, lhs, rhs, false);
     }
     out
