@@ -286,17 +286,21 @@ impl<'a> ByteReader<'a> {
     }
 }
 
-const DTYPES: [DType; 9] = [
-    DType::F16,
-    DType::BF16,
-    DType::F32,
-    DType::F64,
-    DType::I8,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::Bool,
-];
+/// The dtype's code in ferroflow's record format (fixed: files keep their meaning whatever
+/// dtypes are added later).
+fn dtype_code(d: DType) -> u8 {
+    match d {
+        DType::F16 => 0,
+        DType::BF16 => 1,
+        DType::F32 => 2,
+        DType::F64 => 3,
+        DType::I8 => 4,
+        DType::I32 => 5,
+        DType::I64 => 6,
+        DType::U8 => 7,
+        DType::Bool => 8,
+    }
+}
 
 /// Serializes one element (its spec, then each tensor's dtype, shape and little-endian data):
 /// the payload of a record in [`cache_file`](crate::Dataset::cache_file) and
@@ -305,11 +309,7 @@ pub fn encode_element<T: Structure>(element: &T) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     element.spec().encode(&mut out);
     for t in element.flatten() {
-        let code = DTYPES
-            .iter()
-            .position(|&d| d == t.dtype())
-            .expect("every dtype is in DTYPES") as u8;
-        out.push(code);
+        out.push(dtype_code(t.dtype()));
         out.push(t.rank() as u8);
         for &d in t.shape() {
             out.extend_from_slice(&(d as u64).to_le_bytes());
@@ -326,9 +326,10 @@ pub fn decode_element<T: Structure>(bytes: &[u8], what: &str) -> Result<T> {
     let spec = Spec::decode(&mut r, 0).map_err(err)?;
     let mut tensors = Vec::with_capacity(spec.num_tensors());
     for _ in 0..spec.num_tensors() {
-        let code = r.u8().map_err(err)? as usize;
-        let dtype = *DTYPES
-            .get(code)
+        let code = r.u8().map_err(err)?;
+        let dtype = DType::ALL
+            .into_iter()
+            .find(|&d| dtype_code(d) == code)
             .ok_or_else(|| err(format!("unknown dtype code {code}")))?;
         let rank = r.u8().map_err(err)? as usize;
         let shape = (0..rank)
