@@ -122,10 +122,20 @@ pub(crate) fn gemm_bf16_into(
             if valid < MR {
                 apack.fill(0);
             }
-            for r in 0..valid {
-                let i = row0 + b0 + r;
+            if lhs.rs == 1 {
+                // A column-major (a transposed view): walk k outside, so each read of MR
+                // rows is contiguous.
                 for p in 0..kp {
-                    apack[p * MR + r] = pair_along_row(&lhs, i, 2 * p, k);
+                    for r in 0..valid {
+                        apack[p * MR + r] = pair_along_row(&lhs, row0 + b0 + r, 2 * p, k);
+                    }
+                }
+            } else {
+                for r in 0..valid {
+                    let i = row0 + b0 + r;
+                    for p in 0..kp {
+                        apack[p * MR + r] = pair_along_row(&lhs, i, 2 * p, k);
+                    }
                 }
             }
             for q in 0..panels {

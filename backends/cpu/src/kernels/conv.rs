@@ -69,12 +69,18 @@ fn source(
 }
 
 /// Rows `[b0, b1)` of the im2col matrix: one row per (b, oy, ox), `kh·kw·cin` columns.
-fn im2col<T: Num + Send + Sync>(x: &[T], w: &Window2d, cin: usize, b0: usize, b1: usize) -> Vec<T> {
+fn im2col<T: Copy + Default + Send + Sync>(
+    x: &[T],
+    w: &Window2d,
+    cin: usize,
+    b0: usize,
+    b1: usize,
+) -> Vec<T> {
     let [_, h, wd, _] = w.input;
     let [oh, ow] = w.output;
     let [kh, kw] = w.kernel;
     let kdim = kh * kw * cin;
-    let mut cols = vec![T::ZERO; (b1 - b0) * oh * ow * kdim];
+    let mut cols = vec![T::default(); (b1 - b0) * oh * ow * kdim];
     cols.par_chunks_mut((ow * kdim).max(1))
         .enumerate()
         .for_each(|(r, row)| {
@@ -101,21 +107,109 @@ fn im2col<T: Num + Send + Sync>(x: &[T], w: &Window2d, cin: usize, b0: usize, b1
     cols
 }
 
+/// The matrix product the im2col convolutions run on: operands of type `T`, results
+/// accumulated in `Acc` (`T` itself through `gemm`, or f32 for bf16 operands through
+/// AVX512-BF16).
+trait ConvGemm<T>: Sync {
+    type Acc: Num + Send + Sync + 'static;
+    /// `dst (m x n) = [dst +] lhs (m x k) · rhs (k x n)`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &self,
+        dst: &mut [Self::Acc],
+        m: usize,
+        n: usize,
+        k: usize,
+        lhs: StridedMatrix<'_, T>,
+        rhs: StridedMatrix<'_, T>,
+        accumulate: bool,
+    );
+}
+
+/// `gemm` at the operands' own type.
+struct SameType;
+
+impl<T: Num + Send + Sync + 'static> ConvGemm<T> for SameType {
+    type Acc = T;
+    fn gemm(
+        &self,
+        dst: &mut [T],
+        m: usize,
+        n: usize,
+        k: usize,
+        lhs: StridedMatrix<'_, T>,
+        rhs: StridedMatrix<'_, T>,
+        accumulate: bool,
+    ) {
+        gemm_into(
+            dst,
+            m,
+            n,
+            k,
+            lhs,
+            rhs,
+            accumulate,
+            T::ZERO,
+            T::ONE,
+            Parallelism::Rayon(0),
+        );
+    }
+}
+
+/// bf16 operands, f32 results, through `vdpbf16ps` (only built where it is available).
+struct Bf16Dot;
+
+impl ConvGemm<half::bf16> for Bf16Dot {
+    type Acc = f32;
+    fn gemm(
+        &self,
+        dst: &mut [f32],
+        m: usize,
+        n: usize,
+        k: usize,
+        lhs: StridedMatrix<'_, half::bf16>,
+        rhs: StridedMatrix<'_, half::bf16>,
+        accumulate: bool,
+    ) {
+        super::bf16_gemm::gemm_bf16_into(dst, m, n, k, lhs, rhs, accumulate);
+    }
+}
+
+/// A bf16 convolution through [`Bf16Dot`] when the CPU has AVX512-BF16 and the window is not
+/// one the direct kernel takes; `None` sends the caller to the widening path.
+fn bf16_operands<'a>(
+    a: &Operand<'a>,
+    b: &Operand<'a>,
+    w: &Window2d,
+) -> Option<(
+    std::borrow::Cow<'a, [half::bf16]>,
+    std::borrow::Cow<'a, [half::bf16]>,
+)> {
+    if direct::suits(w) || !super::bf16_gemm::available() {
+        return None;
+    }
+    match (host(a).ok()?, host(b).ok()?) {
+        (HostData::BF16(x), HostData::BF16(y)) => Some((dense(x, a.layout), dense(y, b.layout))),
+        _ => None,
+    }
+}
+
 fn batch_chunk(w: &Window2d, kdim: usize) -> usize {
     let per_image = (w.output[0] * w.output[1] * kdim).max(1);
     (COLS_BUDGET / per_image).clamp(1, w.input[0].max(1))
 }
 
-fn conv2d_typed<T: Num + Send + Sync + 'static>(
+fn conv2d_typed<T: Copy + Default + Send + Sync, G: ConvGemm<T>>(
     x: &[T],
     f: &[T],
     w: &Window2d,
     cout: usize,
-) -> Vec<T> {
+    g: &G,
+) -> Vec<G::Acc> {
     let [n, _, _, cin] = w.input;
     let kdim = w.kernel[0] * w.kernel[1] * cin;
     let rows_per_image = w.output[0] * w.output[1];
-    let mut out = vec![T::ZERO; n * rows_per_image * cout];
+    let mut out = vec![G::Acc::ZERO; n * rows_per_image * cout];
     let step = batch_chunk(w, kdim);
     for b0 in (0..n).step_by(step) {
         let b1 = (b0 + step).min(n);
@@ -134,24 +228,16 @@ fn conv2d_typed<T: Num + Send + Sync + 'static>(
             rs: cout as isize,
             cs: 1,
         };
-        gemm_into(
-            dst,
-            rows,
-            cout,
-            kdim,
-            lhs,
-            rhs,
-            false,
-            T::ZERO,
-            T::ONE,
-            Parallelism::Rayon(0),
-        );
+        g.gemm(dst, rows, cout, kdim, lhs, rhs, false);
     }
     out
 }
 
 pub(crate) fn conv2d(x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<HostData> {
     let cout = filter.shape()[3];
+    if let Some((a, f)) = bf16_operands(&x, &filter, w) {
+        return Ok(narrow(conv2d_typed(&a, &f, w, cout, &Bf16Dot), DType::BF16));
+    }
     float_pair(
         "conv2d",
         &x,
@@ -161,10 +247,10 @@ pub(crate) fn conv2d(x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Resul
             if direct::suits(w) {
                 direct::forward(a, f, w, cout)
             } else {
-                conv2d_typed(a, f, w, cout)
+                conv2d_typed(a, f, w, cout, &SameType)
             }
         },
-        |a, f| conv2d_typed(a, f, w, cout),
+        |a, f| conv2d_typed(a, f, w, cout, &SameType),
     )
 }
 
@@ -355,24 +441,25 @@ mod direct {
     }
 }
 
-fn backprop_input_typed<T: Num + Send + Sync + 'static>(
+fn backprop_input_typed<T: Copy + Send + Sync, G: ConvGemm<T>>(
     f: &[T],
     dy: &[T],
     w: &Window2d,
     cout: usize,
-) -> Vec<T> {
+    g: &G,
+) -> Vec<G::Acc> {
     let [n, h, wd, cin] = w.input;
     let [oh, ow] = w.output;
     let [kh, kw] = w.kernel;
     let kdim = kh * kw * cin;
     let rows_per_image = oh * ow;
-    let mut dx = vec![T::ZERO; n * h * wd * cin];
+    let mut dx = vec![G::Acc::ZERO; n * h * wd * cin];
     let step = batch_chunk(w, kdim);
     for b0 in (0..n).step_by(step) {
         let b1 = (b0 + step).min(n);
         let rows = (b1 - b0) * rows_per_image;
         // dcols = dy · filterᵀ, filter read as [cout, kdim] through swapped strides.
-        let mut dcols = vec![T::ZERO; rows * kdim];
+        let mut dcols = vec![G::Acc::ZERO; rows * kdim];
         let lhs = StridedMatrix {
             data: dy,
             offset: b0 * rows_per_image * cout,
@@ -385,18 +472,7 @@ fn backprop_input_typed<T: Num + Send + Sync + 'static>(
             rs: 1,
             cs: cout as isize,
         };
-        gemm_into(
-            &mut dcols,
-            rows,
-            kdim,
-            cout,
-            lhs,
-            rhs,
-            false,
-            T::ZERO,
-            T::ONE,
-            Parallelism::Rayon(0),
-        );
+        g.gemm(&mut dcols, rows, kdim, cout, lhs, rhs, false);
         // col2im: each image only touches its own slice of dx, so images run in parallel.
         dx[b0 * h * wd * cin..b1 * h * wd * cin]
             .par_chunks_mut((h * wd * cin).max(1))
@@ -443,26 +519,33 @@ pub(crate) fn conv2d_backprop_input(
 ) -> Result<HostData> {
     let cout = filter.shape()[3];
     let op = "conv2d_backprop_input";
+    if let Some((f, g)) = bf16_operands(&filter, &dy, w) {
+        return Ok(narrow(
+            backprop_input_typed(&f, &g, w, cout, &Bf16Dot),
+            DType::BF16,
+        ));
+    }
     float_pair(
         op,
         &filter,
         &dy,
         dy.dtype,
-        |f, g| backprop_input_typed(f, g, w, cout),
-        |f, g| backprop_input_typed(f, g, w, cout),
+        |f, g| backprop_input_typed(f, g, w, cout, &SameType),
+        |f, g| backprop_input_typed(f, g, w, cout, &SameType),
     )
 }
 
-fn backprop_filter_typed<T: Num + Send + Sync + 'static>(
+fn backprop_filter_typed<T: Copy + Default + Send + Sync, G: ConvGemm<T>>(
     x: &[T],
     dy: &[T],
     w: &Window2d,
     cout: usize,
-) -> Vec<T> {
+    g: &G,
+) -> Vec<G::Acc> {
     let [n, _, _, cin] = w.input;
     let kdim = w.kernel[0] * w.kernel[1] * cin;
     let rows_per_image = w.output[0] * w.output[1];
-    let mut dw = vec![T::ZERO; kdim * cout];
+    let mut dw = vec![G::Acc::ZERO; kdim * cout];
     let step = batch_chunk(w, kdim);
     for (ci, b0) in (0..n).step_by(step).enumerate() {
         let b1 = (b0 + step).min(n);
@@ -481,18 +564,7 @@ fn backprop_filter_typed<T: Num + Send + Sync + 'static>(
             rs: cout as isize,
             cs: 1,
         };
-        gemm_into(
-            &mut dw,
-            kdim,
-            cout,
-            rows,
-            lhs,
-            rhs,
-            ci > 0,
-            T::ZERO,
-            T::ONE,
-            Parallelism::Rayon(0),
-        );
+        g.gemm(&mut dw, kdim, cout, rows, lhs, rhs, ci > 0);
     }
     dw
 }
@@ -505,6 +577,12 @@ pub(crate) fn conv2d_backprop_filter(
 ) -> Result<HostData> {
     let cout = filter_shape[3];
     let op = "conv2d_backprop_filter";
+    if let Some((a, g)) = bf16_operands(&x, &dy, w) {
+        return Ok(narrow(
+            backprop_filter_typed(&a, &g, w, cout, &Bf16Dot),
+            DType::BF16,
+        ));
+    }
     float_pair(
         op,
         &x,
@@ -514,10 +592,10 @@ pub(crate) fn conv2d_backprop_filter(
             if direct::suits(w) {
                 direct::filter_grad(a, g, w, cout)
             } else {
-                backprop_filter_typed(a, g, w, cout)
+                backprop_filter_typed(a, g, w, cout, &SameType)
             }
         },
-        |a, g| backprop_filter_typed(a, g, w, cout),
+        |a, g| backprop_filter_typed(a, g, w, cout, &SameType),
     )
 }
 
@@ -697,6 +775,57 @@ mod tests {
             .collect()
     }
 
+    /// The bf16 convolutions (AVX512-BF16 products, f32 accumulation) agree with the f32
+    /// ones on the same bf16-representable values.
+    #[test]
+    fn bf16_convolutions_match_float32() {
+        if !super::super::bf16_gemm::available() {
+            eprintln!("SKIPPED bf16 convolution test: this CPU has no AVX512-BF16");
+            return;
+        }
+        let cases = [
+            ([2, 9, 8, 8], [3, 3], [1, 1], [1, 1], Padding::Valid, 16),
+            ([3, 7, 7, 5], [3, 3], [2, 2], [1, 1], Padding::Same, 20),
+            ([1, 10, 9, 6], [2, 3], [1, 2], [2, 1], Padding::Same, 33),
+        ];
+        let round = |v: Vec<f32>| -> Vec<f32> {
+            v.into_iter()
+                .map(|x| half::bf16::from_f32(x).to_f32())
+                .collect()
+        };
+        let to_bf16 =
+            |v: &[f32]| -> Vec<half::bf16> { v.iter().map(|&x| half::bf16::from_f32(x)).collect() };
+        for (shape, k, strides, dilations, pad, cout) in cases {
+            let w = Window2d::resolve(shape, k, strides, dilations, pad);
+            assert!(!direct::suits(&w));
+            let x = round(values(shape.iter().product(), 4));
+            let f = round(values(k[0] * k[1] * shape[3] * cout, 5));
+            let want = conv2d_typed(&x, &f, &w, cout, &SameType);
+            let got = conv2d_typed(&to_bf16(&x), &to_bf16(&f), &w, cout, &Bf16Dot);
+            let close = |what: &str, got: &[f32], want: &[f32]| {
+                assert_eq!(got.len(), want.len());
+                for (g, e) in got.iter().zip(want) {
+                    assert!(
+                        (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                        "{what} {shape:?}: {g} vs {e}"
+                    );
+                }
+            };
+            close("forward", &got, &want);
+            let dy = round(values(want.len(), 6));
+            close(
+                "backprop input",
+                &backprop_input_typed(&to_bf16(&f), &to_bf16(&dy), &w, cout, &Bf16Dot),
+                &backprop_input_typed(&f, &dy, &w, cout, &SameType),
+            );
+            close(
+                "backprop filter",
+                &backprop_filter_typed(&to_bf16(&x), &to_bf16(&dy), &w, cout, &Bf16Dot),
+                &backprop_filter_typed(&x, &dy, &w, cout, &SameType),
+            );
+        }
+    }
+
     /// The direct small-channel kernels agree with im2col + GEMM on every geometry kind.
     #[test]
     fn direct_convolution_matches_im2col() {
@@ -713,7 +842,7 @@ mod tests {
             let f = values(k[0] * k[1] * shape[3] * cout, 2);
             let (got, want) = (
                 direct::forward(&x, &f, &w, cout),
-                conv2d_typed(&x, &f, &w, cout),
+                conv2d_typed(&x, &f, &w, cout, &SameType),
             );
             for (g, e) in got.iter().zip(&want) {
                 assert!(
@@ -724,7 +853,7 @@ mod tests {
             let dy = values(want.len(), 3);
             let (got, want) = (
                 direct::filter_grad(&x, &dy, &w, cout),
-                backprop_filter_typed(&x, &dy, &w, cout),
+                backprop_filter_typed(&x, &dy, &w, cout, &SameType),
             );
             assert_eq!(got.len(), want.len());
             for (g, e) in got.iter().zip(&want) {
