@@ -175,16 +175,16 @@ impl ConvGemm<half::bf16> for Bf16Dot {
     }
 }
 
+/// A dense bf16 operand, borrowed when it already is one.
+type Bf16View<'a> = std::borrow::Cow<'a, [half::bf16]>;
+
 /// A bf16 convolution through [`Bf16Dot`] when the CPU has AVX512-BF16 and the window is not
 /// one the direct kernel takes; `None` sends the caller to the widening path.
 fn bf16_operands<'a>(
     a: &Operand<'a>,
     b: &Operand<'a>,
     w: &Window2d,
-) -> Option<(
-    std::borrow::Cow<'a, [half::bf16]>,
-    std::borrow::Cow<'a, [half::bf16]>,
-)> {
+) -> Option<(Bf16View<'a>, Bf16View<'a>)> {
     if direct::suits(w) || !super::bf16_gemm::available() {
         return None;
     }
