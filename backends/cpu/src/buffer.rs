@@ -41,40 +41,98 @@ pub(crate) fn dense<'a, T: Element>(v: &'a [T], layout: &Layout) -> Cow<'a, [T]>
     Cow::Owned(out)
 }
 
+/// A half-precision element type and its conversions to and from f32 (`half`'s rounding:
+/// to nearest even, NaN kept).
+pub(crate) trait Half: Copy + Default + Send + Sync + 'static {
+    /// `dst[i] = src[i]` as f32 (exact).
+    fn widen_into(src: &[Self], dst: &mut [f32]);
+    /// `dst[i] = src[i]` rounded to this type.
+    fn narrow_into(src: &[f32], dst: &mut [Self]);
+    /// Wraps a vector as host data.
+    fn host(v: Vec<Self>) -> HostData;
+}
+
+impl Half for f16 {
+    fn widen_into(src: &[f16], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst)
+    }
+    fn narrow_into(src: &[f32], dst: &mut [f16]) {
+        dst.convert_from_f32_slice(src)
+    }
+    fn host(v: Vec<f16>) -> HostData {
+        HostData::F16(v)
+    }
+}
+
+impl Half for bf16 {
+    fn widen_into(src: &[bf16], dst: &mut [f32]) {
+        // bfloat16 is the upper half of a float32: exact, a shift.
+        for (o, s) in dst.iter_mut().zip(src) {
+            *o = f32::from_bits((s.to_bits() as u32) << 16);
+        }
+    }
+    fn narrow_into(src: &[f32], dst: &mut [bf16]) {
+        for (o, &x) in dst.iter_mut().zip(src) {
+            let b = x.to_bits();
+            let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
+            let quiet_nan = ((b >> 16) | 0x40) as u16;
+            *o = bf16::from_bits(if x.is_nan() { quiet_nan } else { rounded });
+        }
+    }
+    fn host(v: Vec<bf16>) -> HostData {
+        HostData::BF16(v)
+    }
+}
+
 /// f16/bf16 storage widened to f32 (the whole buffer, so the layout still applies); large
 /// buffers convert on all cores.
 pub(crate) fn widen(data: &HostData) -> Option<Vec<f32>> {
     match data {
-        HostData::F16(v) => Some(convert(v, |s: &[f16], o: &mut [f32]| {
-            s.convert_to_f32_slice(o)
-        })),
-        HostData::BF16(v) => Some(convert(v, |s: &[bf16], o: &mut [f32]| {
-            // bfloat16 is the upper half of a float32: exact, a shift.
-            for (o, s) in o.iter_mut().zip(s) {
-                *o = f32::from_bits((s.to_bits() as u32) << 16);
-            }
-        })),
+        HostData::F16(v) => Some(convert(v, f16::widen_into)),
+        HostData::BF16(v) => Some(convert(v, bf16::widen_into)),
         _ => None,
     }
 }
 
-/// f32 results narrowed back to a half dtype (or kept as f32), rounding to nearest even
-/// (NaN stays NaN), as `half`'s conversions do.
+/// f32 results narrowed back to a half dtype (or kept as f32).
 pub(crate) fn narrow(v: Vec<f32>, dtype: DType) -> HostData {
     match dtype {
-        DType::F16 => HostData::F16(convert(&v, |s: &[f32], o: &mut [f16]| {
-            o.convert_from_f32_slice(s)
-        })),
-        DType::BF16 => HostData::BF16(convert(&v, |s: &[f32], o: &mut [bf16]| {
-            for (o, &x) in o.iter_mut().zip(s) {
-                let b = x.to_bits();
-                let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
-                let quiet_nan = ((b >> 16) | 0x40) as u16;
-                *o = bf16::from_bits(if x.is_nan() { quiet_nan } else { rounded });
-            }
-        })),
+        DType::F16 => HostData::F16(convert(&v, f16::narrow_into)),
+        DType::BF16 => HostData::BF16(convert(&v, bf16::narrow_into)),
         _ => HostData::F32(v),
     }
+}
+
+/// An elementwise f32 kernel run over half-precision data without widening whole buffers:
+/// chunks of the output (in parallel when large) get their inputs widened into small f32
+/// buffers by `widen_chunk(start, end, scratch...)`, `f32_kernel` computes them, and the
+/// results are narrowed in place. `align` keeps chunk boundaries on multiples of it.
+pub(crate) fn half_chunked<H: Half>(
+    n: usize,
+    align: usize,
+    f32_kernel: impl Fn(usize, usize) -> Vec<f32> + Sync,
+) -> Vec<H> {
+    use rayon::prelude::*;
+    let chunk = (8192 / align.max(1)).max(1) * align.max(1);
+    let mut out = vec![H::default(); n];
+    let run = |(c, o): (usize, &mut [H])| {
+        let start = c * chunk;
+        let v = f32_kernel(start, start + o.len());
+        H::narrow_into(&v, o);
+    };
+    if n < crate::simd::PAR_THRESHOLD {
+        out.chunks_mut(chunk).enumerate().for_each(run);
+    } else {
+        out.par_chunks_mut(chunk).enumerate().for_each(run);
+    }
+    out
+}
+
+/// `src[start..end]` widened to f32.
+pub(crate) fn widen_range<H: Half>(src: &[H], start: usize, end: usize) -> Vec<f32> {
+    let mut v = vec![0f32; end - start];
+    H::widen_into(&src[start..end], &mut v);
+    v
 }
 
 /// Element-type conversion of a whole slice with `f` applied chunk by chunk, in parallel

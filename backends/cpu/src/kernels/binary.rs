@@ -2,7 +2,7 @@
 //! have stride 0), so one strided loop serves every broadcast; dense and scalar cases take
 //! vectorised fast paths.
 
-use crate::buffer::{dense, host, narrow, widen};
+use crate::buffer::{dense, half_chunked, host, narrow, widen, widen_range, Half};
 use crate::num::{FloatMath, Num};
 use crate::simd::{map, zip, PAR_THRESHOLD};
 use ferroflow_tensor::{
@@ -93,9 +93,99 @@ where
     out
 }
 
+/// The second operand of a chunked half-precision op.
+enum HalfRhs<'a, H> {
+    /// Dense, the same shape as the first.
+    Same(&'a [H]),
+    /// One value broadcast.
+    Scalar(f32),
+    /// A vector along the last axis, broadcast over the others (a bias).
+    Row(Vec<f32>),
+}
+
+/// A binary op on half-precision data without widening whole buffers: comparisons run on
+/// the half values themselves; arithmetic runs chunk by chunk in f32 when the first operand
+/// is dense and the second dense, a scalar or a last-axis vector. `None`: the general path.
+fn binary_half<H: Half + Element>(
+    op: BinaryOp,
+    a: &[H],
+    la: &Layout,
+    b: &[H],
+    lb: &Layout,
+) -> Option<HostData> {
+    if let Some(c) = compare(op, a, la, b, lb) {
+        return Some(c);
+    }
+    let (oa, n) = la.contiguous_range()?;
+    let a = &a[oa..oa + n];
+    let rank = la.rank();
+    let rhs = if let Some((ob, _)) = lb.contiguous_range() {
+        HalfRhs::Same(&b[ob..ob + n])
+    } else if lb.is_scalar_broadcast() {
+        HalfRhs::Scalar(widen_range(b, lb.offset(), lb.offset() + 1)[0])
+    } else if rank >= 1
+        && lb.strides()[rank - 1] == 1
+        && lb.strides()[..rank - 1].iter().all(|&s| s == 0)
+    {
+        let c = lb.shape()[rank - 1];
+        HalfRhs::Row(widen_range(b, lb.offset(), lb.offset() + c))
+    } else {
+        return None;
+    };
+    let align = match &rhs {
+        HalfRhs::Row(r) => r.len(),
+        _ => 1,
+    };
+    if n == 0 || align == 0 {
+        return None;
+    }
+    let out = half_chunked::<H>(n, align, |s, e| {
+        let (len, x) = (e - s, widen_range(a, s, e));
+        let result = match &rhs {
+            HalfRhs::Same(bs) => binary_float::<f32>(
+                op,
+                &x,
+                &Layout::contiguous(&[len]),
+                &widen_range(bs, s, e),
+                &Layout::contiguous(&[len]),
+            ),
+            HalfRhs::Scalar(v) => binary_float::<f32>(
+                op,
+                &x,
+                &Layout::contiguous(&[len]),
+                &[*v],
+                &Layout::new(vec![len], vec![0], 0),
+            ),
+            HalfRhs::Row(r) => {
+                let rows = len / r.len();
+                binary_float::<f32>(
+                    op,
+                    &x,
+                    &Layout::contiguous(&[rows, r.len()]),
+                    r,
+                    &Layout::new(vec![rows, r.len()], vec![0, 1], 0),
+                )
+            }
+        };
+        match result {
+            HostData::F32(v) => v,
+            _ => unreachable!("comparisons returned above; arithmetic keeps f32"),
+        }
+    });
+    Some(H::host(out))
+}
+
 pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>) -> Result<HostData> {
     let (da, db) = (host(&a)?, host(&b)?);
     let (la, lb) = (a.layout, b.layout);
+    let chunked = match (da, db) {
+        (HostData::F16(x), HostData::F16(y)) => binary_half(op, x, la, y, lb),
+        (HostData::BF16(x), HostData::BF16(y)) => binary_half(op, x, la, y, lb),
+        _ => None,
+    };
+    if let Some(out) = chunked {
+        return Ok(out);
+    }
     if let (Some(wa), Some(wb)) = (widen(da), widen(db)) {
         return Ok(match binary_float::<f32>(op, &wa, la, &wb, lb) {
             HostData::F32(v) => narrow(v, a.dtype),

@@ -1,12 +1,37 @@
 //! Elementwise unary kernels.
 
-use crate::buffer::{dense, host, narrow, widen};
+use crate::buffer::{dense, half_chunked, host, narrow, widen, widen_range, Half};
 use crate::num::{FloatMath, Num};
 use crate::simd::map;
 use ferroflow_tensor::{backend::unsupported, HostData, Operand, Result, UnaryOp};
 
+/// A unary op on dense half-precision data, chunk by chunk in f32 (no whole-buffer
+/// widening); `None` for views and for ops whose result is not a float.
+fn unary_half<H: Half>(op: UnaryOp, v: &[H], x: &Operand<'_>) -> Option<HostData> {
+    let (off, n) = x.layout.contiguous_range()?;
+    if !matches!(unary_float::<f32>(op, &[0.0]), HostData::F32(_)) {
+        return None;
+    }
+    let src = &v[off..off + n];
+    let out = half_chunked::<H>(n, 1, |s, e| {
+        match unary_float::<f32>(op, &widen_range(src, s, e)) {
+            HostData::F32(v) => v,
+            _ => unreachable!("checked above: this op returns floats"),
+        }
+    });
+    Some(H::host(out))
+}
+
 pub(crate) fn unary(op: UnaryOp, x: Operand<'_>) -> Result<HostData> {
     let data = host(&x)?;
+    let chunked = match data {
+        HostData::F16(v) => unary_half(op, v, &x),
+        HostData::BF16(v) => unary_half(op, v, &x),
+        _ => None,
+    };
+    if let Some(out) = chunked {
+        return Ok(out);
+    }
     if let Some(w) = widen(data) {
         return Ok(match unary_float::<f32>(op, &dense(&w, x.layout)) {
             HostData::F32(v) => narrow(v, x.dtype),
