@@ -6,7 +6,7 @@
 //! im2col buffer.
 
 use super::matmul::{gemm_into, StridedMatrix};
-use crate::buffer::{dense, host, narrow, widen};
+use crate::buffer::{dense, host, narrow, widen, Half};
 use crate::num::Num;
 use ferroflow_tensor::{
     backend::unsupported, DType, HostData, Operand, PoolKind, Result, Window2d,
@@ -655,7 +655,56 @@ fn pool_typed<T: Num + Send + Sync + num_traits::Float>(
     out
 }
 
+/// A pooling kernel (`f32_kernel(window of a few images, inputs)`) over half-precision
+/// `inputs` (each with its elements per image), a few images at a time: their inputs widened
+/// into small f32 buffers, the results narrowed in place — no whole-buffer widening.
+fn pool_half<H: Half>(
+    w: &Window2d,
+    inputs: &[(&[H], usize)],
+    out_per_image: usize,
+    f32_kernel: impl Fn(&Window2d, &[Vec<f32>]) -> Vec<f32> + Sync,
+) -> HostData {
+    let n = w.input[0];
+    let out = crate::buffer::half_chunked::<H>(n * out_per_image, out_per_image.max(1), |s, e| {
+        let (i0, i1) = (s / out_per_image, e / out_per_image);
+        let mut part = w.clone();
+        part.input[0] = i1 - i0;
+        let wide: Vec<Vec<f32>> = inputs
+            .iter()
+            .map(|(data, per)| crate::buffer::widen_range(data, i0 * per, i1 * per))
+            .collect();
+        f32_kernel(&part, &wide)
+    });
+    H::host(out)
+}
+
+/// Dense half-precision data of an operand, or `None` for other dtypes.
+fn dense_half<'a>(x: &Operand<'a>) -> Option<HalfView<'a>> {
+    match host(x).ok()? {
+        HostData::F16(v) => Some(HalfView::F16(dense(v, x.layout))),
+        HostData::BF16(v) => Some(HalfView::BF16(dense(v, x.layout))),
+        _ => None,
+    }
+}
+
+enum HalfView<'a> {
+    F16(std::borrow::Cow<'a, [half::f16]>),
+    BF16(std::borrow::Cow<'a, [half::bf16]>),
+}
+
 pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<HostData> {
+    let [_, h, wd, c] = w.input;
+    let out_per_image = w.output[0] * w.output[1] * c;
+    let kernel = |part: &Window2d, ins: &[Vec<f32>]| pool_typed(kind, &ins[0], part);
+    match dense_half(&x) {
+        Some(HalfView::F16(v)) => {
+            return Ok(pool_half(w, &[(&v, h * wd * c)], out_per_image, kernel))
+        }
+        Some(HalfView::BF16(v)) => {
+            return Ok(pool_half(w, &[(&v, h * wd * c)], out_per_image, kernel))
+        }
+        None => {}
+    }
     Ok(match floats(kind.name(), &x)? {
         Floats::F32(a) => narrow(pool_typed(kind, &a, w), x.dtype),
         Floats::F64(a) => HostData::F64(pool_typed(kind, &a, w)),
@@ -724,6 +773,18 @@ fn max_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(
 }
 
 pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<HostData> {
+    let [_, h, wd, c] = w.input;
+    let (per_x, per_dy) = (h * wd * c, w.output[0] * w.output[1] * c);
+    let kernel = |part: &Window2d, ins: &[Vec<f32>]| max_pool_grad_typed(&ins[0], &ins[1], part);
+    match (dense_half(&x), dense_half(&dy)) {
+        (Some(HalfView::F16(a)), Some(HalfView::F16(g))) => {
+            return Ok(pool_half(w, &[(&a, per_x), (&g, per_dy)], per_x, kernel))
+        }
+        (Some(HalfView::BF16(a)), Some(HalfView::BF16(g))) => {
+            return Ok(pool_half(w, &[(&a, per_x), (&g, per_dy)], per_x, kernel))
+        }
+        _ => {}
+    }
     float_pair(
         "max_pool_grad",
         &x,
@@ -823,6 +884,41 @@ mod tests {
                 &backprop_filter_typed(&to_bf16(&x), &to_bf16(&dy), &w, cout, &Bf16Dot),
                 &backprop_filter_typed(&x, &dy, &w, cout, &SameType),
             );
+        }
+    }
+
+    /// Pooling and its gradient on half-precision data, a few images at a time, give what
+    /// the whole-batch f32 kernels give on the widened data.
+    #[test]
+    fn half_pooling_matches_the_widened_kernels() {
+        for (shape, k, strides, pad) in [
+            ([5, 8, 8, 3], [2, 2], [2, 2], Padding::Valid),
+            ([3, 7, 9, 2], [3, 3], [2, 1], Padding::Same),
+            ([40, 4, 4, 1], [2, 2], [2, 2], Padding::Valid),
+        ] {
+            let w = Window2d::resolve(shape, k, strides, [1, 1], pad);
+            // Values on a coarse grid, so windows hold ties.
+            let x: Vec<half::bf16> = values(shape.iter().product(), 7)
+                .iter()
+                .map(|v| half::bf16::from_f32((v * 2.0).round()))
+                .collect();
+            let per_x = shape[1] * shape[2] * shape[3];
+            let per_y = w.output[0] * w.output[1] * shape[3];
+            let dy: Vec<half::bf16> = values(shape[0] * per_y, 8)
+                .iter()
+                .map(|&v| half::bf16::from_f32(v))
+                .collect();
+            let wide = |v: &[half::bf16]| -> Vec<f32> { v.iter().map(|h| h.to_f32()).collect() };
+            let want = narrow(max_pool_grad_typed(&wide(&x), &wide(&dy), &w), DType::BF16);
+            let got = pool_half(&w, &[(&x, per_x), (&dy, per_y)], per_x, |part, ins| {
+                max_pool_grad_typed(&ins[0], &ins[1], part)
+            });
+            assert_eq!(got, want, "max_pool_grad {shape:?}");
+            let want = narrow(pool_typed(PoolKind::Avg, &wide(&x), &w), DType::BF16);
+            let got = pool_half(&w, &[(&x, per_x)], per_y, |part, ins| {
+                pool_typed(PoolKind::Avg, &ins[0], part)
+            });
+            assert_eq!(got, want, "avg_pool {shape:?}");
         }
     }
 
