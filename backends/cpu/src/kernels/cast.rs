@@ -1,6 +1,7 @@
 //! `cast` between every dtype pair, and dense copies of views.
 
 use crate::buffer::{dense, host, narrow, widen};
+use crate::simd::map;
 use ferroflow_tensor::{bf16, f16, with_host_data, DType, Element, HostData, Operand, Result};
 
 /// How an element converts: integers (and bool) go through i64 so int-to-int casts wrap
@@ -78,9 +79,19 @@ pub(crate) fn cast(x: Operand<'_>, to: DType) -> Result<HostData> {
     if let (HostData::F32(v), DType::F16 | DType::BF16) = (data, to) {
         return Ok(narrow(dense(v, x.layout).into_owned(), to));
     }
-    if matches!(to, DType::F16 | DType::BF16)
-        && matches!(data, HostData::Bool(_) | HostData::U8(_) | HostData::I8(_))
-    {
+    if let (HostData::Bool(v), DType::F16 | DType::BF16) = (data, to) {
+        // Masks (relu's gradient): 0 or 1 written straight as half bits.
+        let one = match to {
+            DType::F16 => f16::ONE.to_bits(),
+            _ => bf16::ONE.to_bits(),
+        };
+        let bits: Vec<u16> = map(&dense(v, x.layout), |b: bool| if b { one } else { 0 });
+        return Ok(match to {
+            DType::F16 => HostData::F16(bits.into_iter().map(f16::from_bits).collect()),
+            _ => HostData::BF16(bits.into_iter().map(bf16::from_bits).collect()),
+        });
+    }
+    if matches!(to, DType::F16 | DType::BF16) && matches!(data, HostData::U8(_) | HostData::I8(_)) {
         // Through f32, exact for these (masks in relu's gradient), then the vectorised,
         // parallel narrowing; wider sources keep the direct (single-rounding) conversion.
         if let HostData::F32(v) =
