@@ -71,6 +71,15 @@ pub trait Backend: Send + Sync + 'static {
     fn upload(&self, ordinal: usize, data: HostData) -> Result<BufferBox>;
     /// Reads a view back to the host, dense and in row-major order of the view.
     fn download(&self, x: Operand<'_>) -> Result<HostData>;
+    /// What device `ordinal` is, for [`crate::list_devices`] (the adapter, driver, API).
+    fn device_description(&self, _ordinal: usize) -> String {
+        self.name().to_string()
+    }
+    /// Whether device `ordinal` stores and computes `dtype` (the conformance suite checks
+    /// the dtypes a device supports and that the others fail with a clear error).
+    fn supports_dtype(&self, _ordinal: usize, _dtype: DType) -> bool {
+        true
+    }
     /// Waits for queued work on device `ordinal` (for timing); a no-op for synchronous backends.
     fn synchronize(&self, _ordinal: usize) -> Result<()> {
         Ok(())

@@ -220,16 +220,24 @@ pub fn backend_for(device: Device) -> Result<Arc<dyn Backend>> {
     Ok(r.backend.clone())
 }
 
-/// Every device of every registered backend, like `tf.config.list_logical_devices()`.
+/// Every device of every registered backend with its description (`cpu`; for GPUs the
+/// backend, adapter and API, e.g. `wgpu: NVIDIA H200 (Vulkan)`), like
+/// `tf.config.list_logical_devices()`.
 pub fn list_devices() -> Vec<(Device, String)> {
     let reg = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
     let mut out = vec![];
     for r in reg.iter() {
         for i in 0..r.backend.device_count() {
-            out.push((Device::new(r.kind, i), r.backend.name().to_string()));
+            out.push((Device::new(r.kind, i), r.backend.device_description(i)));
         }
     }
     out
+}
+
+/// Whether `device` has a backend that stores and computes `dtype` (false when no backend
+/// serves the device).
+pub fn device_supports(device: Device, dtype: crate::DType) -> bool {
+    backend_for(device).is_ok_and(|b| b.supports_dtype(device.index, dtype))
 }
 
 #[cfg(test)]

@@ -52,8 +52,8 @@ mod variable;
 
 pub use backend::{Backend, BufferBox, DeviceBuffer, Operand};
 pub use device::{
-    backend_for, current_device, device_scope, list_devices, register_backend, with_device, Device,
-    DeviceKind, DeviceSpec,
+    backend_for, current_device, device_scope, device_supports, list_devices, register_backend,
+    with_device, Device, DeviceKind, DeviceSpec,
 };
 pub use dispatch::{add_observer, push_thread_observer, OpEvent, OpObserver};
 pub use dtype::{DType, Element, HostData};

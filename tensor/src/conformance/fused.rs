@@ -134,7 +134,11 @@ pub fn optimizer_update(device: &Device) {
     });
     check("optimizer_update", strat, |(w, g, s0, s1, f64_, ri)| {
         let rule = rules()[ri];
-        let dtype = if f64_ { DType::F64 } else { DType::F32 };
+        let dtype = if f64_ {
+            exact_float(device)
+        } else {
+            DType::F32
+        };
         let q = |d: &[f64]| RefArray::new(&w.shape, quantize(dtype, d));
         let (w, g) = (q(&w.data), q(&g));
         // Slots hold positive values: second moments, accumulators (and valid first moments).

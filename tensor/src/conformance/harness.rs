@@ -129,6 +129,25 @@ pub fn make_tensor(
     }
 }
 
+/// The dtypes of `list` that `device` stores and computes (a GPU backend may lack float64,
+/// bfloat16 or the 8-bit types; those must fail with an error instead, checked elsewhere).
+pub fn supported(device: &Device, list: &[DType]) -> Vec<DType> {
+    list.iter()
+        .copied()
+        .filter(|&d| crate::device_supports(*device, d))
+        .collect()
+}
+
+/// float64 where the device has it, else float32: the dtype of checks that want the most
+/// exact arithmetic the device offers.
+pub fn exact_float(device: &Device) -> DType {
+    if crate::device_supports(*device, DType::F64) {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
 /// Relative and absolute tolerance for results of `dtype`, for a well-conditioned op.
 pub fn tolerance(dtype: DType) -> (f64, f64) {
     match dtype {

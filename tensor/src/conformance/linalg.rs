@@ -17,13 +17,14 @@ const DTYPES: [DType; 6] = [
 /// `matmul_t` against the reference on random sizes (including 0), batch broadcasting,
 /// transposes and views.
 pub fn matmul(device: &Device) {
+    let dtypes = supported(device, &DTYPES);
     let strat = (
         0..6usize,
         0..6usize,
         0..6usize,
         prop::collection::vec(1..3usize, 0..3),
         prop::collection::vec(any::<bool>(), 3),
-        0..DTYPES.len(),
+        0..dtypes.len(),
         any::<bool>(),
         any::<bool>(),
         view_kind(),
@@ -49,7 +50,7 @@ pub fn matmul(device: &Device) {
             )
         });
     check("matmul", strat, |((sa, sb, di, ta, tb, view), va, vb)| {
-        let dtype = DTYPES[di];
+        let dtype = dtypes[di];
         let round = |v: Vec<f64>| {
             if dtype.is_float() {
                 v
@@ -97,7 +98,7 @@ pub fn matmul(device: &Device) {
         (300, 40, 24, false, true),
         (33, 260, 17, true, false),
     ] {
-        for dtype in [DType::F32, DType::F64] {
+        for dtype in supported(device, &[DType::F32, DType::F64]) {
             let va: Vec<f64> = (0..m * k)
                 .map(|i| ((i * 7919) % 13) as f64 / 6.5 - 1.0)
                 .collect();

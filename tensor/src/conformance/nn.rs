@@ -57,11 +57,12 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 
 /// conv2d forward vs the reference, and both backprop kernels by the adjoint identities.
 pub fn conv2d(device: &Device) {
+    let floats = supported(device, &FLOATS);
     check(
         "conv2d",
-        (geometry(), 0..FLOATS.len(), any::<u64>(), view_kind()),
+        (geometry(), 0..floats.len(), any::<u64>(), view_kind()),
         |(g, di, seed, view)| {
-            let dtype = FLOATS[di];
+            let dtype = floats[di];
             let pad = if g.same {
                 Padding::Same
             } else {
@@ -124,11 +125,12 @@ pub fn conv2d(device: &Device) {
 /// max/avg pooling vs the reference; avg_pool_grad by adjointness; max_pool_grad routes each
 /// dy to the first maximum of its window.
 pub fn pooling(device: &Device) {
+    let floats = supported(device, &FLOATS);
     check(
         "pool2d",
-        (geometry(), 0..FLOATS.len(), any::<u64>(), view_kind()),
+        (geometry(), 0..floats.len(), any::<u64>(), view_kind()),
         |(g, di, seed, view)| {
-            let dtype = FLOATS[di];
+            let dtype = floats[di];
             let pad = if g.same {
                 Padding::Same
             } else {
@@ -216,12 +218,13 @@ pub fn pooling(device: &Device) {
 
 /// softmax and log_softmax along a random axis, stable for large logits.
 pub fn softmax(device: &Device) {
+    let floats = supported(device, &FLOATS);
     let strat = nonempty_array(3, 5, -30.0, 30.0).prop_flat_map(|a| {
         let r = a.shape.len();
-        (Just(a), 0..r, 0..FLOATS.len(), view_kind())
+        (Just(a), 0..r, 0..floats.len(), view_kind())
     });
     check("softmax/log_softmax", strat, |(a, axis, di, view)| {
-        let dtype = FLOATS[di];
+        let dtype = floats[di];
         let a = quantized(dtype, &a.map(|v| v * 10.0)); // up to ±300: overflows a naive exp
         let x = ok("x", make_tensor(device, dtype, &a, view))?;
         let m = a.reduce(&[axis], f64::NEG_INFINITY, f64::max);

@@ -116,6 +116,13 @@ pub fn never_panics(device: &Device) {
         |(op, a, b, i, j)| {
             let (x, y) = match (build(device, &a, 1), build(device, &b, 2)) {
                 (Ok(x), Ok(y)) => (x, y),
+                // A dtype the device lacks fails to upload, cleanly: nothing more to throw.
+                _ if ![&a, &b]
+                    .iter()
+                    .all(|v| crate::device_supports(*device, DType::ALL[v.dtype])) =>
+                {
+                    return Ok(())
+                }
                 _ => return Err(TestCaseError::fail("building inputs failed")),
             };
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -1,0 +1,491 @@
+//! One wgpu device: the queue, the caching buffer allocator, the pipeline cache, the batched
+//! command encoder and read-back.
+//!
+//! Work is recorded into one command encoder (one compute pass per dispatch, so wgpu puts
+//! the barriers between dependent kernels) and submitted in batches of [`BATCH`] dispatches,
+//! or when the host asks for data. Freed buffers go back to a size-class pool; a reused
+//! buffer is only ever written by work recorded after the work that read it, and the queue
+//! runs work in order, so reuse needs no waiting. Uploads write fresh pool-sized buffers
+//! through a mapping, never `Queue::write_buffer` (which would run before already recorded
+//! work and could overwrite a buffer that recorded work still reads).
+
+use ferroflow_tensor::{Error, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Dispatches recorded before a submit.
+pub(crate) const BATCH: usize = 48;
+/// Threads per workgroup of the elementwise kernels.
+pub(crate) const WG: u32 = 256;
+const MAX_GROUPS: u32 = 65535;
+/// Parameter blocks kept for reuse (training repeats the same shapes every step).
+const PARAM_CACHE: usize = 4096;
+
+pub(crate) fn backend_error(msg: impl Into<String>) -> Error {
+    Error::Backend {
+        backend: "wgpu",
+        msg: msg.into(),
+    }
+}
+
+/// A compiled kernel with its bind group layout.
+pub(crate) struct Kernel {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+    inputs: usize,
+    outputs: usize,
+}
+
+struct Recorder {
+    encoder: Option<wgpu::CommandEncoder>,
+    recorded: usize,
+}
+
+struct Pool {
+    free: HashMap<u64, Vec<wgpu::Buffer>>,
+    bytes: u64,
+    limit: u64,
+}
+
+/// A wgpu device and everything cached on it.
+pub(crate) struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    /// The adapter has `SHADER_F16` (f16 storage and arithmetic in WGSL).
+    pub f16: bool,
+    /// Largest buffer a kernel can bind.
+    pub max_binding: u64,
+    recorder: Mutex<Recorder>,
+    pool: Mutex<Pool>,
+    kernels: Mutex<HashMap<String, Arc<Kernel>>>,
+    params: Mutex<HashMap<Vec<u32>, wgpu::Buffer>>,
+    layouts: Mutex<HashMap<(usize, usize), wgpu::BindGroupLayout>>,
+    errors: Arc<Mutex<Vec<String>>>,
+    /// One word that checked kernels set on a data error (see [`Gpu::take_data_error`]).
+    pub error_word: wgpu::Buffer,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Rounds a byte count up to its pool size class (at least 16 bytes; steps of 1/8 of a power
+/// of two above 4 KiB, so reuse wastes at most 12.5%).
+pub(crate) fn size_class(bytes: u64) -> u64 {
+    let b = bytes.max(16).next_multiple_of(16);
+    if b <= 4096 {
+        return b.next_power_of_two().max(16);
+    }
+    let step = (b.next_power_of_two() / 8).max(16);
+    b.next_multiple_of(step)
+}
+
+impl Gpu {
+    pub fn new(adapter: &wgpu::Adapter) -> Result<Gpu> {
+        let info = adapter.get_info();
+        let f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+        let mut features = wgpu::Features::empty();
+        if f16 {
+            features |= wgpu::Features::SHADER_F16;
+        }
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("ferroflow"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| backend_error(format!("cannot open {}: {e}", info.name)))?;
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            lock(&sink).push(e.to_string());
+        }));
+        let error_word = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("ferroflow error word"),
+            size: 16,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let max_binding = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size);
+        Ok(Gpu {
+            device,
+            queue,
+            info,
+            f16,
+            max_binding,
+            recorder: Mutex::new(Recorder {
+                encoder: None,
+                recorded: 0,
+            }),
+            pool: Mutex::new(Pool {
+                free: HashMap::new(),
+                bytes: 0,
+                limit: (max_binding / 2).clamp(64 << 20, 4 << 30),
+            }),
+            kernels: Mutex::default(),
+            params: Mutex::default(),
+            layouts: Mutex::default(),
+            errors,
+            error_word,
+        })
+    }
+
+    /// A validation error wgpu reported since the last check, as an `Err`.
+    pub fn check(&self) -> Result<()> {
+        let mut e = lock(&self.errors);
+        if e.is_empty() {
+            return Ok(());
+        }
+        let msg = e.join("; ");
+        e.clear();
+        Err(backend_error(msg))
+    }
+
+    /// A storage buffer of at least `bytes` bytes, from the pool when one is free.
+    pub fn alloc(&self, bytes: u64) -> Result<wgpu::Buffer> {
+        let size = size_class(bytes);
+        if size > self.max_binding {
+            return Err(backend_error(format!(
+                "a buffer of {bytes} bytes exceeds the device's limit of {} bytes per binding ({})",
+                self.max_binding, self.info.name
+            )));
+        }
+        {
+            let mut pool = lock(&self.pool);
+            if let Some(b) = pool.free.get_mut(&size).and_then(|v| v.pop()) {
+                pool.bytes -= size;
+                return Ok(b);
+            }
+        }
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }))
+    }
+
+    /// Returns a buffer to the pool (or frees it when the pool is full).
+    pub fn recycle(&self, buffer: wgpu::Buffer) {
+        let size = buffer.size();
+        let mut pool = lock(&self.pool);
+        if pool.bytes + size <= pool.limit {
+            pool.bytes += size;
+            pool.free.entry(size).or_default().push(buffer);
+        }
+    }
+
+    /// A fresh buffer holding `bytes` (padded with zeros to its size class).
+    pub fn upload(&self, bytes: &[u8]) -> Result<wgpu::Buffer> {
+        let size = size_class(bytes.len() as u64);
+        if size > self.max_binding {
+            return Err(backend_error(format!(
+                "{} bytes exceed the device's limit of {} bytes per binding ({})",
+                bytes.len(),
+                self.max_binding,
+                self.info.name
+            )));
+        }
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: true,
+        });
+        {
+            let mut padded = bytes.to_vec();
+            padded.resize(size as usize, 0);
+            let mut view = buffer
+                .get_mapped_range_mut(..)
+                .map_err(|e| backend_error(format!("mapping an upload buffer: {e}")))?;
+            view.copy_from_slice(&padded);
+        }
+        buffer.unmap();
+        self.check()?;
+        Ok(buffer)
+    }
+
+    /// The compiled kernel `key`, built from `source()` on first use.
+    pub fn kernel(
+        &self,
+        key: &str,
+        inputs: usize,
+        outputs: usize,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<Kernel>> {
+        if let Some(k) = lock(&self.kernels).get(key) {
+            return Ok(k.clone());
+        }
+        let src = source();
+        let layout = self.bind_layout(inputs, outputs);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(key),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+        let pl = self
+            .device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(key),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(key),
+                layout: Some(&pl),
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        self.check()
+            .map_err(|e| backend_error(format!("compiling kernel {key}: {e}")))?;
+        let k = Arc::new(Kernel {
+            pipeline,
+            layout,
+            inputs,
+            outputs,
+        });
+        lock(&self.kernels).insert(key.to_string(), k.clone());
+        Ok(k)
+    }
+
+    fn bind_layout(&self, inputs: usize, outputs: usize) -> wgpu::BindGroupLayout {
+        lock(&self.layouts)
+            .entry((inputs, outputs))
+            .or_insert_with(|| {
+                let entry = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+                    binding,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage { read_only },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                };
+                let entries: Vec<_> = (0..1 + inputs + outputs)
+                    .map(|i| entry(i as u32, i <= inputs))
+                    .collect();
+                self.device
+                    .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                        label: None,
+                        entries: &entries,
+                    })
+            })
+            .clone()
+    }
+
+    fn params_buffer(&self, params: &[u32]) -> wgpu::Buffer {
+        let mut cache = lock(&self.params);
+        if let Some(b) = cache.get(params) {
+            return b.clone();
+        }
+        if cache.len() >= PARAM_CACHE {
+            cache.clear();
+        }
+        let mut words = params.to_vec();
+        if words.is_empty() {
+            words.push(0);
+        }
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: (words.len() * 4) as u64,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: true,
+        });
+        buffer
+            .get_mapped_range_mut(..)
+            .expect("a buffer mapped at creation maps")
+            .copy_from_slice(bytemuck::cast_slice(&words));
+        buffer.unmap();
+        cache.insert(params.to_vec(), buffer.clone());
+        buffer
+    }
+
+    /// Records one dispatch of `kernel` over `groups` workgroups.
+    pub fn dispatch(
+        &self,
+        kernel: &Kernel,
+        params: &[u32],
+        inputs: &[&wgpu::Buffer],
+        outputs: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        if inputs.len() != kernel.inputs || outputs.len() != kernel.outputs {
+            return Err(backend_error(format!(
+                "kernel expects {} inputs and {} outputs, got {} and {}",
+                kernel.inputs,
+                kernel.outputs,
+                inputs.len(),
+                outputs.len()
+            )));
+        }
+        if groups.contains(&0) {
+            return Ok(());
+        }
+        let pbuf = self.params_buffer(params);
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: pbuf.as_entire_binding(),
+        }];
+        for (i, b) in inputs.iter().chain(outputs).enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: 1 + i as u32,
+                resource: b.as_entire_binding(),
+            });
+        }
+        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &kernel.layout,
+            entries: &entries,
+        });
+        let mut rec = lock(&self.recorder);
+        let encoder = rec.encoder.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&kernel.pipeline);
+            pass.set_bind_group(0, &group, &[]);
+            pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        }
+        rec.recorded += 1;
+        if rec.recorded >= BATCH {
+            self.submit(&mut rec);
+        }
+        drop(rec);
+        self.check()
+    }
+
+    /// Records a buffer-to-buffer copy.
+    pub fn copy(&self, src: &wgpu::Buffer, src_off: u64, dst: &wgpu::Buffer, dst_off: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut rec = lock(&self.recorder);
+        let encoder = rec.encoder.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        });
+        encoder.copy_buffer_to_buffer(src, src_off, dst, dst_off, n);
+        rec.recorded += 1;
+    }
+
+    fn submit(&self, rec: &mut Recorder) {
+        if let Some(enc) = rec.encoder.take() {
+            self.queue.submit([enc.finish()]);
+        }
+        rec.recorded = 0;
+    }
+
+    /// Submits what is recorded.
+    pub fn flush(&self) -> Result<()> {
+        let mut rec = lock(&self.recorder);
+        self.submit(&mut rec);
+        drop(rec);
+        self.check()
+    }
+
+    /// Submits and waits for all work.
+    pub fn wait(&self) -> Result<()> {
+        self.flush()?;
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: None,
+            })
+            .map_err(|e| backend_error(format!("waiting for the GPU: {e}")))?;
+        self.check()
+    }
+
+    /// Reads `n` bytes (a multiple of 4) at `offset` (a multiple of 4) of `buffer`.
+    pub fn read(&self, buffer: &wgpu::Buffer, offset: u64, n: u64) -> Result<Vec<u8>> {
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("ferroflow read-back"),
+            size: n,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.copy(buffer, offset, &staging, 0, n);
+        self.flush()?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: None,
+            })
+            .map_err(|e| backend_error(format!("waiting for the GPU: {e}")))?;
+        rx.recv()
+            .map_err(|_| backend_error("read-back was cancelled"))?
+            .map_err(|e| backend_error(format!("mapping a read-back buffer: {e}")))?;
+        let out = staging
+            .get_mapped_range(..)
+            .map_err(|e| backend_error(format!("reading a read-back buffer: {e}")))?
+            .to_vec();
+        staging.unmap();
+        self.check()?;
+        Ok(out)
+    }
+
+    /// Waits for the recorded work and returns (and clears) the data-error code the checked
+    /// kernels left in the error word: code (0: none) and up to three words of detail.
+    pub fn take_data_error(&self) -> Result<[u32; 4]> {
+        let b = self.read(&self.error_word, 0, 16)?;
+        let mut w = [0u32; 4];
+        for (i, c) in b.chunks_exact(4).enumerate() {
+            w[i] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+        if w[0] != 0 {
+            let mut rec = lock(&self.recorder);
+            let encoder = rec.encoder.get_or_insert_with(|| {
+                self.device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+            });
+            encoder.clear_buffer(&self.error_word, 0, None);
+            self.submit(&mut rec);
+        }
+        Ok(w)
+    }
+}
+
+/// Workgroup counts covering `n` items at `per_group` items per workgroup: x up to the
+/// 65535 limit, the rest in y (kernels recover the linear id with `linear_id`).
+pub(crate) fn groups_for(n: usize, per_group: u32) -> Result<[u32; 3]> {
+    let g = n.div_ceil(per_group as usize);
+    if g == 0 {
+        return Ok([0, 1, 1]);
+    }
+    let x = g.min(MAX_GROUPS as usize);
+    let y = g.div_ceil(x);
+    if y > MAX_GROUPS as usize {
+        return Err(backend_error(format!(
+            "{n} elements exceed one dispatch's {} workgroups",
+            MAX_GROUPS as u64 * MAX_GROUPS as u64
+        )));
+    }
+    Ok([x as u32, y as u32, 1])
+}

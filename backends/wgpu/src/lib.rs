@@ -1,0 +1,351 @@
+//! ferroflow's portable GPU backend: the [`Backend`] trait as WGSL compute kernels through
+//! wgpu, on Vulkan, Metal, DX12 or OpenGL.
+//!
+//! # Overview
+//! - [`register`] serves `/GPU:0`, `/GPU:1`, ... with the adapters wgpu finds (discrete GPUs
+//!   first, software adapters such as Mesa's lavapipe last). `FERROFLOW_WGPU_BACKEND`
+//!   (`vulkan`, `metal`, `dx12`, `gl`, comma-separated) chooses the graphics APIs.
+//! - [`adapters`] / [`ferroflow_tensor::list_devices`] describe them.
+//! - dtypes: float32, int32 and bool everywhere; float16 where the adapter has
+//!   `SHADER_F16` (it computes in f32); int64 is stored (argmax results, indices) and moves,
+//!   casts and compares, but has no arithmetic; float64, bfloat16, int8 and uint8 are an
+//!   error naming the dtype and the device.
+//!
+//! ```no_run
+//! ferroflow_cpu::register();
+//! ferroflow_wgpu::register();
+//! use ferroflow_tensor::{with_device, Tensor};
+//! let y = with_device("/GPU:0", || -> ferroflow_tensor::Result<Tensor> {
+//!     let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0])?;
+//!     x.matmul(&x.reshape(&[3, 1])?.transpose(&[1, 0])?.reshape(&[3, 1])?.transpose(&[1, 0])?)
+//! });
+//! # let _ = y;
+//! ```
+//!
+//! # Design
+//! - A caching allocator (size-class pool per device), a pipeline cache keyed by kernel and
+//!   dtype, parameter blocks cached by content, and batched submission: work is recorded and
+//!   submitted every few dozen kernels; the host waits only when it reads data back.
+//! - Kernels read inputs through their layouts (no copies for views). Matmul is a
+//!   register-tiled GEMM; conv2d and both of its gradients run through the same GEMM as
+//!   implicit GEMMs; reductions are workgroup tree reductions (with a split pass for long
+//!   reductions into few outputs).
+//! - Data-dependent errors (an out-of-range gather index, integer division by zero) are
+//!   flagged by the kernel in a device word that the op reads back: those ops wait for the
+//!   GPU, so the error is reported by the op that caused it.
+
+#![warn(missing_docs)]
+
+mod buffer;
+mod elem;
+mod gemm;
+mod gpu;
+mod ops;
+mod shaders;
+
+pub use buffer::WgpuBuffer;
+
+use ferroflow_tensor::{
+    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, Error, HostData,
+    Operand, PoolKind, ReduceOp, Result, UnaryOp, Window2d,
+};
+use gpu::{backend_error, Gpu};
+use ops::In;
+use std::sync::{Arc, OnceLock};
+
+/// One adapter wgpu found, as [`adapters`] lists it.
+#[derive(Debug, Clone)]
+pub struct AdapterInfo {
+    /// The device name (`NVIDIA H200`, `llvmpipe (LLVM 15.0.6, 256 bits)`).
+    pub name: String,
+    /// The graphics API (`Vulkan`, `Metal`, `Dx12`, `Gl`).
+    pub api: String,
+    /// Discrete, integrated, virtual or CPU (software).
+    pub kind: String,
+    /// Driver name and version.
+    pub driver: String,
+    /// Whether WGSL f16 is available (float16 tensors).
+    pub shader_f16: bool,
+}
+
+struct Slot {
+    adapter: wgpu::Adapter,
+    info: AdapterInfo,
+    gpu: OnceLock<std::result::Result<Arc<Gpu>, String>>,
+}
+
+/// The wgpu backend: one device per adapter, opened on first use.
+pub struct WgpuBackend {
+    slots: Vec<Slot>,
+}
+
+/// The graphics APIs to search: `FERROFLOW_WGPU_BACKEND` (`vulkan,metal,dx12,gl`), else the
+/// primary ones of the platform.
+fn requested_backends() -> Result<wgpu::Backends> {
+    let Ok(v) = std::env::var("FERROFLOW_WGPU_BACKEND") else {
+        return Ok(wgpu::Backends::PRIMARY);
+    };
+    let mut b = wgpu::Backends::empty();
+    for name in v.split(',').map(|s| s.trim().to_ascii_lowercase()) {
+        b |= match name.as_str() {
+            "vulkan" | "vk" => wgpu::Backends::VULKAN,
+            "metal" | "mtl" => wgpu::Backends::METAL,
+            "dx12" | "d3d12" => wgpu::Backends::DX12,
+            "gl" | "gles" | "opengl" => wgpu::Backends::GL,
+            "" => continue,
+            other => {
+                return Err(Error::InvalidArgument {
+                    op: "FERROFLOW_WGPU_BACKEND",
+                    msg: format!(
+                        "unknown graphics API {other:?}: expected vulkan, metal, dx12 or gl"
+                    ),
+                })
+            }
+        };
+    }
+    Ok(b)
+}
+
+impl WgpuBackend {
+    /// Finds the adapters (opens no device yet).
+    pub fn new() -> Result<WgpuBackend> {
+        let backends = requested_backends()?;
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let mut adapters = pollster::block_on(instance.enumerate_adapters(backends));
+        let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
+            wgpu::DeviceType::DiscreteGpu => 0,
+            wgpu::DeviceType::IntegratedGpu => 1,
+            wgpu::DeviceType::VirtualGpu => 2,
+            wgpu::DeviceType::Other => 3,
+            wgpu::DeviceType::Cpu => 4,
+        };
+        adapters.sort_by_key(rank);
+        let slots = adapters
+            .into_iter()
+            .map(|adapter| {
+                let i = adapter.get_info();
+                let info = AdapterInfo {
+                    name: i.name.clone(),
+                    api: format!("{:?}", i.backend),
+                    kind: format!("{:?}", i.device_type),
+                    driver: format!("{} {}", i.driver, i.driver_info).trim().to_string(),
+                    shader_f16: adapter.features().contains(wgpu::Features::SHADER_F16),
+                };
+                Slot {
+                    adapter,
+                    info,
+                    gpu: OnceLock::new(),
+                }
+            })
+            .collect();
+        Ok(WgpuBackend { slots })
+    }
+
+    /// The adapters, in device order (`/GPU:0` first).
+    pub fn adapters(&self) -> Vec<AdapterInfo> {
+        self.slots.iter().map(|s| s.info.clone()).collect()
+    }
+
+    fn gpu(&self, ordinal: usize) -> Result<Arc<Gpu>> {
+        let slot = self
+            .slots
+            .get(ordinal)
+            .ok_or_else(|| Error::BackendUnavailable {
+                device: format!("/device:GPU:{ordinal}"),
+                hint: format!("the wgpu backend found {} adapter(s)", self.slots.len()),
+            })?;
+        slot.gpu
+            .get_or_init(|| {
+                Gpu::new(&slot.adapter)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(backend_error)
+    }
+}
+
+static BACKEND: OnceLock<std::result::Result<Arc<WgpuBackend>, String>> = OnceLock::new();
+
+fn shared() -> Result<Arc<WgpuBackend>> {
+    BACKEND
+        .get_or_init(|| WgpuBackend::new().map(Arc::new).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(backend_error)
+}
+
+/// Registers the wgpu backend for `/GPU:*` (idempotent) and returns how many adapters it
+/// serves (0 when there is no GPU driver: GPU devices then report that as an error).
+pub fn register() -> usize {
+    match shared() {
+        Ok(b) => {
+            let n = b.slots.len();
+            ferroflow_tensor::register_backend(DeviceKind::Gpu, b);
+            n
+        }
+        Err(_) => 0,
+    }
+}
+
+/// The adapters wgpu finds, `/GPU:0` first.
+pub fn adapters() -> Vec<AdapterInfo> {
+    shared().map(|b| b.adapters()).unwrap_or_default()
+}
+
+fn boxed(b: WgpuBuffer) -> Result<BufferBox> {
+    Ok(Box::new(b))
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> &'static str {
+        "wgpu"
+    }
+    fn device_count(&self) -> usize {
+        self.slots.len()
+    }
+    fn device_description(&self, ordinal: usize) -> String {
+        match self.slots.get(ordinal) {
+            Some(s) => format!(
+                "wgpu: {} ({}, {}, {})",
+                s.info.name, s.info.api, s.info.kind, s.info.driver
+            ),
+            None => "wgpu".into(),
+        }
+    }
+    fn supports_dtype(&self, ordinal: usize, dtype: DType) -> bool {
+        match dtype {
+            DType::F32 | DType::I32 | DType::Bool => true,
+            DType::F16 => self.slots.get(ordinal).is_some_and(|s| s.info.shader_f16),
+            _ => false,
+        }
+    }
+    fn upload(&self, ordinal: usize, data: HostData) -> Result<BufferBox> {
+        boxed(ops::upload(&self.gpu(ordinal)?, data)?)
+    }
+    fn download(&self, x: Operand<'_>) -> Result<HostData> {
+        ops::download(&In::new(x)?)
+    }
+    fn synchronize(&self, ordinal: usize) -> Result<()> {
+        self.gpu(ordinal)?.wait()
+    }
+    fn copy(&self, x: Operand<'_>) -> Result<BufferBox> {
+        boxed(ops::copy(&In::new(x)?)?)
+    }
+    fn unary(&self, op: UnaryOp, x: Operand<'_>) -> Result<BufferBox> {
+        boxed(ops::unary(op, &In::new(x)?)?)
+    }
+    fn binary(&self, op: BinaryOp, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox> {
+        boxed(ops::binary(op, &In::new(lhs)?, &In::new(rhs)?)?)
+    }
+    fn reduce(&self, op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<BufferBox> {
+        boxed(ops::reduce(op, &In::new(x)?, axes)?)
+    }
+    fn arg_reduce(&self, op: ArgReduceOp, x: Operand<'_>, axis: usize) -> Result<BufferBox> {
+        boxed(ops::arg_reduce(op, &In::new(x)?, axis)?)
+    }
+    fn cast(&self, x: Operand<'_>, to: DType) -> Result<BufferBox> {
+        boxed(ops::cast(&In::new(x)?, to)?)
+    }
+    fn matmul(&self, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox> {
+        boxed(gemm::matmul(&In::new(lhs)?, &In::new(rhs)?)?)
+    }
+    fn select(
+        &self,
+        cond: Operand<'_>,
+        on_true: Operand<'_>,
+        on_false: Operand<'_>,
+    ) -> Result<BufferBox> {
+        boxed(ops::select(
+            &In::new(cond)?,
+            &In::new(on_true)?,
+            &In::new(on_false)?,
+        )?)
+    }
+    fn gather(&self, x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Result<BufferBox> {
+        boxed(ops::gather(&In::new(x)?, &In::new(indices)?, axis)?)
+    }
+    fn scatter_add(
+        &self,
+        indices: Operand<'_>,
+        updates: Operand<'_>,
+        shape: &[usize],
+        axis: usize,
+    ) -> Result<BufferBox> {
+        boxed(ops::scatter_add(
+            &In::new(indices)?,
+            &In::new(updates)?,
+            shape,
+            axis,
+        )?)
+    }
+    fn concat(&self, inputs: &[Operand<'_>], axis: usize) -> Result<BufferBox> {
+        let ins = inputs
+            .iter()
+            .map(|&x| In::new(x))
+            .collect::<Result<Vec<_>>>()?;
+        boxed(ops::concat(&ins, axis)?)
+    }
+    fn pad(&self, x: Operand<'_>, paddings: &[(usize, usize)], value: f64) -> Result<BufferBox> {
+        boxed(ops::pad(&In::new(x)?, paddings, value)?)
+    }
+    fn cumulative(
+        &self,
+        op: CumulativeOp,
+        x: Operand<'_>,
+        axis: usize,
+        exclusive: bool,
+        reverse: bool,
+    ) -> Result<BufferBox> {
+        boxed(ops::cumulative(op, &In::new(x)?, axis, exclusive, reverse)?)
+    }
+    fn sort(
+        &self,
+        x: Operand<'_>,
+        axis: usize,
+        descending: bool,
+    ) -> Result<(BufferBox, BufferBox)> {
+        let (v, i) = ops::sort(&In::new(x)?, axis, descending)?;
+        Ok((Box::new(v), Box::new(i)))
+    }
+    fn conv2d(&self, x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
+        boxed(gemm::conv2d(&In::new(x)?, &In::new(filter)?, w)?)
+    }
+    fn conv2d_backprop_input(
+        &self,
+        filter: Operand<'_>,
+        dy: Operand<'_>,
+        w: &Window2d,
+    ) -> Result<BufferBox> {
+        boxed(gemm::conv2d_backprop_input(
+            &In::new(filter)?,
+            &In::new(dy)?,
+            w,
+        )?)
+    }
+    fn conv2d_backprop_filter(
+        &self,
+        x: Operand<'_>,
+        dy: Operand<'_>,
+        filter_shape: [usize; 4],
+        w: &Window2d,
+    ) -> Result<BufferBox> {
+        boxed(gemm::conv2d_backprop_filter(
+            &In::new(x)?,
+            &In::new(dy)?,
+            filter_shape,
+            w,
+        )?)
+    }
+    fn pool2d(&self, kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
+        boxed(ops::pool2d(kind, &In::new(x)?, w)?)
+    }
+    fn max_pool_grad(&self, x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
+        boxed(ops::max_pool_grad(&In::new(x)?, &In::new(dy)?, w)?)
+    }
+    fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
+        boxed(ops::avg_pool_grad(&In::new(dy)?, w)?)
+    }
+}
