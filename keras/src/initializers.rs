@@ -10,7 +10,6 @@
 //! # Ok::<(), ferroflow_tensor::Error>(())
 //! ```
 
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferroflow_tensor::{random, DType, Error, Result, Tensor};
 use serde_json::{json, Value};
@@ -144,8 +143,6 @@ pub fn compute_fans(shape: &[usize]) -> (f64, f64) {
     }
 }
 
-static UNSEEDED: AtomicU64 = AtomicU64::new(0);
-
 /// Seed pair for one draw: fixed for a seeded initializer, from the global generator otherwise.
 fn draw_seed(seed: Option<u64>) -> Result<[u64; 2]> {
     match seed {
@@ -154,8 +151,7 @@ fn draw_seed(seed: Option<u64>) -> Result<[u64; 2]> {
             // One integer from the stateful generator keeps `set_seed` reproducibility.
             let t = random::uniform(&[2], 0.0, i32::MAX as f64, DType::I64, None)?;
             let v = t.to_vec::<i64>()?;
-            let n = UNSEEDED.fetch_add(1, Ordering::Relaxed);
-            Ok([v[0] as u64, (v[1] as u64) ^ (n << 32)])
+            Ok([v[0] as u64, v[1] as u64])
         }
     }
 }

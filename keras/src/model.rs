@@ -7,7 +7,9 @@ use ferroflow_autodiff::{GradientTape, Source};
 use ferroflow_data::{Cardinality, Dataset, DatasetIter};
 use ferroflow_optim::Optimizer;
 use ferroflow_tensor::random::Philox;
-use ferroflow_tensor::{random, DType, Error, Result, Tensor, Variable};
+use ferroflow_tensor::{
+    current_device, device_scope, random, DType, Device, Error, Result, Tensor, Variable,
+};
 use serde_json::{json, Value};
 
 use crate::callbacks::{Callback, History, Logs, ProgbarLogger, TrainParams};
@@ -161,8 +163,13 @@ impl Data {
         }
         Ok(n)
     }
+    /// The samples `idx`, gathered where each array lives (the batch moves to the model's
+    /// device afterwards, not the whole array).
     fn take(&self, idx: &Tensor) -> Result<Vec<Tensor>> {
-        self.0.iter().map(|t| t.gather(idx, 0)).collect()
+        self.0
+            .iter()
+            .map(|t| t.gather(&idx.to_device(t.device())?, 0))
+            .collect()
     }
     fn range(&self, start: usize, end: usize) -> Result<Data> {
         let idx = Tensor::from_vec(
@@ -878,6 +885,7 @@ impl Model {
         steps: Option<usize>,
         mut config: FitConfig,
     ) -> Result<History> {
+        let _scope = device_scope(&self.device().to_string())?;
         let mut callbacks: Vec<Box<dyn Callback>> = Vec::new();
         if config.verbose > 0 {
             callbacks.push(Box::new(ProgbarLogger::new(config.verbose)));
@@ -929,6 +937,7 @@ impl Model {
                     break;
                 };
                 let (bx, by) = batch?;
+                let (bx, by) = (self.placed(bx)?, self.placed(by)?);
                 if by.is_empty() {
                     return Err(Error::invalid(
                         "Model.fit",
@@ -979,11 +988,13 @@ impl Model {
 
     fn evaluate_batches(&mut self, batches: &Dataset<Batch>, steps: Option<usize>) -> Result<Logs> {
         self.compiled("evaluate")?;
+        let _scope = device_scope(&self.device().to_string())?;
         self.reset_metrics();
         let mut logs = Logs::new();
         let mut seen = 0;
         for batch in batches.iter().take(steps.unwrap_or(usize::MAX)) {
             let (bx, by) = batch?;
+            let (bx, by) = (self.placed(bx)?, self.placed(by)?);
             if by.is_empty() {
                 return Err(Error::invalid(
                     "Model.evaluate",
@@ -1029,9 +1040,11 @@ impl Model {
     /// The network's first output over a dataset of batches (inputs alone, or `(x, y)` whose
     /// `y` is ignored), concatenated (Keras' `predict(dataset)`).
     pub fn predict_dataset<B: FitBatch>(&mut self, data: &Dataset<B>) -> Result<Tensor> {
+        let _scope = device_scope(&self.device().to_string())?;
         let mut parts = Vec::new();
         for batch in batches_of(data).iter() {
             let (bx, _) = batch?;
+            let bx = self.placed(bx)?;
             self.note_input_shapes(&bx);
             parts.push(self.network.apply(&bx, false)?.remove(0));
         }
@@ -1075,7 +1088,10 @@ impl Model {
         let mut parts: Vec<Vec<Tensor>> = vec![];
         for start in (0..n).step_by(batch_size) {
             let end = (start + batch_size).min(n);
-            let out = self.network.apply(&x.range(start, end)?.0, false)?;
+            let _scope = device_scope(&self.device().to_string())?;
+            let out = self
+                .network
+                .apply(&self.placed(x.range(start, end)?.0)?, false)?;
             if parts.is_empty() {
                 parts = vec![vec![]; out.len()];
             }
@@ -1092,6 +1108,29 @@ impl Model {
     /// Trainable weights of the network.
     pub fn trainable_weights(&self) -> Vec<Variable> {
         self.network.trainable_weights()
+    }
+    /// The device the model computes on: where its weights live once it is built (weights
+    /// are created in the device scope active at the first batch, as in TF), else the current
+    /// device scope. `fit`, `evaluate` and `predict` run in this device's scope and copy each
+    /// batch there.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_keras::{layers::Dense, sequential, Model};
+    /// let model = Model::from(sequential![Dense::new(1)]);
+    /// assert_eq!(model.device(), ferroflow_tensor::Device::CPU);
+    /// ```
+    pub fn device(&self) -> Device {
+        self.network
+            .weights()
+            .first()
+            .map(|v| v.value().device())
+            .unwrap_or_else(current_device)
+    }
+    /// The batch's tensors on the model's device.
+    fn placed(&self, ts: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let d = self.device();
+        ts.into_iter().map(|t| t.to_device(d)).collect()
     }
     /// Every weight of the network.
     pub fn weights(&self) -> Vec<Variable> {
