@@ -42,11 +42,15 @@ pub use ferroflow_tensor as tensor;
 /// The CPU backend crate (`ferroflow-cpu`).
 #[cfg(feature = "cpu")]
 pub use ferroflow_cpu as cpu;
+#[cfg(feature = "wgpu")]
+pub use ferroflow_wgpu as wgpu;
 
 /// Registers every backend compiled in (idempotent). Call once at start-up.
 pub fn init() {
     #[cfg(feature = "cpu")]
     ferroflow_cpu::register();
+    #[cfg(feature = "wgpu")]
+    ferroflow_wgpu::register();
 }
 
 /// Everything a typical program uses.

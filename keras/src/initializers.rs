@@ -10,7 +10,6 @@
 //! # Ok::<(), ferroflow_tensor::Error>(())
 //! ```
 
-
 use ferroflow_tensor::{random, DType, Error, Result, Tensor};
 use serde_json::{json, Value};
 

@@ -200,10 +200,21 @@ impl ferroflow::keras::callbacks::Callback for EpochTimer {
     }
 }
 
+/// The repository's MNIST copy: beside the sources that built this binary, else
+/// `datasets/mnist` under the current directory (a prebuilt binary run from a checkout).
+pub(crate) fn mnist_dir() -> std::path::PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/mnist");
+    if built.exists() {
+        built
+    } else {
+        Path::new("datasets/mnist").to_path_buf()
+    }
+}
+
 /// The first `n` MNIST training images as f32 in [0, 1], `[n, 28, 28, 1]`, and their labels
 /// as int64.
 pub(crate) fn mnist_train(n: usize) -> ferroflow::Result<(Tensor, Tensor)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/mnist");
+    let dir = mnist_dir();
     let images = ferroflow::data::idx::read(dir.join("train-images-idx3-ubyte.gz"))?;
     let labels = ferroflow::data::idx::read(dir.join("train-labels-idx1-ubyte.gz"))?;
     let x = images

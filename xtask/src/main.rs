@@ -5,10 +5,13 @@
 //! - `bench [kernels|autodiff|optim|keras|data|mixed]`: kernels against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor; references measured in the same run,
 //!   interleaved, median of rounds; writes `bench-out/kernels.csv` and prints a markdown table.
+//! - `gpu`: the wgpu backend on a real GPU (test suites, matmul against cuBLAS, MNIST epochs),
+//!   one table; `--bundle DIR` prebuilds it for machines without Rust.
 
 mod bench;
 mod bench_data;
 mod bench_mixed;
+mod gpu;
 
 use std::process::{Command, ExitCode};
 
@@ -59,9 +62,10 @@ fn main() -> ExitCode {
     let ok = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("bench") => bench::run(&args[1..]),
+        Some("gpu") => gpu::run(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed] [--rounds N]"
+                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed] [--rounds N] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR]"
             );
             false
         }

@@ -62,8 +62,6 @@ pub(crate) struct Gpu {
     params: Mutex<HashMap<Vec<u32>, wgpu::Buffer>>,
     layouts: Mutex<HashMap<(usize, usize), wgpu::BindGroupLayout>>,
     errors: Arc<Mutex<Vec<String>>>,
-    /// One word that checked kernels set on a data error (see [`Gpu::take_data_error`]).
-    pub error_word: wgpu::Buffer,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -102,14 +100,6 @@ impl Gpu {
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             lock(&sink).push(e.to_string());
         }));
-        let error_word = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("ferroflow error word"),
-            size: 16,
-            usage: wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_SRC
-                | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
         let max_binding = limits
             .max_storage_buffer_binding_size
             .min(limits.max_buffer_size);
@@ -132,7 +122,6 @@ impl Gpu {
             params: Mutex::default(),
             layouts: Mutex::default(),
             errors,
-            error_word,
         })
     }
 
@@ -451,22 +440,19 @@ impl Gpu {
         Ok(out)
     }
 
-    /// Waits for the recorded work and returns (and clears) the data-error code the checked
-    /// kernels left in the error word: code (0: none) and up to three words of detail.
-    pub fn take_data_error(&self) -> Result<[u32; 4]> {
-        let b = self.read(&self.error_word, 0, 16)?;
+    /// A fresh zeroed error word for one checked kernel (its own, so concurrent ops never
+    /// see each other's errors).
+    pub fn error_word(&self) -> Result<wgpu::Buffer> {
+        self.upload(&[0; 16])
+    }
+
+    /// Waits for the recorded work and returns the words a checked kernel left in its error
+    /// word: the code (0: none) and up to three words of detail.
+    pub fn data_error(&self, word: &wgpu::Buffer) -> Result<[u32; 4]> {
+        let b = self.read(word, 0, 16)?;
         let mut w = [0u32; 4];
         for (i, c) in b.chunks_exact(4).enumerate() {
             w[i] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        }
-        if w[0] != 0 {
-            let mut rec = lock(&self.recorder);
-            let encoder = rec.encoder.get_or_insert_with(|| {
-                self.device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-            });
-            encoder.clear_buffer(&self.error_word, 0, None);
-            self.submit(&mut rec);
         }
         Ok(w)
     }

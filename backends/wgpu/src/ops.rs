@@ -114,6 +114,8 @@ fn map_kernel(
     })
 }
 
+/// Records a map kernel over `n` items. A `checked` kernel gets its own error word, which
+/// is returned (read it with [`Gpu::data_error`]).
 fn run_map(
     gpu: &Arc<Gpu>,
     kernel: &crate::gpu::Kernel,
@@ -122,12 +124,18 @@ fn run_map(
     out: &[&wgpu::Buffer],
     checked: bool,
     n: usize,
-) -> Result<()> {
+) -> Result<Option<wgpu::Buffer>> {
     let mut outs: Vec<&wgpu::Buffer> = out.to_vec();
-    if checked {
-        outs.push(&gpu.error_word);
+    let word = if checked {
+        Some(gpu.error_word()?)
+    } else {
+        None
+    };
+    if let Some(w) = &word {
+        outs.push(w);
     }
-    gpu.dispatch(kernel, &params.0, inputs, &outs, groups_for(n, WG)?)
+    gpu.dispatch(kernel, &params.0, inputs, &outs, groups_for(n, WG)?)?;
+    Ok(word)
 }
 
 // ---------------------------------------------------------------- movement
@@ -537,7 +545,7 @@ pub(crate) fn binary(op: BinaryOp, a: &In<'_>, b: &In<'_>) -> Result<WgpuBuffer>
         &body,
     )?;
     let p = Params::new(n).desc(0, a.desc()).desc(1, b.desc());
-    run_map(
+    let word = run_map(
         gpu,
         &k,
         p,
@@ -546,8 +554,8 @@ pub(crate) fn binary(op: BinaryOp, a: &In<'_>, b: &In<'_>) -> Result<WgpuBuffer>
         checked,
         n,
     )?;
-    if checked {
-        match gpu.take_data_error()?[0] {
+    if let Some(word) = word {
+        match gpu.data_error(&word)?[0] {
             0 => {}
             3 => {
                 return Err(Error::Arithmetic {
@@ -1092,8 +1100,16 @@ fn index_load(idx: Elem) -> Result<&'static str> {
     })
 }
 
-fn index_error(gpu: &Gpu, op: &'static str, bound: usize) -> Result<()> {
-    let [code, lo, hi, _] = gpu.take_data_error()?;
+fn index_error(
+    gpu: &Gpu,
+    word: Option<wgpu::Buffer>,
+    op: &'static str,
+    bound: usize,
+) -> Result<()> {
+    let Some(word) = word else {
+        return Ok(());
+    };
+    let [code, lo, hi, _] = gpu.data_error(&word)?;
     if code == 0 {
         return Ok(());
     }
@@ -1155,7 +1171,7 @@ pub(crate) fn gather(x: &In<'_>, idx: &In<'_>, axis: usize) -> Result<WgpuBuffer
         .set(6, shape[axis] as u32)
         .desc(0, x.desc())
         .desc(1, idx.desc());
-    run_map(
+    let word = run_map(
         gpu,
         &k,
         p,
@@ -1164,7 +1180,7 @@ pub(crate) fn gather(x: &In<'_>, idx: &In<'_>, axis: usize) -> Result<WgpuBuffer
         true,
         n,
     )?;
-    index_error(gpu, "gather", shape[axis])?;
+    index_error(gpu, word, "gather", shape[axis])?;
     Ok(out)
 }
 
@@ -1230,7 +1246,7 @@ pub(crate) fn scatter_add(
         .set(6, shape[axis] as u32)
         .desc(0, upd.desc())
         .desc(1, idx.desc());
-    run_map(
+    let word = run_map(
         gpu,
         &k,
         p,
@@ -1239,7 +1255,7 @@ pub(crate) fn scatter_add(
         true,
         n,
     )?;
-    index_error(gpu, "scatter_add", shape[axis])?;
+    index_error(gpu, word, "scatter_add", shape[axis])?;
     Ok(out)
 }
 

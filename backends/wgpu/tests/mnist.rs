@@ -69,7 +69,12 @@ fn mnist_mlp_on_wgpu_follows_the_cpu_loss_curve() {
             c.0,
             g.0
         );
-        assert!((c.1 - g.1).abs() <= 0.02, "accuracy: cpu {} wgpu {}", c.1, g.1);
+        assert!(
+            (c.1 - g.1).abs() <= 0.02,
+            "accuracy: cpu {} wgpu {}",
+            c.1,
+            g.1
+        );
     }
     // It learned: the last epoch's loss is a fraction of the first's.
     let (first, last) = (wgpu[0].0, wgpu[9].0);

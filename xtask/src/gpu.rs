@@ -1,0 +1,297 @@
+//! `cargo xtask gpu`: the wgpu backend on a real GPU, in one table.
+//!
+//! 1. The wgpu test suites (the backend conformance suite and the MNIST loss-curve test) on
+//!    `/GPU:0`, with `FERROFLOW_REQUIRE_WGPU=1` so a missing adapter fails.
+//! 2. float32 matmul GFLOP/s for n = 1024..8192 on the wgpu device, and through
+//!    PyTorch/cuBLAS (TF32 off) on the same GPU when `python3` has CUDA torch.
+//! 3. MNIST: one epoch of the examples' MLP and CNN with `fit` on the wgpu device (and the MLP
+//!    on the CPU for scale).
+//!
+//! For machines without Rust, `cargo xtask gpu --bundle DIR` builds everything (release,
+//! stripped) into DIR; there, from a checkout of the repository (for `datasets/` and the
+//! torch script), `DIR/xtask gpu --prebuilt DIR` runs the same checks.
+
+use crate::bench::{mnist_train, python_figures_with, EpochTimer};
+use ferroflow::{DType, Device, Tensor};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const SUITES: [&str; 2] = ["conformance", "mnist"];
+
+/// Builds the wgpu test binaries in release mode; returns (suite name, path).
+fn build_tests() -> Option<Vec<(String, PathBuf)>> {
+    let out = Command::new("cargo")
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "ferroflow-wgpu",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "xtask gpu: building the wgpu tests failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    let mut found = vec![];
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(name), Some(exe)) = (
+            v.pointer("/target/name").and_then(|n| n.as_str()),
+            v.get("executable").and_then(|e| e.as_str()),
+        ) else {
+            continue;
+        };
+        if SUITES.contains(&name) {
+            found.push((name.to_string(), PathBuf::from(exe)));
+        }
+    }
+    Some(found)
+}
+
+/// Runs one test binary; returns (passed, failed) counts from libtest's summary.
+fn run_suite(name: &str, exe: &Path) -> (usize, usize, f64) {
+    let t = Instant::now();
+    let out = Command::new(exe)
+        .env("FERROFLOW_REQUIRE_WGPU", "1")
+        .arg("--test-threads=4")
+        .output();
+    let secs = t.elapsed().as_secs_f64();
+    let Ok(out) = out else {
+        eprintln!("xtask gpu: cannot run {}", exe.display());
+        return (0, 1, secs);
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!("{text}");
+    if !out.status.success() {
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let count = |what: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("test result:"))
+            .filter_map(|l| {
+                let i = l.find(what)?;
+                l[..i].trim().rsplit(' ').next()?.parse::<usize>().ok()
+            })
+            .sum::<usize>()
+    };
+    let failed = count(" failed").max(usize::from(!out.status.success()));
+    println!("suite {name}: {} passed, {failed} failed", count(" passed"));
+    (count(" passed"), failed, secs)
+}
+
+/// Median GFLOP/s of `n×n×n` float32 matmuls on `device`.
+fn matmul_gflops(device: Device, n: usize) -> ferroflow::Result<f64> {
+    let spec = device.to_string();
+    ferroflow::with_device(&spec, || {
+        let a = ferroflow::random::stateless_uniform(&[n, n], [1, 2], -1.0, 1.0, DType::F32)?
+            .to_device(device)?;
+        let b = ferroflow::random::stateless_uniform(&[n, n], [3, 4], -1.0, 1.0, DType::F32)?
+            .to_device(device)?;
+        let sync = |t: &Tensor| t.backend().synchronize(device.index());
+        for _ in 0..2 {
+            sync(&a.matmul(&b)?)?;
+        }
+        let reps = ((8.0 * (8192.0 / n as f64).powi(3)) as usize).clamp(3, 200);
+        let mut times = vec![];
+        for _ in 0..3 {
+            let t = Instant::now();
+            let mut last = None;
+            for _ in 0..reps {
+                last = Some(a.matmul(&b)?);
+            }
+            if let Some(c) = &last {
+                sync(c)?;
+            }
+            times.push(t.elapsed().as_secs_f64() / reps as f64);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(2.0 * (n as f64).powi(3) / times[1] / 1e9)
+    })?
+}
+
+/// Seconds for one epoch of `fit` (batch 128, the second of two) of the examples' `kind` model on `device`.
+fn mnist_epoch(device: Device, kind: &str, x: &Tensor, y: &Tensor) -> ferroflow::Result<f64> {
+    use ferroflow::keras::losses::SparseCategoricalCrossentropy;
+    use ferroflow::keras::{applications, FitConfig, Model};
+    use ferroflow::optim::Adam;
+    ferroflow::random::set_seed(1);
+    ferroflow::with_device(&device.to_string(), || {
+        let mut model = Model::from(if kind == "mlp" {
+            applications::mnist_mlp()
+        } else {
+            applications::mnist_cnn()
+        });
+        model.build(&[28, 28, 1])?;
+        model.compile(
+            Adam::new(1e-3),
+            SparseCategoricalCrossentropy::new(true),
+            &["accuracy"],
+        )?;
+        let times = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+        // Two epochs: the first compiles the kernels.
+        let h = model.fit(
+            x,
+            y,
+            FitConfig::new()
+                .epochs(2)
+                .batch_size(128)
+                .verbose(0)
+                .callback(EpochTimer(times.clone(), Instant::now())),
+        )?;
+        let acc = h
+            .get("accuracy")
+            .and_then(|a| a.last().copied())
+            .unwrap_or(0.0);
+        println!("mnist {kind} on {device}: training accuracy {acc:.4} after 2 epochs");
+        let t = times.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(t.last().copied().unwrap_or(f64::NAN))
+    })?
+}
+
+fn bundle(dir: &Path) -> bool {
+    let Some(tests) = build_tests() else {
+        return false;
+    };
+    if std::fs::create_dir_all(dir).is_err() {
+        eprintln!("xtask gpu: cannot create {}", dir.display());
+        return false;
+    }
+    let me = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("xtask gpu: {e}");
+            return false;
+        }
+    };
+    let mut files = vec![("xtask".to_string(), me)];
+    files.extend(tests);
+    for (name, src) in files {
+        let dst = dir.join(&name);
+        if !crate::run(
+            "objcopy",
+            &[
+                "--strip-debug",
+                &src.to_string_lossy(),
+                &dst.to_string_lossy(),
+            ],
+        ) {
+            return false;
+        }
+    }
+    println!(
+        "bundle in {}: run `{}/xtask gpu --prebuilt {}` from a checkout",
+        dir.display(),
+        dir.display(),
+        dir.display()
+    );
+    true
+}
+
+/// `cargo xtask gpu [--sizes 1024,2048,4096,8192] [--mnist SAMPLES] [--bundle DIR | --prebuilt DIR]`.
+pub fn run(args: &[String]) -> bool {
+    let mut sizes = vec![1024usize, 2048, 4096, 8192];
+    let mut samples = 60000usize;
+    let mut prebuilt = None;
+    let mut i = 0;
+    while i < args.len() {
+        match (args[i].as_str(), args.get(i + 1)) {
+            ("--sizes", Some(v)) => {
+                sizes = v.split(',').filter_map(|s| s.parse().ok()).collect();
+                i += 1;
+            }
+            ("--mnist", Some(v)) => {
+                samples = v.parse().unwrap_or(samples);
+                i += 1;
+            }
+            ("--bundle", Some(d)) => return bundle(Path::new(d)),
+            ("--prebuilt", Some(d)) => {
+                prebuilt = Some(PathBuf::from(d));
+                i += 1;
+            }
+            (other, _) => {
+                eprintln!("xtask gpu: unknown argument {other:?}");
+                return false;
+            }
+        }
+        i += 1;
+    }
+    ferroflow::init();
+    let adapters = ferroflow_wgpu::register();
+    println!("wgpu adapters: {:?}", ferroflow_wgpu::adapters());
+    if adapters == 0 {
+        eprintln!("xtask gpu: wgpu found no adapter");
+        return false;
+    }
+    let gpu = Device::gpu(0);
+    let mut rows: Vec<(String, String)> = vec![];
+    let tests = match &prebuilt {
+        Some(d) => SUITES.iter().map(|s| (s.to_string(), d.join(s))).collect(),
+        None => build_tests().unwrap_or_default(),
+    };
+    let mut ok = !tests.is_empty();
+    for (name, exe) in &tests {
+        let (p, f, secs) = run_suite(name, exe);
+        ok &= f == 0 && p > 0;
+        rows.push((
+            format!("wgpu test suite `{name}`"),
+            format!("{p} passed, {f} failed ({secs:.1} s)"),
+        ));
+    }
+    let strs: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();
+    let strs: Vec<&str> = strs.iter().map(String::as_str).collect();
+    let torch = python_figures_with(Path::new("xtask/bench/torch_matmul.py"), &strs);
+    if torch.is_none() {
+        println!("(no CUDA torch in python3: the cuBLAS column stays empty)");
+    }
+    for &n in &sizes {
+        let ours = matmul_gflops(gpu, n);
+        let theirs = torch.as_ref().and_then(|t| t.get(&n.to_string()).copied());
+        let cell = match (&ours, theirs) {
+            (Ok(g), Some(t)) => format!("{g:.0} GFLOP/s vs cuBLAS {t:.0} ({:.0}%)", 100.0 * g / t),
+            (Ok(g), None) => format!("{g:.0} GFLOP/s"),
+            (Err(e), _) => {
+                ok = false;
+                format!("error: {e}")
+            }
+        };
+        rows.push((format!("matmul f32 {n}×{n}×{n}"), cell));
+    }
+    match mnist_train(samples) {
+        Ok((x, y)) => {
+            for (kind, device) in [("mlp", gpu), ("cnn", gpu), ("mlp", Device::CPU)] {
+                let cell = match mnist_epoch(device, kind, &x, &y) {
+                    Ok(s) => format!("{s:.2} s ({:.0} samples/s)", samples as f64 / s),
+                    Err(e) => {
+                        ok = false;
+                        format!("error: {e}")
+                    }
+                };
+                rows.push((
+                    format!("MNIST {kind} epoch of {samples} (fit, batch 128) on {device}"),
+                    cell,
+                ));
+            }
+        }
+        Err(e) => {
+            ok = false;
+            rows.push(("MNIST".into(), format!("error: {e}")));
+        }
+    }
+    println!(
+        "\n| {} | result |\n|---|---|",
+        ferroflow_wgpu::adapters()[0].name
+    );
+    for (k, v) in &rows {
+        println!("| {k} | {v} |");
+    }
+    ok
+}
