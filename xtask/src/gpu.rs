@@ -179,7 +179,7 @@ fn bundle(dir: &Path) -> bool {
         if !crate::run(
             "objcopy",
             &[
-                "--strip-debug",
+                "--strip-all",
                 &src.to_string_lossy(),
                 &dst.to_string_lossy(),
             ],

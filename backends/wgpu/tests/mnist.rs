@@ -10,7 +10,13 @@ use std::path::Path;
 
 /// The first `n` training images as f32 in [0, 1] ([n, 28, 28, 1]) and their int64 labels.
 fn mnist(n: usize) -> Result<(Tensor, Tensor)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets/mnist");
+    // Beside the sources, or under the current directory for a prebuilt test binary.
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets/mnist");
+    let dir = if built.exists() {
+        built
+    } else {
+        Path::new("datasets/mnist").to_path_buf()
+    };
     let images = ferroflow_data::idx::read(dir.join("train-images-idx3-ubyte.gz"))?;
     let labels = ferroflow_data::idx::read(dir.join("train-labels-idx1-ubyte.gz"))?;
     let x = images
