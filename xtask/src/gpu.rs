@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-const SUITES: [&str; 2] = ["conformance", "mnist"];
+const SUITES: [&str; 4] = ["conformance", "gemm", "mnist", "step_budget"];
 
 /// Builds the wgpu test binaries in release mode; returns (suite name, path).
 fn build_tests() -> Option<Vec<(String, PathBuf)>> {

@@ -12,6 +12,8 @@ pub struct WgpuBuffer {
     pub(crate) buffer: Option<wgpu::Buffer>,
     pub(crate) elem: Elem,
     pub(crate) len: usize,
+    /// Shared with the device's constant cache: not returned to the pool on drop.
+    pub(crate) shared: bool,
 }
 
 impl WgpuBuffer {
@@ -25,7 +27,9 @@ impl WgpuBuffer {
 impl Drop for WgpuBuffer {
     fn drop(&mut self) {
         if let Some(b) = self.buffer.take() {
-            self.gpu.recycle(b);
+            if !self.shared {
+                self.gpu.recycle(b);
+            }
         }
     }
 }

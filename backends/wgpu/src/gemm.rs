@@ -11,7 +11,7 @@ use crate::elem::{Elem, Params};
 use crate::gpu::{backend_error, Gpu, Kernel};
 use crate::ops::{output, In};
 use crate::shaders::{fill, kernel_source};
-use ferroflow_tensor::{Result, Window2d};
+use ferroflow_tensor::{DType, Layout, Operand, ReduceOp, Result, Window2d};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,14 +33,14 @@ const BIG: Tile = Tile {
 const MID: Tile = Tile {
     bm: 64,
     bn: 64,
-    bk: 16,
+    bk: 8,
     tm: 4,
     tn: 4,
 };
 const SMALL: Tile = Tile {
     bm: 32,
     bn: 32,
-    bk: 32,
+    bk: 8,
     tm: 2,
     tn: 2,
 };
@@ -57,18 +57,36 @@ fn pick_tile(m: usize, n: usize, batch: usize) -> Tile {
     }
 }
 
-const GEMM: &str = "
-const BM: u32 = $BMu;
-const BN: u32 = $BNu;
-const BK: u32 = $BKu;
-const TM: u32 = $TMu;
-const TN: u32 = $TNu;
-const RT: u32 = BM / TM;
-const CT: u32 = BN / TN;
-var<workgroup> As: array<$C, $ASZ>;
-var<workgroup> Bs: array<$C, $BSZ>;
+/// How the kernel reads its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Reads {
+    /// Through `load_a(base, m, k)` / `load_b(base, k, n)`, one element at a time; `a_m_fast`
+    /// and `b_k_fast` pick which index consecutive threads walk (the operand's contiguous one).
+    Scalar { a_m_fast: bool, b_k_fast: bool },
+    /// Row-major A and B (k and n contiguous, everything a multiple of 4): `vec4` loads.
+    Vec4,
+}
+
+/// The GEMM kernel: thread `(tr, tc)` owns rows `tr·TM + i` and columns `tc + j·CT` of the
+/// tile (columns interleaved, so workgroup-memory reads of B hit distinct banks and stores
+/// coalesce), accumulating in `TM·TN` scalar registers (generated code, no arrays).
+fn gemm_source(
+    t: Tile,
+    c: &str,
+    fma: bool,
+    reads: Reads,
+    store: &dyn Fn(&str) -> String,
+) -> String {
+    let (rt, ct) = (t.bm / t.tm, t.bn / t.tn);
+    assert_eq!(rt * ct, 256, "GEMM tiles use 256 threads");
+    let mut s = format!(
+        "const BM: u32 = {}u;
+const BN: u32 = {}u;
+const BK: u32 = {}u;
+var<workgroup> As: array<{c}, {}>;
+var<workgroup> Bs: array<{c}, {}>;
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {{
     setup();
     let M = P[5];
     let N = P[6];
@@ -78,50 +96,134 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let bbase = b_base(b);
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
-    let tr = tid / CT;
-    let tc = tid % CT;
-    var acc: array<$C, $TMTN>;
-    var av: array<$C, $TMu>;
-    var bv: array<$C, $TNu>;
-    for (var k0 = 0u; k0 < K; k0 = k0 + BK) {
-        for (var e = tid; e < BM * BK; e = e + 256u) {
-            $AIDX
+    let tr = tid / {ct}u;
+    let tc = tid % {ct}u;
+",
+        t.bm,
+        t.bn,
+        t.bk,
+        t.bm * t.bk,
+        t.bn * t.bk
+    );
+    for i in 0..t.tm {
+        for j in 0..t.tn {
+            s += &format!("    var c{i}_{j}: {c} = {c}();\n");
+        }
+    }
+    // Split K: workgroup z takes K range [z·P[12], (z+1)·P[12]) into its own output slab.
+    s += "    var kb = 0u;
+    var ke = K;
+    if P[12] != 0u {
+        kb = wid.z * P[12];
+        ke = min(kb + P[12], K);
+    }
+    for (var k0 = kb; k0 < ke; k0 = k0 + BK) {\n";
+    match reads {
+        Reads::Scalar { a_m_fast, b_k_fast } => {
+            let aidx = if a_m_fast {
+                "let m = e % BM; let kk = e / BM;"
+            } else {
+                "let m = e / BK; let kk = e % BK;"
+            };
+            let bidx = if b_k_fast {
+                "let kk = e % BK; let n = e / BK;"
+            } else {
+                "let n = e % BN; let kk = e / BN;"
+            };
+            s += &format!(
+                "        for (var e = tid; e < BM * BK; e = e + 256u) {{
+            {aidx}
             let gm = row0 + m;
             let gk = k0 + kk;
-            var v = $C();
-            if gm < M && gk < K { v = load_a(abase, gm, gk); }
+            var v = {c}();
+            if gm < M && gk < ke {{ v = load_a(abase, gm, gk); }}
             As[kk * BM + m] = v;
-        }
-        for (var e = tid; e < BK * BN; e = e + 256u) {
-            $BIDX
+        }}
+        for (var e = tid; e < BK * BN; e = e + 256u) {{
+            {bidx}
             let gn = col0 + n;
             let gk = k0 + kk;
-            var v = $C();
-            if gn < N && gk < K { v = load_b(bbase, gk, gn); }
+            var v = {c}();
+            if gn < N && gk < ke {{ v = load_b(bbase, gk, gn); }}
             Bs[kk * BN + n] = v;
+        }}
+"
+            );
         }
-        workgroupBarrier();
-        for (var kk = 0u; kk < BK; kk = kk + 1u) {
-            for (var i = 0u; i < TM; i = i + 1u) { av[i] = As[kk * BM + tr + i * RT]; }
-            for (var j = 0u; j < TN; j = j + 1u) { bv[j] = Bs[kk * BN + tc + j * CT]; }
-            for (var i = 0u; i < TM; i = i + 1u) {
-                for (var j = 0u; j < TN; j = j + 1u) {
-                    acc[i * TN + j] = $FMA;
-                }
+        Reads::Vec4 => {
+            s += "        for (var e = tid; e < BM * BK / 4u; e = e + 256u) {
+            let m = e / (BK / 4u);
+            let kk = (e % (BK / 4u)) * 4u;
+            let gm = row0 + m;
+            let gk = k0 + kk;
+            var v = vec4<f32>();
+            if gm < M && gk < ke { v = A4[(u32(abase) + gm * P[8] + gk) / 4u]; }
+            As[kk * BM + m] = v.x;
+            As[(kk + 1u) * BM + m] = v.y;
+            As[(kk + 2u) * BM + m] = v.z;
+            As[(kk + 3u) * BM + m] = v.w;
+        }
+        for (var e = tid; e < BK * BN / 4u; e = e + 256u) {
+            let kk = e / (BN / 4u);
+            let n = (e % (BN / 4u)) * 4u;
+            let gn = col0 + n;
+            let gk = k0 + kk;
+            var v = vec4<f32>();
+            if gn < N && gk < ke { v = B4[(u32(bbase) + gk * P[10] + gn) / 4u]; }
+            let o = kk * BN + n;
+            Bs[o] = v.x;
+            Bs[o + 1u] = v.y;
+            Bs[o + 2u] = v.z;
+            Bs[o + 3u] = v.w;
+        }
+";
+        }
+    }
+    s += &format!(
+        "        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk = kk + 1u) {{
+            let ao = kk * BM + tr * {}u;
+            let bo = kk * BN + tc;
+",
+        t.tm
+    );
+    for i in 0..t.tm {
+        s += &format!("            let a{i} = As[ao + {i}u];\n");
+    }
+    for j in 0..t.tn {
+        s += &format!("            let b{j} = Bs[bo + {}u];\n", j * ct);
+    }
+    for i in 0..t.tm {
+        for j in 0..t.tn {
+            if fma {
+                s += &format!("            c{i}_{j} = fma(a{i}, b{j}, c{i}_{j});\n");
+            } else {
+                s += &format!("            c{i}_{j} = c{i}_{j} + a{i} * b{j};\n");
             }
         }
+    }
+    s += "        }
         workgroupBarrier();
     }
-    for (var i = 0u; i < TM; i = i + 1u) {
-        let gm = row0 + tr + i * RT;
-        if gm >= M { continue; }
-        for (var j = 0u; j < TN; j = j + 1u) {
-            let gn = col0 + tc + j * CT;
-            if gn < N { Y[(b * M + gm) * N + gn] = $STORE; }
-        }
-    }
-}
 ";
+    for i in 0..t.tm {
+        s += &format!(
+            "    let r{i} = row0 + tr * {}u + {i}u;\n    if r{i} < M {{\n",
+            t.tm
+        );
+        for j in 0..t.tn {
+            s += &format!(
+                "        if col0 + tc + {}u < N {{ Y[(b * M + r{i}) * N + col0 + tc + {}u] = {}; }}\n",
+                j * ct,
+                j * ct,
+                store(&format!("c{i}_{j}"))
+            );
+        }
+        s += "    }\n";
+    }
+    s += "}\n";
+    s
+}
 
 /// Builds (once) the GEMM kernel with the given operand readers.
 #[allow(clippy::too_many_arguments)]
@@ -132,65 +234,28 @@ fn gemm_kernel(
     a: Elem,
     b: Elem,
     out: Elem,
-    a_m_fast: bool,
-    b_k_fast: bool,
+    reads: Reads,
     loaders: &str,
 ) -> Result<Arc<Kernel>> {
-    let key = format!("{key}_{t:?}_{a:?}{b:?}{out:?}_{a_m_fast}{b_k_fast}");
+    let key = format!("{key}_{t:?}_{a:?}{b:?}{out:?}_{reads:?}");
     let f16 = [a, b, out].contains(&Elem::F16);
-    let s = |v: u32| v.to_string();
-    let body = fill(
-        GEMM,
-        &[
-            ("BM", &s(t.bm)),
-            ("BN", &s(t.bn)),
-            ("BK", &s(t.bk)),
-            ("TM", &s(t.tm)),
-            ("TN", &s(t.tn)),
-            ("ASZ", &s(t.bm * t.bk)),
-            ("BSZ", &s(t.bn * t.bk)),
-            ("TMTN", &s(t.tm * t.tn)),
-            (
-                "AIDX",
-                if a_m_fast {
-                    "let m = e % BM; let kk = e / BM;"
-                } else {
-                    "let m = e / BK; let kk = e % BK;"
-                },
-            ),
-            (
-                "BIDX",
-                if b_k_fast {
-                    "let kk = e % BK; let n = e / BK;"
-                } else {
-                    "let n = e % BN; let kk = e / BN;"
-                },
-            ),
-            ("STORE", &out.store_expr("acc[i * TN + j]")),
-            ("C", a.compute().unwrap_or("f32")),
-            (
-                "FMA",
-                if a.is_float() {
-                    "fma(av[i], bv[j], acc[i * TN + j])"
-                } else {
-                    "acc[i * TN + j] + av[i] * bv[j]"
-                },
-            ),
-        ],
+    let c = a.compute().unwrap_or("f32");
+    let body = gemm_source(t, c, a.is_float(), reads, &|v| out.store_expr(v));
+    let (ta, tb) = match reads {
+        Reads::Vec4 => ("A4: array<vec4<f32>>", "B4: array<vec4<f32>>"),
+        Reads::Scalar { .. } => ("A: array<$A>", "B: array<$B>"),
+    };
+    let decl = fill(
+        &format!(
+            "@group(0) @binding(1) var<storage, read> {ta};
+@group(0) @binding(2) var<storage, read> {tb};
+@group(0) @binding(3) var<storage, read_write> Y: array<$Y>;
+"
+        ),
+        &[("A", a.store()), ("B", b.store()), ("Y", out.store())],
     );
-    gpu.kernel(&key, 2, 1, || {
-        kernel_source(
-            f16,
-            &format!(
-                "@group(0) @binding(1) var<storage, read> A: array<{}>;
-@group(0) @binding(2) var<storage, read> B: array<{}>;
-@group(0) @binding(3) var<storage, read_write> Y: array<{}>;
-{loaders}{body}",
-                a.store(),
-                b.store(),
-                out.store()
-            ),
-        )
+    gpu.kernel_trusted(&key, 2, 1, || {
+        kernel_source(f16, &format!("{decl}{loaders}{body}"))
     })
 }
 
@@ -218,9 +283,8 @@ pub(crate) fn matmul(a: &In<'_>, b: &In<'_>) -> Result<crate::buffer::WgpuBuffer
     let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
     let batch_dims = &sa[..r - 2];
     let batch: usize = batch_dims.iter().product();
-    let out = output(gpu, e, batch * m * n)?;
     if batch * m * n == 0 {
-        return Ok(out);
+        return output(gpu, e, 0);
     }
     if batch > 65535 {
         return Err(backend_error(format!(
@@ -244,9 +308,35 @@ fn load_b(base: i32, k: u32, n: u32) -> {c} {{
         e.load("A[u32(base + i32(m) * bitcast<i32>(P[8]) + i32(k) * bitcast<i32>(P[9]))]"),
         e.load("B[u32(base + i32(k) * bitcast<i32>(P[10]) + i32(n) * bitcast<i32>(P[11]))]"),
     );
-    let a_m_fast = sam == 1 && sak != 1;
-    let b_k_fast = sbk == 1 && sbn != 1;
-    let kern = gemm_kernel(gpu, "matmul", t, e, e, e, a_m_fast, b_k_fast, &loaders)?;
+    let four = |v: isize| v.rem_euclid(4) == 0;
+    let vec4 = e == Elem::F32
+        && sak == 1
+        && sbn == 1
+        && four(sam)
+        && four(sbk)
+        && k % 4 == 0
+        && n % 4 == 0
+        && four(a.op.layout.offset() as isize)
+        && four(b.op.layout.offset() as isize)
+        && ast[..r - 2].iter().chain(&bst[..r - 2]).all(|&s| four(s));
+    let reads = if vec4 {
+        Reads::Vec4
+    } else {
+        Reads::Scalar {
+            a_m_fast: sam == 1 && sak != 1,
+            b_k_fast: sbk == 1 && sbn != 1,
+        }
+    };
+    let loaders = if vec4 {
+        // The element loaders are unused; the bases stay (in elements).
+        "fn setup() {}
+fn a_base(b: u32) -> i32 { return bitcast<i32>(at(P[1], b)); }
+fn b_base(b: u32) -> i32 { return bitcast<i32>(at(P[2], b)); }
+"
+        .to_string()
+    } else {
+        loaders
+    };
     let p = Params::new(0)
         .set(5, m as u32)
         .set(6, n as u32)
@@ -263,24 +353,85 @@ fn load_b(base: i32, k: u32, n: u32) -> {c} {{
             1,
             crate::elem::descriptor(batch_dims, &bst[..r - 2], b.op.layout.offset()),
         );
+    launch(
+        gpu,
+        "matmul",
+        (t, e, reads),
+        &loaders,
+        p,
+        (a.buf.raw(), b.buf.raw()),
+        (batch, m, n, k),
+    )
+}
+
+/// How many slabs to split K into: problems with few output tiles and a long K (the filter
+/// gradient of a convolution: KH·KW·Cin × Cout outputs, N·OH·OW deep) would otherwise run on
+/// a handful of workgroups.
+fn k_splits(t: Tile, e: Elem, (batch, m, n, k): (usize, usize, usize, usize)) -> usize {
+    let tiles = m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
+    if batch != 1 || !e.is_float() || tiles >= 128 || k < 1024 {
+        return 1;
+    }
+    (256 / tiles).clamp(1, 64).min(k / 256).max(1)
+}
+
+/// Dispatches a GEMM over `batch` `m×n` outputs, K deep: split into K slabs (partial sums in
+/// float32, then summed by the reduction kernel) when the output alone cannot fill the GPU.
+fn launch(
+    gpu: &Arc<Gpu>,
+    key: &str,
+    (t, e, reads): (Tile, Elem, Reads),
+    loaders: &str,
+    p: Params,
+    (a, b): (&wgpu::Buffer, &wgpu::Buffer),
+    (batch, m, n, k): (usize, usize, usize, usize),
+) -> Result<crate::buffer::WgpuBuffer> {
+    let mut splits = k_splits(t, e, (batch, m, n, k));
+    let chunk = if splits > 1 {
+        k.div_ceil(splits).next_multiple_of(t.bk as usize)
+    } else {
+        0
+    };
+    if splits > 1 {
+        splits = k.div_ceil(chunk);
+    }
     let groups = [
         n.div_ceil(t.bn as usize) as u32,
         m.div_ceil(t.bm as usize) as u32,
-        batch as u32,
+        (batch * splits) as u32,
     ];
-    if groups[1] > 65535 || groups[0] > 65535 {
-        return Err(backend_error(
-            "matmul: the matrices exceed one dispatch's workgroups",
-        ));
+    if groups.iter().any(|&g| g > 65535) {
+        return Err(backend_error(format!(
+            "{key}: the problem exceeds one dispatch's workgroups"
+        )));
     }
-    gpu.dispatch(
-        &kern,
-        &p.0,
-        &[a.buf.raw(), b.buf.raw()],
-        &[out.raw()],
-        groups,
-    )?;
-    Ok(out)
+    let p = p.set(12, chunk as u32);
+    if splits == 1 {
+        let kern = gemm_kernel(gpu, key, t, e, e, e, reads, loaders)?;
+        let out = output(gpu, e, batch * m * n)?;
+        gpu.dispatch(&kern, &p.0, &[a, b], &[out.raw()], groups)?;
+        return Ok(out);
+    }
+    let kern = gemm_kernel(gpu, key, t, e, e, Elem::F32, reads, loaders)?;
+    let partial = output(gpu, Elem::F32, splits * m * n)?;
+    gpu.dispatch(&kern, &p.0, &[a, b], &[partial.raw()], groups)?;
+    let layout = Layout::contiguous(&[splits, m * n]);
+    let op = Operand {
+        buffer: &partial,
+        layout: &layout,
+        dtype: DType::F32,
+    };
+    let sum = crate::ops::reduce(ReduceOp::Sum, &In::new(op)?, &[0])?;
+    if e == Elem::F32 {
+        return Ok(sum);
+    }
+    let layout = Layout::contiguous(&[m * n]);
+    let op = Operand {
+        buffer: &sum,
+        layout: &layout,
+        dtype: DType::F32,
+    };
+    crate::ops::cast(&In::new(op)?, e.dtype())
 }
 
 /// Geometry shared by the convolution readers, loaded once per workgroup.
@@ -374,9 +525,8 @@ fn conv_gemm(
         )));
     }
     float_operands(gpu, "conv2d", e)?;
-    let out = output(gpu, e, m * n)?;
     if m * n == 0 {
-        return Ok(out);
+        return output(gpu, e, 0);
     }
     let t = pick_tile(m, n, 1);
     let loaders = format!(
@@ -385,30 +535,24 @@ fn LOAD_B(v: {t}) -> f32 {{ return f32(v); }}
 {readers}",
         t = e.store()
     );
-    let kern = gemm_kernel(gpu, key, t, e, e, e, false, false, &loaders)?;
+    let reads = Reads::Scalar {
+        a_m_fast: false,
+        b_k_fast: false,
+    };
     let p = Params::new(0)
         .set(5, m as u32)
         .set(6, n as u32)
         .set(7, k as u32)
         .table(4, &conv_table(w, cout, first, second));
-    let groups = [
-        n.div_ceil(t.bn as usize) as u32,
-        m.div_ceil(t.bm as usize) as u32,
-        1,
-    ];
-    if groups[1] > 65535 || groups[0] > 65535 {
-        return Err(backend_error(format!(
-            "{key}: the problem exceeds one dispatch's workgroups"
-        )));
-    }
-    gpu.dispatch(
-        &kern,
-        &p.0,
-        &[first.buf.raw(), second.buf.raw()],
-        &[out.raw()],
-        groups,
-    )?;
-    Ok(out)
+    launch(
+        gpu,
+        key,
+        (t, e, reads),
+        &loaders,
+        p,
+        (first.buf.raw(), second.buf.raw()),
+        (1, m, n, k),
+    )
 }
 
 /// NHWC conv2d with an HWIO filter: `[N·OH·OW, KH·KW·Cin] × [KH·KW·Cin, Cout]`.

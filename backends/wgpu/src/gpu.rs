@@ -13,6 +13,12 @@ use ferroflow_tensor::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Kernels dispatched and host read-backs (waits) so far, all devices: for tests and
+/// profiling (`counters()`).
+pub(crate) static DISPATCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(crate) static READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(crate) static UPLOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Dispatches recorded before a submit.
 pub(crate) const BATCH: usize = 48;
 /// Threads per workgroup of the elementwise kernels.
@@ -36,10 +42,40 @@ pub(crate) struct Kernel {
     outputs: usize,
 }
 
+/// The command encoder being recorded, with its open compute pass: consecutive dispatches
+/// share one pass (wgpu still places the barriers between dependent dispatches); copies and
+/// clears end it.
 struct Recorder {
     encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
     recorded: usize,
 }
+
+impl Recorder {
+    fn encoder(&mut self, device: &wgpu::Device) -> &mut wgpu::CommandEncoder {
+        self.pass = None;
+        self.encoder.get_or_insert_with(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        })
+    }
+    fn pass(&mut self, device: &wgpu::Device) -> &mut wgpu::ComputePass<'static> {
+        if self.pass.is_none() {
+            let pass = self
+                .encoder(device)
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                })
+                .forget_lifetime();
+            self.pass = Some(pass);
+        }
+        self.pass.as_mut().expect("just opened")
+    }
+}
+
+/// Bind groups by (inputs, outputs, buffers): a training step binds the same pooled buffers
+/// step after step.
+type BindGroupCache = HashMap<(usize, usize, Vec<wgpu::Buffer>), wgpu::BindGroup>;
 
 struct Pool {
     free: HashMap<u64, Vec<wgpu::Buffer>>,
@@ -61,6 +97,9 @@ pub(crate) struct Gpu {
     kernels: Mutex<HashMap<String, Arc<Kernel>>>,
     params: Mutex<HashMap<Vec<u32>, wgpu::Buffer>>,
     layouts: Mutex<HashMap<(usize, usize), wgpu::BindGroupLayout>>,
+    constants: Mutex<HashMap<Vec<u8>, wgpu::Buffer>>,
+    bind_groups: Mutex<BindGroupCache>,
+    staging: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     errors: Arc<Mutex<Vec<String>>>,
 }
 
@@ -111,6 +150,7 @@ impl Gpu {
             max_binding,
             recorder: Mutex::new(Recorder {
                 encoder: None,
+                pass: None,
                 recorded: 0,
             }),
             pool: Mutex::new(Pool {
@@ -121,6 +161,9 @@ impl Gpu {
             kernels: Mutex::default(),
             params: Mutex::default(),
             layouts: Mutex::default(),
+            constants: Mutex::default(),
+            bind_groups: Mutex::default(),
+            staging: Mutex::default(),
             errors,
         })
     }
@@ -174,6 +217,7 @@ impl Gpu {
 
     /// A fresh buffer holding `bytes` (padded with zeros to its size class).
     pub fn upload(&self, bytes: &[u8]) -> Result<wgpu::Buffer> {
+        UPLOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let size = size_class(bytes.len() as u64);
         if size > self.max_binding {
             return Err(backend_error(format!(
@@ -204,7 +248,24 @@ impl Gpu {
         Ok(buffer)
     }
 
-    /// The compiled kernel `key`, built from `source()` on first use.
+    /// A shared buffer holding the small constant `bytes` (scalars, short vectors), uploaded
+    /// once per distinct content: buffers are never written after creation, so tensors can
+    /// share it, and a training step's constants cost no buffer creation.
+    pub fn constant(&self, bytes: &[u8]) -> Result<wgpu::Buffer> {
+        if let Some(b) = lock(&self.constants).get(bytes) {
+            return Ok(b.clone());
+        }
+        let b = self.upload(bytes)?;
+        let mut c = lock(&self.constants);
+        if c.len() >= PARAM_CACHE {
+            c.clear();
+        }
+        c.insert(bytes.to_vec(), b.clone());
+        Ok(b)
+    }
+
+    /// The compiled kernel `key`, built from `source()` on first use (with wgpu's runtime
+    /// bounds checks).
     pub fn kernel(
         &self,
         key: &str,
@@ -212,17 +273,49 @@ impl Gpu {
         outputs: usize,
         source: impl FnOnce() -> String,
     ) -> Result<Arc<Kernel>> {
+        self.kernel_with(key, inputs, outputs, source, false)
+    }
+
+    /// [`Gpu::kernel`] without wgpu's bounds checks and loop bounding, for hot kernels whose
+    /// every access is guarded in the WGSL itself (the GEMM): clamped indices and loop
+    /// counters otherwise cost a large factor there and stop the compiler from unrolling.
+    pub fn kernel_trusted(
+        &self,
+        key: &str,
+        inputs: usize,
+        outputs: usize,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<Kernel>> {
+        self.kernel_with(key, inputs, outputs, source, true)
+    }
+
+    fn kernel_with(
+        &self,
+        key: &str,
+        inputs: usize,
+        outputs: usize,
+        source: impl FnOnce() -> String,
+        trusted: bool,
+    ) -> Result<Arc<Kernel>> {
         if let Some(k) = lock(&self.kernels).get(key) {
             return Ok(k.clone());
         }
         let src = source();
         let layout = self.bind_layout(inputs, outputs);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(key),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(key),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        };
+        let module = if trusted {
+            // SAFETY: trusted kernels guard every buffer index against the sizes they are
+            // dispatched with and have loops bounded by those sizes (reviewed in gemm.rs).
+            unsafe {
+                self.device
+                    .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            }
+        } else {
+            self.device.create_shader_module(desc)
+        };
         let pl = self
             .device
             .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -326,6 +419,7 @@ impl Gpu {
         if groups.contains(&0) {
             return Ok(());
         }
+        DISPATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let pbuf = self.params_buffer(params);
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
@@ -337,21 +431,35 @@ impl Gpu {
                 resource: b.as_entire_binding(),
             });
         }
-        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &kernel.layout,
-            entries: &entries,
-        });
+        let key = (
+            kernel.inputs,
+            kernel.outputs,
+            std::iter::once(&pbuf)
+                .chain(inputs.iter().copied())
+                .chain(outputs.iter().copied())
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        let cached = lock(&self.bind_groups).get(&key).cloned();
+        let group = match cached {
+            Some(g) => g,
+            None => {
+                let g = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &kernel.layout,
+                    entries: &entries,
+                });
+                let mut cache = lock(&self.bind_groups);
+                if cache.len() >= PARAM_CACHE {
+                    cache.clear();
+                }
+                cache.insert(key, g.clone());
+                g
+            }
+        };
         let mut rec = lock(&self.recorder);
-        let encoder = rec.encoder.get_or_insert_with(|| {
-            self.device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-        });
         {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: None,
-                timestamp_writes: None,
-            });
+            let pass = rec.pass(&self.device);
             pass.set_pipeline(&kernel.pipeline);
             pass.set_bind_group(0, &group, &[]);
             pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
@@ -370,15 +478,13 @@ impl Gpu {
             return;
         }
         let mut rec = lock(&self.recorder);
-        let encoder = rec.encoder.get_or_insert_with(|| {
-            self.device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-        });
-        encoder.copy_buffer_to_buffer(src, src_off, dst, dst_off, n);
+        rec.encoder(&self.device)
+            .copy_buffer_to_buffer(src, src_off, dst, dst_off, n);
         rec.recorded += 1;
     }
 
     fn submit(&self, rec: &mut Recorder) {
+        rec.pass = None;
         if let Some(enc) = rec.encoder.take() {
             self.queue.submit([enc.finish()]);
         }
@@ -410,12 +516,18 @@ impl Gpu {
         if n == 0 {
             return Ok(vec![]);
         }
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("ferroflow read-back"),
-            size: n,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let class = size_class(n);
+        let reuse = lock(&self.staging).get_mut(&class).and_then(|v| v.pop());
+        let staging = match reuse {
+            Some(b) => b,
+            None => self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("ferroflow read-back"),
+                size: class,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        };
         self.copy(buffer, offset, &staging, 0, n);
         self.flush()?;
         let (tx, rx) = std::sync::mpsc::channel();
@@ -432,24 +544,35 @@ impl Gpu {
             .map_err(|_| backend_error("read-back was cancelled"))?
             .map_err(|e| backend_error(format!("mapping a read-back buffer: {e}")))?;
         let out = staging
-            .get_mapped_range(..)
+            .get_mapped_range(..n)
             .map_err(|e| backend_error(format!("reading a read-back buffer: {e}")))?
             .to_vec();
         staging.unmap();
         self.check()?;
+        let mut pool = lock(&self.staging);
+        let free = pool.entry(class).or_default();
+        if free.len() < 4 {
+            free.push(staging);
+        }
         Ok(out)
     }
 
     /// A fresh zeroed error word for one checked kernel (its own, so concurrent ops never
     /// see each other's errors).
     pub fn error_word(&self) -> Result<wgpu::Buffer> {
-        self.upload(&[0; 16])
+        let b = self.alloc(16)?;
+        lock(&self.recorder)
+            .encoder(&self.device)
+            .clear_buffer(&b, 0, None);
+        Ok(b)
     }
 
     /// Waits for the recorded work and returns the words a checked kernel left in its error
     /// word: the code (0: none) and up to three words of detail.
-    pub fn data_error(&self, word: &wgpu::Buffer) -> Result<[u32; 4]> {
-        let b = self.read(word, 0, 16)?;
+    pub fn data_error(&self, word: wgpu::Buffer) -> Result<[u32; 4]> {
+        let b = self.read(&word, 0, 16);
+        self.recycle(word);
+        let b = b?;
         let mut w = [0u32; 4];
         for (i, c) in b.chunks_exact(4).enumerate() {
             w[i] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);

@@ -47,7 +47,7 @@ pub use buffer::WgpuBuffer;
 
 use ferroflow_tensor::{
     ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, Error, HostData,
-    Operand, PoolKind, ReduceOp, Result, UnaryOp, Window2d,
+    Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
 };
 use gpu::{backend_error, Gpu};
 use ops::In;
@@ -188,6 +188,23 @@ pub fn register() -> usize {
         }
         Err(_) => 0,
     }
+}
+
+/// Kernels dispatched, host read-backs (each one a wait for the GPU) and uploads (each one a
+/// new buffer) since the process started, over all wgpu devices: the numbers that decide
+/// small-batch speed.
+///
+/// ```
+/// let (kernels, reads, uploads) = ferroflow_wgpu::counters();
+/// # let _ = (kernels, reads, uploads);
+/// ```
+pub fn counters() -> (u64, u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (
+        gpu::DISPATCHES.load(Relaxed),
+        gpu::READS.load(Relaxed),
+        gpu::UPLOADS.load(Relaxed),
+    )
 }
 
 /// The adapters wgpu finds, `/GPU:0` first.
@@ -347,5 +364,22 @@ impl Backend for WgpuBackend {
     }
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         boxed(ops::avg_pool_grad(&In::new(dy)?, w)?)
+    }
+    fn optimizer_update(
+        &self,
+        rule: &UpdateRule,
+        w: Operand<'_>,
+        g: Operand<'_>,
+        slots: &[Operand<'_>],
+    ) -> Result<(BufferBox, Vec<BufferBox>)> {
+        let s = slots
+            .iter()
+            .map(|&x| In::new(x))
+            .collect::<Result<Vec<_>>>()?;
+        let (nw, ns) = ops::optimizer_update(rule, &In::new(w)?, &In::new(g)?, &s)?;
+        Ok((
+            Box::new(nw),
+            ns.into_iter().map(|b| Box::new(b) as BufferBox).collect(),
+        ))
     }
 }

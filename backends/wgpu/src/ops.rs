@@ -9,7 +9,7 @@ use crate::gpu::{backend_error, groups_for, Gpu, WG};
 use crate::shaders::{fill, kernel_source};
 use ferroflow_tensor::{
     ArgReduceOp, BinaryOp, CumulativeOp, DType, Error, HostData, Operand, PoolKind, ReduceOp,
-    Result, UnaryOp, Window2d,
+    Result, UnaryOp, UpdateRule, Window2d,
 };
 use std::sync::Arc;
 
@@ -48,6 +48,7 @@ pub(crate) fn output(gpu: &Arc<Gpu>, elem: Elem, len: usize) -> Result<WgpuBuffe
         buffer: Some(gpu.alloc((len * elem.bytes()) as u64)?),
         elem,
         len,
+        shared: false,
     })
 }
 
@@ -175,11 +176,19 @@ pub(crate) fn upload(gpu: &Arc<Gpu>, data: HostData) -> Result<WgpuBuffer> {
         HostData::Bool(v) => v.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect(),
         d => d.to_le_bytes(),
     };
+    // Small data (scalars, short vectors) comes from the per-device constant cache.
+    let shared = bytes.len() <= 64;
+    let buffer = if shared {
+        gpu.constant(&bytes)?
+    } else {
+        gpu.upload(&bytes)?
+    };
     Ok(WgpuBuffer {
         gpu: gpu.clone(),
-        buffer: Some(gpu.upload(&bytes)?),
+        buffer: Some(buffer),
         elem,
         len,
+        shared,
     })
 }
 
@@ -555,7 +564,7 @@ pub(crate) fn binary(op: BinaryOp, a: &In<'_>, b: &In<'_>) -> Result<WgpuBuffer>
         n,
     )?;
     if let Some(word) = word {
-        match gpu.data_error(&word)?[0] {
+        match gpu.data_error(word)?[0] {
             0 => {}
             3 => {
                 return Err(Error::Arithmetic {
@@ -1109,7 +1118,7 @@ fn index_error(
     let Some(word) = word else {
         return Ok(());
     };
-    let [code, lo, hi, _] = gpu.data_error(&word)?;
+    let [code, lo, hi, _] = gpu.data_error(word)?;
     if code == 0 {
         return Ok(());
     }
@@ -1525,4 +1534,163 @@ pub(crate) fn avg_pool_grad(dy: &In<'_>, w: &Window2d) -> Result<WgpuBuffer> {
         .table(4, &window_table(w, None, &w.input));
     run_map(gpu, &k, p, &[dy.buf.raw()], &[out.raw()], false, n)?;
     Ok(out)
+}
+
+// ---------------------------------------------------------------- fused optimizer step
+
+/// One optimizer step per element (`Backend::optimizer_update`): the rule's formula in one
+/// kernel instead of a chain of primitives. float32, contiguous operands; anything else is
+/// "not supported", and the optimizer composes primitives instead.
+pub(crate) fn optimizer_update(
+    rule: &UpdateRule,
+    w: &In<'_>,
+    g: &In<'_>,
+    slots: &[In<'_>],
+) -> Result<(WgpuBuffer, Vec<WgpuBuffer>)> {
+    let gpu = w.gpu();
+    let all: Vec<&In<'_>> = [w, g].into_iter().chain(slots).collect();
+    if all
+        .iter()
+        .any(|x| x.elem() != Elem::F32 || x.op.layout.contiguous_range().is_none())
+        || slots.len() != rule.num_slots()
+        || all.iter().any(|x| !Arc::ptr_eq(x.gpu(), gpu))
+    {
+        return Err(Error::NotSupportedByBackend {
+            op: "optimizer_update",
+            backend: "wgpu",
+            detail:
+                " for these operands (float32, dense, one device), callers fall back to primitives"
+                    .into(),
+        });
+    }
+    let (name, p, body): (&str, [f64; 5], &str) = match *rule {
+        UpdateRule::SgdMomentum {
+            lr,
+            momentum,
+            nesterov,
+        } => (
+            "sgd",
+            [lr, momentum, nesterov as u8 as f64, 0.0, 0.0],
+            "let s0n = p1 * s0 - p0 * g;
+    Z[i] = s0n;
+    Y[i] = select(w + s0n, w + p1 * s0n - p0 * g, p2 != 0.0);",
+        ),
+        UpdateRule::Adam {
+            lr_t,
+            beta_1,
+            beta_2,
+            epsilon,
+            decay,
+        } => (
+            "adam",
+            [lr_t, beta_1, beta_2, epsilon, decay],
+            "let s0n = p1 * s0 + (1.0 - p1) * g;
+    let s1n = p2 * s1 + (1.0 - p2) * g * g;
+    Z[i] = s0n;
+    K[i] = s1n;
+    Y[i] = w - p4 * w - p0 * s0n / (sqrt(s1n) + p3);",
+        ),
+        UpdateRule::RmsProp {
+            lr,
+            rho,
+            epsilon,
+            centered: false,
+        } => (
+            "rmsprop",
+            [lr, rho, epsilon, 0.0, 0.0],
+            "let s0n = p1 * s0 + (1.0 - p1) * g * g;
+    Z[i] = s0n;
+    Y[i] = w - p0 * g / f_sqrt(s0n + p2);",
+        ),
+        UpdateRule::RmsProp {
+            lr,
+            rho,
+            epsilon,
+            centered: true,
+        } => (
+            "rmsprop_centered",
+            [lr, rho, epsilon, 0.0, 0.0],
+            "let s0n = p1 * s0 + (1.0 - p1) * g * g;
+    let s1n = p1 * s1 + (1.0 - p1) * g;
+    Z[i] = s0n;
+    K[i] = s1n;
+    Y[i] = w - p0 * g / f_sqrt(s0n - s1n * s1n + p2);",
+        ),
+        UpdateRule::Adagrad { lr, epsilon } => (
+            "adagrad",
+            [lr, epsilon, 0.0, 0.0, 0.0],
+            "let s0n = s0 + g * g;
+    Z[i] = s0n;
+    Y[i] = w - p0 * g / (sqrt(s0n) + p1);",
+        ),
+        UpdateRule::Adadelta { lr, rho, epsilon } => (
+            "adadelta",
+            [lr, rho, epsilon, 0.0, 0.0],
+            "let s0n = p1 * s0 + (1.0 - p1) * g * g;
+    let u = f_sqrt(s1 + p2) / f_sqrt(s0n + p2) * g;
+    Z[i] = s0n;
+    K[i] = p1 * s1 + (1.0 - p1) * u * u;
+    Y[i] = w - p0 * u;",
+        ),
+        UpdateRule::Adamax {
+            lr_t,
+            beta_1,
+            beta_2,
+            epsilon,
+        } => (
+            "adamax",
+            [lr_t, beta_1, beta_2, epsilon, 0.0],
+            "let s0n = p1 * s0 + (1.0 - p1) * g;
+    let s1n = max(p2 * s1, abs(g));
+    Z[i] = s0n;
+    K[i] = s1n;
+    Y[i] = w - p0 * s0n / (s1n + p3);",
+        ),
+    };
+    let ns = slots.len();
+    let mut head = String::from(
+        "    let w = A[P[12] + i];
+    let g = B[P[13] + i];
+    let p0 = bitcast<f32>(P[4]);
+    let p1 = bitcast<f32>(P[5]);
+    let p2 = bitcast<f32>(P[6]);
+    let p3 = bitcast<f32>(P[7]);
+    let p4 = bitcast<f32>(P[8]);
+",
+    );
+    if ns >= 1 {
+        head += "    let s0 = C[P[14] + i];\n";
+    }
+    if ns >= 2 {
+        head += "    let s1 = D[P[15] + i];\n";
+    }
+    let ins = vec!["f32"; 2 + ns];
+    let outs = vec!["f32"; 1 + ns];
+    let k = map_kernel(
+        gpu,
+        &format!("optimizer_{name}"),
+        &[Elem::F32],
+        &ins,
+        &outs,
+        false,
+        &format!("{head}    {body}"),
+    )?;
+    let n = w.n();
+    let nw = output(gpu, Elem::F32, n)?;
+    let new_slots = (0..ns)
+        .map(|_| output(gpu, Elem::F32, n))
+        .collect::<Result<Vec<_>>>()?;
+    let mut params = Params::new(n);
+    for (i, v) in p.iter().enumerate() {
+        params = params.set(4 + i, (*v as f32).to_bits());
+    }
+    for (i, x) in all.iter().enumerate() {
+        let (off, _) = x.op.layout.contiguous_range().expect("checked above");
+        params = params.set(12 + i, off as u32);
+    }
+    let inputs: Vec<&wgpu::Buffer> = all.iter().map(|x| x.buf.raw()).collect();
+    let mut outputs = vec![nw.raw()];
+    outputs.extend(new_slots.iter().map(|s| s.raw()));
+    run_map(gpu, &k, params, &inputs, &outputs, false, n)?;
+    Ok((nw, new_slots))
 }

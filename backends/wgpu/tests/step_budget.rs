@@ -1,0 +1,53 @@
+//! What one training step costs the host: kernels dispatched, waits for the GPU and buffer
+//! creations. Small-batch speed on a GPU is decided by these counts (each dispatch and each
+//! wait costs tens of microseconds of driver time), so they are held to a budget.
+
+mod common;
+
+use ferroflow_keras::{applications, losses::SparseCategoricalCrossentropy, FitConfig, Model};
+use ferroflow_optim::Adam;
+use ferroflow_tensor::{random, with_device, DType};
+
+#[test]
+fn an_mlp_training_step_stays_within_its_dispatch_budget() {
+    let Some(gpu) = common::wgpu_device() else {
+        return;
+    };
+    random::set_seed(1);
+    with_device(&gpu.to_string(), || {
+        let mut model = Model::from(applications::mnist_mlp());
+        model.build(&[28, 28, 1]).expect("build");
+        model
+            .compile(
+                Adam::new(1e-3),
+                SparseCategoricalCrossentropy::new(true),
+                &["accuracy"],
+            )
+            .expect("compile");
+        let x =
+            random::stateless_uniform(&[640, 28, 28, 1], [1, 2], 0.0, 1.0, DType::F32).expect("x");
+        let y = random::stateless_uniform(&[640], [1, 3], 0.0, 10.0, DType::I64).expect("y");
+        let fit = |m: &mut Model| {
+            m.fit(
+                &x,
+                &y,
+                FitConfig::new().epochs(1).batch_size(128).verbose(0),
+            )
+            .expect("fit")
+        };
+        fit(&mut model);
+        let (k0, r0, u0) = ferroflow_wgpu::counters();
+        fit(&mut model);
+        let (k1, r1, u1) = ferroflow_wgpu::counters();
+        let per = |a: u64, b: u64| (b - a) as f64 / 5.0;
+        let (kernels, reads, uploads) = (per(k0, k1), per(r0, r1), per(u0, u1));
+        println!("per step: {kernels} kernels, {reads} reads, {uploads} uploads");
+        // Forward, loss, backward and a fused Adam update per variable: 72 kernels today.
+        assert!(kernels <= 80.0, "{kernels} kernels per step");
+        // The loss, the metrics and the labels' range check.
+        assert!(reads <= 6.0, "{reads} waits for the GPU per step");
+        // The batch (x, y) and the step's changing scalars; constants come from the cache.
+        assert!(uploads <= 6.0, "{uploads} uploads per step");
+    })
+    .expect("device scope");
+}
