@@ -114,7 +114,7 @@ pub(crate) fn size_class(bytes: u64) -> u64 {
     if b <= 4096 {
         return b.next_power_of_two().max(16);
     }
-    let step = (b.next_power_of_two() / 8).max(16);
+    let step = (b.next_power_of_two() / 16).max(16);
     b.next_multiple_of(step)
 }
 

@@ -82,9 +82,14 @@ pub struct WgpuBackend {
 /// The graphics APIs to search: `FERROFLOW_WGPU_BACKEND` (`vulkan,metal,dx12,gl`), else the
 /// primary ones of the platform.
 fn requested_backends() -> Result<wgpu::Backends> {
-    let Ok(v) = std::env::var("FERROFLOW_WGPU_BACKEND") else {
-        return Ok(wgpu::Backends::PRIMARY);
-    };
+    match std::env::var("FERROFLOW_WGPU_BACKEND") {
+        Ok(v) => parse_backends(&v),
+        Err(_) => Ok(wgpu::Backends::PRIMARY),
+    }
+}
+
+/// `vulkan,metal,dx12,gl` (case-insensitive, comma-separated) as wgpu backends.
+fn parse_backends(v: &str) -> Result<wgpu::Backends> {
     let mut b = wgpu::Backends::empty();
     for name in v.split(',').map(|s| s.trim().to_ascii_lowercase()) {
         b |= match name.as_str() {
@@ -381,5 +386,47 @@ impl Backend for WgpuBackend {
             Box::new(nw),
             ns.into_iter().map(|b| Box::new(b) as BufferBox).collect(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graphics_apis_parse_from_the_environment_form() {
+        assert_eq!(parse_backends("vulkan").ok(), Some(wgpu::Backends::VULKAN));
+        assert_eq!(
+            parse_backends("Metal, gl").ok(),
+            Some(wgpu::Backends::METAL | wgpu::Backends::GL)
+        );
+        assert_eq!(parse_backends("dx12,").ok(), Some(wgpu::Backends::DX12));
+        let e = parse_backends("cuda")
+            .expect_err("not a wgpu API")
+            .to_string();
+        assert!(e.contains("cuda") && e.contains("vulkan"), "{e}");
+    }
+
+    #[test]
+    fn pool_size_classes_cover_the_request_and_waste_little() {
+        for bytes in [
+            0u64,
+            1,
+            15,
+            16,
+            17,
+            4095,
+            4096,
+            4097,
+            100_000,
+            1 << 20,
+            (1 << 20) + 1,
+        ] {
+            let c = gpu::size_class(bytes);
+            assert!(c >= bytes.max(16) && c % 16 == 0, "{bytes} -> {c}");
+            if bytes > 4096 {
+                assert!(c as f64 <= bytes as f64 * 1.126, "{bytes} -> {c}");
+            }
+        }
     }
 }

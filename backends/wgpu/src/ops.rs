@@ -605,7 +605,17 @@ fn f_to_i64(x: f32) -> vec2<u32> {
     return v;
 }
 fn i64_to_f32(v: vec2<u32>) -> f32 {
-    return f32(bitcast<i32>(v.y)) * 4294967296.0 + f32(v.x);
+    // Values that fit in 32 bits convert exactly; others through their magnitude.
+    let lo = bitcast<i32>(v.x);
+    if (v.y == 0u && lo >= 0) || (v.y == 0xffffffffu && lo < 0) { return f32(lo); }
+    var m = v;
+    let neg = (v.y & 0x80000000u) != 0u;
+    if neg {
+        let nlo = ~v.x + 1u;
+        m = vec2<u32>(nlo, ~v.y + select(0u, 1u, nlo == 0u));
+    }
+    let r = f32(m.y) * 4294967296.0 + f32(m.x);
+    return select(r, -r, neg);
 }
 ";
 

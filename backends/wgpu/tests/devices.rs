@@ -1,0 +1,100 @@
+//! Device selection and naming, and the errors for what the wgpu backend does not do.
+
+mod common;
+
+use ferroflow_tensor::{list_devices, with_device, DType, Device, HostData, Tensor};
+
+#[test]
+fn gpu_devices_are_listed_with_their_adapter() {
+    let Some(gpu) = common::wgpu_device() else {
+        return;
+    };
+    let adapters = ferroflow_wgpu::adapters();
+    let devices = list_devices();
+    let (_, desc) = devices
+        .iter()
+        .find(|(d, _)| *d == gpu)
+        .expect("/GPU:0 is listed");
+    assert!(
+        desc.starts_with("wgpu: ") && desc.contains(&adapters[0].name),
+        "{desc}"
+    );
+    assert!(devices.iter().any(|(d, _)| *d == Device::CPU));
+    // TF device strings select it; an ordinal past the adapters is an error saying so.
+    let t = with_device("/device:GPU:0", || Tensor::from_slice(&[1.0f32, 2.0]))
+        .expect("scope")
+        .expect("tensor");
+    assert_eq!(t.device(), gpu);
+    let missing = format!("/GPU:{}", adapters.len());
+    let e = with_device(&missing, || ())
+        .expect_err("no such GPU")
+        .to_string();
+    assert!(e.contains("wgpu") && e.contains(&missing[1..]), "{e}");
+}
+
+#[test]
+fn unsupported_dtypes_are_errors_naming_dtype_and_device() {
+    let Some(gpu) = common::wgpu_device() else {
+        return;
+    };
+    let name = &ferroflow_wgpu::adapters()[0].name;
+    for data in [
+        HostData::F64(vec![1.0]),
+        HostData::BF16(vec![half::bf16::ONE]),
+        HostData::U8(vec![1]),
+        HostData::I8(vec![1]),
+    ] {
+        let dtype = data.dtype();
+        let e = Tensor::from_host_on(data, &[1], gpu)
+            .expect_err("not stored on wgpu")
+            .to_string();
+        assert!(
+            e.contains(dtype.as_str()) && e.contains(name.as_str()),
+            "{e}"
+        );
+    }
+    // int64 is stored and cast, but has no arithmetic: an error, not a wrong number.
+    let big = [3, -4, 1 << 40, -(1 << 40) - 4096, i64::MIN, i64::MAX];
+    let i = Tensor::from_host_on(HostData::I64(big.to_vec()), &[6], gpu).expect("int64 stored");
+    let want: Vec<f32> = big.iter().map(|&v| v as f32).collect();
+    assert_eq!(
+        i.cast(DType::F32)
+            .expect("cast")
+            .to_vec::<f32>()
+            .expect("read"),
+        want
+    );
+    let want: Vec<i32> = big.iter().map(|&v| v as i32).collect();
+    assert_eq!(
+        i.cast(DType::I32)
+            .expect("cast")
+            .to_vec::<i32>()
+            .expect("read"),
+        want
+    );
+    let back = Tensor::from_host_on(HostData::F32(want_f(&big)), &[6], gpu)
+        .expect("f32")
+        .cast(DType::I64)
+        .expect("cast")
+        .to_vec::<i64>()
+        .expect("read");
+    let want: Vec<i64> = want_f(&big).iter().map(|&v| v as i64).collect();
+    assert_eq!(back, want, "float32 -> int64 saturates like Rust's `as`");
+    let e = i.add(&i).expect_err("no int64 add").to_string();
+    assert!(e.contains("int64"), "{e}");
+    // A CPU tensor and a GPU tensor meet only through `to_device`.
+    let c = Tensor::from_slice(&[1.0f32, 2.0]).expect("cpu");
+    let g = c.to_device(gpu).expect("to gpu");
+    assert!(c.add(&g).is_err());
+    assert_eq!(
+        g.to_device(Device::CPU)
+            .expect("back")
+            .to_vec::<f32>()
+            .expect("read"),
+        [1.0, 2.0]
+    );
+}
+
+fn want_f(v: &[i64]) -> Vec<f32> {
+    v.iter().map(|&x| x as f32).collect()
+}
