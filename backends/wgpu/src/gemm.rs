@@ -10,7 +10,7 @@
 use crate::elem::{Elem, Params};
 use crate::gpu::{backend_error, Gpu, Kernel};
 use crate::ops::{output, In};
-use crate::shaders::{fill, kernel_source};
+use crate::shaders::{fill, kernel_source, GEO_LIB};
 use ferroflow_tensor::{DType, Layout, Operand, ReduceOp, Result, Window2d};
 use std::sync::Arc;
 
@@ -434,78 +434,10 @@ fn launch(
     crate::ops::cast(&In::new(op)?, e.dtype())
 }
 
-/// Geometry shared by the convolution readers, loaded once per workgroup.
-const CONV_LIB: &str = "
-struct Geo { n: u32, h: u32, w: u32, c: u32, kh: u32, kw: u32, oh: u32, ow: u32,
-             sh: u32, sw: u32, dh: u32, dw: u32, ph: u32, pw: u32, cout: u32 }
-var<private> G: Geo;
-fn setup() {
-    let t = P[4];
-    G = Geo(P[t], P[t + 1u], P[t + 2u], P[t + 3u], P[t + 4u], P[t + 5u], P[t + 6u], P[t + 7u],
-            P[t + 8u], P[t + 9u], P[t + 10u], P[t + 11u], P[t + 12u], P[t + 13u], P[t + 19u]);
-}
-fn a_base(b: u32) -> i32 { return 0; }
+/// The convolution GEMMs' batch bases (there is no batch: split K uses `wid.z`).
+const CONV_BASES: &str = "fn a_base(b: u32) -> i32 { return 0; }
 fn b_base(b: u32) -> i32 { return 0; }
-// Offsets of a 4-D element of the first (table 14..19) and second (20..25) operand.
-fn a_at(i0: u32, i1: u32, i2: u32, i3: u32) -> u32 {
-    let t = P[4] + 14u;
-    return u32(bitcast<i32>(P[t]) + i32(i0) * bitcast<i32>(P[t + 1u]) + i32(i1) * bitcast<i32>(P[t + 2u])
-        + i32(i2) * bitcast<i32>(P[t + 3u]) + i32(i3) * bitcast<i32>(P[t + 4u]));
-}
-fn b_at(i0: u32, i1: u32, i2: u32, i3: u32) -> u32 {
-    let t = P[4] + 20u;
-    return u32(bitcast<i32>(P[t]) + i32(i0) * bitcast<i32>(P[t + 1u]) + i32(i1) * bitcast<i32>(P[t + 2u])
-        + i32(i2) * bitcast<i32>(P[t + 3u]) + i32(i3) * bitcast<i32>(P[t + 4u]));
-}
-fn in_row(o: u32, k: u32) -> i32 {
-    let r = i32(o * G.sh + k * G.dh) - i32(G.ph);
-    return select(-1, r, r >= 0 && r < i32(G.h));
-}
-fn in_col(o: u32, k: u32) -> i32 {
-    let r = i32(o * G.sw + k * G.dw) - i32(G.pw);
-    return select(-1, r, r >= 0 && r < i32(G.w));
-}
-fn out_row(h: u32, k: u32) -> i32 {
-    let t = i32(h + G.ph) - i32(k * G.dh);
-    if t < 0 || t % i32(G.sh) != 0 { return -1; }
-    let o = t / i32(G.sh);
-    return select(-1, o, o < i32(G.oh));
-}
-fn out_col(w: u32, k: u32) -> i32 {
-    let t = i32(w + G.pw) - i32(k * G.dw);
-    if t < 0 || t % i32(G.sw) != 0 { return -1; }
-    let o = t / i32(G.sw);
-    return select(-1, o, o < i32(G.ow));
-}
 ";
-
-fn conv_table(w: &Window2d, cout: usize, first: &In<'_>, second: &In<'_>) -> Vec<u32> {
-    let mut t: Vec<u32> = [
-        w.input[0],
-        w.input[1],
-        w.input[2],
-        w.input[3],
-        w.kernel[0],
-        w.kernel[1],
-        w.output[0],
-        w.output[1],
-        w.strides[0],
-        w.strides[1],
-        w.dilations[0],
-        w.dilations[1],
-        w.pad_before[0],
-        w.pad_before[1],
-    ]
-    .iter()
-    .map(|&v| v as u32)
-    .collect();
-    t.push(first.op.layout.offset() as u32);
-    t.extend(first.op.layout.strides().iter().map(|&s| s as i32 as u32));
-    t.push(cout as u32);
-    t.push(second.op.layout.offset() as u32);
-    t.extend(second.op.layout.strides().iter().map(|&s| s as i32 as u32));
-    t
-}
 
 #[allow(clippy::too_many_arguments)]
 fn conv_gemm(
@@ -530,7 +462,7 @@ fn conv_gemm(
     }
     let t = pick_tile(m, n, 1);
     let loaders = format!(
-        "{CONV_LIB}fn LOAD_A(v: {t}) -> f32 {{ return f32(v); }}
+        "{GEO_LIB}{CONV_BASES}fn LOAD_A(v: {t}) -> f32 {{ return f32(v); }}
 fn LOAD_B(v: {t}) -> f32 {{ return f32(v); }}
 {readers}",
         t = e.store()
@@ -543,7 +475,10 @@ fn LOAD_B(v: {t}) -> f32 {{ return f32(v); }}
         .set(5, m as u32)
         .set(6, n as u32)
         .set(7, k as u32)
-        .table(4, &conv_table(w, cout, first, second));
+        .table(
+            4,
+            &crate::ops::geo_table(w, Some(first), cout, Some(second)),
+        );
     launch(
         gpu,
         key,

@@ -423,7 +423,7 @@ mod tests {
             (1 << 20) + 1,
         ] {
             let c = gpu::size_class(bytes);
-            assert!(c >= bytes.max(16) && c % 16 == 0, "{bytes} -> {c}");
+            assert!(c >= bytes.max(16) && c.is_multiple_of(16), "{bytes} -> {c}");
             if bytes > 4096 {
                 assert!(c as f64 <= bytes as f64 * 1.126, "{bytes} -> {c}");
             }

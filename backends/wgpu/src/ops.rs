@@ -6,7 +6,7 @@
 use crate::buffer::{gpu_buffer, WgpuBuffer};
 use crate::elem::{check_len, descriptor, layout_descriptor, unsupported_on, Elem, Params};
 use crate::gpu::{backend_error, groups_for, Gpu, WG};
-use crate::shaders::{fill, kernel_source};
+use crate::shaders::{fill, kernel_source, GEO_LIB};
 use ferroflow_tensor::{
     ArgReduceOp, BinaryOp, CumulativeOp, DType, Error, HostData, Operand, PoolKind, ReduceOp,
     Result, UnaryOp, UpdateRule, Window2d,
@@ -1139,8 +1139,14 @@ fn index_error(
     })
 }
 
-const INDEX_FLAG: &str =
-    "atomicMax(&E[0], 2u); atomicStore(&E[1], bitcast<vec2<u32>>(raw).x); atomicStore(&E[2], bitcast<vec2<u32>>(raw).y);";
+/// WGSL recording an out-of-range index `raw` (int32 or int64) in the error word: code 2,
+/// then the index's low and high words.
+fn index_flag(ie: Elem) -> &'static str {
+    match ie {
+        Elem::I32 => "atomicMax(&E[0], 2u); atomicStore(&E[1], bitcast<u32>(raw)); atomicStore(&E[2], select(0u, 0xffffffffu, raw < 0));",
+        _ => "atomicMax(&E[0], 2u); atomicStore(&E[1], raw.x); atomicStore(&E[2], raw.y);",
+    }
+}
 
 pub(crate) fn gather(x: &In<'_>, idx: &In<'_>, axis: usize) -> Result<WgpuBuffer> {
     same_gpu("gather", x, idx)?;
@@ -1153,15 +1159,7 @@ pub(crate) fn gather(x: &In<'_>, idx: &In<'_>, axis: usize) -> Result<WgpuBuffer
     let ni = idx.n();
     let n = outer * ni * inner;
     let out = output(gpu, e, n)?;
-    let flag = match ie {
-        Elem::I32 => INDEX_FLAG
-            .replace("bitcast<vec2<u32>>(raw).x", "bitcast<u32>(raw)")
-            .replace(
-                "bitcast<vec2<u32>>(raw).y",
-                "select(0u, 0xffffffffu, raw < 0)",
-            ),
-        _ => INDEX_FLAG.replace("bitcast<vec2<u32>>(raw)", "raw"),
-    };
+    let flag = index_flag(ie);
     let body = format!(
         "    let inner = P[4];
     let ni = P[5];
@@ -1221,15 +1219,7 @@ pub(crate) fn scatter_add(
     let n: usize = shape.iter().product();
     let ni = idx.n();
     let out = output(gpu, e, n)?;
-    let flag = match ie {
-        Elem::I32 => INDEX_FLAG
-            .replace("bitcast<vec2<u32>>(raw).x", "bitcast<u32>(raw)")
-            .replace(
-                "bitcast<vec2<u32>>(raw).y",
-                "select(0u, 0xffffffffu, raw < 0)",
-            ),
-        _ => INDEX_FLAG.replace("bitcast<vec2<u32>>(raw)", "raw"),
-    };
+    let flag = index_flag(ie);
     // Here `A` is the updates and `B` the indices; each output element sums its updates.
     let body = format!(
         "    let inner = P[4];
@@ -1280,72 +1270,45 @@ pub(crate) fn scatter_add(
 
 // ---------------------------------------------------------------- pooling
 
-/// Window geometry table: input dims, window, output, strides, dilations, padding and the
-/// input's 4-D strides and offset.
-fn window_table(w: &Window2d, x: Option<&In<'_>>, dims_of: &[usize; 4]) -> Vec<u32> {
-    let mut t = vec![
-        dims_of[0] as u32,
-        w.input[1] as u32,
-        w.input[2] as u32,
-        w.input[3] as u32,
-        w.kernel[0] as u32,
-        w.kernel[1] as u32,
-        w.output[0] as u32,
-        w.output[1] as u32,
-        w.strides[0] as u32,
-        w.strides[1] as u32,
-        w.dilations[0] as u32,
-        w.dilations[1] as u32,
-        w.pad_before[0] as u32,
-        w.pad_before[1] as u32,
-    ];
-    match x {
+/// The geometry table `GEO_LIB` reads: the window (0..14), the first operand's offset and
+/// 4-D strides (14..19), the output channels (19), the second operand's (20..25).
+pub(crate) fn geo_table(
+    w: &Window2d,
+    first: Option<&In<'_>>,
+    cout: usize,
+    second: Option<&In<'_>>,
+) -> Vec<u32> {
+    let mut t: Vec<u32> = [
+        w.input[0],
+        w.input[1],
+        w.input[2],
+        w.input[3],
+        w.kernel[0],
+        w.kernel[1],
+        w.output[0],
+        w.output[1],
+        w.strides[0],
+        w.strides[1],
+        w.dilations[0],
+        w.dilations[1],
+        w.pad_before[0],
+        w.pad_before[1],
+    ]
+    .iter()
+    .map(|&v| v as u32)
+    .collect();
+    let operand = |t: &mut Vec<u32>, x: Option<&In<'_>>| match x {
         Some(x) => {
             t.push(x.op.layout.offset() as u32);
             t.extend(x.op.layout.strides().iter().map(|&s| s as i32 as u32));
         }
         None => t.extend([0; 5]),
-    }
+    };
+    operand(&mut t, first);
+    t.push(cout as u32);
+    operand(&mut t, second);
     t
 }
-
-const WINDOW_LIB: &str = "
-struct Win { n: u32, h: u32, w: u32, c: u32, kh: u32, kw: u32, oh: u32, ow: u32,
-             sh: u32, sw: u32, dh: u32, dw: u32, ph: u32, pw: u32 }
-fn win() -> Win {
-    let t = P[4];
-    return Win(P[t], P[t + 1u], P[t + 2u], P[t + 3u], P[t + 4u], P[t + 5u], P[t + 6u],
-               P[t + 7u], P[t + 8u], P[t + 9u], P[t + 10u], P[t + 11u], P[t + 12u], P[t + 13u]);
-}
-// Offset of x[n, h, w, c] through the strides in the table (index 14: offset, 15..19).
-fn x_at(n: u32, h: u32, w: u32, c: u32) -> u32 {
-    let t = P[4] + 14u;
-    return u32(bitcast<i32>(P[t]) + i32(n) * bitcast<i32>(P[t + 1u]) + i32(h) * bitcast<i32>(P[t + 2u])
-        + i32(w) * bitcast<i32>(P[t + 3u]) + i32(c) * bitcast<i32>(P[t + 4u]));
-}
-// Input row of window row k at output row o, or -1 in the padding.
-fn in_row(g: Win, o: u32, k: u32) -> i32 {
-    let r = i32(o * g.sh + k * g.dh) - i32(g.ph);
-    return select(-1, r, r >= 0 && r < i32(g.h));
-}
-fn in_col(g: Win, o: u32, k: u32) -> i32 {
-    let r = i32(o * g.sw + k * g.dw) - i32(g.pw);
-    return select(-1, r, r >= 0 && r < i32(g.w));
-}
-// Output row whose window row k covers input row h, or -1.
-fn out_row(g: Win, h: u32, k: u32) -> i32 {
-    let t = i32(h + g.ph) - i32(k * g.dh);
-    if t < 0 || t % i32(g.sh) != 0 { return -1; }
-    let o = t / i32(g.sh);
-    return select(-1, o, o < i32(g.oh));
-}
-fn out_col(g: Win, w: u32, k: u32) -> i32 {
-    let t = i32(w + g.pw) - i32(k * g.dw);
-    if t < 0 || t % i32(g.sw) != 0 { return -1; }
-    let o = t / i32(g.sw);
-    return select(-1, o, o < i32(g.ow));
-}
-";
 
 fn float_only(gpu: &Gpu, op: &'static str, e: Elem) -> Result<()> {
     if e.is_float() {
@@ -1368,18 +1331,18 @@ pub(crate) fn pool2d(kind: PoolKind, x: &In<'_>, w: &Window2d) -> Result<WgpuBuf
         PoolKind::Avg => ("0.0", "acc = acc + v;", "acc / max(count, 1.0)"),
     };
     let body = fill(
-        "    let g = win();
-    let c = i % g.c;
-    let ow = (i / g.c) % g.ow;
-    let oh = (i / (g.c * g.ow)) % g.oh;
-    let n = i / (g.c * g.ow * g.oh);
+        "    setup();
+    let c = i % G.c;
+    let ow = (i / G.c) % G.ow;
+    let oh = (i / (G.c * G.ow)) % G.oh;
+    let n = i / (G.c * G.ow * G.oh);
     var acc = $INIT;
     var count = 0.0;
-    for (var kh = 0u; kh < g.kh; kh = kh + 1u) {
-        let h = in_row(g, oh, kh);
+    for (var kh = 0u; kh < G.kh; kh = kh + 1u) {
+        let h = in_row(oh, kh);
         if h < 0 { continue; }
-        for (var kw = 0u; kw < g.kw; kw = kw + 1u) {
-            let ww = in_col(g, ow, kw);
+        for (var kw = 0u; kw < G.kw; kw = kw + 1u) {
+            let ww = in_col(ow, kw);
             if ww < 0 { continue; }
             let v = $LOAD;
             $COMBINE
@@ -1391,7 +1354,7 @@ pub(crate) fn pool2d(kind: PoolKind, x: &In<'_>, w: &Window2d) -> Result<WgpuBuf
             ("INIT", init),
             ("COMBINE", combine),
             ("STORE", &e.store_expr(result)),
-            ("LOAD", &e.load("A[x_at(n, u32(h), u32(ww), c)]")),
+            ("LOAD", &e.load("A[a_at(n, u32(h), u32(ww), c)]")),
         ],
     );
     let k = window_kernel(
@@ -1403,7 +1366,7 @@ pub(crate) fn pool2d(kind: PoolKind, x: &In<'_>, w: &Window2d) -> Result<WgpuBuf
     )?;
     let n = w.input[0] * w.output[0] * w.output[1] * w.input[3];
     let out = output(gpu, e, n)?;
-    let p = Params::new(n).table(4, &window_table(w, Some(x), &w.input));
+    let p = Params::new(n).table(4, &geo_table(w, Some(x), 0, None));
     run_map(gpu, &k, p, &[x.buf.raw()], &[out.raw()], false, n)?;
     Ok(out)
 }
@@ -1419,7 +1382,7 @@ fn window_kernel(
         kernel_source(
             e == Elem::F16,
             &format!(
-                "{WINDOW_LIB}{}{MAIN}{body}\n}}\n",
+                "{GEO_LIB}{}{MAIN}{body}\n}}\n",
                 bindings(inputs, &[e.store()], false)
             ),
         )
@@ -1434,27 +1397,27 @@ pub(crate) fn max_pool_grad(x: &In<'_>, dy: &In<'_>, w: &Window2d) -> Result<Wgp
     let e = x.elem();
     float_only(gpu, "max_pool_grad", e)?;
     let body = fill(
-        "    let g = win();
-    let c = i % g.c;
-    let w0 = (i / g.c) % g.w;
-    let h0 = (i / (g.c * g.w)) % g.h;
-    let n = i / (g.c * g.w * g.h);
+        "    setup();
+    let c = i % G.c;
+    let w0 = (i / G.c) % G.w;
+    let h0 = (i / (G.c * G.w)) % G.h;
+    let n = i / (G.c * G.w * G.h);
     var acc = 0.0;
-    for (var kh = 0u; kh < g.kh; kh = kh + 1u) {
-        let oh = out_row(g, h0, kh);
+    for (var kh = 0u; kh < G.kh; kh = kh + 1u) {
+        let oh = out_row(h0, kh);
         if oh < 0 { continue; }
-        for (var kw = 0u; kw < g.kw; kw = kw + 1u) {
-            let ow = out_col(g, w0, kw);
+        for (var kw = 0u; kw < G.kw; kw = kw + 1u) {
+            let ow = out_col(w0, kw);
             if ow < 0 { continue; }
             // The first maximum of window (oh, ow).
             var best = -f_inf();
             var bh = -1;
             var bw = -1;
-            for (var a = 0u; a < g.kh; a = a + 1u) {
-                let h = in_row(g, u32(oh), a);
+            for (var a = 0u; a < G.kh; a = a + 1u) {
+                let h = in_row(u32(oh), a);
                 if h < 0 { continue; }
-                for (var b = 0u; b < g.kw; b = b + 1u) {
-                    let ww = in_col(g, u32(ow), b);
+                for (var b = 0u; b < G.kw; b = b + 1u) {
+                    let ww = in_col(u32(ow), b);
                     if ww < 0 { continue; }
                     let v = $LOADX;
                     if bh < 0 || (!is_nan(best) && (is_nan(v) || v > best)) {
@@ -1469,10 +1432,10 @@ pub(crate) fn max_pool_grad(x: &In<'_>, dy: &In<'_>, w: &Window2d) -> Result<Wgp
     }
     Y[i] = $STORE;",
         &[
-            ("LOADX", &e.load("A[x_at(n, u32(h), u32(ww), c)]")),
+            ("LOADX", &e.load("A[a_at(n, u32(h), u32(ww), c)]")),
             (
                 "LOADDY",
-                &e.load("B[at(P[1], ((n * g.oh + u32(oh)) * g.ow + u32(ow)) * g.c + c)]"),
+                &e.load("B[at(P[1], ((n * G.oh + u32(oh)) * G.ow + u32(ow)) * G.c + c)]"),
             ),
             ("STORE", &e.store_expr("acc")),
         ],
@@ -1488,7 +1451,7 @@ pub(crate) fn max_pool_grad(x: &In<'_>, dy: &In<'_>, w: &Window2d) -> Result<Wgp
     let out = output(gpu, e, n)?;
     let p = Params::new(n)
         .desc(0, dy.desc())
-        .table(4, &window_table(w, Some(x), &w.input));
+        .table(4, &geo_table(w, Some(x), 0, None));
     run_map(
         gpu,
         &k,
@@ -1506,22 +1469,22 @@ pub(crate) fn avg_pool_grad(dy: &In<'_>, w: &Window2d) -> Result<WgpuBuffer> {
     let e = dy.elem();
     float_only(gpu, "avg_pool_grad", e)?;
     let body = fill(
-        "    let g = win();
-    let c = i % g.c;
-    let w0 = (i / g.c) % g.w;
-    let h0 = (i / (g.c * g.w)) % g.h;
-    let n = i / (g.c * g.w * g.h);
+        "    setup();
+    let c = i % G.c;
+    let w0 = (i / G.c) % G.w;
+    let h0 = (i / (G.c * G.w)) % G.h;
+    let n = i / (G.c * G.w * G.h);
     var acc = 0.0;
-    for (var kh = 0u; kh < g.kh; kh = kh + 1u) {
-        let oh = out_row(g, h0, kh);
+    for (var kh = 0u; kh < G.kh; kh = kh + 1u) {
+        let oh = out_row(h0, kh);
         if oh < 0 { continue; }
-        for (var kw = 0u; kw < g.kw; kw = kw + 1u) {
-            let ow = out_col(g, w0, kw);
+        for (var kw = 0u; kw < G.kw; kw = kw + 1u) {
+            let ow = out_col(w0, kw);
             if ow < 0 { continue; }
             var count = 0.0;
-            for (var a = 0u; a < g.kh; a = a + 1u) {
-                for (var b = 0u; b < g.kw; b = b + 1u) {
-                    if in_row(g, u32(oh), a) >= 0 && in_col(g, u32(ow), b) >= 0 { count = count + 1.0; }
+            for (var a = 0u; a < G.kh; a = a + 1u) {
+                for (var b = 0u; b < G.kw; b = b + 1u) {
+                    if in_row(u32(oh), a) >= 0 && in_col(u32(ow), b) >= 0 { count = count + 1.0; }
                 }
             }
             acc = acc + $LOADDY / count;
@@ -1531,7 +1494,7 @@ pub(crate) fn avg_pool_grad(dy: &In<'_>, w: &Window2d) -> Result<WgpuBuffer> {
         &[
             (
                 "LOADDY",
-                &e.load("A[at(P[1], ((n * g.oh + u32(oh)) * g.ow + u32(ow)) * g.c + c)]"),
+                &e.load("A[at(P[1], ((n * G.oh + u32(oh)) * G.ow + u32(ow)) * G.c + c)]"),
             ),
             ("STORE", &e.store_expr("acc")),
         ],
@@ -1541,7 +1504,7 @@ pub(crate) fn avg_pool_grad(dy: &In<'_>, w: &Window2d) -> Result<WgpuBuffer> {
     let out = output(gpu, e, n)?;
     let p = Params::new(n)
         .desc(0, dy.desc())
-        .table(4, &window_table(w, None, &w.input));
+        .table(4, &geo_table(w, None, 0, None));
     run_map(gpu, &k, p, &[dy.buf.raw()], &[out.raw()], false, n)?;
     Ok(out)
 }

@@ -49,25 +49,7 @@ fn mixed_float16_trains_on_wgpu_like_float32() {
         eprintln!("SKIPPED: this adapter has no SHADER_F16, float16 is not computed on it");
         return;
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets/mnist");
-    let dir = if dir.exists() {
-        dir
-    } else {
-        std::path::PathBuf::from("datasets/mnist")
-    };
-    let n = 960;
-    let images = ferroflow_data::idx::read(dir.join("train-images-idx3-ubyte.gz")).expect("idx");
-    let labels = ferroflow_data::idx::read(dir.join("train-labels-idx1-ubyte.gz")).expect("idx");
-    let x = images
-        .slice(&[0, 0, 0], &[n as isize, -1, -1])
-        .and_then(|t| t.cast(DType::F32))
-        .and_then(|t| t.div(&Tensor::scalar(255.0f32)?))
-        .and_then(|t| t.reshape_to(&[n, 28, 28, 1]))
-        .expect("x");
-    let y = labels
-        .slice(&[0], &[n as isize])
-        .and_then(|t| t.cast(DType::I64))
-        .expect("y");
+    let (x, y) = common::mnist(960).expect("MNIST from datasets/mnist");
     let (f32_acc, f32_out) = accuracy_after_training("float32", &x, &y).expect("float32");
     let (f16_acc, f16_out) = accuracy_after_training("mixed_float16", &x, &y).expect("mixed");
     println!("training accuracy: float32 {f32_acc:.4}, mixed_float16 {f16_acc:.4}");

@@ -5,27 +5,7 @@ mod common;
 
 use ferroflow_keras::{applications, losses::SparseCategoricalCrossentropy, FitConfig, Model};
 use ferroflow_optim::Adam;
-use ferroflow_tensor::{random, with_device, DType, Device, Result, Tensor};
-use std::path::Path;
-
-/// The first `n` training images as f32 in [0, 1] ([n, 28, 28, 1]) and their int64 labels.
-fn mnist(n: usize) -> Result<(Tensor, Tensor)> {
-    // Beside the sources, or under the current directory for a prebuilt test binary.
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets/mnist");
-    let dir = if built.exists() {
-        built
-    } else {
-        Path::new("datasets/mnist").to_path_buf()
-    };
-    let images = ferroflow_data::idx::read(dir.join("train-images-idx3-ubyte.gz"))?;
-    let labels = ferroflow_data::idx::read(dir.join("train-labels-idx1-ubyte.gz"))?;
-    let x = images
-        .slice(&[0, 0, 0], &[n as isize, -1, -1])?
-        .cast(DType::F32)?
-        .div(&Tensor::scalar(255.0f32)?)?
-        .reshape_to(&[n, 28, 28, 1])?;
-    Ok((x, labels.slice(&[0], &[n as isize])?.cast(DType::I64)?))
-}
+use ferroflow_tensor::{random, with_device, Device, Result, Tensor};
 
 /// Per-epoch (loss, accuracy) of the MLP trained on `device`.
 fn train(device: Device, x: &Tensor, y: &Tensor, epochs: usize) -> Result<Vec<(f64, f64)>> {
@@ -60,7 +40,7 @@ fn mnist_mlp_on_wgpu_follows_the_cpu_loss_curve() {
         return;
     };
     // 30 batches of 64 per epoch, 10 epochs: 300 steps.
-    let (x, y) = mnist(1920).expect("MNIST from datasets/mnist");
+    let (x, y) = common::mnist(1920).expect("MNIST from datasets/mnist");
     let cpu = train(Device::CPU, &x, &y, 10).expect("CPU run");
     let wgpu = train(gpu, &x, &y, 10).expect("wgpu run");
     println!("epoch  cpu loss  wgpu loss  cpu acc  wgpu acc");

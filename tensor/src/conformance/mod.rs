@@ -30,36 +30,10 @@ pub mod sort;
 #[macro_export]
 macro_rules! conformance_tests {
     ($setup:expr, $device:expr) => {
-        $crate::conformance_tests!(@each $setup, $device,
-            unary_float_ops => elementwise::unary_float_ops,
-            unary_int_ops => elementwise::unary_int_ops,
-            binary_float_ops => elementwise::binary_float_ops,
-            binary_int_ops => elementwise::binary_int_ops,
-            binary_logical_ops => elementwise::binary_logical_ops,
-            cast_all_pairs => elementwise::cast_all_pairs,
-            select => elementwise::select,
-            reductions => reduce::reductions,
-            mean_and_logsumexp => reduce::mean_and_logsumexp,
-            arg_reductions => reduce::arg_reductions,
-            matmul => linalg::matmul,
-            reshape_transpose_reverse => shape::reshape_transpose_reverse,
-            strided_slice => shape::strided_slice,
-            concat_split_stack => shape::concat_split_stack,
-            pad_and_tile => shape::pad_and_tile,
-            broadcast_expand_squeeze => shape::broadcast_expand_squeeze,
-            gather_scatter => index::gather_scatter,
-            nd_and_one_hot => index::nd_and_one_hot,
-            scans => sort::scans,
-            sorting => sort::sorting,
-            conv2d => nn::conv2d,
-            pooling => nn::pooling,
-            softmax => nn::softmax,
-            creation_and_round_trip => creation::creation_and_round_trip,
-            random_statistics => creation::random_statistics,
-            variables => creation::variables,
-            optimizer_update => fused::optimizer_update,
-            never_panics => robustness::never_panics,
-        );
+        $crate::conformance_tests!(optional: {
+            $setup;
+            Some($device)
+        });
     };
     // A device that may be absent: `$device` is an `Option<Device>`, `None` skips every test
     // (the caller prints why).
@@ -103,16 +77,6 @@ macro_rules! conformance_tests {
                 if let Some(device) = device {
                     $crate::conformance::$($path)::+(&device);
                 }
-            }
-        )*
-    };
-    (@each $setup:expr, $device:expr, $($name:ident => $($path:ident)::+),* $(,)?) => {
-        $(
-            #[test]
-            fn $name() {
-                $setup;
-                let device: $crate::Device = $device;
-                $crate::conformance::$($path)::+(&device);
             }
         )*
     };
