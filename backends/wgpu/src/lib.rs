@@ -15,11 +15,12 @@
 //! ferroflow_cpu::register();
 //! ferroflow_wgpu::register();
 //! use ferroflow_tensor::{with_device, Tensor};
-//! let y = with_device("/GPU:0", || -> ferroflow_tensor::Result<Tensor> {
-//!     let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0])?;
-//!     x.matmul(&x.reshape(&[3, 1])?.transpose(&[1, 0])?.reshape(&[3, 1])?.transpose(&[1, 0])?)
-//! });
-//! # let _ = y;
+//! let y = with_device("/GPU:0", || -> ferroflow_tensor::Result<Vec<f32>> {
+//!     let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+//!     a.matmul(&a)?.to_vec::<f32>()
+//! })??;
+//! assert_eq!(y, [7.0, 10.0, 15.0, 22.0]);
+//! # Ok::<(), ferroflow_tensor::Error>(())
 //! ```
 //!
 //! # Design
@@ -184,6 +185,14 @@ fn shared() -> Result<Arc<WgpuBackend>> {
 
 /// Registers the wgpu backend for `/GPU:*` (idempotent) and returns how many adapters it
 /// serves (0 when there is no GPU driver: GPU devices then report that as an error).
+///
+/// ```
+/// let n = ferroflow_wgpu::register();
+/// assert_eq!(n, ferroflow_wgpu::adapters().len());
+/// for a in ferroflow_wgpu::adapters() {
+///     println!("{} on {} ({})", a.name, a.api, a.kind);
+/// }
+/// ```
 pub fn register() -> usize {
     match shared() {
         Ok(b) => {
