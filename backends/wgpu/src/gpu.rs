@@ -208,11 +208,16 @@ impl Gpu {
     /// Returns a buffer to the pool (or frees it when the pool is full).
     pub fn recycle(&self, buffer: wgpu::Buffer) {
         let size = buffer.size();
-        let mut pool = lock(&self.pool);
-        if pool.bytes + size <= pool.limit {
-            pool.bytes += size;
-            pool.free.entry(size).or_default().push(buffer);
+        {
+            let mut pool = lock(&self.pool);
+            if pool.bytes + size <= pool.limit {
+                pool.bytes += size;
+                pool.free.entry(size).or_default().push(buffer);
+                return;
+            }
         }
+        // Freed for real: cached bind groups must not keep its memory alive.
+        lock(&self.bind_groups).retain(|k, _| !k.2.contains(&buffer));
     }
 
     /// A fresh buffer holding `bytes` (padded with zeros to its size class).
