@@ -1179,25 +1179,7 @@ pub(crate) fn gather(x: &In<'_>, idx: &In<'_>, axis: usize) -> Result<WgpuBuffer
         true,
         &body,
     )?;
-    if n == 0 {
-        return Ok(out);
-    }
-    let p = Params::new(n)
-        .set(4, inner.max(1) as u32)
-        .set(5, ni as u32)
-        .set(6, shape[axis] as u32)
-        .desc(0, x.desc())
-        .desc(1, idx.desc());
-    let word = run_map(
-        gpu,
-        &k,
-        p,
-        &[x.buf.raw(), idx.buf.raw()],
-        &[out.raw()],
-        true,
-        n,
-    )?;
-    index_error(gpu, word, "gather", shape[axis])?;
+    run_indexed(gpu, &k, "gather", (x, idx), &out, (n, inner), shape[axis])?;
     Ok(out)
 }
 
@@ -1217,7 +1199,6 @@ pub(crate) fn scatter_add(
     };
     let inner: usize = shape[axis + 1..].iter().product();
     let n: usize = shape.iter().product();
-    let ni = idx.n();
     let out = output(gpu, e, n)?;
     let flag = index_flag(ie);
     // Here `A` is the updates and `B` the indices; each output element sums its updates.
@@ -1246,26 +1227,49 @@ pub(crate) fn scatter_add(
         true,
         &body,
     )?;
+    run_indexed(
+        gpu,
+        &k,
+        "scatter_add",
+        (upd, idx),
+        &out,
+        (n, inner),
+        shape[axis],
+    )?;
+    Ok(out)
+}
+
+/// Runs a gather-like kernel over `n` outputs (params: the slab size `inner`, the index
+/// count, the indexed axis' length `bound`; descriptors of the data and the indices), then
+/// turns an out-of-range index the kernel flagged into the op's error.
+fn run_indexed(
+    gpu: &Arc<Gpu>,
+    k: &crate::gpu::Kernel,
+    op: &'static str,
+    (data, idx): (&In<'_>, &In<'_>),
+    out: &WgpuBuffer,
+    (n, inner): (usize, usize),
+    bound: usize,
+) -> Result<()> {
     if n == 0 {
-        return Ok(out);
+        return Ok(());
     }
     let p = Params::new(n)
         .set(4, inner.max(1) as u32)
-        .set(5, ni as u32)
-        .set(6, shape[axis] as u32)
-        .desc(0, upd.desc())
+        .set(5, idx.n() as u32)
+        .set(6, bound as u32)
+        .desc(0, data.desc())
         .desc(1, idx.desc());
     let word = run_map(
         gpu,
-        &k,
+        k,
         p,
-        &[upd.buf.raw(), idx.buf.raw()],
+        &[data.buf.raw(), idx.buf.raw()],
         &[out.raw()],
         true,
         n,
     )?;
-    index_error(gpu, word, "scatter_add", shape[axis])?;
-    Ok(out)
+    index_error(gpu, word, op, bound)
 }
 
 // ---------------------------------------------------------------- pooling
