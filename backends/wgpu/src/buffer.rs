@@ -7,6 +7,8 @@ use std::any::Any;
 use std::sync::Arc;
 
 /// A tensor's storage on a wgpu device: `len` elements of one dtype in a pooled buffer.
+/// Tensors own it through the `Backend` trait; users meet it only as
+/// `tensor.buffer().as_any().downcast_ref::<WgpuBuffer>()`.
 pub struct WgpuBuffer {
     pub(crate) gpu: Arc<Gpu>,
     pub(crate) buffer: Option<wgpu::Buffer>,

@@ -54,7 +54,7 @@ use gpu::{backend_error, Gpu};
 use ops::In;
 use std::sync::{Arc, OnceLock};
 
-/// One adapter wgpu found, as [`adapters`] lists it.
+/// One adapter wgpu found, as [`adapters`] lists it (see there for an example).
 #[derive(Debug, Clone)]
 pub struct AdapterInfo {
     /// The device name (`NVIDIA H200`, `llvmpipe (LLVM 15.0.6, 256 bits)`).
@@ -75,7 +75,16 @@ struct Slot {
     gpu: OnceLock<std::result::Result<Arc<Gpu>, String>>,
 }
 
-/// The wgpu backend: one device per adapter, opened on first use.
+/// The wgpu backend: one device per adapter, opened on first use. [`register`] installs the
+/// process-wide one; a second instance is for tools that want their own view of the adapters.
+///
+/// ```
+/// use ferroflow_tensor::Backend;
+/// let b = ferroflow_wgpu::WgpuBackend::new()?;
+/// assert_eq!(b.name(), "wgpu");
+/// assert_eq!(b.device_count(), b.adapters().len());
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
 pub struct WgpuBackend {
     slots: Vec<Slot>,
 }
@@ -222,6 +231,13 @@ pub fn counters() -> (u64, u64, u64) {
 }
 
 /// The adapters wgpu finds, `/GPU:0` first.
+///
+/// ```
+/// // Which GPU devices can hold float16 tensors:
+/// for (i, a) in ferroflow_wgpu::adapters().iter().enumerate() {
+///     println!("/GPU:{i} {}: float16 {}", a.name, a.shader_f16);
+/// }
+/// ```
 pub fn adapters() -> Vec<AdapterInfo> {
     shared().map(|b| b.adapters()).unwrap_or_default()
 }
