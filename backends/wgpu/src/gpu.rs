@@ -376,10 +376,10 @@ impl Gpu {
             .clone()
     }
 
-    fn params_buffer(&self, params: &[u32]) -> wgpu::Buffer {
+    fn params_buffer(&self, params: &[u32]) -> Result<wgpu::Buffer> {
         let mut cache = lock(&self.params);
         if let Some(b) = cache.get(params) {
-            return b.clone();
+            return Ok(b.clone());
         }
         if cache.len() >= PARAM_CACHE {
             cache.clear();
@@ -396,11 +396,11 @@ impl Gpu {
         });
         buffer
             .get_mapped_range_mut(..)
-            .expect("a buffer mapped at creation maps")
+            .map_err(|e| backend_error(format!("mapping a parameter block: {e}")))?
             .copy_from_slice(bytemuck::cast_slice(&words));
         buffer.unmap();
         cache.insert(params.to_vec(), buffer.clone());
-        buffer
+        Ok(buffer)
     }
 
     /// Records one dispatch of `kernel` over `groups` workgroups.
@@ -425,7 +425,7 @@ impl Gpu {
             return Ok(());
         }
         DISPATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let pbuf = self.params_buffer(params);
+        let pbuf = self.params_buffer(params)?;
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: pbuf.as_entire_binding(),
