@@ -1393,15 +1393,9 @@ fn window_kernel(
     })
 }
 
-/// dy routed to the first maximum of each window: each input element sums the dy of the
-/// windows whose first maximum it is.
-pub(crate) fn max_pool_grad(x: &In<'_>, dy: &In<'_>, w: &Window2d) -> Result<WgpuBuffer> {
-    same_gpu("max_pool_grad", x, dy)?;
-    let gpu = x.gpu();
-    let e = x.elem();
-    float_only(gpu, "max_pool_grad", e)?;
-    let body = fill(
-        "    setup();
+/// WGSL opening of the pooling gradients: input element `i` = (n, h0, w0, c), then a loop over
+/// the windows (oh, ow) that cover it (the body continues inside, closes both loops).
+const POOL_GRAD_WINDOWS: &str = "    setup();
     let c = i % G.c;
     let w0 = (i / G.c) % G.w;
     let h0 = (i / (G.c * G.w)) % G.h;
@@ -1413,7 +1407,19 @@ pub(crate) fn max_pool_grad(x: &In<'_>, dy: &In<'_>, w: &Window2d) -> Result<Wgp
         for (var kw = 0u; kw < G.kw; kw = kw + 1u) {
             let ow = out_col(w0, kw);
             if ow < 0 { continue; }
-            // The first maximum of window (oh, ow).
+";
+
+/// dy routed to the first maximum of each window: each input element sums the dy of the
+/// windows whose first maximum it is.
+pub(crate) fn max_pool_grad(x: &In<'_>, dy: &In<'_>, w: &Window2d) -> Result<WgpuBuffer> {
+    same_gpu("max_pool_grad", x, dy)?;
+    let gpu = x.gpu();
+    let e = x.elem();
+    float_only(gpu, "max_pool_grad", e)?;
+    let body = fill(
+        &[
+            POOL_GRAD_WINDOWS,
+            "            // The first maximum of window (oh, ow).
             var best = -f_inf();
             var bh = -1;
             var bw = -1;
@@ -1435,6 +1441,8 @@ pub(crate) fn max_pool_grad(x: &In<'_>, dy: &In<'_>, w: &Window2d) -> Result<Wgp
         }
     }
     Y[i] = $STORE;",
+        ]
+        .concat(),
         &[
             ("LOADX", &e.load("A[a_at(n, u32(h), u32(ww), c)]")),
             (
@@ -1473,19 +1481,9 @@ pub(crate) fn avg_pool_grad(dy: &In<'_>, w: &Window2d) -> Result<WgpuBuffer> {
     let e = dy.elem();
     float_only(gpu, "avg_pool_grad", e)?;
     let body = fill(
-        "    setup();
-    let c = i % G.c;
-    let w0 = (i / G.c) % G.w;
-    let h0 = (i / (G.c * G.w)) % G.h;
-    let n = i / (G.c * G.w * G.h);
-    var acc = 0.0;
-    for (var kh = 0u; kh < G.kh; kh = kh + 1u) {
-        let oh = out_row(h0, kh);
-        if oh < 0 { continue; }
-        for (var kw = 0u; kw < G.kw; kw = kw + 1u) {
-            let ow = out_col(w0, kw);
-            if ow < 0 { continue; }
-            var count = 0.0;
+        &[
+            POOL_GRAD_WINDOWS,
+            "            var count = 0.0;
             for (var a = 0u; a < G.kh; a = a + 1u) {
                 for (var b = 0u; b < G.kw; b = b + 1u) {
                     if in_row(u32(oh), a) >= 0 && in_col(u32(ow), b) >= 0 { count = count + 1.0; }
@@ -1495,6 +1493,8 @@ pub(crate) fn avg_pool_grad(dy: &In<'_>, w: &Window2d) -> Result<WgpuBuffer> {
         }
     }
     Y[i] = $STORE;",
+        ]
+        .concat(),
         &[
             (
                 "LOADDY",
