@@ -937,7 +937,7 @@ impl Model {
                     break;
                 };
                 let (bx, by) = batch?;
-                let (bx, by) = (self.placed(bx)?, self.placed(by)?);
+                let (bx, by) = self.placed((bx, by))?;
                 if by.is_empty() {
                     return Err(Error::invalid(
                         "Model.fit",
@@ -994,7 +994,7 @@ impl Model {
         let mut seen = 0;
         for batch in batches.iter().take(steps.unwrap_or(usize::MAX)) {
             let (bx, by) = batch?;
-            let (bx, by) = (self.placed(bx)?, self.placed(by)?);
+            let (bx, by) = self.placed((bx, by))?;
             if by.is_empty() {
                 return Err(Error::invalid(
                     "Model.evaluate",
@@ -1043,8 +1043,7 @@ impl Model {
         let _scope = device_scope(&self.device().to_string())?;
         let mut parts = Vec::new();
         for batch in batches_of(data).iter() {
-            let (bx, _) = batch?;
-            let bx = self.placed(bx)?;
+            let (bx, _) = self.placed((batch?.0, vec![]))?;
             self.note_input_shapes(&bx);
             parts.push(self.network.apply(&bx, false)?.remove(0));
         }
@@ -1091,7 +1090,7 @@ impl Model {
             let _scope = device_scope(&self.device().to_string())?;
             let out = self
                 .network
-                .apply(&self.placed(x.range(start, end)?.0)?, false)?;
+                .apply(&self.placed((x.range(start, end)?.0, vec![]))?.0, false)?;
             if parts.is_empty() {
                 parts = vec![vec![]; out.len()];
             }
@@ -1127,10 +1126,13 @@ impl Model {
             .map(|v| v.value().device())
             .unwrap_or_else(current_device)
     }
-    /// The batch's tensors on the model's device.
-    fn placed(&self, ts: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    /// A batch's inputs and targets on the model's device.
+    fn placed(&self, (x, y): Batch) -> Result<Batch> {
         let d = self.device();
-        ts.into_iter().map(|t| t.to_device(d)).collect()
+        let to = |ts: Vec<Tensor>| -> Result<Vec<Tensor>> {
+            ts.into_iter().map(|t| t.to_device(d)).collect()
+        };
+        Ok((to(x)?, to(y)?))
     }
     /// Every weight of the network.
     pub fn weights(&self) -> Vec<Variable> {

@@ -496,7 +496,7 @@ pub(crate) fn conv2d(x: &In<'_>, f: &In<'_>, w: &Window2d) -> Result<crate::buff
     let cout = fs[3];
     let m = w.input[0] * w.output[0] * w.output[1];
     let k = w.kernel[0] * w.kernel[1] * w.input[3];
-    // Readers: `$LA[..])` becomes `LOAD_A(A[..])`, the read converted to f32.
+    // Readers: `LOAD_A`/`LOAD_B` convert a stored element to f32.
     let readers = "
 fn load_a(base: i32, m: u32, k: u32) -> f32 {
     let ow = m % G.ow; let t = m / G.ow; let oh = t % G.oh; let n = t / G.oh;
@@ -504,14 +504,14 @@ fn load_a(base: i32, m: u32, k: u32) -> f32 {
     let h = in_row(oh, kh);
     let w = in_col(ow, kw);
     if h < 0 || w < 0 { return 0.0; }
-    return $LA[a_at(n, u32(h), u32(w), ci)]);
+    return LOAD_A(A[a_at(n, u32(h), u32(w), ci)]);
 }
 fn load_b(base: i32, k: u32, co: u32) -> f32 {
     let ci = k % G.c; let t2 = k / G.c; let kw = t2 % G.kw; let kh = t2 / G.kw;
-    return $LB[b_at(kh, kw, ci, co)]);
+    return LOAD_B(B[b_at(kh, kw, ci, co)]);
 }
 ";
-    conv_gemm("conv2d", x, f, w, cout, (m, cout, k), &fix_readers(readers))
+    conv_gemm("conv2d", x, f, w, cout, (m, cout, k), readers)
 }
 
 /// Gradient w.r.t. the input: `[N·H·W, KH·KW·Cout] × [KH·KW·Cout, Cin]`, each row reading
@@ -531,11 +531,11 @@ fn load_a(base: i32, m: u32, k: u32) -> f32 {
     let oh = out_row(h0, kh);
     let ow = out_col(w0, kw);
     if oh < 0 || ow < 0 { return 0.0; }
-    return $LA[a_at(n, u32(oh), u32(ow), co)]);
+    return LOAD_A(A[a_at(n, u32(oh), u32(ow), co)]);
 }
 fn load_b(base: i32, k: u32, ci: u32) -> f32 {
     let co = k % G.cout; let t2 = k / G.cout; let kw = t2 % G.kw; let kh = t2 / G.kw;
-    return $LB[b_at(kh, kw, ci, co)]);
+    return LOAD_B(B[b_at(kh, kw, ci, co)]);
 }
 ";
     conv_gemm(
@@ -545,7 +545,7 @@ fn load_b(base: i32, k: u32, ci: u32) -> f32 {
         w,
         cout,
         (m, w.input[3], k),
-        &fix_readers(readers),
+        readers,
     )
 }
 
@@ -566,11 +566,11 @@ fn load_a(base: i32, m: u32, k: u32) -> f32 {
     let h = in_row(oh, kh);
     let w = in_col(ow, kw);
     if h < 0 || w < 0 { return 0.0; }
-    return $LA[a_at(n, u32(h), u32(w), ci)]);
+    return LOAD_A(A[a_at(n, u32(h), u32(w), ci)]);
 }
 fn load_b(base: i32, k: u32, co: u32) -> f32 {
     let ow = k % G.ow; let t2 = k / G.ow; let oh = t2 % G.oh; let n = t2 / G.oh;
-    return $LB[b_at(n, oh, ow, co)]);
+    return LOAD_B(B[b_at(n, oh, ow, co)]);
 }
 ";
     conv_gemm(
@@ -580,11 +580,6 @@ fn load_b(base: i32, k: u32, co: u32) -> f32 {
         w,
         cout,
         (m, cout, k),
-        &fix_readers(readers),
+        readers,
     )
-}
-
-/// `$LA[..])` → `f32(A[..])` (or `A[..]` for f32): the conversion wraps the read.
-fn fix_readers(r: &str) -> String {
-    r.replace("$LA[", "LOAD_A(A[").replace("$LB[", "LOAD_B(B[")
 }

@@ -139,6 +139,21 @@ fn run_map(
     Ok(word)
 }
 
+/// Runs a one-input map kernel (input read through its layout, descriptor 0) into `out`.
+fn map_one(k: &crate::gpu::Kernel, x: &In<'_>, out: WgpuBuffer) -> Result<WgpuBuffer> {
+    let n = out.len;
+    run_map(
+        x.gpu(),
+        k,
+        Params::new(n).desc(0, x.desc()),
+        &[x.buf.raw()],
+        &[out.raw()],
+        false,
+        n,
+    )?;
+    Ok(out)
+}
+
 // ---------------------------------------------------------------- movement
 
 /// Dense copy of a view.
@@ -156,16 +171,7 @@ pub(crate) fn copy(x: &In<'_>) -> Result<WgpuBuffer> {
         false,
         "    Y[i] = A[at(P[1], i)];",
     )?;
-    run_map(
-        gpu,
-        &k,
-        Params::new(n).desc(0, x.desc()),
-        &[x.buf.raw()],
-        &[out.raw()],
-        false,
-        n,
-    )?;
-    Ok(out)
+    map_one(&k, x, out)
 }
 
 pub(crate) fn upload(gpu: &Arc<Gpu>, data: HostData) -> Result<WgpuBuffer> {
@@ -444,16 +450,7 @@ pub(crate) fn unary(op: UnaryOp, x: &In<'_>) -> Result<WgpuBuffer> {
         false,
         &body,
     )?;
-    run_map(
-        gpu,
-        &k,
-        Params::new(n).desc(0, x.desc()),
-        &[x.buf.raw()],
-        &[out.raw()],
-        false,
-        n,
-    )?;
-    Ok(out)
+    map_one(&k, x, out)
 }
 
 /// (expression, needs a nonzero divisor check, needs a non-negative exponent check)
@@ -653,16 +650,7 @@ pub(crate) fn cast(x: &In<'_>, to: DType) -> Result<WgpuBuffer> {
             ),
         )
     })?;
-    run_map(
-        gpu,
-        &k,
-        Params::new(n).desc(0, x.desc()),
-        &[x.buf.raw()],
-        &[out.raw()],
-        false,
-        n,
-    )?;
-    Ok(out)
+    map_one(&k, x, out)
 }
 
 // ---------------------------------------------------------------- reductions
