@@ -499,6 +499,12 @@ pub enum Op {
     AvgPoolGrad(Window2d),
     /// Fused optimizer step; inputs [w, g, slots..], outputs [w', slots'..] (not differentiable).
     OptimizerUpdate(UpdateRule),
+    /// A function computed on the host by a library outside the op set (the NumPy API's
+    /// `linalg` through nalgebra); tapes record it and report that it has no gradient.
+    HostFunction {
+        /// The function's NumPy name (`"linalg.inv"`).
+        name: &'static str,
+    },
 }
 
 impl Op {
@@ -531,6 +537,7 @@ impl Op {
             Op::MaxPoolGrad(_) => "max_pool_grad",
             Op::AvgPoolGrad(_) => "avg_pool_grad",
             Op::OptimizerUpdate(_) => "optimizer_update",
+            Op::HostFunction { name } => name,
         }
     }
 }

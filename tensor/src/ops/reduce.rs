@@ -18,6 +18,15 @@ pub enum Axes {
     List(Vec<isize>),
 }
 
+/// NumPy's `axis=None` (every axis) or one axis.
+impl From<Option<isize>> for Axes {
+    fn from(a: Option<isize>) -> Axes {
+        match a {
+            None => Axes::All,
+            Some(a) => Axes::List(vec![a]),
+        }
+    }
+}
 impl From<isize> for Axes {
     fn from(a: isize) -> Axes {
         Axes::List(vec![a])

@@ -1,0 +1,390 @@
+//! Array creation: `zeros`, `ones`, `full`, `empty` and their `_like`, `eye`, `identity`,
+//! `arange`, `linspace`, `logspace`, `geomspace`, `diag`, `diagflat`, `tri`, `tril`,
+//! `triu`, `meshgrid`, `indices`. New arrays go to the current device scope
+//! (`with_device`); `_like` and functions of arrays follow their argument's device.
+//!
+//! ```
+//! use ferroflow_numpy as np;
+//! ferroflow::init();
+//! let x = np::linspace(0.0, 1.0, 5, true, None)?;
+//! assert_eq!(x.to_vec::<f64>()?, vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+//! let i = np::arange(0, 6, 2, None)?;
+//! assert_eq!((i.dtype(), i.to_vec::<i64>()?), (np::DType::I64, vec![0, 2, 4]));
+//! # Ok::<(), np::Error>(())
+//! ```
+
+use ferroflow_tensor::{current_device, DType, Error, HostData, Result, Tensor};
+
+use crate::array::{arr, ArrayLike, Scalar, Value};
+use crate::dtypes::{default_float, default_int};
+use crate::util::{bool_tensor, i64_tensor};
+
+fn dtype_or(d: impl Into<Option<DType>>, default: DType) -> DType {
+    d.into().unwrap_or(default)
+}
+
+/// `numpy.zeros(shape, dtype=float64)`.
+pub fn zeros(shape: &[usize], dtype: impl Into<Option<DType>>) -> Result<Tensor> {
+    Tensor::zeros(shape, dtype_or(dtype, default_float()))
+}
+/// `numpy.ones(shape, dtype=float64)`.
+pub fn ones(shape: &[usize], dtype: impl Into<Option<DType>>) -> Result<Tensor> {
+    Tensor::ones(shape, dtype_or(dtype, default_float()))
+}
+/// `numpy.empty(shape, dtype=float64)`: ferroflow never hands out uninitialised memory, so
+/// the values are zeros.
+pub fn empty(shape: &[usize], dtype: impl Into<Option<DType>>) -> Result<Tensor> {
+    zeros(shape, dtype)
+}
+/// `numpy.full(shape, fill_value, dtype=None)`: the dtype defaults to the fill value's
+/// (a Rust `f64` gives float64, an `i64` int64); an array fill value broadcasts.
+pub fn full(
+    shape: &[usize],
+    fill_value: impl ArrayLike,
+    dtype: impl Into<Option<DType>>,
+) -> Result<Tensor> {
+    let v = fill_value.to_value()?;
+    let dtype = dtype_or(dtype, v.dtype());
+    let device = v.device().unwrap_or_else(current_device);
+    crate::shape::broadcast_to(v.to_tensor(dtype, device)?, shape)?.contiguous()
+}
+/// `numpy.zeros_like(a, dtype=None)`.
+pub fn zeros_like(a: impl ArrayLike, dtype: impl Into<Option<DType>>) -> Result<Tensor> {
+    full_like(a, 0i64, dtype)
+}
+/// `numpy.ones_like(a, dtype=None)`.
+pub fn ones_like(a: impl ArrayLike, dtype: impl Into<Option<DType>>) -> Result<Tensor> {
+    full_like(a, 1i64, dtype)
+}
+/// `numpy.empty_like(a, dtype=None)` (zeros, as [`empty`]).
+pub fn empty_like(a: impl ArrayLike, dtype: impl Into<Option<DType>>) -> Result<Tensor> {
+    zeros_like(a, dtype)
+}
+/// `numpy.full_like(a, fill_value, dtype=None)`: `a`'s shape, dtype (unless given) and
+/// device; the fill value is converted to that dtype (`full_like(int_array, 2.7)` is 2).
+pub fn full_like(
+    a: impl ArrayLike,
+    fill_value: impl ArrayLike,
+    dtype: impl Into<Option<DType>>,
+) -> Result<Tensor> {
+    let a = arr(a)?;
+    let dtype = dtype_or(dtype, a.dtype());
+    let v = fill_value.to_value()?.to_tensor(dtype, a.device())?;
+    v.broadcast_to(a.shape())?.contiguous()
+}
+
+/// `numpy.eye(N, M=None, k=0, dtype=float64)`: ones on the `k`-th diagonal.
+pub fn eye(
+    n: usize,
+    m: impl Into<Option<usize>>,
+    k: isize,
+    dtype: impl Into<Option<DType>>,
+) -> Result<Tensor> {
+    let m = m.into().unwrap_or(n);
+    let mut v = vec![0.0; n * m];
+    for i in 0..n {
+        let j = i as isize + k;
+        if j >= 0 && (j as usize) < m {
+            v[i * m + j as usize] = 1.0;
+        }
+    }
+    let dtype = dtype_or(dtype, default_float());
+    Tensor::from_host(HostData::from_f64_slice(dtype, &v), &[n, m])
+}
+/// `numpy.identity(n, dtype=float64)`.
+pub fn identity(n: usize, dtype: impl Into<Option<DType>>) -> Result<Tensor> {
+    eye(n, None, 0, dtype)
+}
+
+fn scalar_f64(op: &'static str, v: &Value) -> Result<f64> {
+    match v {
+        Value::Scalar(Scalar::Bool(b)) => Ok(*b as u8 as f64),
+        Value::Scalar(Scalar::Int(i, _)) => Ok(*i as f64),
+        Value::Scalar(Scalar::Float(f, _)) => Ok(*f),
+        Value::Array(t) if t.rank() == 0 => t.cast(DType::F64)?.item::<f64>(),
+        Value::Array(t) => Err(Error::invalid(
+            op,
+            format!("expected a scalar, got an array of shape {:?}", t.shape()),
+        )),
+    }
+}
+
+/// `numpy.arange(start, stop, step, dtype=None)`: integers when all three are Rust
+/// integers (int64), else the default float; `ceil((stop - start)/step)` values
+/// `start + i·step`.
+pub fn arange(
+    start: impl Into<Value>,
+    stop: impl Into<Value>,
+    step: impl Into<Value>,
+    dtype: impl Into<Option<DType>>,
+) -> Result<Tensor> {
+    let (start, stop, step) = (start.into(), stop.into(), step.into());
+    let all_int = [&start, &stop, &step]
+        .iter()
+        .all(|v| matches!(v.dtype(), d if d.is_int()));
+    let (a, b, s) = (
+        scalar_f64("arange", &start)?,
+        scalar_f64("arange", &stop)?,
+        scalar_f64("arange", &step)?,
+    );
+    if s == 0.0 {
+        return Err(Error::invalid("arange", "ZeroDivisionError: step is zero"));
+    }
+    if !(a.is_finite() && b.is_finite() && s.is_finite()) {
+        return Err(Error::invalid(
+            "arange",
+            "arange: cannot compute length (non-finite bounds)",
+        ));
+    }
+    let n = ((b - a) / s).ceil().max(0.0) as usize;
+    let dtype = dtype_or(
+        dtype,
+        if all_int {
+            default_int()
+        } else {
+            default_float()
+        },
+    );
+    if all_int {
+        let (a, s) = (a as i64, s as i64);
+        let v: Vec<i64> = (0..n as i64).map(|i| a + i * s).collect();
+        return Tensor::from_host(HostData::I64(v), &[n])?.cast(dtype);
+    }
+    let v: Vec<f64> = (0..n).map(|i| a + i as f64 * s).collect();
+    Tensor::from_host(HostData::F64(v), &[n])?.cast(dtype)
+}
+
+/// NumPy's linspace values in float64.
+fn linspace_f64(start: f64, stop: f64, num: usize, endpoint: bool) -> Vec<f64> {
+    let div = if endpoint { num.saturating_sub(1) } else { num };
+    let delta = stop - start;
+    let mut v: Vec<f64> = if div > 0 {
+        let step = delta / div as f64;
+        if step == 0.0 {
+            (0..num)
+                .map(|i| i as f64 / div as f64 * delta + start)
+                .collect()
+        } else {
+            (0..num).map(|i| i as f64 * step + start).collect()
+        }
+    } else {
+        (0..num).map(|i| i as f64 * delta + start).collect()
+    };
+    if endpoint && num > 1 {
+        v[num - 1] = stop;
+    }
+    v
+}
+
+/// `numpy.linspace(start, stop, num=50, endpoint=True, dtype=None)`: evenly spaced values
+/// (default float dtype).
+pub fn linspace(
+    start: f64,
+    stop: f64,
+    num: usize,
+    endpoint: bool,
+    dtype: impl Into<Option<DType>>,
+) -> Result<Tensor> {
+    let v = linspace_f64(start, stop, num, endpoint);
+    Tensor::from_host(HostData::F64(v), &[num])?.cast(dtype_or(dtype, default_float()))
+}
+
+/// `numpy.logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None)`:
+/// `base ** linspace(start, stop)`.
+pub fn logspace(
+    start: f64,
+    stop: f64,
+    num: usize,
+    endpoint: bool,
+    base: f64,
+    dtype: impl Into<Option<DType>>,
+) -> Result<Tensor> {
+    let v: Vec<f64> = linspace_f64(start, stop, num, endpoint)
+        .into_iter()
+        .map(|e| base.powf(e))
+        .collect();
+    Tensor::from_host(HostData::F64(v), &[num])?.cast(dtype_or(dtype, default_float()))
+}
+
+/// `numpy.geomspace(start, stop, num=50, endpoint=True, dtype=None)`: a geometric sequence
+/// with the exact endpoints; both ends must be non-zero and of one sign.
+pub fn geomspace(
+    start: f64,
+    stop: f64,
+    num: usize,
+    endpoint: bool,
+    dtype: impl Into<Option<DType>>,
+) -> Result<Tensor> {
+    if start == 0.0 || stop == 0.0 {
+        return Err(Error::invalid(
+            "geomspace",
+            "Geometric sequence cannot include zero",
+        ));
+    }
+    let sign = if start < 0.0 && stop < 0.0 { -1.0 } else { 1.0 };
+    if start.signum() != stop.signum() {
+        return Err(Error::invalid(
+            "geomspace",
+            "geomspace of a negative and a positive end needs complex numbers, which ferroflow does not have",
+        ));
+    }
+    let (s, e) = ((start * sign).log10(), (stop * sign).log10());
+    let mut v: Vec<f64> = linspace_f64(s, e, num, endpoint)
+        .into_iter()
+        .map(|x| sign * 10f64.powf(x))
+        .collect();
+    if num > 0 {
+        v[0] = start;
+        if endpoint && num > 1 {
+            v[num - 1] = stop;
+        }
+    }
+    Tensor::from_host(HostData::F64(v), &[num])?.cast(dtype_or(dtype, default_float()))
+}
+
+/// `numpy.diag(v, k=0)`: a 1-D `v` becomes a square matrix with `v` on diagonal `k`; a 2-D
+/// `v` gives its `k`-th diagonal. Built from gather/scatter, so it is differentiable.
+pub fn diag(v: impl ArrayLike, k: isize) -> Result<Tensor> {
+    let v = arr(v)?;
+    match v.rank() {
+        1 => {
+            let len = v.shape()[0];
+            let n = len + k.unsigned_abs();
+            let idx: Vec<i64> = (0..len)
+                .map(|i| {
+                    let (r, c) = if k >= 0 {
+                        (i, i + k as usize)
+                    } else {
+                        (i + (-k) as usize, i)
+                    };
+                    (r * n + c) as i64
+                })
+                .collect();
+            let idx = i64_tensor(idx, &[len], &v)?;
+            Tensor::scatter_add(&idx, &v, &[n * n], 0)?.reshape_to(&[n, n])
+        }
+        2 => {
+            let (r, c) = (v.shape()[0] as isize, v.shape()[1] as isize);
+            let (r0, c0) = if k >= 0 { (0, k) } else { (-k, 0) };
+            let len = (r - r0).min(c - c0).max(0) as usize;
+            let idx: Vec<i64> = (0..len as isize)
+                .map(|i| ((r0 + i) * c + c0 + i) as i64)
+                .collect();
+            let flat = v.reshape(&[-1])?;
+            flat.gather(&i64_tensor(idx, &[len], &v)?, 0)
+        }
+        r => Err(Error::invalid(
+            "diag",
+            format!("Input must be 1- or 2-d., got {r}-d"),
+        )),
+    }
+}
+
+/// `numpy.diagflat(v, k=0)`: the flattened input on diagonal `k` of a square matrix.
+pub fn diagflat(v: impl ArrayLike, k: isize) -> Result<Tensor> {
+    diag(arr(v)?.reshape(&[-1])?, k)
+}
+
+fn tri_mask(n: usize, m: usize, k: isize) -> Vec<bool> {
+    (0..n * m)
+        .map(|p| ((p % m) as isize) <= (p / m) as isize + k)
+        .collect()
+}
+
+/// `numpy.tri(N, M=None, k=0, dtype=float64)`: ones at and below diagonal `k`.
+pub fn tri(
+    n: usize,
+    m: impl Into<Option<usize>>,
+    k: isize,
+    dtype: impl Into<Option<DType>>,
+) -> Result<Tensor> {
+    let m = m.into().unwrap_or(n);
+    let v = HostData::Bool(tri_mask(n, m, k));
+    Tensor::from_host(v, &[n, m])?.cast(dtype_or(dtype, default_float()))
+}
+
+fn triangle(op: &'static str, m: impl ArrayLike, k: isize, lower: bool) -> Result<Tensor> {
+    let m = arr(m)?;
+    if m.rank() < 2 {
+        return Err(Error::invalid(
+            op,
+            format!("input must be at least 2-d, got shape {:?}", m.shape()),
+        ));
+    }
+    let (r, c) = (m.shape()[m.rank() - 2], m.shape()[m.rank() - 1]);
+    // tril keeps j <= i + k; triu keeps j >= i + k, i.e. not (j <= i + k - 1)
+    let mut mask = tri_mask(r, c, if lower { k } else { k - 1 });
+    if !lower {
+        mask.iter_mut().for_each(|b| *b = !*b);
+    }
+    let mask = bool_tensor(mask, &[r, c], &m)?;
+    Tensor::select(&mask, &m, &m.scalar_like(0.0)?)
+}
+
+/// `numpy.tril(m, k=0)`: zeros above diagonal `k` (on the last two axes).
+pub fn tril(m: impl ArrayLike, k: isize) -> Result<Tensor> {
+    triangle("tril", m, k, true)
+}
+/// `numpy.triu(m, k=0)`: zeros below diagonal `k` (on the last two axes).
+pub fn triu(m: impl ArrayLike, k: isize) -> Result<Tensor> {
+    triangle("triu", m, k, false)
+}
+
+/// `numpy.meshgrid(*xi, indexing='xy')`: coordinate arrays; `indexing` is `"xy"`
+/// (Cartesian, the first two axes swapped) or `"ij"` (matrix).
+pub fn meshgrid<A: ArrayLike>(xi: &[A], indexing: &str) -> Result<Vec<Tensor>> {
+    let xs: Vec<Tensor> = xi
+        .iter()
+        .map(|x| arr(x)?.reshape(&[-1]))
+        .collect::<Result<_>>()?;
+    let cartesian = match indexing {
+        "xy" => true,
+        "ij" => false,
+        other => {
+            return Err(Error::invalid(
+                "meshgrid",
+                format!("Valid values for `indexing` are 'xy' and 'ij', got {other:?}"),
+            ))
+        }
+    };
+    let n = xs.len();
+    let mut shape: Vec<usize> = xs.iter().map(|x| x.shape()[0]).collect();
+    let axis_of = |i: usize| -> usize {
+        if cartesian && n >= 2 && i < 2 {
+            1 - i
+        } else {
+            i
+        }
+    };
+    if cartesian && n >= 2 {
+        shape.swap(0, 1);
+    }
+    xs.iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let mut s = vec![1isize; n];
+            s[axis_of(i)] = -1;
+            x.reshape(&s)?.broadcast_to(&shape)?.contiguous()
+        })
+        .collect()
+}
+
+/// `numpy.indices(dimensions, dtype=int)`: an array of shape `(len(dimensions), *dimensions)`
+/// whose `i`-th entry holds each position's index along axis `i`.
+pub fn indices(dimensions: &[usize], dtype: impl Into<Option<DType>>) -> Result<Tensor> {
+    let n = dimensions.len();
+    let grids: Vec<Tensor> = (0..n)
+        .map(|i| {
+            let mut s = vec![1isize; n];
+            s[i] = -1;
+            arange(0i64, dimensions[i] as i64, 1i64, None)?
+                .reshape(&s)?
+                .broadcast_to(dimensions)
+        })
+        .collect::<Result<_>>()?;
+    let dtype = dtype_or(dtype, default_int());
+    if grids.is_empty() {
+        return Tensor::zeros(&[0], dtype);
+    }
+    Tensor::stack(&grids, 0)?.cast(dtype)
+}

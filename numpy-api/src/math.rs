@@ -1,0 +1,521 @@
+//! Elementwise math (NumPy's ufuncs) with NumPy's dtype rules: arithmetic, powers, modulo,
+//! the exp/log family, trigonometric and hyperbolic functions, rounding, sign, `clip`,
+//! `maximum`/`minimum`/`fmax`/`fmin`; and cumulative sums and differences.
+//!
+//! Float-only ufuncs compute integers in [`float_result`](crate::float_result) (`float16` for
+//! `bool`/`int8`/`uint8`, else the default float); `true_divide` of integers is a float.
+//! Unlike NumPy (which returns 0 and warns), integer division or modulo by zero is an error.
+//!
+//! ```
+//! use ferroflow_numpy as np;
+//! ferroflow::init();
+//! let x = np::asarray([1i32, 2, 3])?;
+//! let y = np::true_divide(&x, 2)?;            // int / int is float64
+//! assert_eq!(y.to_vec::<f64>()?, vec![0.5, 1.0, 1.5]);
+//! let z = np::add(&x, 1.5)?;                   // float scalar meets int array: float64
+//! assert_eq!(z.dtype(), np::DType::F64);
+//! let c = np::clip(&x, 2, 2)?;
+//! assert_eq!(c.to_vec::<i32>()?, vec![2, 2, 2]);
+//! # Ok::<(), np::Error>(())
+//! ```
+
+use ferroflow_tensor::{BinaryOp, DType, Error, Result, Tensor, UnaryOp};
+
+use crate::array::{arr, promote2, promote_all, ArrayLike};
+use crate::dtypes::{accumulate_dtype, float_result};
+use crate::util::{broadcast_shape, norm_axis};
+
+/// Two arguments promoted, with their broadcast shape checked (NumPy's wording).
+fn binary_args(
+    op: &'static str,
+    a: impl ArrayLike,
+    b: impl ArrayLike,
+) -> Result<(Tensor, Tensor, DType)> {
+    let (a, b, d) = promote2(a, b)?;
+    broadcast_shape(op, &[a.shape(), b.shape()])?;
+    Ok((a, b, d))
+}
+
+fn float_binary(
+    op: &'static str,
+    a: impl ArrayLike,
+    b: impl ArrayLike,
+    f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let (a, b, d) = binary_args(op, a, b)?;
+    let fd = float_result(d);
+    f(&a.cast(fd)?, &b.cast(fd)?)
+}
+
+fn numeric_binary(
+    op: &'static str,
+    a: impl ArrayLike,
+    b: impl ArrayLike,
+    bop: BinaryOp,
+) -> Result<Tensor> {
+    let (a, b, d) = binary_args(op, a, b)?;
+    if d == DType::Bool {
+        return Err(Error::invalid(
+            op,
+            format!("ufunc '{op}' not supported for the input types (bool)"),
+        ));
+    }
+    a.binary(bop, &b)
+}
+
+/// `numpy.add` (booleans: logical or).
+pub fn add(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    let (a, b, d) = binary_args("add", a, b)?;
+    if d == DType::Bool {
+        return a.binary(BinaryOp::LogicalOr, &b);
+    }
+    a.add(&b)
+}
+/// `numpy.subtract` (booleans are an error, as in NumPy).
+pub fn subtract(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    let (a, b, d) = binary_args("subtract", a, b)?;
+    if d == DType::Bool {
+        return Err(Error::invalid("subtract", "numpy boolean subtract, the `-` operator, is not supported, use the bitwise_xor, the `^` operator, or the logical_xor function instead."));
+    }
+    a.sub(&b)
+}
+/// `numpy.multiply` (booleans: logical and).
+pub fn multiply(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    let (a, b, d) = binary_args("multiply", a, b)?;
+    if d == DType::Bool {
+        return a.binary(BinaryOp::LogicalAnd, &b);
+    }
+    a.mul(&b)
+}
+/// `numpy.true_divide` / `numpy.divide`: always a float (integers in the default float).
+pub fn true_divide(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    float_binary("true_divide", a, b, |a, b| a.div(b))
+}
+/// `numpy.divide` (same as [`true_divide`]).
+pub fn divide(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    true_divide(a, b)
+}
+/// `numpy.floor_divide`: `⌊a / b⌋`.
+pub fn floor_divide(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    numeric_binary("floor_divide", a, b, BinaryOp::FloorDiv)
+}
+/// `numpy.mod` / `numpy.remainder`: `a - ⌊a/b⌋·b`, with the sign of `b`.
+pub fn remainder(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    numeric_binary("remainder", a, b, BinaryOp::Mod)
+}
+/// `numpy.mod` (same as [`remainder`]).
+pub fn mod_(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    remainder(a, b)
+}
+/// `numpy.fmod`: C's remainder, with the sign of `a`.
+pub fn fmod(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    let (a, b, d) = binary_args("fmod", a, b)?;
+    if d == DType::Bool {
+        return Err(Error::invalid(
+            "fmod",
+            "ufunc 'fmod' not supported for the input types (bool)",
+        ));
+    }
+    if d.is_float() {
+        // a - trunc(a / b)·b
+        let q = trunc(a.div(&b)?)?;
+        return a.sub(&q.mul(&b)?);
+    }
+    // integers: truncating division
+    a.sub(&a.div(&b)?.mul(&b)?)
+}
+/// `numpy.divmod`: `(floor_divide(a, b), remainder(a, b))`.
+pub fn divmod(a: impl ArrayLike, b: impl ArrayLike) -> Result<(Tensor, Tensor)> {
+    let (a, b, _) = binary_args("divmod", a, b)?;
+    Ok((floor_divide(&a, &b)?, remainder(&a, &b)?))
+}
+/// `numpy.power`: integers stay integers (a negative integer power is an error, as in NumPy).
+pub fn power(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    numeric_binary("power", a, b, BinaryOp::Pow)
+}
+/// `numpy.float_power`: powers in float64 (or a wider float input type).
+pub fn float_power(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    let (a, b, d) = binary_args("float_power", a, b)?;
+    let fd = if d == DType::F64 { d } else { DType::F64 };
+    a.cast(fd)?.pow(&b.cast(fd)?)
+}
+/// `numpy.maximum` (NaN propagates).
+pub fn maximum(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    let (a, b, d) = binary_args("maximum", a, b)?;
+    if d == DType::Bool {
+        return a.binary(BinaryOp::LogicalOr, &b);
+    }
+    a.maximum(&b)
+}
+/// `numpy.minimum` (NaN propagates).
+pub fn minimum(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    let (a, b, d) = binary_args("minimum", a, b)?;
+    if d == DType::Bool {
+        return a.binary(BinaryOp::LogicalAnd, &b);
+    }
+    a.minimum(&b)
+}
+fn nan_ignoring(
+    op: &'static str,
+    a: impl ArrayLike,
+    b: impl ArrayLike,
+    max: bool,
+) -> Result<Tensor> {
+    let (a, b, d) = binary_args(op, a, b)?;
+    let m = if max {
+        maximum(&a, &b)?
+    } else {
+        minimum(&a, &b)?
+    };
+    if !d.is_float() {
+        return Ok(m);
+    }
+    let m = Tensor::select(&b.is_nan()?, &a, &m)?;
+    Tensor::select(&a.is_nan()?, &b, &m)
+}
+/// `numpy.fmax`: the maximum, ignoring a NaN when the other value is not NaN.
+pub fn fmax(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    nan_ignoring("fmax", a, b, true)
+}
+/// `numpy.fmin`: the minimum, ignoring a NaN when the other value is not NaN.
+pub fn fmin(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    nan_ignoring("fmin", a, b, false)
+}
+/// `numpy.arctan2(y, x)`.
+pub fn arctan2(y: impl ArrayLike, x: impl ArrayLike) -> Result<Tensor> {
+    float_binary("arctan2", y, x, |y, x| y.binary(BinaryOp::Atan2, x))
+}
+/// `numpy.hypot`: `√(a² + b²)`.
+pub fn hypot(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    float_binary("hypot", a, b, |a, b| a.square()?.add(&b.square()?)?.sqrt())
+}
+/// `numpy.logaddexp`: `ln(eᵃ + eᵇ)` without overflow.
+pub fn logaddexp(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    float_binary("logaddexp", a, b, |a, b| {
+        let m = a.maximum(b)?;
+        m.add(&a.sub(b)?.abs()?.neg()?.exp()?.log1p()?)
+    })
+}
+/// `numpy.logaddexp2`: `log₂(2ᵃ + 2ᵇ)` without overflow.
+pub fn logaddexp2(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    float_binary("logaddexp2", a, b, |a, b| {
+        let ln2 = a.scalar_like(std::f64::consts::LN_2)?;
+        let m = a.maximum(b)?;
+        let d = a.sub(b)?.abs()?.neg()?.mul(&ln2)?.exp()?.log1p()?;
+        m.add(&d.div(&ln2)?)
+    })
+}
+/// `numpy.heaviside(x1, x2)`: 0 below zero, `x2` at zero, 1 above.
+pub fn heaviside(x1: impl ArrayLike, x2: impl ArrayLike) -> Result<Tensor> {
+    float_binary("heaviside", x1, x2, |x, h| {
+        let zero = x.scalar_like(0.0)?;
+        let step = x.greater(&zero)?.cast(x.dtype())?;
+        let out = Tensor::select(&x.equal(&zero)?, h, &step)?;
+        Tensor::select(&x.is_nan()?, x, &out)
+    })
+}
+/// `numpy.copysign(x1, x2)`: `|x1|` with the sign (bit) of `x2`.
+pub fn copysign(x1: impl ArrayLike, x2: impl ArrayLike) -> Result<Tensor> {
+    float_binary("copysign", x1, x2, |a, b| {
+        let neg = signbit(b)?;
+        let m = a.abs()?;
+        Tensor::select(&neg, &m.neg()?, &m)
+    })
+}
+
+/// `numpy.clip(a, a_min, a_max)`: `minimum(maximum(a, a_min), a_max)`; dtypes promote as
+/// NumPy's do.
+pub fn clip(a: impl ArrayLike, a_min: impl ArrayLike, a_max: impl ArrayLike) -> Result<Tensor> {
+    let vals = [a.to_value()?, a_min.to_value()?, a_max.to_value()?];
+    let (t, _) = promote_all(&vals)?;
+    broadcast_shape("clip", &[t[0].shape(), t[1].shape(), t[2].shape()])?;
+    t[0].clip_by_value(&t[1], &t[2])
+}
+
+fn float_unary(a: impl ArrayLike, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let a = arr(a)?;
+    f(&a.cast(float_result(a.dtype()))?)
+}
+
+macro_rules! float_ufuncs {
+    ($($(#[$m:meta])* $name:ident => $op:ident),* $(,)?) => {$(
+        $(#[$m])*
+        pub fn $name(x: impl ArrayLike) -> Result<Tensor> {
+            float_unary(x, |x| x.unary(UnaryOp::$op))
+        }
+    )*};
+}
+float_ufuncs!(
+    /// `numpy.exp`.
+    exp => Exp,
+    /// `numpy.expm1`: `eˣ - 1`.
+    expm1 => Expm1,
+    /// `numpy.log` (natural).
+    log => Log,
+    /// `numpy.log1p`: `ln(1 + x)`.
+    log1p => Log1p,
+    /// `numpy.sqrt`.
+    sqrt => Sqrt,
+    /// `numpy.sin`.
+    sin => Sin,
+    /// `numpy.cos`.
+    cos => Cos,
+    /// `numpy.tan`.
+    tan => Tan,
+    /// `numpy.arcsin`.
+    arcsin => Asin,
+    /// `numpy.arccos`.
+    arccos => Acos,
+    /// `numpy.arctan`.
+    arctan => Atan,
+    /// `numpy.sinh`.
+    sinh => Sinh,
+    /// `numpy.cosh`.
+    cosh => Cosh,
+    /// `numpy.tanh`.
+    tanh => Tanh,
+    /// `numpy.floor` (integers give floats, as in NumPy 1.16).
+    floor => Floor,
+    /// `numpy.ceil`.
+    ceil => Ceil,
+    /// `numpy.rint`: round half to even.
+    rint => Round,
+);
+
+fn scaled(x: &Tensor, k: f64) -> Result<Tensor> {
+    x.mul(&x.scalar_like(k)?)
+}
+
+/// `numpy.exp2`: `2ˣ`.
+pub fn exp2(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| scaled(x, std::f64::consts::LN_2)?.exp())
+}
+/// `numpy.log2`.
+pub fn log2(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| scaled(&x.log()?, std::f64::consts::LOG2_E))
+}
+/// `numpy.log10`.
+pub fn log10(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| scaled(&x.log()?, std::f64::consts::LOG10_E))
+}
+/// `numpy.cbrt`: the real cube root.
+pub fn cbrt(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| {
+        let r = x.abs()?.pow(&x.scalar_like(1.0 / 3.0)?)?;
+        r.mul(&x.sign()?)
+    })
+}
+/// `numpy.reciprocal`: `1/x` (integers divide as integers, as in NumPy).
+pub fn reciprocal(x: impl ArrayLike) -> Result<Tensor> {
+    let x = arr(x)?;
+    if x.dtype().is_float() {
+        x.reciprocal()
+    } else {
+        x.scalar_like(1.0)?.div(&x)
+    }
+}
+/// `numpy.square`.
+pub fn square(x: impl ArrayLike) -> Result<Tensor> {
+    let x = arr(x)?;
+    if x.dtype() == DType::Bool {
+        return Ok(x);
+    }
+    x.square()
+}
+/// `numpy.arcsinh`.
+pub fn arcsinh(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| {
+        let a = x.abs()?;
+        let r = a
+            .add(&a.square()?.add(&a.scalar_like(1.0)?)?.sqrt()?)?
+            .log()?;
+        r.mul(&x.sign()?)
+    })
+}
+/// `numpy.arccosh`.
+pub fn arccosh(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| {
+        x.add(&x.square()?.sub(&x.scalar_like(1.0)?)?.sqrt()?)?
+            .log()
+    })
+}
+/// `numpy.arctanh`: `½·ln((1+x)/(1-x))`.
+pub fn arctanh(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| {
+        let one = x.scalar_like(1.0)?;
+        scaled(&one.add(x)?.div(&one.sub(x)?)?.log()?, 0.5)
+    })
+}
+/// `numpy.deg2rad` / `numpy.radians`.
+pub fn deg2rad(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| scaled(x, std::f64::consts::PI / 180.0))
+}
+/// `numpy.radians` (same as [`deg2rad`]).
+pub fn radians(x: impl ArrayLike) -> Result<Tensor> {
+    deg2rad(x)
+}
+/// `numpy.rad2deg` / `numpy.degrees`.
+pub fn rad2deg(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| scaled(x, 180.0 / std::f64::consts::PI))
+}
+/// `numpy.degrees` (same as [`rad2deg`]).
+pub fn degrees(x: impl ArrayLike) -> Result<Tensor> {
+    rad2deg(x)
+}
+/// `numpy.sinc`: `sin(πx)/(πx)`, 1 at 0.
+pub fn sinc(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| {
+        let zero = x.scalar_like(0.0)?;
+        let is0 = x.equal(&zero)?;
+        let safe = Tensor::select(&is0, &x.scalar_like(1.0)?, x)?;
+        let px = scaled(&safe, std::f64::consts::PI)?;
+        let v = px.sin()?.div(&px)?;
+        Tensor::select(&is0, &x.scalar_like(1.0)?, &v)
+    })
+}
+/// `numpy.trunc`: rounds toward zero.
+pub fn trunc(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| x.abs()?.floor()?.mul(&x.sign()?))
+}
+/// `numpy.fix` (same as [`trunc`]).
+pub fn fix(x: impl ArrayLike) -> Result<Tensor> {
+    trunc(x)
+}
+/// `numpy.around(a, decimals)` / `numpy.round_`: half to even at `decimals` places
+/// (integers with `decimals >= 0` are returned unchanged).
+pub fn around(a: impl ArrayLike, decimals: i32) -> Result<Tensor> {
+    let a = arr(a)?;
+    if !a.dtype().is_float() && decimals >= 0 {
+        return Ok(a);
+    }
+    let x = a.cast(float_result(a.dtype()))?;
+    if decimals == 0 {
+        return x.round();
+    }
+    let s = 10f64.powi(decimals);
+    let r = scaled(&x, s)?.round()?.div(&x.scalar_like(s)?)?;
+    if a.dtype().is_float() {
+        Ok(r)
+    } else {
+        r.cast(a.dtype())
+    }
+}
+/// `numpy.round_` (same as [`around`]).
+pub fn round_(a: impl ArrayLike, decimals: i32) -> Result<Tensor> {
+    around(a, decimals)
+}
+/// `numpy.absolute` / `numpy.abs`.
+pub fn absolute(x: impl ArrayLike) -> Result<Tensor> {
+    let x = arr(x)?;
+    if x.dtype() == DType::Bool || !x.dtype().is_signed() {
+        return Ok(x);
+    }
+    x.abs()
+}
+/// `numpy.abs` (same as [`absolute`]).
+pub fn abs(x: impl ArrayLike) -> Result<Tensor> {
+    absolute(x)
+}
+/// `numpy.fabs`: absolute value as a float.
+pub fn fabs(x: impl ArrayLike) -> Result<Tensor> {
+    float_unary(x, |x| x.abs())
+}
+/// `numpy.sign`: -1, 0 or 1 (NaN stays NaN).
+pub fn sign(x: impl ArrayLike) -> Result<Tensor> {
+    let x = arr(x)?;
+    if x.dtype() == DType::Bool {
+        return Err(Error::invalid(
+            "sign",
+            "ufunc 'sign' did not contain a loop with signature matching types bool",
+        ));
+    }
+    if !x.dtype().is_signed() {
+        return x.cast(DType::Bool)?.cast(x.dtype());
+    }
+    x.sign()
+}
+/// `numpy.signbit`: true where the sign bit is set (negative numbers and -0.0).
+pub fn signbit(x: impl ArrayLike) -> Result<Tensor> {
+    let x = arr(x)?;
+    if !x.dtype().is_float() {
+        if !x.dtype().is_signed() {
+            return crate::creation::zeros_like(&x, DType::Bool);
+        }
+        return x.less(&x.scalar_like(0.0)?);
+    }
+    let zero = x.scalar_like(0.0)?;
+    let neg_zero = x.equal(&zero)?.logical_and(&x.reciprocal()?.less(&zero)?)?;
+    x.less(&zero)?.logical_or(&neg_zero)
+}
+/// `numpy.negative`.
+pub fn negative(x: impl ArrayLike) -> Result<Tensor> {
+    let x = arr(x)?;
+    if x.dtype() == DType::Bool {
+        return Err(Error::invalid("negative", "The numpy boolean negative, the `-` operator, is not supported, use the `~` operator or the logical_not function instead."));
+    }
+    x.neg()
+}
+/// `numpy.positive` (a copy).
+pub fn positive(x: impl ArrayLike) -> Result<Tensor> {
+    arr(x)?.copy()
+}
+
+/// `numpy.cumsum(a, axis=None)`: running sums (`None`: over the flattened array); small
+/// integers and booleans accumulate in int64.
+pub fn cumsum(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+    cumulative("cumsum", a, axis, false)
+}
+/// `numpy.cumprod(a, axis=None)`.
+pub fn cumprod(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+    cumulative("cumprod", a, axis, true)
+}
+fn cumulative(
+    op: &'static str,
+    a: impl ArrayLike,
+    axis: Option<isize>,
+    prod: bool,
+) -> Result<Tensor> {
+    let a = arr(a)?;
+    let (a, ax) = match axis {
+        None => (a.reshape(&[-1])?, 0),
+        Some(ax) => {
+            let ax = norm_axis(op, ax, a.rank())?;
+            (a, ax)
+        }
+    };
+    let a = a.cast(accumulate_dtype(a.dtype()))?;
+    if prod {
+        a.cumprod(ax as isize, false, false)
+    } else {
+        a.cumsum(ax as isize, false, false)
+    }
+}
+
+/// `numpy.diff(a, n=1, axis=-1)`: `n`-th differences along `axis` (booleans: `!=`).
+pub fn diff(a: impl ArrayLike, n: usize, axis: isize) -> Result<Tensor> {
+    let mut a = arr(a)?;
+    if a.rank() == 0 {
+        return Err(Error::invalid(
+            "diff",
+            "diff requires input that is at least one dimensional",
+        ));
+    }
+    let ax = norm_axis("diff", axis, a.rank())?;
+    for _ in 0..n {
+        let len = a.shape()[ax] as isize;
+        if len == 0 {
+            break;
+        }
+        let mut hi = vec![ferroflow_tensor::SliceSpec::ALL; a.rank()];
+        let mut lo = hi.clone();
+        hi[ax] = ferroflow_tensor::SliceSpec::range(1, len);
+        lo[ax] = ferroflow_tensor::SliceSpec::range(0, len - 1);
+        let (h, l) = (a.strided_slice(&hi)?, a.strided_slice(&lo)?);
+        a = if a.dtype() == DType::Bool {
+            h.not_equal(&l)?
+        } else {
+            h.sub(&l)?
+        };
+    }
+    Ok(a)
+}
