@@ -500,6 +500,7 @@ pub fn einsum<A: ArrayLike>(subscripts: &str, operands: &[A]) -> Result<Tensor> 
         return Err(Error::invalid("einsum", "too many broadcast dimensions"));
     }
     let mut terms = Vec::new();
+    let mut counts = std::collections::BTreeMap::new();
     for (spec, t) in specs.iter().zip(&ts) {
         let mut labels = Vec::new();
         let named = spec.replace("...", "").chars().count();
@@ -513,6 +514,11 @@ pub fn einsum<A: ArrayLike>(subscripts: &str, operands: &[A]) -> Result<Tensor> 
                     return Err(Error::invalid("einsum", format!("invalid subscript '{c}' in einstein sum subscripts string, subscripts must be letters")));
                 }
                 labels.push(c);
+            }
+        }
+        for l in &labels {
+            if l.is_ascii_alphabetic() {
+                *counts.entry(*l).or_insert(0) += 1;
             }
         }
         if labels.len() != t.rank() {
@@ -538,14 +544,6 @@ pub fn einsum<A: ArrayLike>(subscripts: &str, operands: &[A]) -> Result<Tensor> 
             o
         }
         None => {
-            let mut counts = std::collections::BTreeMap::new();
-            for t in &terms {
-                for l in &t.labels {
-                    if l.is_ascii_alphabetic() {
-                        *counts.entry(*l).or_insert(0) += 1;
-                    }
-                }
-            }
             let mut o: Vec<char> = ell[..ell_dims].to_vec();
             o.extend(counts.into_iter().filter(|(_, n)| *n == 1).map(|(l, _)| l));
             o
