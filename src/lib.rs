@@ -36,6 +36,10 @@ pub use ferroflow_keras as keras;
 /// (TFRecord, CSV, `.npy`, IDX).
 pub use ferroflow_data as data;
 
+/// The NumPy API (`ferroflow-numpy`, `tf.experimental.numpy`): NumPy's functions and type
+/// promotion over ferroflow tensors, `.npy`/`.npz`, `ndarray`/`nalgebra` interop.
+pub use ferroflow_numpy as numpy;
+
 /// The tensor core crate (`ferroflow-tensor`).
 pub use ferroflow_tensor as tensor;
 
