@@ -5,6 +5,7 @@
 //! - `bench [kernels|autodiff|optim|keras|data|mixed]`: kernels against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor; references measured in the same run,
 //!   interleaved, median of rounds; writes `bench-out/kernels.csv` and prints a markdown table.
+//! - `numpy-coverage`: regenerates `NUMPY_COVERAGE.md` from the NumPy API crate's source.
 //! - `gpu`: the wgpu backend on a real GPU (test suites, matmul against cuBLAS, MNIST epochs),
 //!   one table; `--bundle DIR` prebuilds it for machines without Rust.
 
@@ -63,9 +64,16 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench") => bench::run(&args[1..]),
         Some("gpu") => gpu::run(&args[1..]),
+        Some("numpy-coverage") => {
+            std::env::set_var("FERROFLOW_UPDATE_COVERAGE", "1");
+            run(
+                "cargo",
+                &["test", "-p", "ferroflow-numpy", "--test", "coverage"],
+            )
+        }
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed] [--rounds N] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR]"
+                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed] [--rounds N] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask numpy-coverage"
             );
             false
         }
