@@ -59,6 +59,14 @@ pub(crate) fn backward(
         Op::Binary(b) => binary(*b, &inputs[0], &inputs[1], y, &g, [need(0), need(1)])?,
         Op::Reduce { op, axes, keepdims } => vec![reduce(*op, &inputs[0], y, &g, axes, *keepdims)?],
         Op::ArgReduce { .. } => vec![None],
+        // the gradient passes where min <= x <= max (TF's ClipByValue gradient)
+        Op::ClipScalar { min, max } => {
+            let x = &inputs[0];
+            let inside = x
+                .greater_equal(&x.scalar_like(*min)?)?
+                .logical_and(&x.less_equal(&x.scalar_like(*max)?)?)?;
+            vec![Some(g.mul(&inside.cast(g.dtype())?)?)]
+        }
         // d cast(x) = cast(g) back to x's dtype, for float x only.
         Op::Cast { .. } => vec![if inputs[0].dtype().is_float() {
             Some(g.cast(inputs[0].dtype())?)

@@ -139,6 +139,12 @@ fn unary_ops_match_finite_differences_on_random_shapes() {
         &|x| x[0].leaky_relu(0.2),
         &[input(&[4], 3, -2.0, -0.1)],
     );
+    // fused clip with constant bounds: values inside, below and above (away from the kinks)
+    check(
+        "clip_scalar",
+        &|x| x[0].clip_scalar(-1.0, 1.0),
+        &[(vec![6], vec![-2.5, -1.5, -0.5, 0.25, 0.75, 1.8])],
+    );
 }
 
 #[test]

@@ -85,13 +85,12 @@ fn part_of_vec(v: &DVector<f64>) -> Part {
     }
 }
 
+/// A host computation on one matrix of each input stack.
+type MatrixFn<'a> = dyn Fn(&[DMatrix<f64>]) -> Result<Vec<Part>> + 'a;
+
 /// Runs `f` on every matrix of the stacks `inputs` (same batch shape) on the host and
 /// assembles the results over the batch, recorded as one host-function op.
-fn batched(
-    name: &'static str,
-    inputs: &[&Tensor],
-    f: &dyn Fn(&[DMatrix<f64>]) -> Result<Vec<Part>>,
-) -> Result<Vec<Tensor>> {
+fn batched(name: &'static str, inputs: &[&Tensor], f: &MatrixFn<'_>) -> Result<Vec<Tensor>> {
     let dtype = out_dtype(
         inputs
             .iter()
@@ -473,6 +472,8 @@ impl From<f64> for NormOrd {
     }
 }
 
+// guards on `p` read as the NumPy docs' table (inf, -inf, 0, 1, 2, other p)
+#[allow(clippy::redundant_guards)]
 /// `numpy.linalg.norm(x, ord=None, axis=None, keepdims=False)`: vector norms over one axis,
 /// matrix norms over two (`axis`: `None`, `[i]` or `[i, j]`). Norms without singular values
 /// are tensor ops (differentiable, on any device).

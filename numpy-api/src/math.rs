@@ -21,7 +21,7 @@
 
 use ferroflow_tensor::{BinaryOp, DType, Error, Result, Tensor, UnaryOp};
 
-use crate::array::{arr, promote2, promote_all, ArrayLike};
+use crate::array::{arr, promote2, promote_all, ArrayLike, Scalar, Value};
 use crate::dtypes::{accumulate_dtype, float_result};
 use crate::util::{broadcast_shape, norm_axis};
 
@@ -227,9 +227,28 @@ pub fn copysign(x1: impl ArrayLike, x2: impl ArrayLike) -> Result<Tensor> {
 /// NumPy's do.
 pub fn clip(a: impl ArrayLike, a_min: impl ArrayLike, a_max: impl ArrayLike) -> Result<Tensor> {
     let vals = [a.to_value()?, a_min.to_value()?, a_max.to_value()?];
+    let refs: Vec<&Value> = vals.iter().collect();
+    if let (Value::Array(x), Value::Scalar(lo), Value::Scalar(hi)) = (&vals[0], &vals[1], &vals[2])
+    {
+        // constant bounds that keep the array's dtype: one fused pass
+        if crate::result_type(&refs)? == x.dtype() {
+            if let (Some(lo), Some(hi)) = (scalar_f64(*lo), scalar_f64(*hi)) {
+                return x.clip_scalar(lo, hi);
+            }
+        }
+    }
     let (t, _) = promote_all(&vals)?;
     broadcast_shape("clip", &[t[0].shape(), t[1].shape(), t[2].shape()])?;
     t[0].clip_by_value(&t[1], &t[2])
+}
+
+/// A numeric scalar as f64 (booleans are not clip bounds here).
+fn scalar_f64(s: Scalar) -> Option<f64> {
+    match s {
+        Scalar::Int(v, _) if v.unsigned_abs() < 1 << 53 => Some(v as f64),
+        Scalar::Float(v, _) => Some(v),
+        _ => None,
+    }
 }
 
 fn float_unary(a: impl ArrayLike, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {

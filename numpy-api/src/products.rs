@@ -172,10 +172,7 @@ pub fn dot(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
         return multiply(&a, &b);
     }
     if a.rank() <= 2 && b.rank() <= 2 {
-        let (ka, kb) = (
-            a.shape()[a.rank() - 1],
-            b.shape()[if b.rank() == 1 { 0 } else { 0 }],
-        );
+        let (ka, kb) = (a.shape()[a.rank() - 1], b.shape()[0]);
         if ka != kb {
             return Err(Error::invalid(
                 "dot",

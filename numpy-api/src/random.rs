@@ -39,7 +39,7 @@ fn with_gen<T>(f: impl FnOnce(&mut Philox) -> T) -> T {
 /// `numpy.random.seed(seed)`: restarts the global generator.
 pub fn seed(seed: u64) {
     let mut g = GENERATOR.lock().unwrap_or_else(|e| e.into_inner());
-    *g = Some(Philox::new([seed, 0x6e75_6d70_79]));
+    *g = Some(Philox::new([seed, 0x006e_756d_7079]));
 }
 
 fn floats(shape: &[usize], f: impl Fn(&mut Philox) -> f64) -> Result<Tensor> {

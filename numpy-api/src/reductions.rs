@@ -170,8 +170,8 @@ pub fn amax(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<
     if a.dtype() == DType::Bool {
         return a.reduce_any(as_isize(&ax), keepdims);
     }
-    let m = a.reduce_max(as_isize(&ax), keepdims)?;
-    propagate_nan(&a, &ax, keepdims, m)
+    // the reduce primitive propagates NaN (backend contract, checked by the conformance suite)
+    a.reduce_max(as_isize(&ax), keepdims)
 }
 /// `numpy.amin(a, axis=None, keepdims=False)`.
 pub fn amin(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
@@ -181,8 +181,7 @@ pub fn amin(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<
     if a.dtype() == DType::Bool {
         return a.reduce_all(as_isize(&ax), keepdims);
     }
-    let m = a.reduce_min(as_isize(&ax), keepdims)?;
-    propagate_nan(&a, &ax, keepdims, m)
+    a.reduce_min(as_isize(&ax), keepdims)
 }
 /// `numpy.max` (same as [`amax`]).
 pub fn max(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
@@ -191,15 +190,6 @@ pub fn max(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<T
 /// `numpy.min` (same as [`amin`]).
 pub fn min(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     amin(a, axis, keepdims)
-}
-
-/// NumPy's max/min return NaN for lanes holding a NaN.
-fn propagate_nan(a: &Tensor, ax: &[usize], keepdims: bool, m: Tensor) -> Result<Tensor> {
-    if !a.dtype().is_float() {
-        return Ok(m);
-    }
-    let has_nan = a.is_nan()?.reduce_any(as_isize(ax), keepdims)?;
-    Tensor::select(&has_nan, &m.scalar_like(f64::NAN)?, &m)
 }
 
 /// `numpy.ptp(a, axis=None, keepdims=False)`: max - min.
@@ -234,19 +224,13 @@ fn arg_reduce(
     } else {
         a
     };
+    // the first NaN wins, as in NumPy (backend contract, checked by the conformance suite)
     let r = if max {
         a.argmax(ax as isize)?
     } else {
         a.argmin(ax as isize)?
     };
-    let r = r.cast(DType::I64)?;
-    if !a.dtype().is_float() {
-        return Ok(r);
-    }
-    // NumPy returns the first NaN's position when a lane holds one.
-    let nan = a.is_nan()?;
-    let first_nan = nan.cast(DType::U8)?.argmax(ax as isize)?.cast(DType::I64)?;
-    Tensor::select(&nan.reduce_any(vec![ax as isize], false)?, &first_nan, &r)
+    r.cast(DType::I64)
 }
 /// `numpy.argmax(a, axis=None)`: int64 positions (of the flattened array for `None`).
 pub fn argmax(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {

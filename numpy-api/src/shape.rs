@@ -271,7 +271,7 @@ fn split_impl(
             return Err(Error::invalid(op, "number sections must be larger than 0."))
         }
         Sections::Count(k) => {
-            if equal && n % k != 0 {
+            if equal && !n.is_multiple_of(k) {
                 return Err(Error::invalid(
                     op,
                     "array split does not result in an equal division",

@@ -236,8 +236,8 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
             vec![Out::T(q), Out::T(r)]
         }
         "clip" => t(np::clip(a.v(0), a.v(1), a.v(2))?),
-        "around" => t(np::around(&a.a(0), a.i(1) as i32)?),
-        "round_" => t(np::round_(&a.a(0), a.i(1) as i32)?),
+        "around" => t(np::around(a.a(0), a.i(1) as i32)?),
+        "round_" => t(np::round_(a.a(0), a.i(1) as i32)?),
         "isclose" => t(np::isclose(a.v(0), a.v(1), a.f(2), a.f(3), a.b(4))?),
         "allclose" => vec![Out::Bool(np::allclose(
             a.v(0),
@@ -247,40 +247,40 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
             a.b(4),
         )?)],
         "array_equal" => vec![Out::Bool(np::array_equal(a.v(0), a.v(1))?)],
-        "std" => t(np::std(&a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
-        "var" => t(np::var(&a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
-        "nanstd" => t(np::nanstd(&a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
-        "nanvar" => t(np::nanvar(&a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
-        "argmax" => t(np::argmax(&a.a(0), a.axis(1))?),
-        "argmin" => t(np::argmin(&a.a(0), a.axis(1))?),
-        "nanargmax" => t(np::nanargmax(&a.a(0), a.axis(1))?),
-        "nanargmin" => t(np::nanargmin(&a.a(0), a.axis(1))?),
-        "median" => t(np::median(&a.a(0), a.axis(1), a.b(2))?),
-        "nanmedian" => t(np::nanmedian(&a.a(0), a.axis(1), a.b(2))?),
-        "quantile" => t(np::quantile(&a.a(0), a.q(1), a.axis(2), a.b(3))?),
-        "percentile" => t(np::percentile(&a.a(0), a.q(1), a.axis(2), a.b(3))?),
-        "nanquantile" => t(np::nanquantile(&a.a(0), a.q(1), a.axis(2), a.b(3))?),
-        "nanpercentile" => t(np::nanpercentile(&a.a(0), a.q(1), a.axis(2), a.b(3))?),
+        "std" => t(np::std(a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
+        "var" => t(np::var(a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
+        "nanstd" => t(np::nanstd(a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
+        "nanvar" => t(np::nanvar(a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
+        "argmax" => t(np::argmax(a.a(0), a.axis(1))?),
+        "argmin" => t(np::argmin(a.a(0), a.axis(1))?),
+        "nanargmax" => t(np::nanargmax(a.a(0), a.axis(1))?),
+        "nanargmin" => t(np::nanargmin(a.a(0), a.axis(1))?),
+        "median" => t(np::median(a.a(0), a.axis(1), a.b(2))?),
+        "nanmedian" => t(np::nanmedian(a.a(0), a.axis(1), a.b(2))?),
+        "quantile" => t(np::quantile(a.a(0), a.q(1), a.axis(2), a.b(3))?),
+        "percentile" => t(np::percentile(a.a(0), a.q(1), a.axis(2), a.b(3))?),
+        "nanquantile" => t(np::nanquantile(a.a(0), a.q(1), a.axis(2), a.b(3))?),
+        "nanpercentile" => t(np::nanpercentile(a.a(0), a.q(1), a.axis(2), a.b(3))?),
         "average" => {
             let w = match &a.0[2] {
                 Arg::A(w) => Some(w.clone()),
                 _ => None,
             };
-            t(np::average(&a.a(0), a.axis(1), w.as_ref())?)
+            t(np::average(a.a(0), a.axis(1), w.as_ref())?)
         }
-        "cumsum" => t(np::cumsum(&a.a(0), a.axis(1))?),
-        "cumprod" => t(np::cumprod(&a.a(0), a.axis(1))?),
-        "nancumsum" => t(np::nancumsum(&a.a(0), a.axis(1))?),
-        "nancumprod" => t(np::nancumprod(&a.a(0), a.axis(1))?),
-        "diff" => t(np::diff(&a.a(0), a.i(1) as usize, a.i(2) as isize)?),
+        "cumsum" => t(np::cumsum(a.a(0), a.axis(1))?),
+        "cumprod" => t(np::cumprod(a.a(0), a.axis(1))?),
+        "nancumsum" => t(np::nancumsum(a.a(0), a.axis(1))?),
+        "nancumprod" => t(np::nancumprod(a.a(0), a.axis(1))?),
+        "diff" => t(np::diff(a.a(0), a.i(1) as usize, a.i(2) as isize)?),
         "zeros" => t(np::zeros(&a.shape(0), a.dtype(1))?),
         "ones" => t(np::ones(&a.shape(0), a.dtype(1))?),
         "empty" => t(np::empty(&a.shape(0), a.dtype(1))?),
         "full" => t(np::full(&a.shape(0), a.v(1), a.dtype(2))?),
-        "zeros_like" => t(np::zeros_like(&a.a(0), a.dtype(1))?),
-        "ones_like" => t(np::ones_like(&a.a(0), a.dtype(1))?),
-        "empty_like" => t(np::empty_like(&a.a(0), a.dtype(1))?),
-        "full_like" => t(np::full_like(&a.a(0), a.v(1), a.dtype(2))?),
+        "zeros_like" => t(np::zeros_like(a.a(0), a.dtype(1))?),
+        "ones_like" => t(np::ones_like(a.a(0), a.dtype(1))?),
+        "empty_like" => t(np::empty_like(a.a(0), a.dtype(1))?),
+        "full_like" => t(np::full_like(a.a(0), a.v(1), a.dtype(2))?),
         "eye" => t(np::eye(
             a.i(0) as usize,
             a.opt_usize(1),
@@ -311,30 +311,30 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
             a.b(3),
             a.dtype(4),
         )?),
-        "diag" => t(np::diag(&a.a(0), a.i(1) as isize)?),
-        "diagflat" => t(np::diagflat(&a.a(0), a.i(1) as isize)?),
+        "diag" => t(np::diag(a.a(0), a.i(1) as isize)?),
+        "diagflat" => t(np::diagflat(a.a(0), a.i(1) as isize)?),
         "tri" => t(np::tri(
             a.i(0) as usize,
             a.opt_usize(1),
             a.i(2) as isize,
             a.dtype(3),
         )?),
-        "tril" => t(np::tril(&a.a(0), a.i(1) as isize)?),
-        "triu" => t(np::triu(&a.a(0), a.i(1) as isize)?),
+        "tril" => t(np::tril(a.a(0), a.i(1) as isize)?),
+        "triu" => t(np::triu(a.a(0), a.i(1) as isize)?),
         "meshgrid" => ts(np::meshgrid(&a.arrays(0), &a.s(1))?),
         "indices" => t(np::indices(&a.shape(0), a.dtype(1))?),
-        "reshape" => t(np::reshape(&a.a(0), &a.ints(1))?),
+        "reshape" => t(np::reshape(a.a(0), &a.ints(1))?),
         "transpose" => {
             let axes = match &a.0[1] {
                 Arg::None => None,
                 _ => Some(a.ints(1)),
             };
-            t(np::transpose(&a.a(0), axes.as_deref())?)
+            t(np::transpose(a.a(0), axes.as_deref())?)
         }
-        "swapaxes" => t(np::swapaxes(&a.a(0), a.i(1) as isize, a.i(2) as isize)?),
-        "moveaxis" => t(np::moveaxis(&a.a(0), &a.ints(1), &a.ints(2))?),
-        "expand_dims" => t(np::expand_dims(&a.a(0), a.i(1) as isize)?),
-        "squeeze" => t(np::squeeze(&a.a(0), a.axis(1))?),
+        "swapaxes" => t(np::swapaxes(a.a(0), a.i(1) as isize, a.i(2) as isize)?),
+        "moveaxis" => t(np::moveaxis(a.a(0), &a.ints(1), &a.ints(2))?),
+        "expand_dims" => t(np::expand_dims(a.a(0), a.i(1) as isize)?),
+        "squeeze" => t(np::squeeze(a.a(0), a.axis(1))?),
         "concatenate" => t(np::concatenate(&a.arrays(0), a.axis(1))?),
         "stack" => t(np::stack(&a.arrays(0), a.i(1) as isize)?),
         "hstack" => t(np::hstack(&a.arrays(0))?),
@@ -346,33 +346,33 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
                 _ => np::Sections::At(a.shape(1)),
             };
             if name == "split" {
-                ts(np::split(&a.a(0), sections, a.i(2) as isize)?)
+                ts(np::split(a.a(0), sections, a.i(2) as isize)?)
             } else {
-                ts(np::array_split(&a.a(0), sections, a.i(2) as isize)?)
+                ts(np::array_split(a.a(0), sections, a.i(2) as isize)?)
             }
         }
-        "tile" => t(np::tile(&a.a(0), &a.shape(1))?),
-        "repeat" => t(np::repeat(&a.a(0), a.v(1), a.axis(2))?),
-        "broadcast_to" => t(np::broadcast_to(&a.a(0), &a.shape(1))?),
+        "tile" => t(np::tile(a.a(0), &a.shape(1))?),
+        "repeat" => t(np::repeat(a.a(0), a.v(1), a.axis(2))?),
+        "broadcast_to" => t(np::broadcast_to(a.a(0), &a.shape(1))?),
         "broadcast_arrays" => ts(np::broadcast_arrays(&a.arrays(0))?),
-        "flip" => t(np::flip(&a.a(0), a.axes(1))?),
-        "roll" => t(np::roll(&a.a(0), a.i(1) as isize, a.axis(2))?),
+        "flip" => t(np::flip(a.a(0), a.axes(1))?),
+        "roll" => t(np::roll(a.a(0), a.i(1) as isize, a.axis(2))?),
         "rot90" => {
             let ax = a.ints(2);
-            t(np::rot90(&a.a(0), a.i(1) as isize, (ax[0], ax[1]))?)
+            t(np::rot90(a.a(0), a.i(1) as isize, (ax[0], ax[1]))?)
         }
         "pad" => {
             let widths: Vec<(usize, usize)> = match &a.0[1] {
                 Arg::Pairs(p) => p.iter().map(|(x, y)| (*x as usize, *y as usize)).collect(),
                 other => panic!("pad widths {other:?}"),
             };
-            t(np::pad(&a.a(0), &widths, pad_mode(&a.s(2)))?)
+            t(np::pad(a.a(0), &widths, pad_mode(&a.s(2)))?)
         }
-        "take" => t(np::take(&a.a(0), &a.a(1), a.axis(2))?),
-        "take_along_axis" => t(np::take_along_axis(&a.a(0), &a.a(1), a.i(2) as isize)?),
+        "take" => t(np::take(a.a(0), a.a(1), a.axis(2))?),
+        "take_along_axis" => t(np::take_along_axis(a.a(0), a.a(1), a.i(2) as isize)?),
         "where" => t(np::where_(a.v(0), a.v(1), a.v(2))?),
         "select" => t(np::select(&a.arrays(0), &a.arrays(1), a.v(2))?),
-        "compress" => t(np::compress(&a.a(0), &a.a(1), a.axis(2))?),
+        "compress" => t(np::compress(a.a(0), a.a(1), a.axis(2))?),
         "tensordot" => {
             let axes: np::TensordotAxes = match &a.0[2] {
                 Arg::I(n) => np::TensordotAxes::N(*n as usize),
@@ -382,39 +382,39 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
                 ),
                 other => panic!("tensordot axes {other:?}"),
             };
-            t(np::tensordot(&a.a(0), &a.a(1), axes)?)
+            t(np::tensordot(a.a(0), a.a(1), axes)?)
         }
         "einsum" => t(np::einsum(&a.s(0), &a.arrays(1))?),
-        "cross" => t(np::cross(&a.a(0), &a.a(1), a.i(2) as isize)?),
+        "cross" => t(np::cross(a.a(0), a.a(1), a.i(2) as isize)?),
         "trace" => t(np::trace(
-            &a.a(0),
+            a.a(0),
             a.i(1) as isize,
             a.i(2) as isize,
             a.i(3) as isize,
         )?),
         "diagonal" => t(np::diagonal(
-            &a.a(0),
+            a.a(0),
             a.i(1) as isize,
             a.i(2) as isize,
             a.i(3) as isize,
         )?),
-        "sort" => t(np::sort(&a.a(0), a.axis(1))?),
-        "argsort" => t(np::argsort(&a.a(0), a.axis(1))?),
+        "sort" => t(np::sort(a.a(0), a.axis(1))?),
+        "argsort" => t(np::argsort(a.a(0), a.axis(1))?),
         "searchsorted" => {
             let side = if a.s(2) == "left" {
                 np::Side::Left
             } else {
                 np::Side::Right
             };
-            t(np::searchsorted(&a.a(0), &a.a(1), side)?)
+            t(np::searchsorted(a.a(0), a.a(1), side)?)
         }
         "unique_all" => {
-            let u = np::unique_all(&a.a(0))?;
+            let u = np::unique_all(a.a(0))?;
             // NumPy 2 returns the inverse in the input's shape, NumPy 1.x flattened
             let inverse = u.inverse.reshape_to(a.a(0).shape())?;
             ts(vec![u.values, u.indices, inverse, u.counts])
         }
-        "nonzero" => ts(np::nonzero(&a.a(0))?),
+        "nonzero" => ts(np::nonzero(a.a(0))?),
         "getitem" => {
             let ix = match &a.0[1] {
                 Arg::Index(ix) => ix.clone(),
@@ -422,39 +422,39 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
             };
             t(np::getitem(&a.a(0), &ix)?)
         }
-        "linalg.inv" => t(linalg::inv(&a.a(0))?),
-        "linalg.det" => t(linalg::det(&a.a(0))?),
-        "linalg.solve" => t(linalg::solve(&a.a(0), &a.a(1))?),
+        "linalg.inv" => t(linalg::inv(a.a(0))?),
+        "linalg.det" => t(linalg::det(a.a(0))?),
+        "linalg.solve" => t(linalg::solve(a.a(0), a.a(1))?),
         "linalg.svd" => {
-            let (u, s, vh) = linalg::svd(&a.a(0), a.b(1))?;
+            let (u, s, vh) = linalg::svd(a.a(0), a.b(1))?;
             ts(vec![u, s, vh])
         }
         "linalg.qr" => {
-            let (q, r) = linalg::qr(&a.a(0))?;
+            let (q, r) = linalg::qr(a.a(0))?;
             ts(vec![q, r])
         }
-        "linalg.cholesky" => t(linalg::cholesky(&a.a(0))?),
+        "linalg.cholesky" => t(linalg::cholesky(a.a(0))?),
         "linalg.eigh" => {
-            let (w, v) = linalg::eigh(&a.a(0))?;
+            let (w, v) = linalg::eigh(a.a(0))?;
             ts(vec![w, v])
         }
-        "linalg.eigvalsh" => t(linalg::eigvalsh(&a.a(0))?),
+        "linalg.eigvalsh" => t(linalg::eigvalsh(a.a(0))?),
         "linalg.norm" => {
             let axes = match &a.0[2] {
                 Arg::None => None,
                 _ => Some(a.ints(2)),
             };
             t(linalg::norm(
-                &a.a(0),
+                a.a(0),
                 a.norm_ord(1),
                 axes.as_deref(),
                 a.b(3),
             )?)
         }
-        "linalg.matrix_power" => t(linalg::matrix_power(&a.a(0), a.i(1))?),
-        "linalg.pinv" => t(linalg::pinv(&a.a(0), a.f(1))?),
+        "linalg.matrix_power" => t(linalg::matrix_power(a.a(0), a.i(1))?),
+        "linalg.pinv" => t(linalg::pinv(a.a(0), a.f(1))?),
         "linalg.lstsq" => {
-            let r = linalg::lstsq(&a.a(0), &a.a(1), None)?;
+            let r = linalg::lstsq(a.a(0), a.a(1), None)?;
             vec![
                 Out::T(r.x),
                 Out::T(r.residuals),

@@ -158,6 +158,17 @@ pub trait Backend: Send + Sync + 'static {
     /// Gradient of average pooling.
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
 
+    /// Optional fused `min(max(x, min), max)` with constant bounds (NaN stays NaN); the
+    /// default says the backend has none and [`crate::Tensor::clip_scalar`] composes
+    /// `maximum` and `minimum`.
+    fn clip_scalar(&self, _x: Operand<'_>, _min: f64, _max: f64) -> Result<BufferBox> {
+        Err(Error::NotSupportedByBackend {
+            op: "clip_by_value",
+            backend: self.name(),
+            detail: ", callers fall back to primitives".into(),
+        })
+    }
+
     /// Optional fused optimizer step over same-shaped `w`, `g` and the rule's slots (one pass
     /// instead of a chain of temporaries), returning `(w', slots')`. The default says the
     /// backend has none; optimizers then compose primitives.

@@ -499,6 +499,14 @@ pub enum Op {
     AvgPoolGrad(Window2d),
     /// Fused optimizer step; inputs [w, g, slots..], outputs [w', slots'..] (not differentiable).
     OptimizerUpdate(UpdateRule),
+    /// `min(max(x, min), max)` with constant bounds in one pass (`tf.clip_by_value` with
+    /// scalar bounds); an optional fused kernel, see [`crate::Backend::clip_scalar`].
+    ClipScalar {
+        /// Lower bound.
+        min: f64,
+        /// Upper bound.
+        max: f64,
+    },
     /// A function computed on the host by a library outside the op set (the NumPy API's
     /// `linalg` through nalgebra); tapes record it and report that it has no gradient.
     HostFunction {
@@ -537,6 +545,7 @@ impl Op {
             Op::MaxPoolGrad(_) => "max_pool_grad",
             Op::AvgPoolGrad(_) => "avg_pool_grad",
             Op::OptimizerUpdate(_) => "optimizer_update",
+            Op::ClipScalar { .. } => "clip_by_value",
             Op::HostFunction { name } => name,
         }
     }

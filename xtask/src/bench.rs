@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-fn median_time(mut f: impl FnMut(), repeats: usize) -> f64 {
+pub(crate) fn median_time(mut f: impl FnMut(), repeats: usize) -> f64 {
     f();
     let mut t: Vec<f64> = (0..repeats)
         .map(|_| {
@@ -444,6 +444,8 @@ pub(crate) fn run(args: &[String]) -> bool {
     };
     let mixed_table =
         (only.is_none() || only == Some("mixed")).then(|| crate::bench_mixed::run(rounds));
+    let numpy_table = (only.is_none() || only == Some("numpy"))
+        .then(|| crate::bench_numpy::run(rounds, has_numpy));
     let data_table = (only.is_none() || only == Some("data")).then(|| {
         let has_tf_data = has_tf;
         crate::bench_data::run(rounds, has_tf_data)
@@ -568,6 +570,10 @@ pub(crate) fn run(args: &[String]) -> bool {
         ));
     }
     if let Some(t) = mixed_table {
+        md.push('\n');
+        md.push_str(&t);
+    }
+    if let Some(t) = numpy_table {
         md.push('\n');
         md.push_str(&t);
     }

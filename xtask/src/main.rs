@@ -2,7 +2,7 @@
 //!
 //! - `ci`: format check, clippy with warnings denied, the README's test command, then the
 //!   examples (each exits non-zero when its result is wrong).
-//! - `bench [kernels|autodiff|optim|keras|data|mixed]`: kernels against NumPy, a training step against
+//! - `bench [kernels|autodiff|optim|keras|data|mixed|numpy]`: kernels against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor; references measured in the same run,
 //!   interleaved, median of rounds; writes `bench-out/kernels.csv` and prints a markdown table.
 //! - `numpy-coverage`: regenerates `NUMPY_COVERAGE.md` from the NumPy API crate's source.
@@ -12,6 +12,7 @@
 mod bench;
 mod bench_data;
 mod bench_mixed;
+mod bench_numpy;
 mod gpu;
 
 use std::process::{Command, ExitCode};
@@ -73,7 +74,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed] [--rounds N] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask numpy-coverage"
+                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed|numpy] [--rounds N] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask numpy-coverage"
             );
             false
         }

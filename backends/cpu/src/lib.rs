@@ -179,6 +179,9 @@ impl Backend for CpuBackend {
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         out(kernels::conv::avg_pool_grad(dy, w)?)
     }
+    fn clip_scalar(&self, x: Operand<'_>, min: f64, max: f64) -> Result<BufferBox> {
+        out(kernels::unary::clip_scalar(x, min, max)?)
+    }
     fn optimizer_update(
         &self,
         rule: &UpdateRule,

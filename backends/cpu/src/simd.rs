@@ -1,8 +1,7 @@
-//! Slice loops compiled twice, for baseline x86-64 and for AVX2+FMA, picked at run time
-//! (the binary stays portable; the hot loops still get 256-bit vectors), and split across
-//! threads with rayon once a slice is large enough to pay for it.
+//! Slice loops compiled three times, for baseline x86-64, AVX2+FMA and AVX-512, picked at
+//! run time (the binary stays portable; the hot loops still get 256- or 512-bit vectors),
+//! and split across threads with rayon once a slice is large enough to pay for it.
 
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// Below this many elements a loop runs on the calling thread.
@@ -62,6 +61,39 @@ unsafe fn zip_loop_avx2<T: Copy, U, F: Fn(T, T) -> U>(
     zip_loop(a, b, out, f)
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+unsafe fn map_loop_avx512<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
+    map_loop(x, out, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+unsafe fn zip_loop_avx512<T: Copy, U, F: Fn(T, T) -> U>(
+    a: &[T],
+    b: &[T],
+    out: &mut [MaybeUninit<U>],
+    f: &F,
+) {
+    zip_loop(a, b, out, f)
+}
+
+/// Whether the CPU has AVX-512 (F, VL, DQ) besides AVX2+FMA (cached by std).
+#[inline]
+pub(crate) fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        has_avx2()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512dq")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 #[inline]
 pub(crate) fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -77,6 +109,11 @@ pub(crate) fn has_avx2() -> bool {
 #[inline]
 fn map_chunk<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
     #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: the CPU supports the features the function was compiled for.
+        return unsafe { map_loop_avx512(x, out, f) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU supports the features the function was compiled for.
         return unsafe { map_loop_avx2(x, out, f) };
@@ -86,6 +123,11 @@ fn map_chunk<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: 
 
 #[inline]
 fn zip_chunk<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [MaybeUninit<U>], f: &F) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: as above.
+        return unsafe { zip_loop_avx512(a, b, out, f) };
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: as above.
@@ -170,9 +212,149 @@ unsafe fn fold_lanes_avx2<T: Copy, const LANES: usize>(
     fold_lanes::<T, LANES>(x, init, f)
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+unsafe fn fold_lanes_avx512<T: Copy, const LANES: usize>(
+    x: &[T],
+    init: T,
+    f: &impl Fn(T, T) -> T,
+) -> T {
+    fold_lanes::<T, LANES>(x, init, f)
+}
+
+/// `f(lo, hi)` over one range of `0..n` per thread, the caller computing the first itself
+/// (as [`split_across_threads`]: cheap per-element work should not wait for the pool to
+/// wake), results in range order.
+pub(crate) fn per_thread_parts<R: Send + Copy>(
+    n: usize,
+    min_part: usize,
+    init: R,
+    f: impl Fn(usize, usize) -> R + Sync,
+) -> Vec<R> {
+    let threads = rayon::current_num_threads().max(1);
+    let part = n.div_ceil(threads).max(min_part).max(1);
+    let mut out = vec![init; n.div_ceil(part).max(1)];
+    let (first, rest) = out.split_at_mut(1);
+    let f = &f;
+    rayon::in_place_scope(|s| {
+        for (i, slot) in rest.iter_mut().enumerate() {
+            let (lo, hi) = ((i + 1) * part, ((i + 2) * part).min(n));
+            s.spawn(move |_| *slot = f(lo, hi));
+        }
+        first[0] = f(0, part.min(n));
+    });
+    out
+}
+
+/// `Σ a[i]·b[i]` over equal-length slices, in independent lanes (vectorised, AVX2+FMA when
+/// present), split across threads for long inputs.
+pub(crate) fn dot<T>(a: &[T], b: &[T], zero: T) -> T
+where
+    T: Copy + Send + Sync + std::ops::Add<Output = T> + std::ops::Mul<Output = T>,
+{
+    debug_assert_eq!(a.len(), b.len());
+    #[inline(always)]
+    fn lanes<T: Copy + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
+        a: &[T],
+        b: &[T],
+        zero: T,
+    ) -> T {
+        const L: usize = 32;
+        let mut acc = [zero; L];
+        let n = a.len() / L * L;
+        for (x, y) in a[..n].chunks_exact(L).zip(b[..n].chunks_exact(L)) {
+            for i in 0..L {
+                acc[i] = acc[i] + x[i] * y[i];
+            }
+        }
+        let mut s = zero;
+        for v in acc {
+            s = s + v;
+        }
+        for i in n..a.len() {
+            s = s + a[i] * b[i];
+        }
+        s
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn lanes_avx2<T: Copy + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
+        a: &[T],
+        b: &[T],
+        zero: T,
+    ) -> T {
+        lanes(a, b, zero)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+    unsafe fn lanes_avx512<T: Copy + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
+        a: &[T],
+        b: &[T],
+        zero: T,
+    ) -> T {
+        lanes(a, b, zero)
+    }
+    let run = |x: &[T], y: &[T]| -> T {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512() {
+            // SAFETY: feature checked.
+            return unsafe { lanes_avx512(x, y, zero) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            // SAFETY: feature checked.
+            return unsafe { lanes_avx2(x, y, zero) };
+        }
+        lanes(x, y, zero)
+    };
+    if a.len() < PAR_THRESHOLD {
+        run(a, b)
+    } else {
+        per_thread_parts(a.len(), CHUNK, zero, |lo, hi| run(&a[lo..hi], &b[lo..hi]))
+            .into_iter()
+            .fold(zero, |p, q| p + q)
+    }
+}
+
+/// `dst[i] = f(dst[i], src[i])`, vectorised (one row of a column-wise reduction).
+pub(crate) fn combine_into<T: Copy, F: Fn(T, T) -> T>(dst: &mut [T], src: &[T], f: &F) {
+    #[inline(always)]
+    fn combine_loop<T: Copy, F: Fn(T, T) -> T>(dst: &mut [T], src: &[T], f: &F) {
+        for (d, &v) in dst.iter_mut().zip(src) {
+            *d = f(*d, v);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn combine_avx2<T: Copy, F: Fn(T, T) -> T>(dst: &mut [T], src: &[T], f: &F) {
+        combine_loop(dst, src, f)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+    unsafe fn combine_avx512<T: Copy, F: Fn(T, T) -> T>(dst: &mut [T], src: &[T], f: &F) {
+        combine_loop(dst, src, f)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: feature checked.
+        return unsafe { combine_avx512(dst, src, f) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: feature checked.
+        return unsafe { combine_avx2(dst, src, f) };
+    }
+    combine_loop(dst, src, f)
+}
+
 /// Folds one slice (`f` must be associative; `init` its identity), threaded when large.
 pub(crate) fn fold<T: Copy + Send + Sync, F: Fn(T, T) -> T + Sync>(x: &[T], init: T, f: F) -> T {
     let run = |c: &[T]| -> T {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512() {
+            // SAFETY: feature checked.
+            return unsafe { fold_lanes_avx512::<T, 32>(c, init, &f) };
+        }
         #[cfg(target_arch = "x86_64")]
         if has_avx2() {
             // SAFETY: feature checked.
@@ -183,6 +365,8 @@ pub(crate) fn fold<T: Copy + Send + Sync, F: Fn(T, T) -> T + Sync>(x: &[T], init
     if x.len() < PAR_THRESHOLD {
         run(x)
     } else {
-        x.par_chunks(CHUNK * 4).map(run).reduce(|| init, &f)
+        per_thread_parts(x.len(), CHUNK, init, |lo, hi| run(&x[lo..hi]))
+            .into_iter()
+            .fold(init, &f)
     }
 }

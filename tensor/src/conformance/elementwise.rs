@@ -449,3 +449,39 @@ pub fn select(device: &Device) {
         },
     );
 }
+
+/// `clip_scalar` (fused where the backend has it, composed otherwise) over numeric dtypes
+/// and layouts, bounds possibly crossed (then everything is `max`, as NumPy's clip), NaN kept.
+pub fn clip_scalar(device: &Device) {
+    let mut dtypes = supported(device, &FLOATS);
+    dtypes.extend(supported(device, &INTS));
+    check(
+        "clip_scalar",
+        (
+            array(3, 5, -6.0, 6.0),
+            0..dtypes.len(),
+            view_kind(),
+            -4i32..4,
+            -4i32..4,
+        ),
+        |(a, di, view, lo, hi)| {
+            let dtype = dtypes[di];
+            let a = if dtype == DType::U8 {
+                a.map(|v| v.abs())
+            } else {
+                a
+            };
+            let x = quantized(dtype, &a);
+            let (lo, hi) = (lo as f64, hi as f64);
+            let (lo, hi) = if dtype == DType::U8 {
+                (lo.abs(), hi.abs())
+            } else {
+                (lo, hi)
+            };
+            let t = ok("x", make_tensor(device, dtype, &x, view))?;
+            let got = ok("clip_scalar", t.clip_scalar(lo, hi))?;
+            let want = x.map(|v| if v.is_nan() { v } else { v.max(lo).min(hi) });
+            assert_matches("clip_scalar", &got, &want, 1.0)
+        },
+    );
+}

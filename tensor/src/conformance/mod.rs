@@ -46,6 +46,7 @@ macro_rules! conformance_tests {
             binary_logical_ops => elementwise::binary_logical_ops,
             cast_all_pairs => elementwise::cast_all_pairs,
             select => elementwise::select,
+            clip_scalar => elementwise::clip_scalar,
             reductions => reduce::reductions,
             mean_and_logsumexp => reduce::mean_and_logsumexp,
             arg_reductions => reduce::arg_reductions,

@@ -195,6 +195,47 @@ impl Tensor {
         self.maximum(min)?.minimum(max)
     }
 
+    /// Clips to constant bounds, `minimum(maximum(x, min), max)` (NaN stays NaN), in one pass
+    /// where the backend has the fused kernel, else composed. Bounds convert to the dtype.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// let x = ferroflow::Tensor::from_vec(vec![-2.0f64, 0.5, 3.0, f64::NAN], &[4])?;
+    /// let c = x.clip_scalar(-1.0, 1.0)?.to_vec::<f64>()?;
+    /// assert_eq!(&c[..3], &[-1.0, 0.5, 1.0]);
+    /// assert!(c[3].is_nan());
+    /// # Ok::<(), ferroflow::Error>(())
+    /// ```
+    pub fn clip_scalar(&self, min: f64, max: f64) -> Result<Tensor> {
+        if self.dtype() == DType::Bool {
+            return Err(Error::UnsupportedDType {
+                op: "clip_by_value",
+                dtype: self.dtype(),
+                expected: "a numeric dtype",
+            });
+        }
+        let fused = dispatch(
+            || Op::ClipScalar { min, max },
+            &[self],
+            |p| {
+                let buf = p.backend.clip_scalar(self.operand(), min, max)?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    self.shape(),
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        );
+        match fused {
+            Err(Error::NotSupportedByBackend { .. }) => {
+                self.clip_by_value(&self.scalar_like(min)?, &self.scalar_like(max)?)
+            }
+            other => other,
+        }
+    }
+
     /// `max(x, alpha·x)` (`tf.nn.leaky_relu`, alpha 0.2 in TF).
     pub fn leaky_relu(&self, alpha: f64) -> Result<Tensor> {
         self.maximum(&self.mul(&self.scalar_like(alpha)?)?)

@@ -642,7 +642,7 @@ fn pool_typed<T: Num + Send + Sync + num_traits::Float>(
                         PoolKind::Max => o
                             .iter_mut()
                             .zip(s)
-                            .for_each(|(a, &v)| *a = if v > *a || v.isnan() { v } else { *a }),
+                            .for_each(|(a, &v)| *a = if (v > *a) | v.isnan() { v } else { *a }),
                         PoolKind::Avg => o.iter_mut().zip(s).for_each(|(a, &v)| *a = *a + v),
                     }
                 });

@@ -173,6 +173,10 @@ pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
     }
 }
 
+/// A vectorised dot product for a 1×k by k×1 product (gemm's microkernels are built for
+/// matrices), for the types that have one.
+type DotFn<T> = Option<fn(&[T], &[T]) -> T>;
+
 fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(
     a: &[T],
     la: &Layout,
@@ -180,6 +184,7 @@ fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(
     lb: &Layout,
     zero: T,
     one: T,
+    dot: DotFn<T>,
 ) -> Vec<T> {
     let d = dims(la, lb);
     let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
@@ -193,6 +198,15 @@ fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(
         return out; // empty inner dimension: zeros
     }
     let flops = 2 * d.m * d.n * d.k;
+    if let (Some(dot), 1, 1, 1) = (dot, d.m, d.n, batches) {
+        let (lhs, rhs) = d.operands(a, oa[0], b, ob[0]);
+        if lhs.cs == 1 && rhs.rs == 1 {
+            let x = &lhs.data[lhs.offset..lhs.offset + d.k];
+            let y = &rhs.data[rhs.offset..rhs.offset + d.k];
+            out[0] = dot(x, y);
+            return out;
+        }
+    }
     let run = |dst: &mut [T], i: usize, par: Parallelism| {
         let (lhs, rhs) = d.operands(a, oa[i], b, ob[i]);
         gemm_into(dst, d.m, d.n, d.k, lhs, rhs, false, zero, one, par);
@@ -265,17 +279,39 @@ pub(crate) fn matmul(a: Operand<'_>, b: Operand<'_>) -> Result<HostData> {
     let (da, db) = (host(&a)?, host(&b)?);
     let (la, lb) = (a.layout, b.layout);
     Ok(match (da, db) {
-        (HostData::F32(x), HostData::F32(y)) => HostData::F32(gemm_batched(x, la, y, lb, 0.0, 1.0)),
-        (HostData::F64(x), HostData::F64(y)) => HostData::F64(gemm_batched(x, la, y, lb, 0.0, 1.0)),
-        (HostData::F16(x), HostData::F16(y)) => {
-            HostData::F16(gemm_batched(x, la, y, lb, half::f16::ZERO, half::f16::ONE))
-        }
+        (HostData::F32(x), HostData::F32(y)) => HostData::F32(gemm_batched(
+            x,
+            la,
+            y,
+            lb,
+            0.0,
+            1.0,
+            Some(|x, y| crate::simd::dot(x, y, 0.0)),
+        )),
+        (HostData::F64(x), HostData::F64(y)) => HostData::F64(gemm_batched(
+            x,
+            la,
+            y,
+            lb,
+            0.0,
+            1.0,
+            Some(|x, y| crate::simd::dot(x, y, 0.0)),
+        )),
+        (HostData::F16(x), HostData::F16(y)) => HostData::F16(gemm_batched(
+            x,
+            la,
+            y,
+            lb,
+            half::f16::ZERO,
+            half::f16::ONE,
+            None,
+        )),
         (HostData::BF16(x), HostData::BF16(y)) if super::bf16_gemm::available() => {
             narrow(gemm_batched_bf16(x, la, y, lb), DType::BF16)
         }
         (HostData::BF16(_), HostData::BF16(_)) => {
             let (wx, wy) = (widen(da).unwrap_or_default(), widen(db).unwrap_or_default());
-            narrow(gemm_batched(&wx, la, &wy, lb, 0.0, 1.0), DType::BF16)
+            narrow(gemm_batched(&wx, la, &wy, lb, 0.0, 1.0, None), DType::BF16)
         }
         (HostData::I32(x), HostData::I32(y)) => HostData::I32(matmul_int(x, la, y, lb)),
         (HostData::I64(x), HostData::I64(y)) => HostData::I64(matmul_int(x, la, y, lb)),

@@ -6,7 +6,7 @@
 
 use crate::buffer::{dense, host, narrow, widen, Half};
 use crate::num::Num;
-use crate::simd::{fold, PAR_THRESHOLD};
+use crate::simd::{combine_into, fold, per_thread_parts, PAR_THRESHOLD};
 use ferroflow_tensor::{
     backend::unsupported, ArgReduceOp, Element, HostData, Layout, Operand, ReduceOp, Result,
 };
@@ -52,6 +52,8 @@ fn reduce_with<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(
 }
 
 /// out[j] = f(.. f(f(init, x[0][j]), x[1][j]) ..): row-wise passes that vectorise over j.
+/// Large inputs split the rows among threads (each streams whole rows, contiguous memory)
+/// and combine the per-thread partial rows in order.
 fn reduce_columns<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(
     x: &[T],
     r: usize,
@@ -59,22 +61,30 @@ fn reduce_columns<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(
     init: T,
     f: F,
 ) -> Vec<T> {
-    let mut out = vec![init; k];
-    let pass = |o: &mut [T], j0: usize| {
-        for i in 0..r {
-            let src = &x[i * k + j0..i * k + j0 + o.len()];
-            for (d, &v) in o.iter_mut().zip(src) {
-                *d = f(*d, v);
-            }
+    let pass = |o: &mut [T], rows: std::ops::Range<usize>| {
+        for i in rows {
+            combine_into(o, &x[i * k..i * k + k], &f);
         }
     };
-    if r * k < PAR_THRESHOLD || k < 64 {
-        pass(&mut out, 0);
-    } else {
-        let chunk = k.div_ceil(rayon::current_num_threads() * 4).max(64);
-        out.par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(c, o)| pass(o, c * chunk));
+    let threads = rayon::current_num_threads();
+    if r * k < PAR_THRESHOLD || threads == 1 || r < 2 * threads {
+        let mut out = vec![init; k];
+        pass(&mut out, 0..r);
+        return out;
+    }
+    let per = r.div_ceil(threads);
+    let partials: Vec<Vec<T>> = (0..r.div_ceil(per))
+        .into_par_iter()
+        .map(|t| {
+            let mut o = vec![init; k];
+            pass(&mut o, t * per..((t + 1) * per).min(r));
+            o
+        })
+        .collect();
+    let mut parts = partials.into_iter();
+    let mut out = parts.next().unwrap_or_else(|| vec![init; k]);
+    for p in parts {
+        combine_into(&mut out, &p, &f);
     }
     out
 }
@@ -90,14 +100,14 @@ fn reduce_num<T: Num + Sync + Send>(
         ReduceOp::Prod => reduce_with(data, layout, axes, T::ONE, |a: T, b: T| a.wmul(b)),
         // `a.isnan()` keeps a NaN once seen; a NaN `b` wins because `a > NaN` is false.
         ReduceOp::Max => reduce_with(data, layout, axes, T::LOWEST, |a: T, b: T| {
-            if a > b || a.isnan() {
+            if (a > b) | a.isnan() {
                 a
             } else {
                 b
             }
         }),
         ReduceOp::Min => reduce_with(data, layout, axes, T::HIGHEST, |a: T, b: T| {
-            if a < b || a.isnan() {
+            if (a < b) | a.isnan() {
                 a
             } else {
                 b
@@ -205,11 +215,12 @@ pub(crate) fn reduce(op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<Hos
 ///
 /// One pass: each block of the row is folded to its best value (vectorised), blocks are
 /// combined keeping the earliest best, then only the winning block is scanned for the index.
-fn arg_row<T: Num + Sync + Send>(row: &[T], max: bool) -> i64 {
+fn arg_row<T: Num + Sync + Send, const MAX: bool>(row: &[T]) -> i64 {
     const BLOCK: usize = 2048;
+    let max = MAX;
     let pick = move |a: T, b: T| {
-        let better = if max { a > b } else { a < b };
-        if better || a.isnan() {
+        let better = if MAX { a > b } else { a < b };
+        if better | a.isnan() {
             a
         } else {
             b
@@ -232,10 +243,15 @@ fn arg_row<T: Num + Sync + Send>(row: &[T], max: bool) -> i64 {
         }
     };
     let (best, bi) = if row.len() >= PAR_THRESHOLD {
-        row.par_chunks(BLOCK)
-            .enumerate()
-            .map(block_best)
-            .reduce(|| (init, usize::MAX), combine)
+        // one part per thread (block-aligned), each folding its blocks in order
+        let blocks = row.len().div_ceil(BLOCK);
+        per_thread_parts(blocks, 1, (init, usize::MAX), |lo, hi| {
+            (lo..hi)
+                .map(|b| block_best((b, &row[b * BLOCK..((b + 1) * BLOCK).min(row.len())])))
+                .fold((init, usize::MAX), combine)
+        })
+        .into_iter()
+        .fold((init, usize::MAX), combine)
     } else {
         row.chunks(BLOCK)
             .enumerate()
@@ -267,9 +283,17 @@ fn arg_typed<T: Num + Sync + Send>(
     let n = layout.shape()[axis];
     let max = op == ArgReduceOp::ArgMax;
     if rows.len() < PAR_THRESHOLD || n >= 4096 {
-        rows.chunks(n).map(|r| arg_row(r, max)).collect()
+        if max {
+            rows.chunks(n).map(arg_row::<T, true>).collect()
+        } else {
+            rows.chunks(n).map(arg_row::<T, false>).collect()
+        }
     } else {
-        rows.par_chunks(n).map(|r| arg_row(r, max)).collect()
+        if max {
+            rows.par_chunks(n).map(arg_row::<T, true>).collect()
+        } else {
+            rows.par_chunks(n).map(arg_row::<T, false>).collect()
+        }
     }
 }
 

@@ -132,21 +132,128 @@ pub(crate) fn cumulative(
     })
 }
 
-/// Total order with NaN above everything (and equal to itself).
-#[inline]
-fn cmp_nan_last<T: Element>(a: &T, b: &T) -> std::cmp::Ordering {
-    use std::cmp::Ordering::*;
-    match a.partial_cmp(b) {
-        Some(o) => o,
-        None => match (a.partial_cmp(a).is_none(), b.partial_cmp(b).is_none()) {
-            (true, true) => Equal,
-            (true, false) => Greater,
-            _ => Less,
-        },
+/// An unsigned key whose order is the sort order: numbers ascending, -0.0 equal to 0.0, NaN
+/// above everything (all NaNs equal).
+trait SortKey: Element {
+    fn key(self) -> u64;
+}
+
+impl SortKey for f64 {
+    #[inline(always)]
+    fn key(self) -> u64 {
+        const SIGN: u64 = 1 << 63;
+        let bits = self.to_bits();
+        if self.is_nan() {
+            u64::MAX
+        } else if self == 0.0 {
+            SIGN
+        } else if bits & SIGN != 0 {
+            !bits
+        } else {
+            bits | SIGN
+        }
+    }
+}
+impl SortKey for f32 {
+    #[inline(always)]
+    fn key(self) -> u64 {
+        // exact in f64, which orders the same
+        (self as f64).key()
+    }
+}
+impl SortKey for half::f16 {
+    #[inline(always)]
+    fn key(self) -> u64 {
+        self.to_f32().key()
+    }
+}
+impl SortKey for half::bf16 {
+    #[inline(always)]
+    fn key(self) -> u64 {
+        self.to_f32().key()
+    }
+}
+macro_rules! int_key {
+    ($($t:ty),*) => {$(
+        impl SortKey for $t {
+            #[inline(always)]
+            fn key(self) -> u64 {
+                (self as i64 as u64) ^ (1 << 63)
+            }
+        }
+    )*};
+}
+int_key!(i8, i32, i64);
+impl SortKey for u8 {
+    #[inline(always)]
+    fn key(self) -> u64 {
+        self as u64
     }
 }
 
-fn sort_typed<T: Element>(
+/// Stable LSD radix sort of (key, index) pairs by key, `BITS` bits per pass (16 for long
+/// lanes, 8 for short ones, so the histogram stays small beside the data); passes where
+/// every key has the same digit are skipped.
+fn radix_sort<const BITS: u32>(pairs: &mut Vec<(u64, u32)>) {
+    let buckets = 1usize << BITS;
+    let mask = (buckets - 1) as u64;
+    let passes = (64 / BITS) as usize;
+    let n = pairs.len();
+    // every pass's histogram in one read of the keys
+    let mut counts = vec![0usize; buckets * passes];
+    for &(k, _) in pairs.iter() {
+        for p in 0..passes {
+            counts[p * buckets + ((k >> (p as u32 * BITS)) & mask) as usize] += 1;
+        }
+    }
+    let mut tmp = vec![(0u64, 0u32); n];
+    for p in 0..passes {
+        let c = &mut counts[p * buckets..(p + 1) * buckets];
+        if c.contains(&n) {
+            continue;
+        }
+        let mut sum = 0;
+        for v in c.iter_mut() {
+            let here = *v;
+            *v = sum;
+            sum += here;
+        }
+        let shift = p as u32 * BITS;
+        for &pair in pairs.iter() {
+            let d = ((pair.0 >> shift) & mask) as usize;
+            // c[d] < n: it starts at the count of smaller digits and rises once per key
+            // with digit d
+            tmp[c[d]] = pair;
+            c[d] += 1;
+        }
+        std::mem::swap(pairs, &mut tmp);
+    }
+}
+
+/// Sorts one lane: the permutation, stable (equal keys keep index order). Descending uses
+/// the complemented key, so NaN comes first there (it is the largest value).
+fn sort_lane<T: SortKey>(
+    lane: impl Iterator<Item = T>,
+    n: usize,
+    descending: bool,
+) -> Vec<(u64, u32)> {
+    let flip = if descending { u64::MAX } else { 0 };
+    let mut pairs: Vec<(u64, u32)> = lane
+        .enumerate()
+        .map(|(i, v)| (v.key() ^ flip, i as u32))
+        .collect();
+    if n >= 1 << 14 {
+        radix_sort::<16>(&mut pairs);
+    } else if n >= 256 {
+        radix_sort::<8>(&mut pairs);
+    } else {
+        // (key, index) pairs are distinct: an unstable sort of them is a stable sort by key
+        pairs.sort_unstable();
+    }
+    pairs
+}
+
+fn sort_typed<T: SortKey>(
     v: &[T],
     layout: &Layout,
     axis: usize,
@@ -156,20 +263,28 @@ fn sort_typed<T: Element>(
     let (outer, n, inner) = split_at_axis(layout.shape(), axis);
     let mut vals = vec![T::default(); x.len()];
     let mut idxs = vec![0i32; x.len()];
-    let mut perm: Vec<usize> = Vec::with_capacity(n);
+    if inner == 1 && n > 0 {
+        // contiguous lanes, sorted in parallel
+        vals.par_chunks_mut(n)
+            .zip(idxs.par_chunks_mut(n))
+            .zip(x.par_chunks(n))
+            .for_each(|((vo, io), row)| {
+                for (i, (_, p)) in sort_lane(row.iter().copied(), n, descending)
+                    .into_iter()
+                    .enumerate()
+                {
+                    vo[i] = row[p as usize];
+                    io[i] = p as i32;
+                }
+            });
+        return (vals, idxs);
+    }
     for o in 0..outer {
         for j in 0..inner {
             let at = |i: usize| o * n * inner + i * inner + j;
-            perm.clear();
-            perm.extend(0..n);
-            // Stable: equal keys keep index order in both directions.
-            if descending {
-                perm.sort_by(|&p, &q| cmp_nan_last(&x[at(q)], &x[at(p)]));
-            } else {
-                perm.sort_by(|&p, &q| cmp_nan_last(&x[at(p)], &x[at(q)]));
-            }
-            for (i, &p) in perm.iter().enumerate() {
-                vals[at(i)] = x[at(p)];
+            let perm = sort_lane((0..n).map(|i| x[at(i)]), n, descending);
+            for (i, (_, p)) in perm.into_iter().enumerate() {
+                vals[at(i)] = x[at(p as usize)];
                 idxs[at(i)] = p as i32;
             }
         }

@@ -3,7 +3,7 @@
 use crate::buffer::{dense, half_chunked, host, narrow, widen, widen_range, Half};
 use crate::num::{FloatMath, Num};
 use crate::simd::map;
-use ferroflow_tensor::{backend::unsupported, HostData, Operand, Result, UnaryOp};
+use ferroflow_tensor::{backend::unsupported, Element, HostData, Operand, Result, UnaryOp};
 
 /// A unary op on dense half-precision data, chunk by chunk in f32 (no whole-buffer
 /// widening); `None` for views and for ops whose result is not a float.
@@ -115,7 +115,7 @@ fn unary_float<T: FloatMath>(op: UnaryOp, x: &[T]) -> HostData {
         Ceil => map(x, |v: T| v.ceil()),
         Round => map(x, round_half_even),
         // NaN stays NaN (`NaN > 0` is false, so test it explicitly).
-        Relu => map(x, |v: T| if v > zero || v.isnan() { v } else { zero }),
+        Relu => map(x, |v: T| if (v > zero) | v.isnan() { v } else { zero }),
         IsFinite => return HostData::Bool(map(x, |v: T| v.is_finite())),
         IsNan => return HostData::Bool(map(x, |v: T| v.isnan())),
         LogicalNot => return HostData::Bool(map(x, |v: T| v == zero)),
@@ -141,5 +141,34 @@ fn unary_int<T: Num + Sync + Send>(op: UnaryOp, x: &[T]) -> Option<Vec<T>> {
         Square => map(x, |v: T| v.wmul(v)),
         Relu => map(x, |v: T| if v > zero { v } else { zero }),
         _ => return None,
+    })
+}
+
+/// `min(max(x, lo), hi)` with the bounds in the element type (NaN stays NaN: comparisons
+/// with it are false). Half-precision data clips in its own type (exact: bounds round to
+/// it, and clipping only selects values).
+pub(crate) fn clip_scalar(x: Operand<'_>, lo: f64, hi: f64) -> Result<HostData> {
+    fn go<T: Element + PartialOrd>(v: &[T], x: &Operand<'_>, lo: f64, hi: f64) -> Vec<T> {
+        let (lo, hi) = (T::from_f64(lo), T::from_f64(hi));
+        map(&dense(v, x.layout), |v: T| {
+            let m = if v < lo { lo } else { v };
+            if m > hi {
+                hi
+            } else {
+                m
+            }
+        })
+    }
+    let data = host(&x)?;
+    Ok(match data {
+        HostData::F16(v) => HostData::F16(go(v, &x, lo, hi)),
+        HostData::BF16(v) => HostData::BF16(go(v, &x, lo, hi)),
+        HostData::F32(v) => HostData::F32(go(v, &x, lo, hi)),
+        HostData::F64(v) => HostData::F64(go(v, &x, lo, hi)),
+        HostData::I8(v) => HostData::I8(go(v, &x, lo, hi)),
+        HostData::I32(v) => HostData::I32(go(v, &x, lo, hi)),
+        HostData::I64(v) => HostData::I64(go(v, &x, lo, hi)),
+        HostData::U8(v) => HostData::U8(go(v, &x, lo, hi)),
+        HostData::Bool(_) => return Err(unsupported("cpu", "clip_by_value", x.dtype)),
     })
 }
