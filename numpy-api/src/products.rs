@@ -171,6 +171,10 @@ pub fn dot(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
     if a.rank() == 0 || b.rank() == 0 {
         return multiply(&a, &b);
     }
+    if a.rank() == 1 && b.rank() == 1 && a.shape() == b.shape() {
+        // the inner product as one 1×k by k×1 product
+        return mm(&a.expand_dims(0)?, &b.expand_dims(1)?)?.reshape(&[]);
+    }
     if a.rank() <= 2 && b.rank() <= 2 {
         let (ka, kb) = (a.shape()[a.rank() - 1], b.shape()[0]);
         if ka != kb {

@@ -225,7 +225,7 @@ unsafe fn fold_lanes_avx512<T: Copy, const LANES: usize>(
 /// `f(lo, hi)` over one range of `0..n` per thread, the caller computing the first itself
 /// (as [`split_across_threads`]: cheap per-element work should not wait for the pool to
 /// wake), results in range order.
-pub(crate) fn per_thread_parts<R: Send + Copy>(
+pub(crate) fn per_thread_parts<R: Send + Clone>(
     n: usize,
     min_part: usize,
     init: R,
@@ -246,28 +246,47 @@ pub(crate) fn per_thread_parts<R: Send + Copy>(
     out
 }
 
-/// `Σ a[i]·b[i]` over equal-length slices, in independent lanes (vectorised, AVX2+FMA when
-/// present), split across threads for long inputs.
+/// `Σ a[i]·b[i]` over equal-length slices, in independent lanes (vectorised; fused
+/// multiply-adds in the AVX2+FMA and AVX-512 variants), split across threads for long inputs.
 pub(crate) fn dot<T>(a: &[T], b: &[T], zero: T) -> T
 where
-    T: Copy + Send + Sync + std::ops::Add<Output = T> + std::ops::Mul<Output = T>,
+    T: Copy
+        + Send
+        + Sync
+        + num_traits::MulAdd<Output = T>
+        + std::ops::Add<Output = T>
+        + std::ops::Mul<Output = T>,
 {
     debug_assert_eq!(a.len(), b.len());
     #[inline(always)]
-    fn lanes<T: Copy + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
-        a: &[T],
-        b: &[T],
-        zero: T,
-    ) -> T {
+    fn lanes<T, const FMA: bool>(a: &[T], b: &[T], zero: T) -> T
+    where
+        T: Copy
+            + num_traits::MulAdd<Output = T>
+            + std::ops::Add<Output = T>
+            + std::ops::Mul<Output = T>,
+    {
         const L: usize = 32;
+        // peel to a 64-byte boundary of `a`: whole-cache-line vector loads
+        let head = a.as_ptr().align_offset(64).min(a.len());
+        let mut s0 = zero;
+        for i in 0..head {
+            s0 = s0 + a[i] * b[i];
+        }
+        let (a, b) = (&a[head..], &b[head..]);
         let mut acc = [zero; L];
         let n = a.len() / L * L;
         for (x, y) in a[..n].chunks_exact(L).zip(b[..n].chunks_exact(L)) {
             for i in 0..L {
-                acc[i] = acc[i] + x[i] * y[i];
+                // without FMA hardware `mul_add` is a library call: multiply, then add
+                acc[i] = if FMA {
+                    x[i].mul_add(y[i], acc[i])
+                } else {
+                    acc[i] + x[i] * y[i]
+                };
             }
         }
-        let mut s = zero;
+        let mut s = s0;
         for v in acc {
             s = s + v;
         }
@@ -278,21 +297,25 @@ where
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn lanes_avx2<T: Copy + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
-        a: &[T],
-        b: &[T],
-        zero: T,
-    ) -> T {
-        lanes(a, b, zero)
+    unsafe fn lanes_avx2<T>(a: &[T], b: &[T], zero: T) -> T
+    where
+        T: Copy
+            + num_traits::MulAdd<Output = T>
+            + std::ops::Add<Output = T>
+            + std::ops::Mul<Output = T>,
+    {
+        lanes::<T, true>(a, b, zero)
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
-    unsafe fn lanes_avx512<T: Copy + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
-        a: &[T],
-        b: &[T],
-        zero: T,
-    ) -> T {
-        lanes(a, b, zero)
+    unsafe fn lanes_avx512<T>(a: &[T], b: &[T], zero: T) -> T
+    where
+        T: Copy
+            + num_traits::MulAdd<Output = T>
+            + std::ops::Add<Output = T>
+            + std::ops::Mul<Output = T>,
+    {
+        lanes::<T, true>(a, b, zero)
     }
     let run = |x: &[T], y: &[T]| -> T {
         #[cfg(target_arch = "x86_64")]
@@ -305,7 +328,7 @@ where
             // SAFETY: feature checked.
             return unsafe { lanes_avx2(x, y, zero) };
         }
-        lanes(x, y, zero)
+        lanes::<T, false>(x, y, zero)
     };
     if a.len() < PAR_THRESHOLD {
         run(a, b)

@@ -72,15 +72,11 @@ fn reduce_columns<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(
         pass(&mut out, 0..r);
         return out;
     }
-    let per = r.div_ceil(threads);
-    let partials: Vec<Vec<T>> = (0..r.div_ceil(per))
-        .into_par_iter()
-        .map(|t| {
-            let mut o = vec![init; k];
-            pass(&mut o, t * per..((t + 1) * per).min(r));
-            o
-        })
-        .collect();
+    let partials = per_thread_parts(r, 2, Vec::new(), |lo, hi| {
+        let mut o = vec![init; k];
+        pass(&mut o, lo..hi);
+        o
+    });
     let mut parts = partials.into_iter();
     let mut out = parts.next().unwrap_or_else(|| vec![init; k]);
     for p in parts {
