@@ -88,12 +88,15 @@ impl Value {
         match self {
             Value::Array(t) => t.cast(dtype),
             Value::Scalar(s) => {
-                let host = match *s {
-                    Scalar::Bool(b) => HostData::Bool(vec![b]),
-                    Scalar::Int(v, _) => HostData::I64(vec![v]),
-                    Scalar::Float(v, _) => HostData::F64(vec![v]),
+                // converted on the host, so no dtype the device lacks (float64 on a GPU)
+                // is ever uploaded
+                let host = match (*s, dtype) {
+                    (Scalar::Int(v, _), DType::I64) => HostData::I64(vec![v]),
+                    (Scalar::Bool(b), _) => HostData::filled(dtype, 1, b as u8 as f64),
+                    (Scalar::Int(v, _), _) => HostData::filled(dtype, 1, v as f64),
+                    (Scalar::Float(v, _), _) => HostData::filled(dtype, 1, v),
                 };
-                Tensor::from_host_on(host, &[], device)?.cast(dtype)
+                Tensor::from_host_on(host, &[], device)
             }
         }
     }
@@ -143,12 +146,12 @@ scalar_like!(bool, i8, u8, i32, i64, usize, f32, f64);
 
 /// Host data for a Rust element type, with `f64` data in the default float dtype.
 fn host_tensor<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
-    let t = Tensor::from_vec(data, shape)?;
-    if T::DTYPE == DType::F64 {
-        t.cast(default_float())
-    } else {
-        Ok(t)
+    if T::DTYPE == DType::F64 && default_float() != DType::F64 {
+        // converted on the host: a device without float64 never receives it
+        let v: Vec<f64> = data.iter().map(|x| x.to_f64()).collect();
+        return Tensor::from_host(HostData::from_f64_slice(default_float(), &v), shape);
     }
+    Tensor::from_vec(data, shape)
 }
 
 /// Nested Rust data (elements, arrays, slices and vectors of them) with a rectangular shape.

@@ -19,6 +19,12 @@ use crate::array::{arr, ArrayLike, Scalar, Value};
 use crate::dtypes::{default_float, default_int};
 use crate::util::{bool_tensor, i64_tensor};
 
+/// Values computed in f64 on the host, converted there to `dtype` (so a device without
+/// float64 never receives it) and placed on the current device.
+pub(crate) fn host_array(v: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
+    Tensor::from_host(HostData::from_f64_slice(dtype, v), shape)
+}
+
 fn dtype_or(d: impl Into<Option<DType>>, default: DType) -> DType {
     d.into().unwrap_or(default)
 }
@@ -101,7 +107,7 @@ fn scalar_f64(op: &'static str, v: &Value) -> Result<f64> {
         Value::Scalar(Scalar::Bool(b)) => Ok(*b as u8 as f64),
         Value::Scalar(Scalar::Int(i, _)) => Ok(*i as f64),
         Value::Scalar(Scalar::Float(f, _)) => Ok(*f),
-        Value::Array(t) if t.rank() == 0 => t.cast(DType::F64)?.item::<f64>(),
+        Value::Array(t) if t.rank() == 0 => Ok(t.to_f64_vec()?.first().copied().unwrap_or(0.0)),
         Value::Array(t) => Err(Error::invalid(
             op,
             format!("expected a scalar, got an array of shape {:?}", t.shape()),
@@ -151,7 +157,7 @@ pub fn arange(
         return Tensor::from_host(HostData::I64(v), &[n])?.cast(dtype);
     }
     let v: Vec<f64> = (0..n).map(|i| a + i as f64 * s).collect();
-    Tensor::from_host(HostData::F64(v), &[n])?.cast(dtype)
+    host_array(&v, &[n], dtype)
 }
 
 /// NumPy's linspace values in float64.
@@ -186,7 +192,7 @@ pub fn linspace(
     dtype: impl Into<Option<DType>>,
 ) -> Result<Tensor> {
     let v = linspace_f64(start, stop, num, endpoint);
-    Tensor::from_host(HostData::F64(v), &[num])?.cast(dtype_or(dtype, default_float()))
+    host_array(&v, &[num], dtype_or(dtype, default_float()))
 }
 
 /// `numpy.logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None)`:
@@ -203,7 +209,7 @@ pub fn logspace(
         .into_iter()
         .map(|e| base.powf(e))
         .collect();
-    Tensor::from_host(HostData::F64(v), &[num])?.cast(dtype_or(dtype, default_float()))
+    host_array(&v, &[num], dtype_or(dtype, default_float()))
 }
 
 /// `numpy.geomspace(start, stop, num=50, endpoint=True, dtype=None)`: a geometric sequence
@@ -239,7 +245,7 @@ pub fn geomspace(
             v[num - 1] = stop;
         }
     }
-    Tensor::from_host(HostData::F64(v), &[num])?.cast(dtype_or(dtype, default_float()))
+    host_array(&v, &[num], dtype_or(dtype, default_float()))
 }
 
 /// `numpy.diag(v, k=0)`: a 1-D `v` becomes a square matrix with `v` on diagonal `k`; a 2-D

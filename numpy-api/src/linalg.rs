@@ -135,7 +135,7 @@ fn batched(name: &'static str, inputs: &[&Tensor], f: &MatrixFn<'_>) -> Result<V
                 .map(|(v, s)| {
                     let mut shape = batch.clone();
                     shape.extend(s);
-                    Tensor::from_host_on(HostData::F64(v), &shape, device)?.cast(dtype)
+                    Tensor::from_host_on(HostData::from_f64_slice(dtype, &v), &shape, device)
                 })
                 .collect::<Result<Vec<Tensor>>>()?;
             if ts.is_empty() {

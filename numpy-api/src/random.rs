@@ -45,7 +45,7 @@ pub fn seed(seed: u64) {
 fn floats(shape: &[usize], f: impl Fn(&mut Philox) -> f64) -> Result<Tensor> {
     let n: usize = shape.iter().product();
     let v: Vec<f64> = with_gen(|g| (0..n).map(|_| f(g)).collect());
-    Tensor::from_host(HostData::F64(v), shape)?.cast(default_float())
+    crate::creation::host_array(&v, shape, default_float())
 }
 
 /// `numpy.random.rand(*shape)`: uniform on `[0, 1)`.

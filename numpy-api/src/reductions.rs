@@ -458,7 +458,7 @@ fn quantile_impl(
     let nan = x.is_nan()?;
     let nvalid: Vec<f64> = if ignore_nan {
         nan.logical_not()?
-            .cast(DType::F64)?
+            .cast(DType::I32)?
             .reduce_sum(vec![-1], false)?
             .to_f64_vec()?
     } else {
@@ -486,7 +486,7 @@ fn quantile_impl(
         let vlo = crate::shape::take_along_axis(&sorted, &lo, -1)?.squeeze(&[-1])?;
         let vhi = crate::shape::take_along_axis(&sorted, &hi, -1)?.squeeze(&[-1])?;
         let f = Tensor::from_host_on(
-            ferroflow_tensor::HostData::F64(frac),
+            ferroflow_tensor::HostData::from_f64_slice(x.dtype(), &frac),
             &lane_shape,
             x.device(),
         )?
