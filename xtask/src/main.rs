@@ -45,6 +45,8 @@ fn ci() -> bool {
         && [
             &["tensors"][..],
             &["custom_training_loop"],
+            // the NumPy API guide: exits non-zero when a result differs from NumPy's
+            &["numpy_api"],
             // The main job's MLP: 3 epochs, exits non-zero below 97.5% test accuracy.
             &["mnist", "mlp"],
             // TFRecord shards → interleave → parallel map → cache → shuffle → batch →
