@@ -142,7 +142,11 @@ pub fn arange(
             "arange: cannot compute length (non-finite bounds)",
         ));
     }
-    let n = ((b - a) / s).ceil().max(0.0) as usize;
+    let len = ((b - a) / s).ceil().max(0.0);
+    if len > (1u64 << 40) as f64 {
+        return Err(Error::invalid("arange", "Maximum allowed size exceeded"));
+    }
+    let n = len as usize;
     let dtype = dtype_or(
         dtype,
         if all_int {
@@ -161,7 +165,7 @@ pub fn arange(
 }
 
 /// NumPy's linspace values in float64.
-fn linspace_f64(start: f64, stop: f64, num: usize, endpoint: bool) -> Vec<f64> {
+pub(crate) fn linspace_f64(start: f64, stop: f64, num: usize, endpoint: bool) -> Vec<f64> {
     let div = if endpoint { num.saturating_sub(1) } else { num };
     let delta = stop - start;
     let mut v: Vec<f64> = if div > 0 {
@@ -393,4 +397,91 @@ pub fn indices(dimensions: &[usize], dtype: impl Into<Option<DType>>) -> Result<
         return Tensor::zeros(&[0], dtype);
     }
     Tensor::stack(&grids, 0)?.cast(dtype)
+}
+
+fn triangle_indices(n: usize, k: isize, m: Option<usize>, lower: bool) -> Result<(Tensor, Tensor)> {
+    let m = m.unwrap_or(n);
+    let (mut rows, mut cols) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        for j in 0..m {
+            let d = j as isize - i as isize;
+            if (lower && d <= k) || (!lower && d >= k) {
+                rows.push(i as i64);
+                cols.push(j as i64);
+            }
+        }
+    }
+    let len = rows.len();
+    Ok((
+        Tensor::from_host(HostData::I64(rows), &[len])?,
+        Tensor::from_host(HostData::I64(cols), &[len])?,
+    ))
+}
+
+/// `numpy.tril_indices(n, k=0, m=None)`: row and column indices of the lower triangle.
+pub fn tril_indices(n: usize, k: isize, m: impl Into<Option<usize>>) -> Result<(Tensor, Tensor)> {
+    triangle_indices(n, k, m.into(), true)
+}
+/// `numpy.triu_indices(n, k=0, m=None)`: row and column indices of the upper triangle.
+pub fn triu_indices(n: usize, k: isize, m: impl Into<Option<usize>>) -> Result<(Tensor, Tensor)> {
+    triangle_indices(n, k, m.into(), false)
+}
+fn matrix_dims(op: &'static str, a: &Tensor) -> Result<(usize, usize)> {
+    if a.rank() != 2 {
+        return Err(Error::invalid(op, "input array must be 2-d"));
+    }
+    Ok((a.shape()[0], a.shape()[1]))
+}
+/// `numpy.tril_indices_from(arr, k=0)`.
+pub fn tril_indices_from(a: impl ArrayLike, k: isize) -> Result<(Tensor, Tensor)> {
+    let (n, m) = matrix_dims("tril_indices_from", &arr(a)?)?;
+    tril_indices(n, k, m)
+}
+/// `numpy.triu_indices_from(arr, k=0)`.
+pub fn triu_indices_from(a: impl ArrayLike, k: isize) -> Result<(Tensor, Tensor)> {
+    let (n, m) = matrix_dims("triu_indices_from", &arr(a)?)?;
+    triu_indices(n, k, m)
+}
+/// `numpy.diag_indices(n, ndim=2)`: `ndim` copies of `arange(n)` (the main diagonal).
+pub fn diag_indices(n: usize, ndim: usize) -> Result<Vec<Tensor>> {
+    (0..ndim)
+        .map(|_| arange(0i64, n as i64, 1i64, None))
+        .collect()
+}
+/// `numpy.diag_indices_from(arr)`: for an array whose axes all have one length.
+pub fn diag_indices_from(a: impl ArrayLike) -> Result<Vec<Tensor>> {
+    let a = arr(a)?;
+    if a.rank() < 2 {
+        return Err(Error::invalid(
+            "diag_indices_from",
+            "input array must be at least 2-d",
+        ));
+    }
+    if a.shape().iter().any(|d| *d != a.shape()[0]) {
+        return Err(Error::invalid(
+            "diag_indices_from",
+            "All dimensions of input must be of equal length",
+        ));
+    }
+    diag_indices(a.shape()[0], a.rank())
+}
+
+/// `numpy.vander(x, N=None, increasing=False)`: columns of powers of `x` (highest first
+/// unless `increasing`).
+pub fn vander(x: impl ArrayLike, n: impl Into<Option<usize>>, increasing: bool) -> Result<Tensor> {
+    let x = arr(x)?;
+    if x.rank() != 1 {
+        return Err(Error::invalid(
+            "vander",
+            "x must be a one-dimensional array or sequence.",
+        ));
+    }
+    let n = n.into().unwrap_or(x.shape()[0]);
+    let powers: Vec<i64> = if increasing {
+        (0..n as i64).collect()
+    } else {
+        (0..n as i64).rev().collect()
+    };
+    let p = Tensor::from_host_on(HostData::I64(powers), &[1, n], x.device())?;
+    crate::math::power(x.reshape(&[-1, 1])?, p)
 }

@@ -42,6 +42,10 @@ fn out_dtype(d: DType) -> DType {
     }
 }
 
+/// Iteration bound of nalgebra's SVD and symmetric eigensolver (converged matrices take a
+/// few dozen sweeps).
+const MAX_ITERATIONS: usize = 10_000;
+
 fn check_matrix(op: &'static str, a: &Tensor, square: bool) -> Result<(usize, usize)> {
     if a.rank() < 2 {
         return Err(lin_err(
@@ -55,6 +59,15 @@ fn check_matrix(op: &'static str, a: &Tensor, square: bool) -> Result<(usize, us
     let (m, n) = (a.shape()[a.rank() - 2], a.shape()[a.rank() - 1]);
     if square && m != n {
         return Err(lin_err(op, "Last 2 dimensions of the array must be square"));
+    }
+    if m == 0 || n == 0 || a.num_elements() == 0 {
+        return Err(lin_err(
+            op,
+            format!(
+                "empty matrices (shape {}) are not supported",
+                py_shape(a.shape())
+            ),
+        ));
     }
     Ok((m, n))
 }
@@ -218,7 +231,14 @@ fn svd_sorted(
     op: &'static str,
     m: &DMatrix<f64>,
 ) -> Result<(DMatrix<f64>, DVector<f64>, DMatrix<f64>)> {
-    let svd = m.clone().svd(true, true);
+    // NaN or inf input is NumPy's LinAlgError (nalgebra would panic or loop on it)
+    if m.iter().any(|v| !v.is_finite()) {
+        return Err(lin_err(op, "SVD did not converge"));
+    }
+    let svd = m
+        .clone()
+        .try_svd(true, true, f64::EPSILON, MAX_ITERATIONS)
+        .ok_or_else(|| lin_err(op, "SVD did not converge"))?;
     let (Some(u), Some(vt)) = (svd.u, svd.v_t) else {
         return Err(lin_err(op, "SVD did not converge"));
     };
@@ -316,13 +336,18 @@ fn lower_symmetric(m: &DMatrix<f64>) -> DMatrix<f64> {
     })
 }
 
-fn eigh_sorted(m: &DMatrix<f64>) -> (DVector<f64>, DMatrix<f64>) {
-    let e = lower_symmetric(m).symmetric_eigen();
+fn eigh_sorted(m: &DMatrix<f64>) -> Result<(DVector<f64>, DMatrix<f64>)> {
+    if m.iter().any(|v| !v.is_finite()) {
+        return Err(lin_err("eigh", "Eigenvalues did not converge"));
+    }
+    let e = lower_symmetric(m)
+        .try_symmetric_eigen(f64::EPSILON, MAX_ITERATIONS)
+        .ok_or_else(|| lin_err("eigh", "Eigenvalues did not converge"))?;
     let mut order: Vec<usize> = (0..e.eigenvalues.len()).collect();
     order.sort_by(|&i, &j| e.eigenvalues[i].total_cmp(&e.eigenvalues[j]));
     let w = DVector::from_fn(order.len(), |i, _| e.eigenvalues[order[i]]);
     let v = DMatrix::from_fn(m.nrows(), order.len(), |r, c| e.eigenvectors[(r, order[c])]);
-    (w, v)
+    Ok((w, v))
 }
 
 /// `numpy.linalg.eigh(a)`: eigenvalues (ascending) and eigenvectors (columns) of symmetric
@@ -331,7 +356,7 @@ pub fn eigh(a: impl ArrayLike) -> Result<(Tensor, Tensor)> {
     let a = arr(a)?;
     check_matrix("eigh", &a, true)?;
     let r = batched("linalg.eigh", &[&a], &|m| {
-        let (w, v) = eigh_sorted(&m[0]);
+        let (w, v) = eigh_sorted(&m[0])?;
         Ok(vec![part_of_vec(&w), part_of(&v)])
     })?;
     let mut it = r.into_iter();

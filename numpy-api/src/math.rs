@@ -538,3 +538,94 @@ pub fn diff(a: impl ArrayLike, n: usize, axis: isize) -> Result<Tensor> {
     }
     Ok(a)
 }
+
+/// `numpy.nan_to_num(x, nan=0.0, posinf=None, neginf=None)`: NaN and infinities replaced
+/// (by default with 0 and the dtype's largest and lowest finite values).
+pub fn nan_to_num(
+    x: impl ArrayLike,
+    nan: f64,
+    posinf: Option<f64>,
+    neginf: Option<f64>,
+) -> Result<Tensor> {
+    let x = arr(x)?;
+    let d = x.dtype();
+    if !d.is_float() {
+        return Ok(x);
+    }
+    let (hi, lo) = match d {
+        DType::F16 => (65504.0, -65504.0),
+        DType::BF16 => (3.389_531_389_251_535e38, -3.389_531_389_251_535e38),
+        DType::F32 => (f32::MAX as f64, f32::MIN as f64),
+        _ => (f64::MAX, f64::MIN),
+    };
+    let y = Tensor::select(&x.is_nan()?, &x.scalar_like(nan)?, &x)?;
+    let pos = x.greater(&x.scalar_like(0.0)?)?;
+    let inf = x.is_finite()?.logical_or(&x.is_nan()?)?.logical_not()?;
+    let y = Tensor::select(
+        &inf.logical_and(&pos)?,
+        &x.scalar_like(posinf.unwrap_or(hi))?,
+        &y,
+    )?;
+    Tensor::select(
+        &inf.logical_and(&pos.logical_not()?)?,
+        &x.scalar_like(neginf.unwrap_or(lo))?,
+        &y,
+    )
+}
+
+/// `numpy.ediff1d(ary)`: differences of the flattened array.
+pub fn ediff1d(ary: impl ArrayLike) -> Result<Tensor> {
+    let a = arr(ary)?.reshape(&[-1])?;
+    diff(&a, 1, 0)
+}
+
+/// `numpy.trapezoid(y, x=None, dx=1.0, axis=-1)`: the trapezoidal-rule integral along
+/// `axis`, at sample points `x` (1-D, or `y`'s shape) or spacing `dx`.
+pub fn trapezoid(y: impl ArrayLike, x: Option<&Tensor>, dx: f64, axis: isize) -> Result<Tensor> {
+    let y = arr(y)?;
+    let ax = norm_axis("trapezoid", axis, y.rank())?;
+    let n = y.shape()[ax] as isize;
+    let part = |t: &Tensor, lo: isize, hi: isize, axis: usize| -> Result<Tensor> {
+        let mut s = vec![ferroflow_tensor::SliceSpec::ALL; t.rank()];
+        s[axis] = ferroflow_tensor::SliceSpec::range(lo, hi);
+        t.strided_slice(&s)
+    };
+    let pairs = add(part(&y, 1, n, ax)?, part(&y, 0, n - 1, ax)?)?;
+    let widths = match x {
+        None => Tensor::scalar_of(dx, float_result(pairs.dtype()))?.to_device(y.device())?,
+        Some(x) if x.rank() == 1 => {
+            let d = diff(x, 1, 0)?;
+            let mut shape = vec![1isize; y.rank()];
+            shape[ax] = -1;
+            d.reshape(&shape)?
+        }
+        Some(x) => diff(x, 1, axis)?,
+    };
+    let areas = true_divide(multiply(&pairs, &widths)?, 2.0)?;
+    crate::reductions::sum(&areas, ax as isize, false)
+}
+
+/// `numpy.modf(x)`: `(fractional part, integral part)`, both with `x`'s sign.
+pub fn modf(x: impl ArrayLike) -> Result<(Tensor, Tensor)> {
+    let x = arr(x)?;
+    let x = x.cast(float_result(x.dtype()))?;
+    let i = trunc(&x)?;
+    Ok((x.sub(&i)?, i))
+}
+
+/// `numpy.ldexp(x1, x2)`: `x1 · 2^x2` (`x2` integers).
+pub fn ldexp(x1: impl ArrayLike, x2: impl ArrayLike) -> Result<Tensor> {
+    let (m, e) = (arr(x1)?, arr(x2)?);
+    if !e.dtype().is_int() {
+        return Err(Error::invalid(
+            "ldexp",
+            format!(
+                "ufunc 'ldexp' not supported for exponents of dtype {}",
+                e.dtype()
+            ),
+        ));
+    }
+    let m = m.cast(float_result(m.dtype()))?;
+    let two = m.scalar_like(2.0)?;
+    multiply(&m, two.pow(&e.cast(m.dtype())?)?)
+}

@@ -569,3 +569,39 @@ pub fn nanpercentile(
 pub fn nanmedian(a: impl ArrayLike, axis: Option<isize>, keepdims: bool) -> Result<Tensor> {
     quantile_impl("nanmedian", a, &[0.5], true, axis, keepdims, true)
 }
+
+/// `numpy.cov(m, rowvar=True, ddof=None)`: the covariance matrix of the variables (rows, or
+/// columns when `rowvar` is false), normalised by `N - ddof` (default `N - 1`).
+pub fn cov(m: impl ArrayLike, rowvar: bool, ddof: Option<usize>) -> Result<Tensor> {
+    let m = arr(m)?;
+    if m.rank() > 2 {
+        return Err(Error::invalid("cov", "m has more than 2 dimensions"));
+    }
+    let m = crate::shape::atleast_2d(&m)?;
+    let x = if rowvar { m } else { m.t()? };
+    let x = x.cast(if x.dtype().is_float() {
+        x.dtype()
+    } else {
+        default_float()
+    })?;
+    let n = x.shape()[1] as f64;
+    let centred = x.sub(&x.reduce_mean(vec![1], true)?)?;
+    let c = crate::products::matmul(&centred, &centred.t()?)?;
+    let c = c.div(&c.scalar_like((n - ddof.unwrap_or(1) as f64).max(0.0))?)?;
+    if c.shape() == [1, 1] {
+        c.reshape(&[])
+    } else {
+        Ok(c)
+    }
+}
+
+/// `numpy.corrcoef(x, rowvar=True)`: Pearson correlation coefficients, clipped to [-1, 1].
+pub fn corrcoef(x: impl ArrayLike, rowvar: bool) -> Result<Tensor> {
+    let c = cov(x, rowvar, None)?;
+    if c.rank() == 0 {
+        return c.div(&c);
+    }
+    let d = crate::products::diagonal(&c, 0, 0, 1)?.sqrt()?;
+    let r = c.div(&d.reshape(&[-1, 1])?)?.div(&d.reshape(&[1, -1])?)?;
+    r.clip_scalar(-1.0, 1.0)
+}

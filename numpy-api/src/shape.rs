@@ -783,3 +783,140 @@ pub fn atleast_3d(a: impl ArrayLike) -> Result<Tensor> {
         _ => Ok(a),
     }
 }
+
+fn split_along(
+    op: &'static str,
+    a: impl ArrayLike,
+    sections: impl Into<Sections>,
+    min_rank: usize,
+    axis: isize,
+) -> Result<Vec<Tensor>> {
+    let a = arr(a)?;
+    if a.rank() < min_rank {
+        return Err(Error::invalid(
+            op,
+            format!("{op} only works on arrays of {min_rank} or more dimensions"),
+        ));
+    }
+    split_impl(op, a, sections.into(), axis, true)
+}
+/// `numpy.hsplit`: [`split`] along axis 1 (axis 0 for 1-D arrays).
+pub fn hsplit(a: impl ArrayLike, sections: impl Into<Sections>) -> Result<Vec<Tensor>> {
+    let a = arr(a)?;
+    let axis = if a.rank() == 1 { 0 } else { 1 };
+    split_along("hsplit", a, sections, 1, axis)
+}
+/// `numpy.vsplit`: [`split`] along axis 0 of an array of rank >= 2.
+pub fn vsplit(a: impl ArrayLike, sections: impl Into<Sections>) -> Result<Vec<Tensor>> {
+    split_along("vsplit", a, sections, 2, 0)
+}
+/// `numpy.dsplit`: [`split`] along axis 2 of an array of rank >= 3.
+pub fn dsplit(a: impl ArrayLike, sections: impl Into<Sections>) -> Result<Vec<Tensor>> {
+    split_along("dsplit", a, sections, 3, 2)
+}
+
+/// `numpy.column_stack`: 1-D arrays become columns, then everything joins along axis 1.
+pub fn column_stack<A: ArrayLike>(arrays: &[A]) -> Result<Tensor> {
+    let ts: Vec<Tensor> = promoted("column_stack", arrays)?
+        .into_iter()
+        .map(|t| match t.rank() {
+            0 => t.reshape(&[1, 1]),
+            1 => t.reshape(&[-1, 1]),
+            _ => Ok(t),
+        })
+        .collect::<Result<_>>()?;
+    concatenate(&ts, Some(1))
+}
+
+/// `numpy.append(arr, values, axis=None)`: `values` joined after `arr` (`None`: both
+/// flattened).
+pub fn append(a: impl ArrayLike, values: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+    let vals = [a.to_value()?, values.to_value()?];
+    concatenate(&vals, axis)
+}
+
+/// `numpy.delete(arr, indices, axis=None)`: the slices at `indices` removed (`None`: from the
+/// flattened array); negative indices count from the end.
+pub fn delete(a: impl ArrayLike, indices: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+    let mut a = arr(a)?;
+    let ax = match axis {
+        None => {
+            a = a.reshape(&[-1])?;
+            0
+        }
+        Some(ax) => norm_axis("delete", ax, a.rank())?,
+    };
+    let n = a.shape()[ax] as i64;
+    let mut drop = vec![false; n as usize];
+    for i in host_i64("delete", &arr(indices)?)? {
+        let j = if i < 0 { i + n } else { i };
+        if j < 0 || j >= n {
+            return Err(Error::invalid(
+                "delete",
+                format!("IndexError: index {i} is out of bounds for axis {ax} with size {n}"),
+            ));
+        }
+        drop[j as usize] = true;
+    }
+    let keep: Vec<i64> = (0..n).filter(|i| !drop[*i as usize]).collect();
+    let len = keep.len();
+    a.gather(&i64_tensor(keep, &[len], &a)?, ax as isize)
+}
+
+/// `numpy.rollaxis(a, axis, start=0)`: `axis` moved to sit before `start`.
+pub fn rollaxis(a: impl ArrayLike, axis: isize, start: isize) -> Result<Tensor> {
+    let a = arr(a)?;
+    let n = a.rank() as isize;
+    let ax = norm_axis("rollaxis", axis, a.rank())?;
+    let s = if start < 0 { start + n } else { start };
+    if s < 0 || s > n {
+        return Err(Error::invalid(
+            "rollaxis",
+            format!(
+                "AxisError: 'start' arg requires {} <= start < {}, but {start} was passed in",
+                -n,
+                n + 1
+            ),
+        ));
+    }
+    let mut s = s as usize;
+    if ax < s {
+        s -= 1;
+    }
+    let mut order: Vec<usize> = (0..a.rank()).filter(|d| *d != ax).collect();
+    order.insert(s, ax);
+    a.transpose(&order)
+}
+
+/// `numpy.extract(condition, arr)`: the elements of the flattened `arr` where the flattened
+/// condition is true.
+pub fn extract(condition: impl ArrayLike, a: impl ArrayLike) -> Result<Tensor> {
+    compress(ravel(condition)?, ravel(a)?, None)
+}
+
+/// `numpy.ascontiguousarray(a)`: a dense (C-order) array of rank >= 1; the same array when
+/// it already is one.
+pub fn ascontiguousarray(a: impl ArrayLike) -> Result<Tensor> {
+    atleast_1d(a)?.contiguous()
+}
+
+/// `numpy.copy(a)`: a new array with the same values.
+pub fn copy(a: impl ArrayLike) -> Result<Tensor> {
+    crate::array(a)
+}
+
+/// `numpy.broadcast_shapes(*shapes)`: the shape the arguments broadcast to.
+pub fn broadcast_shapes(shapes: &[&[usize]]) -> Result<Vec<usize>> {
+    broadcast_shape("broadcast_shapes", shapes)
+}
+
+/// `numpy.array_equiv(a1, a2)`: broadcastable and equal everywhere.
+pub fn array_equiv(a1: impl ArrayLike, a2: impl ArrayLike) -> Result<bool> {
+    let (a, b) = (arr(a1)?, arr(a2)?);
+    if broadcast_shape("array_equiv", &[a.shape(), b.shape()]).is_err() {
+        return Ok(false);
+    }
+    crate::logic::equal(&a, &b)?
+        .reduce_all(Axes::All, false)?
+        .item::<bool>()
+}

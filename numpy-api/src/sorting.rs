@@ -197,3 +197,203 @@ pub fn flatnonzero(a: impl ArrayLike) -> Result<Tensor> {
     let n = pos.len();
     i64_tensor(pos, &[n], &a)
 }
+
+/// `numpy.unique_values(x)` (NumPy 2): the sorted distinct values.
+pub fn unique_values(x: impl ArrayLike) -> Result<Tensor> {
+    unique(x)
+}
+/// `numpy.unique_counts(x)` (NumPy 2): `(values, counts)`.
+pub fn unique_counts(x: impl ArrayLike) -> Result<(Tensor, Tensor)> {
+    let u = unique_all(x)?;
+    Ok((u.values, u.counts))
+}
+/// `numpy.unique_inverse(x)` (NumPy 2): `(values, inverse)`, the inverse in `x`'s shape.
+pub fn unique_inverse(x: impl ArrayLike) -> Result<(Tensor, Tensor)> {
+    let x = arr(x)?;
+    let u = unique_all(&x)?;
+    Ok((u.values, u.inverse.reshape_to(x.shape())?))
+}
+
+/// `numpy.digitize(x, bins, right=False)`: the bin index of each value for monotonic
+/// `bins` (increasing or decreasing), int64.
+pub fn digitize(x: impl ArrayLike, bins: impl ArrayLike, right: bool) -> Result<Tensor> {
+    let (x, bins, _) = promote2(x, bins)?;
+    if bins.rank() != 1 {
+        return Err(Error::invalid(
+            "digitize",
+            "object too deep for desired array",
+        ));
+    }
+    let b = bins.to_f64_vec()?;
+    let increasing = b.windows(2).all(|w| w[0] <= w[1]);
+    let decreasing = b.windows(2).all(|w| w[0] >= w[1]);
+    if !increasing && !decreasing {
+        return Err(Error::invalid(
+            "digitize",
+            "bins must be monotonically increasing or decreasing",
+        ));
+    }
+    let side = if right { Side::Left } else { Side::Right };
+    if increasing {
+        return searchsorted(&bins, &x, side);
+    }
+    // NumPy: reverse the bins, search with the same side, count from the end
+    let rev = crate::shape::flip(&bins, None)?;
+    let pos = searchsorted(&rev, &x, side)?;
+    let n = b.len() as i64;
+    crate::math::subtract(n, &pos)
+}
+
+/// `numpy.bincount(x, weights=None, minlength=0)`: occurrences of each non-negative integer
+/// (int64), or the sums of their weights (float64).
+pub fn bincount(x: impl ArrayLike, weights: Option<&Tensor>, minlength: usize) -> Result<Tensor> {
+    let x = arr(x)?;
+    if x.rank() != 1 {
+        return Err(Error::invalid(
+            "bincount",
+            "object too deep for desired array",
+        ));
+    }
+    let v = crate::util::host_i64("bincount", &x)?;
+    if v.iter().any(|i| *i < 0) {
+        return Err(Error::invalid(
+            "bincount",
+            "'list' argument must have no negative elements",
+        ));
+    }
+    let n = v
+        .iter()
+        .copied()
+        .max()
+        .map(|m| m as usize + 1)
+        .unwrap_or(0)
+        .max(minlength);
+    match weights {
+        None => {
+            let mut c = vec![0i64; n];
+            v.iter().for_each(|i| c[*i as usize] += 1);
+            i64_tensor(c, &[n], &x)
+        }
+        Some(w) => {
+            if w.shape() != x.shape() {
+                return Err(Error::invalid(
+                    "bincount",
+                    "The weights and list don't have the same length.",
+                ));
+            }
+            let mut c = vec![0f64; n];
+            for (i, wv) in v.iter().zip(w.to_f64_vec()?) {
+                c[*i as usize] += wv;
+            }
+            crate::creation::host_array(&c, &[n], crate::default_float())?.to_device(x.device())
+        }
+    }
+}
+
+/// `numpy.histogram(a, bins=10, range=None)`: counts in `bins` equal-width bins over
+/// `range` (default: the data's min and max; the last bin includes its right edge), and the
+/// `bins + 1` edges (float64).
+pub fn histogram(
+    a: impl ArrayLike,
+    bins: usize,
+    range: Option<(f64, f64)>,
+) -> Result<(Tensor, Tensor)> {
+    let a = arr(a)?;
+    if bins == 0 {
+        return Err(Error::invalid(
+            "histogram",
+            "`bins` must be positive, when an integer",
+        ));
+    }
+    let v = a.to_f64_vec()?;
+    let (mut lo, mut hi) = match range {
+        Some(r) => r,
+        None if v.is_empty() => (0.0, 1.0),
+        None => v
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| {
+                (l.min(*x), h.max(*x))
+            }),
+    };
+    if !(lo.is_finite() && hi.is_finite()) || lo > hi {
+        return Err(Error::invalid(
+            "histogram",
+            format!("supplied range of [{lo}, {hi}] is not finite or not ordered"),
+        ));
+    }
+    if lo == hi {
+        lo -= 0.5;
+        hi += 0.5;
+    }
+    // NumPy's edges are linspace(lo, hi, bins + 1)
+    let edges = crate::creation::linspace_f64(lo, hi, bins + 1, true);
+    let mut counts = vec![0i64; bins];
+    for x in v {
+        if x < lo || x > hi || x.is_nan() {
+            continue;
+        }
+        // NumPy: the bin from the scaled position, corrected against the edges
+        let mut b = ((x - lo) * (bins as f64 / (hi - lo))) as usize;
+        b = b.min(bins - 1);
+        if x < edges[b] {
+            b = b.saturating_sub(1);
+        } else if b + 1 < bins && x >= edges[b + 1] {
+            b += 1;
+        }
+        counts[b] += 1;
+    }
+    let e = crate::creation::host_array(&edges, &[bins + 1], crate::default_float())?
+        .to_device(a.device())?;
+    Ok((i64_tensor(counts, &[bins], &a)?, e))
+}
+
+/// `numpy.interp(x, xp, fp, left=None, right=None)`: piecewise-linear interpolation of the
+/// points `(xp, fp)` (`xp` increasing) at `x`, float64; outside, `left`/`right` (default
+/// the end values).
+pub fn interp(
+    x: impl ArrayLike,
+    xp: impl ArrayLike,
+    fp: impl ArrayLike,
+    left: Option<f64>,
+    right: Option<f64>,
+) -> Result<Tensor> {
+    let (x, xp, fp) = (arr(x)?, arr(xp)?, arr(fp)?);
+    if xp.rank() != 1 || fp.rank() != 1 || xp.shape() != fp.shape() {
+        return Err(Error::invalid(
+            "interp",
+            "fp and xp are not of the same length.",
+        ));
+    }
+    let (xs, ys) = (xp.to_f64_vec()?, fp.to_f64_vec()?);
+    if xs.is_empty() {
+        return Err(Error::invalid("interp", "array of sample points is empty"));
+    }
+    let n = xs.len();
+    let (l, r) = (left.unwrap_or(ys[0]), right.unwrap_or(ys[n - 1]));
+    let out: Vec<f64> = x
+        .to_f64_vec()?
+        .into_iter()
+        .map(|v| {
+            if v.is_nan() {
+                return v;
+            }
+            if v < xs[0] {
+                return l;
+            }
+            if v > xs[n - 1] {
+                return r;
+            }
+            let j = xs.partition_point(|p| *p <= v);
+            if j >= n {
+                return ys[n - 1];
+            }
+            let i = j.saturating_sub(1);
+            if xs[j] == xs[i] {
+                return ys[i];
+            }
+            let t = (v - xs[i]) / (xs[j] - xs[i]);
+            ys[i] + t * (ys[j] - ys[i])
+        })
+        .collect();
+    crate::creation::host_array(&out, x.shape(), crate::default_float())?.to_device(x.device())
+}

@@ -324,3 +324,24 @@ proptest! {
         prop_assert_eq!(mx.to_f64_vec().unwrap(), maxs);
     }
 }
+
+#[test]
+fn linalg_and_creation_edge_cases_are_errors_not_hangs_or_panics() {
+    init();
+    let nan = np::asarray([[f64::NAN, 1.0], [1.0, 2.0]]).unwrap();
+    // NaN input is NumPy's LinAlgError, not a panic or a hang inside nalgebra
+    let e = np::linalg::svd(&nan, false).unwrap_err().to_string();
+    assert!(e.contains("SVD did not converge"), "{e}");
+    assert!(np::linalg::eigh(&nan).is_err());
+    assert!(np::linalg::pinv(&nan, 1e-15).is_err());
+    let empty = np::zeros(&[0, 0], None).unwrap();
+    assert!(np::linalg::inv(&empty).is_err());
+    assert!(np::linalg::det(np::zeros(&[2, 0, 0], None).unwrap()).is_err());
+    let e = np::arange(0.0, 1e18, 1.0, None).unwrap_err().to_string();
+    assert!(e.contains("Maximum allowed size exceeded"), "{e}");
+    assert!(np::arange(0, 5, 0, None).is_err());
+    assert!(np::geomspace(0.0, 1.0, 3, true, None).is_err());
+    assert!(np::einsum("ij,jk->", &[np::ones(&[2, 3], None).unwrap()]).is_err());
+    assert!(np::einsum("ij->k", &[np::ones(&[2, 3], None).unwrap()]).is_err());
+    assert!(np::getitem(&np::ones(&[3], None).unwrap(), idx![np::step(.., 0)]).is_err());
+}

@@ -65,6 +65,11 @@ class Floats:
         self.v = list(v)
 
 
+class Shapes:
+    def __init__(self, *v):
+        self.v = [list(x) for x in v]
+
+
 class Pairs:
     def __init__(self, v):
         self.v = [list(p) for p in v]
@@ -95,6 +100,8 @@ def enc(x):
         return {"floats": x.v}
     if isinstance(x, Pairs):
         return {"pairs": x.v}
+    if isinstance(x, Shapes):
+        return {"shapes": x.v}
     if isinstance(x, list):
         return {"arrays": [enc(a)["a"] for a in x]}
     if isinstance(x, Index):
@@ -119,8 +126,8 @@ def unwrap(x):
         return x.x
     if isinstance(x, (Ints, Floats)):
         return tuple(x.v)
-    if isinstance(x, Pairs):
-        return x.v
+    if isinstance(x, (Pairs, Shapes)):
+        return [tuple(v) for v in x.v] if isinstance(x, Shapes) else x.v
     return x
 
 
@@ -611,6 +618,72 @@ case("linalg.lstsq", [rnd((6, 3)), rnd((6,)), None], lambda a, b, r: np.linalg.l
 case("linalg.lstsq", [rnd((6, 3)), rnd((6, 2)), None], lambda a, b, r: np.linalg.lstsq(a, b, rcond=r))
 case("linalg.lstsq", [np.outer(rnd((5,)), rnd((3,))), rnd((5,)), None], lambda a, b, r: np.linalg.lstsq(a, b, rcond=r))
 case("linalg.lstsq", [rnd((3, 5)), rnd((3,)), None], lambda a, b, r: np.linalg.lstsq(a, b, rcond=r))
+
+
+# ---------------------------------------------------------------- more of NumPy
+case("hsplit", [rnd((3, 6)), 3], np.hsplit)
+case("hsplit", [rnd((6,)), Ints(2, 5)], lambda a, s: np.hsplit(a, list(s)))
+case("vsplit", [rnd((4, 3)), 2], np.vsplit)
+case("vsplit", [rnd((4,)), 2], np.vsplit)
+case("dsplit", [rnd((2, 2, 4)), 2], np.dsplit)
+case("column_stack", [[rnd((3,)), rnd((3, 2))]], lambda xs: np.column_stack(xs))
+case("append", [rnd((2, 3)), rnd((1, 3)), 0], lambda a, v, ax: np.append(a, v, axis=ax))
+case("append", [rnd((2, 3)), rnd((4,), np.int32), None], lambda a, v, ax: np.append(a, v, axis=ax))
+case("delete", [rnd((4, 3)), np.array([0, -1]), 0], lambda a, i, ax: np.delete(a, i, axis=ax))
+case("delete", [rnd((4, 3)), np.array([1, 5]), None], lambda a, i, ax: np.delete(a, i, axis=ax))
+case("delete", [rnd((4, 3)), np.array([3]), 1], lambda a, i, ax: np.delete(a, i, axis=ax))
+for ax, st in [(2, 0), (0, 3), (1, -1), (0, 5)]:
+    case("rollaxis", [rnd((2, 3, 4)), ax, st], np.rollaxis)
+case("extract", [rnd((3, 4)) > 0, rnd((3, 4))], np.extract)
+case("ascontiguousarray", [View(rnd((3, 4)))], np.ascontiguousarray)
+case("copy", [View(rnd((3, 2)))], np.copy)
+case("broadcast_shapes", [Shapes((3, 1), (4,), (2, 1, 1))], lambda s: np.broadcast_shapes(*s))
+case("broadcast_shapes", [Shapes((3, 2), (4,))], lambda s: np.broadcast_shapes(*s))
+case("array_equiv", [np.array([1.0, 2.0]), np.array([[1.0, 2.0], [1.0, 2.0]])], np.array_equiv)
+case("array_equiv", [np.array([1.0, 2.0]), np.array([[1.0, 2.0], [1.0, 3.0]])], np.array_equiv)
+case("array_equiv", [np.array([1.0, 2.0]), np.array([1.0, 2.0, 3.0])], np.array_equiv)
+for n, k, m in [(4, 0, None), (3, 1, 5), (4, -1, 2)]:
+    case("tril_indices", [n, k, m], np.tril_indices)
+    case("triu_indices", [n, k, m], np.triu_indices)
+case("tril_indices_from", [rnd((3, 4)), 1], lambda a, k: np.tril_indices_from(a, k))
+case("triu_indices_from", [rnd((4, 2)), -1], lambda a, k: np.triu_indices_from(a, k))
+case("diag_indices", [4, 3], np.diag_indices)
+case("diag_indices_from", [rnd((3, 3))], np.diag_indices_from)
+case("diag_indices_from", [rnd((3, 4))], np.diag_indices_from)
+case("vander", [rnd((4,)), None, False], lambda x, n, inc: np.vander(x, n, inc))
+case("vander", [rnd((3,), np.int64, -3, 3), 5, True], lambda x, n, inc: np.vander(x, n, inc))
+case("nan_to_num", [special, 0.0, None, None], lambda x, n, p, q: np.nan_to_num(x, nan=n, posinf=p, neginf=q))
+case("nan_to_num", [special.astype(np.float32), -1.0, 9.0, -9.0], lambda x, n, p, q: np.nan_to_num(x, nan=n, posinf=p, neginf=q))
+case("ediff1d", [rnd((3, 4))], np.ediff1d)
+case("trapezoid", [rnd((3, 5)), None, 0.5, -1], lambda y, x, dx, ax: np.trapezoid(y, x, dx=dx, axis=ax))
+case("trapezoid", [rnd((5, 3)), np.sort(rnd((5,))), 1.0, 0], lambda y, x, dx, ax: np.trapezoid(y, x, dx=dx, axis=ax))
+case("modf", [rnd((2, 3)) * 3], np.modf)
+case("ldexp", [rnd((2, 3)), rnd((3,), np.int32, -3, 3)], np.ldexp)
+case("ldexp", [rnd((2, 3)), rnd((3,))], np.ldexp)
+u2 = rnd((3, 4), np.int64, -2, 2)
+# NumPy >= 2.3 may return unique_values unsorted (hash based); ours are sorted
+case("unique_values", [u2], lambda a: np.sort(np.unique_values(a)))
+case("unique_counts", [u2], lambda a: tuple(np.unique_counts(a)))
+case("unique_inverse", [u2], lambda a: tuple(np.unique_inverse(a)))
+bins = np.array([-1.0, 0.0, 0.5, 2.0])
+for right in [False, True]:
+    case("digitize", [np.array([-2.0, -1.0, 0.2, 0.5, 3.0, 2.0]), bins, right], lambda x, b, r: np.digitize(x, b, right=r))
+    case("digitize", [np.array([-2.0, -1.0, 0.2, 0.5, 3.0, 2.0]), bins[::-1].copy(), right], lambda x, b, r: np.digitize(x, b, right=r))
+case("digitize", [np.array([1.0]), np.array([1.0, 0.0, 2.0]), False], lambda x, b, r: np.digitize(x, b, right=r))
+case("bincount", [rnd((20,), np.int64, 0, 6), None, 0], lambda x, w, m: np.bincount(x, w, m))
+case("bincount", [rnd((8,), np.int64, 0, 3), rnd((8,)), 6], lambda x, w, m: np.bincount(x, w, m))
+case("bincount", [np.array([1, -1]), None, 0], lambda x, w, m: np.bincount(x, w, m))
+case("histogram", [rnd((50,)), 7, None], lambda a, b, r: np.histogram(a, b, r))
+case("histogram", [rnd((50,)), 4, Floats(-1.0, 1.0)], lambda a, b, r: np.histogram(a, b, r))
+case("histogram", [np.linspace(0.0, 1.0, 11), 5, None], lambda a, b, r: np.histogram(a, b, r))
+xp = np.sort(rnd((6,)))
+case("interp", [rnd((3, 4), lo=-4, hi=4), xp, rnd((6,)), None, None], lambda x, xp, fp, l, r: np.interp(x, xp, fp, l, r))
+case("interp", [rnd((5,), lo=-4, hi=4), xp, rnd((6,)), -9.0, 9.0], lambda x, xp, fp, l, r: np.interp(x, xp, fp, l, r))
+case("cov", [rnd((3, 6)), True, None], lambda m, rv, d: np.cov(m, rowvar=rv, ddof=d))
+case("cov", [rnd((6, 2)), False, 0], lambda m, rv, d: np.cov(m, rowvar=rv, ddof=d))
+case("cov", [rnd((5,)), True, None], lambda m, rv, d: np.cov(m, rowvar=rv, ddof=d))
+case("corrcoef", [rnd((3, 6)), True], lambda m, rv: np.corrcoef(m, rowvar=rv))
+case("corrcoef", [rnd((6, 2)), False], lambda m, rv: np.corrcoef(m, rowvar=rv))
 
 # ---------------------------------------------------------------- files NumPy wrote
 arrs = {"x": rnd((3, 4)), "n": rnd((5,), np.int64, -9, 9), "m": rnd((2, 2), np.bool_),

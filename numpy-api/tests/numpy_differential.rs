@@ -60,6 +60,7 @@ enum Arg {
     Floats(Vec<f64>),
     Arrays(Vec<Tensor>),
     Pairs(Vec<(i64, i64)>),
+    Shapes(Vec<Vec<usize>>),
     Index(Vec<Index>),
 }
 
@@ -462,6 +463,110 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
                 Out::T(r.s),
             ]
         }
+        "hsplit" | "vsplit" | "dsplit" => {
+            let sections: np::Sections = match &a.0[1] {
+                Arg::I(n) => np::Sections::Count(*n as usize),
+                _ => np::Sections::At(a.shape(1)),
+            };
+            ts(match name {
+                "hsplit" => np::hsplit(a.a(0), sections)?,
+                "vsplit" => np::vsplit(a.a(0), sections)?,
+                _ => np::dsplit(a.a(0), sections)?,
+            })
+        }
+        "column_stack" => t(np::column_stack(&a.arrays(0))?),
+        "append" => t(np::append(a.a(0), a.a(1), a.axis(2))?),
+        "delete" => t(np::delete(a.a(0), a.a(1), a.axis(2))?),
+        "rollaxis" => t(np::rollaxis(a.a(0), a.i(1) as isize, a.i(2) as isize)?),
+        "extract" => t(np::extract(a.a(0), a.a(1))?),
+        "ascontiguousarray" => t(np::ascontiguousarray(a.a(0))?),
+        "copy" => t(np::copy(a.a(0))?),
+        "broadcast_shapes" => {
+            let shapes = match &a.0[0] {
+                Arg::Shapes(s) => s.clone(),
+                other => panic!("shapes {other:?}"),
+            };
+            let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+            np::broadcast_shapes(&refs)?
+                .into_iter()
+                .map(|d| Out::Int(d as i64))
+                .collect()
+        }
+        "array_equiv" => vec![Out::Bool(np::array_equiv(a.a(0), a.a(1))?)],
+        "tril_indices" | "triu_indices" => {
+            let f = if name == "tril_indices" {
+                np::tril_indices
+            } else {
+                np::triu_indices
+            };
+            let (r, c) = f(a.i(0) as usize, a.i(1) as isize, a.opt_usize(2))?;
+            ts(vec![r, c])
+        }
+        "tril_indices_from" => {
+            let (r, c) = np::tril_indices_from(a.a(0), a.i(1) as isize)?;
+            ts(vec![r, c])
+        }
+        "triu_indices_from" => {
+            let (r, c) = np::triu_indices_from(a.a(0), a.i(1) as isize)?;
+            ts(vec![r, c])
+        }
+        "diag_indices" => ts(np::diag_indices(a.i(0) as usize, a.i(1) as usize)?),
+        "diag_indices_from" => ts(np::diag_indices_from(a.a(0))?),
+        "vander" => t(np::vander(a.a(0), a.opt_usize(1), a.b(2))?),
+        "nan_to_num" => {
+            let opt = |i: usize| match &a.0[i] {
+                Arg::None => None,
+                _ => Some(a.f(i)),
+            };
+            t(np::nan_to_num(a.a(0), a.f(1), opt(2), opt(3))?)
+        }
+        "ediff1d" => t(np::ediff1d(a.a(0))?),
+        "trapezoid" => {
+            let x = match &a.0[1] {
+                Arg::A(x) => Some(x.clone()),
+                _ => None,
+            };
+            t(np::trapezoid(a.a(0), x.as_ref(), a.f(2), a.i(3) as isize)?)
+        }
+        "modf" => {
+            let (f, i) = np::modf(a.a(0))?;
+            ts(vec![f, i])
+        }
+        "ldexp" => t(np::ldexp(a.a(0), a.a(1))?),
+        "unique_values" => t(np::unique_values(a.a(0))?),
+        "unique_counts" => {
+            let (v, c) = np::unique_counts(a.a(0))?;
+            ts(vec![v, c])
+        }
+        "unique_inverse" => {
+            let (v, i) = np::unique_inverse(a.a(0))?;
+            ts(vec![v, i])
+        }
+        "digitize" => t(np::digitize(a.a(0), a.a(1), a.b(2))?),
+        "bincount" => {
+            let w = match &a.0[1] {
+                Arg::A(w) => Some(w.clone()),
+                _ => None,
+            };
+            t(np::bincount(a.a(0), w.as_ref(), a.i(2) as usize)?)
+        }
+        "histogram" => {
+            let range = match &a.0[2] {
+                Arg::Floats(r) => Some((r[0], r[1])),
+                _ => None,
+            };
+            let (h, e) = np::histogram(a.a(0), a.i(1) as usize, range)?;
+            ts(vec![h, e])
+        }
+        "interp" => {
+            let opt = |i: usize| match &a.0[i] {
+                Arg::None => None,
+                _ => Some(a.f(i)),
+            };
+            t(np::interp(a.a(0), a.a(1), a.a(2), opt(3), opt(4))?)
+        }
+        "cov" => t(np::cov(a.a(0), a.b(1), a.opt_usize(2))?),
+        "corrcoef" => t(np::corrcoef(a.a(0), a.b(1))?),
         "load_npz" => ts(np::load_npz(dir.join(a.s(0)))?
             .into_iter()
             .map(|(_, t)| t)
@@ -536,6 +641,21 @@ fn parse_arg(dir: &Path, j: &Json) -> Arg {
                 .expect("pairs")
                 .iter()
                 .map(|p| (p[0].as_i64().expect("p"), p[1].as_i64().expect("p")))
+                .collect(),
+        );
+    }
+    if let Some(v) = o.get("shapes") {
+        return Arg::Shapes(
+            v.as_array()
+                .expect("shapes")
+                .iter()
+                .map(|s| {
+                    s.as_array()
+                        .expect("shape")
+                        .iter()
+                        .map(|d| d.as_u64().expect("dim") as usize)
+                        .collect()
+                })
                 .collect(),
         );
     }
