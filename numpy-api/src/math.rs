@@ -23,7 +23,7 @@ use ferroflow_tensor::{BinaryOp, DType, Error, Result, Tensor, UnaryOp};
 
 use crate::array::{arr, promote2, promote_all, ArrayLike, Scalar, Value};
 use crate::dtypes::{accumulate_dtype, float_result};
-use crate::util::{broadcast_shape, norm_axis};
+use crate::util::{axis_or_flat, broadcast_shape, norm_axis};
 
 /// Two arguments promoted, with their broadcast shape checked (NumPy's wording).
 fn binary_args(
@@ -494,14 +494,7 @@ fn cumulative(
     axis: Option<isize>,
     prod: bool,
 ) -> Result<Tensor> {
-    let a = arr(a)?;
-    let (a, ax) = match axis {
-        None => (a.reshape(&[-1])?, 0),
-        Some(ax) => {
-            let ax = norm_axis(op, ax, a.rank())?;
-            (a, ax)
-        }
-    };
+    let (a, ax) = axis_or_flat(op, arr(a)?, axis)?;
     let a = a.cast(accumulate_dtype(a.dtype()))?;
     if prod {
         a.cumprod(ax as isize, false, false)

@@ -23,7 +23,7 @@ use ferroflow_tensor::{Axes, DType, Error, Result, Tensor};
 
 use crate::array::{arr, ArrayLike};
 use crate::dtypes::{accumulate_dtype, default_float, float_result};
-use crate::util::{axis_error, i64_tensor, norm_axis};
+use crate::util::{axis_error, axis_or_flat, i64_tensor, norm_axis};
 
 /// Axes checked with NumPy's wording, as a list (empty list: nothing reduced).
 fn axes_of(op: &'static str, axis: &Axes, ndim: usize) -> Result<Vec<usize>> {
@@ -205,14 +205,7 @@ fn arg_reduce(
     axis: Option<isize>,
     max: bool,
 ) -> Result<Tensor> {
-    let a = arr(a)?;
-    let (a, ax) = match axis {
-        None => (a.reshape(&[-1])?, 0),
-        Some(ax) => {
-            let ax = norm_axis(op, ax, a.rank())?;
-            (a, ax)
-        }
-    };
+    let (a, ax) = axis_or_flat(op, arr(a)?, axis)?;
     if a.shape()[ax] == 0 {
         return Err(Error::invalid(
             op,

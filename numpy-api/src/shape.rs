@@ -20,7 +20,9 @@
 use ferroflow_tensor::{Axes, DType, Error, Result, SliceSpec, Tensor};
 
 use crate::array::{arr, cast_all, promote_all, ArrayLike, Value};
-use crate::util::{broadcast_shape, host_i64, i64_tensor, norm_axes, norm_axis, py_shape};
+use crate::util::{
+    axis_or_flat, broadcast_shape, host_i64, i64_tensor, norm_axes, norm_axis, py_shape,
+};
 
 /// `numpy.reshape(a, newshape)` (C order; one entry may be -1).
 pub fn reshape(a: impl ArrayLike, newshape: &[isize]) -> Result<Tensor> {
@@ -333,14 +335,7 @@ pub fn tile(a: impl ArrayLike, reps: &[usize]) -> Result<Tensor> {
 /// `numpy.repeat(a, repeats, axis=None)`: each element (or slice along `axis`) repeated;
 /// `repeats` is one count or one per element. `None` works on the flattened array.
 pub fn repeat(a: impl ArrayLike, repeats: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
-    let mut a = arr(a)?;
-    let ax = match axis {
-        None => {
-            a = a.reshape(&[-1])?;
-            0
-        }
-        Some(ax) => norm_axis("repeat", ax, a.rank())?,
-    };
+    let (a, ax) = axis_or_flat("repeat", arr(a)?, axis)?;
     let n = a.shape()[ax];
     let reps = host_i64("repeat", &arr(repeats)?)?;
     let reps: Vec<i64> = match reps.len() {
@@ -585,14 +580,7 @@ fn checked_indices(idx: &Tensor, n: usize, axis: usize) -> Result<Tensor> {
 /// `numpy.take(a, indices, axis=None)`: elements (or slices along `axis`) at `indices`;
 /// negative indices count from the end, out-of-range ones are an `IndexError`.
 pub fn take(a: impl ArrayLike, indices: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
-    let mut a = arr(a)?;
-    let ax = match axis {
-        None => {
-            a = a.reshape(&[-1])?;
-            0
-        }
-        Some(ax) => norm_axis("take", ax, a.rank())?,
-    };
+    let (a, ax) = axis_or_flat("take", arr(a)?, axis)?;
     let idx = checked_indices(&arr(indices)?, a.shape()[ax], ax)?;
     a.gather(&idx, ax as isize)
 }
@@ -732,14 +720,7 @@ pub fn compress(
         .filter(|(_, b)| **b)
         .map(|(i, _)| i as i64)
         .collect();
-    let mut a = arr(a)?;
-    let ax = match axis {
-        None => {
-            a = a.reshape(&[-1])?;
-            0
-        }
-        Some(ax) => norm_axis("compress", ax, a.rank())?,
-    };
+    let (a, ax) = axis_or_flat("compress", arr(a)?, axis)?;
     if let Some(last) = keep.last() {
         if *last as usize >= a.shape()[ax] {
             return Err(Error::invalid(
@@ -838,14 +819,7 @@ pub fn append(a: impl ArrayLike, values: impl ArrayLike, axis: Option<isize>) ->
 /// `numpy.delete(arr, indices, axis=None)`: the slices at `indices` removed (`None`: from the
 /// flattened array); negative indices count from the end.
 pub fn delete(a: impl ArrayLike, indices: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
-    let mut a = arr(a)?;
-    let ax = match axis {
-        None => {
-            a = a.reshape(&[-1])?;
-            0
-        }
-        Some(ax) => norm_axis("delete", ax, a.rank())?,
-    };
+    let (a, ax) = axis_or_flat("delete", arr(a)?, axis)?;
     let n = a.shape()[ax] as i64;
     let mut drop = vec![false; n as usize];
     for i in host_i64("delete", &arr(indices)?)? {

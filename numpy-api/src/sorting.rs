@@ -19,17 +19,11 @@ use std::cmp::Ordering;
 use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
 
 use crate::array::{arr, promote2, ArrayLike};
-use crate::util::{i64_tensor, norm_axis};
+use crate::util::i64_tensor;
 
 fn lanes(op: &'static str, a: impl ArrayLike, axis: Option<isize>) -> Result<(Tensor, isize)> {
-    let a = arr(a)?;
-    Ok(match axis {
-        None => (a.reshape(&[-1])?, 0),
-        Some(ax) => {
-            let ax = norm_axis(op, ax, a.rank())?;
-            (a, ax as isize)
-        }
-    })
+    let (a, ax) = crate::util::axis_or_flat(op, arr(a)?, axis)?;
+    Ok((a, ax as isize))
 }
 
 /// Booleans sort as bytes.

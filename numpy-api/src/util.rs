@@ -19,6 +19,22 @@ pub(crate) fn norm_axis(op: &'static str, axis: isize, ndim: usize) -> Result<us
     Ok(if axis < 0 { axis + n } else { axis } as usize)
 }
 
+/// NumPy's `axis=None` convention for one-axis functions: `None` works on the flattened
+/// array (axis 0 of it), `Some(axis)` on that axis (checked, NumPy's wording).
+pub(crate) fn axis_or_flat(
+    op: &'static str,
+    a: Tensor,
+    axis: Option<isize>,
+) -> Result<(Tensor, usize)> {
+    match axis {
+        None => Ok((a.reshape(&[-1])?, 0)),
+        Some(ax) => {
+            let ax = norm_axis(op, ax, a.rank())?;
+            Ok((a, ax))
+        }
+    }
+}
+
 /// Several axes, NumPy's way: each in range, no repeats ("repeated axis").
 pub(crate) fn norm_axes(op: &'static str, axes: &[isize], ndim: usize) -> Result<Vec<usize>> {
     let mut out = Vec::with_capacity(axes.len());

@@ -1,20 +1,10 @@
 """NumPy side of `cargo xtask bench numpy`: the NumPy-API kernels of the issue on a 1M float64
 vector and a 1000x1000 float64 matrix, median of repeats, printed as `name seconds` lines."""
 import sys
-import time
 
 import numpy as np
 
-
-def median_time(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2]
+from numpy_kernels import median_time  # one timing rule for both NumPy scripts
 
 
 def main():
