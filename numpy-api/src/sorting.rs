@@ -262,6 +262,12 @@ pub fn bincount(x: impl ArrayLike, weights: Option<&Tensor>, minlength: usize) -
         .map(|m| m as usize + 1)
         .unwrap_or(0)
         .max(minlength);
+    if n > 1 << 32 {
+        return Err(Error::invalid(
+            "bincount",
+            format!("Maximum allowed size exceeded ({n} bins)"),
+        ));
+    }
     match weights {
         None => {
             let mut c = vec![0i64; n];

@@ -344,4 +344,13 @@ fn linalg_and_creation_edge_cases_are_errors_not_hangs_or_panics() {
     assert!(np::einsum("ij,jk->", &[np::ones(&[2, 3], None).unwrap()]).is_err());
     assert!(np::einsum("ij->k", &[np::ones(&[2, 3], None).unwrap()]).is_err());
     assert!(np::getitem(&np::ones(&[3], None).unwrap(), idx![np::step(.., 0)]).is_err());
+    assert!(np::bincount(np::asarray([1i64 << 40]).unwrap(), None, 0).is_err());
+    assert!(np::quantile(
+        np::ones(&[3], None).unwrap(),
+        Vec::<f64>::new(),
+        None,
+        false
+    )
+    .is_err());
+    assert!(np::concatenate(&Vec::<Tensor>::new(), Some(0)).is_err());
 }
