@@ -16,7 +16,7 @@
 
 use std::cmp::Ordering;
 
-use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
+use ferroflow_tensor::{DType, Element, Error, HostData, Result, Tensor};
 
 use crate::array::{arr, promote2, ArrayLike};
 use crate::util::i64_tensor;
@@ -59,11 +59,25 @@ pub enum Side {
     Right,
 }
 
-fn total(a: f64, b: f64) -> Ordering {
-    match a.partial_cmp(&b) {
+/// NumPy's sort order on typed values (exact for int64, unlike a trip through f64): numbers
+/// ascending, NaN last, all NaNs equal.
+fn numpy_order<T: Element>(a: &T, b: &T) -> Ordering {
+    match a.partial_cmp(b) {
         Some(o) => o,
-        None => a.is_nan().cmp(&b.is_nan()),
+        #[allow(clippy::eq_op)] // x != x is the NaN test for any float element type
+        None => (a != a).cmp(&(b != b)),
     }
+}
+
+fn search_typed<T: Element>(a: &[T], v: &[T], side: Side) -> Vec<i64> {
+    v.iter()
+        .map(|x| {
+            a.partition_point(|y| match side {
+                Side::Left => numpy_order(y, x) == Ordering::Less,
+                Side::Right => numpy_order(y, x) != Ordering::Greater,
+            }) as i64
+        })
+        .collect()
 }
 
 /// `numpy.searchsorted(a, v, side='left')`: insertion positions of `v` in the sorted 1-D `a`
@@ -76,16 +90,23 @@ pub fn searchsorted(a: impl ArrayLike, v: impl ArrayLike, side: Side) -> Result<
             "object too deep for desired array (a must be 1-D)",
         ));
     }
-    let (av, vv) = (a.to_f64_vec()?, v.to_f64_vec()?);
-    let out: Vec<i64> = vv
-        .iter()
-        .map(|x| {
-            av.partition_point(|y| match side {
-                Side::Left => total(*y, *x) == Ordering::Less,
-                Side::Right => total(*y, *x) != Ordering::Greater,
-            }) as i64
-        })
-        .collect();
+    let out = match (a.to_host()?, v.to_host()?) {
+        (HostData::F16(x), HostData::F16(y)) => search_typed(&x, &y, side),
+        (HostData::BF16(x), HostData::BF16(y)) => search_typed(&x, &y, side),
+        (HostData::F32(x), HostData::F32(y)) => search_typed(&x, &y, side),
+        (HostData::F64(x), HostData::F64(y)) => search_typed(&x, &y, side),
+        (HostData::I8(x), HostData::I8(y)) => search_typed(&x, &y, side),
+        (HostData::I32(x), HostData::I32(y)) => search_typed(&x, &y, side),
+        (HostData::I64(x), HostData::I64(y)) => search_typed(&x, &y, side),
+        (HostData::U8(x), HostData::U8(y)) => search_typed(&x, &y, side),
+        (HostData::Bool(x), HostData::Bool(y)) => search_typed(&x, &y, side),
+        _ => {
+            return Err(Error::invalid(
+                "searchsorted",
+                "arguments did not promote to one dtype",
+            ))
+        }
+    };
     i64_tensor(out, v.shape(), &v)
 }
 
@@ -114,23 +135,20 @@ pub fn unique_all(ar: impl ArrayLike) -> Result<Unique> {
         .argsort(0, false)?
         .cast(DType::I64)?
         .to_vec::<i64>()?;
-    let vals = a.to_f64_vec()?;
+    // equal values are adjacent after the sort; NumPy (>= 1.21) keeps one NaN
+    let host = a.to_host()?;
+    let starts: Vec<bool> = ferroflow_tensor::with_host_data!(&host, v => run_starts(v, &order));
     let mut first: Vec<i64> = Vec::new();
     let mut counts: Vec<i64> = Vec::new();
-    let mut inverse = vec![0i64; vals.len()];
-    let mut prev: Option<f64> = None;
-    for &i in &order {
-        let x = vals[i as usize];
-        // NumPy (>= 1.21) keeps one NaN; equal values are adjacent after a stable sort
-        let same = prev.is_some_and(|p| p == x || (p.is_nan() && x.is_nan()));
-        if !same {
+    let mut inverse = vec![0i64; order.len()];
+    for (&i, &start) in order.iter().zip(&starts) {
+        if start {
             first.push(i);
             counts.push(0);
         }
         let k = counts.len() - 1;
         counts[k] += 1;
         inverse[i as usize] = k as i64;
-        prev = Some(x);
     }
     let n = first.len();
     let idx = i64_tensor(first, &[n], &a)?;
@@ -140,6 +158,16 @@ pub fn unique_all(ar: impl ArrayLike) -> Result<Unique> {
         inverse: i64_tensor(inverse, a.shape(), &a)?,
         counts: i64_tensor(counts, &[n], &a)?,
     })
+}
+
+/// For values visited in `order`, whether each begins a new run of equal values.
+fn run_starts<T: Element>(v: &[T], order: &[i64]) -> Vec<bool> {
+    (0..order.len())
+        .map(|k| {
+            k == 0
+                || numpy_order(&v[order[k - 1] as usize], &v[order[k] as usize]) != Ordering::Equal
+        })
+        .collect()
 }
 
 fn true_positions(a: &Tensor) -> Result<Vec<usize>> {

@@ -546,6 +546,9 @@ case("searchsorted", [np.array([1, 2, 2, 5]), np.array([[2, 6], [0, 1]]), "left"
 u = rnd((4, 5), np.int32, -3, 3)
 case("unique", [u], np.unique)
 case("unique", [np.array([2.0, np.nan, 1.0, 2.0])], np.unique)
+big = np.array([2**60 + 1, 2**60, 2**60 + 1, -(2**62), 2**60], dtype=np.int64)  # beyond f64's integers
+case("unique", [big], np.unique)
+case("searchsorted", [np.sort(big), np.array([2**60 + 1, 2**60 - 1], dtype=np.int64), "left"], lambda a, v, sd: np.searchsorted(a, v, side=sd))
 case("unique_all", [u], lambda a: np.unique(a, return_index=True, return_inverse=True, return_counts=True))
 for x in [rnd((3, 4), np.int32, -1, 1), rnd((5,), np.bool_), np.round(rnd((2, 2, 3)))]:
     case("nonzero", [x], np.nonzero)

@@ -714,6 +714,17 @@ fn compare(
     if got.dtype() != expected_dtype(want.dtype()) {
         return Err(format!("dtype {}, NumPy {}", got.dtype(), want.dtype()));
     }
+    if want.dtype() == DType::I64 {
+        // exact, beyond the integers f64 holds
+        let (g, w) = (
+            got.to_vec::<i64>().map_err(|e| e.to_string())?,
+            want.to_vec::<i64>().map_err(|e| e.to_string())?,
+        );
+        return match g.iter().zip(&w).position(|(x, y)| x != y) {
+            None => Ok(()),
+            Some(i) => Err(format!("element {i}: {}, NumPy {}", g[i], w[i])),
+        };
+    }
     let (rtol, atol) = tol.unwrap_or_else(|| tolerance(want.dtype()));
     let g = got.to_f64_vec().map_err(|e| e.to_string())?;
     let w = want.to_f64_vec().map_err(|e| e.to_string())?;
