@@ -21,7 +21,7 @@
 
 use ferroflow_tensor::{BinaryOp, DType, Error, Result, Tensor, UnaryOp};
 
-use crate::array::{arr, promote2, promote_all, ArrayLike, Scalar, Value};
+use crate::array::{arr, cast_all, promote2, ArrayLike, Scalar, Value};
 use crate::dtypes::{accumulate_dtype, float_result};
 use crate::util::{axis_or_flat, broadcast_shape, norm_axis};
 
@@ -63,13 +63,29 @@ fn numeric_binary(
     a.binary(bop, &b)
 }
 
+/// A ufunc that NumPy defines on booleans as a logical op (`add` is `or`, `multiply` is
+/// `and`, `maximum` is `or`, `minimum` is `and`).
+fn bool_as(
+    op: &'static str,
+    a: impl ArrayLike,
+    b: impl ArrayLike,
+    on_bool: BinaryOp,
+    on_numbers: BinaryOp,
+) -> Result<Tensor> {
+    let (a, b, d) = binary_args(op, a, b)?;
+    a.binary(
+        if d == DType::Bool {
+            on_bool
+        } else {
+            on_numbers
+        },
+        &b,
+    )
+}
+
 /// `numpy.add` (booleans: logical or).
 pub fn add(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
-    let (a, b, d) = binary_args("add", a, b)?;
-    if d == DType::Bool {
-        return a.binary(BinaryOp::LogicalOr, &b);
-    }
-    a.add(&b)
+    bool_as("add", a, b, BinaryOp::LogicalOr, BinaryOp::Add)
 }
 /// `numpy.subtract` (booleans are an error, as in NumPy).
 pub fn subtract(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
@@ -81,11 +97,7 @@ pub fn subtract(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
 }
 /// `numpy.multiply` (booleans: logical and).
 pub fn multiply(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
-    let (a, b, d) = binary_args("multiply", a, b)?;
-    if d == DType::Bool {
-        return a.binary(BinaryOp::LogicalAnd, &b);
-    }
-    a.mul(&b)
+    bool_as("multiply", a, b, BinaryOp::LogicalAnd, BinaryOp::Mul)
 }
 /// `numpy.true_divide` / `numpy.divide`: always a float (integers in the default float).
 pub fn true_divide(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
@@ -141,19 +153,11 @@ pub fn float_power(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
 }
 /// `numpy.maximum` (NaN propagates).
 pub fn maximum(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
-    let (a, b, d) = binary_args("maximum", a, b)?;
-    if d == DType::Bool {
-        return a.binary(BinaryOp::LogicalOr, &b);
-    }
-    a.maximum(&b)
+    bool_as("maximum", a, b, BinaryOp::LogicalOr, BinaryOp::Maximum)
 }
 /// `numpy.minimum` (NaN propagates).
 pub fn minimum(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
-    let (a, b, d) = binary_args("minimum", a, b)?;
-    if d == DType::Bool {
-        return a.binary(BinaryOp::LogicalAnd, &b);
-    }
-    a.minimum(&b)
+    bool_as("minimum", a, b, BinaryOp::LogicalAnd, BinaryOp::Minimum)
 }
 fn nan_ignoring(
     op: &'static str,
@@ -228,16 +232,15 @@ pub fn copysign(x1: impl ArrayLike, x2: impl ArrayLike) -> Result<Tensor> {
 pub fn clip(a: impl ArrayLike, a_min: impl ArrayLike, a_max: impl ArrayLike) -> Result<Tensor> {
     let vals = [a.to_value()?, a_min.to_value()?, a_max.to_value()?];
     let refs: Vec<&Value> = vals.iter().collect();
+    let dtype = crate::result_type(&refs)?;
     if let (Value::Array(x), Value::Scalar(lo), Value::Scalar(hi)) = (&vals[0], &vals[1], &vals[2])
     {
         // constant bounds that keep the array's dtype: one fused pass
-        if crate::result_type(&refs)? == x.dtype() {
-            if let (Some(lo), Some(hi)) = (scalar_f64(*lo), scalar_f64(*hi)) {
-                return x.clip_scalar(lo, hi);
-            }
+        if let (true, Some(lo), Some(hi)) = (dtype == x.dtype(), scalar_f64(*lo), scalar_f64(*hi)) {
+            return x.clip_scalar(lo, hi);
         }
     }
-    let (t, _) = promote_all(&vals)?;
+    let t = cast_all(&vals, dtype)?;
     broadcast_shape("clip", &[t[0].shape(), t[1].shape(), t[2].shape()])?;
     t[0].clip_by_value(&t[1], &t[2])
 }
