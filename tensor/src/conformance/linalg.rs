@@ -90,13 +90,19 @@ pub fn matmul(device: &Device) {
             2.0 + k as f64,
         )
     });
-    // Sizes past the kernels' blocking and threading thresholds (thin matrices split by rows,
-    // a transposed right operand), in f32 and f64.
+    // Sizes past the kernels' blocking and threading thresholds (thin matrices split by rows
+    // or by columns, inner dimensions past a packed block, a transposed right operand, row
+    // counts that are not a multiple of a register tile), in f32 and f64.
     for (m, k, n, ta, tb) in [
         (40usize, 33usize, 20usize, false, false),
         (48, 17, 300, true, true),
         (300, 40, 24, false, true),
         (33, 260, 17, true, false),
+        (37, 300, 70, false, true),
+        (530, 140, 45, true, false),
+        (9, 129, 1000, false, false),
+        (6, 1000, 400, false, false),
+        (5, 200, 77, true, true),
     ] {
         for dtype in supported(device, &[DType::F32, DType::F64]) {
             let va: Vec<f64> = (0..m * k)

@@ -129,7 +129,7 @@ trait ConvGemm<T>: Sync {
 /// `gemm` at the operands' own type.
 struct SameType;
 
-impl<T: Num + Send + Sync + 'static> ConvGemm<T> for SameType {
+impl<T: Num + Send + Sync + super::f32_gemm::NativeGemm + 'static> ConvGemm<T> for SameType {
     type Acc = T;
     fn gemm(
         &self,

@@ -2,6 +2,7 @@
 //! operands' strides directly so transposed and broadcast inputs are never copied.
 //! Integers use a plain triple loop.
 
+use super::f32_gemm::NativeGemm;
 use crate::buffer::{host, narrow, widen};
 use ferroflow_tensor::{backend::unsupported, DType, HostData, Layout, Operand, Result};
 use gemm::Parallelism;
@@ -99,7 +100,7 @@ impl<T> StridedMatrix<'_, T> {
 
 /// `dst (m x n, dense row-major) = [dst +] lhs (m x k) · rhs (k x n)`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
+pub(crate) fn gemm_into<T: Copy + Send + Sync + NativeGemm + 'static>(
     dst: &mut [T],
     m: usize,
     n: usize,
@@ -116,6 +117,9 @@ pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
         "gemm_into: operands out of bounds"
     );
     if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    if T::native_gemm(dst, (m, n, k), lhs, rhs, accumulate) {
         return;
     }
     // gemm's own threading splits poorly when one side is thin (a batch of 32 rows times a
@@ -177,7 +181,7 @@ pub(crate) fn gemm_into<T: Copy + Send + Sync + 'static>(
 /// matrices), for the types that have one.
 type DotFn<T> = Option<fn(&[T], &[T]) -> T>;
 
-fn gemm_batched<T: Copy + Default + Send + Sync + 'static>(
+fn gemm_batched<T: Copy + Default + Send + Sync + NativeGemm + 'static>(
     a: &[T],
     la: &Layout,
     b: &[T],

@@ -1,0 +1,375 @@
+//! float32 matrix products on AVX-512 for the shapes training produces: one side a batch
+//! (32 to a few hundred rows) or a short inner dimension (a weight gradient, K = batch).
+//!
+//! `gemm`'s kernels run such thin products at single-core peak but pack a whole operand
+//! up front, transpose-read a transposed right operand slowly (32x128 · (256x128)ᵀ: 72 µs
+//! for 2 MFLOP) and split work across threads by rows only. Here:
+//!
+//! - the left operand is read in place (any strides) and broadcast one element at a time;
+//! - the right operand is copied in blocks of [`KC`] x [`NR`] (16 KB, L1-resident) just
+//!   before the [`MR`]-row tiles that use it, so only the part in use is ever packed, and a
+//!   row-major right operand with a single row tile is read in place;
+//! - an `MR x NR` tile of accumulators (16 zmm) advances one step of `k` with two loads,
+//!   eight broadcasts and sixteen fused multiply-adds; edges use masked loads and stores;
+//! - threads split the longer side of the output into chunks they claim as they come
+//!   ([`crate::simd::for_each_chunk_shared`]).
+//!
+//! Chosen at run time on CPUs with AVX-512 ([`crate::simd::has_avx512`]); elsewhere the
+//! products go to `gemm` as before.
+
+use super::matmul::StridedMatrix;
+
+/// Rows of a register tile.
+const MR: usize = 8;
+/// Columns of a register tile (two zmm registers of f32).
+const NR: usize = 32;
+/// Steps of `k` per packed block of the right operand (`KC x NR` f32 = 16 KB).
+const KC: usize = 128;
+/// Below this many multiply-adds a product runs on the calling thread.
+const PAR_MACS: usize = 1 << 19;
+/// Chunks of the output per thread, claimed dynamically (a late pool thread takes fewer).
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// Element types with a native kernel here; `gemm_into` asks before calling `gemm`.
+pub(crate) trait NativeGemm: Sized {
+    /// `dst (m x n, dense row-major) = [dst +] lhs · rhs` when a native kernel takes this
+    /// product (returns true), or nothing (false).
+    fn native_gemm(
+        _dst: &mut [Self],
+        _dims: (usize, usize, usize),
+        _lhs: StridedMatrix<'_, Self>,
+        _rhs: StridedMatrix<'_, Self>,
+        _accumulate: bool,
+    ) -> bool {
+        false
+    }
+}
+
+impl NativeGemm for f64 {}
+impl NativeGemm for half::f16 {}
+
+impl NativeGemm for f32 {
+    fn native_gemm(
+        dst: &mut [f32],
+        (m, n, k): (usize, usize, usize),
+        lhs: StridedMatrix<'_, f32>,
+        rhs: StridedMatrix<'_, f32>,
+        accumulate: bool,
+    ) -> bool {
+        if !suits(m, n, k) {
+            return false;
+        }
+        assert!(
+            dst.len() >= m * n && lhs.fits(m, k) && rhs.fits(k, n),
+            "native_gemm: operands out of bounds"
+        );
+        // SAFETY: `suits` checked AVX-512; the assert keeps every access in bounds, and dst
+        // holds initialised values (read only when accumulating).
+        unsafe { gemm_f32(dst.as_mut_ptr(), m, n, k, lhs, rhs, accumulate) };
+        true
+    }
+}
+
+/// Whether this kernel takes an `m x k · k x n` product: AVX-512 present and the product
+/// thin enough that `gemm`'s large-matrix blocking does not win (measured: one side ≤ 512
+/// or k ≤ 512).
+pub(crate) fn suits(m: usize, n: usize, k: usize) -> bool {
+    crate::simd::has_avx512() && m > 0 && n > 0 && (m.min(n) <= 512 || k <= 512)
+}
+
+/// A pointer shared with the pool's threads (each writes a disjoint part of the output).
+#[derive(Clone, Copy)]
+struct SharedMut(*mut f32);
+// SAFETY: the parts handed to threads never overlap (see `gemm_f32`).
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+impl SharedMut {
+    /// The pointer (a method, so closures capture the `Sync` wrapper, not the raw field).
+    fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// `dst = [dst +] lhs · rhs` with `dst` dense row-major (`m x n`), split across threads.
+///
+/// # Safety
+/// The CPU has AVX-512F; `dst` is valid for `m * n` writes (and reads of initialised
+/// values when `accumulate`); both operands fit their slices.
+pub(crate) unsafe fn gemm_f32(
+    dst: *mut f32,
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: StridedMatrix<'_, f32>,
+    rhs: StridedMatrix<'_, f32>,
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            std::ptr::write_bytes(dst, 0, m * n);
+        }
+        return;
+    }
+    let threads = rayon::current_num_threads();
+    let out = SharedMut(dst);
+    let run = |rows: (usize, usize), cols: (usize, usize)| {
+        // SAFETY: the caller's guarantees, for a sub-block of the output.
+        unsafe { block(out.get(), n, rows, cols, k, &lhs, &rhs, accumulate) }
+    };
+    if threads < 2 || m * n * k < PAR_MACS {
+        run((0, m), (0, n));
+    } else if m >= n {
+        // Row tiles; every chunk packs the (short) right operand again.
+        let rows = (m.div_ceil(CHUNKS_PER_THREAD * threads)).next_multiple_of(MR);
+        crate::simd::for_each_chunk_shared(m.div_ceil(rows), |c| {
+            run((c * rows, ((c + 1) * rows).min(m)), (0, n))
+        });
+    } else {
+        // Column panels: each chunk packs only its own columns of the right operand.
+        let cols = (n.div_ceil(CHUNKS_PER_THREAD * threads)).next_multiple_of(16);
+        crate::simd::for_each_chunk_shared(n.div_ceil(cols), |c| {
+            run((0, m), (c * cols, ((c + 1) * cols).min(n)))
+        });
+    }
+}
+
+/// Masks of the two zmm halves of a tile `width` columns wide.
+fn column_masks(width: usize) -> (u16, u16) {
+    let bits = |w: usize| if w >= 16 { 0xffff } else { (1u16 << w) - 1 };
+    (bits(width), bits(width.saturating_sub(16)))
+}
+
+/// The output rows `rows.0..rows.1` by columns `cols.0..cols.1`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(
+    dst: *mut f32,
+    ldc: usize,
+    rows: (usize, usize),
+    cols: (usize, usize),
+    k: usize,
+    lhs: &StridedMatrix<'_, f32>,
+    rhs: &StridedMatrix<'_, f32>,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    let mut pack = [0f32; KC * NR];
+    let a = lhs.data.as_ptr().add(lhs.offset);
+    let b = rhs.data.as_ptr().add(rhs.offset);
+    let in_place = rhs.cs == 1 && rows.1 - rows.0 <= MR;
+    for k0 in (0..k).step_by(KC) {
+        let kc = KC.min(k - k0);
+        let add = accumulate || k0 > 0;
+        for j0 in (cols.0..cols.1).step_by(NR) {
+            let width = NR.min(cols.1 - j0);
+            let (m0, m1) = column_masks(width);
+            let panel = b.offset(k0 as isize * rhs.rs + j0 as isize * rhs.cs);
+            let (bp, b_rs) = if in_place {
+                (panel, rhs.rs)
+            } else {
+                if rhs.cs == 1 {
+                    for p in 0..kc {
+                        let src = panel.offset(p as isize * rhs.rs);
+                        let d = pack.as_mut_ptr().add(p * NR);
+                        _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(m0, src));
+                        _mm512_storeu_ps(d.add(16), _mm512_maskz_loadu_ps(m1, src.add(16)));
+                    }
+                } else {
+                    // Transposed or strided: read along k (contiguous when rs == 1).
+                    for j in 0..width {
+                        let src = panel.offset(j as isize * rhs.cs);
+                        for p in 0..kc {
+                            pack[p * NR + j] = *src.offset(p as isize * rhs.rs);
+                        }
+                    }
+                }
+                (pack.as_ptr(), NR as isize)
+            };
+            let mut i0 = rows.0;
+            while i0 < rows.1 {
+                let h = MR.min(rows.1 - i0);
+                let t = Tile {
+                    a: a.offset(i0 as isize * lhs.rs + k0 as isize * lhs.cs),
+                    a_rs: lhs.rs,
+                    a_cs: lhs.cs,
+                    b: bp,
+                    b_rs,
+                    masks: (m0, m1),
+                    c: dst.add(i0 * ldc + j0),
+                    ldc,
+                    kc,
+                    add,
+                };
+                match h {
+                    8 => t.run::<8>(),
+                    7 => t.run::<7>(),
+                    6 => t.run::<6>(),
+                    5 => t.run::<5>(),
+                    4 => t.run::<4>(),
+                    3 => t.run::<3>(),
+                    2 => t.run::<2>(),
+                    _ => t.run::<1>(),
+                }
+                i0 += h;
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(
+    _dst: *mut f32,
+    _ldc: usize,
+    _rows: (usize, usize),
+    _cols: (usize, usize),
+    _k: usize,
+    _lhs: &StridedMatrix<'_, f32>,
+    _rhs: &StridedMatrix<'_, f32>,
+    _accumulate: bool,
+) {
+    unreachable!("native_gemm is only chosen on x86-64 with AVX-512")
+}
+
+/// One register tile: `C[0..R, 0..width] = [C +] A[0..R, 0..kc] · B[0..kc, 0..width]`.
+struct Tile {
+    a: *const f32,
+    a_rs: isize,
+    a_cs: isize,
+    b: *const f32,
+    b_rs: isize,
+    masks: (u16, u16),
+    c: *mut f32,
+    ldc: usize,
+    kc: usize,
+    add: bool,
+}
+
+impl Tile {
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn run<const R: usize>(&self) {
+        use std::arch::x86_64::*;
+        let (m0, m1) = self.masks;
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        let (mut ap, mut bp) = (self.a, self.b);
+        for _ in 0..self.kc {
+            let b0 = _mm512_maskz_loadu_ps(m0, bp);
+            let b1 = _mm512_maskz_loadu_ps(m1, bp.add(16));
+            for (r, row) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap.offset(r as isize * self.a_rs));
+                row[0] = _mm512_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+            }
+            ap = ap.offset(self.a_cs);
+            bp = bp.offset(self.b_rs);
+        }
+        for (r, row) in acc.iter().enumerate() {
+            let cp = self.c.add(r * self.ldc);
+            let (mut x0, mut x1) = (row[0], row[1]);
+            if self.add {
+                x0 = _mm512_add_ps(x0, _mm512_maskz_loadu_ps(m0, cp));
+                x1 = _mm512_add_ps(x1, _mm512_maskz_loadu_ps(m1, cp.add(16)));
+            }
+            _mm512_mask_storeu_ps(cp, m0, x0);
+            _mm512_mask_storeu_ps(cp.add(16), m1, x1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `[c +] a · b` in f64, reading the operands through their strides.
+    fn reference(
+        dims: (usize, usize, usize),
+        a: &StridedMatrix<'_, f32>,
+        b: &StridedMatrix<'_, f32>,
+        c: &[f32],
+        accumulate: bool,
+    ) -> Vec<f64> {
+        let (m, n, k) = dims;
+        let at = |x: &StridedMatrix<'_, f32>, i: usize, j: usize| {
+            x.data[(x.offset as isize + i as isize * x.rs + j as isize * x.cs) as usize] as f64
+        };
+        let mut out = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let s: f64 = (0..k).map(|p| at(a, i, p) * at(b, p, j)).sum();
+                out[i * n + j] = s + if accumulate { c[i * n + j] as f64 } else { 0.0 };
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Every layout of both operands (row-major, transposed, a strided view with an
+        /// offset), with and without accumulation, on sizes around the tile, block and
+        /// threading edges.
+        #[test]
+        fn matches_the_f64_reference(
+            m in 1..80usize,
+            n in 1..90usize,
+            k in prop_oneof![1..20usize, 120..300usize],
+            a_layout in 0..3usize,
+            b_layout in 0..3usize,
+            accumulate: bool,
+            seed in 0..1000u64,
+        ) {
+            if !crate::simd::has_avx512() {
+                eprintln!("skipped: this CPU has no AVX-512, the kernel under test never runs");
+                return Ok(());
+            }
+            let value = |i: usize| (((i as u64 * 2654435761 + seed) % 1000) as f32) / 500.0 - 1.0;
+            // (data, offset, rs, cs) for an r x c matrix in the chosen layout.
+            let layout = |r: usize, c: usize, kind: usize, salt: usize| -> (Vec<f32>, usize, isize, isize) {
+                match kind {
+                    0 => ((0..r * c).map(|i| value(i + salt)).collect(), 0, c as isize, 1),
+                    1 => ((0..r * c).map(|i| value(i + salt)).collect(), 0, 1, r as isize),
+                    _ => ((0..3 + r * (2 * c + 1)).map(|i| value(i + salt)).collect(), 3, (2 * c + 1) as isize, 2),
+                }
+            };
+            let (ad, ao, ars, acs) = layout(m, k, a_layout, 0);
+            let (bd, bo, brs, bcs) = layout(k, n, b_layout, 7);
+            let a = StridedMatrix { data: &ad, offset: ao, rs: ars, cs: acs };
+            let b = StridedMatrix { data: &bd, offset: bo, rs: brs, cs: bcs };
+            let mut c: Vec<f32> = (0..m * n).map(|i| value(i + 13)).collect();
+            let want = reference((m, n, k), &a, &b, &c, accumulate);
+            prop_assert!(f32::native_gemm(&mut c, (m, n, k), a, b, accumulate));
+            for (i, (&g, &w)) in c.iter().zip(&want).enumerate() {
+                prop_assert!(
+                    (g as f64 - w).abs() <= 1e-5 * (k as f64 + 1.0),
+                    "({}, {}): {} vs {}", i / n, i % n, g, w
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_inner_dimension_gives_zeros_or_leaves_the_sum() {
+        if !suits(2, 3, 0) {
+            eprintln!("skipped: this CPU has no AVX-512, the kernel under test never runs");
+            return;
+        }
+        let (a, b) = ([0f32; 0], [0f32; 0]);
+        let m = |d| StridedMatrix {
+            data: d,
+            offset: 0,
+            rs: 0,
+            cs: 0,
+        };
+        let mut c = vec![5f32; 6];
+        assert!(f32::native_gemm(&mut c, (2, 3, 0), m(&a), m(&b), true));
+        assert_eq!(c, vec![5.0; 6]);
+        assert!(f32::native_gemm(&mut c, (2, 3, 0), m(&a), m(&b), false));
+        assert_eq!(c, vec![0.0; 6]);
+    }
+}
