@@ -246,6 +246,20 @@ pub(crate) fn per_thread_parts<R: Send + Clone>(
     out
 }
 
+/// A pointer to an output shared with the pool's threads, each writing a disjoint part.
+#[derive(Clone, Copy)]
+pub(crate) struct SharedMut<T>(pub *mut T);
+// SAFETY: users hand threads disjoint parts of the pointee (their own obligation).
+unsafe impl<T> Send for SharedMut<T> {}
+unsafe impl<T> Sync for SharedMut<T> {}
+
+impl<T> SharedMut<T> {
+    /// The pointer (a method, so closures capture the `Sync` wrapper, not the raw field).
+    pub(crate) fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
 /// Runs `f(c)` for every `c` in `0..chunks` on the calling thread and whichever pool
 /// threads join in time. Chunks are claimed one at a time from a shared counter, so the
 /// caller never waits for a pool thread that has not woken yet, only for chunks already

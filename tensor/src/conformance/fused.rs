@@ -180,6 +180,60 @@ pub fn optimizer_update(device: &Device) {
         }
         Ok(())
     });
+    // Past the kernels' chunking and threading thresholds: every rule over 100k elements
+    // (f32), each element checked.
+    let n = 100_003;
+    let value = |i: usize, lo: f64, hi: f64| lo + (hi - lo) * ((i * 7919 % 1009) as f64 / 1009.0);
+    let w: Vec<f64> = (0..n).map(|i| value(i, -2.0, 2.0)).collect();
+    let g: Vec<f64> = (0..n).map(|i| value(i + 3, -2.0, 2.0)).collect();
+    let slot_values: Vec<Vec<f64>> = (0..2)
+        .map(|k| (0..n).map(|i| value(i + 11 * (k + 1), 0.05, 1.0)).collect())
+        .collect();
+    let upload = |v: &[f64]| {
+        Tensor::from_host_on(
+            crate::HostData::from_f64_slice(DType::F32, v),
+            &[n],
+            *device,
+        )
+        .expect("upload")
+    };
+    for rule in rules() {
+        let slots: Vec<Tensor> = slot_values[..rule.num_slots()]
+            .iter()
+            .map(|v| upload(v))
+            .collect();
+        let (nw, ns) = match Tensor::optimizer_update(&rule, &upload(&w), &upload(&g), &slots) {
+            Err(Error::NotSupportedByBackend { .. }) => continue,
+            r => r.expect("optimizer_update"),
+        };
+        let got_w = nw.to_f64_vec().expect("read");
+        let got_s: Vec<Vec<f64>> = ns.iter().map(|t| t.to_f64_vec().expect("read")).collect();
+        for i in 0..n {
+            let q = |x: f64| x as f32 as f64;
+            let mut st: Vec<f64> = slot_values[..rule.num_slots()]
+                .iter()
+                .map(|s| q(s[i]))
+                .collect();
+            let want = reference(&rule, q(w[i]), q(g[i]), &mut st);
+            // (centered RMSprop's variance estimate can go negative on these made-up slots:
+            // NaN on both sides then)
+            let close = |a: f64, b: f64| {
+                (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-5 * (1.0 + b.abs())
+            };
+            assert!(
+                close(got_w[i], want),
+                "{rule:?} w[{i}]: {} vs {want}",
+                got_w[i]
+            );
+            for (k, v) in st.iter().enumerate() {
+                assert!(
+                    close(got_s[k][i], *v),
+                    "{rule:?} slot {k}[{i}]: {} vs {v}",
+                    got_s[k][i]
+                );
+            }
+        }
+    }
     // A wrong slot count is an error, not a panic.
     let one = Tensor::from_host_on(crate::HostData::F32(vec![1.0]), &[1], *device).expect("upload");
     assert!(Tensor::optimizer_update(&rules()[2], &one, &one, std::slice::from_ref(&one)).is_err());

@@ -70,6 +70,30 @@ pub fn gather_scatter(device: &Device) {
             Ok(())
         },
     );
+    // A large table and batch (past the CPU's threaded row copy): every row checked.
+    let (rows, width, picks) = (3000usize, 40usize, 700usize);
+    let table: Vec<f64> = (0..rows * width).map(|i| (i % 1013) as f64).collect();
+    let idx: Vec<i64> = (0..picks).map(|i| ((i * 7919) % rows) as i64).collect();
+    let x = Tensor::from_host_on(
+        HostData::from_f64_slice(DType::F32, &table),
+        &[rows, width],
+        *device,
+    )
+    .expect("upload");
+    let it = Tensor::from_host_on(HostData::I64(idx.clone()), &[picks], *device).expect("upload");
+    let got = x
+        .gather(&it, 0)
+        .expect("gather")
+        .to_f64_vec()
+        .expect("read");
+    for (r, &i) in idx.iter().enumerate() {
+        let i = i as usize;
+        assert_eq!(
+            got[r * width..(r + 1) * width],
+            table[i * width..(i + 1) * width],
+            "row {r}"
+        );
+    }
     let x = Tensor::from_host_on(HostData::F32(vec![1.0, 2.0]), &[2], *device).expect("upload");
     let bad = Tensor::from_host_on(HostData::I32(vec![2]), &[1], *device).expect("upload");
     let msg = x.gather(&bad, 0).expect_err("index 2 of 2").to_string();

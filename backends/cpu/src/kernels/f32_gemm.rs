@@ -82,20 +82,6 @@ pub(crate) fn suits(m: usize, n: usize, k: usize) -> bool {
     crate::simd::has_avx512() && m > 0 && n > 0 && m.min(k) <= 256
 }
 
-/// A pointer shared with the pool's threads (each writes a disjoint part of the output).
-#[derive(Clone, Copy)]
-struct SharedMut(*mut f32);
-// SAFETY: the parts handed to threads never overlap (see `gemm_f32`).
-unsafe impl Send for SharedMut {}
-unsafe impl Sync for SharedMut {}
-
-impl SharedMut {
-    /// The pointer (a method, so closures capture the `Sync` wrapper, not the raw field).
-    fn get(&self) -> *mut f32 {
-        self.0
-    }
-}
-
 /// `dst = [dst +] lhs · rhs` with `dst` dense row-major (`m x n`), split across threads.
 ///
 /// # Safety
@@ -120,7 +106,7 @@ pub(crate) unsafe fn gemm_f32(
         return;
     }
     let threads = rayon::current_num_threads();
-    let out = SharedMut(dst);
+    let out = crate::simd::SharedMut(dst);
     let run = |rows: (usize, usize), cols: (usize, usize)| {
         // SAFETY: the caller's guarantees, for a sub-block of the output.
         unsafe { block(out.get(), n, rows, cols, k, &lhs, &rhs, accumulate) }

@@ -4,72 +4,114 @@ use crate::buffer::{dense, host};
 use ferroflow_tensor::{
     backend::unsupported, DType, Element, HostData, Operand, Result, UpdateRule,
 };
-use rayon::prelude::*;
 
+/// Elements per chunk claimed by a thread (w, g and two slots: 256 KB of f32 read).
 const CHUNK: usize = 1 << 14;
 
-/// `step(w, g, &mut s0) -> w'` over every element, threaded: w' and s0' in one pass.
-fn run1<T, F>(w: &[T], g: &[T], s0: &[T], step: F) -> (Vec<T>, Vec<Vec<T>>)
-where
-    T: Copy + Default + Send + Sync,
-    F: Fn(T, T, &mut T) -> T + Sync,
-{
+/// One element's update over slices of a chunk: `f(w, g, slots) -> (w', slots')`.
+#[inline(always)]
+fn update_loop<T: Copy, const S: usize, F: Fn(T, T, [T; S]) -> (T, [T; S])>(
+    w: &[T],
+    g: &[T],
+    slots: [&[T]; S],
+    out_w: *mut T,
+    out_slots: [*mut T; S],
+    f: &F,
+) {
     let n = w.len();
-    let (mut w2, mut a2) = (vec![T::default(); n], vec![T::default(); n]);
-    w2.par_chunks_mut(CHUNK)
-        .zip(a2.par_chunks_mut(CHUNK))
-        .enumerate()
-        .for_each(|(c, (wo, ao))| {
-            let r = c * CHUNK..c * CHUNK + wo.len();
-            for ((((wo, ao), &wv), &gv), &av) in wo
-                .iter_mut()
-                .zip(ao.iter_mut())
-                .zip(&w[r.clone()])
-                .zip(&g[r.clone()])
-                .zip(&s0[r])
-            {
-                let mut a = av;
-                *wo = step(wv, gv, &mut a);
-                *ao = a;
+    let g = &g[..n];
+    let slots = slots.map(|s| &s[..n]);
+    for i in 0..n {
+        let (nw, ns) = f(w[i], g[i], std::array::from_fn(|j| slots[j][i]));
+        // SAFETY: the caller's outputs hold n elements.
+        unsafe {
+            out_w.add(i).write(nw);
+            for j in 0..S {
+                out_slots[j].add(i).write(ns[j]);
             }
-        });
-    (w2, vec![a2])
+        }
+    }
 }
 
-/// `step(w, g, &mut s0, &mut s1) -> w'` over every element, threaded.
-fn run2<T, F>(w: &[T], g: &[T], s0: &[T], s1: &[T], step: F) -> (Vec<T>, Vec<Vec<T>>)
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+unsafe fn update_loop_avx512<T: Copy, const S: usize, F: Fn(T, T, [T; S]) -> (T, [T; S])>(
+    w: &[T],
+    g: &[T],
+    slots: [&[T]; S],
+    out_w: *mut T,
+    out_slots: [*mut T; S],
+    f: &F,
+) {
+    update_loop(w, g, slots, out_w, out_slots, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn update_loop_avx2<T: Copy, const S: usize, F: Fn(T, T, [T; S]) -> (T, [T; S])>(
+    w: &[T],
+    g: &[T],
+    slots: [&[T]; S],
+    out_w: *mut T,
+    out_slots: [*mut T; S],
+    f: &F,
+) {
+    update_loop(w, g, slots, out_w, out_slots, f)
+}
+
+/// `f(w, g, slots) -> (w', slots')` over every element into new buffers: vectorised
+/// (compiled for AVX-512 and AVX2 besides the baseline), outputs never zeroed first, and
+/// chunks shared with the pool without waiting for a sleeping worker.
+fn run<T, const S: usize, F>(w: &[T], g: &[T], slots: [&[T]; S], f: F) -> (Vec<T>, Vec<Vec<T>>)
 where
-    T: Copy + Default + Send + Sync,
-    F: Fn(T, T, &mut T, &mut T) -> T + Sync,
+    T: Copy + Send + Sync,
+    F: Fn(T, T, [T; S]) -> (T, [T; S]) + Sync,
 {
     let n = w.len();
-    let (mut w2, mut a2, mut b2) = (
-        vec![T::default(); n],
-        vec![T::default(); n],
-        vec![T::default(); n],
-    );
-    w2.par_chunks_mut(CHUNK)
-        .zip(a2.par_chunks_mut(CHUNK).zip(b2.par_chunks_mut(CHUNK)))
-        .enumerate()
-        .for_each(|(c, (wo, (ao, bo)))| {
-            let r = c * CHUNK..c * CHUNK + wo.len();
-            let inputs = w[r.clone()]
-                .iter()
-                .zip(&g[r.clone()])
-                .zip(s0[r.clone()].iter().zip(&s1[r]));
-            for (((wo, ao), bo), ((&wv, &gv), (&av, &bv))) in wo
-                .iter_mut()
-                .zip(ao.iter_mut())
-                .zip(bo.iter_mut())
-                .zip(inputs)
-            {
-                let (mut a, mut b) = (av, bv);
-                *wo = step(wv, gv, &mut a, &mut b);
-                *ao = a;
-                *bo = b;
-            }
-        });
-    (w2, vec![a2, b2])
+    assert!(g.len() == n && slots.iter().all(|s| s.len() == n));
+    let mut nw: Vec<T> = Vec::with_capacity(n);
+    let mut ns: [Vec<T>; S] = std::array::from_fn(|_| Vec::with_capacity(n));
+    let out_w = crate::simd::SharedMut(nw.as_mut_ptr());
+    let out_s = ns
+        .each_mut()
+        .map(|v| crate::simd::SharedMut(v.as_mut_ptr()));
+    let chunk = |c: usize| {
+        let r = c * CHUNK..((c + 1) * CHUNK).min(n);
+        let o = r.start;
+        let args = (
+            &w[r.clone()],
+            &g[r.clone()],
+            slots.map(|s| &s[r.clone()]),
+            // SAFETY: r lies within the n-element buffers; chunks are disjoint.
+            unsafe { out_w.get().add(o) },
+            out_s.each_ref().map(|p| unsafe { p.get().add(o) }),
+        );
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::has_avx512() {
+            // SAFETY: the CPU supports the features the function was compiled for.
+            return unsafe { update_loop_avx512(args.0, args.1, args.2, args.3, args.4, &f) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::has_avx2() {
+            // SAFETY: as above.
+            return unsafe { update_loop_avx2(args.0, args.1, args.2, args.3, args.4, &f) };
+        }
+        update_loop(args.0, args.1, args.2, args.3, args.4, &f)
+    };
+    let chunks = n.div_ceil(CHUNK);
+    if n < crate::simd::PAR_THRESHOLD {
+        (0..chunks).for_each(chunk);
+    } else {
+        crate::simd::for_each_chunk_shared(chunks, chunk);
+    }
+    // SAFETY: every chunk wrote its range of every output, and the chunks cover 0..n.
+    unsafe {
+        nw.set_len(n);
+        for v in ns.iter_mut() {
+            v.set_len(n);
+        }
+    }
+    (nw, ns.into_iter().collect())
 }
 
 fn update_typed<T: num_traits::Float + Default + Send + Sync>(
@@ -87,13 +129,14 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             nesterov,
         } => {
             let (lr, m) = (c(lr), c(momentum));
-            run1(w, g, s[0], |w, g, s0: &mut T| {
-                *s0 = m * *s0 - lr * g;
-                if nesterov {
-                    w + m * *s0 - lr * g
+            run(w, g, [s[0]], |w, g, [s0]| {
+                let s0 = m * s0 - lr * g;
+                let w = if nesterov {
+                    w + m * s0 - lr * g
                 } else {
-                    w + *s0
-                }
+                    w + s0
+                };
+                (w, [s0])
             })
         }
         UpdateRule::Adam {
@@ -104,10 +147,10 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             decay,
         } => {
             let (lr_t, b1, b2, eps, decay) = (c(lr_t), c(beta_1), c(beta_2), c(epsilon), c(decay));
-            run2(w, g, s[0], s[1], |w, g, s0: &mut T, s1: &mut T| {
-                *s0 = b1 * *s0 + (one - b1) * g;
-                *s1 = b2 * *s1 + (one - b2) * g * g;
-                w - decay * w - lr_t * *s0 / (s1.sqrt() + eps)
+            run(w, g, [s[0], s[1]], |w, g, [s0, s1]| {
+                let s0 = b1 * s0 + (one - b1) * g;
+                let s1 = b2 * s1 + (one - b2) * g * g;
+                (w - decay * w - lr_t * s0 / (s1.sqrt() + eps), [s0, s1])
             })
         }
         UpdateRule::RmsProp {
@@ -117,9 +160,9 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             centered: false,
         } => {
             let (lr, rho, eps) = (c(lr), c(rho), c(epsilon));
-            run1(w, g, s[0], |w, g, s0: &mut T| {
-                *s0 = rho * *s0 + (one - rho) * g * g;
-                w - lr * g / (*s0 + eps).sqrt()
+            run(w, g, [s[0]], |w, g, [s0]| {
+                let s0 = rho * s0 + (one - rho) * g * g;
+                (w - lr * g / (s0 + eps).sqrt(), [s0])
             })
         }
         UpdateRule::RmsProp {
@@ -129,26 +172,26 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             centered: true,
         } => {
             let (lr, rho, eps) = (c(lr), c(rho), c(epsilon));
-            run2(w, g, s[0], s[1], |w, g, s0: &mut T, s1: &mut T| {
-                *s0 = rho * *s0 + (one - rho) * g * g;
-                *s1 = rho * *s1 + (one - rho) * g;
-                w - lr * g / (*s0 - *s1 * *s1 + eps).sqrt()
+            run(w, g, [s[0], s[1]], |w, g, [s0, s1]| {
+                let s0 = rho * s0 + (one - rho) * g * g;
+                let s1 = rho * s1 + (one - rho) * g;
+                (w - lr * g / (s0 - s1 * s1 + eps).sqrt(), [s0, s1])
             })
         }
         UpdateRule::Adagrad { lr, epsilon } => {
             let (lr, eps) = (c(lr), c(epsilon));
-            run1(w, g, s[0], |w, g, s0: &mut T| {
-                *s0 = *s0 + g * g;
-                w - lr * g / (s0.sqrt() + eps)
+            run(w, g, [s[0]], |w, g, [s0]| {
+                let s0 = s0 + g * g;
+                (w - lr * g / (s0.sqrt() + eps), [s0])
             })
         }
         UpdateRule::Adadelta { lr, rho, epsilon } => {
             let (lr, rho, eps) = (c(lr), c(rho), c(epsilon));
-            run2(w, g, s[0], s[1], |w, g, s0: &mut T, s1: &mut T| {
-                *s0 = rho * *s0 + (one - rho) * g * g;
-                let u = (*s1 + eps).sqrt() / (*s0 + eps).sqrt() * g;
-                *s1 = rho * *s1 + (one - rho) * u * u;
-                w - lr * u
+            run(w, g, [s[0], s[1]], |w, g, [s0, s1]| {
+                let s0 = rho * s0 + (one - rho) * g * g;
+                let u = (s1 + eps).sqrt() / (s0 + eps).sqrt() * g;
+                let s1 = rho * s1 + (one - rho) * u * u;
+                (w - lr * u, [s0, s1])
             })
         }
         UpdateRule::Adamax {
@@ -158,10 +201,10 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             epsilon,
         } => {
             let (lr_t, b1, b2, eps) = (c(lr_t), c(beta_1), c(beta_2), c(epsilon));
-            run2(w, g, s[0], s[1], |w, g, s0: &mut T, s1: &mut T| {
-                *s0 = b1 * *s0 + (one - b1) * g;
-                *s1 = (b2 * *s1).max(g.abs());
-                w - lr_t * *s0 / (*s1 + eps)
+            run(w, g, [s[0], s[1]], |w, g, [s0, s1]| {
+                let s0 = b1 * s0 + (one - b1) * g;
+                let s1 = (b2 * s1).max(g.abs());
+                (w - lr_t * s0 / (s1 + eps), [s0, s1])
             })
         }
     }

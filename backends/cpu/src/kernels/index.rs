@@ -33,6 +33,26 @@ fn gather_typed<T: Element>(v: &[T], layout: &Layout, idx: &[i64], axis: usize) 
         .iter()
         .map(|&i| check_index("gather", i, n))
         .collect::<Result<Vec<_>>>()?;
+    let rows = checked.len();
+    if outer == 1 && rows > 1 && rows * inner * std::mem::size_of::<T>() >= 1 << 16 {
+        // Rows of a large table (a shuffled batch from a dataset) are cache misses: fetch
+        // them on every thread (measured: 128 MNIST images from 30000, 110 µs on one).
+        let mut out: Vec<T> = Vec::with_capacity(rows * inner);
+        let dst = crate::simd::SharedMut(out.as_mut_ptr());
+        let per_chunk = rows.div_ceil(4 * rayon::current_num_threads()).max(1);
+        crate::simd::for_each_chunk_shared(rows.div_ceil(per_chunk), |c| {
+            for r in c * per_chunk..((c + 1) * per_chunk).min(rows) {
+                let src = &x[checked[r] * inner..(checked[r] + 1) * inner];
+                // SAFETY: row r of the rows x inner output, written by this chunk only.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src.as_ptr(), dst.get().add(r * inner), inner)
+                };
+            }
+        });
+        // SAFETY: the chunks wrote every row.
+        unsafe { out.set_len(rows * inner) };
+        return Ok(out);
+    }
     let mut out = Vec::with_capacity(outer * checked.len() * inner);
     for o in 0..outer {
         let base = o * n * inner;
