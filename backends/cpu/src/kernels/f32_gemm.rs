@@ -21,9 +21,9 @@
 use super::matmul::StridedMatrix;
 
 /// Rows of a register tile.
-const MR: usize = 8;
+pub(super) const MR: usize = 8;
 /// Columns of a register tile (two zmm registers of f32).
-const NR: usize = 32;
+pub(super) const NR: usize = 32;
 /// Steps of `k` per packed block of the right operand (at most; blocks are equal).
 const KC: usize = 512;
 /// Columns per packed block of the right operand (`KC x NC` f32 = 512 KB, L2-resident).
@@ -129,7 +129,7 @@ pub(crate) unsafe fn gemm_f32(
 }
 
 /// Masks of the two zmm halves of a tile `width` columns wide.
-fn column_masks(width: usize) -> (u16, u16) {
+pub(super) fn column_masks(width: usize) -> (u16, u16) {
     let bits = |w: usize| if w >= 16 { 0xffff } else { (1u16 << w) - 1 };
     (bits(width), bits(width.saturating_sub(16)))
 }
@@ -148,7 +148,6 @@ unsafe fn block(
     rhs: &StridedMatrix<'_, f32>,
     accumulate: bool,
 ) {
-    use std::arch::x86_64::*;
     thread_local! {
         static PACK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     }
@@ -172,28 +171,13 @@ unsafe fn block(
                 if !in_place {
                     // Panel q holds columns jb + 32q.. as kc rows of NR floats.
                     for q in 0..panels {
-                        let width = NR.min(ncols - q * NR);
-                        let (m0, m1) = column_masks(width);
-                        let src = block_at.offset((q * NR) as isize * rhs.cs);
-                        let dst = pack.as_mut_ptr().add(q * KC * NR);
-                        if rhs.cs == 1 {
-                            for p in 0..kc {
-                                let s = src.offset(p as isize * rhs.rs);
-                                let d = dst.add(p * NR);
-                                _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(m0, s));
-                                _mm512_storeu_ps(d.add(16), _mm512_maskz_loadu_ps(m1, s.add(16)));
-                            }
-                        } else if rhs.rs == 1 {
-                            pack_transposed(src, rhs.cs, kc, width, dst);
-                        } else {
-                            // Strided both ways: element by element, along k.
-                            for j in 0..width {
-                                let s = src.offset(j as isize * rhs.cs);
-                                for p in 0..kc {
-                                    *dst.add(p * NR + j) = *s.offset(p as isize * rhs.rs);
-                                }
-                            }
-                        }
+                        pack_panel(
+                            block_at.offset((q * NR) as isize * rhs.cs),
+                            (rhs.rs, rhs.cs),
+                            kc,
+                            NR.min(ncols - q * NR),
+                            pack.as_mut_ptr().add(q * KC * NR),
+                        );
                     }
                 }
                 // Each row tile of A (8 x kc, L1-resident) meets every panel of the block.
@@ -206,34 +190,62 @@ unsafe fn block(
                         } else {
                             (pack.as_ptr().add(q * KC * NR), NR as isize)
                         };
-                        let t = Tile {
+                        Tile {
                             a: a.offset(i0 as isize * lhs.rs + k0 as isize * lhs.cs),
-                            a_rs: lhs.rs,
+                            rows: std::array::from_fn(|r| r as isize * lhs.rs),
                             a_cs: lhs.cs,
+                            segments: &[0],
+                            seg_len: kc,
                             b: bp,
                             b_rs,
                             masks: column_masks(NR.min(ncols - q * NR)),
                             c: dst.add(i0 * ldc + jb + q * NR),
                             ldc,
-                            kc,
                             add,
-                        };
-                        match h {
-                            8 => t.run::<8>(),
-                            7 => t.run::<7>(),
-                            6 => t.run::<6>(),
-                            5 => t.run::<5>(),
-                            4 => t.run::<4>(),
-                            3 => t.run::<3>(),
-                            2 => t.run::<2>(),
-                            _ => t.run::<1>(),
                         }
+                        .run_rows(h);
                     }
                     i0 += h;
                 }
             }
         }
     });
+}
+
+/// Packs `kc` rows of a panel `width` (≤ NR) columns wide whose element (p, j) is at
+/// `src + p·rs + j·cs` into `dst[p * NR + j]`.
+///
+/// # Safety
+/// AVX-512F is present, the panel lies inside its buffer and `dst` holds `kc * NR` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn pack_panel(
+    src: *const f32,
+    (rs, cs): (isize, isize),
+    kc: usize,
+    width: usize,
+    dst: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    let (m0, m1) = column_masks(width);
+    if cs == 1 {
+        for p in 0..kc {
+            let s = src.offset(p as isize * rs);
+            let d = dst.add(p * NR);
+            _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(m0, s));
+            _mm512_storeu_ps(d.add(16), _mm512_maskz_loadu_ps(m1, s.add(16)));
+        }
+    } else if rs == 1 {
+        pack_transposed(src, cs, kc, width, dst);
+    } else {
+        // Strided both ways: element by element, along k.
+        for j in 0..width {
+            let s = src.offset(j as isize * cs);
+            for p in 0..kc {
+                *dst.add(p * NR + j) = *s.offset(p as isize * rs);
+            }
+        }
+    }
 }
 
 /// Packs a transposed panel: `dst[p * NR + j] = src[j * cs + p]` for `p < kc`, `j < width`
@@ -310,37 +322,66 @@ unsafe fn block(
 }
 
 /// One register tile: `C[0..R, 0..width] = [C +] A[0..R, 0..kc] · B[0..kc, 0..width]`.
-struct Tile {
-    a: *const f32,
-    a_rs: isize,
-    a_cs: isize,
-    b: *const f32,
-    b_rs: isize,
-    masks: (u16, u16),
-    c: *mut f32,
-    ldc: usize,
-    kc: usize,
-    add: bool,
+///
+/// Row `r` of A starts at `a + rows[r]`; its `kc` steps of k are `segments.len()` runs of
+/// `seg_len` elements `a_cs` apart, run `s` starting `segments[s]` further on. A matrix
+/// product has one run and evenly spaced rows; a direct convolution has one run per filter
+/// tap (`kh·kw` runs of `cin` channels) and rows at the output pixels' windows, which need
+/// not be evenly spaced (a tile may wrap to the next output row). B advances `b_rs` per step.
+pub(super) struct Tile<'s> {
+    pub a: *const f32,
+    pub rows: [isize; MR],
+    pub a_cs: isize,
+    pub segments: &'s [isize],
+    pub seg_len: usize,
+    pub b: *const f32,
+    pub b_rs: isize,
+    pub masks: (u16, u16),
+    pub c: *mut f32,
+    pub ldc: usize,
+    pub add: bool,
 }
 
-impl Tile {
+impl Tile<'_> {
+    /// Runs the tile for its first `h` (1..=MR) rows.
+    ///
+    /// # Safety
+    /// AVX-512F is present and every address the tile describes is valid.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(super) unsafe fn run_rows(&self, h: usize) {
+        match h {
+            8 => self.run::<8>(),
+            7 => self.run::<7>(),
+            6 => self.run::<6>(),
+            5 => self.run::<5>(),
+            4 => self.run::<4>(),
+            3 => self.run::<3>(),
+            2 => self.run::<2>(),
+            _ => self.run::<1>(),
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn run<const R: usize>(&self) {
         use std::arch::x86_64::*;
         let (m0, m1) = self.masks;
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        let (mut ap, mut bp) = (self.a, self.b);
-        for _ in 0..self.kc {
-            let b0 = _mm512_maskz_loadu_ps(m0, bp);
-            let b1 = _mm512_maskz_loadu_ps(m1, bp.add(16));
-            for (r, row) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*ap.offset(r as isize * self.a_rs));
-                row[0] = _mm512_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+        let mut bp = self.b;
+        for &segment in self.segments {
+            let mut ap = self.a.offset(segment);
+            for _ in 0..self.seg_len {
+                let b0 = _mm512_maskz_loadu_ps(m0, bp);
+                let b1 = _mm512_maskz_loadu_ps(m1, bp.add(16));
+                for (r, row) in acc.iter_mut().enumerate() {
+                    let av = _mm512_set1_ps(*ap.offset(self.rows[r]));
+                    row[0] = _mm512_fmadd_ps(av, b0, row[0]);
+                    row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+                }
+                ap = ap.offset(self.a_cs);
+                bp = bp.offset(self.b_rs);
             }
-            ap = ap.offset(self.a_cs);
-            bp = bp.offset(self.b_rs);
         }
         for (r, row) in acc.iter().enumerate() {
             let cp = self.c.add(r * self.ldc);
