@@ -70,7 +70,7 @@ pub(crate) fn parallel_map<T: Send + 'static, U: Send + 'static>(
         max_in_flight: 2 * threads,
         deterministic,
     });
-    let mut spawn_error = None;
+    let (mut spawn_error, mut started) = (None, 0);
     for w in 0..threads {
         let s = shared.clone();
         let f = f.clone();
@@ -83,8 +83,10 @@ pub(crate) fn parallel_map<T: Send + 'static, U: Send + 'static>(
             spawn_error = Some(e);
             break;
         }
+        started += 1;
     }
-    if lock(&shared.state).workers_alive == 0 {
+    // (Not `workers_alive`: on a short input every worker may already have finished.)
+    if started == 0 {
         let msg = spawn_error.map(|e| e.to_string()).unwrap_or_default();
         return Box::new(std::iter::once(Err(Error::Backend {
             backend: "data",

@@ -132,6 +132,84 @@ pub fn conv2d(device: &Device) {
             Ok(())
         },
     );
+    conv2d_large(device);
+}
+
+/// Training-sized convolutions (past a register tile of pixels and of channels, several
+/// images, padded and strided and dilated windows), forward and both gradients checked
+/// element by element against the definition in every float type.
+fn conv2d_large(device: &Device) {
+    // (input, kernel, cout, strides, dilations, padding)
+    type Case = (
+        [usize; 4],
+        [usize; 2],
+        usize,
+        [usize; 2],
+        [usize; 2],
+        Padding,
+    );
+    let cases: [Case; 6] = [
+        ([3, 13, 13, 32], [3, 3], 64, [1, 1], [1, 1], Padding::Valid),
+        ([2, 28, 28, 1], [3, 3], 32, [1, 1], [1, 1], Padding::Valid),
+        ([2, 9, 7, 5], [3, 3], 40, [1, 1], [1, 1], Padding::Same),
+        ([2, 10, 11, 3], [3, 2], 9, [2, 2], [1, 1], Padding::Same),
+        ([1, 12, 12, 6], [3, 3], 33, [1, 1], [2, 2], Padding::Same),
+        ([2, 8, 8, 16], [5, 5], 12, [1, 1], [1, 1], Padding::Valid),
+    ];
+    for (xs, k, cout, strides, dil, pad) in cases {
+        let w = Window2d::resolve(xs, k, strides, dil, pad);
+        let fshape = [k[0], k[1], xs[3], cout];
+        let x = RefArray::new(&xs, values(xs.iter().product(), 5));
+        let f = RefArray::new(&fshape, values(fshape.iter().product(), 6));
+        let y = reference::conv2d(&x, &f, strides, dil, w.pad_before, w.output);
+        let dy = RefArray::new(&y.shape, values(y.data.len(), 7));
+        for dtype in supported(device, &FLOATS) {
+            let q = |r: &RefArray| RefArray::new(&r.shape, quantize(dtype, &r.data));
+            let up = |r: &RefArray| make_tensor(device, dtype, &q(r), ViewKind::Contiguous);
+            let (tx, tf, tdy) = (up(&x).expect("x"), up(&f).expect("f"), up(&dy).expect("dy"));
+            // References from the quantized operands, so only the kernel's rounding differs.
+            let (xq, fq, dyq) = (q(&x), q(&f), q(&dy));
+            let want_y = reference::conv2d(&xq, &fq, strides, dil, w.pad_before, w.output);
+            let (want_dx, want_df) =
+                reference::conv2d_backprop(&xq, &fq, &dyq, strides, dil, w.pad_before);
+            let what = |name: &str| {
+                format!(
+                    "{name} {dtype} x {xs:?} k {k:?} cout {cout} s {strides:?} d {dil:?} {pad:?}"
+                )
+            };
+            let terms = |n: usize| 4.0 * epsilon(dtype) * n as f64;
+            let got = tx.conv2d(&tf, strides, pad, dil).expect("conv2d");
+            let r = assert_close(
+                &what("conv2d"),
+                &got,
+                &q(&want_y),
+                2.0,
+                terms(k[0] * k[1] * xs[3]),
+            );
+            assert!(r.is_ok(), "{r:?}");
+            let got = Tensor::conv2d_backprop_input(xs, &tf, &tdy, strides, pad, dil).expect("dx");
+            let r = assert_close(
+                &what("backprop_input"),
+                &got,
+                &q(&want_dx),
+                2.0,
+                terms(k[0] * k[1] * cout),
+            );
+            assert!(r.is_ok(), "{r:?}");
+            let got = tx
+                .conv2d_backprop_filter(fshape, &tdy, strides, pad, dil)
+                .expect("df");
+            let pixels = xs[0] * w.output[0] * w.output[1];
+            let r = assert_close(
+                &what("backprop_filter"),
+                &got,
+                &q(&want_df),
+                2.0,
+                terms(pixels),
+            );
+            assert!(r.is_ok(), "{r:?}");
+        }
+    }
 }
 
 /// max/avg pooling vs the reference; avg_pool_grad by adjointness; max_pool_grad routes each

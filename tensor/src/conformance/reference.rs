@@ -255,6 +255,49 @@ pub fn conv2d(
     RefArray::new(&[n, out_hw[0], out_hw[1], cout], out)
 }
 
+/// The gradients of [`conv2d`] for an output gradient `dy`: `(dx, dfilter)`, summed tap by
+/// tap from the definition.
+pub fn conv2d_backprop(
+    x: &RefArray,
+    f: &RefArray,
+    dy: &RefArray,
+    strides: [usize; 2],
+    dil: [usize; 2],
+    pad: [usize; 2],
+) -> (RefArray, RefArray) {
+    let [n, h, w, cin] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+    let [kh, kw, _, cout] = [f.shape[0], f.shape[1], f.shape[2], f.shape[3]];
+    let [oh, ow] = [dy.shape[1], dy.shape[2]];
+    let mut dx = vec![0.0; x.data.len()];
+    let mut df = vec![0.0; f.data.len()];
+    for b in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let iy = (oy * strides[0] + ky * dil[0]) as isize - pad[0] as isize;
+                        let ix = (ox * strides[1] + kx * dil[1]) as isize - pad[1] as isize;
+                        if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                            continue;
+                        }
+                        let xi = ((b * h + iy as usize) * w + ix as usize) * cin;
+                        let fi = (ky * kw + kx) * cin * cout;
+                        let di = ((b * oh + oy) * ow + ox) * cout;
+                        for ci in 0..cin {
+                            for co in 0..cout {
+                                let g = dy.data[di + co];
+                                dx[xi + ci] += g * f.data[fi + ci * cout + co];
+                                df[fi + ci * cout + co] += g * x.data[xi + ci];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (RefArray::new(&x.shape, dx), RefArray::new(&f.shape, df))
+}
+
 /// TF pooling (max, or avg over the valid part of each window).
 pub fn pool2d(
     x: &RefArray,

@@ -244,7 +244,9 @@ pub(crate) fn conv2d(x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Resul
         &filter,
         x.dtype,
         |a, f| {
-            if direct::suits(w) {
+            if super::f32_conv::available() {
+                super::f32_conv::forward(a, f, w, cout)
+            } else if direct::suits(w) {
                 direct::forward(a, f, w, cout)
             } else {
                 conv2d_typed(a, f, w, cout, &SameType)
@@ -530,7 +532,12 @@ pub(crate) fn conv2d_backprop_input(
         &filter,
         &dy,
         dy.dtype,
-        |f, g| backprop_input_typed(f, g, w, cout, &SameType),
+        |f, g| {
+            super::f32_conv::available()
+                .then(|| super::f32_conv::backprop_input(f, g, w))
+                .flatten()
+                .unwrap_or_else(|| backprop_input_typed(f, g, w, cout, &SameType))
+        },
         |f, g| backprop_input_typed(f, g, w, cout, &SameType),
     )
 }
@@ -589,7 +596,9 @@ pub(crate) fn conv2d_backprop_filter(
         &dy,
         x.dtype,
         |a, g| {
-            if direct::suits(w) {
+            if super::f32_conv::available() {
+                super::f32_conv::backprop_filter(a, g, w, cout)
+            } else if direct::suits(w) {
                 direct::filter_grad(a, g, w, cout)
             } else {
                 backprop_filter_typed(a, g, w, cout, &SameType)

@@ -4,6 +4,7 @@ pub(crate) mod bf16_gemm;
 pub(crate) mod binary;
 pub(crate) mod cast;
 pub(crate) mod conv;
+pub(crate) mod f32_conv;
 pub(crate) mod f32_gemm;
 pub(crate) mod fused;
 pub(crate) mod index;
