@@ -315,7 +315,7 @@ fn unary(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Option<Tenso
                 .mul(&scalar(x, std::f64::consts::FRAC_2_SQRT_PI)?)?,
         )?,
         // d relu = [x > 0]
-        Relu => g.mul(&x.greater(&scalar(x, 0.0)?)?.cast(x.dtype())?)?,
+        Relu => g.relu_grad(x)?,
         // piecewise constant or boolean: no gradient
         Sign | Floor | Ceil | Round | IsFinite | IsNan | LogicalNot => return Ok(None),
     }))
@@ -379,6 +379,10 @@ fn binary(
         SquaredDifference => {
             let d = a.sub(b)?.mul(&scalar(a, 2.0)?)?.mul(g)?;
             (d.clone(), d.neg()?)
+        }
+        // relu_grad(a, b) = a·[b > 0]: linear in a, piecewise constant in b
+        ReluGrad => {
+            return Ok(vec![Some(unbroadcast(g.relu_grad(b)?, a.shape())?), None]);
         }
         // d atan2(a, b) = (b, -a) / (a² + b²)
         Atan2 => {

@@ -126,6 +126,9 @@ op_enum!(
         SquaredDifference => "squared_difference",
         /// atan2(a, b)
         Atan2 => "atan2",
+        /// a · [b > 0]: the gradient `a` of a ReLU whose input was `b` (TF `ReluGrad`), one
+        /// pass instead of a comparison, a cast and a product
+        ReluGrad => "relu_grad",
         /// a == b
         Equal => "equal",
         /// a != b
@@ -169,7 +172,7 @@ impl BinaryOp {
     }
     /// Ops that need a float dtype.
     pub fn float_only(self) -> bool {
-        matches!(self, BinaryOp::Atan2)
+        matches!(self, BinaryOp::Atan2 | BinaryOp::ReluGrad)
     }
     /// The output dtype for the input dtype.
     pub fn output_dtype(self, input: DType) -> DType {

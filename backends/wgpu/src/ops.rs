@@ -470,6 +470,7 @@ fn binary_expr(op: BinaryOp, e: Elem) -> Option<(&'static str, bool, bool)> {
             Minimum => plain("f_min(a, b)"),
             SquaredDifference => plain("(a - b) * (a - b)"),
             Atan2 => plain("f_atan2(a, b)"),
+            ReluGrad => plain("a * select(0.0, 1.0, f_lt(0.0, b))"),
             Equal => plain("u32(f_eq(a, b))"),
             NotEqual => plain("u32(!f_eq(a, b))"),
             Less => plain("u32(f_lt(a, b))"),
@@ -495,7 +496,7 @@ fn binary_expr(op: BinaryOp, e: Elem) -> Option<(&'static str, bool, bool)> {
             LessEqual => plain("u32(a <= b)"),
             Greater => plain("u32(a > b)"),
             GreaterEqual => plain("u32(a >= b)"),
-            Atan2 | LogicalAnd | LogicalOr | LogicalXor => None,
+            Atan2 | ReluGrad | LogicalAnd | LogicalOr | LogicalXor => None,
         },
         Elem::Bool => match op {
             LogicalAnd => plain("a & b"),

@@ -205,6 +205,7 @@ fn float_binary_reference(op: BinaryOp) -> fn(f64, f64) -> f64 {
         Minimum => |a, b| a.min(b),
         SquaredDifference => |a, b| (a - b) * (a - b),
         Atan2 => |a, b| a.atan2(b),
+        ReluGrad => |a, b| a * (b > 0.0) as u8 as f64,
         Equal => |a, b| (a == b) as u8 as f64,
         NotEqual => |a, b| (a != b) as u8 as f64,
         Less => |a, b| (a < b) as u8 as f64,

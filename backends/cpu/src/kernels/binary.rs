@@ -274,6 +274,10 @@ fn binary_float<T: FloatMath>(
         ),
         SquaredDifference => apply(a, la, b, lb, |x: T, y: T| (x - y) * (x - y)),
         Atan2 => apply(a, la, b, lb, |x: T, y: T| x.atan2(y)),
+        // x · [y > 0] (a product, so a NaN gradient stays NaN as in `g * (x > 0)`)
+        ReluGrad => apply(a, la, b, lb, |x: T, y: T| {
+            x * if y > T::ZERO { T::ONE } else { T::ZERO }
+        }),
         // Comparisons returned above; logical ops never reach a float kernel.
         _ => return HostData::F32(vec![]),
     };
