@@ -169,6 +169,43 @@ pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + S
     })
 }
 
+/// `f(a[i], row[i % row.len()])` over every element of `a` (a bias added along the last
+/// axis): whole runs of the row at a time through the vectorised pair loop, split across
+/// threads, no index arithmetic per element.
+pub(crate) fn zip_rows<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + Sync>(
+    a: &[T],
+    row: &[T],
+    f: F,
+) -> Vec<U> {
+    let (n, width) = (a.len(), row.len());
+    assert!(
+        width > 0 && n % width == 0,
+        "zip_rows: {n} elements are not rows of {width}"
+    );
+    let part = |start: usize, out: &mut [MaybeUninit<U>]| {
+        let (mut done, mut col) = (0, start % width);
+        while done < out.len() {
+            let k = (width - col).min(out.len() - done);
+            let at = start + done;
+            zip_chunk(
+                &a[at..at + k],
+                &row[col..col + k],
+                &mut out[done..done + k],
+                &f,
+            );
+            done += k;
+            col = 0;
+        }
+    };
+    fill_uninit(n, |out| {
+        if n < PAR_THRESHOLD {
+            part(0, out);
+        } else {
+            split_across_threads(out, part);
+        }
+    })
+}
+
 /// A vector of `n` elements, every one written by `fill` before it is exposed. Skipping the
 /// zeroing pass matters: for an elementwise op it is a third of the memory traffic.
 fn fill_uninit<U>(n: usize, fill: impl FnOnce(&mut [MaybeUninit<U>])) -> Vec<U> {
@@ -477,5 +514,39 @@ pub(crate) fn fold<T: Copy + Send + Sync, F: Fn(T, T) -> T + Sync>(x: &[T], init
         per_thread_parts(x.len(), CHUNK, init, |lo, hi| run(&x[lo..hi]))
             .into_iter()
             .fold(init, &f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zip_rows_pairs_every_element_with_its_column_across_thread_parts() {
+        // 13 columns, enough rows to split across threads at a boundary inside a row.
+        for rows in [1usize, 5, 10_007] {
+            let width = 13;
+            let a: Vec<f32> = (0..rows * width).map(|i| i as f32).collect();
+            let row: Vec<f32> = (0..width).map(|j| 1000.0 * j as f32).collect();
+            let got = zip_rows(&a, &row, |x, y| x + y);
+            for (i, g) in got.iter().enumerate() {
+                assert_eq!(*g, a[i] + row[i % width], "element {i} of {rows} rows");
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_shared_with_the_pool_run_each_chunk_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        for chunks in [0usize, 1, 2, 7, 64] {
+            let counts: Vec<AtomicUsize> = (0..chunks).map(|_| AtomicUsize::new(0)).collect();
+            for_each_chunk_shared(chunks, |c| {
+                counts[c].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(
+                counts.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+                "{chunks} chunks"
+            );
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::buffer::{dense, half_chunked, host, narrow, widen, widen_range, Half};
 use crate::num::{FloatMath, Num};
-use crate::simd::{map, zip, PAR_THRESHOLD};
+use crate::simd::{map, zip, zip_rows, PAR_THRESHOLD};
 use ferroflow_tensor::{
     backend::unsupported, BinaryOp, Element, Error, HostData, Layout, Operand, Result,
 };
@@ -32,6 +32,9 @@ where
             let s = a[la.offset()];
             return map(&b[ob..ob + n], |y| f(s, y));
         }
+    }
+    if let Some(v) = row_broadcast(a, la, b, lb, &f) {
+        return v;
     }
     let mut out = crate::buffer::zeroed(n);
     if n == 0 {
@@ -91,6 +94,38 @@ where
             .for_each(|(r, o)| row(r, o));
     }
     out
+}
+
+/// `a` dense and `b` a vector along the last axis broadcast over the others (a bias), or the
+/// other way round: [`zip_rows`].
+fn row_broadcast<T, U, F>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: &F) -> Option<Vec<U>>
+where
+    T: Element,
+    U: Copy + Default + Send + Sync,
+    F: Fn(T, T) -> U + Sync,
+{
+    /// The last-axis vector a broadcast layout reads, if that is what it is.
+    fn row_of<'a, T>(v: &'a [T], l: &Layout) -> Option<&'a [T]> {
+        let rank = l.rank();
+        let width = *l.shape().last()?;
+        let leading_broadcast = l.strides()[..rank - 1]
+            .iter()
+            .zip(&l.shape()[..rank - 1])
+            .all(|(&s, &d)| s == 0 || d == 1);
+        (width > 1 && l.strides()[rank - 1] == 1 && leading_broadcast)
+            .then(|| &v[l.offset()..l.offset() + width])
+    }
+    let n = la.num_elements();
+    if n == 0 || la.rank() < 2 {
+        return None;
+    }
+    if let (Some((oa, _)), Some(row)) = (la.contiguous_range(), row_of(b, lb)) {
+        return Some(zip_rows(&a[oa..oa + n], row, f));
+    }
+    if let (Some(row), Some((ob, _))) = (row_of(a, la), lb.contiguous_range()) {
+        return Some(zip_rows(&b[ob..ob + n], row, |y, x| f(x, y)));
+    }
+    None
 }
 
 /// The second operand of a chunked half-precision op.
