@@ -9,24 +9,25 @@ pub(crate) const PAR_THRESHOLD: usize = 1 << 16;
 /// Elements per rayon task for work that fits in cache.
 const CHUNK: usize = 1 << 15;
 
-/// Runs `f(start, part)` on contiguous parts of `out`: the calling thread takes the first
-/// part itself and the pool the others. Two measured reasons: inputs a kernel reads were
-/// usually just written by the calling thread, so its share stays in its own cache (on
-/// chiplet CPUs another core may sit behind another L3); and a sleeping pool worker that
-/// wakes late only delays its own part, while the caller is never idle.
+/// Runs `f(start, part)` on contiguous parts of `out`, a few per thread, claimed as threads
+/// come ([`for_each_chunk_shared`]): the calling thread starts on the first part (inputs a
+/// kernel reads were usually just written by it, so that part is in its own cache), and a
+/// pool worker that wakes late takes fewer parts instead of holding up the caller (measured
+/// on the MNIST CNN's large elementwise ops: 6-14% more samples/s than one part per thread).
 fn split_across_threads<U: Send>(out: &mut [U], f: impl Fn(usize, &mut [U]) + Sync) {
-    let threads = rayon::current_num_threads().max(1);
-    let part = out.len().div_ceil(threads).max(1);
-    let mut parts = out.chunks_mut(part).enumerate();
-    let first = parts.next();
-    let f = &f;
-    rayon::in_place_scope(|s| {
-        for (i, c) in parts {
-            s.spawn(move |_| f(i * part, c));
-        }
-        if let Some((_, c)) = first {
-            f(0, c);
-        }
+    let n = out.len();
+    let part = n
+        .div_ceil(4 * rayon::current_num_threads())
+        .max(CHUNK.min(n))
+        .max(1);
+    let dst = SharedMut(out.as_mut_ptr());
+    for_each_chunk_shared(n.div_ceil(part), |c| {
+        let start = c * part;
+        let len = part.min(n - start);
+        // SAFETY: chunk c is out[start..start + len], disjoint from every other chunk's.
+        f(start, unsafe {
+            std::slice::from_raw_parts_mut(dst.get().add(start), len)
+        })
     });
 }
 
