@@ -609,7 +609,7 @@ pub(crate) fn conv2d_backprop_filter(
 }
 
 /// Calls `f(oy, ox, taps)` per output position with the valid input positions of its window.
-fn for_windows(w: &Window2d, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
+pub(super) fn for_windows(w: &Window2d, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
     let [_, h, wd, _] = w.input;
     for ky in 0..w.kernel[0] {
         let Some(iy) = source(oy, ky, w.strides[0], 1, w.pad_before[0], h) else {
@@ -704,7 +704,15 @@ enum HalfView<'a> {
 pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<HostData> {
     let [_, h, wd, c] = w.input;
     let out_per_image = w.output[0] * w.output[1] * c;
-    let kernel = |part: &Window2d, ins: &[Vec<f32>]| pool_typed(kind, &ins[0], part);
+    let fast = kind == PoolKind::Max && super::f32_pool::available();
+    let pool_f32 = |x: &[f32], part: &Window2d| {
+        if fast {
+            super::f32_pool::max_pool(x, part)
+        } else {
+            pool_typed(kind, x, part)
+        }
+    };
+    let kernel = |part: &Window2d, ins: &[Vec<f32>]| pool_f32(&ins[0], part);
     match dense_half(&x) {
         Some(HalfView::F16(v)) => {
             return Ok(pool_half(w, &[(&v, h * wd * c)], out_per_image, kernel))
@@ -715,7 +723,7 @@ pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<Hos
         None => {}
     }
     Ok(match floats(kind.name(), &x)? {
-        Floats::F32(a) => narrow(pool_typed(kind, &a, w), x.dtype),
+        Floats::F32(a) => narrow(pool_f32(&a, w), x.dtype),
         Floats::F64(a) => HostData::F64(pool_typed(kind, &a, w)),
     })
 }
@@ -784,7 +792,14 @@ fn max_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(
 pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<HostData> {
     let [_, h, wd, c] = w.input;
     let (per_x, per_dy) = (h * wd * c, w.output[0] * w.output[1] * c);
-    let kernel = |part: &Window2d, ins: &[Vec<f32>]| max_pool_grad_typed(&ins[0], &ins[1], part);
+    let grad_f32 = |x: &[f32], dy: &[f32], part: &Window2d| {
+        if super::f32_pool::available() {
+            super::f32_pool::max_pool_grad(x, dy, part)
+        } else {
+            max_pool_grad_typed(x, dy, part)
+        }
+    };
+    let kernel = |part: &Window2d, ins: &[Vec<f32>]| grad_f32(&ins[0], &ins[1], part);
     match (dense_half(&x), dense_half(&dy)) {
         (Some(HalfView::F16(a)), Some(HalfView::F16(g))) => {
             return Ok(pool_half(w, &[(&a, per_x), (&g, per_dy)], per_x, kernel))
@@ -799,7 +814,7 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
         &x,
         &dy,
         x.dtype,
-        |a, g| max_pool_grad_typed(a, g, w),
+        |a, g| grad_f32(a, g, w),
         |a, g| max_pool_grad_typed(a, g, w),
     )
 }

@@ -6,6 +6,7 @@ pub(crate) mod cast;
 pub(crate) mod conv;
 pub(crate) mod f32_conv;
 pub(crate) mod f32_gemm;
+pub(crate) mod f32_pool;
 pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod matmul;
