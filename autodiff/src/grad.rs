@@ -5,8 +5,8 @@
 //! outputs) give `None`: no gradient, never a made-up number.
 
 use ferroflow_tensor::{
-    Axes, BinaryOp, CumulativeOp, DType, Error, HostData, Op, PoolKind, ReduceOp, Result, Tensor,
-    UnaryOp,
+    Axes, BinaryOp, CumulativeOp, DType, Error, FusedActivation, HostData, Op, PoolKind, ReduceOp,
+    Result, Tensor, UnaryOp,
 };
 
 /// Sums `g` down to `shape`, undoing NumPy broadcasting.
@@ -177,6 +177,38 @@ pub(crate) fn backward(
                         w.dilations,
                     )
                 })?,
+            ]
+        }
+        // y = act(conv2d(x, f) + b): the gradient through the activation (ReLU: where y > 0,
+        // i.e. where its input was positive), then conv2d's and a bias add's.
+        Op::FusedConv2d(w, activation) => {
+            let g = match activation {
+                FusedActivation::Linear => g,
+                FusedActivation::Relu => g.relu_grad(y)?,
+            };
+            let f = &inputs[1];
+            let fs = shape4(f.shape());
+            vec![
+                when(need(0), || {
+                    Tensor::conv2d_backprop_input(
+                        w.input,
+                        f,
+                        &g,
+                        w.strides,
+                        padding_of(w, fs),
+                        w.dilations,
+                    )
+                })?,
+                when(need(1), || {
+                    inputs[0].conv2d_backprop_filter(
+                        fs,
+                        &g,
+                        w.strides,
+                        padding_of(w, fs),
+                        w.dilations,
+                    )
+                })?,
+                when(need(2), || g.reduce_sum(Axes::List(vec![0, 1, 2]), false))?,
             ]
         }
         // backprop_input(f, dy) is linear in each: d/df = backprop_filter(g, dy), d/ddy = conv2d(g, f).

@@ -7,7 +7,7 @@
 #![allow(clippy::cloned_ref_to_slice_refs)] // `&[x.clone()]` reads better in these tables
 
 use ferroflow::autodiff::{GradientTape, Source};
-use ferroflow::{Axes, DType, HostData, Padding, SliceSpec, Tensor};
+use ferroflow::{Axes, DType, FusedActivation, HostData, Padding, SliceSpec, Tensor};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -433,6 +433,14 @@ fn scans_sorts_and_nn_ops_match_finite_differences() {
         &|x| x[0].conv2d(&x[1], [1, 1], Padding::Valid, [1, 2]),
         &[img.clone(), filt.clone()],
     );
+    let bias = input(&[3], 14, -1.0, 1.0);
+    for activation in [FusedActivation::Linear, FusedActivation::Relu] {
+        check(
+            &format!("fused_conv2d {activation:?} SAME s2"),
+            &|x| x[0].fused_conv2d(&x[1], &x[2], activation, [2, 1], Padding::Same, [1, 1]),
+            &[img.clone(), filt.clone(), bias.clone()],
+        );
+    }
     check(
         "max_pool2d",
         &|x| x[0].max_pool2d([2, 2], [2, 2], Padding::Same),

@@ -19,7 +19,8 @@ use crate::dtype::{DType, HostData};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::op::{
-    ArgReduceOp, BinaryOp, CumulativeOp, PoolKind, ReduceOp, UnaryOp, UpdateRule, Window2d,
+    ArgReduceOp, BinaryOp, CumulativeOp, FusedActivation, PoolKind, ReduceOp, UnaryOp, UpdateRule,
+    Window2d,
 };
 use std::any::Any;
 
@@ -157,6 +158,24 @@ pub trait Backend: Send + Sync + 'static {
     fn max_pool_grad(&self, x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
     /// Gradient of average pooling.
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
+
+    /// Optional fused `activation(conv2d(x, filter) + bias)` (`bias` `[cout]`); the default
+    /// says the backend has none and [`crate::Tensor::fused_conv2d`] composes `conv2d`,
+    /// `add` and `relu`.
+    fn fused_conv2d(
+        &self,
+        _x: Operand<'_>,
+        _filter: Operand<'_>,
+        _bias: Operand<'_>,
+        _w: &Window2d,
+        _activation: FusedActivation,
+    ) -> Result<BufferBox> {
+        Err(Error::NotSupportedByBackend {
+            op: "fused_conv2d",
+            backend: self.name(),
+            detail: ", callers fall back to primitives".into(),
+        })
+    }
 
     /// Optional fused `min(max(x, min), max)` with constant bounds (NaN stays NaN); the
     /// default says the backend has none and [`crate::Tensor::clip_scalar`] composes

@@ -60,8 +60,8 @@ pub use dtype::{DType, Element, HostData};
 pub use error::{Error, Result};
 pub use layout::Layout;
 pub use op::{
-    ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, ReduceOp, UnaryOp, UpdateRule,
-    Window2d,
+    ArgReduceOp, BinaryOp, CumulativeOp, FusedActivation, Op, Padding, PoolKind, ReduceOp, UnaryOp,
+    UpdateRule, Window2d,
 };
 pub use ops::{Axes, SliceSpec};
 pub use tensor::{

@@ -232,6 +232,15 @@ op_enum!(
     }
 );
 
+/// The activation a fused convolution applies after its bias ([`Op::FusedConv2d`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FusedActivation {
+    /// None: `conv2d(x, f) + bias`.
+    Linear,
+    /// `max(conv2d(x, f) + bias, 0)`.
+    Relu,
+}
+
 /// TF's padding modes for convolution and pooling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Padding {
@@ -490,6 +499,10 @@ pub enum Op {
     Copy,
     /// 2-D convolution, NHWC input, HWIO filter; inputs [x, filter].
     Conv2d(Window2d),
+    /// `activation(conv2d(x, filter) + bias)` in one kernel (TF's `_FusedConv2D` with
+    /// BiasAdd and an optional Relu); inputs [x, filter, bias]. An optional fused kernel,
+    /// see [`crate::Backend::fused_conv2d`].
+    FusedConv2d(Window2d, FusedActivation),
     /// Gradient of conv2d w.r.t. its input; inputs [filter, dy].
     Conv2dBackpropInput(Window2d),
     /// Gradient of conv2d w.r.t. its filter; inputs [x, dy].
@@ -542,6 +555,7 @@ impl Op {
             Op::Sort { .. } => "sort",
             Op::Copy => "copy",
             Op::Conv2d(_) => "conv2d",
+            Op::FusedConv2d(..) => "fused_conv2d",
             Op::Conv2dBackpropInput(_) => "conv2d_backprop_input",
             Op::Conv2dBackpropFilter(_) => "conv2d_backprop_filter",
             Op::Pool2d(k, _) => k.name(),

@@ -32,8 +32,8 @@ pub use buffer::CpuBuffer;
 
 use buffer::out;
 use ferroflow_tensor::{
-    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, HostData, Operand,
-    PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
+    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, FusedActivation,
+    HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
 };
 use std::sync::Arc;
 
@@ -147,6 +147,16 @@ impl Backend for CpuBackend {
     }
     fn conv2d(&self, x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         out(kernels::conv::conv2d(x, filter, w)?)
+    }
+    fn fused_conv2d(
+        &self,
+        x: Operand<'_>,
+        filter: Operand<'_>,
+        bias: Operand<'_>,
+        w: &Window2d,
+        activation: FusedActivation,
+    ) -> Result<BufferBox> {
+        out(kernels::conv::fused_conv2d(x, filter, bias, w, activation)?)
     }
     fn conv2d_backprop_input(
         &self,

@@ -1,6 +1,6 @@
 //! Conv2D and the 2-D pooling layers (channels-last, NHWC, as Keras' default).
 
-use ferroflow_tensor::{Axes, Error, Padding, Result, Tensor, Variable};
+use ferroflow_tensor::{Axes, Error, FusedActivation, Padding, Result, Tensor, Variable};
 use serde_json::{json, Value};
 
 use crate::activations::Activation as Act;
@@ -159,6 +159,25 @@ impl Layer for Conv2D {
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;
         let kernel = built_weight(&self.kernel, "Conv2D")?;
+        // Bias and a linear or ReLU activation fuse into the convolution (as TF's graph
+        // optimizer makes `_FusedConv2D` of Conv2D + BiasAdd + Relu).
+        let fused = match self.activation {
+            Act::Linear => Some(FusedActivation::Linear),
+            Act::Relu => Some(FusedActivation::Relu),
+            _ => None,
+        };
+        if let (Some(bias), Some(activation)) = (&self.bias, fused) {
+            let bias = crate::mixed_precision::read_variable(bias)?;
+            let y = inputs[0].fused_conv2d(
+                &kernel,
+                &bias,
+                activation,
+                self.strides,
+                self.padding,
+                self.dilation_rate,
+            )?;
+            return Ok(vec![y]);
+        }
         let y = inputs[0].conv2d(&kernel, self.strides, self.padding, self.dilation_rate)?;
         Ok(vec![bias_and_activation(y, &self.bias, self.activation)?])
     }

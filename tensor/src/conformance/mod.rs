@@ -61,6 +61,7 @@ macro_rules! conformance_tests {
             scans => sort::scans,
             sorting => sort::sorting,
             conv2d => nn::conv2d,
+            fused_conv2d => nn::fused_conv2d,
             pooling => nn::pooling,
             softmax => nn::softmax,
             creation_and_round_trip => creation::creation_and_round_trip,

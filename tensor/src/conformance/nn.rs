@@ -4,7 +4,7 @@
 
 use super::harness::*;
 use super::reference::{self, RefArray};
-use crate::{DType, Device, Padding, PoolKind, Tensor, Window2d};
+use crate::{DType, Device, FusedActivation, Padding, PoolKind, Tensor, Window2d};
 use proptest::prelude::*;
 
 const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
@@ -207,6 +207,91 @@ fn conv2d_large(device: &Device) {
                 2.0,
                 terms(pixels),
             );
+            assert!(r.is_ok(), "{r:?}");
+        }
+    }
+}
+
+/// fused_conv2d (`activation(conv2d(x, f) + bias)`) vs the reference convolution plus bias
+/// and ReLU, in every float type, over random geometries with up to 39 output channels
+/// (AVX-512 lane edges) and the MNIST network's two layers.
+pub fn fused_conv2d(device: &Device) {
+    let floats = supported(device, &FLOATS);
+    let case = |dtype: DType, g: &Geometry, activation: FusedActivation, seed: u64, view| {
+        let pad = if g.same {
+            Padding::Same
+        } else {
+            Padding::Valid
+        };
+        let w = Window2d::resolve(g.x, g.k, g.strides, g.dilations, pad);
+        let fshape = [g.k[0], g.k[1], g.x[3], g.cout];
+        let xs = RefArray::new(&g.x, quantize(dtype, &values(g.x.iter().product(), seed)));
+        let fs = RefArray::new(
+            &fshape,
+            quantize(dtype, &values(fshape.iter().product(), seed ^ 1)),
+        );
+        let bs = RefArray::new(&[g.cout], quantize(dtype, &values(g.cout, seed ^ 2)));
+        let (x, f, b) = (
+            ok("x", make_tensor(device, dtype, &xs, view))?,
+            ok("f", make_tensor(device, dtype, &fs, ViewKind::Contiguous))?,
+            ok(
+                "bias",
+                make_tensor(device, dtype, &bs, ViewKind::Contiguous),
+            )?,
+        );
+        let got = ok(
+            "fused_conv2d",
+            x.fused_conv2d(&f, &b, activation, g.strides, pad, g.dilations),
+        )?;
+        let mut want = reference::conv2d(&xs, &fs, g.strides, g.dilations, w.pad_before, w.output);
+        for (i, v) in want.data.iter_mut().enumerate() {
+            *v += bs.data[i % g.cout];
+            if activation == FusedActivation::Relu && *v <= 0.0 {
+                *v = 0.0;
+            }
+        }
+        let kdim = (g.k[0] * g.k[1] * g.x[3] + 1) as f64;
+        assert_close(
+            &format!("fused_conv2d {activation:?} {dtype} {g:?}"),
+            &got,
+            &RefArray::new(&want.shape, quantize(dtype, &want.data)),
+            2.0,
+            2.0 * epsilon(dtype) * kdim,
+        )
+    };
+    check(
+        "fused_conv2d",
+        (
+            geometry(),
+            prop_oneof![Just(0usize), 14..40usize],
+            any::<bool>(),
+            0..floats.len(),
+            any::<u64>(),
+            view_kind(),
+        ),
+        |(mut g, wide, relu, di, seed, view)| {
+            if wide > 0 {
+                g.cout = wide;
+            }
+            let activation = if relu {
+                FusedActivation::Relu
+            } else {
+                FusedActivation::Linear
+            };
+            case(floats[di], &g, activation, seed, view)
+        },
+    );
+    for dtype in floats.iter().copied() {
+        for (x, cout) in [([3, 13, 13, 32], 64), ([2, 28, 28, 1], 32)] {
+            let g = Geometry {
+                x,
+                k: [3, 3],
+                cout,
+                strides: [1, 1],
+                dilations: [1, 1],
+                same: false,
+            };
+            let r = case(dtype, &g, FusedActivation::Relu, 11, ViewKind::Contiguous);
             assert!(r.is_ok(), "{r:?}");
         }
     }

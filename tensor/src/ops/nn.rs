@@ -5,7 +5,7 @@ use crate::dispatch::dispatch;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::normalize_axis;
-use crate::op::{Op, Padding, PoolKind, Window2d};
+use crate::op::{FusedActivation, Op, Padding, PoolKind, Window2d};
 use crate::tensor::Tensor;
 
 fn nhwc(op: &'static str, t: &Tensor) -> Result<[usize; 4]> {
@@ -96,6 +96,85 @@ impl Tensor {
                 ))
             },
         )
+    }
+
+    /// `activation(conv2d(x, filter) + bias)` (TF's `_FusedConv2D` with BiasAdd and Relu, the
+    /// form Keras' `Conv2D(activation="relu")` runs in a graph): one kernel where the backend
+    /// has it, so the convolution's output is written once; else the three ops composed.
+    /// `bias` is `[out_channels]` in the input's dtype.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow::{FusedActivation, Padding, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, -4.0], &[1, 2, 2, 1])?;
+    /// let f = Tensor::from_vec(vec![1.0f32], &[1, 1, 1, 1])?;
+    /// let b = Tensor::from_vec(vec![0.5f32], &[1])?;
+    /// let y = x.fused_conv2d(&f, &b, FusedActivation::Relu, [1, 1], Padding::Valid, [1, 1])?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![1.5, 0.0, 3.5, 0.0]);
+    /// # Ok::<(), ferroflow::Error>(())
+    /// ```
+    pub fn fused_conv2d(
+        &self,
+        filter: &Tensor,
+        bias: &Tensor,
+        activation: FusedActivation,
+        strides: [usize; 2],
+        padding: Padding,
+        dilations: [usize; 2],
+    ) -> Result<Tensor> {
+        let x = nhwc("fused_conv2d", self)?;
+        for other in [filter, bias] {
+            if other.dtype() != self.dtype() {
+                return Err(Error::DTypeMismatch {
+                    op: "fused_conv2d",
+                    lhs: self.dtype(),
+                    rhs: other.dtype(),
+                });
+            }
+        }
+        let w = conv_window(x, filter.shape(), strides, padding, dilations)?;
+        let cout = filter.shape()[3];
+        if bias.shape() != [cout] {
+            return Err(Error::ShapeMismatch {
+                op: "fused_conv2d",
+                msg: "bias must be [out_channels]",
+                lhs: vec![cout],
+                rhs: bias.shape().to_vec(),
+            });
+        }
+        let shape = [x[0], w.output[0], w.output[1], cout];
+        let fused = dispatch(
+            || Op::FusedConv2d(w.clone(), activation),
+            &[self, filter, bias],
+            |p| {
+                let buf = p.backend.fused_conv2d(
+                    self.operand(),
+                    filter.operand(),
+                    bias.operand(),
+                    &w,
+                    activation,
+                )?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &shape,
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        );
+        match fused {
+            Err(Error::NotSupportedByBackend { .. }) => {
+                let y = self
+                    .conv2d(filter, strides, padding, dilations)?
+                    .add(bias)?;
+                match activation {
+                    FusedActivation::Linear => Ok(y),
+                    FusedActivation::Relu => y.relu(),
+                }
+            }
+            other => other,
+        }
     }
 
     /// Gradient of [`Tensor::conv2d`] with respect to its input of shape `input_shape`

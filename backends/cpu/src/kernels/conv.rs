@@ -9,7 +9,7 @@ use super::matmul::{gemm_into, StridedMatrix};
 use crate::buffer::{dense, host, narrow, widen, Half};
 use crate::num::Num;
 use ferroflow_tensor::{
-    backend::unsupported, DType, HostData, Operand, PoolKind, Result, Window2d,
+    backend::unsupported, DType, FusedActivation, HostData, Operand, PoolKind, Result, Window2d,
 };
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -234,9 +234,46 @@ fn conv2d_typed<T: Copy + Default + Send + Sync, G: ConvGemm<T>>(
 }
 
 pub(crate) fn conv2d(x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<HostData> {
+    conv2d_then(x, filter, w, None)
+}
+
+/// `activation(conv2d(x, filter) + bias)`: the bias and activation applied to each image's
+/// float32 outputs while in cache (direct kernels), or in one pass over the float32 (or
+/// float64) result before it is narrowed — never as separate ops over the stored output.
+pub(crate) fn fused_conv2d(
+    x: Operand<'_>,
+    filter: Operand<'_>,
+    bias: Operand<'_>,
+    w: &Window2d,
+    activation: FusedActivation,
+) -> Result<HostData> {
+    conv2d_then(x, filter, w, Some((bias, activation)))
+}
+
+fn conv2d_then(
+    x: Operand<'_>,
+    filter: Operand<'_>,
+    w: &Window2d,
+    fused: Option<(Operand<'_>, FusedActivation)>,
+) -> Result<HostData> {
     let cout = filter.shape()[3];
+    let (bias, activation) = match &fused {
+        Some((b, a)) => (Some(floats("fused_conv2d", b)?), *a),
+        None => (None, FusedActivation::Linear),
+    };
+    let bias32 = match &bias {
+        Some(Floats::F32(b)) => Some(&b[..]),
+        _ => None,
+    };
+    let finish32 = |mut y: Vec<f32>| {
+        if let Some(b) = bias32 {
+            bias_activation(&mut y, b, activation);
+        }
+        y
+    };
     if let Some((a, f)) = bf16_operands(&x, &filter, w) {
-        return Ok(narrow(conv2d_typed(&a, &f, w, cout, &Bf16Dot), DType::BF16));
+        let y = finish32(conv2d_typed(&a, &f, w, cout, &Bf16Dot));
+        return Ok(narrow(y, DType::BF16));
     }
     float_pair(
         "conv2d",
@@ -245,15 +282,45 @@ pub(crate) fn conv2d(x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Resul
         x.dtype,
         |a, f| {
             if super::f32_conv::available() {
-                super::f32_conv::forward(a, f, w, cout)
+                let epilogue = bias32.map(|bias| super::f32_conv::Epilogue { bias, activation });
+                super::f32_conv::forward(a, f, w, cout, epilogue)
             } else if direct::suits(w) {
-                direct::forward(a, f, w, cout)
+                finish32(direct::forward(a, f, w, cout))
             } else {
-                conv2d_typed(a, f, w, cout, &SameType)
+                finish32(conv2d_typed(a, f, w, cout, &SameType))
             }
         },
-        |a, f| conv2d_typed(a, f, w, cout, &SameType),
+        |a, f| {
+            let mut y = conv2d_typed(a, f, w, cout, &SameType);
+            if let Some(Floats::F64(b)) = &bias {
+                bias_activation(&mut y, b, activation);
+            }
+            y
+        },
     )
+}
+
+/// `y[.., c] = activation(y[.., c] + bias[c])` over rows of `bias.len()` channels, in
+/// parallel for large outputs. ReLU as the `relu` kernel: NaN kept, `x <= 0` becomes 0.
+fn bias_activation<T: Num + Send + Sync + num_traits::Float>(
+    y: &mut [T],
+    bias: &[T],
+    activation: FusedActivation,
+) {
+    let c = bias.len().max(1);
+    let rows = (65536 / c).max(1);
+    y.par_chunks_mut(rows * c).for_each(|part| {
+        for row in part.chunks_mut(c) {
+            for (v, &b) in row.iter_mut().zip(bias) {
+                let s = *v + b;
+                *v = match activation {
+                    FusedActivation::Linear => s,
+                    FusedActivation::Relu if s <= T::ZERO => T::ZERO,
+                    FusedActivation::Relu => s,
+                };
+            }
+        }
+    });
 }
 
 /// Direct convolution for inputs with few channels (a network's first layer: `kh·kw·cin`

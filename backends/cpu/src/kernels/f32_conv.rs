@@ -13,7 +13,7 @@
 
 use super::f32_gemm::{column_masks, pack_panel, Tile, MR, NR};
 use crate::simd::{for_each_chunk_shared, SharedMut};
-use ferroflow_tensor::Window2d;
+use ferroflow_tensor::{FusedActivation, Window2d};
 
 /// Whether these kernels run here (AVX-512); callers fall back to im2col + GEMM otherwise.
 pub(crate) fn available() -> bool {
@@ -157,8 +157,22 @@ fn images_per_chunk(n: usize) -> usize {
     n.div_ceil(4 * rayon::current_num_threads()).max(1)
 }
 
-/// `[n, oh, ow, cout]` = the convolution of `x` with a packed filter.
-fn forward_packed(x: &[f32], g: &Geometry, filter: &PackedFilter) -> Vec<f32> {
+/// What a fused convolution does to each output after the sum: add `bias[channel]`, then
+/// the activation.
+#[derive(Clone, Copy)]
+pub(crate) struct Epilogue<'a> {
+    pub(crate) bias: &'a [f32],
+    pub(crate) activation: FusedActivation,
+}
+
+/// `[n, oh, ow, cout]` = the convolution of `x` with a packed filter, each image's outputs
+/// finished by `epilogue` while they are in cache.
+fn forward_packed(
+    x: &[f32],
+    g: &Geometry,
+    filter: &PackedFilter,
+    epilogue: Option<Epilogue<'_>>,
+) -> Vec<f32> {
     let pixels = g.oh * g.ow;
     let total = g.n * pixels * g.cout;
     assert!(
@@ -173,7 +187,13 @@ fn forward_packed(x: &[f32], g: &Geometry, filter: &PackedFilter) -> Vec<f32> {
             let img = Image::of(x, g, b);
             // SAFETY: AVX-512 (checked by callers); image b's rows of `out` belong to this
             // chunk only.
-            unsafe { forward_image(&img, g, filter, dst.get().add(b * pixels * g.cout)) };
+            unsafe {
+                let out = dst.get().add(b * pixels * g.cout);
+                forward_image(&img, g, filter, out);
+                if let Some(e) = epilogue {
+                    finish_image(out, pixels, g.cout, e);
+                }
+            }
         }
     });
     // SAFETY: every image's tiles wrote all of its pixels' channels.
@@ -219,16 +239,64 @@ unsafe fn forward_image(img: &Image, g: &Geometry, filter: &PackedFilter, out: *
     }
 }
 
+/// Applies `e` to one image's `pixels x cout` outputs at `out`.
+///
+/// # Safety
+/// AVX-512F is present; `out` is valid for `pixels * cout` floats; `e.bias` holds `cout`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn finish_image(out: *mut f32, pixels: usize, cout: usize, e: Epilogue<'_>) {
+    use std::arch::x86_64::*;
+    assert!(
+        e.bias.len() >= cout,
+        "bias shorter than the output channels"
+    );
+    let relu = e.activation == FusedActivation::Relu;
+    for p in 0..pixels {
+        let row = out.add(p * cout);
+        for c0 in (0..cout).step_by(16) {
+            let k: __mmask16 = if cout - c0 >= 16 {
+                0xffff
+            } else {
+                (1u16 << (cout - c0)) - 1
+            };
+            let mut v = _mm512_add_ps(
+                _mm512_maskz_loadu_ps(k, row.add(c0)),
+                _mm512_maskz_loadu_ps(k, e.bias.as_ptr().add(c0)),
+            );
+            if relu {
+                // 0 where v <= 0 (as the relu kernel: NaN kept, -0 becomes 0).
+                let off = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(v, _mm512_setzero_ps());
+                v = _mm512_mask_mov_ps(v, off, _mm512_setzero_ps());
+            }
+            _mm512_mask_storeu_ps(row.add(c0), k, v);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn finish_image(_: *mut f32, _: usize, _: usize, _: Epilogue<'_>) {
+    unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn forward_image(_: &Image, _: &Geometry, _: &PackedFilter, _: *mut f32) {
     unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
 }
 
 /// `conv2d(x, filter)`: `x` `[n, h, w, cin]`, `filter` `[kh, kw, cin, cout]`, both dense.
-pub(crate) fn forward(x: &[f32], filter: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
+///
+/// With an `epilogue`, `activation(conv2d(x, filter) + bias)` (a fused convolution).
+pub(crate) fn forward(
+    x: &[f32],
+    filter: &[f32],
+    w: &Window2d,
+    cout: usize,
+    epilogue: Option<Epilogue<'_>>,
+) -> Vec<f32> {
     let g = Geometry::of(w, cout);
     let k = g.kernel[0] * g.kernel[1] * g.cin;
-    forward_packed(x, &g, &PackedFilter::new(filter, k, cout))
+    forward_packed(x, &g, &PackedFilter::new(filter, k, cout), epilogue)
 }
 
 /// The input gradient of a stride-1 convolution (`None` for other strides, or padding
@@ -269,7 +337,7 @@ pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d) -> Option
         cout: cin,
     };
     let packed = PackedFilter::new(&flipped, kh * kw * cout, cin);
-    Some(forward_packed(dy, &g, &packed))
+    Some(forward_packed(dy, &g, &packed, None))
 }
 
 /// The filter gradient `[kh, kw, cin, cout]` of `conv2d` for input `x` and output gradient
