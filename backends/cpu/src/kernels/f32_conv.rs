@@ -86,38 +86,49 @@ impl Geometry {
 struct Image {
     data: *const f32,
     pitch: usize,
-    _copy: Vec<f32>,
+}
+
+thread_local! {
+    /// The zero-padded copy of the image a thread is working on (reused, so padding costs
+    /// one write per element and no allocation per image).
+    static PADDED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Image {
-    /// Image `b` of `x` (`[n, h, w, cin]` dense).
-    fn of(x: &[f32], g: &Geometry, b: usize) -> Image {
+    /// Runs `f` on image `b` of `x` (`[n, h, w, cin]` dense), padded when windows reach
+    /// past its border.
+    fn with<R>(x: &[f32], g: &Geometry, b: usize, f: impl FnOnce(&Image) -> R) -> R {
         let per = g.h * g.w * g.cin;
         let src = &x[b * per..(b + 1) * per];
         if g.inside() {
-            return Image {
+            return f(&Image {
                 data: src.as_ptr(),
                 pitch: g.w,
-                _copy: Vec::new(),
-            };
+            });
         }
-        let (eh, ew) = g.extent();
-        let mut copy = vec![0f32; eh * ew * g.cin];
-        let [pt, pl] = g.pad_before;
-        for y in 0..g.h {
-            let py = y + pt;
-            if py >= eh {
-                break;
-            }
+        PADDED.with(|cell| {
+            let copy = &mut *cell.borrow_mut();
+            let (eh, ew) = g.extent();
+            let row_len = ew * g.cin;
+            copy.clear();
+            copy.reserve(eh * row_len);
+            let [pt, pl] = g.pad_before;
             let cols = g.w.min(ew.saturating_sub(pl));
-            let from = &src[y * g.w * g.cin..(y * g.w + cols) * g.cin];
-            copy[(py * ew + pl) * g.cin..(py * ew + pl + cols) * g.cin].copy_from_slice(from);
-        }
-        Image {
-            data: copy.as_ptr(),
-            pitch: ew,
-            _copy: copy,
-        }
+            for py in 0..eh {
+                match py.checked_sub(pt).filter(|&y| y < g.h) {
+                    Some(y) => {
+                        copy.resize(py * row_len + pl * g.cin, 0.0);
+                        copy.extend_from_slice(&src[y * g.w * g.cin..(y * g.w + cols) * g.cin]);
+                        copy.resize((py + 1) * row_len, 0.0);
+                    }
+                    None => copy.resize((py + 1) * row_len, 0.0),
+                }
+            }
+            f(&Image {
+                data: copy.as_ptr(),
+                pitch: ew,
+            })
+        })
     }
 }
 
@@ -184,16 +195,17 @@ fn forward_packed(
     let per = images_per_chunk(g.n);
     for_each_chunk_shared(g.n.div_ceil(per), |c| {
         for b in c * per..((c + 1) * per).min(g.n) {
-            let img = Image::of(x, g, b);
-            // SAFETY: AVX-512 (checked by callers); image b's rows of `out` belong to this
-            // chunk only.
-            unsafe {
-                let out = dst.get().add(b * pixels * g.cout);
-                forward_image(&img, g, filter, out);
-                if let Some(e) = epilogue {
-                    finish_image(out, pixels, g.cout, e);
+            Image::with(x, g, b, |img| {
+                // SAFETY: AVX-512 (checked by callers); image b's rows of `out` belong to
+                // this chunk only.
+                unsafe {
+                    let out = dst.get().add(b * pixels * g.cout);
+                    forward_image(img, g, filter, out);
+                    if let Some(e) = epilogue {
+                        finish_image(out, pixels, g.cout, e);
+                    }
                 }
-            }
+            });
         }
     });
     // SAFETY: every image's tiles wrote all of its pixels' channels.
@@ -208,15 +220,13 @@ fn forward_packed(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn forward_image(img: &Image, g: &Geometry, filter: &PackedFilter, out: *mut f32) {
-    let pixels = g.oh * g.ow;
     let taps = g.taps(img.pitch);
-    let corner = |p: usize| {
-        let (oy, ox) = (p / g.ow, p % g.ow);
+    let corner = |oy: usize, ox: usize| {
         ((oy * g.strides[0] * img.pitch + ox * g.strides[1]) * g.cin) as isize
     };
-    for p0 in (0..pixels).step_by(MR) {
-        let h = MR.min(pixels - p0);
-        let rows = std::array::from_fn(|r| if r < h { corner(p0 + r) } else { 0 });
+    let tile = |rows: [isize; MR], h: usize, p0: usize, tap_rows: (usize, usize)| {
+        let kw = g.kernel[1];
+        let k0 = tap_rows.0 * kw;
         for q in 0..g.cout.div_ceil(NR) {
             // Every window of the tile's pixels lies inside the image (a padded copy when
             // needed); the panel holds k x NR floats; the tile writes rows p0..p0+h,
@@ -225,9 +235,9 @@ unsafe fn forward_image(img: &Image, g: &Geometry, filter: &PackedFilter, out: *
                 a: img.data,
                 rows,
                 a_cs: 1,
-                segments: &taps,
+                segments: &taps[k0..tap_rows.1 * kw],
                 seg_len: g.cin,
-                b: filter.panel(q),
+                b: filter.panel(q).add(k0 * g.cin * NR),
                 b_rs: NR as isize,
                 masks: column_masks(NR.min(g.cout - q * NR)),
                 c: out.add(p0 * g.cout + q * NR),
@@ -235,6 +245,45 @@ unsafe fn forward_image(img: &Image, g: &Geometry, filter: &PackedFilter, out: *
                 add: false,
             }
             .run_rows(h)
+        }
+    };
+    if g.inside() {
+        // No padding: tiles run across output rows, every tap in use.
+        let pixels = g.oh * g.ow;
+        for p0 in (0..pixels).step_by(MR) {
+            let h = MR.min(pixels - p0);
+            let rows = std::array::from_fn(|r| {
+                let p = p0 + r.min(h - 1);
+                corner(p / g.ow, p % g.ow)
+            });
+            tile(rows, h, p0, (0, g.kernel[0]));
+        }
+        return;
+    }
+    // Padded: tiles stay within an output row, so the filter rows whose taps fall in the
+    // top or bottom padding for that row are skipped rather than multiplied by zeros (a
+    // stride-1 input gradient's padded output gradient is 40% padding at 13x13, 3x3).
+    let pad_top = g.pad_before[0];
+    for oy in 0..g.oh {
+        let row_of = |ty: usize| oy * g.strides[0] + ty * g.dilations[0];
+        let real = |ty: usize| (pad_top..pad_top + g.h).contains(&row_of(ty));
+        let first = (0..g.kernel[0]).find(|&ty| real(ty));
+        let last = (0..g.kernel[0]).rev().find(|&ty| real(ty));
+        for ox0 in (0..g.ow).step_by(MR) {
+            let h = MR.min(g.ow - ox0);
+            let p0 = oy * g.ow + ox0;
+            match (first, last) {
+                (Some(a), Some(b)) => {
+                    let rows = std::array::from_fn(|r| corner(oy, ox0 + r.min(h - 1)));
+                    tile(rows, h, p0, (a, b + 1));
+                }
+                // The whole window row is padding: zeros.
+                _ => {
+                    for r in 0..h {
+                        std::ptr::write_bytes(out.add((p0 + r) * g.cout), 0, g.cout);
+                    }
+                }
+            }
         }
     }
 }
@@ -358,17 +407,18 @@ pub(crate) fn backprop_filter(x: &[f32], dy: &[f32], w: &Window2d, cout: usize) 
     let dst = SharedMut(partials.as_mut_ptr());
     for_each_chunk_shared(g.n.div_ceil(per), |c| {
         for b in c * per..((c + 1) * per).min(g.n) {
-            let img = Image::of(x, &g, b);
-            // SAFETY: AVX-512 (checked by callers); dy holds image b's pixels; partial c
-            // (rows x cout floats) belongs to this chunk only.
-            unsafe {
-                filter_grad_image(
-                    &img,
-                    &g,
-                    dy[b * pixels * cout..].as_ptr(),
-                    dst.get().add(c * rows * cout),
-                )
-            };
+            Image::with(x, &g, b, |img| {
+                // SAFETY: AVX-512 (checked by callers); dy holds image b's pixels; partial c
+                // (rows x cout floats) belongs to this chunk only.
+                unsafe {
+                    filter_grad_image(
+                        img,
+                        &g,
+                        dy[b * pixels * cout..].as_ptr(),
+                        dst.get().add(c * rows * cout),
+                    )
+                }
+            });
         }
     });
     let (first, rest) = partials.split_at_mut(rows * cout);
