@@ -38,6 +38,32 @@ fn when(needed: bool, f: impl FnOnce() -> Result<Tensor>) -> Result<Option<Tenso
     }
 }
 
+/// `(dx, db) = bias_activation_grad(g, y)` is linear in `g`: dx = g·mask, db = Σ dx over
+/// the leading axes, so d/dg = (gdx + gdb broadcast along the last axis)·mask; `y` enters
+/// only through the mask (zero derivative almost everywhere).
+fn bias_activation_grad(
+    activation: FusedActivation,
+    y: &Tensor,
+    grads: &[Option<Tensor>],
+) -> Result<Vec<Option<Tensor>>> {
+    let sum = match (
+        grads.first().cloned().flatten(),
+        grads.get(1).cloned().flatten(),
+    ) {
+        (None, None) => return Ok(vec![None, None]),
+        (Some(gdx), None) => gdx,
+        (None, Some(gdb)) => gdb.broadcast_to(y.shape())?,
+        (Some(gdx), Some(gdb)) => gdx.add(&gdb)?,
+    };
+    Ok(vec![
+        Some(match activation {
+            FusedActivation::Linear => sum,
+            FusedActivation::Relu => sum.relu_grad(y)?,
+        }),
+        None,
+    ])
+}
+
 /// Gradients of a primitive's inputs from the gradients of its outputs (`None` = zero).
 /// `needs[i]` says whether input `i` leads to a source; the costly gradients (matmul,
 /// convolution, products) are computed only for those.
@@ -49,6 +75,9 @@ pub(crate) fn backward(
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
     let need = |i: usize| needs.get(i).copied().unwrap_or(true);
+    if let Op::BiasActivationGrad(activation) = op {
+        return bias_activation_grad(*activation, &inputs[1], grads);
+    }
     let Some(g) = grads.first().cloned().flatten() else {
         return Ok(vec![None; inputs.len()]);
     };
@@ -182,9 +211,13 @@ pub(crate) fn backward(
         // y = act(conv2d(x, f) + b): the gradient through the activation (ReLU: where y > 0,
         // i.e. where its input was positive), then conv2d's and a bias add's.
         Op::FusedConv2d(w, activation) => {
-            let g = match activation {
-                FusedActivation::Linear => g,
-                FusedActivation::Relu => g.relu_grad(y)?,
+            let (g, db) = match activation {
+                _ if need(2) => {
+                    let (g, db) = g.bias_activation_grad(y, *activation)?;
+                    (g, Some(db))
+                }
+                FusedActivation::Linear => (g, None),
+                FusedActivation::Relu => (g.relu_grad(y)?, None),
             };
             let f = &inputs[1];
             let fs = shape4(f.shape());
@@ -208,7 +241,7 @@ pub(crate) fn backward(
                         w.dilations,
                     )
                 })?,
-                when(need(2), || g.reduce_sum(Axes::List(vec![0, 1, 2]), false))?,
+                db,
             ]
         }
         // backprop_input(f, dy) is linear in each: d/df = backprop_filter(g, dy), d/ddy = conv2d(g, f).

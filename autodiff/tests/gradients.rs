@@ -561,3 +561,28 @@ fn conv2d_second_derivative_matches_finite_differences() {
         &[img, filt],
     );
 }
+
+/// Second derivatives through fused_conv2d's bias gradient (bias_activation_grad is
+/// differentiated in turn): f = Σ (∂/∂b Σ tanh(relu(conv(x, w) + b)))².
+#[test]
+fn fused_conv2d_bias_second_derivative_matches_finite_differences() {
+    let img = input(&[2, 4, 4, 2], 41, -1.0, 1.0);
+    let filt = input(&[2, 2, 2, 3], 42, -1.0, 1.0);
+    let bias = input(&[3], 43, -0.5, 0.5);
+    for activation in [FusedActivation::Linear, FusedActivation::Relu] {
+        check(
+            &format!("d/d(x, w, b) Σ (∂/∂b Σ tanh(fused_conv2d {activation:?}))²"),
+            &|x| {
+                let tape = GradientTape::new();
+                tape.watch(&x[2]);
+                let y = x[0]
+                    .fused_conv2d(&x[1], &x[2], activation, [1, 1], Padding::Same, [1, 1])?
+                    .tanh()?
+                    .reduce_sum(Axes::All, false)?;
+                let g = tape.gradient(&y, &[(&x[2]).into()])?[0].clone().unwrap();
+                g.square()?.reduce_sum(Axes::All, false)
+            },
+            &[img.clone(), filt.clone(), bias.clone()],
+        );
+    }
+}

@@ -177,6 +177,23 @@ pub trait Backend: Send + Sync + 'static {
         })
     }
 
+    /// Optional fused gradients of `activation(x + bias)` from the output gradient `g` and
+    /// the output `y` (same shape): `(dx, dbias)` with `dbias` summed over every axis but the
+    /// last, in one pass. The default says the backend has none and
+    /// [`crate::Tensor::bias_activation_grad`] composes `relu_grad` and `reduce_sum`.
+    fn bias_activation_grad(
+        &self,
+        _g: Operand<'_>,
+        _y: Operand<'_>,
+        _activation: FusedActivation,
+    ) -> Result<(BufferBox, BufferBox)> {
+        Err(Error::NotSupportedByBackend {
+            op: "bias_activation_grad",
+            backend: self.name(),
+            detail: ", callers fall back to primitives".into(),
+        })
+    }
+
     /// Optional fused `min(max(x, min), max)` with constant bounds (NaN stays NaN); the
     /// default says the backend has none and [`crate::Tensor::clip_scalar`] composes
     /// `maximum` and `minimum`.

@@ -503,6 +503,11 @@ pub enum Op {
     /// BiasAdd and an optional Relu); inputs [x, filter, bias]. An optional fused kernel,
     /// see [`crate::Backend::fused_conv2d`].
     FusedConv2d(Window2d, FusedActivation),
+    /// The gradients of `activation(x + bias)` (bias along the last axis) from the output's
+    /// gradient `g` and the output `y`: inputs [g, y], outputs [dx, dbias] (TF's `ReluGrad`
+    /// and `BiasAddGrad` in one pass). An optional fused kernel, see
+    /// [`crate::Backend::bias_activation_grad`].
+    BiasActivationGrad(FusedActivation),
     /// Gradient of conv2d w.r.t. its input; inputs [filter, dy].
     Conv2dBackpropInput(Window2d),
     /// Gradient of conv2d w.r.t. its filter; inputs [x, dy].
@@ -556,6 +561,7 @@ impl Op {
             Op::Copy => "copy",
             Op::Conv2d(_) => "conv2d",
             Op::FusedConv2d(..) => "fused_conv2d",
+            Op::BiasActivationGrad(_) => "bias_activation_grad",
             Op::Conv2dBackpropInput(_) => "conv2d_backprop_input",
             Op::Conv2dBackpropFilter(_) => "conv2d_backprop_filter",
             Op::Pool2d(k, _) => k.name(),

@@ -158,6 +158,15 @@ impl Backend for CpuBackend {
     ) -> Result<BufferBox> {
         out(kernels::conv::fused_conv2d(x, filter, bias, w, activation)?)
     }
+    fn bias_activation_grad(
+        &self,
+        g: Operand<'_>,
+        y: Operand<'_>,
+        activation: FusedActivation,
+    ) -> Result<(BufferBox, BufferBox)> {
+        let (dx, db) = kernels::bias::bias_activation_grad(g, y, activation)?;
+        Ok((out(dx)?, out(db)?))
+    }
     fn conv2d_backprop_input(
         &self,
         filter: Operand<'_>,

@@ -62,6 +62,7 @@ macro_rules! conformance_tests {
             sorting => sort::sorting,
             conv2d => nn::conv2d,
             fused_conv2d => nn::fused_conv2d,
+            bias_activation_grad => nn::bias_activation_grad,
             pooling => nn::pooling,
             softmax => nn::softmax,
             creation_and_round_trip => creation::creation_and_round_trip,

@@ -297,6 +297,65 @@ pub fn fused_conv2d(device: &Device) {
     }
 }
 
+/// bias_activation_grad (`dx = g·[y > 0]`, `dbias = Σ dx` over the leading axes; linear:
+/// `dx = g`) vs the reference, in every float type, with outputs `y` that are exactly zero in
+/// places (a ReLU's output), over views and channel counts across vector widths.
+pub fn bias_activation_grad(device: &Device) {
+    let floats = supported(device, &FLOATS);
+    let strat = (
+        nonempty_array(3, 6, -1.0, 1.0),
+        prop_oneof![Just(0usize), 14..70usize],
+        any::<bool>(),
+        0..floats.len(),
+        any::<u64>(),
+        view_kind(),
+    );
+    check(
+        "bias_activation_grad",
+        strat,
+        |(a, wide, relu, di, seed, view)| {
+            let dtype = floats[di];
+            let mut shape = a.shape.clone();
+            if wide > 0 {
+                *shape.last_mut().expect("rank >= 1") = wide;
+            }
+            let n: usize = shape.iter().product();
+            let gs = RefArray::new(&shape, quantize(dtype, &values(n, seed)));
+            // A ReLU output: about a third exactly zero.
+            let ys: Vec<f64> = values(n, seed ^ 5)
+                .iter()
+                .map(|&v| if v < -0.3 { 0.0 } else { v })
+                .collect();
+            let ys = RefArray::new(&shape, quantize(dtype, &ys));
+            let (g, y) = (
+                ok("g", make_tensor(device, dtype, &gs, view))?,
+                ok("y", make_tensor(device, dtype, &ys, ViewKind::Contiguous))?,
+            );
+            let activation = if relu {
+                FusedActivation::Relu
+            } else {
+                FusedActivation::Linear
+            };
+            let (dx, db) = ok(
+                "bias_activation_grad",
+                g.bias_activation_grad(&y, activation),
+            )?;
+            let want = gs.zip(&ys, |gv, yv| if relu && yv <= 0.0 { 0.0 } else { gv });
+            assert_matches(&format!("dx {activation:?} {dtype}"), &dx, &want, 1.0)?;
+            let lead: Vec<usize> = (0..shape.len() - 1).collect();
+            let sums = want.reduce(&lead, 0.0, |acc, v| acc + v);
+            let rows = (n / shape[shape.len() - 1]) as f64;
+            assert_close(
+                &format!("dbias {activation:?} {dtype}"),
+                &db,
+                &RefArray::new(&sums.shape, quantize(dtype, &sums.data)),
+                2.0,
+                2.0 * epsilon(dtype) * rows,
+            )
+        },
+    );
+}
+
 /// max/avg pooling vs the reference; avg_pool_grad by adjointness; max_pool_grad routes each
 /// dy to the first maximum of its window.
 pub fn pooling(device: &Device) {

@@ -6,6 +6,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::normalize_axis;
 use crate::op::{FusedActivation, Op, Padding, PoolKind, Window2d};
+use crate::ops::Axes;
 use crate::tensor::Tensor;
 
 fn nhwc(op: &'static str, t: &Tensor) -> Result<[usize; 4]> {
@@ -173,6 +174,79 @@ impl Tensor {
                     FusedActivation::Relu => y.relu(),
                 }
             }
+            other => other,
+        }
+    }
+
+    /// The gradients of `y = activation(x + bias)` (bias along the last axis, as
+    /// [`Tensor::fused_conv2d`] or a Dense layer adds it) from the gradient `g` of `y`:
+    /// `(dx, dbias)`, `dx = g·[y > 0]` for ReLU (`g` itself when linear) and `dbias` its sum
+    /// over every axis but the last. One pass where the backend has the fused kernel (TF's
+    /// `ReluGrad` + `BiasAddGrad`), else composed.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow::{FusedActivation, Tensor};
+    /// let g = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// let y = Tensor::from_vec(vec![0.5f32, 0.0, 1.0, 2.0], &[2, 2])?;
+    /// let (dx, db) = g.bias_activation_grad(&y, FusedActivation::Relu)?;
+    /// assert_eq!(dx.to_vec::<f32>()?, vec![1.0, 0.0, 3.0, 4.0]);
+    /// assert_eq!(db.to_vec::<f32>()?, vec![4.0, 4.0]);
+    /// # Ok::<(), ferroflow::Error>(())
+    /// ```
+    pub fn bias_activation_grad(
+        &self,
+        y: &Tensor,
+        activation: FusedActivation,
+    ) -> Result<(Tensor, Tensor)> {
+        const OP: &str = "bias_activation_grad";
+        if !self.dtype().is_float() {
+            return Err(Error::UnsupportedDType {
+                op: OP,
+                dtype: self.dtype(),
+                expected: "a float dtype",
+            });
+        }
+        if y.dtype() != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: OP,
+                lhs: self.dtype(),
+                rhs: y.dtype(),
+            });
+        }
+        if y.shape() != self.shape() || self.rank() == 0 {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                msg: "g and y must have one shape of rank >= 1",
+                lhs: self.shape().to_vec(),
+                rhs: y.shape().to_vec(),
+            });
+        }
+        let lead: Vec<isize> = (0..self.rank() as isize - 1).collect();
+        let composed = |dx: Tensor| -> Result<(Tensor, Tensor)> {
+            let db = dx.reduce_sum(Axes::List(lead.clone()), false)?;
+            Ok((dx, db))
+        };
+        if activation == FusedActivation::Linear {
+            // dx is g itself: nothing to fuse.
+            return composed(self.clone());
+        }
+        let channels = self.shape()[self.rank() - 1];
+        let fused = dispatch(
+            || Op::BiasActivationGrad(activation),
+            &[self, y],
+            |p| {
+                let (dx, db) =
+                    p.backend
+                        .bias_activation_grad(self.operand(), y.operand(), activation)?;
+                Ok((
+                    Tensor::from_buffer(dx, self.shape(), self.dtype(), p.backend, p.device),
+                    Tensor::from_buffer(db, &[channels], self.dtype(), p.backend, p.device),
+                ))
+            },
+        );
+        match fused {
+            Err(Error::NotSupportedByBackend { .. }) => composed(self.relu_grad(y)?),
             other => other,
         }
     }

@@ -267,7 +267,7 @@ fn conv2d_then(
     };
     let finish32 = |mut y: Vec<f32>| {
         if let Some(b) = bias32 {
-            bias_activation(&mut y, b, activation);
+            super::bias::bias_activation(&mut y, b, activation);
         }
         y
     };
@@ -293,34 +293,11 @@ fn conv2d_then(
         |a, f| {
             let mut y = conv2d_typed(a, f, w, cout, &SameType);
             if let Some(Floats::F64(b)) = &bias {
-                bias_activation(&mut y, b, activation);
+                super::bias::bias_activation(&mut y, b, activation);
             }
             y
         },
     )
-}
-
-/// `y[.., c] = activation(y[.., c] + bias[c])` over rows of `bias.len()` channels, in
-/// parallel for large outputs. ReLU as the `relu` kernel: NaN kept, `x <= 0` becomes 0.
-fn bias_activation<T: Num + Send + Sync + num_traits::Float>(
-    y: &mut [T],
-    bias: &[T],
-    activation: FusedActivation,
-) {
-    let c = bias.len().max(1);
-    let rows = (65536 / c).max(1);
-    y.par_chunks_mut(rows * c).for_each(|part| {
-        for row in part.chunks_mut(c) {
-            for (v, &b) in row.iter_mut().zip(bias) {
-                let s = *v + b;
-                *v = match activation {
-                    FusedActivation::Linear => s,
-                    FusedActivation::Relu if s <= T::ZERO => T::ZERO,
-                    FusedActivation::Relu => s,
-                };
-            }
-        }
-    });
 }
 
 /// Direct convolution for inputs with few channels (a network's first layer: `kh·kw·cin`

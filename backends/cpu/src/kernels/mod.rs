@@ -1,6 +1,7 @@
 //! CPU kernels, one module per op family.
 
 pub(crate) mod bf16_gemm;
+pub(crate) mod bias;
 pub(crate) mod binary;
 pub(crate) mod cast;
 pub(crate) mod conv;
