@@ -30,6 +30,10 @@ const KC: usize = 512;
 const NC: usize = 256;
 /// Below this many multiply-adds a product runs on the calling thread.
 const PAR_MACS: usize = 1 << 19;
+/// Fewest rows a chunk of a row split may have: each chunk packs the whole right operand
+/// (a float copied per `rows` multiply-adds), so short chunks split by columns instead
+/// (128x1600 · 1600x128, a CNN's first Dense layer: 16-row chunks packed 819 KB each).
+const MIN_ROWS_PER_PACK: usize = 64;
 /// Chunks of the output per thread, claimed dynamically (a late pool thread takes fewer).
 const CHUNKS_PER_THREAD: usize = 4;
 
@@ -113,7 +117,8 @@ pub(crate) unsafe fn gemm_f32(
     };
     if threads < 2 || m * n * k < PAR_MACS {
         run((0, m), (0, n));
-    } else if m >= n {
+    } else if m >= n && (m.div_ceil(CHUNKS_PER_THREAD * threads) >= MIN_ROWS_PER_PACK || n < 2 * NR)
+    {
         // Row tiles; every chunk packs the (short) right operand again.
         let rows = (m.div_ceil(CHUNKS_PER_THREAD * threads)).next_multiple_of(MR);
         crate::simd::for_each_chunk_shared(m.div_ceil(rows), |c| {
