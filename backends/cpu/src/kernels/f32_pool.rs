@@ -34,11 +34,49 @@ fn per_image(n: usize, per_image: usize, image: impl Fn(usize, *mut f32) + Sync)
     out
 }
 
-/// Offsets (in floats, from the image's start) of the valid taps of window `(oy, ox)`.
-fn window_taps(w: &Window2d, oy: usize, ox: usize, taps: &mut Vec<usize>) {
-    let [_, _, wd, c] = w.input;
-    taps.clear();
-    for_windows(w, oy, ox, |iy, ix| taps.push((iy * wd + ix) * c));
+/// The taps of every window of an image, as offsets in floats from the image's start.
+struct Windows {
+    /// Offsets of the taps from a window's corner when no window reaches past the image
+    /// (no padding): the same for every window, so none is computed per window.
+    fixed: Option<Vec<usize>>,
+    /// The current window's taps otherwise.
+    taps: Vec<usize>,
+}
+
+impl Windows {
+    fn new(w: &Window2d) -> Windows {
+        let [_, h, wd, c] = w.input;
+        let [oh, ow] = w.output;
+        let reach = |o: usize, s: usize, k: usize| (o.max(1) - 1) * s + k;
+        let inside = w.pad_before == [0, 0]
+            && reach(oh, w.strides[0], w.kernel[0]) <= h
+            && reach(ow, w.strides[1], w.kernel[1]) <= wd;
+        let fixed = inside.then(|| {
+            let mut v = Vec::with_capacity(w.kernel[0] * w.kernel[1]);
+            for ky in 0..w.kernel[0] {
+                for kx in 0..w.kernel[1] {
+                    v.push((ky * wd + kx) * c);
+                }
+            }
+            v
+        });
+        Windows {
+            fixed,
+            taps: Vec::with_capacity(w.kernel[0] * w.kernel[1]),
+        }
+    }
+
+    /// Window `(oy, ox)`'s valid taps: `(corner, offsets)`, each tap at `corner + offset`.
+    fn at(&mut self, w: &Window2d, oy: usize, ox: usize) -> (usize, &[usize]) {
+        let [_, _, wd, c] = w.input;
+        if let Some(fixed) = &self.fixed {
+            return ((oy * w.strides[0] * wd + ox * w.strides[1]) * c, fixed);
+        }
+        self.taps.clear();
+        let taps = &mut self.taps;
+        for_windows(w, oy, ox, |iy, ix| taps.push((iy * wd + ix) * c));
+        (0, &self.taps)
+    }
 }
 
 /// `max_pool2d(x)`: `x` `[n, h, w, c]` dense, windows and output as `w` says. A window
@@ -121,15 +159,15 @@ unsafe fn max_pool_image(x: *const f32, w: &Window2d, out: *mut f32) {
     use std::arch::x86_64::*;
     let c = w.input[3];
     let [oh, ow] = w.output;
-    let mut taps = Vec::with_capacity(w.kernel[0] * w.kernel[1]);
+    let mut windows = Windows::new(w);
     for oy in 0..oh {
         for ox in 0..ow {
-            window_taps(w, oy, ox, &mut taps);
-            let o = out.add((oy * ow + ox) * c);
+            let (corner, taps) = windows.at(w, oy, ox);
+            let (x, o) = (x.add(corner), out.add((oy * ow + ox) * c));
             for c0 in (0..c).step_by(16) {
                 let k = avx512::lanes(c, c0);
                 let mut m = _mm512_set1_ps(f32::MIN);
-                for &t in &taps {
+                for &t in taps {
                     // Generic kernel's rule: a later tap wins when greater or NaN.
                     let v = _mm512_maskz_loadu_ps(k, x.add(t + c0));
                     let take = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m)
@@ -158,13 +196,14 @@ unsafe fn max_pool_grad_image(x: *const f32, dy: *const f32, w: &Window2d, dx: *
     if !covered {
         std::ptr::write_bytes(dx, 0, h * wd * c);
     }
-    let mut taps = Vec::with_capacity(w.kernel[0] * w.kernel[1]);
+    let mut windows = Windows::new(w);
     for oy in 0..oh {
         for ox in 0..ow {
-            window_taps(w, oy, ox, &mut taps);
+            let (corner, taps) = windows.at(w, oy, ox);
             let Some(&first) = taps.first() else {
                 continue; // a window entirely inside the padding
             };
+            let (x, dx) = (x.add(corner), dx.add(corner));
             let g = dy.add((oy * ow + ox) * c);
             for c0 in (0..c).step_by(16) {
                 let k = avx512::lanes(c, c0);
@@ -174,7 +213,7 @@ unsafe fn max_pool_grad_image(x: *const f32, dy: *const f32, w: &Window2d, dx: *
                 }
                 let grad = _mm512_maskz_loadu_ps(k, g.add(c0));
                 let mut open: __mmask16 = k;
-                for &t in &taps {
+                for &t in taps {
                     let hit = avx512::is_max(_mm512_maskz_loadu_ps(k, x.add(t + c0)), m) & open;
                     open &= !hit;
                     let d = dx.add(t + c0);
