@@ -577,10 +577,11 @@ pub(crate) fn conv2d_backprop_input(
         &dy,
         dy.dtype,
         |f, g| {
-            super::f32_conv::available()
-                .then(|| super::f32_conv::backprop_input(f, g, w))
-                .flatten()
-                .unwrap_or_else(|| backprop_input_typed(f, g, w, cout, &SameType))
+            if super::f32_conv::available() {
+                super::f32_conv::backprop_input(f, g, w)
+            } else {
+                backprop_input_typed(f, g, w, cout, &SameType)
+            }
         },
         |f, g| backprop_input_typed(f, g, w, cout, &SameType),
     )
