@@ -260,9 +260,9 @@ unsafe fn fold_lanes_avx512<T: Copy, const LANES: usize>(
     fold_lanes::<T, LANES>(x, init, f)
 }
 
-/// `f(lo, hi)` over one range of `0..n` per thread, the caller computing the first itself
-/// (as [`split_across_threads`]: cheap per-element work should not wait for the pool to
-/// wake), results in range order.
+/// `f(lo, hi)` over one range of `0..n` per thread (at least `min_part` long), results in
+/// range order. The ranges are claimed through [`for_each_chunk_shared`], so the caller
+/// computes any range a sleeping pool thread has not taken yet instead of waiting for it.
 pub(crate) fn per_thread_parts<R: Send + Clone>(
     n: usize,
     min_part: usize,
@@ -271,15 +271,14 @@ pub(crate) fn per_thread_parts<R: Send + Clone>(
 ) -> Vec<R> {
     let threads = rayon::current_num_threads().max(1);
     let part = n.div_ceil(threads).max(min_part).max(1);
-    let mut out = vec![init; n.div_ceil(part).max(1)];
-    let (first, rest) = out.split_at_mut(1);
-    let f = &f;
-    rayon::in_place_scope(|s| {
-        for (i, slot) in rest.iter_mut().enumerate() {
-            let (lo, hi) = ((i + 1) * part, ((i + 2) * part).min(n));
-            s.spawn(move |_| *slot = f(lo, hi));
-        }
-        first[0] = f(0, part.min(n));
+    let parts = n.div_ceil(part).max(1);
+    let mut out = vec![init; parts];
+    let slots = SharedMut(out.as_mut_ptr());
+    for_each_chunk_shared(parts, |i| {
+        let (lo, hi) = ((i * part).min(n), ((i + 1) * part).min(n));
+        // SAFETY: slot i (initialised) is written only by the one call that claimed i,
+        // and `out` outlives `for_each_chunk_shared`.
+        unsafe { *slots.get().add(i) = f(lo, hi) };
     });
     out
 }
@@ -302,7 +301,7 @@ impl<T> SharedMut<T> {
 /// threads join in time. Chunks are claimed one at a time from a shared counter, so the
 /// caller never waits for a pool thread that has not woken yet, only for chunks already
 /// running: a pool worker asleep after a run of small single-threaded ops wakes tens of
-/// microseconds late, and `per_thread_parts` waits for it (measured: a 2-MFLOP product took
+/// microseconds late, and a fork-join waiting for it pays that (measured: a 2-MFLOP product took
 /// 35 µs on two threads, 22 µs on one).
 pub(crate) fn for_each_chunk_shared(chunks: usize, f: impl Fn(usize) + Sync) {
     use std::sync::atomic::{AtomicUsize, Ordering};
