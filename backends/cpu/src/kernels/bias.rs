@@ -2,7 +2,7 @@
 //! (a fused convolution's last step on paths without a native epilogue), and its gradients
 //! (`dx = g·[y > 0]`, `dbias = Σ dx` over the leading axes) in one pass.
 
-use crate::buffer::{dense, host};
+use crate::buffer::{dense, host, widen_range, Half};
 use crate::num::Num;
 use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::{backend::unsupported, FusedActivation, HostData, Operand, Result};
@@ -31,8 +31,8 @@ pub(crate) fn bias_activation<T: Num + Send + Sync + num_traits::Float>(
     });
 }
 
-/// `(dx, dbias)` for `y = activation(x + bias)` from `y`'s gradient `g` (f32, f64; other
-/// dtypes are not supported here and the caller composes `relu_grad` and `reduce_sum`).
+/// `(dx, dbias)` for `y = activation(x + bias)` from `y`'s gradient `g`, in every float
+/// type (half precision computed in f32 chunk by chunk).
 pub(crate) fn bias_activation_grad(
     g: Operand<'_>,
     y: Operand<'_>,
@@ -48,6 +48,14 @@ pub(crate) fn bias_activation_grad(
             let (dx, db) = grad_typed(&dense(a, g.layout), &dense(b, y.layout), c, activation);
             Ok((HostData::F64(dx), HostData::F64(db)))
         }
+        (HostData::BF16(a), HostData::BF16(b)) => {
+            let (dx, db) = grad_half(&dense(a, g.layout), &dense(b, y.layout), c, activation);
+            Ok((HostData::BF16(dx), HostData::BF16(db)))
+        }
+        (HostData::F16(a), HostData::F16(b)) => {
+            let (dx, db) = grad_half(&dense(a, g.layout), &dense(b, y.layout), c, activation);
+            Ok((HostData::F16(dx), HostData::F16(db)))
+        }
         _ => Err(unsupported("cpu", "bias_activation_grad", g.dtype)),
     }
 }
@@ -57,45 +65,56 @@ fn rows_per_chunk(c: usize) -> usize {
     (16384 / c.max(1)).max(1)
 }
 
-fn grad_typed<T: Num + Send + Sync + num_traits::Float>(
+/// One chunk of rows: `dst = g·mask` (written), `sum += dst` per channel.
+#[inline(always)]
+fn grad_rows<T: Num + num_traits::Float>(
     g: &[T],
     y: &[T],
     c: usize,
-    activation: FusedActivation,
-) -> (Vec<T>, Vec<T>) {
-    let n = g.len().min(y.len());
-    let c = c.max(1);
-    let rows = n / c;
+    relu: bool,
+    dst: &mut [std::mem::MaybeUninit<T>],
+    sum: &mut [T],
+) {
+    for ((d, gr), yr) in dst.chunks_mut(c).zip(g.chunks(c)).zip(y.chunks(c)) {
+        for (((d, s), &gv), &yv) in d.iter_mut().zip(sum.iter_mut()).zip(gr).zip(yr) {
+            // Passes where y > 0 (a NaN y blocks, as relu_grad).
+            let pass = yv > T::ZERO;
+            let v = if relu & !pass { T::ZERO } else { gv };
+            d.write(v);
+            *s = *s + v;
+        }
+    }
+}
+
+/// Runs `chunk(k, rows r0..r1, dx rows (uninitialised), partial sums of chunk k)` over
+/// chunks of rows on the pool; returns `dx` (every row written by `chunk`) and the
+/// per-channel sums of all chunks' partials.
+fn over_chunks<D: Copy + Send, S: num_traits::Float + Send + Sync>(
+    rows: usize,
+    c: usize,
+    chunk: impl Fn(usize, usize, &mut [std::mem::MaybeUninit<D>], &mut [S]) + Sync,
+) -> (Vec<D>, Vec<S>) {
     let per = rows_per_chunk(c);
     let chunks = rows.div_ceil(per);
-    let mut dx: Vec<T> = Vec::with_capacity(rows * c);
-    let mut partials = vec![T::ZERO; chunks.max(1) * c];
+    let mut dx: Vec<D> = Vec::with_capacity(rows * c);
+    let mut partials = vec![S::zero(); chunks.max(1) * c];
     let (out, sums) = (SharedMut(dx.as_mut_ptr()), SharedMut(partials.as_mut_ptr()));
-    let relu = activation == FusedActivation::Relu;
     for_each_chunk_shared(chunks, |k| {
         let (r0, r1) = (k * per, ((k + 1) * per).min(rows));
         // SAFETY: chunk k owns partial k (c values) and rows r0..r1 of dx, which has
-        // capacity for rows * c values.
-        let sum = unsafe { std::slice::from_raw_parts_mut(sums.get().add(k * c), c) };
-        // SAFETY: as above; the rows are written (MaybeUninit) before dx's length is set.
-        let dst = unsafe {
-            std::slice::from_raw_parts_mut(
-                out.get().add(r0 * c).cast::<std::mem::MaybeUninit<T>>(),
-                (r1 - r0) * c,
+        // capacity for rows * c values; the rows are written before dx's length is set.
+        let (sum, dst) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(sums.get().add(k * c), c),
+                std::slice::from_raw_parts_mut(
+                    out.get().add(r0 * c).cast::<std::mem::MaybeUninit<D>>(),
+                    (r1 - r0) * c,
+                ),
             )
         };
-        let (g, y) = (&g[r0 * c..r1 * c], &y[r0 * c..r1 * c]);
-        for ((d, gr), yr) in dst.chunks_mut(c).zip(g.chunks(c)).zip(y.chunks(c)) {
-            for (((d, s), &gv), &yv) in d.iter_mut().zip(sum.iter_mut()).zip(gr).zip(yr) {
-                // Passes where y > 0 (a NaN y blocks, as relu_grad).
-                let pass = yv > T::ZERO;
-                let v = if relu & !pass { T::ZERO } else { gv };
-                d.write(v);
-                *s = *s + v;
-            }
-        }
+        chunk(r0, r1, dst, sum);
     });
-    // SAFETY: the chunks wrote every row.
+    // SAFETY: `chunk` wrote every row (its contract).
     unsafe { dx.set_len(rows * c) };
     let (db, rest) = partials.split_at_mut(c);
     for part in rest.chunks(c) {
@@ -105,4 +124,57 @@ fn grad_typed<T: Num + Send + Sync + num_traits::Float>(
     }
     partials.truncate(c);
     (dx, partials)
+}
+
+fn grad_typed<T: Num + Send + Sync + num_traits::Float>(
+    g: &[T],
+    y: &[T],
+    c: usize,
+    activation: FusedActivation,
+) -> (Vec<T>, Vec<T>) {
+    let c = c.max(1);
+    let rows = g.len().min(y.len()) / c;
+    let relu = activation == FusedActivation::Relu;
+    over_chunks(rows, c, |r0, r1, dst, sum| {
+        let span = r0 * c..r1 * c;
+        grad_rows(&g[span.clone()], &y[span], c, relu, dst, sum)
+    })
+}
+
+/// Half-precision `g`, `y`: each chunk widened to f32, computed, `dx` narrowed back; the
+/// bias gradient summed in f32 and narrowed once.
+fn grad_half<H: Half + Send + Sync>(
+    g: &[H],
+    y: &[H],
+    c: usize,
+    activation: FusedActivation,
+) -> (Vec<H>, Vec<H>) {
+    let c = c.max(1);
+    let rows = g.len().min(y.len()) / c;
+    let relu = activation == FusedActivation::Relu;
+    let (dx, db) = over_chunks(
+        rows,
+        c,
+        |r0, r1, dst: &mut [std::mem::MaybeUninit<H>], sum| {
+            let (gw, yw) = (
+                widen_range(g, r0 * c, r1 * c),
+                widen_range(y, r0 * c, r1 * c),
+            );
+            let mut wide = vec![std::mem::MaybeUninit::<f32>::uninit(); gw.len()];
+            grad_rows(&gw, &yw, c, relu, &mut wide, sum);
+            // SAFETY: grad_rows wrote every element of `wide`.
+            let wide: Vec<f32> = wide
+                .into_iter()
+                .map(|v| unsafe { v.assume_init() })
+                .collect();
+            let mut narrow = vec![H::default(); wide.len()];
+            H::narrow_into(&wide, &mut narrow);
+            for (d, v) in dst.iter_mut().zip(narrow) {
+                d.write(v);
+            }
+        },
+    );
+    let mut db_half = vec![H::default(); db.len()];
+    H::narrow_into(&db, &mut db_half);
+    (dx, db_half)
 }
