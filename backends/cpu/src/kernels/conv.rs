@@ -1,4 +1,7 @@
-//! conv2d (NHWC x HWIO) by im2col + gemm, its two backprop kernels, and 2-D pooling.
+//! conv2d (NHWC x HWIO), the fused conv2d + bias + activation, the two backprop kernels,
+//! and 2-D pooling. float32 runs the direct AVX-512 kernels of `f32_conv` / `f32_pool`
+//! where the CPU has them (float16 widened to them); bfloat16 products with AVX512-BF16 and
+//! everything else go through im2col + gemm here.
 //!
 //! im2col turns each output position's receptive field into a row of `kh·kw·cin` values, so
 //! the convolution becomes one [rows, kh·kw·cin] x [kh·kw·cin, cout] product — the filter in

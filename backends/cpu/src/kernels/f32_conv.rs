@@ -4,12 +4,16 @@
 //! A tile is up to [`MR`] consecutive output pixels by [`NR`] output channels; its k steps
 //! are the `kh·kw` filter taps, each a run of `cin` contiguous input channels read in place
 //! from the image (or from a zero-padded copy of one image when the window reaches past
-//! the border). The filter is packed once into panels of `NR` output channels.
+//! the border; then tiles stay within an output row and skip the filter rows that read
+//! only padding). The filter is packed once into panels of `NR` output channels. A fused
+//! convolution ([`Epilogue`]) adds the bias and applies the activation to each image's
+//! outputs while they are in cache.
 //!
-//! The input gradient of a stride-1 convolution is the same kernel run over the output
-//! gradient (padded by the window's extent) with the filter flipped and its channel axes
-//! swapped. The filter gradient sums, per image, pixel-by-pixel outer products of input
-//! windows and output gradients into `[kh·kw·cin, cout]` tiles.
+//! The input gradient is, per image, `Z = dy · Wᵀ` (every output pixel's contribution to
+//! each tap of its window) by the same tiles, then gathered into the input pixels the taps
+//! read: any stride, dilation and padding, and no product with padding. The filter
+//! gradient sums, per image, pixel-by-pixel outer products of input windows and output
+//! gradients into `[kh·kw·cin, cout]` tiles.
 
 use super::f32_gemm::{column_masks, pack_panel, Tile, MR, NR};
 use crate::simd::{for_each_chunk_shared, SharedMut};
@@ -271,8 +275,8 @@ unsafe fn forward_image(img: &Image, g: &Geometry, filter: &PackedFilter, out: *
         return;
     }
     // Padded: tiles stay within an output row, so the filter rows whose taps fall in the
-    // top or bottom padding for that row are skipped rather than multiplied by zeros (a
-    // stride-1 input gradient's padded output gradient is 40% padding at 13x13, 3x3).
+    // top or bottom padding for that row are skipped rather than multiplied by zeros (SAME
+    // convolutions).
     let pad_top = g.pad_before[0];
     for oy in 0..g.oh {
         let row_of = |ty: usize| oy * g.strides[0] + ty * g.dilations[0];
