@@ -6,8 +6,8 @@
 //! from the image (or from a zero-padded copy of one image when the window reaches past
 //! the border; then tiles stay within an output row and skip the filter rows that read
 //! only padding). The filter is packed once into panels of `NR` output channels. A fused
-//! convolution ([`Epilogue`]) adds the bias and applies the activation to each image's
-//! outputs while they are in cache.
+//! convolution ([`Epilogue`]) adds the bias and applies the activation in the tiles'
+//! registers before they store.
 //!
 //! The input gradient is, per image, `Z = dy · Wᵀ` (every output pixel's contribution to
 //! each tap of its window) by the same tiles, then gathered into the input pixels the taps
@@ -182,6 +182,11 @@ fn images_per_chunk(n: usize) -> usize {
     n.div_ceil(4 * rayon::current_num_threads()).max(1)
 }
 
+/// Images per chunk of kernels that need no per-chunk state: one, so the threads finish
+/// together (with four chunks per thread, the last chunk left one thread idle for up to
+/// an eighth of the run on two threads).
+const IMAGES_PER_CHUNK_STATELESS: usize = 1;
+
 /// What a fused convolution does to each output after the sum: add `bias[channel]`, then
 /// the activation.
 #[derive(Clone, Copy)]
@@ -206,18 +211,14 @@ fn forward_packed(
     );
     let mut out: Vec<f32> = Vec::with_capacity(total);
     let dst = SharedMut(out.as_mut_ptr());
-    let per = images_per_chunk(g.n);
+    let per = IMAGES_PER_CHUNK_STATELESS;
     for_each_chunk_shared(g.n.div_ceil(per), |c| {
         for b in c * per..((c + 1) * per).min(g.n) {
             Image::with(x, g, b, |img| {
                 // SAFETY: AVX-512 (checked by callers); image b's rows of `out` belong to
                 // this chunk only.
                 unsafe {
-                    let out = dst.get().add(b * pixels * g.cout);
-                    forward_image(img, g, filter, out);
-                    if let Some(e) = epilogue {
-                        finish_image(out, pixels, g.cout, e);
-                    }
+                    forward_image(img, g, filter, epilogue, dst.get().add(b * pixels * g.cout))
                 }
             });
         }
@@ -233,7 +234,23 @@ fn forward_packed(
 /// AVX-512F is present; `out` is valid for the image's `oh * ow * cout` floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn forward_image(img: &Image, g: &Geometry, filter: &PackedFilter, out: *mut f32) {
+unsafe fn forward_image(
+    img: &Image,
+    g: &Geometry,
+    filter: &PackedFilter,
+    epilogue: Option<Epilogue<'_>>,
+    out: *mut f32,
+) {
+    let (bias, relu) = match epilogue {
+        Some(e) => {
+            assert!(
+                e.bias.len() >= g.cout,
+                "bias shorter than the output channels"
+            );
+            (e.bias.as_ptr(), e.activation == FusedActivation::Relu)
+        }
+        None => (std::ptr::null(), false),
+    };
     let taps = g.taps(img.pitch);
     let corner = |oy: usize, ox: usize| {
         ((oy * g.strides[0] * img.pitch + ox * g.strides[1]) * g.cin) as isize
@@ -257,6 +274,12 @@ unsafe fn forward_image(img: &Image, g: &Geometry, filter: &PackedFilter, out: *
                 c: out.add(p0 * g.cout + q * NR),
                 ldc: g.cout,
                 add: false,
+                bias: if bias.is_null() {
+                    bias
+                } else {
+                    bias.add(q * NR)
+                },
+                relu,
             }
             .run_rows(h)
         }
@@ -291,59 +314,25 @@ unsafe fn forward_image(img: &Image, g: &Geometry, filter: &PackedFilter, out: *
                     let rows = std::array::from_fn(|r| corner(oy, ox0 + r.min(h - 1)));
                     tile(rows, h, p0, (a, b + 1));
                 }
-                // The whole window row is padding: zeros.
+                // The whole window row is padding: no taps (sums of zero, then the
+                // epilogue).
                 _ => {
-                    for r in 0..h {
-                        std::ptr::write_bytes(out.add((p0 + r) * g.cout), 0, g.cout);
-                    }
+                    let rows = std::array::from_fn(|r| corner(oy, ox0 + r.min(h - 1)));
+                    tile(rows, h, p0, (0, 0));
                 }
             }
         }
     }
 }
 
-/// Applies `e` to one image's `pixels x cout` outputs at `out`.
-///
-/// # Safety
-/// AVX-512F is present; `out` is valid for `pixels * cout` floats; `e.bias` holds `cout`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn finish_image(out: *mut f32, pixels: usize, cout: usize, e: Epilogue<'_>) {
-    use std::arch::x86_64::*;
-    assert!(
-        e.bias.len() >= cout,
-        "bias shorter than the output channels"
-    );
-    let relu = e.activation == FusedActivation::Relu;
-    for p in 0..pixels {
-        let row = out.add(p * cout);
-        for c0 in (0..cout).step_by(16) {
-            let k: __mmask16 = if cout - c0 >= 16 {
-                0xffff
-            } else {
-                (1u16 << (cout - c0)) - 1
-            };
-            let mut v = _mm512_add_ps(
-                _mm512_maskz_loadu_ps(k, row.add(c0)),
-                _mm512_maskz_loadu_ps(k, e.bias.as_ptr().add(c0)),
-            );
-            if relu {
-                // 0 where v <= 0 (as the relu kernel: NaN kept, -0 becomes 0).
-                let off = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(v, _mm512_setzero_ps());
-                v = _mm512_mask_mov_ps(v, off, _mm512_setzero_ps());
-            }
-            _mm512_mask_storeu_ps(row.add(c0), k, v);
-        }
-    }
-}
-
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn finish_image(_: *mut f32, _: usize, _: usize, _: Epilogue<'_>) {
-    unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn forward_image(_: &Image, _: &Geometry, _: &PackedFilter, _: *mut f32) {
+unsafe fn forward_image(
+    _: &Image,
+    _: &Geometry,
+    _: &PackedFilter,
+    _: Option<Epilogue<'_>>,
+    _: *mut f32,
+) {
     unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
 }
 
@@ -383,7 +372,7 @@ pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d) -> Vec<f3
     let per_image = h * wd * cin;
     let mut dx: Vec<f32> = Vec::with_capacity(n * per_image);
     let dst = SharedMut(dx.as_mut_ptr());
-    let per = images_per_chunk(n);
+    let per = IMAGES_PER_CHUNK_STATELESS;
     thread_local! {
         static Z: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     }
@@ -443,6 +432,8 @@ unsafe fn contributions(
                 c: z.add(p0 * zcols + q * NR),
                 ldc: zcols,
                 add: false,
+                bias: std::ptr::null(),
+                relu: false,
             }
             .run_rows(h)
         }
@@ -598,6 +589,8 @@ unsafe fn filter_grad_image(img: &Image, g: &Geometry, dy: *const f32, grad: *mu
                 c: grad.add(m0 * g.cout + q * NR),
                 ldc: g.cout,
                 add: true,
+                bias: std::ptr::null(),
+                relu: false,
             }
             .run_rows(h)
         }

@@ -207,6 +207,8 @@ unsafe fn block(
                             c: dst.add(i0 * ldc + jb + q * NR),
                             ldc,
                             add,
+                            bias: std::ptr::null(),
+                            relu: false,
                         }
                         .run_rows(h);
                     }
@@ -345,6 +347,10 @@ pub(super) struct Tile<'s> {
     pub c: *mut f32,
     pub ldc: usize,
     pub add: bool,
+    /// A fused convolution's epilogue on the sums before they are stored: `bias[column]`
+    /// added (null: none), then, with `relu`, values `<= 0` set to 0 (NaN kept).
+    pub bias: *const f32,
+    pub relu: bool,
 }
 
 impl Tile<'_> {
@@ -394,6 +400,15 @@ impl Tile<'_> {
             if self.add {
                 x0 = _mm512_add_ps(x0, _mm512_maskz_loadu_ps(m0, cp));
                 x1 = _mm512_add_ps(x1, _mm512_maskz_loadu_ps(m1, cp.add(16)));
+            }
+            if !self.bias.is_null() {
+                x0 = _mm512_add_ps(x0, _mm512_maskz_loadu_ps(m0, self.bias));
+                x1 = _mm512_add_ps(x1, _mm512_maskz_loadu_ps(m1, self.bias.add(16)));
+            }
+            if self.relu {
+                let zero = _mm512_setzero_ps();
+                x0 = _mm512_mask_mov_ps(x0, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(x0, zero), zero);
+                x1 = _mm512_mask_mov_ps(x1, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(x1, zero), zero);
             }
             _mm512_mask_storeu_ps(cp, m0, x0);
             _mm512_mask_storeu_ps(cp.add(16), m1, x1);
