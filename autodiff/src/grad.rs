@@ -38,6 +38,26 @@ fn when(needed: bool, f: impl FnOnce() -> Result<Tensor>) -> Result<Option<Tenso
     }
 }
 
+/// conv2d's input and filter gradients for output gradient `g` (each only when needed):
+/// dx = backprop_input(f, g), df = backprop_filter(x, g).
+fn conv2d_grads(
+    w: &ferroflow_tensor::Window2d,
+    x: &Tensor,
+    f: &Tensor,
+    g: &Tensor,
+    needs: [bool; 2],
+) -> Result<Vec<Option<Tensor>>> {
+    let fs = shape4(f.shape());
+    Ok(vec![
+        when(needs[0], || {
+            Tensor::conv2d_backprop_input(w.input, f, g, w.strides, padding_of(w, fs), w.dilations)
+        })?,
+        when(needs[1], || {
+            x.conv2d_backprop_filter(fs, g, w.strides, padding_of(w, fs), w.dilations)
+        })?,
+    ])
+}
+
 /// `(dx, db) = bias_activation_grad(g, y)` is linear in `g`: dx = g·mask, db = Σ dx over
 /// the leading axes, so d/dg = (gdx + gdb broadcast along the last axis)·mask; `y` enters
 /// only through the mask (zero derivative almost everywhere).
@@ -183,31 +203,7 @@ pub(crate) fn backward(
         Op::Sort { axis, .. } => vec![Some(unpermute(&g, &outputs[1], *axis)?)],
         Op::Copy => vec![Some(g)],
         // conv2d: dx = backprop_input(f, g), df = backprop_filter(x, g).
-        Op::Conv2d(w) => {
-            let f = &inputs[1];
-            let fs = shape4(f.shape());
-            vec![
-                when(need(0), || {
-                    Tensor::conv2d_backprop_input(
-                        w.input,
-                        f,
-                        &g,
-                        w.strides,
-                        padding_of(w, fs),
-                        w.dilations,
-                    )
-                })?,
-                when(need(1), || {
-                    inputs[0].conv2d_backprop_filter(
-                        fs,
-                        &g,
-                        w.strides,
-                        padding_of(w, fs),
-                        w.dilations,
-                    )
-                })?,
-            ]
-        }
+        Op::Conv2d(w) => conv2d_grads(w, &inputs[0], &inputs[1], &g, [need(0), need(1)])?,
         // y = act(conv2d(x, f) + b): the gradient through the activation (ReLU: where y > 0,
         // i.e. where its input was positive), then conv2d's and a bias add's.
         Op::FusedConv2d(w, activation) => {
@@ -219,30 +215,9 @@ pub(crate) fn backward(
                 FusedActivation::Linear => (g, None),
                 FusedActivation::Relu => (g.relu_grad(y)?, None),
             };
-            let f = &inputs[1];
-            let fs = shape4(f.shape());
-            vec![
-                when(need(0), || {
-                    Tensor::conv2d_backprop_input(
-                        w.input,
-                        f,
-                        &g,
-                        w.strides,
-                        padding_of(w, fs),
-                        w.dilations,
-                    )
-                })?,
-                when(need(1), || {
-                    inputs[0].conv2d_backprop_filter(
-                        fs,
-                        &g,
-                        w.strides,
-                        padding_of(w, fs),
-                        w.dilations,
-                    )
-                })?,
-                db,
-            ]
+            let mut grads = conv2d_grads(w, &inputs[0], &inputs[1], &g, [need(0), need(1)])?;
+            grads.push(db);
+            grads
         }
         // backprop_input(f, dy) is linear in each: d/df = backprop_filter(g, dy), d/ddy = conv2d(g, f).
         Op::Conv2dBackpropInput(w) => {

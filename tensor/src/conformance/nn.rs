@@ -60,6 +60,28 @@ fn dot_abs(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(p, q)| (p * q).abs()).sum()
 }
 
+/// A geometry's padding, window and filter shape, with random input and filter values
+/// quantized to `dtype`.
+fn conv_case(
+    g: &Geometry,
+    dtype: DType,
+    seed: u64,
+) -> (Padding, Window2d, [usize; 4], RefArray, RefArray) {
+    let pad = if g.same {
+        Padding::Same
+    } else {
+        Padding::Valid
+    };
+    let w = Window2d::resolve(g.x, g.k, g.strides, g.dilations, pad);
+    let fshape = [g.k[0], g.k[1], g.x[3], g.cout];
+    let xs = RefArray::new(&g.x, quantize(dtype, &values(g.x.iter().product(), seed)));
+    let fs = RefArray::new(
+        &fshape,
+        quantize(dtype, &values(fshape.iter().product(), seed ^ 1)),
+    );
+    (pad, w, fshape, xs, fs)
+}
+
 /// conv2d forward vs the reference, and both backprop kernels by the adjoint identities.
 pub fn conv2d(device: &Device) {
     let floats = supported(device, &FLOATS);
@@ -68,18 +90,7 @@ pub fn conv2d(device: &Device) {
         (geometry(), 0..floats.len(), any::<u64>(), view_kind()),
         |(g, di, seed, view)| {
             let dtype = floats[di];
-            let pad = if g.same {
-                Padding::Same
-            } else {
-                Padding::Valid
-            };
-            let w = Window2d::resolve(g.x, g.k, g.strides, g.dilations, pad);
-            let fshape = [g.k[0], g.k[1], g.x[3], g.cout];
-            let xs = RefArray::new(&g.x, quantize(dtype, &values(g.x.iter().product(), seed)));
-            let fs = RefArray::new(
-                &fshape,
-                quantize(dtype, &values(fshape.iter().product(), seed ^ 1)),
-            );
+            let (pad, w, fshape, xs, fs) = conv_case(&g, dtype, seed);
             let (x, f) = (
                 ok("x", make_tensor(device, dtype, &xs, view))?,
                 ok("f", make_tensor(device, dtype, &fs, ViewKind::Contiguous))?,
@@ -218,18 +229,7 @@ fn conv2d_large(device: &Device) {
 pub fn fused_conv2d(device: &Device) {
     let floats = supported(device, &FLOATS);
     let case = |dtype: DType, g: &Geometry, activation: FusedActivation, seed: u64, view| {
-        let pad = if g.same {
-            Padding::Same
-        } else {
-            Padding::Valid
-        };
-        let w = Window2d::resolve(g.x, g.k, g.strides, g.dilations, pad);
-        let fshape = [g.k[0], g.k[1], g.x[3], g.cout];
-        let xs = RefArray::new(&g.x, quantize(dtype, &values(g.x.iter().product(), seed)));
-        let fs = RefArray::new(
-            &fshape,
-            quantize(dtype, &values(fshape.iter().product(), seed ^ 1)),
-        );
+        let (pad, w, _, xs, fs) = conv_case(g, dtype, seed);
         let bs = RefArray::new(&[g.cout], quantize(dtype, &values(g.cout, seed ^ 2)));
         let (x, f, b) = (
             ok("x", make_tensor(device, dtype, &xs, view))?,

@@ -26,6 +26,18 @@ fn nhwc(op: &'static str, t: &Tensor) -> Result<[usize; 4]> {
     }
 }
 
+/// Errs with `DTypeMismatch` naming the first of `others` whose dtype differs from `x`'s.
+fn same_dtype(op: &'static str, x: &Tensor, others: &[&Tensor]) -> Result<()> {
+    match others.iter().find(|o| o.dtype() != x.dtype()) {
+        Some(o) => Err(Error::DTypeMismatch {
+            op,
+            lhs: x.dtype(),
+            rhs: o.dtype(),
+        }),
+        None => Ok(()),
+    }
+}
+
 fn check_positive(op: &'static str, what: &str, v: [usize; 2]) -> Result<()> {
     if v.contains(&0) {
         return Err(Error::invalid(
@@ -74,13 +86,7 @@ impl Tensor {
         dilations: [usize; 2],
     ) -> Result<Tensor> {
         let x = nhwc("conv2d", self)?;
-        if filter.dtype() != self.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "conv2d",
-                lhs: self.dtype(),
-                rhs: filter.dtype(),
-            });
-        }
+        same_dtype("conv2d", self, &[filter])?;
         let w = conv_window(x, filter.shape(), strides, padding, dilations)?;
         let shape = [x[0], w.output[0], w.output[1], filter.shape()[3]];
         dispatch(
@@ -124,15 +130,7 @@ impl Tensor {
         dilations: [usize; 2],
     ) -> Result<Tensor> {
         let x = nhwc("fused_conv2d", self)?;
-        for other in [filter, bias] {
-            if other.dtype() != self.dtype() {
-                return Err(Error::DTypeMismatch {
-                    op: "fused_conv2d",
-                    lhs: self.dtype(),
-                    rhs: other.dtype(),
-                });
-            }
-        }
+        same_dtype("fused_conv2d", self, &[filter, bias])?;
         let w = conv_window(x, filter.shape(), strides, padding, dilations)?;
         let cout = filter.shape()[3];
         if bias.shape() != [cout] {
@@ -207,13 +205,7 @@ impl Tensor {
                 expected: "a float dtype",
             });
         }
-        if y.dtype() != self.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: OP,
-                lhs: self.dtype(),
-                rhs: y.dtype(),
-            });
-        }
+        same_dtype(OP, self, &[y])?;
         if y.shape() != self.shape() || self.rank() == 0 {
             return Err(Error::ShapeMismatch {
                 op: OP,
@@ -262,13 +254,7 @@ impl Tensor {
         dilations: [usize; 2],
     ) -> Result<Tensor> {
         let dy_shape = nhwc("conv2d_backprop_input", dy)?;
-        if filter.dtype() != dy.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "conv2d_backprop_input",
-                lhs: filter.dtype(),
-                rhs: dy.dtype(),
-            });
-        }
+        same_dtype("conv2d_backprop_input", filter, &[dy])?;
         let w = conv_window(input_shape, filter.shape(), strides, padding, dilations)?;
         let expected = [input_shape[0], w.output[0], w.output[1], filter.shape()[3]];
         if dy_shape != expected {
@@ -308,13 +294,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         let x = nhwc("conv2d_backprop_filter", self)?;
         let dy_shape = nhwc("conv2d_backprop_filter", dy)?;
-        if self.dtype() != dy.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "conv2d_backprop_filter",
-                lhs: self.dtype(),
-                rhs: dy.dtype(),
-            });
-        }
+        same_dtype("conv2d_backprop_filter", self, &[dy])?;
         let w = conv_window(x, &filter_shape, strides, padding, dilations)?;
         let expected = [x[0], w.output[0], w.output[1], filter_shape[3]];
         if dy_shape != expected {
@@ -413,13 +393,7 @@ impl Tensor {
                 rhs: dy.shape().to_vec(),
             });
         }
-        if dy.dtype() != self.dtype() {
-            return Err(Error::DTypeMismatch {
-                op,
-                lhs: self.dtype(),
-                rhs: dy.dtype(),
-            });
-        }
+        same_dtype(op, self, &[dy])?;
         Ok(())
     }
 
