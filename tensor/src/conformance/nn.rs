@@ -458,12 +458,17 @@ fn reference_max_pool_grad(x: &[f64], dys: &[f64], g: &Geometry, w: &Window2d) -
                     let mut best: Option<(f64, usize)> = None;
                     for ky in 0..k[0] {
                         for kx in 0..k[1] {
-                            let iy = (oy * g.strides[0] + ky) as isize - w.pad_before[0] as isize;
-                            let ix = (ox * g.strides[1] + kx) as isize - w.pad_before[1] as isize;
-                            if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
+                            let Some((iy, ix)) = reference::window_tap(
+                                [oy, ox],
+                                [ky, kx],
+                                g.strides,
+                                [1, 1],
+                                w.pad_before,
+                                [h, wd],
+                            ) else {
                                 continue;
-                            }
-                            let p = ((b * h + iy as usize) * wd + ix as usize) * c + ch;
+                            };
+                            let p = ((b * h + iy) * wd + ix) * c + ch;
                             if best.is_none_or(|(v, _)| x[p] > v) {
                                 best = Some((x[p], p));
                             }

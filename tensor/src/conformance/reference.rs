@@ -236,14 +236,13 @@ pub fn conv2d(
                     let mut acc = 0.0;
                     for ky in 0..kh {
                         for kx in 0..kw {
-                            let iy = (oy * strides[0] + ky * dil[0]) as isize - pad[0] as isize;
-                            let ix = (ox * strides[1] + kx * dil[1]) as isize - pad[1] as isize;
-                            if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                            let Some((iy, ix)) =
+                                window_tap([oy, ox], [ky, kx], strides, dil, pad, [h, w])
+                            else {
                                 continue;
-                            }
+                            };
                             for ci in 0..cin {
-                                acc += x.at(&[b, iy as usize, ix as usize, ci])
-                                    * f.at(&[ky, kx, ci, co]);
+                                acc += x.at(&[b, iy, ix, ci]) * f.at(&[ky, kx, ci, co]);
                             }
                         }
                     }
@@ -253,6 +252,24 @@ pub fn conv2d(
         }
     }
     RefArray::new(&[n, out_hw[0], out_hw[1], cout], out)
+}
+
+/// The input position `(iy, ix)` that output `o` of a window op (convolution, pooling)
+/// reads at tap `t`, or `None` in the padding.
+pub fn window_tap(
+    o: [usize; 2],
+    t: [usize; 2],
+    strides: [usize; 2],
+    dil: [usize; 2],
+    pad: [usize; 2],
+    hw: [usize; 2],
+) -> Option<(usize, usize)> {
+    let at = |a: usize| {
+        (o[a] * strides[a] + t[a] * dil[a])
+            .checked_sub(pad[a])
+            .filter(|&i| i < hw[a])
+    };
+    Some((at(0)?, at(1)?))
 }
 
 /// The gradients of [`conv2d`] for an output gradient `dy`: `(dx, dfilter)`, summed tap by
@@ -275,12 +292,12 @@ pub fn conv2d_backprop(
             for ox in 0..ow {
                 for ky in 0..kh {
                     for kx in 0..kw {
-                        let iy = (oy * strides[0] + ky * dil[0]) as isize - pad[0] as isize;
-                        let ix = (ox * strides[1] + kx * dil[1]) as isize - pad[1] as isize;
-                        if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                        let Some((iy, ix)) =
+                            window_tap([oy, ox], [ky, kx], strides, dil, pad, [h, w])
+                        else {
                             continue;
-                        }
-                        let xi = ((b * h + iy as usize) * w + ix as usize) * cin;
+                        };
+                        let xi = ((b * h + iy) * w + ix) * cin;
                         let fi = (ky * kw + kx) * cin * cout;
                         let di = ((b * oh + oy) * ow + ox) * cout;
                         for ci in 0..cin {
@@ -316,12 +333,12 @@ pub fn pool2d(
                     let (mut acc, mut cnt) = (if max { f64::NEG_INFINITY } else { 0.0 }, 0);
                     for ky in 0..k[0] {
                         for kx in 0..k[1] {
-                            let iy = (oy * strides[0] + ky) as isize - pad[0] as isize;
-                            let ix = (ox * strides[1] + kx) as isize - pad[1] as isize;
-                            if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                            let Some((iy, ix)) =
+                                window_tap([oy, ox], [ky, kx], strides, [1, 1], pad, [h, w])
+                            else {
                                 continue;
-                            }
-                            let v = x.at(&[b, iy as usize, ix as usize, ch]);
+                            };
+                            let v = x.at(&[b, iy, ix, ch]);
                             cnt += 1;
                             acc = if max { acc.max(v) } else { acc + v };
                         }

@@ -26,7 +26,7 @@ pub(crate) fn available() -> bool {
 
 /// A convolution's shape: `[n, h, w, cin]` in, `[n, oh, ow, cout]` out.
 #[derive(Clone, Copy)]
-struct Geometry {
+pub(super) struct Geometry {
     n: usize,
     h: usize,
     w: usize,
@@ -41,7 +41,7 @@ struct Geometry {
 }
 
 impl Geometry {
-    fn of(w: &Window2d, cout: usize) -> Geometry {
+    pub(super) fn of(w: &Window2d, cout: usize) -> Geometry {
         Geometry {
             n: w.input[0],
             h: w.input[1],
@@ -67,7 +67,7 @@ impl Geometry {
     }
 
     /// True when windows never leave the image (no padded copy needed).
-    fn inside(&self) -> bool {
+    pub(super) fn inside(&self) -> bool {
         let (eh, ew) = self.extent();
         self.pad_before == [0, 0] && eh <= self.h && ew <= self.w
     }
@@ -195,39 +195,6 @@ pub(crate) struct Epilogue<'a> {
     pub(crate) activation: FusedActivation,
 }
 
-/// `[n, oh, ow, cout]` = the convolution of `x` with a packed filter, each image's outputs
-/// finished by `epilogue` while they are in cache.
-fn forward_packed(
-    x: &[f32],
-    g: &Geometry,
-    filter: &PackedFilter,
-    epilogue: Option<Epilogue<'_>>,
-) -> Vec<f32> {
-    let pixels = g.oh * g.ow;
-    let total = g.n * pixels * g.cout;
-    assert!(
-        x.len() >= g.n * g.h * g.w * g.cin && filter.k == g.kernel[0] * g.kernel[1] * g.cin,
-        "conv operands smaller than their shapes"
-    );
-    let mut out: Vec<f32> = Vec::with_capacity(total);
-    let dst = SharedMut(out.as_mut_ptr());
-    let per = IMAGES_PER_CHUNK_STATELESS;
-    for_each_chunk_shared(g.n.div_ceil(per), |c| {
-        for b in c * per..((c + 1) * per).min(g.n) {
-            Image::with(x, g, b, |img| {
-                // SAFETY: AVX-512 (checked by callers); image b's rows of `out` belong to
-                // this chunk only.
-                unsafe {
-                    forward_image(img, g, filter, epilogue, dst.get().add(b * pixels * g.cout))
-                }
-            });
-        }
-    });
-    // SAFETY: every image's tiles wrote all of its pixels' channels.
-    unsafe { out.set_len(total) };
-    out
-}
-
 /// The output pixels of one image, `[oh * ow, cout]` at `out`.
 ///
 /// # Safety
@@ -346,9 +313,31 @@ pub(crate) fn forward(
     cout: usize,
     epilogue: Option<Epilogue<'_>>,
 ) -> Vec<f32> {
-    let g = Geometry::of(w, cout);
-    let k = g.kernel[0] * g.kernel[1] * g.cin;
-    forward_packed(x, &g, &PackedFilter::new(filter, k, cout), epilogue)
+    let g = &Geometry::of(w, cout);
+    let filter = &PackedFilter::new(filter, g.kernel[0] * g.kernel[1] * g.cin, cout);
+    let pixels = g.oh * g.ow;
+    let total = g.n * pixels * g.cout;
+    assert!(
+        x.len() >= g.n * g.h * g.w * g.cin,
+        "conv operands smaller than their shapes"
+    );
+    let mut out: Vec<f32> = Vec::with_capacity(total);
+    let dst = SharedMut(out.as_mut_ptr());
+    let per = IMAGES_PER_CHUNK_STATELESS;
+    for_each_chunk_shared(g.n.div_ceil(per), |c| {
+        for b in c * per..((c + 1) * per).min(g.n) {
+            Image::with(x, g, b, |img| {
+                // SAFETY: AVX-512 (checked by callers); image b's rows of `out` belong to
+                // this chunk only.
+                unsafe {
+                    forward_image(img, g, filter, epilogue, dst.get().add(b * pixels * g.cout))
+                }
+            });
+        }
+    });
+    // SAFETY: every image's tiles wrote all of its pixels' channels.
+    unsafe { out.set_len(total) };
+    out
 }
 
 /// The input gradient `[n, h, w, cin]` of `conv2d` (any strides, dilations, padding) for

@@ -8,6 +8,7 @@
 //! their taps; overlapping windows add to them.
 
 use super::conv::for_windows;
+use super::f32_conv::Geometry;
 use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::Window2d;
 
@@ -45,12 +46,8 @@ struct Windows {
 
 impl Windows {
     fn new(w: &Window2d) -> Windows {
-        let [_, h, wd, c] = w.input;
-        let [oh, ow] = w.output;
-        let reach = |o: usize, s: usize, k: usize| (o.max(1) - 1) * s + k;
-        let inside = w.pad_before == [0, 0]
-            && reach(oh, w.strides[0], w.kernel[0]) <= h
-            && reach(ow, w.strides[1], w.kernel[1]) <= wd;
+        let [_, _, wd, c] = w.input;
+        let inside = Geometry::of(w, c).inside();
         let fixed = inside.then(|| {
             let mut v = Vec::with_capacity(w.kernel[0] * w.kernel[1]);
             for ky in 0..w.kernel[0] {
