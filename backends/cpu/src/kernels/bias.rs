@@ -160,13 +160,12 @@ fn grad_half<H: Half + Send + Sync>(
                 widen_range(g, r0 * c, r1 * c),
                 widen_range(y, r0 * c, r1 * c),
             );
-            let mut wide = vec![std::mem::MaybeUninit::<f32>::uninit(); gw.len()];
-            grad_rows(&gw, &yw, c, relu, &mut wide, sum);
-            // SAFETY: grad_rows wrote every element of `wide`.
-            let wide: Vec<f32> = wide
-                .into_iter()
-                .map(|v| unsafe { v.assume_init() })
-                .collect();
+            let mut wide = vec![0f32; gw.len()];
+            // SAFETY: MaybeUninit<f32> has f32's layout; grad_rows only writes through it.
+            let view = unsafe {
+                &mut *(wide.as_mut_slice() as *mut [f32] as *mut [std::mem::MaybeUninit<f32>])
+            };
+            grad_rows(&gw, &yw, c, relu, view, sum);
             let mut narrow = vec![H::default(); wide.len()];
             H::narrow_into(&wide, &mut narrow);
             for (d, v) in dst.iter_mut().zip(narrow) {
