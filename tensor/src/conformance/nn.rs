@@ -159,8 +159,15 @@ fn conv2d_large(device: &Device) {
         [usize; 2],
         Padding,
     );
-    let cases: [Case; 6] = [
+    let cases: [Case; 10] = [
         ([3, 13, 13, 32], [3, 3], 64, [1, 1], [1, 1], Padding::Valid),
+        // 3x3 at stride 1 with many channels (CPU: the Winograd kernels): outputs that are
+        // and are not multiples of its 4x4 tiles, smaller than one tile, SAME and VALID,
+        // channel counts off the 16-lane groups, images over several chunks.
+        ([2, 9, 7, 20], [3, 3], 33, [1, 1], [1, 1], Padding::Same),
+        ([1, 6, 5, 17], [3, 3], 16, [1, 1], [1, 1], Padding::Valid),
+        ([2, 3, 4, 16], [3, 3], 16, [1, 1], [1, 1], Padding::Same),
+        ([9, 10, 10, 16], [3, 3], 20, [1, 1], [1, 1], Padding::Valid),
         ([2, 28, 28, 1], [3, 3], 32, [1, 1], [1, 1], Padding::Valid),
         ([2, 9, 7, 5], [3, 3], 40, [1, 1], [1, 1], Padding::Same),
         ([2, 10, 11, 3], [3, 2], 9, [2, 2], [1, 1], Padding::Same),

@@ -137,18 +137,18 @@ impl Image {
 }
 
 /// A `[k, cout]` row-major matrix packed into panels of `NR` columns (`k x NR` each).
-struct PackedFilter {
+pub(super) struct PackedFilter {
     data: Vec<f32>,
     k: usize,
 }
 
 impl PackedFilter {
-    fn new(f: &[f32], k: usize, cout: usize) -> PackedFilter {
+    pub(super) fn new(f: &[f32], k: usize, cout: usize) -> PackedFilter {
         PackedFilter::strided(f, k, cout, (cout as isize, 1))
     }
 
     /// A `[k, n]` matrix whose element `(p, j)` is `f[p·rs + j·cs]`.
-    fn strided(f: &[f32], k: usize, n: usize, (rs, cs): (isize, isize)) -> PackedFilter {
+    pub(super) fn strided(f: &[f32], k: usize, n: usize, (rs, cs): (isize, isize)) -> PackedFilter {
         let last = (k.max(1) - 1) as isize * rs + (n.max(1) - 1) as isize * cs;
         assert!(
             k * n == 0 || (rs >= 0 && cs >= 0 && (last as usize) < f.len()),
@@ -172,7 +172,7 @@ impl PackedFilter {
         PackedFilter { data, k }
     }
 
-    fn panel(&self, q: usize) -> *const f32 {
+    pub(super) fn panel(&self, q: usize) -> *const f32 {
         self.data[q * self.k * NR..].as_ptr()
     }
 }
@@ -313,6 +313,9 @@ pub(crate) fn forward(
     cout: usize,
     epilogue: Option<Epilogue<'_>>,
 ) -> Vec<f32> {
+    if super::f32_winograd::suits(w, cout) {
+        return super::f32_winograd::forward(x, filter, w, cout, epilogue);
+    }
     let g = &Geometry::of(w, cout);
     let filter = &PackedFilter::new(filter, g.kernel[0] * g.kernel[1] * g.cin, cout);
     let pixels = g.oh * g.ow;
@@ -350,6 +353,9 @@ pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d) -> Vec<f3
     let [n, h, wd, cin] = w.input;
     let taps = w.kernel[0] * w.kernel[1];
     let cout = filter.len() / (taps * cin).max(1);
+    if super::f32_winograd::suits(w, cout) {
+        return super::f32_winograd::backprop_input(filter, dy, w, cout);
+    }
     let pixels = w.output[0] * w.output[1];
     let zcols = taps * cin;
     assert!(
@@ -509,6 +515,9 @@ unsafe fn gather_windows(_: &[f32], _: &Window2d, _: *mut f32) {
 /// channels accumulate over the image's pixels; chunks of images sum into their own
 /// partial gradient, added up at the end.
 pub(crate) fn backprop_filter(x: &[f32], dy: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
+    if super::f32_winograd::suits(w, cout) {
+        return super::f32_winograd::backprop_filter(x, dy, w, cout);
+    }
     let g = Geometry::of(w, cout);
     let rows = g.kernel[0] * g.kernel[1] * g.cin;
     let pixels = g.oh * g.ow;

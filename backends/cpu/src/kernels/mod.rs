@@ -8,6 +8,7 @@ pub(crate) mod conv;
 pub(crate) mod f32_conv;
 pub(crate) mod f32_gemm;
 pub(crate) mod f32_pool;
+pub(crate) mod f32_winograd;
 pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod matmul;

@@ -1,0 +1,725 @@
+//! Winograd F(4x4, 3x3) float32 convolutions on AVX-512: 3x3 filters at stride 1 (the body
+//! of most CNNs), forward and both gradients.
+//!
+//! A 4x4 block of outputs (a *tile*) reads a 6x6 patch `d` of input. With the patch
+//! transformed as `V = Bᵀ d B`, each filter as `U = G g Gᵀ` and `Y = Aᵀ M A`, the
+//! convolution of a patch is, at each of the 36 transformed positions ξ, a sum over input
+//! channels of products: `M[ξ] = V[ξ] · U[ξ]`, a `[tiles, cin] · [cin, cout]` matrix
+//! product per position on the register tiles of [`super::f32_gemm`]. That is 2.25
+//! multiply-adds per output and input channel where the direct convolution takes 9 (the
+//! edge tiles of an output whose size is not a multiple of 4 waste a part).
+//!
+//! The gradients are the same three linear maps in reverse:
+//! - input: `dM = A dY Aᵀ`, `dV[ξ] = dM[ξ] · U[ξ]ᵀ`, `dd = B dV Bᵀ` added into the patch
+//!   (neighbouring patches overlap by two pixels);
+//! - filter: `dU[ξ] = Σ V[ξ]ᵀ · dM[ξ]` over every tile of every image, then `dg = Gᵀ dU G`
+//!   once.
+//!
+//! The matrices are those of Lavin & Gray (2016), written out below; the 1-D transforms
+//! apply them with their zeros and ±1 folded away at compile time. A chunk of a few images
+//! (enough tiles for full register tiles) is transformed into thread-local buffers that
+//! stay in L2.
+
+use super::f32_conv::{Epilogue, PackedFilter};
+use super::f32_gemm::{column_masks, Tile, MR, NR};
+use crate::simd::{for_each_chunk_shared, SharedMut};
+use ferroflow_tensor::{FusedActivation, Window2d};
+use std::cell::RefCell;
+
+/// Outputs per tile side.
+const TILE: usize = 4;
+/// Inputs per patch side.
+const PATCH: usize = TILE + 2;
+/// Transformed positions ξ per tile.
+const POSITIONS: usize = PATCH * PATCH;
+
+/// `Bᵀ`: input patch transform.
+const BT: [[f32; PATCH]; PATCH] = [
+    [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+    [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+    [0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+    [0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+    [0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+    [0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+];
+/// `G`: filter transform.
+const G: [[f32; 3]; PATCH] = [
+    [1.0 / 4.0, 0.0, 0.0],
+    [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+    [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+    [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+    [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+    [0.0, 0.0, 1.0],
+];
+/// `Aᵀ`: output transform.
+const AT: [[f32; PATCH]; TILE] = [
+    [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+    [0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
+    [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+    [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
+];
+const B: [[f32; PATCH]; PATCH] = transpose(BT);
+const A: [[f32; TILE]; PATCH] = transpose(AT);
+const GT: [[f32; PATCH]; 3] = transpose(G);
+
+const fn transpose<T: Copy, const R: usize, const C: usize>(m: [[T; C]; R]) -> [[T; R]; C] {
+    let mut t = [[m[0][0]; R]; C];
+    let mut r = 0;
+    while r < R {
+        let mut c = 0;
+        while c < C {
+            t[c][r] = m[r][c];
+            c += 1;
+        }
+        r += 1;
+    }
+    t
+}
+
+/// Fewest input and output channels for which the transforms pay for themselves (the first
+/// layer of an image model, one to three channels, stays direct).
+const MIN_CHANNELS: usize = 16;
+/// Most `cin · cout` (the filter gradient keeps a `36 x cin x cout` partial sum per chunk).
+const MAX_CHANNEL_PAIRS: usize = 64 * 128;
+/// Most bytes of one image's transformed input and output (`36 x tiles x (cin + cout)`
+/// floats): beyond this they would not stay in L2 and the direct kernels do better.
+const MAX_IMAGE_BYTES: usize = 1 << 20;
+/// Tiles a chunk gathers from its images before the products (full 8-row register tiles;
+/// more would leave L2).
+const CHUNK_TILES: usize = 32;
+
+/// Whether [`forward`], [`backprop_input`] and [`backprop_filter`] take this convolution.
+pub(crate) fn suits(w: &Window2d, cout: usize) -> bool {
+    let plan = Plan::of(w, cout);
+    super::f32_conv::available()
+        && w.kernel == [3, 3]
+        && w.strides == [1, 1]
+        && w.dilations == [1, 1]
+        && plan.cin >= MIN_CHANNELS
+        && cout >= MIN_CHANNELS
+        && plan.cin * cout <= MAX_CHANNEL_PAIRS
+        && POSITIONS * plan.tiles * (plan.cin + cout) * 4 <= MAX_IMAGE_BYTES
+}
+
+/// One convolution's sizes: `[n, h, w, cin]` in, `[n, oh, ow, cout]` out, `th x tw` tiles
+/// per image, `images` images per chunk.
+#[derive(Clone, Copy)]
+struct Plan {
+    n: usize,
+    h: usize,
+    w: usize,
+    cin: usize,
+    cout: usize,
+    oh: usize,
+    ow: usize,
+    pad: [usize; 2],
+    th: usize,
+    tw: usize,
+    tiles: usize,
+    images: usize,
+}
+
+impl Plan {
+    fn of(w: &Window2d, cout: usize) -> Plan {
+        let [n, h, wd, cin] = w.input;
+        let [oh, ow] = w.output;
+        let (th, tw) = (oh.div_ceil(TILE), ow.div_ceil(TILE));
+        let tiles = (th * tw).max(1);
+        Plan {
+            n,
+            h,
+            w: wd,
+            cin,
+            cout,
+            oh,
+            ow,
+            pad: w.pad_before,
+            th,
+            tw,
+            tiles,
+            images: CHUNK_TILES.div_ceil(tiles),
+        }
+    }
+
+    /// The images of chunk `c`.
+    fn chunk(&self, c: usize) -> std::ops::Range<usize> {
+        c * self.images..((c + 1) * self.images).min(self.n)
+    }
+
+    fn chunks(&self) -> usize {
+        self.n.div_ceil(self.images)
+    }
+}
+
+/// `U = G g Gᵀ` of every filter `g` (`[3, 3, cin, cout]`): `[36, cin, cout]`.
+fn filter_transform(filter: &[f32], cin: usize, cout: usize) -> Vec<f32> {
+    assert!(
+        filter.len() >= 9 * cin * cout,
+        "filter smaller than its shape"
+    );
+    let mut u = vec![0f32; POSITIONS * cin * cout];
+    // SAFETY: AVX-512 (suits checked it); sizes checked above.
+    unsafe { filter_transforms(&G, filter.as_ptr(), u.as_mut_ptr(), cin, cout) };
+    u
+}
+
+/// `dg = Gᵀ dU G` of every transformed filter gradient (`[36, cin, cout]`):
+/// `[3, 3, cin, cout]`.
+fn filter_gradient_inverse(du: &[f32], cin: usize, cout: usize) -> Vec<f32> {
+    assert!(du.len() >= POSITIONS * cin * cout);
+    let mut dg = vec![0f32; 9 * cin * cout];
+    // SAFETY: AVX-512 (suits checked it); sizes checked above.
+    unsafe { filter_transforms(&GT, du.as_ptr(), dg.as_mut_ptr(), cin, cout) };
+    dg
+}
+
+/// `m · f · mᵀ` for every (input, output) channel pair of `from` (`[I, I, cin, cout]`)
+/// into `to` (`[O, O, cin, cout]`), 16 output channels at a time.
+///
+/// # Safety
+/// AVX-512F is present; `from` and `to` hold their shapes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn filter_transforms<const I: usize, const O: usize>(
+    m: &[[f32; I]; O],
+    from: *const f32,
+    to: *mut f32,
+    cin: usize,
+    cout: usize,
+) {
+    use std::arch::x86_64::*;
+    for ci in 0..cin {
+        for c0 in (0..cout).step_by(16) {
+            let k = channel_mask(cout, c0);
+            let mut f = [[_mm512_setzero_ps(); I]; I];
+            for (t, value) in f.as_flattened_mut().iter_mut().enumerate() {
+                *value = _mm512_maskz_loadu_ps(k, from.add((t * cin + ci) * cout + c0));
+            }
+            let transformed = transforms::two_d(m, &f);
+            for (t, &value) in transformed.as_flattened().iter().enumerate() {
+                _mm512_mask_storeu_ps(to.add((t * cin + ci) * cout + c0), k, value);
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// A thread's buffers for the chunk it works on: transformed input (or output
+    /// gradient), their products, and the input gradient's padded accumulator.
+    static BUFFERS: RefCell<[Vec<f32>; 3]> = const { RefCell::new([Vec::new(), Vec::new(), Vec::new()]) };
+}
+
+/// `conv2d(x, filter)` for a convolution [`suits`] accepts, with an optional fused bias
+/// and activation.
+pub(crate) fn forward(
+    x: &[f32],
+    filter: &[f32],
+    w: &Window2d,
+    cout: usize,
+    epilogue: Option<Epilogue<'_>>,
+) -> Vec<f32> {
+    let p = &Plan::of(w, cout);
+    assert!(
+        x.len() >= p.n * p.h * p.w * p.cin,
+        "conv operands smaller than their shapes"
+    );
+    if let Some(e) = epilogue {
+        assert!(
+            e.bias.len() >= cout,
+            "bias shorter than the output channels"
+        );
+    }
+    let u = filter_transform(filter, p.cin, cout);
+    let packed: Vec<PackedFilter> = (0..POSITIONS)
+        .map(|xi| PackedFilter::new(&u[xi * p.cin * cout..], p.cin, cout))
+        .collect();
+    let (per_in, per_out) = (p.h * p.w * p.cin, p.oh * p.ow * cout);
+    let mut out: Vec<f32> = Vec::with_capacity(p.n * per_out);
+    let dst = SharedMut(out.as_mut_ptr());
+    for_each_chunk_shared(p.chunks(), |c| {
+        let images = p.chunk(c);
+        let rows = images.len() * p.tiles;
+        BUFFERS.with_borrow_mut(|[v, m, _]| {
+            v.resize(POSITIONS * rows * p.cin, 0.0);
+            m.resize(POSITIONS * rows * cout, 0.0);
+            // SAFETY: AVX-512 (suits checked it); the chunk's images lie in x (checked
+            // above); the buffers hold the chunk's transformed values; the chunk's images'
+            // part of `out` belongs to this chunk only.
+            unsafe {
+                for (i, b) in images.clone().enumerate() {
+                    input_transform(p, x.as_ptr().add(b * per_in), v, (rows, i * p.tiles));
+                }
+                products(rows, v, p.cin, &packed, cout, m.as_mut_ptr());
+                for (i, b) in images.enumerate() {
+                    let first = i * p.tiles;
+                    output_transform(p, m, (rows, first), epilogue, dst.get().add(b * per_out));
+                }
+            }
+        })
+    });
+    // SAFETY: every image's output transform wrote all of its pixels.
+    unsafe { out.set_len(p.n * per_out) };
+    out
+}
+
+/// The input gradient `[n, h, w, cin]` of a convolution [`suits`] accepts.
+pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
+    let p = &Plan::of(w, cout);
+    assert!(
+        dy.len() >= p.n * p.oh * p.ow * cout,
+        "conv operands smaller than their shapes"
+    );
+    let u = filter_transform(filter, p.cin, cout);
+    // U[ξ]ᵀ: [cout, cin], element (j, c) = u[ξ][c][j].
+    let packed: Vec<PackedFilter> = (0..POSITIONS)
+        .map(|xi| PackedFilter::strided(&u[xi * p.cin * cout..], cout, p.cin, (1, cout as isize)))
+        .collect();
+    let (per_in, per_out) = (p.h * p.w * p.cin, p.oh * p.ow * cout);
+    let mut dx: Vec<f32> = Vec::with_capacity(p.n * per_in);
+    let dst = SharedMut(dx.as_mut_ptr());
+    for_each_chunk_shared(p.chunks(), |c| {
+        let images = p.chunk(c);
+        let rows = images.len() * p.tiles;
+        BUFFERS.with_borrow_mut(|[dm, dv, patches]| {
+            dm.resize(POSITIONS * rows * cout, 0.0);
+            dv.resize(POSITIONS * rows * p.cin, 0.0);
+            // SAFETY: AVX-512 (suits checked it); the chunk's gradients lie in dy (checked
+            // above); the buffers hold the chunk's values; the chunk's images' part of dx
+            // belongs to this chunk only.
+            unsafe {
+                for (i, b) in images.clone().enumerate() {
+                    let first = i * p.tiles;
+                    output_gradient_transform(p, dy.as_ptr().add(b * per_out), dm, (rows, first));
+                }
+                products(rows, dm, cout, &packed, p.cin, dv.as_mut_ptr());
+                for (i, b) in images.enumerate() {
+                    let first = i * p.tiles;
+                    input_gradient_transform(
+                        p,
+                        dv,
+                        (rows, first),
+                        patches,
+                        dst.get().add(b * per_in),
+                    );
+                }
+            }
+        })
+    });
+    // SAFETY: every image's input gradient transform wrote all of its pixels.
+    unsafe { dx.set_len(p.n * per_in) };
+    dx
+}
+
+/// The filter gradient `[3, 3, cin, cout]` of a convolution [`suits`] accepts.
+pub(crate) fn backprop_filter(x: &[f32], dy: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
+    let p = &Plan::of(w, cout);
+    assert!(
+        x.len() >= p.n * p.h * p.w * p.cin && dy.len() >= p.n * p.oh * p.ow * cout,
+        "conv operands smaller than their shapes"
+    );
+    let partial_len = POSITIONS * p.cin * cout;
+    // Two groups of chunks per thread: each group keeps its own transformed gradient sum.
+    let per_group = p.chunks().div_ceil(2 * rayon::current_num_threads()).max(1);
+    let groups = p.chunks().div_ceil(per_group).max(1);
+    let mut partials = vec![0f32; groups * partial_len];
+    let dst = SharedMut(partials.as_mut_ptr());
+    let (per_in, per_out) = (p.h * p.w * p.cin, p.oh * p.ow * cout);
+    for_each_chunk_shared(groups, |group| {
+        BUFFERS.with_borrow_mut(|[v, dm, _]| {
+            for c in group * per_group..((group + 1) * per_group).min(p.chunks()) {
+                let images = p.chunk(c);
+                let rows = images.len() * p.tiles;
+                v.resize(POSITIONS * rows * p.cin, 0.0);
+                dm.resize(POSITIONS * rows * cout, 0.0);
+                // SAFETY: AVX-512 (suits checked it); the chunk's images lie in x and their
+                // gradients in dy (checked above); partial `group` belongs to this group.
+                unsafe {
+                    for (i, b) in images.enumerate() {
+                        let at = (rows, i * p.tiles);
+                        input_transform(p, x.as_ptr().add(b * per_in), v, at);
+                        output_gradient_transform(p, dy.as_ptr().add(b * per_out), dm, at);
+                    }
+                    filter_gradient_products(p, rows, v, dm, dst.get().add(group * partial_len));
+                }
+            }
+        })
+    });
+    let (first, rest) = partials.split_at_mut(partial_len);
+    for part in rest.chunks(partial_len) {
+        for (a, b) in first.iter_mut().zip(part) {
+            *a += b;
+        }
+    }
+    filter_gradient_inverse(first, p.cin, cout)
+}
+
+/// `out[ξ] = a[ξ] · b[ξ]` for the 36 positions: `a[ξ]` `[rows, k]` row-major, `b[ξ]`
+/// packed `[k, n]`, `out[ξ]` `[rows, n]`.
+///
+/// # Safety
+/// AVX-512F is present; `out` has room for `36 * rows * n` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn products(rows: usize, a: &[f32], k: usize, b: &[PackedFilter], n: usize, out: *mut f32) {
+    assert!(a.len() >= POSITIONS * rows * k && b.len() == POSITIONS);
+    for (xi, b) in b.iter().enumerate() {
+        for t0 in (0..rows).step_by(MR) {
+            let h = MR.min(rows - t0);
+            let offsets = std::array::from_fn(|r| (r.min(h - 1) * k) as isize);
+            for q in 0..n.div_ceil(NR) {
+                Tile {
+                    a: a.as_ptr().add((xi * rows + t0) * k),
+                    rows: offsets,
+                    a_cs: 1,
+                    segments: &[0],
+                    seg_len: k,
+                    b: b.panel(q),
+                    b_rs: NR as isize,
+                    masks: column_masks(NR.min(n - q * NR)),
+                    c: out.add((xi * rows + t0) * n + q * NR),
+                    ldc: n,
+                    add: false,
+                    bias: std::ptr::null(),
+                    relu: false,
+                }
+                .run_rows(h)
+            }
+        }
+    }
+}
+
+/// `du[ξ] += v[ξ]ᵀ · dm[ξ]` for the 36 positions of a chunk's `rows` tiles (`[cin, cout]`
+/// each, k over the tiles).
+///
+/// # Safety
+/// AVX-512F is present; `du` is valid for `36 * cin * cout` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn filter_gradient_products(p: &Plan, rows: usize, v: &[f32], dm: &[f32], du: *mut f32) {
+    assert!(v.len() >= POSITIONS * rows * p.cin && dm.len() >= POSITIONS * rows * p.cout);
+    for xi in 0..POSITIONS {
+        for c0 in (0..p.cin).step_by(MR) {
+            let h = MR.min(p.cin - c0);
+            let offsets = std::array::from_fn(|r| (c0 + r.min(h - 1)) as isize);
+            for q in 0..p.cout.div_ceil(NR) {
+                Tile {
+                    a: v.as_ptr().add(xi * rows * p.cin),
+                    rows: offsets,
+                    a_cs: p.cin as isize,
+                    segments: &[0],
+                    seg_len: rows,
+                    b: dm.as_ptr().add(xi * rows * p.cout + q * NR),
+                    b_rs: p.cout as isize,
+                    masks: column_masks(NR.min(p.cout - q * NR)),
+                    c: du.add((xi * p.cin + c0) * p.cout + q * NR),
+                    ldc: p.cout,
+                    add: true,
+                    bias: std::ptr::null(),
+                    relu: false,
+                }
+                .run_rows(h)
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod transforms {
+    //! The transforms on vectors of 16 channels.
+    use std::arch::x86_64::*;
+
+    /// `m · v`. With `m` a constant, the zero terms vanish, ±1 become additions and the
+    /// starting `-0.0` folds away (`-0.0 + x` is `x`): straight-line code.
+    #[inline(always)]
+    unsafe fn apply<const I: usize, const O: usize>(
+        m: &[[f32; I]; O],
+        v: &[__m512; I],
+    ) -> [__m512; O] {
+        let mut out = [_mm512_setzero_ps(); O];
+        for (o, row) in m.iter().enumerate() {
+            let mut acc = _mm512_set1_ps(-0.0);
+            for (&c, &x) in row.iter().zip(v) {
+                if c == 1.0 {
+                    acc = _mm512_add_ps(acc, x);
+                } else if c == -1.0 {
+                    acc = _mm512_sub_ps(acc, x);
+                } else if c != 0.0 {
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(c), x, acc);
+                }
+            }
+            out[o] = acc;
+        }
+        out
+    }
+
+    /// `m · d · mᵀ` of an `I x I` patch.
+    #[inline(always)]
+    pub(super) unsafe fn two_d<const I: usize, const O: usize>(
+        m: &[[f32; I]; O],
+        d: &[[__m512; I]; I],
+    ) -> [[__m512; O]; O] {
+        let mut columns = [[_mm512_setzero_ps(); I]; O];
+        for j in 0..I {
+            let mut column = [_mm512_setzero_ps(); I];
+            for i in 0..I {
+                column[i] = d[i][j];
+            }
+            let transformed = apply(m, &column);
+            for o in 0..O {
+                columns[o][j] = transformed[o];
+            }
+        }
+        let mut out = [[_mm512_setzero_ps(); O]; O];
+        for o in 0..O {
+            out[o] = apply(m, &columns[o]);
+        }
+        out
+    }
+}
+
+/// The mask of the 16-channel group starting at `c0` of `channels`.
+#[inline(always)]
+fn channel_mask(channels: usize, c0: usize) -> u16 {
+    column_masks(channels - c0).0
+}
+
+/// `V = Bᵀ d B` of every tile's 6x6 input patch of one image (`[h, w, cin]` at `image`;
+/// pixels outside it, padding or past the last tile, read as zero) into tile rows
+/// `first..` of `v` (`[36, rows, cin]`).
+///
+/// # Safety
+/// AVX-512F is present; `image` holds the image.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn input_transform(
+    p: &Plan,
+    image: *const f32,
+    v: &mut [f32],
+    (rows, first): (usize, usize),
+) {
+    use std::arch::x86_64::*;
+    assert!(v.len() >= POSITIONS * rows * p.cin && first + p.tiles <= rows);
+    let v = v.as_mut_ptr();
+    for ty in 0..p.th {
+        for tx in 0..p.tw {
+            let t = first + ty * p.tw + tx;
+            for c0 in (0..p.cin).step_by(16) {
+                let k = channel_mask(p.cin, c0);
+                let mut d = [[_mm512_setzero_ps(); PATCH]; PATCH];
+                for (a, patch_row) in d.iter_mut().enumerate() {
+                    let Some(r) = (TILE * ty + a).checked_sub(p.pad[0]).filter(|&r| r < p.h) else {
+                        continue;
+                    };
+                    for (b, value) in patch_row.iter_mut().enumerate() {
+                        if let Some(c) = (TILE * tx + b).checked_sub(p.pad[1]).filter(|&c| c < p.w)
+                        {
+                            *value =
+                                _mm512_maskz_loadu_ps(k, image.add((r * p.w + c) * p.cin + c0));
+                        }
+                    }
+                }
+                let transformed = transforms::two_d(&BT, &d);
+                for (xi, &value) in transformed.as_flattened().iter().enumerate() {
+                    _mm512_mask_storeu_ps(v.add((xi * rows + t) * p.cin + c0), k, value);
+                }
+            }
+        }
+    }
+}
+
+/// `dM = A dY Aᵀ` of every tile's 4x4 block of one image's output gradient (`[oh, ow,
+/// cout]` at `dy`; the part of an edge tile past the output reads as zero) into tile rows
+/// `first..` of `dm` (`[36, rows, cout]`).
+///
+/// # Safety
+/// AVX-512F is present; `dy` holds the image's gradients.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn output_gradient_transform(
+    p: &Plan,
+    dy: *const f32,
+    dm: &mut [f32],
+    (rows, first): (usize, usize),
+) {
+    use std::arch::x86_64::*;
+    assert!(dm.len() >= POSITIONS * rows * p.cout && first + p.tiles <= rows);
+    let dm = dm.as_mut_ptr();
+    for ty in 0..p.th {
+        for tx in 0..p.tw {
+            let t = first + ty * p.tw + tx;
+            for c0 in (0..p.cout).step_by(16) {
+                let k = channel_mask(p.cout, c0);
+                let mut y = [[_mm512_setzero_ps(); TILE]; TILE];
+                for (a, block_row) in y.iter_mut().enumerate() {
+                    let r = TILE * ty + a;
+                    for (b, value) in block_row.iter_mut().enumerate() {
+                        let c = TILE * tx + b;
+                        if r < p.oh && c < p.ow {
+                            *value = _mm512_maskz_loadu_ps(k, dy.add((r * p.ow + c) * p.cout + c0));
+                        }
+                    }
+                }
+                let transformed = transforms::two_d(&A, &y);
+                for (xi, &value) in transformed.as_flattened().iter().enumerate() {
+                    _mm512_mask_storeu_ps(dm.add((xi * rows + t) * p.cout + c0), k, value);
+                }
+            }
+        }
+    }
+}
+
+/// `Y = Aᵀ M A` of one image's tiles (rows `first..` of `m`, `[36, rows, cout]`), then
+/// the epilogue: the image's `[oh, ow, cout]` output at `out` (an edge tile's pixels past
+/// the output are dropped).
+///
+/// # Safety
+/// AVX-512F is present; `out` has room for the image's `oh * ow * cout` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn output_transform(
+    p: &Plan,
+    m: &[f32],
+    (rows, first): (usize, usize),
+    epilogue: Option<Epilogue<'_>>,
+    out: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    assert!(m.len() >= POSITIONS * rows * p.cout && first + p.tiles <= rows);
+    let relu = matches!(epilogue, Some(e) if e.activation == FusedActivation::Relu);
+    let zero = _mm512_setzero_ps();
+    for ty in 0..p.th {
+        for tx in 0..p.tw {
+            let t = first + ty * p.tw + tx;
+            for c0 in (0..p.cout).step_by(16) {
+                let k = channel_mask(p.cout, c0);
+                let mut sums = [[zero; PATCH]; PATCH];
+                for (xi, value) in sums.as_flattened_mut().iter_mut().enumerate() {
+                    *value =
+                        _mm512_maskz_loadu_ps(k, m.as_ptr().add((xi * rows + t) * p.cout + c0));
+                }
+                let y = transforms::two_d(&AT, &sums);
+                let bias = match epilogue {
+                    Some(e) => _mm512_maskz_loadu_ps(k, e.bias.as_ptr().add(c0)),
+                    None => zero,
+                };
+                for (a, values) in y.iter().enumerate() {
+                    let r = TILE * ty + a;
+                    for (b, &value) in values.iter().enumerate() {
+                        let c = TILE * tx + b;
+                        if r >= p.oh || c >= p.ow {
+                            continue;
+                        }
+                        let mut value = _mm512_add_ps(value, bias);
+                        if relu {
+                            value = _mm512_mask_mov_ps(
+                                value,
+                                _mm512_cmp_ps_mask::<_CMP_LE_OQ>(value, zero),
+                                zero,
+                            );
+                        }
+                        _mm512_mask_storeu_ps(out.add((r * p.ow + c) * p.cout + c0), k, value);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dd = B dV Bᵀ` of one image's tiles (rows `first..` of `dv`, `[36, rows, cin]`), added
+/// into the tiles' 6x6 patches in `patches` (`(4·th + 2) x (4·tw + 2) x cin`, padding
+/// included, zeroed here), then the image's part (`[h, w, cin]`) copied to `dx`.
+///
+/// # Safety
+/// AVX-512F is present; `dx` has room for the image's `h * w * cin` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn input_gradient_transform(
+    p: &Plan,
+    dv: &[f32],
+    (rows, first): (usize, usize),
+    patches: &mut Vec<f32>,
+    dx: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    assert!(dv.len() >= POSITIONS * rows * p.cin && first + p.tiles <= rows);
+    let pitch = TILE * p.tw + 2;
+    patches.clear();
+    patches.resize((TILE * p.th + 2) * pitch * p.cin, 0.0);
+    let acc = patches.as_mut_ptr();
+    for ty in 0..p.th {
+        for tx in 0..p.tw {
+            let t = first + ty * p.tw + tx;
+            for c0 in (0..p.cin).step_by(16) {
+                let k = channel_mask(p.cin, c0);
+                let mut n = [[_mm512_setzero_ps(); PATCH]; PATCH];
+                for (xi, value) in n.as_flattened_mut().iter_mut().enumerate() {
+                    *value =
+                        _mm512_maskz_loadu_ps(k, dv.as_ptr().add((xi * rows + t) * p.cin + c0));
+                }
+                let patch = transforms::two_d(&B, &n);
+                for (a, values) in patch.iter().enumerate() {
+                    for (b, &value) in values.iter().enumerate() {
+                        let at = acc.add(((TILE * ty + a) * pitch + TILE * tx + b) * p.cin + c0);
+                        _mm512_mask_storeu_ps(
+                            at,
+                            k,
+                            _mm512_add_ps(_mm512_maskz_loadu_ps(k, at), value),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let row_len = p.w * p.cin;
+    for r in 0..p.h {
+        let from = ((r + p.pad[0]) * pitch + p.pad[1]) * p.cin;
+        std::ptr::copy_nonoverlapping(patches.as_ptr().add(from), dx.add(r * row_len), row_len);
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn filter_transforms<const I: usize, const O: usize>(
+    _: &[[f32; I]; O],
+    _: *const f32,
+    _: *mut f32,
+    _: usize,
+    _: usize,
+) {
+    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
+}
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn products(_: usize, _: &[f32], _: usize, _: &[PackedFilter], _: usize, _: *mut f32) {
+    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
+}
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn filter_gradient_products(_: &Plan, _: usize, _: &[f32], _: &[f32], _: *mut f32) {
+    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
+}
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn input_transform(_: &Plan, _: *const f32, _: &mut [f32], _: (usize, usize)) {
+    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
+}
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn output_gradient_transform(_: &Plan, _: *const f32, _: &mut [f32], _: (usize, usize)) {
+    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
+}
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn output_transform(
+    _: &Plan,
+    _: &[f32],
+    _: (usize, usize),
+    _: Option<Epilogue<'_>>,
+    _: *mut f32,
+) {
+    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
+}
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn input_gradient_transform(
+    _: &Plan,
+    _: &[f32],
+    _: (usize, usize),
+    _: &mut Vec<f32>,
+    _: *mut f32,
+) {
+    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
+}
