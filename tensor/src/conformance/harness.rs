@@ -23,8 +23,20 @@ pub fn check<S: Strategy>(
 ) where
     S::Value: std::fmt::Debug,
 {
+    check_cases(name, cases(), strategy, test)
+}
+
+/// [`check`] with `cases` cases (a property whose cases are expensive runs fewer).
+pub fn check_cases<S: Strategy>(
+    name: &str,
+    cases: u32,
+    strategy: S,
+    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) where
+    S::Value: std::fmt::Debug,
+{
     let mut runner = TestRunner::new(Config {
-        cases: cases(),
+        cases,
         failure_persistence: None,
         ..Config::default()
     });

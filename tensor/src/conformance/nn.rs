@@ -144,22 +144,14 @@ pub fn conv2d(device: &Device) {
         },
     );
     conv2d_large(device);
+    conv2d_3x3_many_channels(device);
 }
 
 /// Training-sized convolutions (past a register tile of pixels and of channels, several
 /// images, padded and strided and dilated windows), forward and both gradients checked
 /// element by element against the definition in every float type.
 fn conv2d_large(device: &Device) {
-    // (input, kernel, cout, strides, dilations, padding)
-    type Case = (
-        [usize; 4],
-        [usize; 2],
-        usize,
-        [usize; 2],
-        [usize; 2],
-        Padding,
-    );
-    let cases: [Case; 10] = [
+    let cases: [ConvCase; 10] = [
         ([3, 13, 13, 32], [3, 3], 64, [1, 1], [1, 1], Padding::Valid),
         // 3x3 at stride 1 with many channels (CPU: the Winograd kernels): outputs that are
         // and are not multiples of its 4x4 tiles, smaller than one tile, SAME and VALID,
@@ -174,60 +166,114 @@ fn conv2d_large(device: &Device) {
         ([1, 12, 12, 6], [3, 3], 33, [1, 1], [2, 2], Padding::Same),
         ([2, 8, 8, 16], [5, 5], 12, [1, 1], [1, 1], Padding::Valid),
     ];
-    for (xs, k, cout, strides, dil, pad) in cases {
-        let w = Window2d::resolve(xs, k, strides, dil, pad);
-        let fshape = [k[0], k[1], xs[3], cout];
-        let x = RefArray::new(&xs, values(xs.iter().product(), 5));
-        let f = RefArray::new(&fshape, values(fshape.iter().product(), 6));
-        let y = reference::conv2d(&x, &f, strides, dil, w.pad_before, w.output);
-        let dy = RefArray::new(&y.shape, values(y.data.len(), 7));
-        for dtype in supported(device, &FLOATS) {
-            let q = |r: &RefArray| RefArray::new(&r.shape, quantize(dtype, &r.data));
-            let up = |r: &RefArray| make_tensor(device, dtype, &q(r), ViewKind::Contiguous);
-            let (tx, tf, tdy) = (up(&x).expect("x"), up(&f).expect("f"), up(&dy).expect("dy"));
-            // References from the quantized operands, so only the kernel's rounding differs.
-            let (xq, fq, dyq) = (q(&x), q(&f), q(&dy));
-            let want_y = reference::conv2d(&xq, &fq, strides, dil, w.pad_before, w.output);
-            let (want_dx, want_df) =
-                reference::conv2d_backprop(&xq, &fq, &dyq, strides, dil, w.pad_before);
-            let what = |name: &str| {
-                format!(
-                    "{name} {dtype} x {xs:?} k {k:?} cout {cout} s {strides:?} d {dil:?} {pad:?}"
-                )
-            };
-            let terms = |n: usize| 4.0 * epsilon(dtype) * n as f64;
-            let got = tx.conv2d(&tf, strides, pad, dil).expect("conv2d");
-            let r = assert_close(
-                &what("conv2d"),
-                &got,
-                &q(&want_y),
-                2.0,
-                terms(k[0] * k[1] * xs[3]),
-            );
-            assert!(r.is_ok(), "{r:?}");
-            let got = Tensor::conv2d_backprop_input(xs, &tf, &tdy, strides, pad, dil).expect("dx");
-            let r = assert_close(
-                &what("backprop_input"),
-                &got,
-                &q(&want_dx),
-                2.0,
-                terms(k[0] * k[1] * cout),
-            );
-            assert!(r.is_ok(), "{r:?}");
-            let got = tx
-                .conv2d_backprop_filter(fshape, &tdy, strides, pad, dil)
-                .expect("df");
-            let pixels = xs[0] * w.output[0] * w.output[1];
-            let r = assert_close(
-                &what("backprop_filter"),
-                &got,
-                &q(&want_df),
-                2.0,
-                terms(pixels),
-            );
-            assert!(r.is_ok(), "{r:?}");
-        }
+    for case in cases {
+        let r = conv_elementwise(device, case, 5);
+        assert!(r.is_ok(), "{r:?}");
     }
+}
+
+/// 3x3 convolutions at stride 1 with 16-21 input and 16-35 output channels (CPU: the
+/// Winograd kernels) over random image sizes, batch sizes and paddings, forward and both
+/// gradients checked element by element in every float type.
+fn conv2d_3x3_many_channels(device: &Device) {
+    let strategy = (
+        1..3usize,
+        1..11usize,
+        1..11usize,
+        16..22usize,
+        16..36usize,
+        any::<bool>(),
+        any::<u64>(),
+    );
+    // Each case runs three f64 reference convolutions per float type: an eighth of the
+    // usual count.
+    check_cases(
+        "conv2d 3x3 many channels",
+        cases().div_ceil(8),
+        strategy,
+        |(n, h, w, cin, cout, same, seed)| {
+            let pad = if same { Padding::Same } else { Padding::Valid };
+            if !same && (h < 3 || w < 3) {
+                return Ok(());
+            }
+            conv_elementwise(
+                device,
+                ([n, h, w, cin], [3, 3], cout, [1, 1], [1, 1], pad),
+                seed,
+            )
+        },
+    );
+}
+
+/// (input, kernel, cout, strides, dilations, padding)
+type ConvCase = (
+    [usize; 4],
+    [usize; 2],
+    usize,
+    [usize; 2],
+    [usize; 2],
+    Padding,
+);
+
+/// One convolution's forward and both gradients against the definition, element by
+/// element, in every float type the device has.
+fn conv_elementwise(
+    device: &Device,
+    (xs, k, cout, strides, dil, pad): ConvCase,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    let w = Window2d::resolve(xs, k, strides, dil, pad);
+    let fshape = [k[0], k[1], xs[3], cout];
+    let x = RefArray::new(&xs, values(xs.iter().product(), seed));
+    let f = RefArray::new(&fshape, values(fshape.iter().product(), seed ^ 1));
+    let y = reference::conv2d(&x, &f, strides, dil, w.pad_before, w.output);
+    let dy = RefArray::new(&y.shape, values(y.data.len(), seed ^ 2));
+    for dtype in supported(device, &FLOATS) {
+        let q = |r: &RefArray| RefArray::new(&r.shape, quantize(dtype, &r.data));
+        let up = |r: &RefArray| make_tensor(device, dtype, &q(r), ViewKind::Contiguous);
+        let (tx, tf, tdy) = (ok("x", up(&x))?, ok("f", up(&f))?, ok("dy", up(&dy))?);
+        // References from the quantized operands, so only the kernel's rounding differs.
+        let (xq, fq, dyq) = (q(&x), q(&f), q(&dy));
+        let want_y = reference::conv2d(&xq, &fq, strides, dil, w.pad_before, w.output);
+        let (want_dx, want_df) =
+            reference::conv2d_backprop(&xq, &fq, &dyq, strides, dil, w.pad_before);
+        let what = |name: &str| {
+            format!("{name} {dtype} x {xs:?} k {k:?} cout {cout} s {strides:?} d {dil:?} {pad:?}")
+        };
+        let terms = |n: usize| 4.0 * epsilon(dtype) * n as f64;
+        let got = ok("conv2d", tx.conv2d(&tf, strides, pad, dil))?;
+        assert_close(
+            &what("conv2d"),
+            &got,
+            &q(&want_y),
+            2.0,
+            terms(k[0] * k[1] * xs[3]),
+        )?;
+        let got = ok(
+            "dx",
+            Tensor::conv2d_backprop_input(xs, &tf, &tdy, strides, pad, dil),
+        )?;
+        assert_close(
+            &what("backprop_input"),
+            &got,
+            &q(&want_dx),
+            2.0,
+            terms(k[0] * k[1] * cout),
+        )?;
+        let got = ok(
+            "df",
+            tx.conv2d_backprop_filter(fshape, &tdy, strides, pad, dil),
+        )?;
+        let pixels = xs[0] * w.output[0] * w.output[1];
+        assert_close(
+            &what("backprop_filter"),
+            &got,
+            &q(&want_df),
+            2.0,
+            terms(pixels),
+        )?;
+    }
+    Ok(())
 }
 
 /// fused_conv2d (`activation(conv2d(x, f) + bias)`) vs the reference convolution plus bias

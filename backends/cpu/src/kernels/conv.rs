@@ -181,14 +181,17 @@ impl ConvGemm<half::bf16> for Bf16Dot {
 /// A dense bf16 operand, borrowed when it already is one.
 type Bf16View<'a> = std::borrow::Cow<'a, [half::bf16]>;
 
-/// A bf16 convolution through [`Bf16Dot`] when the CPU has AVX512-BF16 and the window is not
-/// one the direct kernel takes; `None` sends the caller to the widening path.
+/// A bf16 convolution through [`Bf16Dot`] when the CPU has AVX512-BF16 and the convolution
+/// is not one the direct or Winograd float32 kernels take (on which widening, the float32
+/// kernel and narrowing beat im2col + `vdpbf16ps`); `None` sends the caller to the
+/// widening path.
 fn bf16_operands<'a>(
     a: &Operand<'a>,
     b: &Operand<'a>,
     w: &Window2d,
+    cout: usize,
 ) -> Option<(Bf16View<'a>, Bf16View<'a>)> {
-    if direct::suits(w) || !super::bf16_gemm::available() {
+    if direct::suits(w) || super::f32_winograd::suits(w, cout) || !super::bf16_gemm::available() {
         return None;
     }
     match (host(a).ok()?, host(b).ok()?) {
@@ -274,7 +277,7 @@ fn conv2d_then(
         }
         y
     };
-    if let Some((a, f)) = bf16_operands(&x, &filter, w) {
+    if let Some((a, f)) = bf16_operands(&x, &filter, w, cout) {
         let y = finish32(conv2d_typed(&a, &f, w, cout, &Bf16Dot));
         return Ok(narrow(y, DType::BF16));
     }
@@ -568,7 +571,7 @@ pub(crate) fn conv2d_backprop_input(
 ) -> Result<HostData> {
     let cout = filter.shape()[3];
     let op = "conv2d_backprop_input";
-    if let Some((f, g)) = bf16_operands(&filter, &dy, w) {
+    if let Some((f, g)) = bf16_operands(&filter, &dy, w, cout) {
         return Ok(narrow(
             backprop_input_typed(&f, &g, w, cout, &Bf16Dot),
             DType::BF16,
@@ -632,7 +635,7 @@ pub(crate) fn conv2d_backprop_filter(
 ) -> Result<HostData> {
     let cout = filter_shape[3];
     let op = "conv2d_backprop_filter";
-    if let Some((a, g)) = bf16_operands(&x, &dy, w) {
+    if let Some((a, g)) = bf16_operands(&x, &dy, w, cout) {
         return Ok(narrow(
             backprop_filter_typed(&a, &g, w, cout, &Bf16Dot),
             DType::BF16,
