@@ -66,13 +66,27 @@ impl Half for f16 {
 
 impl Half for bf16 {
     fn widen_into(src: &[bf16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        // SAFETY: AVX-512 checked; both slices hold at least n elements.
+        let done = if crate::simd::has_avx512() {
+            unsafe { bf16_simd::widen(src.as_ptr(), dst.as_mut_ptr(), n) }
+        } else {
+            0
+        };
         // bfloat16 is the upper half of a float32: exact, a shift.
-        for (o, s) in dst.iter_mut().zip(src) {
+        for (o, s) in dst[done..n].iter_mut().zip(&src[done..n]) {
             *o = f32::from_bits((s.to_bits() as u32) << 16);
         }
     }
     fn narrow_into(src: &[f32], dst: &mut [bf16]) {
-        for (o, &x) in dst.iter_mut().zip(src) {
+        let n = src.len().min(dst.len());
+        // SAFETY: AVX-512 checked; both slices hold at least n elements.
+        let done = if crate::simd::has_avx512() {
+            unsafe { bf16_simd::narrow(src.as_ptr(), dst.as_mut_ptr(), n) }
+        } else {
+            0
+        };
+        for (o, &x) in dst[done..n].iter_mut().zip(&src[done..n]) {
             let b = x.to_bits();
             let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
             let quiet_nan = ((b >> 16) | 0x40) as u16;
@@ -81,6 +95,65 @@ impl Half for bf16 {
     }
     fn host(v: Vec<bf16>) -> HostData {
         HostData::BF16(v)
+    }
+}
+
+/// bf16 conversions 16 elements at a time on AVX-512F, with the scalar code's rounding (to
+/// nearest even in integer arithmetic, NaN made quiet): each returns how many leading
+/// elements it converted (a multiple of 16; the caller converts the rest).
+mod bf16_simd {
+    use half::bf16;
+
+    /// # Safety
+    /// AVX-512F is present; `src` and `dst` hold `n` elements.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn widen(src: *const bf16, dst: *mut f32, n: usize) -> usize {
+        use std::arch::x86_64::*;
+        let mut i = 0;
+        while i + 16 <= n {
+            let h = _mm256_loadu_si256(src.add(i) as *const __m256i);
+            let w = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h));
+            _mm512_storeu_si512(dst.add(i) as *mut __m512i, w);
+            i += 16;
+        }
+        i
+    }
+
+    /// # Safety
+    /// AVX-512F is present; `src` and `dst` hold `n` elements.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn narrow(src: *const f32, dst: *mut bf16, n: usize) -> usize {
+        use std::arch::x86_64::*;
+        let (bias, one, quiet) = (
+            _mm512_set1_epi32(0x7FFF),
+            _mm512_set1_epi32(1),
+            _mm512_set1_epi32(0x40),
+        );
+        let mut i = 0;
+        while i + 16 <= n {
+            let x = _mm512_loadu_ps(src.add(i));
+            let b = _mm512_castps_si512(x);
+            let high = _mm512_srli_epi32::<16>(b);
+            let lsb = _mm512_and_si512(high, one);
+            let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, _mm512_add_epi32(bias, lsb)));
+            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+            let r = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, quiet));
+            _mm256_storeu_si256(dst.add(i) as *mut __m256i, _mm512_cvtepi32_epi16(r));
+            i += 16;
+        }
+        i
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub(super) unsafe fn widen(_: *const bf16, _: *mut f32, _: usize) -> usize {
+        0
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub(super) unsafe fn narrow(_: *const f32, _: *mut bf16, _: usize) -> usize {
+        0
     }
 }
 
