@@ -378,12 +378,13 @@ pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d) -> Vec<f3
                 // SAFETY: AVX-512 (checked by callers); image b's gradients lie in dy; z
                 // holds pixels x zcols floats; image b's part of dx belongs to this chunk.
                 unsafe {
-                    contributions(
+                    // z = dy · Wᵀ: each output pixel's contribution to every tap.
+                    packed_product(
                         dy.as_ptr().add(b * pixels * cout),
-                        &packed,
-                        cout,
-                        zcols,
                         pixels,
+                        cout,
+                        &packed,
+                        zcols,
                         z.as_mut_ptr(),
                     );
                     gather_windows(z, w, dst.get().add(b * per_image));
@@ -396,36 +397,37 @@ pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d) -> Vec<f3
     dx
 }
 
-/// `z = dy · Wᵀ` for one image: `pixels x zcols`, `dy` rows of `cout`.
+/// `out = a · b`: `a` `[rows, k]` row-major, `b` packed `[k, n]`, `out` `[rows, n]`
+/// row-major, on the register tiles.
 ///
 /// # Safety
-/// AVX-512F is present; `dy` holds `pixels * cout` floats and `z` room for
-/// `pixels * zcols`; `packed` is `[cout, zcols]`.
+/// AVX-512F is present; `a` holds `rows * k` floats and `out` has room for `rows * n`;
+/// `b` is `[k, n]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn contributions(
-    dy: *const f32,
-    packed: &PackedFilter,
-    cout: usize,
-    zcols: usize,
-    pixels: usize,
-    z: *mut f32,
+pub(super) unsafe fn packed_product(
+    a: *const f32,
+    rows: usize,
+    k: usize,
+    b: &PackedFilter,
+    n: usize,
+    out: *mut f32,
 ) {
-    for p0 in (0..pixels).step_by(MR) {
-        let h = MR.min(pixels - p0);
-        let rows = std::array::from_fn(|r| (r.min(h - 1) * cout) as isize);
-        for q in 0..zcols.div_ceil(NR) {
+    for r0 in (0..rows).step_by(MR) {
+        let h = MR.min(rows - r0);
+        let offsets = std::array::from_fn(|r| (r.min(h - 1) * k) as isize);
+        for q in 0..n.div_ceil(NR) {
             Tile {
-                a: dy.add(p0 * cout),
-                rows,
+                a: a.add(r0 * k),
+                rows: offsets,
                 a_cs: 1,
                 segments: &[0],
-                seg_len: cout,
-                b: packed.panel(q),
+                seg_len: k,
+                b: b.panel(q),
                 b_rs: NR as isize,
-                masks: column_masks(NR.min(zcols - q * NR)),
-                c: z.add(p0 * zcols + q * NR),
-                ldc: zcols,
+                masks: column_masks(NR.min(n - q * NR)),
+                c: out.add(r0 * n + q * NR),
+                ldc: n,
                 add: false,
                 bias: std::ptr::null(),
                 relu: false,
@@ -494,11 +496,11 @@ unsafe fn gather_windows(z: &[f32], w: &Window2d, dx: *mut f32) {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn contributions(
+pub(super) unsafe fn packed_product(
     _: *const f32,
+    _: usize,
+    _: usize,
     _: &PackedFilter,
-    _: usize,
-    _: usize,
     _: usize,
     _: *mut f32,
 ) {

@@ -20,7 +20,7 @@
 //! (enough tiles for full register tiles) is transformed into thread-local buffers that
 //! stay in L2.
 
-use super::f32_conv::{Epilogue, PackedFilter};
+use super::f32_conv::{packed_product, Epilogue, PackedFilter};
 use super::f32_gemm::{column_masks, Tile, MR, NR};
 use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::{FusedActivation, Window2d};
@@ -358,33 +358,11 @@ pub(crate) fn backprop_filter(x: &[f32], dy: &[f32], w: &Window2d, cout: usize) 
 ///
 /// # Safety
 /// AVX-512F is present; `out` has room for `36 * rows * n` floats.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
 unsafe fn products(rows: usize, a: &[f32], k: usize, b: &[PackedFilter], n: usize, out: *mut f32) {
     assert!(a.len() >= POSITIONS * rows * k && b.len() == POSITIONS);
     for (xi, b) in b.iter().enumerate() {
-        for t0 in (0..rows).step_by(MR) {
-            let h = MR.min(rows - t0);
-            let offsets = std::array::from_fn(|r| (r.min(h - 1) * k) as isize);
-            for q in 0..n.div_ceil(NR) {
-                Tile {
-                    a: a.as_ptr().add((xi * rows + t0) * k),
-                    rows: offsets,
-                    a_cs: 1,
-                    segments: &[0],
-                    seg_len: k,
-                    b: b.panel(q),
-                    b_rs: NR as isize,
-                    masks: column_masks(NR.min(n - q * NR)),
-                    c: out.add((xi * rows + t0) * n + q * NR),
-                    ldc: n,
-                    add: false,
-                    bias: std::ptr::null(),
-                    relu: false,
-                }
-                .run_rows(h)
-            }
-        }
+        let (a, out) = (a.as_ptr().add(xi * rows * k), out.add(xi * rows * n));
+        packed_product(a, rows, k, b, n, out);
     }
 }
 
@@ -685,10 +663,6 @@ unsafe fn filter_transforms<const I: usize, const O: usize>(
     _: usize,
     _: usize,
 ) {
-    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
-}
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn products(_: usize, _: &[f32], _: usize, _: &[PackedFilter], _: usize, _: *mut f32) {
     unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
 }
 #[cfg(not(target_arch = "x86_64"))]
