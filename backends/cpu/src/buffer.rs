@@ -67,34 +67,55 @@ impl Half for f16 {
 impl Half for bf16 {
     fn widen_into(src: &[bf16], dst: &mut [f32]) {
         let n = src.len().min(dst.len());
-        // SAFETY: AVX-512 checked; both slices hold at least n elements.
-        let done = if crate::simd::has_avx512() {
-            unsafe { bf16_simd::widen(src.as_ptr(), dst.as_mut_ptr(), n) }
-        } else {
-            0
-        };
-        // bfloat16 is the upper half of a float32: exact, a shift.
-        for (o, s) in dst[done..n].iter_mut().zip(&src[done..n]) {
-            *o = f32::from_bits((s.to_bits() as u32) << 16);
-        }
+        // SAFETY: dst has room for n elements.
+        unsafe { widen_bf16_to(&src[..n], dst.as_mut_ptr()) }
     }
     fn narrow_into(src: &[f32], dst: &mut [bf16]) {
         let n = src.len().min(dst.len());
-        // SAFETY: AVX-512 checked; both slices hold at least n elements.
-        let done = if crate::simd::has_avx512() {
-            unsafe { bf16_simd::narrow(src.as_ptr(), dst.as_mut_ptr(), n) }
-        } else {
-            0
-        };
-        for (o, &x) in dst[done..n].iter_mut().zip(&src[done..n]) {
-            let b = x.to_bits();
-            let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
-            let quiet_nan = ((b >> 16) | 0x40) as u16;
-            *o = bf16::from_bits(if x.is_nan() { quiet_nan } else { rounded });
-        }
+        // SAFETY: dst has room for n elements.
+        unsafe { narrow_bf16_to(&src[..n], dst.as_mut_ptr()) }
     }
     fn host(v: Vec<bf16>) -> HostData {
         HostData::BF16(v)
+    }
+}
+
+/// `dst[i] = src[i]` as f32 into memory that may be uninitialised.
+///
+/// # Safety
+/// `dst` is valid for `src.len()` writes.
+unsafe fn widen_bf16_to(src: &[bf16], dst: *mut f32) {
+    let done = if crate::simd::has_avx512() {
+        bf16_simd::widen(src.as_ptr(), dst, src.len())
+    } else {
+        0
+    };
+    // bfloat16 is the upper half of a float32: exact, a shift.
+    for (i, s) in src.iter().enumerate().skip(done) {
+        dst.add(i).write(f32::from_bits((s.to_bits() as u32) << 16));
+    }
+}
+
+/// `dst[i] = src[i]` rounded to bf16 (to nearest even, NaN made quiet) into memory that
+/// may be uninitialised.
+///
+/// # Safety
+/// `dst` is valid for `src.len()` writes.
+unsafe fn narrow_bf16_to(src: &[f32], dst: *mut bf16) {
+    let done = if crate::simd::has_avx512() {
+        bf16_simd::narrow(src.as_ptr(), dst, src.len())
+    } else {
+        0
+    };
+    for (i, &x) in src.iter().enumerate().skip(done) {
+        let b = x.to_bits();
+        let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
+        let quiet_nan = ((b >> 16) | 0x40) as u16;
+        dst.add(i).write(bf16::from_bits(if x.is_nan() {
+            quiet_nan
+        } else {
+            rounded
+        }));
     }
 }
 
@@ -162,7 +183,7 @@ mod bf16_simd {
 pub(crate) fn widen(data: &HostData) -> Option<Vec<f32>> {
     match data {
         HostData::F16(v) => Some(convert(v, f16::widen_into)),
-        HostData::BF16(v) => Some(convert(v, bf16::widen_into)),
+        HostData::BF16(v) => Some(convert_uninit(v, widen_bf16_to)),
         _ => None,
     }
 }
@@ -171,7 +192,7 @@ pub(crate) fn widen(data: &HostData) -> Option<Vec<f32>> {
 pub(crate) fn narrow(v: Vec<f32>, dtype: DType) -> HostData {
     match dtype {
         DType::F16 => HostData::F16(convert(&v, f16::narrow_into)),
-        DType::BF16 => HostData::BF16(convert(&v, bf16::narrow_into)),
+        DType::BF16 => HostData::BF16(convert_uninit(&v, narrow_bf16_to)),
         _ => HostData::F32(v),
     }
 }
@@ -224,6 +245,27 @@ fn convert<S: Sync, D: Copy + Default + Send>(
             .zip(src.par_chunks(CHUNK))
             .for_each(|(o, s)| f(s, o));
     }
+    out
+}
+
+/// [`convert`] into uninitialised memory (no zeroing pass over the output): `f` writes
+/// every element of its chunk's destination.
+fn convert_uninit<S: Sync, D: Send>(src: &[S], f: unsafe fn(&[S], *mut D)) -> Vec<D> {
+    const CHUNK: usize = 1 << 14;
+    let n = src.len();
+    let mut out: Vec<D> = Vec::with_capacity(n);
+    let dst = crate::simd::SharedMut(out.as_mut_ptr());
+    // SAFETY: chunk c writes elements c·CHUNK.. of its own part of `out` (capacity n).
+    if n < crate::simd::PAR_THRESHOLD {
+        unsafe { f(src, dst.get()) };
+    } else {
+        crate::simd::for_each_chunk_shared(n.div_ceil(CHUNK), |c| {
+            let part = &src[c * CHUNK..((c + 1) * CHUNK).min(n)];
+            unsafe { f(part, dst.get().add(c * CHUNK)) }
+        });
+    }
+    // SAFETY: every element was written above.
+    unsafe { out.set_len(n) };
     out
 }
 
