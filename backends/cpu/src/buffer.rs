@@ -41,6 +41,15 @@ pub(crate) fn dense<'a, T: Element>(v: &'a [T], layout: &Layout) -> Cow<'a, [T]>
     Cow::Owned(out)
 }
 
+/// The view's elements, dense and row-major, from a vector the caller owns: the vector
+/// itself when the view is all of it, in order.
+pub(crate) fn dense_owned<T: Element>(v: Vec<T>, layout: &Layout) -> Vec<T> {
+    match layout.contiguous_range() {
+        Some((0, n)) if n == v.len() => v,
+        _ => dense(&v, layout).into_owned(),
+    }
+}
+
 /// A half-precision element type and its conversions to and from f32 (`half`'s rounding:
 /// to nearest even, NaN kept).
 pub(crate) trait Half: Copy + Default + Send + Sync + 'static {
@@ -191,9 +200,17 @@ pub(crate) fn widen(data: &HostData) -> Option<Vec<f32>> {
 /// f32 results narrowed back to a half dtype (or kept as f32).
 pub(crate) fn narrow(v: Vec<f32>, dtype: DType) -> HostData {
     match dtype {
-        DType::F16 => HostData::F16(convert(&v, f16::narrow_into)),
-        DType::BF16 => HostData::BF16(convert_uninit(&v, narrow_bf16_to)),
+        DType::F16 | DType::BF16 => narrow_from(&v, dtype),
         _ => HostData::F32(v),
+    }
+}
+
+/// f32 values narrowed to a half dtype (copied as f32 for any other dtype).
+pub(crate) fn narrow_from(v: &[f32], dtype: DType) -> HostData {
+    match dtype {
+        DType::F16 => HostData::F16(convert(v, f16::narrow_into)),
+        DType::BF16 => HostData::BF16(convert_uninit(v, narrow_bf16_to)),
+        _ => HostData::F32(v.to_vec()),
     }
 }
 

@@ -1,6 +1,6 @@
 //! `cast` between every dtype pair, and dense copies of views.
 
-use crate::buffer::{dense, host, narrow, widen};
+use crate::buffer::{dense, dense_owned, host, narrow, narrow_from, widen};
 use crate::simd::map;
 use ferroflow_tensor::{bf16, f16, with_host_data, DType, Element, HostData, Operand, Result};
 
@@ -74,10 +74,10 @@ pub(crate) fn cast(x: Operand<'_>, to: DType) -> Result<HostData> {
     let data = host(&x)?;
     // Vectorised half <-> f32 conversions (F16C where the CPU has it, via `half`).
     if let (Some(w), DType::F32) = (widen(data), to) {
-        return Ok(HostData::F32(dense(&w, x.layout).into_owned()));
+        return Ok(HostData::F32(dense_owned(w, x.layout)));
     }
     if let (HostData::F32(v), DType::F16 | DType::BF16) = (data, to) {
-        return Ok(narrow(dense(v, x.layout).into_owned(), to));
+        return Ok(narrow_from(&dense(v, x.layout), to));
     }
     if let (HostData::Bool(v), DType::F16 | DType::BF16) = (data, to) {
         // Masks (relu's gradient): 0 or 1 written straight as half bits.

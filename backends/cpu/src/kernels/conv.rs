@@ -9,7 +9,7 @@
 //! im2col buffer.
 
 use super::matmul::{gemm_into, StridedMatrix};
-use crate::buffer::{dense, host, narrow, widen, Half};
+use crate::buffer::{dense, dense_owned, host, narrow, widen, Half};
 use crate::num::Num;
 use ferroflow_tensor::{
     backend::unsupported, DType, FusedActivation, HostData, Operand, PoolKind, Result, Window2d,
@@ -29,9 +29,9 @@ enum Floats<'a> {
 fn floats<'a>(op: &'static str, x: &Operand<'a>) -> Result<Floats<'a>> {
     let d = host(x)?;
     if let Some(w) = widen(d) {
-        return Ok(Floats::F32(std::borrow::Cow::Owned(
-            dense(&w, x.layout).into_owned(),
-        )));
+        return Ok(Floats::F32(std::borrow::Cow::Owned(dense_owned(
+            w, x.layout,
+        ))));
     }
     match d {
         HostData::F32(v) => Ok(Floats::F32(dense(v, x.layout))),
