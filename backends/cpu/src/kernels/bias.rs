@@ -49,7 +49,12 @@ pub(crate) fn bias_activation_grad(
             Ok((HostData::F64(dx), HostData::F64(db)))
         }
         (HostData::BF16(a), HostData::BF16(b)) => {
-            let (dx, db) = grad_half(&dense(a, g.layout), &dense(b, y.layout), c, activation);
+            let (a, b) = (dense(a, g.layout), dense(b, y.layout));
+            let (dx, db) = if crate::simd::has_avx512() {
+                grad_bf16(&a, &b, c, activation)
+            } else {
+                grad_half(&a, &b, c, activation)
+            };
             Ok((HostData::BF16(dx), HostData::BF16(db)))
         }
         (HostData::F16(a), HostData::F16(b)) => {
@@ -176,4 +181,100 @@ fn grad_half<H: Half + Send + Sync>(
     let mut db_half = vec![H::default(); db.len()];
     H::narrow_into(&db, &mut db_half);
     (dx, db_half)
+}
+
+/// bf16 `g`, `y` on AVX-512: `dx` is `g`'s own bits or zero (exact: nothing to round), the
+/// bias gradient summed in f32 from `g` widened in registers; no f32 buffers.
+fn grad_bf16(
+    g: &[half::bf16],
+    y: &[half::bf16],
+    c: usize,
+    activation: FusedActivation,
+) -> (Vec<half::bf16>, Vec<half::bf16>) {
+    let c = c.max(1);
+    let rows = g.len().min(y.len()) / c;
+    let relu = activation == FusedActivation::Relu;
+    let (dx, db) = over_chunks(rows, c, |r0, r1, dst, sum: &mut [f32]| {
+        let span = r0 * c..r1 * c;
+        // SAFETY: AVX-512 (the caller checked); g, y and dst hold the chunk's rows; sum
+        // holds c values.
+        unsafe {
+            grad_rows_bf16(
+                &g[span.clone()],
+                &y[span],
+                c,
+                relu,
+                dst.as_mut_ptr().cast(),
+                sum,
+            )
+        }
+    });
+    let mut db_half = vec![half::bf16::default(); db.len()];
+    half::bf16::narrow_into(&db, &mut db_half);
+    (dx, db_half)
+}
+
+/// `dst = g·[y > 0]` (or `g` without ReLU) and `sum += dst` per channel over rows of `c`
+/// channels, 16 channels at a time.
+///
+/// # Safety
+/// AVX-512F is present; `dst` is valid for `g.len()` writes; `y` is as long as `g` and
+/// `sum` holds `c` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn grad_rows_bf16(
+    g: &[half::bf16],
+    y: &[half::bf16],
+    c: usize,
+    relu: bool,
+    dst: *mut half::bf16,
+    sum: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    assert!(y.len() >= g.len() && sum.len() >= c);
+    /// `len` (≤ 16) bf16 values at `p` as the high halves of 32-bit lanes (zero beyond).
+    #[inline(always)]
+    unsafe fn load(p: *const half::bf16, len: usize) -> __m512i {
+        let halves = if len == 16 {
+            _mm256_loadu_si256(p as *const __m256i)
+        } else {
+            let mut tmp = [0u16; 16];
+            std::ptr::copy_nonoverlapping(p as *const u16, tmp.as_mut_ptr(), len);
+            _mm256_loadu_si256(tmp.as_ptr() as *const __m256i)
+        };
+        _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(halves))
+    }
+    let zero = _mm512_setzero_ps();
+    for r in 0..g.len() / c {
+        for c0 in (0..c).step_by(16) {
+            let len = 16.min(c - c0);
+            let k: __mmask16 = if len == 16 { 0xffff } else { (1 << len) - 1 };
+            let at = r * c + c0;
+            let (gv, yv) = (load(g.as_ptr().add(at), len), load(y.as_ptr().add(at), len));
+            // Passes where y > 0 (a NaN y blocks), as grad_rows.
+            let pass = if relu {
+                _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_castsi512_ps(yv), zero) & k
+            } else {
+                k
+            };
+            let bits = _mm512_srli_epi32::<16>(_mm512_maskz_mov_epi32(pass, gv));
+            _mm512_mask_cvtepi32_storeu_epi16(dst.add(at) as *mut i16, k, bits);
+            let s = sum.as_mut_ptr().add(c0);
+            let total = _mm512_maskz_loadu_ps(k, s);
+            let total = _mm512_mask_add_ps(total, pass, total, _mm512_castsi512_ps(gv));
+            _mm512_mask_storeu_ps(s, k, total);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn grad_rows_bf16(
+    _: &[half::bf16],
+    _: &[half::bf16],
+    _: usize,
+    _: bool,
+    _: *mut half::bf16,
+    _: &mut [f32],
+) {
+    unreachable!("grad_bf16 is only chosen on x86-64 with AVX-512")
 }
