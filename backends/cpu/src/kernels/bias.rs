@@ -131,6 +131,13 @@ fn over_chunks<D: Copy + Send, S: num_traits::Float + Send + Sync>(
     (dx, partials)
 }
 
+/// The bias gradient, summed in f32, narrowed once to the half type.
+fn narrow_sums<H: Half>(db: &[f32]) -> Vec<H> {
+    let mut out = vec![H::default(); db.len()];
+    H::narrow_into(db, &mut out);
+    out
+}
+
 fn grad_typed<T: Num + Send + Sync + num_traits::Float>(
     g: &[T],
     y: &[T],
@@ -178,9 +185,7 @@ fn grad_half<H: Half + Send + Sync>(
             }
         },
     );
-    let mut db_half = vec![H::default(); db.len()];
-    H::narrow_into(&db, &mut db_half);
-    (dx, db_half)
+    (dx, narrow_sums(&db))
 }
 
 /// bf16 `g`, `y` on AVX-512: `dx` is `g`'s own bits or zero (exact: nothing to round), the
@@ -209,9 +214,7 @@ fn grad_bf16(
             )
         }
     });
-    let mut db_half = vec![half::bf16::default(); db.len()];
-    half::bf16::narrow_into(&db, &mut db_half);
-    (dx, db_half)
+    (dx, narrow_sums(&db))
 }
 
 /// `dst = g·[y > 0]` (or `g` without ReLU) and `sum += dst` per channel over rows of `c`

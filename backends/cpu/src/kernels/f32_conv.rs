@@ -547,13 +547,19 @@ pub(crate) fn backprop_filter(x: &[f32], dy: &[f32], w: &Window2d, cout: usize) 
             });
         }
     });
-    let (first, rest) = partials.split_at_mut(rows * cout);
-    for part in rest.chunks(rows * cout) {
+    sum_partials(partials, rows * cout)
+}
+
+/// The sum of the consecutive `len`-float partial results in `partials` (chunks of images
+/// that each summed their own filter gradient).
+pub(super) fn sum_partials(mut partials: Vec<f32>, len: usize) -> Vec<f32> {
+    let (first, rest) = partials.split_at_mut(len);
+    for part in rest.chunks(len) {
         for (a, b) in first.iter_mut().zip(part) {
             *a += b;
         }
     }
-    partials.truncate(rows * cout);
+    partials.truncate(len);
     partials
 }
 

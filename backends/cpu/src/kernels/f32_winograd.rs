@@ -20,7 +20,7 @@
 //! (enough tiles for full register tiles) is transformed into thread-local buffers that
 //! stay in L2.
 
-use super::f32_conv::{packed_product, Epilogue, PackedFilter};
+use super::f32_conv::{packed_product, sum_partials, Epilogue, PackedFilter};
 use super::f32_gemm::{column_masks, Tile, MR, NR};
 use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::{FusedActivation, Window2d};
@@ -344,13 +344,7 @@ pub(crate) fn backprop_filter(x: &[f32], dy: &[f32], w: &Window2d, cout: usize) 
             }
         })
     });
-    let (first, rest) = partials.split_at_mut(partial_len);
-    for part in rest.chunks(partial_len) {
-        for (a, b) in first.iter_mut().zip(part) {
-            *a += b;
-        }
-    }
-    filter_gradient_inverse(first, p.cin, cout)
+    filter_gradient_inverse(&sum_partials(partials, partial_len), p.cin, cout)
 }
 
 /// `out[ξ] = a[ξ] · b[ξ]` for the 36 positions: `a[ξ]` `[rows, k]` row-major, `b[ξ]`
