@@ -17,7 +17,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-const SUITES: [&str; 4] = ["conformance", "gemm", "mnist", "step_budget"];
+const SUITES: [&str; 7] = [
+    "conformance",
+    "devices",
+    "gemm",
+    "mixed_precision",
+    "mnist",
+    "numpy_api",
+    "step_budget",
+];
 
 /// Builds the wgpu test binaries in release mode; returns (suite name, path).
 fn build_tests() -> Option<Vec<(String, PathBuf)>> {
@@ -118,8 +126,28 @@ fn matmul_gflops(device: Device, n: usize) -> ferroflow::Result<f64> {
     })?
 }
 
-/// Seconds for one epoch of `fit` (batch 128, the second of two) of the examples' `kind` model on `device`.
-fn mnist_epoch(device: Device, kind: &str, x: &Tensor, y: &Tensor) -> ferroflow::Result<f64> {
+/// Seconds for one epoch of `fit` (batch 128, the second of two) of the examples' `kind`
+/// model on `device` under the dtype policy `policy` ("float32", "mixed_float16", ...).
+fn mnist_epoch(
+    device: Device,
+    kind: &str,
+    policy: &str,
+    x: &Tensor,
+    y: &Tensor,
+) -> ferroflow::Result<f64> {
+    use ferroflow::keras::mixed_precision::{set_global_policy, Policy};
+    set_global_policy(Policy::new(policy)?);
+    let seconds = mnist_epoch_under_policy(device, kind, x, y);
+    set_global_policy(Policy::default());
+    seconds
+}
+
+fn mnist_epoch_under_policy(
+    device: Device,
+    kind: &str,
+    x: &Tensor,
+    y: &Tensor,
+) -> ferroflow::Result<f64> {
     use ferroflow::keras::losses::SparseCategoricalCrossentropy;
     use ferroflow::keras::{applications, FitConfig, Model};
     use ferroflow::optim::Adam;
@@ -151,7 +179,10 @@ fn mnist_epoch(device: Device, kind: &str, x: &Tensor, y: &Tensor) -> ferroflow:
             .get("accuracy")
             .and_then(|a| a.last().copied())
             .unwrap_or(0.0);
-        println!("mnist {kind} on {device}: training accuracy {acc:.4} after 2 epochs");
+        println!(
+            "mnist {kind} on {device} ({}): training accuracy {acc:.4} after 2 epochs",
+            ferroflow::keras::mixed_precision::global_policy().name()
+        );
         let t = times.lock().unwrap_or_else(|e| e.into_inner());
         Ok(t.last().copied().unwrap_or(f64::NAN))
     })?
@@ -272,8 +303,15 @@ pub fn run(args: &[String]) -> bool {
     }
     match mnist_train(samples) {
         Ok((x, y)) => {
-            for (kind, device) in [("mlp", gpu), ("cnn", gpu), ("mlp", Device::CPU)] {
-                let cell = match mnist_epoch(device, kind, &x, &y) {
+            for (kind, device, policy) in [
+                ("mlp", gpu, "float32"),
+                ("cnn", gpu, "float32"),
+                ("mlp", gpu, "mixed_float16"),
+                ("cnn", gpu, "mixed_float16"),
+                ("mlp", Device::CPU, "float32"),
+                ("cnn", Device::CPU, "float32"),
+            ] {
+                let cell = match mnist_epoch(device, kind, policy, &x, &y) {
                     Ok(s) => format!("{s:.2} s ({:.0} samples/s)", samples as f64 / s),
                     Err(e) => {
                         ok = false;
@@ -281,7 +319,9 @@ pub fn run(args: &[String]) -> bool {
                     }
                 };
                 rows.push((
-                    format!("MNIST {kind} epoch of {samples} (fit, batch 128) on {device}"),
+                    format!(
+                        "MNIST {kind} epoch of {samples} (fit, batch 128, {policy}) on {device}"
+                    ),
                     cell,
                 ));
             }
