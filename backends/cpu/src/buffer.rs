@@ -139,12 +139,12 @@ mod bf16_simd {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn widen(src: *const bf16, dst: *mut f32, n: usize) -> usize {
+        use crate::lanes::avx512::from_bf16;
         use std::arch::x86_64::*;
         let mut i = 0;
         while i + 16 <= n {
             let h = _mm256_loadu_si256(src.add(i) as *const __m256i);
-            let w = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h));
-            _mm512_storeu_si512(dst.add(i) as *mut __m512i, w);
+            _mm512_storeu_ps(dst.add(i), from_bf16(h));
             i += 16;
         }
         i
@@ -155,21 +155,11 @@ mod bf16_simd {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn narrow(src: *const f32, dst: *mut bf16, n: usize) -> usize {
+        use crate::lanes::avx512::round_to_bf16;
         use std::arch::x86_64::*;
-        let (bias, one, quiet) = (
-            _mm512_set1_epi32(0x7FFF),
-            _mm512_set1_epi32(1),
-            _mm512_set1_epi32(0x40),
-        );
         let mut i = 0;
         while i + 16 <= n {
-            let x = _mm512_loadu_ps(src.add(i));
-            let b = _mm512_castps_si512(x);
-            let high = _mm512_srli_epi32::<16>(b);
-            let lsb = _mm512_and_si512(high, one);
-            let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, _mm512_add_epi32(bias, lsb)));
-            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
-            let r = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, quiet));
+            let r = round_to_bf16(_mm512_loadu_ps(src.add(i)));
             _mm256_storeu_si256(dst.add(i) as *mut __m256i, _mm512_cvtepi32_epi16(r));
             i += 16;
         }

@@ -25,6 +25,7 @@
 
 mod buffer;
 mod kernels;
+mod lanes;
 mod num;
 mod simd;
 

@@ -235,17 +235,11 @@ unsafe fn grad_rows_bf16(
 ) {
     use std::arch::x86_64::*;
     assert!(y.len() >= g.len() && sum.len() >= c);
+    use crate::lanes::Lanes;
     /// `len` (≤ 16) bf16 values at `p` as the high halves of 32-bit lanes (zero beyond).
     #[inline(always)]
     unsafe fn load(p: *const half::bf16, len: usize) -> __m512i {
-        let halves = if len == 16 {
-            _mm256_loadu_si256(p as *const __m256i)
-        } else {
-            let mut tmp = [0u16; 16];
-            std::ptr::copy_nonoverlapping(p as *const u16, tmp.as_mut_ptr(), len);
-            _mm256_loadu_si256(tmp.as_ptr() as *const __m256i)
-        };
-        _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(halves))
+        _mm512_castps_si512(half::bf16::load(p, len))
     }
     let zero = _mm512_setzero_ps();
     for r in 0..g.len() / c {

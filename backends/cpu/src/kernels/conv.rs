@@ -1,5 +1,5 @@
 //! conv2d (NHWC x HWIO), the fused conv2d + bias + activation, the two backprop kernels,
-//! and 2-D pooling. float32 runs the direct AVX-512 kernels of `f32_conv` / `f32_pool`
+//! and 2-D pooling. float32 runs the direct AVX-512 kernels of `f32_conv` / `max_pool`
 //! where the CPU has them (float16 widened to them); bfloat16 products with AVX512-BF16 and
 //! everything else go through im2col + gemm here.
 //!
@@ -755,10 +755,10 @@ enum HalfView<'a> {
 pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<HostData> {
     let [_, h, wd, c] = w.input;
     let out_per_image = w.output[0] * w.output[1] * c;
-    let fast = kind == PoolKind::Max && super::f32_pool::available();
+    let fast = kind == PoolKind::Max && super::max_pool::available();
     let pool_f32 = |x: &[f32], part: &Window2d| {
         if fast {
-            super::f32_pool::max_pool(x, part)
+            super::max_pool::max_pool(x, part)
         } else {
             pool_typed(kind, x, part)
         }
@@ -767,6 +767,9 @@ pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<Hos
     match dense_half(&x) {
         Some(HalfView::F16(v)) => {
             return Ok(pool_half(w, &[(&v, h * wd * c)], out_per_image, kernel))
+        }
+        Some(HalfView::BF16(v)) if fast => {
+            return Ok(HostData::BF16(super::max_pool::max_pool(&v, w)))
         }
         Some(HalfView::BF16(v)) => {
             return Ok(pool_half(w, &[(&v, h * wd * c)], out_per_image, kernel))
@@ -843,9 +846,10 @@ fn max_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(
 pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<HostData> {
     let [_, h, wd, c] = w.input;
     let (per_x, per_dy) = (h * wd * c, w.output[0] * w.output[1] * c);
+    let fast = super::max_pool::available();
     let grad_f32 = |x: &[f32], dy: &[f32], part: &Window2d| {
-        if super::f32_pool::available() {
-            super::f32_pool::max_pool_grad(x, dy, part)
+        if fast {
+            super::max_pool::max_pool_grad(x, dy, part)
         } else {
             max_pool_grad_typed(x, dy, part)
         }
@@ -854,6 +858,11 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
     match (dense_half(&x), dense_half(&dy)) {
         (Some(HalfView::F16(a)), Some(HalfView::F16(g))) => {
             return Ok(pool_half(w, &[(&a, per_x), (&g, per_dy)], per_x, kernel))
+        }
+        (Some(HalfView::BF16(a)), Some(HalfView::BF16(g)))
+            if fast && super::max_pool::grad_exact::<half::bf16>(w) =>
+        {
+            return Ok(HostData::BF16(super::max_pool::max_pool_grad(&a, &g, w)))
         }
         (Some(HalfView::BF16(a)), Some(HalfView::BF16(g))) => {
             return Ok(pool_half(w, &[(&a, per_x), (&g, per_dy)], per_x, kernel))

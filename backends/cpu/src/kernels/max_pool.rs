@@ -1,14 +1,20 @@
-//! Max pooling and its gradient in float32 on AVX-512 (NHWC): per window, 16 channels per
-//! vector, the window's taps read in place, one pass over the input.
+//! Max pooling and its gradient on AVX-512 (NHWC) in float32 and bfloat16: per window, 16
+//! channels per vector, the window's taps read in place, one pass over the input.
+//!
+//! bfloat16 runs natively: its values widen exactly to f32 lanes in registers (a shift), the
+//! maximum of bf16 values is one of them, and a gradient element is a `dy` value or zero, so
+//! every bf16 store is exact (the high halves of the lanes). No f32 buffer is made.
 //!
 //! The gradient recomputes each window's maximum and sends the window's gradient to the
 //! first tap holding it (a NaN: the first NaN), as the generic kernel in `conv.rs` does; it
 //! writes the input gradient image by image while the image is in cache, so no zeroed
 //! whole-buffer pass precedes it. Windows that tile the input (Keras' default pooling) store
-//! their taps; overlapping windows add to them.
+//! their taps; overlapping windows add to them (float32 only: bf16 sums would round at every
+//! addition, so [`grad_exact`] sends them to the widened path).
 
 use super::conv::for_windows;
 use super::f32_conv::Geometry;
+use crate::lanes::Lanes;
 use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::Window2d;
 
@@ -17,11 +23,11 @@ pub(crate) fn available() -> bool {
     crate::simd::has_avx512()
 }
 
-/// Runs `image(b, out_of_image_b)` for every image on the pool, `per_image` output floats
-/// each, into a new uninitialised buffer every image fills entirely.
-fn per_image(n: usize, per_image: usize, image: impl Fn(usize, *mut f32) + Sync) -> Vec<f32> {
+/// Runs `image(b, out_of_image_b)` for every image on the pool, `per_image` outputs each,
+/// into a new uninitialised buffer every image fills entirely.
+fn per_image<T>(n: usize, per_image: usize, image: impl Fn(usize, *mut T) + Sync) -> Vec<T> {
     let total = n * per_image;
-    let mut out: Vec<f32> = Vec::with_capacity(total);
+    let mut out: Vec<T> = Vec::with_capacity(total);
     let dst = SharedMut(out.as_mut_ptr());
     let per = n.div_ceil(4 * rayon::current_num_threads()).max(1);
     for_each_chunk_shared(n.div_ceil(per), |c| {
@@ -30,7 +36,7 @@ fn per_image(n: usize, per_image: usize, image: impl Fn(usize, *mut f32) + Sync)
             image(b, unsafe { dst.get().add(b * per_image) });
         }
     });
-    // SAFETY: `image` wrote every float of every image (its contract).
+    // SAFETY: `image` wrote every element of every image (its contract).
     unsafe { out.set_len(total) };
     out
 }
@@ -77,8 +83,9 @@ impl Windows {
 }
 
 /// `max_pool2d(x)`: `x` `[n, h, w, c]` dense, windows and output as `w` says. A window
-/// entirely inside the padding yields `f32::MIN` (as the generic kernel).
-pub(crate) fn max_pool(x: &[f32], w: &Window2d) -> Vec<f32> {
+/// entirely inside the padding yields the type's lowest finite value (as the generic
+/// kernel).
+pub(crate) fn max_pool<T: Lanes>(x: &[T], w: &Window2d) -> Vec<T> {
     let [n, h, wd, c] = w.input;
     assert!(
         x.len() >= n * h * wd * c,
@@ -91,13 +98,30 @@ pub(crate) fn max_pool(x: &[f32], w: &Window2d) -> Vec<f32> {
     })
 }
 
-/// The gradient of `max_pool2d` for input `x` and output gradient `dy` (both dense).
-pub(crate) fn max_pool_grad(x: &[f32], dy: &[f32], w: &Window2d) -> Vec<f32> {
+/// Whether [`max_pool_grad`] takes `T` for windows `w`: always for float32; for bfloat16
+/// when the windows tile the input (each input element gets one window's gradient or zero,
+/// exactly).
+pub(crate) fn grad_exact<T: Lanes>(w: &Window2d) -> bool {
+    T::IS_F32 || tiles(w)
+}
+
+/// Whether the windows tile the input: stride = window, no padding.
+fn tiles(w: &Window2d) -> bool {
+    w.strides == w.kernel && w.pad_before == [0, 0]
+}
+
+/// The gradient of `max_pool2d` for input `x` and output gradient `dy` (both dense); only
+/// where [`grad_exact`] says so.
+pub(crate) fn max_pool_grad<T: Lanes>(x: &[T], dy: &[T], w: &Window2d) -> Vec<T> {
     let [n, h, wd, c] = w.input;
     let per_dy = w.output[0] * w.output[1] * c;
     assert!(
         x.len() >= n * h * wd * c && dy.len() >= n * per_dy,
         "max_pool_grad operands smaller than their shapes"
+    );
+    assert!(
+        grad_exact::<T>(w),
+        "overlapping bf16 pooling windows would round their sums"
     );
     per_image(n, h * wd * c, |b, dx| {
         // SAFETY: AVX-512 (callers check `available`); image b lies in x and its gradients
@@ -117,15 +141,7 @@ pub(crate) fn max_pool_grad(x: &[f32], dy: &[f32], w: &Window2d) -> Vec<f32> {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    /// Lanes of channel block `c0` that hold channels (`c` channels in all).
-    #[inline(always)]
-    pub(super) fn lanes(c: usize, c0: usize) -> __mmask16 {
-        if c - c0 >= 16 {
-            0xffff
-        } else {
-            (1u16 << (c - c0)) - 1
-        }
-    }
+    pub(super) use crate::lanes::avx512::first;
 
     /// The maximum of `m` and `v` per lane, a NaN in `v` taken unless `m` is one already
     /// (so the first NaN wins).
@@ -148,11 +164,11 @@ mod avx512 {
 /// The pooled outputs of one image.
 ///
 /// # Safety
-/// AVX-512F is present; `x` holds the image's `h * w * c` floats and `out` has room for its
-/// `oh * ow * c` outputs.
+/// AVX-512F is present; `x` holds the image's `h * w * c` elements and `out` has room for
+/// its `oh * ow * c` outputs.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn max_pool_image(x: *const f32, w: &Window2d, out: *mut f32) {
+unsafe fn max_pool_image<T: Lanes>(x: *const T, w: &Window2d, out: *mut T) {
     use std::arch::x86_64::*;
     let c = w.input[3];
     let [oh, ow] = w.output;
@@ -162,16 +178,16 @@ unsafe fn max_pool_image(x: *const f32, w: &Window2d, out: *mut f32) {
             let (corner, taps) = windows.at(w, oy, ox);
             let (x, o) = (x.add(corner), out.add((oy * ow + ox) * c));
             for c0 in (0..c).step_by(16) {
-                let k = avx512::lanes(c, c0);
-                let mut m = _mm512_set1_ps(f32::MIN);
+                let len = 16.min(c - c0);
+                let mut m = _mm512_set1_ps(T::LOWEST);
                 for &t in taps {
                     // Generic kernel's rule: a later tap wins when greater or NaN.
-                    let v = _mm512_maskz_loadu_ps(k, x.add(t + c0));
+                    let v = T::load(x.add(t + c0), len);
                     let take = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m)
                         | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
                     m = _mm512_mask_mov_ps(m, take, v);
                 }
-                _mm512_mask_storeu_ps(o.add(c0), k, m);
+                T::store_exact(o.add(c0), len, m);
             }
         }
     }
@@ -180,15 +196,16 @@ unsafe fn max_pool_image(x: *const f32, w: &Window2d, out: *mut f32) {
 /// The input gradient of one image.
 ///
 /// # Safety
-/// AVX-512F is present; `x` holds the image's `h * w * c` floats, `dy` its `oh * ow * c`
-/// gradients, and `dx` has room for `h * w * c` floats.
+/// AVX-512F is present; `x` holds the image's `h * w * c` elements, `dy` its `oh * ow * c`
+/// gradients, and `dx` has room for `h * w * c` elements; overlapping windows only for f32
+/// (`grad_exact`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn max_pool_grad_image(x: *const f32, dy: *const f32, w: &Window2d, dx: *mut f32) {
+unsafe fn max_pool_grad_image<T: Lanes>(x: *const T, dy: *const T, w: &Window2d, dx: *mut T) {
     use std::arch::x86_64::*;
     let [_, h, wd, c] = w.input;
     let [oh, ow] = w.output;
-    let tiled = w.strides == w.kernel && w.pad_before == [0, 0];
+    let tiled = tiles(w);
     let covered = tiled && oh * w.kernel[0] == h && ow * w.kernel[1] == wd;
     if !covered {
         std::ptr::write_bytes(dx, 0, h * wd * c);
@@ -203,22 +220,23 @@ unsafe fn max_pool_grad_image(x: *const f32, dy: *const f32, w: &Window2d, dx: *
             let (x, dx) = (x.add(corner), dx.add(corner));
             let g = dy.add((oy * ow + ox) * c);
             for c0 in (0..c).step_by(16) {
-                let k = avx512::lanes(c, c0);
-                let mut m = _mm512_maskz_loadu_ps(k, x.add(first + c0));
+                let len = 16.min(c - c0);
+                let mut m = T::load(x.add(first + c0), len);
                 for &t in &taps[1..] {
-                    m = avx512::max_first_nan(m, _mm512_maskz_loadu_ps(k, x.add(t + c0)));
+                    m = avx512::max_first_nan(m, T::load(x.add(t + c0), len));
                 }
-                let grad = _mm512_maskz_loadu_ps(k, g.add(c0));
-                let mut open: __mmask16 = k;
+                let grad = T::load(g.add(c0), len);
+                let mut open: __mmask16 = avx512::first(len);
                 for &t in taps {
-                    let hit = avx512::is_max(_mm512_maskz_loadu_ps(k, x.add(t + c0)), m) & open;
+                    let hit = avx512::is_max(T::load(x.add(t + c0), len), m) & open;
                     open &= !hit;
                     let d = dx.add(t + c0);
                     if tiled {
-                        _mm512_mask_storeu_ps(d, k, _mm512_maskz_mov_ps(hit, grad));
+                        T::store_exact(d, len, _mm512_maskz_mov_ps(hit, grad));
                     } else {
-                        let sum = _mm512_maskz_loadu_ps(k, d);
-                        _mm512_mask_storeu_ps(d, k, _mm512_mask_add_ps(sum, hit, sum, grad));
+                        // f32 only (grad_exact): the sum is the f32 kernel's.
+                        let sum = T::load(d, len);
+                        T::store(d, len, _mm512_mask_add_ps(sum, hit, sum, grad));
                     }
                 }
             }
@@ -227,11 +245,79 @@ unsafe fn max_pool_grad_image(x: *const f32, dy: *const f32, w: &Window2d, dx: *
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn max_pool_image(_: *const f32, _: &Window2d, _: *mut f32) {
+unsafe fn max_pool_image<T>(_: *const T, _: &Window2d, _: *mut T) {
     unreachable!("the AVX-512 pooling kernels are only chosen on x86-64 with AVX-512")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn max_pool_grad_image(_: *const f32, _: *const f32, _: &Window2d, _: *mut f32) {
+unsafe fn max_pool_grad_image<T>(_: *const T, _: *const T, _: &Window2d, _: *mut T) {
     unreachable!("the AVX-512 pooling kernels are only chosen on x86-64 with AVX-512")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroflow_tensor::Padding;
+    use half::bf16;
+
+    /// bfloat16 pooling in registers gives, bit for bit, what the float32 kernels give on
+    /// the widened values (ties, NaNs, channel tails past a multiple of 16 included).
+    #[test]
+    fn bf16_pooling_matches_float32_on_widened_values() {
+        if !available() {
+            eprintln!("SKIPPED: no AVX-512 on this CPU; the bf16 pooling kernels do not run");
+            return;
+        }
+        for (shape, k, strides, pad) in [
+            ([2, 8, 8, 33], [2, 2], [2, 2], Padding::Valid),
+            ([3, 7, 9, 20], [2, 2], [2, 2], Padding::Valid),
+            ([2, 6, 6, 16], [3, 3], [3, 3], Padding::Valid),
+            ([2, 5, 7, 18], [3, 3], [2, 1], Padding::Same),
+        ] {
+            let w = Window2d::resolve(shape, k, strides, [1, 1], pad);
+            let mut seed = 0x9e37_79b9u32;
+            let mut next = || {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed
+            };
+            // A coarse grid (ties in windows), a few NaNs.
+            let n: usize = shape.iter().product();
+            let x: Vec<bf16> = (0..n)
+                .map(|_| match next() % 41 {
+                    0 => bf16::NAN,
+                    v => bf16::from_f32(v as f32 / 4.0 - 5.0),
+                })
+                .collect();
+            let per_y = w.output[0] * w.output[1] * shape[3];
+            let dy: Vec<bf16> = (0..shape[0] * per_y)
+                .map(|_| bf16::from_f32((next() % 1000) as f32 / 97.0 - 5.0))
+                .collect();
+            let wide = |v: &[bf16]| -> Vec<f32> { v.iter().map(|h| h.to_f32()).collect() };
+            let bits = |v: Vec<bf16>| -> Vec<u16> { v.iter().map(|h| h.to_bits()).collect() };
+            let narrowed = |v: Vec<f32>| -> Vec<u16> {
+                v.iter().map(|&f| bf16::from_f32(f).to_bits()).collect()
+            };
+            assert_eq!(
+                bits(max_pool(&x, &w)),
+                narrowed(max_pool(&wide(&x), &w)),
+                "max_pool {shape:?}"
+            );
+            if grad_exact::<bf16>(&w) {
+                assert_eq!(
+                    bits(max_pool_grad(&x, &dy, &w)),
+                    narrowed(max_pool_grad(&wide(&x), &wide(&dy), &w)),
+                    "max_pool_grad {shape:?}"
+                );
+            }
+        }
+        assert!(!grad_exact::<bf16>(&Window2d::resolve(
+            [1, 4, 4, 1],
+            [3, 3],
+            [1, 1],
+            [1, 1],
+            Padding::Valid
+        )));
+    }
 }

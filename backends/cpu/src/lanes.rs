@@ -1,0 +1,123 @@
+//! Sixteen elements of float32 or bfloat16 as the f32 lanes of one AVX-512 register: how
+//! the vector kernels read and write either type, so a bf16 tensor runs through a float32
+//! kernel without a widened copy in memory (the conversion happens in registers).
+//!
+//! bfloat16 widens exactly (its bits are the high half of an f32); stores round to nearest
+//! even with NaNs made quiet, the same integer rounding as `buffer`'s whole-buffer
+//! narrowing (one place: [`avx512::round_to_bf16`]).
+
+/// An element type the AVX-512 kernels load and store as 16 f32 lanes.
+pub(crate) trait Lanes: Copy + Send + Sync + 'static {
+    /// The lowest finite value, as f32.
+    const LOWEST: f32;
+    /// Whether this is float32 itself: a value computed in f32 is stored unrounded.
+    const IS_F32: bool;
+    /// `len` (≤ 16) elements at `p` as f32 lanes, zero beyond.
+    ///
+    /// # Safety
+    /// AVX-512F is present; `p` is valid for `len` reads.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load(p: *const Self, len: usize) -> std::arch::x86_64::__m512;
+    /// The first `len` (≤ 16) lanes of `v` stored at `p`, rounded to this type.
+    ///
+    /// # Safety
+    /// AVX-512F is present; `p` is valid for `len` writes.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn store(p: *mut Self, len: usize, v: std::arch::x86_64::__m512);
+    /// As [`Lanes::store`] for lanes that hold values of this type exactly (loaded
+    /// elements or zero): nothing to round.
+    ///
+    /// # Safety
+    /// As [`Lanes::store`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn store_exact(p: *mut Self, len: usize, v: std::arch::x86_64::__m512);
+}
+
+impl Lanes for f32 {
+    const LOWEST: f32 = f32::MIN;
+    const IS_F32: bool = true;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(p: *const f32, len: usize) -> std::arch::x86_64::__m512 {
+        std::arch::x86_64::_mm512_maskz_loadu_ps(avx512::first(len), p)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, len: usize, v: std::arch::x86_64::__m512) {
+        std::arch::x86_64::_mm512_mask_storeu_ps(p, avx512::first(len), v)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn store_exact(p: *mut f32, len: usize, v: std::arch::x86_64::__m512) {
+        Self::store(p, len, v)
+    }
+}
+
+impl Lanes for half::bf16 {
+    // bf16's lowest finite value (0xFF7F), exactly an f32.
+    const LOWEST: f32 = -3.389_531_4e38;
+    const IS_F32: bool = false;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(p: *const half::bf16, len: usize) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // Full vectors load directly; a tail goes through a copy (masked 16-bit loads
+        // would need AVX512-BW).
+        let halves = if len == 16 {
+            _mm256_loadu_si256(p as *const __m256i)
+        } else {
+            let mut tmp = [0u16; 16];
+            std::ptr::copy_nonoverlapping(p as *const u16, tmp.as_mut_ptr(), len.min(16));
+            _mm256_loadu_si256(tmp.as_ptr() as *const __m256i)
+        };
+        avx512::from_bf16(halves)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn store(p: *mut half::bf16, len: usize, v: std::arch::x86_64::__m512) {
+        use std::arch::x86_64::*;
+        let bits = avx512::round_to_bf16(v);
+        _mm512_mask_cvtepi32_storeu_epi16(p as *mut i16, avx512::first(len), bits)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn store_exact(p: *mut half::bf16, len: usize, v: std::arch::x86_64::__m512) {
+        use std::arch::x86_64::*;
+        let high = _mm512_srli_epi32::<16>(_mm512_castps_si512(v));
+        _mm512_mask_cvtepi32_storeu_epi16(p as *mut i16, avx512::first(len), high)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// The first `len` (≤ 16) lanes.
+    #[inline(always)]
+    pub(crate) fn first(len: usize) -> __mmask16 {
+        if len >= 16 {
+            0xffff
+        } else {
+            (1u16 << len) - 1
+        }
+    }
+
+    /// Sixteen bf16 bit patterns as f32 lanes (exact: the patterns become high halves).
+    #[inline(always)]
+    pub(crate) unsafe fn from_bf16(halves: __m256i) -> __m512 {
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(halves)))
+    }
+
+    /// The lanes of `x` rounded to bf16 (to nearest even, NaN made quiet): the 16-bit
+    /// patterns in the low halves of 32-bit lanes.
+    #[inline(always)]
+    pub(crate) unsafe fn round_to_bf16(x: __m512) -> __m512i {
+        let b = _mm512_castps_si512(x);
+        let high = _mm512_srli_epi32::<16>(b);
+        let lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+        let bias = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb);
+        let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, bias));
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+        _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)))
+    }
+}
