@@ -110,7 +110,7 @@ unsafe fn widen_bf16_to(src: &[bf16], dst: *mut f32) {
 ///
 /// # Safety
 /// `dst` is valid for `src.len()` writes.
-unsafe fn narrow_bf16_to(src: &[f32], dst: *mut bf16) {
+pub(crate) unsafe fn narrow_bf16_to(src: &[f32], dst: *mut bf16) {
     let done = if crate::simd::has_avx512() {
         bf16_simd::narrow(src.as_ptr(), dst, src.len())
     } else {

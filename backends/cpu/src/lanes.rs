@@ -31,6 +31,15 @@ pub(crate) trait Lanes: Copy + Send + Sync + 'static {
     /// As [`Lanes::store`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn store_exact(p: *mut Self, len: usize, v: std::arch::x86_64::__m512);
+    /// The slice as float32 when it is float32 (no copy); `None` for other types.
+    fn as_f32(v: &[Self]) -> Option<&[f32]>;
+    /// `dst[..src.len()] = src` widened to f32 (exact).
+    fn widen_into(src: &[Self], dst: &mut [f32]);
+    /// `dst[i] = src[i]` rounded to this type, into memory that may be uninitialised.
+    ///
+    /// # Safety
+    /// `dst` is valid for `src.len()` writes.
+    unsafe fn narrow_to(src: &[f32], dst: *mut Self);
 }
 
 impl Lanes for f32 {
@@ -50,6 +59,15 @@ impl Lanes for f32 {
     #[inline(always)]
     unsafe fn store_exact(p: *mut f32, len: usize, v: std::arch::x86_64::__m512) {
         Self::store(p, len, v)
+    }
+    fn as_f32(v: &[f32]) -> Option<&[f32]> {
+        Some(v)
+    }
+    fn widen_into(src: &[f32], dst: &mut [f32]) {
+        dst[..src.len()].copy_from_slice(src)
+    }
+    unsafe fn narrow_to(src: &[f32], dst: *mut f32) {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len())
     }
 }
 
@@ -85,6 +103,15 @@ impl Lanes for half::bf16 {
         use std::arch::x86_64::*;
         let high = _mm512_srli_epi32::<16>(_mm512_castps_si512(v));
         _mm512_mask_cvtepi32_storeu_epi16(p as *mut i16, avx512::first(len), high)
+    }
+    fn as_f32(_: &[half::bf16]) -> Option<&[f32]> {
+        None
+    }
+    fn widen_into(src: &[half::bf16], dst: &mut [f32]) {
+        <half::bf16 as crate::buffer::Half>::widen_into(src, dst)
+    }
+    unsafe fn narrow_to(src: &[f32], dst: *mut half::bf16) {
+        crate::buffer::narrow_bf16_to(src, dst)
     }
 }
 

@@ -106,6 +106,26 @@ pub(crate) fn gemm_bf16_into(
         .enumerate()
         .for_each(|(q, panel)| {
             let cols = NR.min(n - q * NR);
+            if rhs.cs == 1 && cols == NR {
+                // Row-major full panel: two rows' 32 values interleaved 16 at a time.
+                let base = rhs.data.as_ptr() as *const u16;
+                for p in 0..kp {
+                    let row = |i: usize| {
+                        (rhs.offset as isize + i as isize * rhs.rs + (q * NR) as isize) as usize
+                    };
+                    let hi = (2 * p + 1 < k).then(|| row(2 * p + 1));
+                    // SAFETY: available() was asserted (AVX-512F); `fits` checked that rows
+                    // 2p, 2p+1 (< k) hold columns q·NR..q·NR+NR; the panel holds NR pairs.
+                    unsafe {
+                        interleave_rows(
+                            base.add(row(2 * p)),
+                            hi.map(|h| base.add(h)),
+                            panel[p * NR..].as_mut_ptr(),
+                        )
+                    };
+                }
+                return;
+            }
             for p in 0..kp {
                 let dst = &mut panel[p * NR..p * NR + cols];
                 for (j, d) in dst.iter_mut().enumerate() {
@@ -128,6 +148,20 @@ pub(crate) fn gemm_bf16_into(
                 for p in 0..kp {
                     for r in 0..valid {
                         apack[p * MR + r] = pair_along_row(&lhs, row0 + b0 + r, 2 * p, k);
+                    }
+                }
+            } else if lhs.cs == 1 {
+                // Rows contiguous: each pair is one (unaligned) u32 of the row, low half
+                // first (x86 is little-endian).
+                for r in 0..valid {
+                    let i = row0 + b0 + r;
+                    let start = (lhs.offset as isize + i as isize * lhs.rs) as usize;
+                    let row = &lhs.data[start..start + k];
+                    for (p, pair) in row.chunks_exact(2).enumerate() {
+                        apack[p * MR + r] = self::pair(pair[0].to_bits(), pair[1].to_bits());
+                    }
+                    if k % 2 == 1 {
+                        apack[(kp - 1) * MR + r] = self::pair(row[k - 1].to_bits(), 0);
                     }
                 }
             } else {
@@ -167,6 +201,32 @@ pub(crate) fn gemm_bf16_into(
     } else {
         dst.chunks_mut(ROWS_PER_TASK * n).enumerate().for_each(task);
     }
+}
+
+/// `dst[j] = (lo[j], hi[j])` as bf16 pairs for the `NR` columns (`hi` zero when `None`).
+///
+/// # Safety
+/// AVX-512F is present; `lo` and `hi` hold `NR` values, `dst` room for `NR` pairs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn interleave_rows(lo: *const u16, hi: Option<*const u16>, dst: *mut u32) {
+    use std::arch::x86_64::*;
+    for h in (0..NR).step_by(16) {
+        let low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(lo.add(h) as *const __m256i));
+        let pairs = match hi {
+            Some(hi) => {
+                let high = _mm512_cvtepu16_epi32(_mm256_loadu_si256(hi.add(h) as *const __m256i));
+                _mm512_or_si512(low, _mm512_slli_epi32::<16>(high))
+            }
+            None => low,
+        };
+        _mm512_storeu_si512(dst.add(h) as *mut __m512i, pairs);
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn interleave_rows(_: *const u16, _: Option<*const u16>, _: *mut u32) {
+    unreachable!("available() is false off x86_64")
 }
 
 /// One `MR x NR` tile: accumulates `kp` pairs, then writes `valid x cols` of it to `c`

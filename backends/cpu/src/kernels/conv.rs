@@ -182,9 +182,8 @@ impl ConvGemm<half::bf16> for Bf16Dot {
 type Bf16View<'a> = std::borrow::Cow<'a, [half::bf16]>;
 
 /// A bf16 convolution through [`Bf16Dot`] when the CPU has AVX512-BF16 and the convolution
-/// is not one the direct or Winograd float32 kernels take (on which widening, the float32
-/// kernel and narrowing beat im2col + `vdpbf16ps`); `None` sends the caller to the
-/// widening path.
+/// is not one the direct or Winograd float32 kernels take (on which those kernels, reading
+/// and writing bf16, beat im2col + `vdpbf16ps`); `None` sends the caller to them.
 fn bf16_operands<'a>(
     a: &Operand<'a>,
     b: &Operand<'a>,
@@ -280,6 +279,17 @@ fn conv2d_then(
     if let Some((a, f)) = bf16_operands(&x, &filter, w, cout) {
         let y = finish32(conv2d_typed(&a, &f, w, cout, &Bf16Dot));
         return Ok(narrow(y, DType::BF16));
+    }
+    // bf16 data through the float32 kernels, read and written as bf16 (the filter, small,
+    // widened).
+    if super::f32_conv::available() && filter.dtype == DType::BF16 {
+        if let (Some(HalfView::BF16(a)), Floats::F32(f)) =
+            (dense_half(&x), floats("conv2d", &filter)?)
+        {
+            let epilogue = bias32.map(|bias| super::f32_conv::Epilogue { bias, activation });
+            let y = super::f32_conv::forward(&a[..], &f, w, cout, epilogue);
+            return Ok(HostData::BF16(y));
+        }
     }
     float_pair(
         "conv2d",
@@ -577,6 +587,15 @@ pub(crate) fn conv2d_backprop_input(
             DType::BF16,
         ));
     }
+    if super::f32_conv::available() && filter.dtype == DType::BF16 {
+        if let (Floats::F32(f), Some(HalfView::BF16(g))) = (floats(op, &filter)?, dense_half(&dy)) {
+            return Ok(HostData::BF16(super::f32_conv::backprop_input(
+                &f,
+                &g[..],
+                w,
+            )));
+        }
+    }
     float_pair(
         op,
         &filter,
@@ -640,6 +659,14 @@ pub(crate) fn conv2d_backprop_filter(
             backprop_filter_typed(&a, &g, w, cout, &Bf16Dot),
             DType::BF16,
         ));
+    }
+    if super::f32_conv::available() {
+        if let (Some(HalfView::BF16(a)), Some(HalfView::BF16(g))) =
+            (dense_half(&x), dense_half(&dy))
+        {
+            let grad = super::f32_conv::backprop_filter(&a[..], &g[..], w, cout);
+            return Ok(narrow(grad, DType::BF16));
+        }
     }
     float_pair(
         op,

@@ -16,6 +16,7 @@
 //! gradients into `[kh·kw·cin, cout]` tiles.
 
 use super::f32_gemm::{column_masks, pack_panel, Tile, MR, NR};
+use crate::lanes::Lanes;
 use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::{FusedActivation, Window2d};
 
@@ -96,6 +97,26 @@ thread_local! {
     /// The zero-padded copy of the image a thread is working on (reused, so padding costs
     /// one write per element and no allocation per image).
     static PADDED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+thread_local! {
+    /// A thread's float32 copies of the image it works on, for bfloat16 operands: input
+    /// (or output gradient) and output. Image-sized, so they stay in cache and no
+    /// whole-buffer conversion happens.
+    static WIDE: std::cell::RefCell<[Vec<f32>; 2]> =
+        const { std::cell::RefCell::new([Vec::new(), Vec::new()]) };
+}
+
+/// `src` as float32: itself for f32, else widened into `scratch`.
+fn as_f32<'a, T: Lanes>(src: &'a [T], scratch: &'a mut Vec<f32>) -> &'a [f32] {
+    match T::as_f32(src) {
+        Some(v) => v,
+        None => {
+            scratch.resize(src.len(), 0.0);
+            T::widen_into(src, scratch);
+            scratch
+        }
+    }
 }
 
 impl Image {
@@ -303,16 +324,17 @@ unsafe fn forward_image(
     unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
 }
 
-/// `conv2d(x, filter)`: `x` `[n, h, w, cin]`, `filter` `[kh, kw, cin, cout]`, both dense.
+/// `conv2d(x, filter)`: `x` `[n, h, w, cin]`, `filter` `[kh, kw, cin, cout]`, both dense;
+/// `x` and the result float32 or bfloat16 (computed in f32 image by image).
 ///
 /// With an `epilogue`, `activation(conv2d(x, filter) + bias)` (a fused convolution).
-pub(crate) fn forward(
-    x: &[f32],
+pub(crate) fn forward<T: Lanes>(
+    x: &[T],
     filter: &[f32],
     w: &Window2d,
     cout: usize,
     epilogue: Option<Epilogue<'_>>,
-) -> Vec<f32> {
+) -> Vec<T> {
     if super::f32_winograd::suits(w, cout) {
         return super::f32_winograd::forward(x, filter, w, cout, epilogue);
     }
@@ -324,17 +346,28 @@ pub(crate) fn forward(
         x.len() >= g.n * g.h * g.w * g.cin,
         "conv operands smaller than their shapes"
     );
-    let mut out: Vec<f32> = Vec::with_capacity(total);
+    let mut out: Vec<T> = Vec::with_capacity(total);
     let dst = SharedMut(out.as_mut_ptr());
     let per = IMAGES_PER_CHUNK_STATELESS;
+    let (per_in, per_out) = (g.h * g.w * g.cin, pixels * g.cout);
     for_each_chunk_shared(g.n.div_ceil(per), |c| {
         for b in c * per..((c + 1) * per).min(g.n) {
-            Image::with(x, g, b, |img| {
-                // SAFETY: AVX-512 (checked by callers); image b's rows of `out` belong to
-                // this chunk only.
-                unsafe {
-                    forward_image(img, g, filter, epilogue, dst.get().add(b * pixels * g.cout))
-                }
+            WIDE.with_borrow_mut(|[wide_in, wide_out]| {
+                let image = as_f32(&x[b * per_in..(b + 1) * per_in], wide_in);
+                Image::with(image, g, 0, |img| {
+                    // SAFETY: AVX-512 (checked by callers); image b's rows of `out` belong
+                    // to this chunk only; an f32 `T` is f32.
+                    unsafe {
+                        let out = dst.get().add(b * per_out);
+                        if T::IS_F32 {
+                            forward_image(img, g, filter, epilogue, out as *mut f32)
+                        } else {
+                            wide_out.resize(per_out, 0.0);
+                            forward_image(img, g, filter, epilogue, wide_out.as_mut_ptr());
+                            T::narrow_to(wide_out, out);
+                        }
+                    }
+                })
             });
         }
     });
@@ -349,7 +382,7 @@ pub(crate) fn forward(
 /// row of `Z` added into the window it came from. No multiply touches padding, unlike
 /// running the forward kernel over a zero-padded `dy` (at 13x13 with a 3x3 window, 40% of
 /// its products were with padding zeros).
-pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d) -> Vec<f32> {
+pub(crate) fn backprop_input<T: Lanes>(filter: &[f32], dy: &[T], w: &Window2d) -> Vec<T> {
     let [n, h, wd, cin] = w.input;
     let taps = w.kernel[0] * w.kernel[1];
     let cout = filter.len() / (taps * cin).max(1);
@@ -365,7 +398,7 @@ pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d) -> Vec<f3
     // Wᵀ as a [cout, kh·kw·cin] matrix: element (j, t·cin + c) = filter[(t·cin + c)·cout + j].
     let packed = PackedFilter::strided(filter, cout, zcols, (1, cout as isize));
     let per_image = h * wd * cin;
-    let mut dx: Vec<f32> = Vec::with_capacity(n * per_image);
+    let mut dx: Vec<T> = Vec::with_capacity(n * per_image);
     let dst = SharedMut(dx.as_mut_ptr());
     let per = IMAGES_PER_CHUNK_STATELESS;
     thread_local! {
@@ -375,20 +408,17 @@ pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d) -> Vec<f3
         Z.with_borrow_mut(|z| {
             z.resize(pixels * zcols, 0.0);
             for b in c * per..((c + 1) * per).min(n) {
-                // SAFETY: AVX-512 (checked by callers); image b's gradients lie in dy; z
-                // holds pixels x zcols floats; image b's part of dx belongs to this chunk.
-                unsafe {
-                    // z = dy · Wᵀ: each output pixel's contribution to every tap.
-                    packed_product(
-                        dy.as_ptr().add(b * pixels * cout),
-                        pixels,
-                        cout,
-                        &packed,
-                        zcols,
-                        z.as_mut_ptr(),
-                    );
-                    gather_windows(z, w, dst.get().add(b * per_image));
-                }
+                WIDE.with_borrow_mut(|[wide_dy, _]| {
+                    let dy = as_f32(&dy[b * pixels * cout..(b + 1) * pixels * cout], wide_dy);
+                    // SAFETY: AVX-512 (checked by callers); dy holds image b's gradients;
+                    // z holds pixels x zcols floats; image b's part of dx belongs to this
+                    // chunk.
+                    unsafe {
+                        // z = dy · Wᵀ: each output pixel's contribution to every tap.
+                        packed_product(dy.as_ptr(), pixels, cout, &packed, zcols, z.as_mut_ptr());
+                        gather_windows(z, w, dst.get().add(b * per_image));
+                    }
+                })
             }
         })
     });
@@ -446,7 +476,7 @@ pub(super) unsafe fn packed_product(
 /// room for the image's `h * w * cin` floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn gather_windows(z: &[f32], w: &Window2d, dx: *mut f32) {
+unsafe fn gather_windows<T: Lanes>(z: &[f32], w: &Window2d, dx: *mut T) {
     use std::arch::x86_64::*;
     let [_, h, wd, cin] = w.input;
     let [oh, ow] = w.output;
@@ -480,16 +510,12 @@ unsafe fn gather_windows(z: &[f32], w: &Window2d, dx: *mut f32) {
             }
             let d = dx.add((iy * wd + ix) * cin);
             for c0 in (0..cin).step_by(16) {
-                let k: __mmask16 = if cin - c0 >= 16 {
-                    0xffff
-                } else {
-                    (1u16 << (cin - c0)) - 1
-                };
+                let len = 16.min(cin - c0);
                 let mut acc = _mm512_setzero_ps();
                 for &o in &segments {
-                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(k, z.as_ptr().add(o + c0)));
+                    acc = _mm512_add_ps(acc, f32::load(z.as_ptr().add(o + c0), len));
                 }
-                _mm512_mask_storeu_ps(d.add(c0), k, acc);
+                T::store(d.add(c0), len, acc);
             }
         }
     }
@@ -508,7 +534,7 @@ pub(super) unsafe fn packed_product(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn gather_windows(_: &[f32], _: &Window2d, _: *mut f32) {
+unsafe fn gather_windows<T>(_: &[f32], _: &Window2d, _: *mut T) {
     unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
 }
 
@@ -516,7 +542,7 @@ unsafe fn gather_windows(_: &[f32], _: &Window2d, _: *mut f32) {
 /// `dy` (both dense): per image, tiles of `MR` filter rows (tap, channel) by `NR` output
 /// channels accumulate over the image's pixels; chunks of images sum into their own
 /// partial gradient, added up at the end.
-pub(crate) fn backprop_filter(x: &[f32], dy: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
+pub(crate) fn backprop_filter<T: Lanes>(x: &[T], dy: &[T], w: &Window2d, cout: usize) -> Vec<f32> {
     if super::f32_winograd::suits(w, cout) {
         return super::f32_winograd::backprop_filter(x, dy, w, cout);
     }
@@ -531,19 +557,19 @@ pub(crate) fn backprop_filter(x: &[f32], dy: &[f32], w: &Window2d, cout: usize) 
     let chunks = g.n.div_ceil(per).max(1);
     let mut partials = vec![0f32; chunks * rows * cout];
     let dst = SharedMut(partials.as_mut_ptr());
+    let (per_in, per_out) = (g.h * g.w * g.cin, pixels * cout);
     for_each_chunk_shared(g.n.div_ceil(per), |c| {
         for b in c * per..((c + 1) * per).min(g.n) {
-            Image::with(x, &g, b, |img| {
-                // SAFETY: AVX-512 (checked by callers); dy holds image b's pixels; partial c
-                // (rows x cout floats) belongs to this chunk only.
-                unsafe {
-                    filter_grad_image(
-                        img,
-                        &g,
-                        dy[b * pixels * cout..].as_ptr(),
-                        dst.get().add(c * rows * cout),
-                    )
-                }
+            WIDE.with_borrow_mut(|[wide_in, wide_dy]| {
+                let image = as_f32(&x[b * per_in..(b + 1) * per_in], wide_in);
+                let dy = as_f32(&dy[b * per_out..(b + 1) * per_out], wide_dy);
+                Image::with(image, &g, 0, |img| {
+                    // SAFETY: AVX-512 (checked by callers); dy holds image b's pixels;
+                    // partial c (rows x cout floats) belongs to this chunk only.
+                    unsafe {
+                        filter_grad_image(img, &g, dy.as_ptr(), dst.get().add(c * rows * cout))
+                    }
+                })
             });
         }
     });
@@ -606,4 +632,71 @@ unsafe fn filter_grad_image(img: &Image, g: &Geometry, dy: *const f32, grad: *mu
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn filter_grad_image(_: &Image, _: &Geometry, _: *const f32, _: *mut f32) {
     unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroflow_tensor::Padding;
+    use half::bf16;
+
+    /// The convolutions on bfloat16 data (read and written as bf16, in registers or image by
+    /// image) give, bit for bit, the float32 kernels' results on the widened data, rounded:
+    /// direct and Winograd kernels, forward (fused), input and filter gradients.
+    #[test]
+    fn bf16_data_matches_float32_on_widened_values_bit_for_bit() {
+        if !available() {
+            eprintln!("SKIPPED: no AVX-512 on this CPU; these kernels do not run");
+            return;
+        }
+        // (input, kernel, padding, cout): direct (few channels, strided, padded) and
+        // Winograd (3x3 stride 1, ≥ 16 channels; a channel tail past 16).
+        for (shape, k, strides, pad, cout) in [
+            ([3, 9, 8, 1], [3, 3], [1, 1], Padding::Valid, 32),
+            ([2, 7, 7, 3], [3, 3], [2, 2], Padding::Same, 20),
+            ([3, 9, 10, 16], [3, 3], [1, 1], Padding::Valid, 32),
+            ([2, 6, 7, 18], [3, 3], [1, 1], Padding::Same, 17),
+        ] {
+            let w = Window2d::resolve(shape, k, strides, [1, 1], pad);
+            let mut seed = 0x2545_f491u32;
+            let mut next = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                bf16::from_f32((seed % 2001) as f32 / 1000.0 - 1.0)
+            };
+            let per_y = w.output[0] * w.output[1] * cout;
+            let x: Vec<bf16> = (0..shape.iter().product()).map(|_| next()).collect();
+            let dy: Vec<bf16> = (0..shape[0] * per_y).map(|_| next()).collect();
+            let filter: Vec<f32> = (0..k[0] * k[1] * shape[3] * cout)
+                .map(|_| next().to_f32())
+                .collect();
+            let bias: Vec<f32> = (0..cout).map(|_| next().to_f32()).collect();
+            let wide = |v: &[bf16]| -> Vec<f32> { v.iter().map(|h| h.to_f32()).collect() };
+            let bits = |v: &[bf16]| -> Vec<u16> { v.iter().map(|h| h.to_bits()).collect() };
+            let rounded = |v: &[f32]| -> Vec<u16> {
+                v.iter().map(|&f| bf16::from_f32(f).to_bits()).collect()
+            };
+            let epilogue = Some(Epilogue {
+                bias: &bias,
+                activation: FusedActivation::Relu,
+            });
+            let case = format!("{shape:?} -> {cout}");
+            assert_eq!(
+                bits(&forward(&x, &filter, &w, cout, epilogue)),
+                rounded(&forward(&wide(&x), &filter, &w, cout, epilogue)),
+                "forward {case}"
+            );
+            assert_eq!(
+                bits(&backprop_input(&filter, &dy, &w)),
+                rounded(&backprop_input(&filter, &wide(&dy), &w)),
+                "input gradient {case}"
+            );
+            assert_eq!(
+                backprop_filter(&x, &dy, &w, cout),
+                backprop_filter(&wide(&x), &wide(&dy), &w, cout),
+                "filter gradient {case}"
+            );
+        }
+    }
 }

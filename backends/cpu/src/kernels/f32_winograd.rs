@@ -19,9 +19,15 @@
 //! apply them with their zeros and ±1 folded away at compile time. A chunk of a few images
 //! (enough tiles for full register tiles) is transformed into thread-local buffers that
 //! stay in L2.
+//!
+//! Inputs and outputs are float32 or bfloat16 ([`Lanes`]): bf16 values widen to f32 as the
+//! transforms load them and round as the last transforms store them, so a bf16
+//! convolution reads and writes half the bytes and makes no widened copy; everything in
+//! between (transformed values, products, sums) is f32.
 
 use super::f32_conv::{packed_product, sum_partials, Epilogue, PackedFilter};
 use super::f32_gemm::{column_masks, Tile, MR, NR};
+use crate::lanes::Lanes;
 use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::{FusedActivation, Window2d};
 use std::cell::RefCell;
@@ -211,13 +217,13 @@ thread_local! {
 
 /// `conv2d(x, filter)` for a convolution [`suits`] accepts, with an optional fused bias
 /// and activation.
-pub(crate) fn forward(
-    x: &[f32],
+pub(crate) fn forward<T: Lanes>(
+    x: &[T],
     filter: &[f32],
     w: &Window2d,
     cout: usize,
     epilogue: Option<Epilogue<'_>>,
-) -> Vec<f32> {
+) -> Vec<T> {
     let p = &Plan::of(w, cout);
     assert!(
         x.len() >= p.n * p.h * p.w * p.cin,
@@ -234,7 +240,7 @@ pub(crate) fn forward(
         .map(|xi| PackedFilter::new(&u[xi * p.cin * cout..], p.cin, cout))
         .collect();
     let (per_in, per_out) = (p.h * p.w * p.cin, p.oh * p.ow * cout);
-    let mut out: Vec<f32> = Vec::with_capacity(p.n * per_out);
+    let mut out: Vec<T> = Vec::with_capacity(p.n * per_out);
     let dst = SharedMut(out.as_mut_ptr());
     for_each_chunk_shared(p.chunks(), |c| {
         let images = p.chunk(c);
@@ -263,7 +269,12 @@ pub(crate) fn forward(
 }
 
 /// The input gradient `[n, h, w, cin]` of a convolution [`suits`] accepts.
-pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
+pub(crate) fn backprop_input<T: Lanes>(
+    filter: &[f32],
+    dy: &[T],
+    w: &Window2d,
+    cout: usize,
+) -> Vec<T> {
     let p = &Plan::of(w, cout);
     assert!(
         dy.len() >= p.n * p.oh * p.ow * cout,
@@ -275,7 +286,7 @@ pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d, cout: usi
         .map(|xi| PackedFilter::strided(&u[xi * p.cin * cout..], cout, p.cin, (1, cout as isize)))
         .collect();
     let (per_in, per_out) = (p.h * p.w * p.cin, p.oh * p.ow * cout);
-    let mut dx: Vec<f32> = Vec::with_capacity(p.n * per_in);
+    let mut dx: Vec<T> = Vec::with_capacity(p.n * per_in);
     let dst = SharedMut(dx.as_mut_ptr());
     for_each_chunk_shared(p.chunks(), |c| {
         let images = p.chunk(c);
@@ -311,7 +322,7 @@ pub(crate) fn backprop_input(filter: &[f32], dy: &[f32], w: &Window2d, cout: usi
 }
 
 /// The filter gradient `[3, 3, cin, cout]` of a convolution [`suits`] accepts.
-pub(crate) fn backprop_filter(x: &[f32], dy: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
+pub(crate) fn backprop_filter<T: Lanes>(x: &[T], dy: &[T], w: &Window2d, cout: usize) -> Vec<f32> {
     let p = &Plan::of(w, cout);
     assert!(
         x.len() >= p.n * p.h * p.w * p.cin && dy.len() >= p.n * p.oh * p.ow * cout,
@@ -463,9 +474,9 @@ fn channel_mask(channels: usize, c0: usize) -> u16 {
 /// AVX-512F is present; `image` holds the image.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn input_transform(
+unsafe fn input_transform<T: Lanes>(
     p: &Plan,
-    image: *const f32,
+    image: *const T,
     v: &mut [f32],
     (rows, first): (usize, usize),
 ) {
@@ -477,6 +488,7 @@ unsafe fn input_transform(
             let t = first + ty * p.tw + tx;
             for c0 in (0..p.cin).step_by(16) {
                 let k = channel_mask(p.cin, c0);
+                let len = 16.min(p.cin - c0);
                 let mut d = [[_mm512_setzero_ps(); PATCH]; PATCH];
                 for (a, patch_row) in d.iter_mut().enumerate() {
                     let Some(r) = (TILE * ty + a).checked_sub(p.pad[0]).filter(|&r| r < p.h) else {
@@ -485,8 +497,7 @@ unsafe fn input_transform(
                     for (b, value) in patch_row.iter_mut().enumerate() {
                         if let Some(c) = (TILE * tx + b).checked_sub(p.pad[1]).filter(|&c| c < p.w)
                         {
-                            *value =
-                                _mm512_maskz_loadu_ps(k, image.add((r * p.w + c) * p.cin + c0));
+                            *value = T::load(image.add((r * p.w + c) * p.cin + c0), len);
                         }
                     }
                 }
@@ -507,9 +518,9 @@ unsafe fn input_transform(
 /// AVX-512F is present; `dy` holds the image's gradients.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn output_gradient_transform(
+unsafe fn output_gradient_transform<T: Lanes>(
     p: &Plan,
-    dy: *const f32,
+    dy: *const T,
     dm: &mut [f32],
     (rows, first): (usize, usize),
 ) {
@@ -521,13 +532,14 @@ unsafe fn output_gradient_transform(
             let t = first + ty * p.tw + tx;
             for c0 in (0..p.cout).step_by(16) {
                 let k = channel_mask(p.cout, c0);
+                let len = 16.min(p.cout - c0);
                 let mut y = [[_mm512_setzero_ps(); TILE]; TILE];
                 for (a, block_row) in y.iter_mut().enumerate() {
                     let r = TILE * ty + a;
                     for (b, value) in block_row.iter_mut().enumerate() {
                         let c = TILE * tx + b;
                         if r < p.oh && c < p.ow {
-                            *value = _mm512_maskz_loadu_ps(k, dy.add((r * p.ow + c) * p.cout + c0));
+                            *value = T::load(dy.add((r * p.ow + c) * p.cout + c0), len);
                         }
                     }
                 }
@@ -548,12 +560,12 @@ unsafe fn output_gradient_transform(
 /// AVX-512F is present; `out` has room for the image's `oh * ow * cout` floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn output_transform(
+unsafe fn output_transform<T: Lanes>(
     p: &Plan,
     m: &[f32],
     (rows, first): (usize, usize),
     epilogue: Option<Epilogue<'_>>,
-    out: *mut f32,
+    out: *mut T,
 ) {
     use std::arch::x86_64::*;
     assert!(m.len() >= POSITIONS * rows * p.cout && first + p.tiles <= rows);
@@ -564,6 +576,7 @@ unsafe fn output_transform(
             let t = first + ty * p.tw + tx;
             for c0 in (0..p.cout).step_by(16) {
                 let k = channel_mask(p.cout, c0);
+                let len = 16.min(p.cout - c0);
                 let mut sums = [[zero; PATCH]; PATCH];
                 for (xi, value) in sums.as_flattened_mut().iter_mut().enumerate() {
                     *value =
@@ -589,7 +602,7 @@ unsafe fn output_transform(
                                 zero,
                             );
                         }
-                        _mm512_mask_storeu_ps(out.add((r * p.ow + c) * p.cout + c0), k, value);
+                        T::store(out.add((r * p.ow + c) * p.cout + c0), len, value);
                     }
                 }
             }
@@ -605,12 +618,12 @@ unsafe fn output_transform(
 /// AVX-512F is present; `dx` has room for the image's `h * w * cin` floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn input_gradient_transform(
+unsafe fn input_gradient_transform<T: Lanes>(
     p: &Plan,
     dv: &[f32],
     (rows, first): (usize, usize),
     patches: &mut Vec<f32>,
-    dx: *mut f32,
+    dx: *mut T,
 ) {
     use std::arch::x86_64::*;
     assert!(dv.len() >= POSITIONS * rows * p.cin && first + p.tiles <= rows);
@@ -645,7 +658,7 @@ unsafe fn input_gradient_transform(
     let row_len = p.w * p.cin;
     for r in 0..p.h {
         let from = ((r + p.pad[0]) * pitch + p.pad[1]) * p.cin;
-        std::ptr::copy_nonoverlapping(patches.as_ptr().add(from), dx.add(r * row_len), row_len);
+        T::narrow_to(&patches[from..from + row_len], dx.add(r * row_len));
     }
 }
 
@@ -664,30 +677,30 @@ unsafe fn filter_gradient_products(_: &Plan, _: usize, _: &[f32], _: &[f32], _: 
     unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
 }
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn input_transform(_: &Plan, _: *const f32, _: &mut [f32], _: (usize, usize)) {
+unsafe fn input_transform<T>(_: &Plan, _: *const T, _: &mut [f32], _: (usize, usize)) {
     unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
 }
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn output_gradient_transform(_: &Plan, _: *const f32, _: &mut [f32], _: (usize, usize)) {
+unsafe fn output_gradient_transform<T>(_: &Plan, _: *const T, _: &mut [f32], _: (usize, usize)) {
     unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
 }
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn output_transform(
+unsafe fn output_transform<T>(
     _: &Plan,
     _: &[f32],
     _: (usize, usize),
     _: Option<Epilogue<'_>>,
-    _: *mut f32,
+    _: *mut T,
 ) {
     unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
 }
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn input_gradient_transform(
+unsafe fn input_gradient_transform<T>(
     _: &Plan,
     _: &[f32],
     _: (usize, usize),
     _: &mut Vec<f32>,
-    _: *mut f32,
+    _: *mut T,
 ) {
     unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
 }
