@@ -236,29 +236,27 @@ unsafe fn grad_rows_bf16(
     use std::arch::x86_64::*;
     assert!(y.len() >= g.len() && sum.len() >= c);
     use crate::lanes::Lanes;
-    /// `len` (≤ 16) bf16 values at `p` as the high halves of 32-bit lanes (zero beyond).
-    #[inline(always)]
-    unsafe fn load(p: *const half::bf16, len: usize) -> __m512i {
-        _mm512_castps_si512(half::bf16::load(p, len))
-    }
     let zero = _mm512_setzero_ps();
     for r in 0..g.len() / c {
         for c0 in (0..c).step_by(16) {
             let len = 16.min(c - c0);
             let k: __mmask16 = if len == 16 { 0xffff } else { (1 << len) - 1 };
             let at = r * c + c0;
-            let (gv, yv) = (load(g.as_ptr().add(at), len), load(y.as_ptr().add(at), len));
+            let (gv, yv) = (
+                half::bf16::load(g.as_ptr().add(at), len),
+                half::bf16::load(y.as_ptr().add(at), len),
+            );
             // Passes where y > 0 (a NaN y blocks), as grad_rows.
             let pass = if relu {
-                _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_castsi512_ps(yv), zero) & k
+                _mm512_cmp_ps_mask::<_CMP_GT_OQ>(yv, zero) & k
             } else {
                 k
             };
-            let bits = _mm512_srli_epi32::<16>(_mm512_maskz_mov_epi32(pass, gv));
-            _mm512_mask_cvtepi32_storeu_epi16(dst.add(at) as *mut i16, k, bits);
+            // g's own bits or zero: exact.
+            half::bf16::store_exact(dst.add(at), len, _mm512_maskz_mov_ps(pass, gv));
             let s = sum.as_mut_ptr().add(c0);
             let total = _mm512_maskz_loadu_ps(k, s);
-            let total = _mm512_mask_add_ps(total, pass, total, _mm512_castsi512_ps(gv));
+            let total = _mm512_mask_add_ps(total, pass, total, gv);
             _mm512_mask_storeu_ps(s, k, total);
         }
     }
