@@ -126,6 +126,21 @@ pub(crate) fn gemm_bf16_into(
                 }
                 return;
             }
+            if rhs.rs == 1 {
+                // Column-major B (a transposed view): each column's pairs are consecutive
+                // u32s, read along the column and spread over the panel's pair rows.
+                for j in 0..cols {
+                    let start = (rhs.offset as isize + ((q * NR + j) as isize) * rhs.cs) as usize;
+                    let column = &rhs.data[start..start + k];
+                    for (p, two) in column.chunks_exact(2).enumerate() {
+                        panel[p * NR + j] = pair(two[0].to_bits(), two[1].to_bits());
+                    }
+                    if k % 2 == 1 {
+                        panel[(kp - 1) * NR + j] = pair(column[k - 1].to_bits(), 0);
+                    }
+                }
+                return;
+            }
             for p in 0..kp {
                 let dst = &mut panel[p * NR..p * NR + cols];
                 for (j, d) in dst.iter_mut().enumerate() {
@@ -143,11 +158,25 @@ pub(crate) fn gemm_bf16_into(
                 apack.fill(0);
             }
             if lhs.rs == 1 {
-                // A column-major (a transposed view): walk k outside, so each read of MR
-                // rows is contiguous.
+                // A column-major (a transposed view): columns 2p and 2p+1 of the block's
+                // rows are runs of `valid` values each.
+                let first = lhs.offset as isize + (row0 + b0) as isize;
+                let column = |c: usize| {
+                    let start = (first + c as isize * lhs.cs) as usize;
+                    &lhs.data[start..start + valid]
+                };
                 for p in 0..kp {
-                    for r in 0..valid {
-                        apack[p * MR + r] = pair_along_row(&lhs, row0 + b0 + r, 2 * p, k);
+                    let lo = column(2 * p);
+                    let dst = &mut apack[p * MR..p * MR + valid];
+                    if 2 * p + 1 < k {
+                        let hi = column(2 * p + 1);
+                        for ((d, l), h) in dst.iter_mut().zip(lo).zip(hi) {
+                            *d = pair(l.to_bits(), h.to_bits());
+                        }
+                    } else {
+                        for (d, l) in dst.iter_mut().zip(lo) {
+                            *d = pair(l.to_bits(), 0);
+                        }
                     }
                 }
             } else if lhs.cs == 1 {
@@ -361,6 +390,21 @@ mod tests {
                 assert!(
                     (*g as f64 - 2.0 * w).abs() <= 2e-5 * (1.0 + w.abs()),
                     "{m}x{k}x{n} accumulate"
+                );
+            }
+            // A transposed (row stride 1, column stride m), B transposed.
+            let at: Vec<bf16> = (0..m * k).map(|i| a[(i % m) * k + i / m]).collect();
+            let lhs_t = StridedMatrix {
+                data: &at,
+                offset: 0,
+                rs: 1,
+                cs: m as isize,
+            };
+            gemm_bf16_into(&mut c, m, n, k, lhs_t, rhs_t, false);
+            for (g, w) in c.iter().zip(&want) {
+                assert!(
+                    (*g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{m}x{k}x{n} transposed operands"
                 );
             }
         }
