@@ -1,10 +1,13 @@
-//! Sixteen elements of float32 or bfloat16 as the f32 lanes of one AVX-512 register: how
-//! the vector kernels read and write either type, so a bf16 tensor runs through a float32
-//! kernel without a widened copy in memory (the conversion happens in registers).
+//! Sixteen elements of float32, bfloat16 or float16 as the f32 lanes of one AVX-512
+//! register: how the vector kernels read and write these types, so a half-precision tensor
+//! runs through a float32 kernel without a widened copy in memory (the conversion happens
+//! in registers).
 //!
 //! bfloat16 widens exactly (its bits are the high half of an f32); stores round to nearest
 //! even with NaNs made quiet, the same integer rounding as `buffer`'s whole-buffer
-//! narrowing (one place: [`avx512::round_to_bf16`]).
+//! narrowing (one place: [`avx512::round_to_bf16`]). float16 converts with AVX-512F's
+//! `vcvtph2ps` / `vcvtps2ph` (exact widening; narrowing to nearest even, as the `half`
+//! crate rounds).
 
 /// An element type the AVX-512 kernels load and store as 16 f32 lanes.
 pub(crate) trait Lanes: Copy + Send + Sync + 'static {
@@ -113,8 +116,55 @@ impl Lanes for half::bf16 {
     }
 }
 
+impl Lanes for half::f16 {
+    // f16's lowest finite value, -65504, exactly an f32.
+    const LOWEST: f32 = -65504.0;
+    const IS_F32: bool = false;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(p: *const half::f16, len: usize) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        let halves = if len == 16 {
+            _mm256_loadu_si256(p as *const __m256i)
+        } else {
+            let mut tmp = [0u16; 16];
+            std::ptr::copy_nonoverlapping(p as *const u16, tmp.as_mut_ptr(), len.min(16));
+            _mm256_loadu_si256(tmp.as_ptr() as *const __m256i)
+        };
+        _mm512_cvtph_ps(halves)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn store(p: *mut half::f16, len: usize, v: std::arch::x86_64::__m512) {
+        use std::arch::x86_64::*;
+        let packed = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+        avx512::store_halves(p as *mut u16, len, packed)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn store_exact(p: *mut half::f16, len: usize, v: std::arch::x86_64::__m512) {
+        Self::store(p, len, v)
+    }
+    fn as_f32(_: &[half::f16]) -> Option<&[f32]> {
+        None
+    }
+    fn widen_into(src: &[half::f16], dst: &mut [f32]) {
+        <half::f16 as crate::buffer::Half>::widen_into(src, dst)
+    }
+    unsafe fn narrow_to(src: &[f32], dst: *mut half::f16) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::has_avx512() {
+            return avx512::narrow_all(src, dst);
+        }
+        for (i, &x) in src.iter().enumerate() {
+            dst.add(i).write(half::f16::from_f32(x));
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512 {
+    use super::Lanes;
     use std::arch::x86_64::*;
 
     /// The first `len` (≤ 16) lanes.
@@ -133,13 +183,34 @@ pub(crate) mod avx512 {
     /// copy (masked 16-bit stores would need AVX512-BW).
     #[inline(always)]
     pub(crate) unsafe fn store_bf16_bits(p: *mut half::bf16, len: usize, bits: __m512i) {
-        let packed = _mm512_cvtepi32_epi16(bits);
+        store_halves(p as *mut u16, len, _mm512_cvtepi32_epi16(bits))
+    }
+
+    /// The first `len` (≤ 16) of 16 packed 16-bit values stored at `p` (a tail through a
+    /// copy).
+    #[inline(always)]
+    pub(crate) unsafe fn store_halves(p: *mut u16, len: usize, packed: __m256i) {
         if len >= 16 {
             _mm256_storeu_si256(p as *mut __m256i, packed);
         } else {
             let mut tmp = [0u16; 16];
             _mm256_storeu_si256(tmp.as_mut_ptr() as *mut __m256i, packed);
-            std::ptr::copy_nonoverlapping(tmp.as_ptr(), p as *mut u16, len);
+            std::ptr::copy_nonoverlapping(tmp.as_ptr(), p, len);
+        }
+    }
+
+    /// `dst[i] = src[i]` rounded to `T`, 16 at a time.
+    ///
+    /// # Safety
+    /// AVX-512F is present; `dst` is valid for `src.len()` writes.
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn narrow_all<T: Lanes>(src: &[f32], dst: *mut T) {
+        for (i, part) in src.chunks(16).enumerate() {
+            T::store(
+                dst.add(16 * i),
+                part.len(),
+                f32::load(part.as_ptr(), part.len()),
+            );
         }
     }
 

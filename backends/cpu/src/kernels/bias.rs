@@ -3,6 +3,7 @@
 //! (`dx = g·[y > 0]`, `dbias = Σ dx` over the leading axes) in one pass.
 
 use crate::buffer::{dense, host, widen_range, Half};
+use crate::lanes::Lanes;
 use crate::num::Num;
 use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::{backend::unsupported, FusedActivation, HostData, Operand, Result};
@@ -51,14 +52,19 @@ pub(crate) fn bias_activation_grad(
         (HostData::BF16(a), HostData::BF16(b)) => {
             let (a, b) = (dense(a, g.layout), dense(b, y.layout));
             let (dx, db) = if crate::simd::has_avx512() {
-                grad_bf16(&a, &b, c, activation)
+                grad_lanes(&a, &b, c, activation)
             } else {
                 grad_half(&a, &b, c, activation)
             };
             Ok((HostData::BF16(dx), HostData::BF16(db)))
         }
         (HostData::F16(a), HostData::F16(b)) => {
-            let (dx, db) = grad_half(&dense(a, g.layout), &dense(b, y.layout), c, activation);
+            let (a, b) = (dense(a, g.layout), dense(b, y.layout));
+            let (dx, db) = if crate::simd::has_avx512() {
+                grad_lanes(&a, &b, c, activation)
+            } else {
+                grad_half(&a, &b, c, activation)
+            };
             Ok((HostData::F16(dx), HostData::F16(db)))
         }
         _ => Err(unsupported("cpu", "bias_activation_grad", g.dtype)),
@@ -188,14 +194,14 @@ fn grad_half<H: Half + Send + Sync>(
     (dx, narrow_sums(&db))
 }
 
-/// bf16 `g`, `y` on AVX-512: `dx` is `g`'s own bits or zero (exact: nothing to round), the
-/// bias gradient summed in f32 from `g` widened in registers; no f32 buffers.
-fn grad_bf16(
-    g: &[half::bf16],
-    y: &[half::bf16],
+/// Half-precision `g`, `y` on AVX-512: `dx` is `g`'s own value or zero (exact: nothing to
+/// round), the bias gradient summed in f32 from `g` widened in registers; no f32 buffers.
+fn grad_lanes<H: Half + Lanes>(
+    g: &[H],
+    y: &[H],
     c: usize,
     activation: FusedActivation,
-) -> (Vec<half::bf16>, Vec<half::bf16>) {
+) -> (Vec<H>, Vec<H>) {
     let c = c.max(1);
     let rows = g.len().min(y.len()) / c;
     let relu = activation == FusedActivation::Relu;
@@ -204,7 +210,7 @@ fn grad_bf16(
         // SAFETY: AVX-512 (the caller checked); g, y and dst hold the chunk's rows; sum
         // holds c values.
         unsafe {
-            grad_rows_bf16(
+            grad_rows_lanes(
                 &g[span.clone()],
                 &y[span],
                 c,
@@ -225,17 +231,16 @@ fn grad_bf16(
 /// `sum` holds `c` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn grad_rows_bf16(
-    g: &[half::bf16],
-    y: &[half::bf16],
+unsafe fn grad_rows_lanes<H: Lanes>(
+    g: &[H],
+    y: &[H],
     c: usize,
     relu: bool,
-    dst: *mut half::bf16,
+    dst: *mut H,
     sum: &mut [f32],
 ) {
     use std::arch::x86_64::*;
     assert!(y.len() >= g.len() && sum.len() >= c);
-    use crate::lanes::Lanes;
     let zero = _mm512_setzero_ps();
     for r in 0..g.len() / c {
         for c0 in (0..c).step_by(16) {
@@ -243,8 +248,8 @@ unsafe fn grad_rows_bf16(
             let k: __mmask16 = if len == 16 { 0xffff } else { (1 << len) - 1 };
             let at = r * c + c0;
             let (gv, yv) = (
-                half::bf16::load(g.as_ptr().add(at), len),
-                half::bf16::load(y.as_ptr().add(at), len),
+                H::load(g.as_ptr().add(at), len),
+                H::load(y.as_ptr().add(at), len),
             );
             // Passes where y > 0 (a NaN y blocks), as grad_rows.
             let pass = if relu {
@@ -253,7 +258,7 @@ unsafe fn grad_rows_bf16(
                 k
             };
             // g's own bits or zero: exact.
-            half::bf16::store_exact(dst.add(at), len, _mm512_maskz_mov_ps(pass, gv));
+            H::store_exact(dst.add(at), len, _mm512_maskz_mov_ps(pass, gv));
             let s = sum.as_mut_ptr().add(c0);
             let total = _mm512_maskz_loadu_ps(k, s);
             let total = _mm512_mask_add_ps(total, pass, total, gv);
@@ -263,13 +268,6 @@ unsafe fn grad_rows_bf16(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn grad_rows_bf16(
-    _: &[half::bf16],
-    _: &[half::bf16],
-    _: usize,
-    _: bool,
-    _: *mut half::bf16,
-    _: &mut [f32],
-) {
-    unreachable!("grad_bf16 is only chosen on x86-64 with AVX-512")
+unsafe fn grad_rows_lanes<H>(_: &[H], _: &[H], _: usize, _: bool, _: *mut H, _: &mut [f32]) {
+    unreachable!("grad_lanes is only chosen on x86-64 with AVX-512")
 }

@@ -280,15 +280,22 @@ fn conv2d_then(
         let y = finish32(conv2d_typed(&a, &f, w, cout, &Bf16Dot));
         return Ok(narrow(y, DType::BF16));
     }
-    // bf16 data through the float32 kernels, read and written as bf16 (the filter, small,
-    // widened).
-    if super::f32_conv::available() && filter.dtype == DType::BF16 {
-        if let (Some(HalfView::BF16(a)), Floats::F32(f)) =
-            (dense_half(&x), floats("conv2d", &filter)?)
-        {
+    // Half-precision data through the float32 kernels, read and written as its own type
+    // (the filter, small, widened).
+    if let (true, Some(a)) = (
+        super::f32_conv::available() && filter.dtype == x.dtype,
+        dense_half(&x),
+    ) {
+        if let Floats::F32(f) = floats("conv2d", &filter)? {
             let epilogue = bias32.map(|bias| super::f32_conv::Epilogue { bias, activation });
-            let y = super::f32_conv::forward(&a[..], &f, w, cout, epilogue);
-            return Ok(HostData::BF16(y));
+            return Ok(match a {
+                HalfView::BF16(a) => {
+                    HostData::BF16(super::f32_conv::forward(&a[..], &f, w, cout, epilogue))
+                }
+                HalfView::F16(a) => {
+                    HostData::F16(super::f32_conv::forward(&a[..], &f, w, cout, epilogue))
+                }
+            });
         }
     }
     float_pair(
@@ -587,13 +594,15 @@ pub(crate) fn conv2d_backprop_input(
             DType::BF16,
         ));
     }
-    if super::f32_conv::available() && filter.dtype == DType::BF16 {
-        if let (Floats::F32(f), Some(HalfView::BF16(g))) = (floats(op, &filter)?, dense_half(&dy)) {
-            return Ok(HostData::BF16(super::f32_conv::backprop_input(
-                &f,
-                &g[..],
-                w,
-            )));
+    if let (true, Some(g)) = (
+        super::f32_conv::available() && filter.dtype == dy.dtype,
+        dense_half(&dy),
+    ) {
+        if let Floats::F32(f) = floats(op, &filter)? {
+            return Ok(match g {
+                HalfView::BF16(g) => HostData::BF16(super::f32_conv::backprop_input(&f, &g[..], w)),
+                HalfView::F16(g) => HostData::F16(super::f32_conv::backprop_input(&f, &g[..], w)),
+            });
         }
     }
     float_pair(
@@ -661,11 +670,16 @@ pub(crate) fn conv2d_backprop_filter(
         ));
     }
     if super::f32_conv::available() {
-        if let (Some(HalfView::BF16(a)), Some(HalfView::BF16(g))) =
-            (dense_half(&x), dense_half(&dy))
-        {
-            let grad = super::f32_conv::backprop_filter(&a[..], &g[..], w, cout);
-            return Ok(narrow(grad, DType::BF16));
+        match (dense_half(&x), dense_half(&dy)) {
+            (Some(HalfView::BF16(a)), Some(HalfView::BF16(g))) => {
+                let grad = super::f32_conv::backprop_filter(&a[..], &g[..], w, cout);
+                return Ok(narrow(grad, DType::BF16));
+            }
+            (Some(HalfView::F16(a)), Some(HalfView::F16(g))) => {
+                let grad = super::f32_conv::backprop_filter(&a[..], &g[..], w, cout);
+                return Ok(narrow(grad, DType::F16));
+            }
+            _ => {}
         }
     }
     float_pair(
@@ -792,6 +806,9 @@ pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<Hos
     };
     let kernel = |part: &Window2d, ins: &[Vec<f32>]| pool_f32(&ins[0], part);
     match dense_half(&x) {
+        Some(HalfView::F16(v)) if fast => {
+            return Ok(HostData::F16(super::max_pool::max_pool(&v, w)))
+        }
         Some(HalfView::F16(v)) => {
             return Ok(pool_half(w, &[(&v, h * wd * c)], out_per_image, kernel))
         }
@@ -883,6 +900,11 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
     };
     let kernel = |part: &Window2d, ins: &[Vec<f32>]| grad_f32(&ins[0], &ins[1], part);
     match (dense_half(&x), dense_half(&dy)) {
+        (Some(HalfView::F16(a)), Some(HalfView::F16(g)))
+            if fast && super::max_pool::grad_exact::<half::f16>(w) =>
+        {
+            return Ok(HostData::F16(super::max_pool::max_pool_grad(&a, &g, w)))
+        }
         (Some(HalfView::F16(a)), Some(HalfView::F16(g))) => {
             return Ok(pool_half(w, &[(&a, per_x), (&g, per_dy)], per_x, kernel))
         }

@@ -638,17 +638,23 @@ unsafe fn filter_grad_image(_: &Image, _: &Geometry, _: *const f32, _: *mut f32)
 mod tests {
     use super::*;
     use ferroflow_tensor::Padding;
-    use half::bf16;
+    use half::{bf16, f16};
 
-    /// The convolutions on bfloat16 data (read and written as bf16, in registers or image by
-    /// image) give, bit for bit, the float32 kernels' results on the widened data, rounded:
-    /// direct and Winograd kernels, forward (fused), input and filter gradients.
+    /// The convolutions on half-precision data (read and written as their own type, in
+    /// registers or image by image) give, bit for bit, the float32 kernels' results on the
+    /// widened data, rounded: direct and Winograd kernels, forward (fused), input and filter
+    /// gradients.
     #[test]
-    fn bf16_data_matches_float32_on_widened_values_bit_for_bit() {
+    fn half_data_matches_float32_on_widened_values_bit_for_bit() {
         if !available() {
             eprintln!("SKIPPED: no AVX-512 on this CPU; these kernels do not run");
             return;
         }
+        matches_widened(bf16::from_f32, bf16::to_f32);
+        matches_widened(f16::from_f32, f16::to_f32);
+    }
+
+    fn matches_widened<H: Lanes + std::fmt::Debug>(of: fn(f32) -> H, wide1: fn(H) -> f32) {
         // (input, kernel, padding, cout): direct (few channels, strided, padded) and
         // Winograd (3x3 stride 1, ≥ 16 channels; a channel tail past 16).
         for (shape, k, strides, pad, cout) in [
@@ -663,20 +669,19 @@ mod tests {
                 seed ^= seed << 13;
                 seed ^= seed >> 17;
                 seed ^= seed << 5;
-                bf16::from_f32((seed % 2001) as f32 / 1000.0 - 1.0)
+                of((seed % 2001) as f32 / 1000.0 - 1.0)
             };
             let per_y = w.output[0] * w.output[1] * cout;
-            let x: Vec<bf16> = (0..shape.iter().product()).map(|_| next()).collect();
-            let dy: Vec<bf16> = (0..shape[0] * per_y).map(|_| next()).collect();
+            let x: Vec<H> = (0..shape.iter().product()).map(|_| next()).collect();
+            let dy: Vec<H> = (0..shape[0] * per_y).map(|_| next()).collect();
             let filter: Vec<f32> = (0..k[0] * k[1] * shape[3] * cout)
-                .map(|_| next().to_f32())
+                .map(|_| wide1(next()))
                 .collect();
-            let bias: Vec<f32> = (0..cout).map(|_| next().to_f32()).collect();
-            let wide = |v: &[bf16]| -> Vec<f32> { v.iter().map(|h| h.to_f32()).collect() };
-            let bits = |v: &[bf16]| -> Vec<u16> { v.iter().map(|h| h.to_bits()).collect() };
-            let rounded = |v: &[f32]| -> Vec<u16> {
-                v.iter().map(|&f| bf16::from_f32(f).to_bits()).collect()
-            };
+            let bias: Vec<f32> = (0..cout).map(|_| wide1(next())).collect();
+            let wide = |v: &[H]| -> Vec<f32> { v.iter().map(|&h| wide1(h)).collect() };
+            let bits = |v: &[H]| -> Vec<u32> { v.iter().map(|&h| wide1(h).to_bits()).collect() };
+            let rounded =
+                |v: &[f32]| -> Vec<u32> { v.iter().map(|&f| wide1(of(f)).to_bits()).collect() };
             let epilogue = Some(Epilogue {
                 bias: &bias,
                 activation: FusedActivation::Relu,

@@ -258,16 +258,36 @@ unsafe fn max_pool_grad_image<T>(_: *const T, _: *const T, _: &Window2d, _: *mut
 mod tests {
     use super::*;
     use ferroflow_tensor::Padding;
-    use half::bf16;
+    use half::{bf16, f16};
 
-    /// bfloat16 pooling in registers gives, bit for bit, what the float32 kernels give on
-    /// the widened values (ties, NaNs, channel tails past a multiple of 16 included).
-    #[test]
-    fn bf16_pooling_matches_float32_on_widened_values() {
-        if !available() {
-            eprintln!("SKIPPED: no AVX-512 on this CPU; the bf16 pooling kernels do not run");
-            return;
+    /// A half type's conversions, for tests generic over bf16 and f16.
+    trait HalfTest: Lanes + PartialEq + std::fmt::Debug {
+        const NAN: Self;
+        fn of(v: f32) -> Self;
+        fn wide(self) -> f32;
+    }
+    impl HalfTest for bf16 {
+        const NAN: bf16 = bf16::NAN;
+        fn of(v: f32) -> bf16 {
+            bf16::from_f32(v)
         }
+        fn wide(self) -> f32 {
+            self.to_f32()
+        }
+    }
+    impl HalfTest for f16 {
+        const NAN: f16 = f16::NAN;
+        fn of(v: f32) -> f16 {
+            f16::from_f32(v)
+        }
+        fn wide(self) -> f32 {
+            self.to_f32()
+        }
+    }
+
+    /// Pooling on `H` in registers gives, bit for bit, what the float32 kernels give on the
+    /// widened values (ties, NaNs, channel tails past a multiple of 16 included).
+    fn pooling_matches_float32_on_widened_values<H: HalfTest>() {
         for (shape, k, strides, pad) in [
             ([2, 8, 8, 33], [2, 2], [2, 2], Padding::Valid),
             ([3, 7, 9, 20], [2, 2], [2, 2], Padding::Valid),
@@ -284,40 +304,46 @@ mod tests {
             };
             // A coarse grid (ties in windows), a few NaNs.
             let n: usize = shape.iter().product();
-            let x: Vec<bf16> = (0..n)
+            let x: Vec<H> = (0..n)
                 .map(|_| match next() % 41 {
-                    0 => bf16::NAN,
-                    v => bf16::from_f32(v as f32 / 4.0 - 5.0),
+                    0 => H::NAN,
+                    v => H::of(v as f32 / 4.0 - 5.0),
                 })
                 .collect();
             let per_y = w.output[0] * w.output[1] * shape[3];
-            let dy: Vec<bf16> = (0..shape[0] * per_y)
-                .map(|_| bf16::from_f32((next() % 1000) as f32 / 97.0 - 5.0))
+            let dy: Vec<H> = (0..shape[0] * per_y)
+                .map(|_| H::of((next() % 1000) as f32 / 97.0 - 5.0))
                 .collect();
-            let wide = |v: &[bf16]| -> Vec<f32> { v.iter().map(|h| h.to_f32()).collect() };
-            let bits = |v: Vec<bf16>| -> Vec<u16> { v.iter().map(|h| h.to_bits()).collect() };
-            let narrowed = |v: Vec<f32>| -> Vec<u16> {
-                v.iter().map(|&f| bf16::from_f32(f).to_bits()).collect()
+            let wide = |v: &[H]| -> Vec<f32> { v.iter().map(|h| h.wide()).collect() };
+            // NaN != NaN: compare the widened values' bits.
+            let bits = |v: Vec<H>| -> Vec<u32> { v.iter().map(|h| h.wide().to_bits()).collect() };
+            let rounded = |v: Vec<f32>| -> Vec<u32> {
+                v.iter().map(|&f| H::of(f).wide().to_bits()).collect()
             };
             assert_eq!(
                 bits(max_pool(&x, &w)),
-                narrowed(max_pool(&wide(&x), &w)),
+                rounded(max_pool(&wide(&x), &w)),
                 "max_pool {shape:?}"
             );
-            if grad_exact::<bf16>(&w) {
+            if grad_exact::<H>(&w) {
                 assert_eq!(
                     bits(max_pool_grad(&x, &dy, &w)),
-                    narrowed(max_pool_grad(&wide(&x), &wide(&dy), &w)),
+                    rounded(max_pool_grad(&wide(&x), &wide(&dy), &w)),
                     "max_pool_grad {shape:?}"
                 );
             }
         }
-        assert!(!grad_exact::<bf16>(&Window2d::resolve(
-            [1, 4, 4, 1],
-            [3, 3],
-            [1, 1],
-            [1, 1],
-            Padding::Valid
-        )));
+        let overlapping = Window2d::resolve([1, 4, 4, 1], [3, 3], [1, 1], [1, 1], Padding::Valid);
+        assert!(!grad_exact::<H>(&overlapping));
+    }
+
+    #[test]
+    fn half_pooling_matches_float32_on_widened_values() {
+        if !available() {
+            eprintln!("SKIPPED: no AVX-512 on this CPU; the half pooling kernels do not run");
+            return;
+        }
+        pooling_matches_float32_on_widened_values::<bf16>();
+        pooling_matches_float32_on_widened_values::<f16>();
     }
 }
