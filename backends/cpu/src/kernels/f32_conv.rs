@@ -100,8 +100,8 @@ thread_local! {
 }
 
 thread_local! {
-    /// A thread's float32 copies of the image it works on, for bfloat16 operands: input
-    /// (or output gradient) and output. Image-sized, so they stay in cache and no
+    /// A thread's float32 copies of the image it works on, for half-precision operands:
+    /// input (or output gradient) and output. Image-sized, so they stay in cache and no
     /// whole-buffer conversion happens.
     static WIDE: std::cell::RefCell<[Vec<f32>; 2]> =
         const { std::cell::RefCell::new([Vec::new(), Vec::new()]) };
@@ -325,7 +325,7 @@ unsafe fn forward_image(
 }
 
 /// `conv2d(x, filter)`: `x` `[n, h, w, cin]`, `filter` `[kh, kw, cin, cout]`, both dense;
-/// `x` and the result float32 or bfloat16 (computed in f32 image by image).
+/// `x` and the result float32, bfloat16 or float16 (computed in f32 image by image).
 ///
 /// With an `epilogue`, `activation(conv2d(x, filter) + bias)` (a fused convolution).
 pub(crate) fn forward<T: Lanes>(

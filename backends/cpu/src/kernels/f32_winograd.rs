@@ -20,10 +20,12 @@
 //! (enough tiles for full register tiles) is transformed into thread-local buffers that
 //! stay in L2.
 //!
-//! Inputs and outputs are float32 or bfloat16 ([`Lanes`]): bf16 values widen to f32 as the
-//! transforms load them and round as the last transforms store them, so a bf16
-//! convolution reads and writes half the bytes and makes no widened copy; everything in
-//! between (transformed values, products, sums) is f32.
+//! Inputs and outputs are float32, bfloat16 or float16 ([`Lanes`]): half-precision values
+//! widen to f32 as the transforms load them and round as the last transforms store them,
+//! so a half-precision convolution reads and writes half the bytes and makes no widened
+//! copy; everything in between (transformed values, products, sums) is f32. (Products on
+//! `vdpbf16ps` would need the transformed values in bf16: tried, the F(4x4, 3x3)
+//! transforms amplify that rounding to errors of 40% of the outputs' mean magnitude.)
 
 use super::f32_conv::{packed_product, sum_partials, Epilogue, PackedFilter};
 use super::f32_gemm::{column_masks, Tile, MR, NR};

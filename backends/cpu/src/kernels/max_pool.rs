@@ -1,15 +1,15 @@
-//! Max pooling and its gradient on AVX-512 (NHWC) in float32 and bfloat16: per window, 16
-//! channels per vector, the window's taps read in place, one pass over the input.
+//! Max pooling and its gradient on AVX-512 (NHWC) in float32, bfloat16 and float16: per
+//! window, 16 channels per vector, the window's taps read in place, one pass over the input.
 //!
-//! bfloat16 runs natively: its values widen exactly to f32 lanes in registers (a shift), the
-//! maximum of bf16 values is one of them, and a gradient element is a `dy` value or zero, so
-//! every bf16 store is exact (the high halves of the lanes). No f32 buffer is made.
+//! Half types run natively: their values widen exactly to f32 lanes in registers, the
+//! maximum of half values is one of them, and a gradient element is a `dy` value or zero, so
+//! every half-precision store is exact. No f32 buffer is made.
 //!
 //! The gradient recomputes each window's maximum and sends the window's gradient to the
 //! first tap holding it (a NaN: the first NaN), as the generic kernel in `conv.rs` does; it
 //! writes the input gradient image by image while the image is in cache, so no zeroed
 //! whole-buffer pass precedes it. Windows that tile the input (Keras' default pooling) store
-//! their taps; overlapping windows add to them (float32 only: bf16 sums would round at every
+//! their taps; overlapping windows add to them (float32 only: half-precision sums would round at every
 //! addition, so [`grad_exact`] sends them to the widened path).
 
 use super::conv::for_windows;
@@ -98,7 +98,7 @@ pub(crate) fn max_pool<T: Lanes>(x: &[T], w: &Window2d) -> Vec<T> {
     })
 }
 
-/// Whether [`max_pool_grad`] takes `T` for windows `w`: always for float32; for bfloat16
+/// Whether [`max_pool_grad`] takes `T` for windows `w`: always for float32; for half types
 /// when the windows tile the input (each input element gets one window's gradient or zero,
 /// exactly).
 pub(crate) fn grad_exact<T: Lanes>(w: &Window2d) -> bool {
@@ -121,7 +121,7 @@ pub(crate) fn max_pool_grad<T: Lanes>(x: &[T], dy: &[T], w: &Window2d) -> Vec<T>
     );
     assert!(
         grad_exact::<T>(w),
-        "overlapping bf16 pooling windows would round their sums"
+        "overlapping half-precision pooling windows would round their sums"
     );
     per_image(n, h * wd * c, |b, dx| {
         // SAFETY: AVX-512 (callers check `available`); image b lies in x and its gradients
