@@ -81,17 +81,7 @@ impl Lanes for half::bf16 {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn load(p: *const half::bf16, len: usize) -> std::arch::x86_64::__m512 {
-        use std::arch::x86_64::*;
-        // Full vectors load directly; a tail goes through a copy (masked 16-bit loads
-        // would need AVX512-BW).
-        let halves = if len == 16 {
-            _mm256_loadu_si256(p as *const __m256i)
-        } else {
-            let mut tmp = [0u16; 16];
-            std::ptr::copy_nonoverlapping(p as *const u16, tmp.as_mut_ptr(), len.min(16));
-            _mm256_loadu_si256(tmp.as_ptr() as *const __m256i)
-        };
-        avx512::from_bf16(halves)
+        avx512::from_bf16(avx512::load_halves(p as *const u16, len))
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
@@ -123,15 +113,7 @@ impl Lanes for half::f16 {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn load(p: *const half::f16, len: usize) -> std::arch::x86_64::__m512 {
-        use std::arch::x86_64::*;
-        let halves = if len == 16 {
-            _mm256_loadu_si256(p as *const __m256i)
-        } else {
-            let mut tmp = [0u16; 16];
-            std::ptr::copy_nonoverlapping(p as *const u16, tmp.as_mut_ptr(), len.min(16));
-            _mm256_loadu_si256(tmp.as_ptr() as *const __m256i)
-        };
-        _mm512_cvtph_ps(halves)
+        std::arch::x86_64::_mm512_cvtph_ps(avx512::load_halves(p as *const u16, len))
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
@@ -184,6 +166,19 @@ pub(crate) mod avx512 {
     #[inline(always)]
     pub(crate) unsafe fn store_bf16_bits(p: *mut half::bf16, len: usize, bits: __m512i) {
         store_halves(p as *mut u16, len, _mm512_cvtepi32_epi16(bits))
+    }
+
+    /// `len` (≤ 16) 16-bit values at `p`, zero beyond. Full vectors load directly; a tail
+    /// goes through a copy (masked 16-bit loads would need AVX512-BW).
+    #[inline(always)]
+    pub(crate) unsafe fn load_halves(p: *const u16, len: usize) -> __m256i {
+        if len >= 16 {
+            _mm256_loadu_si256(p as *const __m256i)
+        } else {
+            let mut tmp = [0u16; 16];
+            std::ptr::copy_nonoverlapping(p, tmp.as_mut_ptr(), len);
+            _mm256_loadu_si256(tmp.as_ptr() as *const __m256i)
+        }
     }
 
     /// The first `len` (≤ 16) of 16 packed 16-bit values stored at `p` (a tail through a
