@@ -245,7 +245,7 @@ unsafe fn grad_rows_lanes<H: Lanes>(
     for r in 0..g.len() / c {
         for c0 in (0..c).step_by(16) {
             let len = 16.min(c - c0);
-            let k: __mmask16 = if len == 16 { 0xffff } else { (1 << len) - 1 };
+            let k = crate::lanes::avx512::first(len);
             let at = r * c + c0;
             let (gv, yv) = (
                 H::load(g.as_ptr().add(at), len),
