@@ -17,11 +17,12 @@ fn init() {
     ferroflow::init();
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ferroflow-data-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh scratch directory, removed when the returned guard drops.
+fn tmp(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ferroflow-data-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn records(i: usize) -> Vec<u8> {
@@ -56,7 +57,8 @@ fn crc32c_matches_the_standard_check_value() {
 #[test]
 fn tfrecord_round_trips_with_every_compression() {
     init();
-    let dir = tmp("tfrecord");
+    let scratch = tmp("tfrecord");
+    let dir = scratch.path();
     for compression in [
         Compression::None,
         Compression::Gzip,
@@ -93,7 +95,8 @@ fn tfrecord_round_trips_with_every_compression() {
 #[test]
 fn every_bit_flip_in_a_tfrecord_file_is_detected() {
     init();
-    let dir = tmp("bitflip");
+    let scratch = tmp("bitflip");
+    let dir = scratch.path();
     let path = dir.join("r.tfrecord");
     write_records(&path, 4, Compression::None);
     let good = std::fs::read(&path).unwrap();
@@ -128,7 +131,8 @@ fn every_bit_flip_in_a_tfrecord_file_is_detected() {
 #[test]
 fn a_truncated_tfrecord_file_is_an_error_not_a_short_read() {
     init();
-    let dir = tmp("truncate");
+    let scratch = tmp("truncate");
+    let dir = scratch.path();
     let path = dir.join("r.tfrecord");
     write_records(&path, 3, Compression::None);
     let good = std::fs::read(&path).unwrap();
@@ -179,7 +183,8 @@ fn a_truncated_tfrecord_file_is_an_error_not_a_short_read() {
 #[test]
 fn csv_reads_quoted_fields_defaults_and_selected_columns() {
     init();
-    let dir = tmp("csv");
+    let scratch = tmp("csv");
+    let dir = scratch.path();
     let a = dir.join("a.csv");
     std::fs::write(
         &a,
@@ -311,7 +316,8 @@ fn sample_tensors() -> Vec<Tensor> {
 #[test]
 fn npy_round_trips_every_numpy_dtype() {
     init();
-    let dir = tmp("npy");
+    let scratch = tmp("npy");
+    let dir = scratch.path();
     for (i, t) in sample_tensors().iter().enumerate() {
         let p = dir.join(format!("{i}.npy"));
         npy::write(&p, t).unwrap();
@@ -358,7 +364,8 @@ fn npy_files_agree_with_real_numpy_both_ways() {
     if !has_numpy() {
         return;
     }
-    let dir = tmp("npy-numpy");
+    let scratch = tmp("npy-numpy");
+    let dir = scratch.path();
     // ferroflow writes, NumPy reads and prints dtype, shape and values.
     let tensors = sample_tensors();
     let mut args = Vec::new();
@@ -440,7 +447,8 @@ for name, a in cases.items():
 #[test]
 fn cache_file_persists_after_a_complete_pass_only() {
     init();
-    let dir = tmp("cachefile");
+    let scratch = tmp("cachefile");
+    let dir = scratch.path();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     let path = dir.join("cache.records");
@@ -453,7 +461,7 @@ fn cache_file_persists_after_a_complete_pass_only() {
     assert_eq!(ds.iter().take(4).count(), 4);
     assert!(!path.exists(), "a partial pass leaves no cache file");
     assert_eq!(
-        std::fs::read_dir(&dir).unwrap().count(),
+        std::fs::read_dir(dir).unwrap().count(),
         0,
         "nor a temporary file"
     );
@@ -573,22 +581,23 @@ fn run_child(dir: &Path, die: bool) -> (usize, String) {
 #[test]
 fn snapshot_is_written_once_and_read_by_later_processes() {
     init();
-    let dir = tmp("snapshot-procs");
+    let scratch = tmp("snapshot-procs");
+    let dir = scratch.path();
     // A writer killed in the middle leaves nothing that reads as complete.
-    let (calls, _) = run_child(&dir, true);
+    let (calls, _) = run_child(dir, true);
     assert_eq!(calls, usize::MAX, "the dying child prints nothing");
-    let (calls, sum1) = run_child(&dir, false);
+    let (calls, sum1) = run_child(dir, false);
     assert_eq!(
         calls, 40,
         "the killed run's files were not read as a snapshot"
     );
-    let (calls, sum2) = run_child(&dir, false);
+    let (calls, sum2) = run_child(dir, false);
     assert_eq!(
         calls, 0,
         "a later process reads the snapshot instead of recomputing"
     );
     assert_eq!(sum1, sum2);
-    let fingerprints: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    let fingerprints: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
     assert_eq!(fingerprints.len(), 1);
     let fp_dir = fingerprints[0].as_ref().unwrap().path();
     assert!(fp_dir.join("snapshot.metadata").is_file());
@@ -597,18 +606,19 @@ fn snapshot_is_written_once_and_read_by_later_processes() {
 #[test]
 fn snapshot_reads_back_the_same_elements_and_detects_corruption() {
     init();
-    let dir = tmp("snapshot-corrupt");
+    let scratch = tmp("snapshot-corrupt");
+    let dir = scratch.path();
     let options = SnapshotOptions {
         compression: Compression::None,
         shard_size_bytes: 256,
     };
-    let ds = snapshot_pipeline(&dir, options);
+    let ds = snapshot_pipeline(dir, options);
     let first = summarize(&ds).unwrap();
     let second = summarize(&ds).unwrap();
     assert_eq!(first, second);
     assert_eq!(first[7], (7, 49.0));
     // Several shards, listed by the metadata.
-    let fp_dir = std::fs::read_dir(&dir)
+    let fp_dir = std::fs::read_dir(dir)
         .unwrap()
         .next()
         .unwrap()
@@ -653,17 +663,18 @@ fn snapshot_reads_back_the_same_elements_and_detects_corruption() {
 #[test]
 fn a_different_pipeline_gets_its_own_snapshot() {
     init();
-    let dir = tmp("snapshot-keys");
-    let a = Dataset::range(0, 5, 1).snapshot(&dir, Compression::Snappy);
-    let b = Dataset::range(0, 6, 1).snapshot(&dir, Compression::Snappy);
+    let scratch = tmp("snapshot-keys");
+    let dir = scratch.path();
+    let a = Dataset::range(0, 5, 1).snapshot(dir, Compression::Snappy);
+    let b = Dataset::range(0, 6, 1).snapshot(dir, Compression::Snappy);
     let x = Tensor::from_slice(&[1.0f32, 2.0]).unwrap();
     let c = Dataset::from_tensor_slices(x)
         .unwrap()
-        .snapshot(&dir, Compression::None);
+        .snapshot(dir, Compression::None);
     let y = Tensor::from_slice(&[1.0f32, 3.0]).unwrap();
     let d = Dataset::from_tensor_slices(y)
         .unwrap()
-        .snapshot(&dir, Compression::None);
+        .snapshot(dir, Compression::None);
     assert_eq!(a.iter().count(), 5);
     assert_eq!(b.iter().count(), 6);
     assert_eq!(
@@ -679,7 +690,7 @@ fn a_different_pipeline_gets_its_own_snapshot() {
         vec![1.0, 3.0]
     );
     assert_eq!(
-        std::fs::read_dir(&dir).unwrap().count(),
+        std::fs::read_dir(dir).unwrap().count(),
         4,
         "four pipelines, four fingerprints"
     );
@@ -687,15 +698,11 @@ fn a_different_pipeline_gets_its_own_snapshot() {
     assert_eq!(b.iter().count(), 6);
     // A pass stopped early publishes nothing and cleans up its run.
     let upstream = Dataset::range(0, 50, 1);
-    let e = upstream.snapshot(tmp("snapshot-early"), Compression::None);
+    let scratch = tmp("snapshot-early");
+    let e = upstream.snapshot(scratch.path(), Compression::None);
     assert_eq!(e.iter().take(3).count(), 3);
     let fp = upstream.fingerprint().unwrap();
-    let fp_dir = std::env::temp_dir()
-        .join(format!(
-            "ferroflow-data-snapshot-early-{}",
-            std::process::id()
-        ))
-        .join(fp);
+    let fp_dir = scratch.path().join(fp);
     assert!(!fp_dir.join("snapshot.metadata").exists());
     assert_eq!(std::fs::read_dir(&fp_dir).unwrap().count(), 0);
 }

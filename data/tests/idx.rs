@@ -39,8 +39,11 @@ fn mnist_test_split_matches_its_readme() {
 #[test]
 fn malformed_files_are_errors_naming_the_problem() {
     ferroflow::init();
-    let dir = std::env::temp_dir().join(format!("ferroflow-idx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("ferroflow-idx-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let cases: [(&str, Vec<u8>, &str); 4] = [
         ("magic", vec![1, 0, 8, 1, 0, 0, 0, 1, 7], "two zero bytes"),
         ("header", vec![0, 0, 8, 3, 0, 0], "truncated"),
@@ -88,9 +91,10 @@ proptest! {
             3 => Tensor::from_vec((0..n).map(|_| f32::from_bits(next() & 0x7f7f_ffff)).collect::<Vec<_>>(), &shape),
             _ => Tensor::from_vec((0..n).map(|_| next() as f64 / 7.0 - 1e5).collect::<Vec<_>>(), &shape),
         }.unwrap();
-        let p = std::env::temp_dir().join(format!("ferroflow-idx-rt-{}-{kind}", std::process::id()));
-        idx::write(&p, &t).unwrap();
-        let back = idx::read(&p).unwrap();
+        let file = tempfile::Builder::new().prefix("ferroflow-idx-rt-").tempfile().unwrap();
+        let p = file.path();
+        idx::write(p, &t).unwrap();
+        let back = idx::read(p).unwrap();
         prop_assert_eq!(back.shape(), t.shape());
         prop_assert_eq!(back.dtype(), t.dtype());
         prop_assert_eq!(back.to_host().unwrap(), t.to_host().unwrap());

@@ -74,8 +74,11 @@ fn disconnected_graphs_are_errors() {
 
 #[test]
 fn nested_functional_models_fit_and_save() {
-    let dir = std::env::temp_dir().join(format!("ferroflow-functional-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = tempfile::Builder::new()
+        .prefix("ferroflow-functional-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path().join("model");
     ferroflow::init();
     let inner_in = input(&[4], "inner_in");
     let h = Dense::new(8)

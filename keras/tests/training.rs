@@ -12,11 +12,12 @@ use ferroflow_keras::{sequential, FitConfig, Logs, Model};
 use ferroflow_optim::{Adam, Optimizer, Sgd};
 use ferroflow_tensor::{random, DType, Error, Tensor};
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("ferroflow-keras-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh scratch directory, removed when the returned guard drops.
+fn tmp(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ferroflow-keras-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn classifier() -> Model {
@@ -156,7 +157,8 @@ fn early_stopping_stops_and_restores_the_best_weights() {
 
 #[test]
 fn checkpoint_lr_callbacks_csv_and_terminate_on_nan() {
-    let dir = tmp("callbacks");
+    let scratch = tmp("callbacks");
+    let dir = scratch.path();
     let (x, y) = blobs(128, 5);
     let mut m = compiled();
     let lrs = Arc::new(Mutex::new(vec![]));
@@ -275,7 +277,8 @@ fn custom_train_step_and_custom_loops_share_the_model() {
 
 #[test]
 fn weights_round_trip_and_mismatches_change_nothing() {
-    let dir = tmp("weights");
+    let scratch = tmp("weights");
+    let dir = scratch.path();
     let (x, y) = blobs(64, 7);
     let mut m = compiled();
     m.fit(&x, &y, FitConfig::new().epochs(2).verbose(0))
@@ -383,7 +386,8 @@ fn safetensors_files_open_in_python() {
         eprintln!("SKIPPED safetensors_files_open_in_python: python3 with `safetensors` and `numpy` is not installed (pip install safetensors numpy; .ci/run does)");
         return;
     }
-    let dir = tmp("python");
+    let scratch = tmp("python");
+    let dir = scratch.path();
     let mut m = classifier();
     m.build(&[2]).unwrap();
     let path = dir.join("w.safetensors");
