@@ -39,32 +39,23 @@ pub(crate) fn bias_activation_grad(
     y: Operand<'_>,
     activation: FusedActivation,
 ) -> Result<(HostData, HostData)> {
-    let c = g.shape().last().copied().unwrap_or(1);
+    let c = g.shape().last().copied().unwrap_or(1).max(1);
+    let relu = activation == FusedActivation::Relu;
     match (host(&g)?, host(&y)?) {
         (HostData::F32(a), HostData::F32(b)) => {
-            let (dx, db) = grad_typed(&dense(a, g.layout), &dense(b, y.layout), c, activation);
+            let (dx, db) = grad_typed(&dense(a, g.layout), &dense(b, y.layout), c, relu);
             Ok((HostData::F32(dx), HostData::F32(db)))
         }
         (HostData::F64(a), HostData::F64(b)) => {
-            let (dx, db) = grad_typed(&dense(a, g.layout), &dense(b, y.layout), c, activation);
+            let (dx, db) = grad_typed(&dense(a, g.layout), &dense(b, y.layout), c, relu);
             Ok((HostData::F64(dx), HostData::F64(db)))
         }
         (HostData::BF16(a), HostData::BF16(b)) => {
-            let (a, b) = (dense(a, g.layout), dense(b, y.layout));
-            let (dx, db) = if crate::simd::has_avx512() {
-                grad_lanes(&a, &b, c, activation)
-            } else {
-                grad_half(&a, &b, c, activation)
-            };
+            let (dx, db) = grad_half_precision(&dense(a, g.layout), &dense(b, y.layout), c, relu);
             Ok((HostData::BF16(dx), HostData::BF16(db)))
         }
         (HostData::F16(a), HostData::F16(b)) => {
-            let (a, b) = (dense(a, g.layout), dense(b, y.layout));
-            let (dx, db) = if crate::simd::has_avx512() {
-                grad_lanes(&a, &b, c, activation)
-            } else {
-                grad_half(&a, &b, c, activation)
-            };
+            let (dx, db) = grad_half_precision(&dense(a, g.layout), &dense(b, y.layout), c, relu);
             Ok((HostData::F16(dx), HostData::F16(db)))
         }
         _ => Err(unsupported("cpu", "bias_activation_grad", g.dtype)),
@@ -98,13 +89,14 @@ fn grad_rows<T: Num + num_traits::Float>(
 }
 
 /// Runs `chunk(k, rows r0..r1, dx rows (uninitialised), partial sums of chunk k)` over
-/// chunks of rows on the pool; returns `dx` (every row written by `chunk`) and the
-/// per-channel sums of all chunks' partials.
+/// chunks of the `values / c` rows on the pool; returns `dx` (every row written by
+/// `chunk`) and the per-channel sums of all chunks' partials.
 fn over_chunks<D: Copy + Send, S: num_traits::Float + Send + Sync>(
-    rows: usize,
+    values: usize,
     c: usize,
     chunk: impl Fn(usize, usize, &mut [std::mem::MaybeUninit<D>], &mut [S]) + Sync,
 ) -> (Vec<D>, Vec<S>) {
+    let rows = values / c;
     let per = rows_per_chunk(c);
     let chunks = rows.div_ceil(per);
     let mut dx: Vec<D> = Vec::with_capacity(rows * c);
@@ -144,34 +136,38 @@ fn narrow_sums<H: Half>(db: &[f32]) -> Vec<H> {
     out
 }
 
+/// `(dx, dbias)` over rows of `c ≥ 1` channels; `relu`: the activation is ReLU.
 fn grad_typed<T: Num + Send + Sync + num_traits::Float>(
     g: &[T],
     y: &[T],
     c: usize,
-    activation: FusedActivation,
+    relu: bool,
 ) -> (Vec<T>, Vec<T>) {
-    let c = c.max(1);
-    let rows = g.len().min(y.len()) / c;
-    let relu = activation == FusedActivation::Relu;
-    over_chunks(rows, c, |r0, r1, dst, sum| {
+    over_chunks(g.len().min(y.len()), c, |r0, r1, dst, sum| {
         let span = r0 * c..r1 * c;
         grad_rows(&g[span.clone()], &y[span], c, relu, dst, sum)
     })
 }
 
-/// Half-precision `g`, `y`: each chunk widened to f32, computed, `dx` narrowed back; the
-/// bias gradient summed in f32 and narrowed once.
-fn grad_half<H: Half + Send + Sync>(
+/// Half-precision `g`, `y`: in registers on AVX-512, else widened chunk by chunk.
+fn grad_half_precision<H: Half + Lanes + Send + Sync>(
     g: &[H],
     y: &[H],
     c: usize,
-    activation: FusedActivation,
+    relu: bool,
 ) -> (Vec<H>, Vec<H>) {
-    let c = c.max(1);
-    let rows = g.len().min(y.len()) / c;
-    let relu = activation == FusedActivation::Relu;
+    if crate::simd::has_avx512() {
+        grad_lanes(g, y, c, relu)
+    } else {
+        grad_half(g, y, c, relu)
+    }
+}
+
+/// Half-precision `g`, `y`: each chunk widened to f32, computed, `dx` narrowed back; the
+/// bias gradient summed in f32 and narrowed once.
+fn grad_half<H: Half + Send + Sync>(g: &[H], y: &[H], c: usize, relu: bool) -> (Vec<H>, Vec<H>) {
     let (dx, db) = over_chunks(
-        rows,
+        g.len().min(y.len()),
         c,
         |r0, r1, dst: &mut [std::mem::MaybeUninit<H>], sum| {
             let (gw, yw) = (
@@ -196,16 +192,8 @@ fn grad_half<H: Half + Send + Sync>(
 
 /// Half-precision `g`, `y` on AVX-512: `dx` is `g`'s own value or zero (exact: nothing to
 /// round), the bias gradient summed in f32 from `g` widened in registers; no f32 buffers.
-fn grad_lanes<H: Half + Lanes>(
-    g: &[H],
-    y: &[H],
-    c: usize,
-    activation: FusedActivation,
-) -> (Vec<H>, Vec<H>) {
-    let c = c.max(1);
-    let rows = g.len().min(y.len()) / c;
-    let relu = activation == FusedActivation::Relu;
-    let (dx, db) = over_chunks(rows, c, |r0, r1, dst, sum: &mut [f32]| {
+fn grad_lanes<H: Half + Lanes>(g: &[H], y: &[H], c: usize, relu: bool) -> (Vec<H>, Vec<H>) {
+    let (dx, db) = over_chunks(g.len().min(y.len()), c, |r0, r1, dst, sum: &mut [f32]| {
         let span = r0 * c..r1 * c;
         // SAFETY: AVX-512 (the caller checked); g, y and dst hold the chunk's rows; sum
         // holds c values.
