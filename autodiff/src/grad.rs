@@ -286,13 +286,14 @@ fn shape4(s: &[usize]) -> [usize; 4] {
 /// was applied or needed, VALID otherwise (the two agree whenever both fit).
 fn padding_of(w: &ferroflow_tensor::Window2d, f: [usize; 4]) -> ferroflow_tensor::Padding {
     let valid = ferroflow_tensor::Window2d::resolve(
+        "conv2d",
         w.input,
         [f[0], f[1]],
         w.strides,
         w.dilations,
         ferroflow_tensor::Padding::Valid,
     );
-    if valid.output == w.output && valid.pad_before == w.pad_before {
+    if valid.is_ok_and(|v| v.output == w.output && v.pad_before == w.pad_before) {
         ferroflow_tensor::Padding::Valid
     } else {
         ferroflow_tensor::Padding::Same

@@ -81,6 +81,13 @@ pub trait Backend: Send + Sync + 'static {
     fn supports_dtype(&self, _ordinal: usize, _dtype: DType) -> bool {
         true
     }
+    /// The largest tensor, in bytes, device `ordinal` can hold (its memory, or the largest
+    /// buffer it can allocate): bigger outputs are refused with
+    /// [`Error::ResourceExhausted`] before any kernel runs. `None` leaves only the
+    /// address-space bound.
+    fn memory_bytes(&self, _ordinal: usize) -> Option<u64> {
+        None
+    }
     /// Waits for queued work on device `ordinal` (for timing); a no-op for synchronous backends.
     fn synchronize(&self, _ordinal: usize) -> Result<()> {
         Ok(())

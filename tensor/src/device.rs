@@ -193,6 +193,37 @@ pub fn register_backend(kind: DeviceKind, backend: Arc<dyn Backend>) {
     reg.push(Registered { kind, backend });
 }
 
+/// Checks that a new tensor of `shape` and `dtype` fits on `device` (served by `backend`):
+/// its element count does not overflow, its bytes stay below `isize::MAX` and below what
+/// the backend says the device holds ([`Backend::memory_bytes`]). Returns the element
+/// count. Ops call it (through [`crate::dispatch::Placement::check_output`] inside a
+/// dispatch) before allocating, so an impossible tensor is an error, never an abort.
+pub fn check_allocation(
+    op: &'static str,
+    shape: &[usize],
+    dtype: crate::DType,
+    device: Device,
+    backend: &dyn Backend,
+) -> Result<usize> {
+    let n = crate::layout::checked_num_elements(op, shape)?;
+    let bytes = n as u128 * dtype.size_in_bytes() as u128;
+    let limit = backend
+        .memory_bytes(device.index)
+        .unwrap_or(u64::MAX)
+        .min(isize::MAX as u64);
+    if bytes > limit as u128 {
+        return Err(Error::ResourceExhausted {
+            op,
+            shape: shape.to_vec(),
+            dtype,
+            bytes,
+            device: device.to_string(),
+            limit,
+        });
+    }
+    Ok(n)
+}
+
 /// The backend serving `device`, or an error saying how to get one.
 pub fn backend_for(device: Device) -> Result<Arc<dyn Backend>> {
     let reg = REGISTRY.read().unwrap_or_else(|e| e.into_inner());

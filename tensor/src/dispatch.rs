@@ -170,6 +170,35 @@ pub struct Placement<'a> {
     pub backend: &'a Arc<dyn Backend>,
 }
 
+impl Placement<'_> {
+    /// Checks that an output of `shape` and `dtype` fits this device
+    /// ([`crate::device::check_allocation`]); returns its element count. Call it before the
+    /// kernel allocates.
+    pub fn check_output(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        dtype: crate::DType,
+    ) -> Result<usize> {
+        crate::device::check_allocation(op, shape, dtype, self.device, self.backend.as_ref())
+    }
+
+    /// A tensor of `shape` with no elements, without calling a kernel: ops whose output is
+    /// empty return this, so no kernel loops over the other (possibly huge) dimensions.
+    pub fn empty(&self, shape: &[usize], dtype: crate::DType) -> Result<Tensor> {
+        let buffer = self
+            .backend
+            .upload(self.device.index(), crate::HostData::filled(dtype, 0, 0.0))?;
+        Ok(Tensor::from_buffer(
+            buffer,
+            shape,
+            dtype,
+            self.backend,
+            self.device,
+        ))
+    }
+}
+
 /// Runs one op: checks the inputs share a device, runs `kernel` on that device's backend,
 /// then tells the observers. `op` builds the op description only when someone observes.
 /// Ops without inputs run on `device` (creation ops pass the current device scope).

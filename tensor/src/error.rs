@@ -137,6 +137,23 @@ pub enum Error {
         /// What went wrong.
         msg: String,
     },
+    /// A tensor larger than its device can hold, or an allocation the allocator refused
+    /// (TF's `ResourceExhaustedError`, "OOM when allocating tensor with shape").
+    #[error("{op}: out of memory allocating a tensor of shape {shape:?} and dtype {dtype} ({bytes} bytes) on {device}, which holds {limit} bytes")]
+    ResourceExhausted {
+        /// The op that would allocate.
+        op: &'static str,
+        /// The tensor's shape.
+        shape: Vec<usize>,
+        /// Its dtype.
+        dtype: DType,
+        /// The bytes asked for.
+        bytes: u128,
+        /// The device.
+        device: String,
+        /// What the device can hold, in bytes.
+        limit: u64,
+    },
     // ---- gradients ----
     /// An op without a gradient function, reached by a backward pass that needs one.
     #[error("gradient: no gradient is defined for op {op}{detail}")]

@@ -12,6 +12,31 @@ pub fn num_elements(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// Number of elements of a new shape, checked: an error naming `op` when the product of
+/// the dimensions overflows (TF: "encountered overflow when multiplying"). Every op that
+/// makes a shape larger than its inputs' computes it through this or [`checked_dim_sum`].
+pub fn checked_num_elements(op: &'static str, shape: &[usize]) -> Result<usize> {
+    // Row-major strides multiply every dimension (a zero counted as one), so that product
+    // must fit an isize too, even when a zero dimension makes the tensor empty.
+    let strided = shape.iter().try_fold(1isize, |acc, &d| {
+        acc.checked_mul(isize::try_from(d.max(1)).ok()?)
+    });
+    match strided {
+        Some(n) if !shape.contains(&0) => Ok(n as usize),
+        Some(_) => Ok(0),
+        None => Err(Error::invalid(
+            op,
+            format!("shape {shape:?} has more elements than an address space holds"),
+        )),
+    }
+}
+
+/// `a + b` for dimensions, checked: an error naming `op` and `what` when it overflows.
+pub fn checked_dim_sum(op: &'static str, what: &str, a: usize, b: usize) -> Result<usize> {
+    a.checked_add(b)
+        .ok_or_else(|| Error::invalid(op, format!("{what}: {a} + {b} overflows a dimension")))
+}
+
 /// Row-major strides of a shape.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     let mut strides = vec![0isize; shape.len()];
@@ -225,7 +250,13 @@ impl Layout {
                 offset += begin[i] as isize * self.strides[i];
             }
             shape.push(len[i]);
-            strides.push(self.strides[i] * step[i]);
+            // With two or more elements |step| < the axis length, so the product stays
+            // inside the buffer; one element never moves by the stride (the step may be huge).
+            strides.push(if len[i] > 1 {
+                self.strides[i] * step[i]
+            } else {
+                self.strides[i]
+            });
         }
         // An empty view may point anywhere; keep the offset inside the buffer.
         let offset = if shape.contains(&0) {

@@ -43,6 +43,7 @@ pub mod device;
 pub mod dispatch;
 mod dtype;
 mod error;
+pub mod fs;
 pub mod layout;
 pub mod op;
 pub mod ops;

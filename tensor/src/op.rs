@@ -5,6 +5,7 @@
 //! them in [`crate::ops`]. The primitive count is stated in the crate docs; keep it small.
 
 use crate::dtype::DType;
+use crate::error::{Error, Result};
 
 macro_rules! op_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),* $(,)? }) => {
@@ -269,42 +270,103 @@ pub struct Window2d {
 }
 
 impl Window2d {
-    /// Resolves TF padding for an input (NHWC) and a window.
+    /// Resolves TF padding for an input (NHWC) and a window, checked as TF checks it:
+    /// window, strides and dilations positive, no dimension arithmetic that overflows, and a
+    /// VALID window no larger than the (dilated) input (TF: "computed output size would be
+    /// negative"). `op` names the op in the error.
     pub fn resolve(
+        op: &'static str,
         input: [usize; 4],
         kernel: [usize; 2],
         strides: [usize; 2],
         dilations: [usize; 2],
         padding: Padding,
-    ) -> Window2d {
+    ) -> Result<Window2d> {
+        for (what, v) in [
+            ("window", kernel),
+            ("strides", strides),
+            ("dilations", dilations),
+        ] {
+            if v.contains(&0) {
+                return Err(Error::invalid(
+                    op,
+                    format!("{what} must be positive, got {v:?}"),
+                ));
+            }
+        }
+        let overflow = || {
+            Error::invalid(
+                op,
+                format!("window {kernel:?} with dilations {dilations:?} and strides {strides:?} overflows a dimension"),
+            )
+        };
         let mut output = [0; 2];
         let mut pad_before = [0; 2];
         for i in 0..2 {
             let n = input[1 + i];
-            let eff = (kernel[i] - 1) * dilations[i] + 1;
+            let eff = (kernel[i] - 1)
+                .checked_mul(dilations[i])
+                .and_then(|e| e.checked_add(1))
+                .ok_or_else(overflow)?;
             match padding {
                 Padding::Valid => {
-                    output[i] = if n >= eff {
-                        (n - eff) / strides[i] + 1
-                    } else {
-                        0
-                    };
+                    if n < eff {
+                        return Err(Error::invalid(
+                            op,
+                            format!(
+                                "computed output size would be negative: input {n} is smaller than the effective window {eff} (VALID padding, axis {})",
+                                1 + i
+                            ),
+                        ));
+                    }
+                    output[i] = (n - eff) / strides[i] + 1;
                 }
                 Padding::Same => {
                     output[i] = n.div_ceil(strides[i]);
-                    let needed = ((output[i].max(1) - 1) * strides[i] + eff).saturating_sub(n);
+                    let covered = (output[i].max(1) - 1)
+                        .checked_mul(strides[i])
+                        .and_then(|c| c.checked_add(eff))
+                        .ok_or_else(overflow)?;
+                    let needed = covered.saturating_sub(n);
                     pad_before[i] = if output[i] == 0 { 0 } else { needed / 2 };
                 }
             }
         }
-        Window2d {
+        Ok(Window2d {
             input,
             kernel,
             strides,
             dilations,
             pad_before,
             output,
+        })
+    }
+}
+
+impl Window2d {
+    /// The smallest pooling window (dilation 1) that covers the same input positions for
+    /// every output as this one: taps that can only ever fall into the padding are cut off,
+    /// so a window far larger than its input (legal with SAME padding) costs what the input
+    /// costs. Pooling ignores padding (max, and the mean without it), so results are equal.
+    /// Pooling ops hand this to the kernels and record the window as given.
+    ///
+    /// Per axis, output `j` covers `[j·s − p, j·s − p + k) ∩ [0, n)`. When `p > (o−1)·s`
+    /// every window starts before the input, so `p` can shrink to `(o−1)·s` with `k`
+    /// shrinking by as much; then every window ends past the input once `k ≥ n + p`.
+    pub fn clipped_for_pooling(&self) -> Window2d {
+        let mut w = self.clone();
+        for i in 0..2 {
+            let (n, o, s) = (self.input[1 + i], self.output[i], self.strides[i]);
+            let last_start = (o.max(1) - 1).saturating_mul(s);
+            let (mut p, mut k) = (self.pad_before[i], self.kernel[i]);
+            if p > last_start {
+                k = k.saturating_sub(p - last_start);
+                p = last_start;
+            }
+            w.pad_before[i] = p;
+            w.kernel[i] = k.min(n.saturating_add(p)).max(1);
         }
+        w
     }
 }
 

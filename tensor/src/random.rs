@@ -15,7 +15,6 @@
 
 use crate::dtype::{DType, HostData};
 use crate::error::{Error, Result};
-use crate::layout::num_elements;
 use crate::tensor::Tensor;
 use std::sync::Mutex;
 
@@ -185,8 +184,8 @@ pub fn stateless_uniform(
             expected: "a float or integer dtype",
         });
     }
+    let n = crate::tensor::check_new("random_uniform", shape, DType::F64)?;
     let mut g = Philox::new(seed);
-    let n = num_elements(shape);
     let v = if dtype.is_int() {
         let (lo, span) = (minval.ceil(), (maxval.ceil() - minval.ceil()).max(1.0));
         (0..n).map(|_| lo + (g.next_f64() * span).floor()).collect()
@@ -207,10 +206,9 @@ pub fn stateless_normal(
     dtype: DType,
 ) -> Result<Tensor> {
     check_float("random_normal", dtype)?;
+    let n = crate::tensor::check_new("random_normal", shape, DType::F64)?;
     let mut g = Philox::new(seed);
-    let v = (0..num_elements(shape))
-        .map(|_| mean + stddev * g.next_normal())
-        .collect();
+    let v = (0..n).map(|_| mean + stddev * g.next_normal()).collect();
     make(shape, dtype, v)
 }
 
@@ -223,8 +221,9 @@ pub fn stateless_truncated_normal(
     dtype: DType,
 ) -> Result<Tensor> {
     check_float("truncated_normal", dtype)?;
+    let n = crate::tensor::check_new("truncated_normal", shape, DType::F64)?;
     let mut g = Philox::new(seed);
-    let v = (0..num_elements(shape))
+    let v = (0..n)
         .map(|_| loop {
             let x = g.next_normal();
             if x.abs() <= 2.0 {

@@ -140,7 +140,7 @@ impl Tensor {
     }
     /// Places host data of `shape` on `device`.
     pub fn from_host_on(data: HostData, shape: &[usize], device: Device) -> Result<Tensor> {
-        if data.len() != num_elements(shape) {
+        if data.len() != crate::layout::checked_num_elements("constant", shape)? {
             return Err(Error::invalid(
                 "constant",
                 format!(
@@ -183,7 +183,8 @@ impl Tensor {
     }
     /// `shape` filled with `value` (`tf.fill`).
     pub fn fill(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
-        Tensor::from_host(HostData::filled(dtype, num_elements(shape), value), shape)
+        let n = check_new("fill", shape, dtype)?;
+        Tensor::from_host(HostData::filled(dtype, n, value), shape)
     }
     /// Zeros (`tf.zeros`).
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
@@ -216,7 +217,7 @@ impl Tensor {
     }
     /// Identity matrix `n x m` (`tf.eye(n, m)`).
     pub fn eye(n: usize, m: usize, dtype: DType) -> Result<Tensor> {
-        let mut v = vec![0.0; n * m];
+        let mut v = vec![0.0; check_new("eye", &[n, m], DType::F64)?];
         for i in 0..n.min(m) {
             v[i * m + i] = 1.0;
         }
@@ -228,6 +229,7 @@ impl Tensor {
             return Err(Error::invalid("range", format!("needs finite bounds and a non-zero delta, got start {start}, limit {limit}, delta {delta}")));
         }
         let n = ((limit - start) / delta).ceil().max(0.0) as usize;
+        check_new("range", &[n], DType::F64)?;
         let v: Vec<f64> = (0..n).map(|i| start + i as f64 * delta).collect();
         Tensor::from_host(HostData::from_f64_slice(dtype, &v), &[n])
     }
@@ -240,6 +242,7 @@ impl Tensor {
                 expected: "a float dtype",
             });
         }
+        check_new("linspace", &[num], DType::F64)?;
         let step = if num > 1 {
             (stop - start) / (num - 1) as f64
         } else {
@@ -359,6 +362,9 @@ impl Tensor {
             || Op::Copy,
             &[self],
             |p| {
+                if self.num_elements() == 0 {
+                    return p.empty(self.shape(), self.dtype());
+                }
                 Ok(Tensor::from_buffer(
                     p.backend.copy(self.operand())?,
                     self.shape(),
@@ -464,4 +470,12 @@ fn format_nested(
         format_nested(data, shape, axis + 1, base + i * stride, summarize, out);
     }
     out.push(']');
+}
+
+/// [`crate::device::check_allocation`] for a new tensor of `shape` on the current device
+/// (creation ops call it before building their host data); returns the element count.
+pub(crate) fn check_new(op: &'static str, shape: &[usize], dtype: DType) -> Result<usize> {
+    let device = current_device();
+    let backend = crate::device::backend_for(device)?;
+    crate::device::check_allocation(op, shape, dtype, device, backend.as_ref())
 }

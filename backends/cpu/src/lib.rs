@@ -74,6 +74,9 @@ impl Backend for CpuBackend {
     fn device_count(&self) -> usize {
         1
     }
+    fn memory_bytes(&self, _ordinal: usize) -> Option<u64> {
+        physical_memory_bytes()
+    }
     fn upload(&self, _ordinal: usize, data: HostData) -> Result<BufferBox> {
         out(data)
     }
@@ -215,4 +218,16 @@ impl Backend for CpuBackend {
             ns.into_iter().map(out).collect::<Result<Vec<_>>>()?,
         ))
     }
+}
+
+/// The machine's physical memory (`MemTotal` of `/proc/meminfo`), read once; `None` where
+/// the platform does not say (then only the address space bounds a tensor).
+fn physical_memory_bytes() -> Option<u64> {
+    static TOTAL: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    })
 }

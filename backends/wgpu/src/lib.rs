@@ -269,6 +269,10 @@ impl Backend for WgpuBackend {
             _ => false,
         }
     }
+    fn memory_bytes(&self, ordinal: usize) -> Option<u64> {
+        // A tensor is one storage buffer: the binding limit bounds it before memory does.
+        self.gpu(ordinal).ok().map(|g| g.max_binding)
+    }
     fn upload(&self, ordinal: usize, data: HostData) -> Result<BufferBox> {
         boxed(ops::upload(&self.gpu(ordinal)?, data)?)
     }

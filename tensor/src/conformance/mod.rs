@@ -70,6 +70,7 @@ macro_rules! conformance_tests {
             variables => creation::variables,
             optimizer_update => fused::optimizer_update,
             never_panics => robustness::never_panics,
+            hostile_arguments => robustness::hostile_arguments,
         );
     };
     (@each_optional $device:expr, $($name:ident => $($path:ident)::+),* $(,)?) => {

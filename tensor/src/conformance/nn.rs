@@ -60,26 +60,49 @@ fn dot_abs(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(p, q)| (p * q).abs()).sum()
 }
 
+/// A convolution case: padding, window, filter shape, input and filter values.
+type ConvCaseData = (Padding, Window2d, [usize; 4], RefArray, RefArray);
+
 /// A geometry's padding, window and filter shape, with random input and filter values
 /// quantized to `dtype`.
+///
+/// `None` when the window is larger than a VALID input: then `device` must refuse the
+/// convolution with TF's "computed output size would be negative" (checked here).
 fn conv_case(
+    device: &Device,
     g: &Geometry,
     dtype: DType,
     seed: u64,
-) -> (Padding, Window2d, [usize; 4], RefArray, RefArray) {
+) -> Result<Option<ConvCaseData>, TestCaseError> {
     let pad = if g.same {
         Padding::Same
     } else {
         Padding::Valid
     };
-    let w = Window2d::resolve(g.x, g.k, g.strides, g.dilations, pad);
+    let Ok(w) = Window2d::resolve("test", g.x, g.k, g.strides, g.dilations, pad) else {
+        let x = ok(
+            "x",
+            Tensor::zeros(&g.x, dtype).and_then(|t| t.to_device(*device)),
+        )?;
+        let f = ok(
+            "f",
+            Tensor::zeros(&[g.k[0], g.k[1], g.x[3], g.cout], dtype)
+                .and_then(|t| t.to_device(*device)),
+        )?;
+        let r = x.conv2d(&f, g.strides, pad, g.dilations);
+        prop_assert!(
+            matches!(&r, Err(crate::Error::InvalidArgument { msg, .. }) if msg.contains("negative")),
+            "a VALID window larger than the input must be an error, got {r:?} for {g:?}"
+        );
+        return Ok(None);
+    };
     let fshape = [g.k[0], g.k[1], g.x[3], g.cout];
     let xs = RefArray::new(&g.x, quantize(dtype, &values(g.x.iter().product(), seed)));
     let fs = RefArray::new(
         &fshape,
         quantize(dtype, &values(fshape.iter().product(), seed ^ 1)),
     );
-    (pad, w, fshape, xs, fs)
+    Ok(Some((pad, w, fshape, xs, fs)))
 }
 
 /// conv2d forward vs the reference, and both backprop kernels by the adjoint identities.
@@ -90,7 +113,9 @@ pub fn conv2d(device: &Device) {
         (geometry(), 0..floats.len(), any::<u64>(), view_kind()),
         |(g, di, seed, view)| {
             let dtype = floats[di];
-            let (pad, w, fshape, xs, fs) = conv_case(&g, dtype, seed);
+            let Some((pad, w, fshape, xs, fs)) = conv_case(device, &g, dtype, seed)? else {
+                return Ok(());
+            };
             let (x, f) = (
                 ok("x", make_tensor(device, dtype, &xs, view))?,
                 ok("f", make_tensor(device, dtype, &fs, ViewKind::Contiguous))?,
@@ -222,7 +247,7 @@ fn conv_elementwise(
     (xs, k, cout, strides, dil, pad): ConvCase,
     seed: u64,
 ) -> Result<(), TestCaseError> {
-    let w = Window2d::resolve(xs, k, strides, dil, pad);
+    let w = Window2d::resolve("test", xs, k, strides, dil, pad).unwrap();
     let fshape = [k[0], k[1], xs[3], cout];
     let x = RefArray::new(&xs, values(xs.iter().product(), seed));
     let f = RefArray::new(&fshape, values(fshape.iter().product(), seed ^ 1));
@@ -282,7 +307,9 @@ fn conv_elementwise(
 pub fn fused_conv2d(device: &Device) {
     let floats = supported(device, &FLOATS);
     let case = |dtype: DType, g: &Geometry, activation: FusedActivation, seed: u64, view| {
-        let (pad, w, _, xs, fs) = conv_case(g, dtype, seed);
+        let Some((pad, w, _, xs, fs)) = conv_case(device, g, dtype, seed)? else {
+            return Ok(());
+        };
         let bs = RefArray::new(&[g.cout], quantize(dtype, &values(g.cout, seed ^ 2)));
         let (x, f, b) = (
             ok("x", make_tensor(device, dtype, &xs, view))?,
@@ -421,21 +448,35 @@ pub fn pooling(device: &Device) {
             any::<u64>(),
             view_kind(),
             prop_oneof![Just(0usize), 14..40usize],
+            prop_oneof![3 => Just(0usize), 1 => 4..24usize],
         ),
-        |(mut g, di, seed, view, wide)| {
+        |(mut g, di, seed, view, wide, grow)| {
             let dtype = floats[di];
             if wide > 0 {
                 g.x[3] = wide; // channels across vector widths (16 floats per AVX-512 lane set)
             }
+            // Windows larger than the input: SAME pads them (the kernels see the window cut
+            // to what can reach the input), VALID refuses them.
+            g.k = [g.k[0] + grow, g.k[1] + grow / 2];
             let pad = if g.same {
                 Padding::Same
             } else {
                 Padding::Valid
             };
             let k = [g.k[0], g.k[1]];
-            let w = Window2d::resolve(g.x, k, g.strides, [1, 1], pad);
             let xs = RefArray::new(&g.x, quantize(dtype, &values(g.x.iter().product(), seed)));
             let x = ok("x", make_tensor(device, dtype, &xs, view))?;
+            let Ok(w) = Window2d::resolve("test", g.x, k, g.strides, [1, 1], pad) else {
+                // TF: "computed output size would be negative".
+                for kind in [PoolKind::Max, PoolKind::Avg] {
+                    let r = x.pool2d(kind, k, g.strides, pad);
+                    prop_assert!(
+                        matches!(&r, Err(crate::Error::InvalidArgument { msg, .. }) if msg.contains("negative")),
+                        "a VALID window larger than the input must be an error, got {r:?}"
+                    );
+                }
+                return Ok(());
+            };
             for kind in [PoolKind::Max, PoolKind::Avg] {
                 let got = ok(kind.name(), x.pool2d(kind, k, g.strides, pad))?;
                 let want = reference::pool2d(

@@ -61,6 +61,9 @@ impl Tensor {
             || Op::Unary(op),
             &[self],
             |p| {
+                if self.num_elements() == 0 {
+                    return p.empty(self.shape(), op.output_dtype(self.dtype()));
+                }
                 let buf = p.backend.unary(op, self.operand())?;
                 Ok(Tensor::from_buffer(
                     buf,
@@ -89,6 +92,9 @@ impl Tensor {
             |p| {
                 let out_dtype = op.output_dtype(self.dtype());
                 if self.shape() == rhs.shape() {
+                    if self.num_elements() == 0 {
+                        return p.empty(self.shape(), out_dtype);
+                    }
                     let buf = p.backend.binary(op, self.operand(), rhs.operand())?;
                     return Ok(Tensor::from_buffer(
                         buf,
@@ -99,6 +105,9 @@ impl Tensor {
                     ));
                 }
                 let shape = broadcast_shapes(op.name(), self.shape(), rhs.shape())?;
+                if p.check_output(op.name(), &shape, out_dtype)? == 0 {
+                    return p.empty(&shape, out_dtype);
+                }
                 let (la, lb) = (
                     self.layout().broadcast_to(op.name(), &shape)?,
                     rhs.layout().broadcast_to(op.name(), &shape)?,
@@ -129,6 +138,9 @@ impl Tensor {
             || Op::Cast { to: dtype },
             &[self],
             |p| {
+                if p.check_output("cast", self.shape(), dtype)? == 0 {
+                    return p.empty(self.shape(), dtype);
+                }
                 Ok(Tensor::from_buffer(
                     p.backend.cast(self.operand(), dtype)?,
                     self.shape(),
@@ -162,6 +174,9 @@ impl Tensor {
             |p| {
                 let shape = broadcast_shapes("where", cond.shape(), on_true.shape())?;
                 let shape = broadcast_shapes("where", &shape, on_false.shape())?;
+                if p.check_output("where", &shape, on_true.dtype())? == 0 {
+                    return p.empty(&shape, on_true.dtype());
+                }
                 let lc = cond.layout().broadcast_to("where", &shape)?;
                 let lt = on_true.layout().broadcast_to("where", &shape)?;
                 let lf = on_false.layout().broadcast_to("where", &shape)?;
@@ -218,6 +233,9 @@ impl Tensor {
             || Op::ClipScalar { min, max },
             &[self],
             |p| {
+                if self.num_elements() == 0 {
+                    return p.empty(self.shape(), self.dtype());
+                }
                 let buf = p.backend.clip_scalar(self.operand(), min, max)?;
                 Ok(Tensor::from_buffer(
                     buf,

@@ -79,6 +79,9 @@ impl Tensor {
             || Op::Gather { axis },
             &[self, indices],
             |p| {
+                if p.check_output("gather", &shape, self.dtype())? == 0 {
+                    return p.empty(&shape, self.dtype());
+                }
                 let buf = p.backend.gather(self.operand(), indices.operand(), axis)?;
                 Ok(Tensor::from_buffer(
                     buf,
@@ -126,6 +129,9 @@ impl Tensor {
             },
             &[indices, updates],
             |p| {
+                if p.check_output("scatter_add", shape, updates.dtype())? == 0 {
+                    return p.empty(shape, updates.dtype());
+                }
                 let buf =
                     p.backend
                         .scatter_add(indices.operand(), updates.operand(), shape, axis)?;
@@ -154,6 +160,7 @@ impl Tensor {
     pub fn scatter_nd(indices: &Tensor, updates: &Tensor, shape: &[usize]) -> Result<Tensor> {
         let flat = flatten_nd_indices("scatter_nd", indices, shape)?;
         let depth = indices.shape()[indices.rank() - 1];
+        crate::layout::checked_num_elements("scatter_nd", shape)?;
         let lead: usize = shape[..depth].iter().product();
         let mut merged = vec![lead];
         merged.extend_from_slice(&shape[depth..]);

@@ -76,6 +76,11 @@ impl Tensor {
             },
             &[self, rhs],
             |p| {
+                p.check_output("matmul", la.shape(), self.dtype())?;
+                p.check_output("matmul", lb.shape(), self.dtype())?;
+                if p.check_output("matmul", &out_shape, self.dtype())? == 0 {
+                    return p.empty(&out_shape, self.dtype());
+                }
                 let buf = p.backend.matmul(
                     Operand {
                         layout: &la,

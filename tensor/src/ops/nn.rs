@@ -1,7 +1,7 @@
 //! Neural-network ops: conv2d (NHWC input, HWIO filter) and its two backprop primitives,
 //! max/avg pooling and their gradients, softmax and log_softmax.
 
-use crate::dispatch::dispatch;
+use crate::dispatch::{dispatch, Placement};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::normalize_axis;
@@ -38,13 +38,29 @@ fn same_dtype(op: &'static str, x: &Tensor, others: &[&Tensor]) -> Result<()> {
     }
 }
 
-fn check_positive(op: &'static str, what: &str, v: [usize; 2]) -> Result<()> {
-    if v.contains(&0) {
-        return Err(Error::invalid(
-            op,
-            format!("{what} must be positive, got {v:?}"),
-        ));
-    }
+/// Refuses convolutions whose per-image working set cannot exist on the device: the
+/// patch matrix (`oh·ow` rows of `kh·kw·cin` taps, what im2col-style kernels build per
+/// image) and the padded image that windows reach (`extent_h × extent_w × cin`). TF runs
+/// out of memory on these too; here it is a `ResourceExhausted` before any allocation.
+fn check_conv_scratch(
+    p: &Placement<'_>,
+    op: &'static str,
+    w: &Window2d,
+    dtype: DType,
+) -> Result<()> {
+    let cin = w.input[3];
+    p.check_output(
+        op,
+        &[w.output[0], w.output[1], w.kernel[0], w.kernel[1], cin],
+        dtype,
+    )?;
+    let extent = |i: usize| {
+        (w.output[i].max(1) - 1)
+            .checked_mul(w.strides[i])
+            .and_then(|e| e.checked_add((w.kernel[i] - 1).checked_mul(w.dilations[i])? + 1))
+            .unwrap_or(usize::MAX)
+    };
+    p.check_output(op, &[extent(0), extent(1), cin], dtype)?;
     Ok(())
 }
 
@@ -55,8 +71,6 @@ fn conv_window(
     padding: Padding,
     dilations: [usize; 2],
 ) -> Result<Window2d> {
-    check_positive("conv2d", "strides", strides)?;
-    check_positive("conv2d", "dilations", dilations)?;
     if filter.len() != 4 || filter[2] != x[3] {
         return Err(Error::ShapeMismatch {
             op: "conv2d",
@@ -66,13 +80,14 @@ fn conv_window(
             rhs: filter.to_vec(),
         });
     }
-    Ok(Window2d::resolve(
+    Window2d::resolve(
+        "conv2d",
         x,
         [filter[0], filter[1]],
         strides,
         dilations,
         padding,
-    ))
+    )
 }
 
 impl Tensor {
@@ -93,6 +108,10 @@ impl Tensor {
             || Op::Conv2d(w.clone()),
             &[self, filter],
             |p| {
+                if p.check_output("conv2d", &shape, self.dtype())? == 0 {
+                    return p.empty(&shape, self.dtype());
+                }
+                check_conv_scratch(&p, "conv2d", &w, self.dtype())?;
                 let buf = p.backend.conv2d(self.operand(), filter.operand(), &w)?;
                 Ok(Tensor::from_buffer(
                     buf,
@@ -146,6 +165,10 @@ impl Tensor {
             || Op::FusedConv2d(w.clone(), activation),
             &[self, filter, bias],
             |p| {
+                if p.check_output("fused_conv2d", &shape, self.dtype())? == 0 {
+                    return p.empty(&shape, self.dtype());
+                }
+                check_conv_scratch(&p, "fused_conv2d", &w, self.dtype())?;
                 let buf = p.backend.fused_conv2d(
                     self.operand(),
                     filter.operand(),
@@ -269,6 +292,10 @@ impl Tensor {
             || Op::Conv2dBackpropInput(w.clone()),
             &[filter, dy],
             |p| {
+                if p.check_output("conv2d_backprop_input", &input_shape, dy.dtype())? == 0 {
+                    return p.empty(&input_shape, dy.dtype());
+                }
+                check_conv_scratch(&p, "conv2d_backprop_input", &w, dy.dtype())?;
                 let buf = p
                     .backend
                     .conv2d_backprop_input(filter.operand(), dy.operand(), &w)?;
@@ -309,6 +336,10 @@ impl Tensor {
             || Op::Conv2dBackpropFilter(w.clone()),
             &[self, dy],
             |p| {
+                if p.check_output("conv2d_backprop_filter", &filter_shape, self.dtype())? == 0 {
+                    return p.empty(&filter_shape, self.dtype());
+                }
+                check_conv_scratch(&p, "conv2d_backprop_filter", &w, self.dtype())?;
                 let buf = p.backend.conv2d_backprop_filter(
                     self.operand(),
                     dy.operand(),
@@ -334,9 +365,7 @@ impl Tensor {
         padding: Padding,
     ) -> Result<Window2d> {
         let x = nhwc(op, self)?;
-        check_positive(op, "ksize", ksize)?;
-        check_positive(op, "strides", strides)?;
-        Ok(Window2d::resolve(x, ksize, strides, [1, 1], padding))
+        Window2d::resolve(op, x, ksize, strides, [1, 1], padding)
     }
 
     /// Max or average pooling (`tf.nn.max_pool2d`, `tf.nn.avg_pool2d`, NHWC).
@@ -354,8 +383,12 @@ impl Tensor {
             || Op::Pool2d(kind, w.clone()),
             &[self],
             |p| {
+                if p.check_output(kind.name(), &shape, self.dtype())? == 0 {
+                    return p.empty(&shape, self.dtype());
+                }
                 Ok(Tensor::from_buffer(
-                    p.backend.pool2d(kind, self.operand(), &w)?,
+                    p.backend
+                        .pool2d(kind, self.operand(), &w.clipped_for_pooling())?,
                     &shape,
                     self.dtype(),
                     p.backend,
@@ -411,8 +444,15 @@ impl Tensor {
             || Op::MaxPoolGrad(w.clone()),
             &[self, dy],
             |p| {
+                if self.num_elements() == 0 {
+                    return p.empty(self.shape(), self.dtype());
+                }
                 Ok(Tensor::from_buffer(
-                    p.backend.max_pool_grad(self.operand(), dy.operand(), &w)?,
+                    p.backend.max_pool_grad(
+                        self.operand(),
+                        dy.operand(),
+                        &w.clipped_for_pooling(),
+                    )?,
                     self.shape(),
                     self.dtype(),
                     p.backend,
@@ -431,9 +471,14 @@ impl Tensor {
         padding: Padding,
     ) -> Result<Tensor> {
         nhwc("avg_pool_grad", dy)?;
-        check_positive("avg_pool_grad", "ksize", ksize)?;
-        check_positive("avg_pool_grad", "strides", strides)?;
-        let w = Window2d::resolve(input_shape, ksize, strides, [1, 1], padding);
+        let w = Window2d::resolve(
+            "avg_pool_grad",
+            input_shape,
+            ksize,
+            strides,
+            [1, 1],
+            padding,
+        )?;
         let expected = [input_shape[0], w.output[0], w.output[1], input_shape[3]];
         if dy.shape() != expected {
             return Err(Error::ShapeMismatch {
@@ -447,8 +492,12 @@ impl Tensor {
             || Op::AvgPoolGrad(w.clone()),
             &[dy],
             |p| {
+                if p.check_output("avg_pool_grad", &input_shape, dy.dtype())? == 0 {
+                    return p.empty(&input_shape, dy.dtype());
+                }
                 Ok(Tensor::from_buffer(
-                    p.backend.avg_pool_grad(dy.operand(), &w)?,
+                    p.backend
+                        .avg_pool_grad(dy.operand(), &w.clipped_for_pooling())?,
                     &input_shape,
                     dy.dtype(),
                     p.backend,

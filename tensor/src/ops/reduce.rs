@@ -104,14 +104,13 @@ impl Tensor {
             },
             &[self],
             |p| {
+                let shape = reduced_shape(self.shape(), &axes, keepdims);
+                // Reducing over an empty axis makes an output larger than the input.
+                if p.check_output(op.name(), &shape, dtype)? == 0 {
+                    return p.empty(&shape, dtype);
+                }
                 let buf = p.backend.reduce(op, self.operand(), &axes)?;
-                Ok(Tensor::from_buffer(
-                    buf,
-                    &reduced_shape(self.shape(), &axes, keepdims),
-                    dtype,
-                    p.backend,
-                    p.device,
-                ))
+                Ok(Tensor::from_buffer(buf, &shape, dtype, p.backend, p.device))
             },
         )
     }
@@ -216,10 +215,14 @@ impl Tensor {
             || Op::ArgReduce { op, axis },
             &[self],
             |p| {
+                let shape = reduced_shape(self.shape(), &[axis], false);
+                if self.num_elements() == 0 {
+                    return p.empty(&shape, DType::I64);
+                }
                 let buf = p.backend.arg_reduce(op, self.operand(), axis)?;
                 Ok(Tensor::from_buffer(
                     buf,
-                    &reduced_shape(self.shape(), &[axis], false),
+                    &shape,
                     DType::I64,
                     p.backend,
                     p.device,

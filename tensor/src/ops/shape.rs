@@ -4,7 +4,9 @@
 
 use crate::dispatch::dispatch;
 use crate::error::{Error, Result};
-use crate::layout::{normalize_axes, normalize_axis, num_elements, Layout};
+use crate::layout::{
+    checked_dim_sum, checked_num_elements, normalize_axes, normalize_axis, Layout,
+};
 use crate::op::Op;
 use crate::tensor::Tensor;
 
@@ -58,22 +60,19 @@ fn resolve_range(
     stop: Option<isize>,
     step: isize,
 ) -> (usize, usize) {
+    // Shapes are bounded by isize::MAX elements (checked_num_elements), so `n` and the
+    // differences below fit; the step may be any isize, so it is only ever divided by.
     let n = n as isize;
-    let norm = |v: isize| if v < 0 { v + n } else { v };
+    let norm = |v: isize| if v < 0 { v.saturating_add(n) } else { v };
+    let count = |span: isize| (span as usize - 1) / step.unsigned_abs() + 1;
     if step > 0 {
         let a = start.map(norm).unwrap_or(0).clamp(0, n);
         let b = stop.map(norm).unwrap_or(n).clamp(0, n);
-        let len = if b > a { (b - a + step - 1) / step } else { 0 };
-        (a as usize, len as usize)
+        (a as usize, if b > a { count(b - a) } else { 0 })
     } else {
         let a = start.map(norm).unwrap_or(n - 1).clamp(-1, n - 1);
         let b = stop.map(norm).unwrap_or(-1).clamp(-1, n - 1);
-        let len = if a > b {
-            (a - b + (-step) - 1) / (-step)
-        } else {
-            0
-        };
-        (a.max(0) as usize, len as usize)
+        (a.max(0) as usize, if a > b { count(a - b) } else { 0 })
     }
 }
 
@@ -100,7 +99,12 @@ impl Tensor {
                     format!("bad dimension {d} in {shape:?} (only one -1 is allowed)"),
                 ));
             } else {
-                known *= d as usize;
+                known = known.checked_mul(d as usize).ok_or_else(|| {
+                    Error::invalid(
+                        "reshape",
+                        format!("shape {shape:?} has more elements than an address space holds"),
+                    )
+                })?;
                 out.push(d as usize);
             }
         }
@@ -129,7 +133,7 @@ impl Tensor {
 
     /// [`Tensor::reshape`] with a fully known shape.
     pub fn reshape_to(&self, shape: &[usize]) -> Result<Tensor> {
-        if num_elements(shape) != self.num_elements() {
+        if checked_num_elements("reshape", shape)? != self.num_elements() {
             return Err(Error::ShapeMismatch {
                 op: "reshape",
                 msg: "element counts differ",
@@ -144,6 +148,9 @@ impl Tensor {
             return self.view_op(op, layout);
         }
         dispatch(op, &[self], |p| {
+            if self.num_elements() == 0 {
+                return p.empty(shape, self.dtype());
+            }
             Ok(Tensor::from_buffer(
                 p.backend.copy(self.operand())?,
                 shape,
@@ -308,11 +315,16 @@ impl Tensor {
     /// NumPy broadcast to `shape` (`tf.broadcast_to`); a view with zero strides.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         let layout = self.layout().broadcast_to("broadcast_to", shape)?;
-        self.view_op(
+        dispatch(
             || Op::BroadcastTo {
                 shape: shape.to_vec(),
             },
-            layout,
+            &[self],
+            |p| {
+                // A view, but one every later op reads as a tensor of this size.
+                p.check_output("broadcast_to", shape, self.dtype())?;
+                Ok(self.view(layout))
+            },
         )
     }
 
@@ -379,13 +391,17 @@ impl Tensor {
                     rhs: t.shape().to_vec(),
                 });
             }
-            shape[axis] += t.shape()[axis];
+            shape[axis] =
+                checked_dim_sum("concat", "the concat axis", shape[axis], t.shape()[axis])?;
         }
         let refs: Vec<&Tensor> = tensors.iter().collect();
         dispatch(
             || Op::Concat { axis },
             &refs,
             |p| {
+                if p.check_output("concat", &shape, first.dtype())? == 0 {
+                    return p.empty(&shape, first.dtype());
+                }
                 let ops: Vec<_> = tensors.iter().map(|t| t.operand()).collect();
                 Ok(Tensor::from_buffer(
                     p.backend.concat(&ops, axis)?,
@@ -424,8 +440,9 @@ impl Tensor {
     /// Splits along `axis` into pieces of the given sizes (`tf.split` with sizes); views.
     pub fn split(&self, sizes: &[usize], axis: isize) -> Result<Vec<Tensor>> {
         let axis = normalize_axis("split", axis, self.rank())?;
-        let total: usize = sizes.iter().sum();
-        if total != self.shape()[axis] {
+        let total = sizes.iter().try_fold(0usize, |acc, &s| acc.checked_add(s));
+        if total != Some(self.shape()[axis]) {
+            let total = total.map_or("more than usize::MAX".to_string(), |t| t.to_string());
             return Err(Error::invalid(
                 "split",
                 format!(
@@ -480,12 +497,15 @@ impl Tensor {
                 ),
             ));
         }
-        let shape: Vec<usize> = self
+        let shape = self
             .shape()
             .iter()
             .zip(paddings)
-            .map(|(d, (a, b))| d + a + b)
-            .collect();
+            .map(|(&d, &(a, b))| {
+                checked_dim_sum("pad", "dimension plus paddings", d, a)
+                    .and_then(|s| checked_dim_sum("pad", "dimension plus paddings", s, b))
+            })
+            .collect::<Result<Vec<usize>>>()?;
         dispatch(
             || Op::Pad {
                 paddings: paddings.to_vec(),
@@ -493,6 +513,9 @@ impl Tensor {
             },
             &[self],
             |p| {
+                if p.check_output("pad", &shape, self.dtype())? == 0 {
+                    return p.empty(&shape, self.dtype());
+                }
                 Ok(Tensor::from_buffer(
                     p.backend.pad(self.operand(), paddings, value)?,
                     &shape,
@@ -565,12 +588,23 @@ impl Tensor {
             interleaved.extend([1, d]);
             target.extend([m, d]);
         }
-        let final_shape: Vec<usize> = self
+        let final_shape = self
             .shape()
             .iter()
             .zip(multiples)
-            .map(|(d, m)| d * m)
-            .collect();
+            .map(|(&d, &m)| d.checked_mul(m))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| {
+                Error::invalid(
+                    "tile",
+                    format!(
+                        "multiples {multiples:?} of shape {:?} overflow a dimension",
+                        self.shape()
+                    ),
+                )
+            })?;
+        checked_num_elements("tile", &final_shape)?;
+        checked_num_elements("tile", &target)?;
         self.reshape_to(&interleaved)?
             .broadcast_to(&target)?
             .reshape_to(&final_shape)

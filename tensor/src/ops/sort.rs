@@ -35,6 +35,9 @@ impl Tensor {
             },
             &[self],
             |p| {
+                if self.num_elements() == 0 {
+                    return p.empty(self.shape(), self.dtype());
+                }
                 let buf = p
                     .backend
                     .cumulative(op, self.operand(), axis, exclusive, reverse)?;
@@ -71,6 +74,12 @@ impl Tensor {
             || Op::Sort { axis, descending },
             &[self],
             |p| {
+                if self.num_elements() == 0 {
+                    return Ok((
+                        p.empty(self.shape(), self.dtype())?,
+                        p.empty(self.shape(), DType::I32)?,
+                    ));
+                }
                 let (v, i) = p.backend.sort(self.operand(), axis, descending)?;
                 Ok((
                     Tensor::from_buffer(v, self.shape(), self.dtype(), p.backend, p.device),

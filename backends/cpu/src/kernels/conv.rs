@@ -992,7 +992,7 @@ mod tests {
         let to_bf16 =
             |v: &[f32]| -> Vec<half::bf16> { v.iter().map(|&x| half::bf16::from_f32(x)).collect() };
         for (shape, k, strides, dilations, pad, cout) in cases {
-            let w = Window2d::resolve(shape, k, strides, dilations, pad);
+            let w = Window2d::resolve("test", shape, k, strides, dilations, pad).unwrap();
             assert!(!direct::suits(&w));
             let x = round(values(shape.iter().product(), 4));
             let f = round(values(k[0] * k[1] * shape[3] * cout, 5));
@@ -1031,7 +1031,7 @@ mod tests {
             ([3, 7, 9, 2], [3, 3], [2, 1], Padding::Same),
             ([40, 4, 4, 1], [2, 2], [2, 2], Padding::Valid),
         ] {
-            let w = Window2d::resolve(shape, k, strides, [1, 1], pad);
+            let w = Window2d::resolve("test", shape, k, strides, [1, 1], pad).unwrap();
             // Values on a coarse grid, so windows hold ties.
             let x: Vec<half::bf16> = values(shape.iter().product(), 7)
                 .iter()
@@ -1067,7 +1067,7 @@ mod tests {
             ([2, 5, 6, 1], [5, 5], [1, 1], [1, 1], Padding::Same, 7),
         ];
         for (shape, k, strides, dilations, pad, cout) in cases {
-            let w = Window2d::resolve(shape, k, strides, dilations, pad);
+            let w = Window2d::resolve("test", shape, k, strides, dilations, pad).unwrap();
             assert!(direct::suits(&w));
             let x = values(shape.iter().product(), 1);
             let f = values(k[0] * k[1] * shape[3] * cout, 2);

@@ -663,7 +663,7 @@ mod tests {
             ([3, 9, 10, 16], [3, 3], [1, 1], Padding::Valid, 32),
             ([2, 6, 7, 18], [3, 3], [1, 1], Padding::Same, 17),
         ] {
-            let w = Window2d::resolve(shape, k, strides, [1, 1], pad);
+            let w = Window2d::resolve("test", shape, k, strides, [1, 1], pad).unwrap();
             let mut seed = 0x2545_f491u32;
             let mut next = move || {
                 seed ^= seed << 13;

@@ -294,7 +294,7 @@ mod tests {
             ([2, 6, 6, 16], [3, 3], [3, 3], Padding::Valid),
             ([2, 5, 7, 18], [3, 3], [2, 1], Padding::Same),
         ] {
-            let w = Window2d::resolve(shape, k, strides, [1, 1], pad);
+            let w = Window2d::resolve("test", shape, k, strides, [1, 1], pad).unwrap();
             let mut seed = 0x9e37_79b9u32;
             let mut next = || {
                 seed ^= seed << 13;
@@ -333,7 +333,9 @@ mod tests {
                 );
             }
         }
-        let overlapping = Window2d::resolve([1, 4, 4, 1], [3, 3], [1, 1], [1, 1], Padding::Valid);
+        let overlapping =
+            Window2d::resolve("test", [1, 4, 4, 1], [3, 3], [1, 1], [1, 1], Padding::Valid)
+                .unwrap();
         assert!(!grad_exact::<H>(&overlapping));
     }
 
