@@ -141,5 +141,5 @@ pub fn write(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
         out.extend_from_slice(&(d as u32).to_be_bytes());
     }
     out.extend_from_slice(&body);
-    std::fs::write(path, out).map_err(|e| Error::io(path, &e))
+    ferroflow_tensor::fs::write_atomic(path, &out)
 }

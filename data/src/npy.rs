@@ -39,11 +39,11 @@ pub fn read(path: impl AsRef<Path>) -> Result<Tensor> {
     parse(&bytes).map_err(|m| Error::format(path.display().to_string(), m))
 }
 
-/// Writes `tensor` as a `.npy` file (format 1.0, or 2.0 for very long headers).
+/// Writes `tensor` as a `.npy` file (format 1.0, or 2.0 for very long headers), crash-safely
+/// (a new file moved into place).
 pub fn write(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
     let path = path.as_ref();
-    let bytes = to_bytes(tensor)?;
-    std::fs::write(path, bytes).map_err(|e| Error::io(path, &e))
+    ferroflow_tensor::fs::write_atomic(path, &to_bytes(tensor)?)
 }
 
 /// The bytes of a `.npy` file holding `tensor`.
@@ -161,7 +161,8 @@ pub fn parse(bytes: &[u8]) -> std::result::Result<Tensor, String> {
         .map(|s| s.trim_end_matches('L').parse::<usize>())
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|_| format!("bad shape {shape_text}"))?;
-    let (order, kind) = descr.split_at(1.min(descr.len()));
+    // The header is text from the file: split at a character boundary (not byte 1).
+    let (order, kind) = descr.split_at(descr.chars().next().map_or(0, char::len_utf8));
     let big = match order {
         "<" | "|" | "=" => false,
         ">" => true,

@@ -306,7 +306,8 @@ impl<T: Structure> Dataset<T> {
                     if shards == 0 {
                         TfRecordWriter::create(&t2, Compression::None)?.finish()?;
                     }
-                    std::fs::rename(&t2, &target).map_err(io(&target))
+                    std::fs::rename(&t2, &target).map_err(io(&target))?;
+                    ferroflow_tensor::fs::sync_dir(target.parent().unwrap_or(Path::new(".")))
                 })),
                 abandon: Some(Box::new(move || {
                     let _ = std::fs::remove_file(&tmp);
@@ -359,6 +360,21 @@ impl<T: Structure> Dataset<T> {
             match Metadata::read(&dir.join(METADATA)) {
                 Err(e) => return Box::new(std::iter::once(Err(at_element("snapshot", 0, e)))),
                 Ok(Some(meta)) => {
+                    // The shard count is a claim of the file: check it against the shards
+                    // present before listing them.
+                    let present = std::fs::read_dir(dir.join(&meta.run))
+                        .map(|d| d.flatten().count())
+                        .unwrap_or(0);
+                    if meta.shards > present {
+                        let e = Error::format(
+                            dir.join(METADATA).display().to_string(),
+                            format!(
+                                "num_shards is {} but the run folder {} holds {present} files",
+                                meta.shards, meta.run
+                            ),
+                        );
+                        return Box::new(std::iter::once(Err(at_element("snapshot", 0, e))));
+                    }
                     let files = (0..meta.shards)
                         .map(|s| shard_path(&dir, &meta.run, s))
                         .collect();
@@ -395,10 +411,10 @@ impl<T: Structure> Dataset<T> {
                         elements,
                         compression,
                     };
-                    let tmp = d2.join(format!("{METADATA}.tmp-{}", unique_suffix()));
-                    let target = d2.join(METADATA);
-                    std::fs::write(&tmp, meta.to_json(&fp)).map_err(io(&tmp))?;
-                    std::fs::rename(&tmp, &target).map_err(io(&target))
+                    ferroflow_tensor::fs::write_atomic(
+                        d2.join(METADATA),
+                        meta.to_json(&fp).as_bytes(),
+                    )
                 })),
                 abandon: Some(Box::new(move || {
                     let _ = std::fs::remove_dir_all(&r2);

@@ -23,9 +23,10 @@
 //! ```
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
+use ferroflow_tensor::fs::AtomicFile;
 use ferroflow_tensor::{Error, Result};
 
 use crate::dataset::{at_element, Cardinality, Dataset};
@@ -161,10 +162,10 @@ pub fn masked_crc32c(data: &[u8]) -> u32 {
 // ---------------------------------------------------------------- writing
 
 enum Sink {
-    Plain(BufWriter<File>),
-    Gzip(flate2::write::GzEncoder<BufWriter<File>>),
-    Zlib(flate2::write::ZlibEncoder<BufWriter<File>>),
-    Snappy(Box<snap::write::FrameEncoder<BufWriter<File>>>),
+    Plain(AtomicFile),
+    Gzip(flate2::write::GzEncoder<AtomicFile>),
+    Zlib(flate2::write::ZlibEncoder<AtomicFile>),
+    Snappy(Box<snap::write::FrameEncoder<AtomicFile>>),
 }
 
 impl Sink {
@@ -179,7 +180,9 @@ impl Sink {
 }
 
 /// Writes records to a file (`tf.io.TFRecordWriter`). Call [`finish`](Self::finish) to
-/// flush and see write errors; dropping it flushes too but loses them.
+/// flush and see write errors; dropping it finishes too but loses them. The file appears
+/// whole or not at all: records go to a temporary file that `finish` moves into place
+/// (a process killed while writing leaves the previous file, if any, untouched).
 pub struct TfRecordWriter {
     sink: Option<Sink>,
     path: PathBuf,
@@ -187,13 +190,10 @@ pub struct TfRecordWriter {
 }
 
 impl TfRecordWriter {
-    /// Creates (or truncates) `path`.
+    /// Starts a new `path` (replacing any file there once finished).
     pub fn create(path: impl AsRef<Path>, compression: Compression) -> Result<TfRecordWriter> {
         let path = path.as_ref().to_path_buf();
-        let file = BufWriter::with_capacity(
-            1 << 16,
-            File::create(&path).map_err(|e| Error::io(&path, &e))?,
-        );
+        let file = AtomicFile::create(&path)?;
         let level = flate2::Compression::default();
         let sink = match compression {
             Compression::None => Sink::Plain(file),
@@ -244,8 +244,7 @@ impl TfRecordWriter {
             Some(Sink::Zlib(w)) => w.finish().map_err(io)?,
             Some(Sink::Snappy(w)) => w.into_inner().map_err(|e| io(e.into_error()))?,
         };
-        let file = file.into_inner().map_err(|e| io(e.into_error()))?;
-        file.sync_all().map_err(io)
+        file.commit()
     }
 }
 
@@ -344,11 +343,18 @@ impl TfRecordReader {
             .ok()
             .filter(|&l| l <= (1 << 40))
             .ok_or_else(|| self.corrupt(format!("record length {len} is implausible")))?;
+        // The length is a claim of the file: read what is there (memory grows with the bytes
+        // actually present, not with the claim), then check it is all there.
         let mut data = Vec::new();
-        data.try_reserve_exact(len)
-            .map_err(|_| self.corrupt(format!("cannot allocate {len} bytes")))?;
-        data.resize(len, 0);
-        self.read_exact_or_eof(&mut data, "data")?;
+        if let Err(e) = (&mut self.source).take(len as u64).read_to_end(&mut data) {
+            return Err(self.corrupt(format!("cannot read the data: {e}")));
+        }
+        if data.len() < len {
+            return Err(self.corrupt(format!(
+                "truncated data: {} of {len} bytes present",
+                data.len()
+            )));
+        }
         let mut footer = [0u8; 4];
         self.read_exact_or_eof(&mut footer, "data CRC")?;
         let stored = u32::from_le_bytes(footer);

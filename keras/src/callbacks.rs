@@ -7,7 +7,9 @@
 //! ```no_run
 //! # use ferroflow_keras::callbacks::*;
 //! let early = EarlyStopping::new("val_loss").patience(2).restore_best_weights(true);
-//! let best = ModelCheckpoint::new("ckpt/best.safetensors").save_best_only(true);
+//! let best = ModelCheckpoint::new("ckpt/best-{epoch:02d}.safetensors")?.save_best_only(true);
+//! assert!(ModelCheckpoint::new("ckpt/{epoch:999999999d}").is_err());
+//! # Ok::<(), ferroflow_tensor::Error>(())
 //! ```
 
 use std::io::{IsTerminal, Write};
@@ -434,48 +436,129 @@ impl Callback for EarlyStopping {
     }
 }
 
-/// Fills `{key}`, `{key:02d}` and `{key:.4f}` placeholders from the epoch (1-based, as
-/// Keras) and the logs.
-fn fill_path(template: &str, epoch: usize, logs: &Logs) -> Result<String> {
-    let mut out = String::new();
-    let mut rest = template;
-    while let Some(start) = rest.find('{') {
-        out += &rest[..start];
-        let end = rest[start..].find('}').map(|e| start + e).ok_or_else(|| {
-            Error::invalid(
-                "ModelCheckpoint",
-                format!("unclosed '{{' in path {template:?}"),
-            )
-        })?;
-        let field = &rest[start + 1..end];
-        let (key, spec) = field.split_once(':').unwrap_or((field, ""));
-        let value = if key == "epoch" {
-            Some((epoch + 1) as f64)
-        } else {
-            logs.get(key)
-        }
-        .ok_or_else(|| {
-            Error::invalid(
-                "ModelCheckpoint",
-                format!("path {template:?} names {key:?}, which the logs lack"),
-            )
-        })?;
-        let formatted = if let Some(w) = spec.strip_suffix('d') {
-            let width: usize = w.trim_start_matches('0').parse().unwrap_or(0);
-            format!("{:0width$}", value as i64)
-        } else if let Some(p) = spec.strip_prefix('.').and_then(|s| s.strip_suffix('f')) {
-            let prec: usize = p.parse().unwrap_or(6);
-            format!("{value:.prec$}")
-        } else if key == "epoch" {
-            format!("{}", value as i64)
-        } else {
-            format!("{value}")
+/// A checkpoint path with `{key}`, `{key:02d}` and `{key:.4f}` placeholders (Python's
+/// format mini-language, the subset Keras' templates use), parsed once, so a template that
+/// cannot be applied is an error when the callback is made, not at the end of an epoch.
+#[derive(Debug, Clone)]
+struct PathTemplate {
+    pieces: Vec<Piece>,
+    text: String,
+}
+
+#[derive(Debug, Clone)]
+enum Piece {
+    Literal(String),
+    /// `{key}` (`spec` None), `{key:0Nd}` / `{key:Nd}` (`Int`), `{key:.Pf}` (`Fixed`).
+    Field {
+        key: String,
+        spec: Spec,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Spec {
+    Plain,
+    Int { width: usize },
+    Fixed { precision: usize },
+}
+
+/// Widths and precisions past this are refused (they only make absurd file names).
+const MAX_FORMAT_WIDTH: usize = 64;
+
+impl PathTemplate {
+    fn parse(template: &str) -> Result<PathTemplate> {
+        let bad =
+            |msg: String| Error::invalid("ModelCheckpoint", format!("path {template:?}: {msg}"));
+        let number = |digits: &str, what: &str| -> Result<usize> {
+            let n: usize = digits
+                .parse()
+                .map_err(|_| bad(format!("{what} {digits:?} is not a number")))?;
+            if n > MAX_FORMAT_WIDTH {
+                return Err(bad(format!("{what} {n} is over {MAX_FORMAT_WIDTH}")));
+            }
+            Ok(n)
         };
-        out += &formatted;
-        rest = &rest[end + 1..];
+        let mut pieces = vec![];
+        let mut rest = template;
+        while let Some(start) = rest.find('{') {
+            if start > 0 {
+                pieces.push(Piece::Literal(rest[..start].to_string()));
+            }
+            let end = rest[start..]
+                .find('}')
+                .map(|e| start + e)
+                .ok_or_else(|| bad("unclosed '{'".into()))?;
+            let field = &rest[start + 1..end];
+            let (key, spec) = field.split_once(':').unwrap_or((field, ""));
+            if key.is_empty() {
+                return Err(bad("an empty placeholder {}".into()));
+            }
+            let spec = if spec.is_empty() {
+                Spec::Plain
+            } else if let Some(w) = spec.strip_suffix('d') {
+                let w = w.trim_start_matches('0');
+                Spec::Int {
+                    width: if w.is_empty() { 0 } else { number(w, "width")? },
+                }
+            } else if let Some(p) = spec.strip_prefix('.').and_then(|s| s.strip_suffix('f')) {
+                Spec::Fixed {
+                    precision: number(p, "precision")?,
+                }
+            } else {
+                return Err(bad(format!(
+                    "format {spec:?} of {key:?} is not one of d, 0Nd or .Nf"
+                )));
+            };
+            pieces.push(Piece::Field {
+                key: key.to_string(),
+                spec,
+            });
+            rest = &rest[end + 1..];
+        }
+        if rest.contains('}') {
+            return Err(bad("a '}' without its '{'".into()));
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Literal(rest.to_string()));
+        }
+        Ok(PathTemplate {
+            pieces,
+            text: template.to_string(),
+        })
     }
-    out += rest;
-    Ok(out)
+
+    /// The path for `epoch` (1-based in the name, as Keras) and `logs`; a placeholder the
+    /// logs lack is an error naming it.
+    fn fill(&self, epoch: usize, logs: &Logs) -> Result<String> {
+        let mut out = String::new();
+        for piece in &self.pieces {
+            let (key, spec) = match piece {
+                Piece::Literal(s) => {
+                    out += s;
+                    continue;
+                }
+                Piece::Field { key, spec } => (key, *spec),
+            };
+            let value = if key == "epoch" {
+                Some((epoch + 1) as f64)
+            } else {
+                logs.get(key)
+            }
+            .ok_or_else(|| {
+                Error::invalid(
+                    "ModelCheckpoint",
+                    format!("path {:?} names {key:?}, which the logs lack", self.text),
+                )
+            })?;
+            out += &match spec {
+                Spec::Int { width } => format!("{:0width$}", value as i64),
+                Spec::Fixed { precision } => format!("{value:.precision$}"),
+                Spec::Plain if key == "epoch" => format!("{}", value as i64),
+                Spec::Plain => format!("{value}"),
+            };
+        }
+        Ok(out)
+    }
 }
 
 /// `tf.keras.callbacks.ModelCheckpoint`: saves the weights (safetensors) after each
@@ -483,7 +566,7 @@ fn fill_path(template: &str, epoch: usize, logs: &Logs) -> Result<String> {
 /// the epoch and any log value: `"ckpt/weights.{epoch:02d}-{val_loss:.2f}.safetensors"`.
 /// With `save_weights_only(false)` the whole model is saved (a folder: config + weights).
 pub struct ModelCheckpoint {
-    filepath: String,
+    filepath: PathTemplate,
     monitor: Monitor,
     save_best_only: bool,
     save_weights_only: bool,
@@ -492,15 +575,17 @@ pub struct ModelCheckpoint {
 }
 
 impl ModelCheckpoint {
-    /// Saves weights to `filepath` after every epoch, monitoring `val_loss`.
-    pub fn new(filepath: &str) -> ModelCheckpoint {
-        ModelCheckpoint {
-            filepath: filepath.into(),
+    /// Saves weights to `filepath` after every epoch, monitoring `val_loss`. `filepath` may
+    /// hold `{epoch}`, `{epoch:02d}`, `{val_loss:.4f}`-style placeholders; one that cannot
+    /// be applied (unclosed, an unknown format, a width over 64) is an error here.
+    pub fn new(filepath: &str) -> Result<ModelCheckpoint> {
+        Ok(ModelCheckpoint {
+            filepath: PathTemplate::parse(filepath)?,
             monitor: Monitor::new("val_loss", Mode::Auto, 0.0),
             save_best_only: false,
             save_weights_only: true,
             saved: vec![],
-        }
+        })
     }
     /// The value `save_best_only` watches.
     pub fn monitor(mut self, key: &str, mode: Mode) -> Self {
@@ -530,7 +615,7 @@ impl Callback for ModelCheckpoint {
             }
             self.monitor.best = Some(v);
         }
-        let path = PathBuf::from(fill_path(&self.filepath, epoch, logs)?);
+        let path = PathBuf::from(self.filepath.fill(epoch, logs)?);
         if self.save_weights_only {
             model.save_weights(&path)?;
         } else {

@@ -146,15 +146,16 @@ impl From<&[Tensor]> for Data {
 }
 
 impl Data {
-    fn samples(&self, what: &str) -> Result<usize> {
+    /// The sample count (the first dimension, shared by every array); errors name `method`.
+    fn samples(&self, method: &'static str, what: &str) -> Result<usize> {
         let n = self
             .0
             .first()
             .and_then(|t| t.shape().first().copied())
-            .ok_or_else(|| Error::invalid("Model.fit", format!("{what} is empty or a scalar")))?;
+            .ok_or_else(|| Error::invalid(method, format!("{what} is empty or a scalar")))?;
         if let Some(t) = self.0.iter().find(|t| t.shape().first() != Some(&n)) {
             return Err(Error::invalid(
-                "Model.fit",
+                method,
                 format!(
                     "{what}: all arrays need {n} samples, one has shape {:?}",
                     t.shape()
@@ -781,11 +782,14 @@ impl Model {
         if config.batch_size == 0 {
             return Err(Error::invalid("Model.fit", "batch_size must be positive"));
         }
-        let n = x.samples("x")?;
-        if y.samples("y")? != n {
+        let n = x.samples("Model.fit", "x")?;
+        if y.samples("Model.fit", "y")? != n {
             return Err(Error::invalid(
                 "Model.fit",
-                format!("x has {n} samples but y has {}", y.samples("y")?),
+                format!(
+                    "x has {n} samples but y has {}",
+                    y.samples("Model.fit", "y")?
+                ),
             ));
         }
         if !(0.0..1.0).contains(&config.validation_split) {
@@ -818,7 +822,7 @@ impl Model {
             }
             None => (x, y),
         };
-        let n = train_x.samples("x")?;
+        let n = train_x.samples("Model.fit", "x")?;
         self.note_input_shapes(&train_x.0);
         let seed = if config.shuffle {
             Some(random_seed()?)
@@ -1021,11 +1025,14 @@ impl Model {
                 "batch_size must be positive",
             ));
         }
-        let n = x.samples("x")?;
-        if y.samples("y")? != n {
+        let n = x.samples("Model.evaluate", "x")?;
+        if y.samples("Model.evaluate", "y")? != n {
             return Err(Error::invalid(
                 "Model.evaluate",
-                format!("x has {n} samples but y has {}", y.samples("y")?),
+                format!(
+                    "x has {n} samples but y has {}",
+                    y.samples("Model.evaluate", "y")?
+                ),
             ));
         }
         self.evaluate_batches(&array_batches(x.clone(), y.clone(), batch_size, None), None)
@@ -1082,7 +1089,7 @@ impl Model {
                 "batch_size must be positive",
             ));
         }
-        let n = x.samples("x")?;
+        let n = x.samples("Model.predict", "x")?;
         self.note_input_shapes(&x.0);
         let mut parts: Vec<Vec<Tensor>> = vec![];
         for start in (0..n).step_by(batch_size) {
@@ -1196,8 +1203,15 @@ impl Model {
     }
     /// Saves the whole model into folder `dir` (Keras' `model.save`): `config.json` (the
     /// network's Keras config, its input shapes and, once compiled, the training config:
-    /// optimizer, loss and metric names), `model.safetensors`, and the optimizer's state in
-    /// `optimizer.safetensors`, so a loaded model resumes training where this one stopped.
+    /// optimizer, loss and metric names), the weights in `model-<generation>.safetensors`,
+    /// and the optimizer's state in `optimizer-<generation>.safetensors`, so a loaded model
+    /// resumes training where this one stopped.
+    ///
+    /// Crash-safe, as TF's checkpoints are: the new generation's weight files are written
+    /// (each moved into place whole) before `config.json`, which names them, replaces the
+    /// old one in one rename; only then are the previous generation's files removed. A
+    /// process killed at any moment leaves a folder that loads as the previous save or the
+    /// new one, never a mix.
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
         self.require_built("save")?;
         let dir = dir.as_ref();
@@ -1215,27 +1229,56 @@ impl Model {
             }),
             None => Value::Null,
         };
+        let config_path = dir.join("config.json");
+        let generation = std::fs::read_to_string(&config_path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|v| v["generation"].as_u64())
+            .unwrap_or(0)
+            + 1;
+        let weights_file = format!("model-{generation}.safetensors");
+        self.save_weights(dir.join(&weights_file))?;
+        let optimizer_file = match &self.compiled {
+            Some(c) => {
+                let name = format!("optimizer-{generation}.safetensors");
+                saving::save_tensors(dir.join(&name), &c.optimizer.get_weights()?)?;
+                Some(name)
+            }
+            None => None,
+        };
         let config = json!({
             "format": "ferroflow-keras-model",
-            "version": 1,
+            "version": 2,
+            "generation": generation,
+            "weights_file": weights_file,
+            "optimizer_file": optimizer_file,
             "config": network_config,
             "build_input_shapes": self.build_input_shapes,
             "training_config": training_config,
         });
         let text = serde_json::to_string_pretty(&config).expect("JSON values serialize");
-        let path = dir.join("config.json");
-        std::fs::write(&path, text).map_err(|e| Error::io(&path, &e))?;
-        self.save_weights(dir.join("model.safetensors"))?;
-        let optimizer_path = dir.join("optimizer.safetensors");
-        match &self.compiled {
-            Some(c) => saving::save_tensors(&optimizer_path, &c.optimizer.get_weights()?),
-            None => match std::fs::remove_file(&optimizer_path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(Error::io(&optimizer_path, &e))
-                }
-                _ => Ok(()),
-            },
+        ferroflow_tensor::fs::write_atomic(&config_path, text.as_bytes())?;
+        // The new generation is in place: earlier generations' files (and version 1's
+        // fixed names) are garbage now.
+        let keep = [Some(weights_file), optimizer_file];
+        let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, &e))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ours = ["model", "optimizer"].iter().any(|stem| {
+                name.strip_prefix(stem)
+                    .and_then(|r| r.strip_suffix(".safetensors"))
+                    .is_some_and(|g| {
+                        g.is_empty()
+                            || g.strip_prefix('-').is_some_and(|d| {
+                                !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+                            })
+                    })
+            });
+            if ours && !keep.iter().flatten().any(|k| *k == name) {
+                let _ = std::fs::remove_file(entry.path());
+            }
         }
+        Ok(())
     }
     /// Loads a model saved by [`Model::save`] (Keras' `load_model`): compiled with the saved
     /// optimizer (its state restored), loss and metrics when it was saved compiled.
@@ -1265,9 +1308,24 @@ impl Model {
                     format!("build_input_shapes: {e}"),
                 )
             })?;
+        // Version 1 folders used fixed names; version 2 names each generation's files.
+        let file_named = |key: &str, v1_name: &str| -> Result<Option<std::path::PathBuf>> {
+            match &v[key] {
+                Value::Null if v["version"] == 1 => Ok(Some(dir.join(v1_name))),
+                Value::Null => Ok(None),
+                Value::String(name) if is_plain_file_name(name) => Ok(Some(dir.join(name))),
+                other => Err(Error::format(
+                    path.display().to_string(),
+                    format!("{key} must be a file name inside the folder, got {other}"),
+                )),
+            }
+        };
+        let weights_path = file_named("weights_file", "model.safetensors")?
+            .ok_or_else(|| Error::format(path.display().to_string(), "weights_file is missing"))?;
+        let optimizer_path = file_named("optimizer_file", "optimizer.safetensors")?;
         let mut model = Model::from_boxed(network);
         model.build_multi(&shapes)?;
-        model.load_weights(dir.join("model.safetensors"))?;
+        model.load_weights(&weights_path)?;
         let training = &v["training_config"];
         if compile && !training.is_null() {
             let what = |e: Error| {
@@ -1292,7 +1350,13 @@ impl Model {
                 })?
                 .unwrap_or_default();
             model.compile_with(optimizer, loss, metrics)?;
-            let state = saving::load_tensors(dir.join("optimizer.safetensors"))?;
+            let optimizer_path = optimizer_path.ok_or_else(|| {
+                Error::format(
+                    path.display().to_string(),
+                    "the model was saved compiled but optimizer_file is missing",
+                )
+            })?;
+            let state = saving::load_tensors(optimizer_path)?;
             model.compiled("load")?.optimizer.set_weights(state)?;
         }
         Ok(model)
@@ -1372,6 +1436,15 @@ impl Model {
         );
         Ok(s)
     }
+}
+
+/// A name that stays inside the folder it is joined to (no separators, not `.`/`..`).
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\', '\0'])
+        && Path::new(name).file_name() == Some(std::ffi::OsStr::new(name))
 }
 
 fn thousands(n: usize) -> String {

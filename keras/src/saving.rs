@@ -42,7 +42,8 @@ fn from_st_dtype(d: StDtype) -> Option<DType> {
 }
 
 /// Writes named tensors to a safetensors file; the order is kept in the metadata
-/// (`"ferroflow.order"`, a JSON list) so a positional load can follow it.
+/// (`"ferroflow.order"`, a JSON list) so a positional load can follow it. Crash-safe: the
+/// file is written beside `path` and moved over it whole ([`ferroflow_tensor::fs`]).
 pub fn save_tensors(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Result<()> {
     let path = path.as_ref();
     let mut seen = std::collections::HashSet::new();
@@ -81,11 +82,9 @@ pub fn save_tensors(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Res
             serde_json::to_string(&order).expect("a list of strings serializes"),
         ),
     ]);
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, &e))?;
-    }
-    safetensors::serialize_to_file(views, Some(meta), path)
-        .map_err(|e| Error::format(path.display().to_string(), e.to_string()))
+    let bytes = safetensors::serialize(views, Some(meta))
+        .map_err(|e| Error::format(path.display().to_string(), e.to_string()))?;
+    ferroflow_tensor::fs::write_atomic(path, &bytes)
 }
 
 /// Reads every tensor of a safetensors file, in the saved order when the file has one

@@ -175,9 +175,10 @@ fn checkpoint_lr_callbacks_csv_and_terminate_on_nan() {
                 seen.lock().unwrap().push(lr);
                 0.01 / (epoch + 1) as f64
             }))
-            .callback(ModelCheckpoint::new(
-                dir.join("w-{epoch:02d}.safetensors").to_str().unwrap(),
-            ))
+            .callback(
+                ModelCheckpoint::new(dir.join("w-{epoch:02d}.safetensors").to_str().unwrap())
+                    .unwrap(),
+            )
             .callback(CsvLogger::new(&csv)),
     )
     .unwrap();
@@ -194,6 +195,7 @@ fn checkpoint_lr_callbacks_csv_and_terminate_on_nan() {
     // save_best_only: a monitored value that never improves after the first epoch.
     let mut m = compiled();
     let mut cp = ModelCheckpoint::new(dir.join("best-{epoch}.safetensors").to_str().unwrap())
+        .unwrap()
         .monitor("loss", Mode::Max)
         .save_best_only(true);
     let mut logs = Logs::new();
@@ -512,4 +514,43 @@ fn subclassed_models_fit_and_expose_their_sublayers_weights() {
         .map(|(n, _)| n)
         .collect();
     assert!(names[0].starts_with("residual/dense"), "{names:?}");
+}
+
+#[test]
+fn model_checkpoint_refuses_templates_it_cannot_apply_when_made() {
+    for bad in [
+        "w-{epoch.h5",
+        "w-{}.h5",
+        "w-{epoch:x}.h5",
+        "w-{epoch:99999999999999999999d}.h5",
+        "w-{val_loss:.100f}.h5",
+        "w-epoch}.h5",
+    ] {
+        let e = ModelCheckpoint::new(bad)
+            .err()
+            .unwrap_or_else(|| panic!("{bad} was accepted"));
+        assert!(e.to_string().starts_with("ModelCheckpoint: path"), "{e}");
+    }
+    for good in [
+        "w.h5",
+        "w-{epoch:02d}-{val_loss:.3f}.h5",
+        "{epoch}",
+        "{loss:4d}",
+    ] {
+        assert!(ModelCheckpoint::new(good).is_ok(), "{good}");
+    }
+}
+
+#[test]
+fn errors_name_the_method_that_failed() {
+    let mut m = compiled();
+    m.build(&[2]).unwrap();
+    let scalar = Tensor::scalar(1.0f32).unwrap();
+    let e = m.predict(&scalar, 4).unwrap_err().to_string();
+    assert!(
+        e.starts_with("Model.predict: x is empty or a scalar"),
+        "{e}"
+    );
+    let e = m.evaluate(&scalar, &scalar, 4).unwrap_err().to_string();
+    assert!(e.starts_with("Model.evaluate:"), "{e}");
 }

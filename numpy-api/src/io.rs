@@ -33,8 +33,8 @@ pub fn load(path: impl AsRef<Path>) -> Result<Tensor> {
 }
 
 fn write_npz(path: &Path, arrays: &[(&str, &Tensor)], compressed: bool) -> Result<()> {
-    let file = std::fs::File::create(path).map_err(|e| Error::io(path, &e))?;
-    let mut zip = zip::ZipWriter::new(file);
+    // Crash-safe: the archive is assembled in memory and moved into place whole.
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let method = if compressed {
         zip::CompressionMethod::Deflated
     } else {
@@ -50,8 +50,8 @@ fn write_npz(path: &Path, arrays: &[(&str, &Tensor)], compressed: bool) -> Resul
             .map_err(zerr)?;
         zip.write_all(&bytes).map_err(|e| Error::io(path, &e))?;
     }
-    zip.finish().map_err(zerr)?;
-    Ok(())
+    let bytes = zip.finish().map_err(zerr)?.into_inner();
+    ferroflow_tensor::fs::write_atomic(path, &bytes)
 }
 
 /// `numpy.savez(file, name=arr, ...)`: an uncompressed `.npz` archive of named arrays.
@@ -64,9 +64,23 @@ pub fn savez_compressed(path: impl AsRef<Path>, arrays: &[(&str, &Tensor)]) -> R
     write_npz(path.as_ref(), arrays, true)
 }
 
+/// The largest `.npz` member [`load_npz`] decompresses (16 GiB); [`load_npz_with_limit`]
+/// sets another.
+pub const NPZ_MEMBER_LIMIT: u64 = 16 << 30;
+
 /// `numpy.load` of an `.npz` archive: its arrays in archive order, named without `.npy`.
-/// A corrupt archive or member is an error naming the file and member.
+/// A corrupt archive or member is an error naming the file and member. Sizes in the archive
+/// are claims: memory grows with the bytes a member really holds, and a member larger than
+/// [`NPZ_MEMBER_LIMIT`] is an error.
 pub fn load_npz(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>> {
+    load_npz_with_limit(path, NPZ_MEMBER_LIMIT)
+}
+
+/// [`load_npz`] refusing members that decompress to more than `max_member_bytes`.
+pub fn load_npz_with_limit(
+    path: impl AsRef<Path>,
+    max_member_bytes: u64,
+) -> Result<Vec<(String, Tensor)>> {
     let path = path.as_ref();
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, &e))?;
     let what = path.display().to_string();
@@ -81,8 +95,18 @@ pub fn load_npz(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>> {
             .name()
             .map(|n| n.to_string())
             .unwrap_or_else(|_| format!("member {i}"));
-        let mut bytes = Vec::with_capacity(member.size() as usize);
-        member
+        let claimed = member.size();
+        if claimed > max_member_bytes {
+            return Err(Error::format(
+                &what,
+                format!(
+                    "member {name} claims {claimed} bytes, over the limit of {max_member_bytes}"
+                ),
+            ));
+        }
+        let mut bytes = Vec::new();
+        (&mut member)
+            .take(claimed)
             .read_to_end(&mut bytes)
             .map_err(|e| Error::format(&what, format!("member {name}: {e}")))?;
         let t = npy::parse(&bytes).map_err(|m| Error::format(format!("{what}: {name}"), m))?;

@@ -63,7 +63,9 @@ pub use dtypes::{
 };
 pub use indexing::{getitem, step, Index, ELLIPSIS, NEWAXIS};
 pub use interop::{from_dmatrix, from_ndarray, to_dmatrix, to_ndarray};
-pub use io::{load, load_npz, save, savez, savez_compressed};
+pub use io::{
+    load, load_npz, load_npz_with_limit, save, savez, savez_compressed, NPZ_MEMBER_LIMIT,
+};
 pub use logic::*;
 pub use math::*;
 pub use products::*;
