@@ -706,3 +706,30 @@ fn a_different_pipeline_gets_its_own_snapshot() {
     assert!(!fp_dir.join("snapshot.metadata").exists());
     assert_eq!(std::fs::read_dir(&fp_dir).unwrap().count(), 0);
 }
+
+/// A snapshot's metadata is a claim: a shard count the run folder cannot back is an error
+/// naming it, before a list of that many shard paths is made (2^32 used to abort).
+#[test]
+fn snapshot_metadata_with_an_impossible_shard_count_is_an_error() {
+    init();
+    let dir = tmp("snapshot-claims");
+    let options = SnapshotOptions {
+        compression: Compression::None,
+        shard_size_bytes: 300,
+    };
+    summarize(&snapshot_pipeline(dir.path(), options)).unwrap();
+    let meta = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("snapshot.metadata"))
+        .find(|p| p.exists())
+        .expect("the snapshot wrote its metadata");
+    let text = std::fs::read_to_string(&meta).unwrap();
+    for claim in ["4294967296", "18446744073709551615", "1000000"] {
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["num_shards"] = serde_json::Value::Number(claim.parse().unwrap());
+        std::fs::write(&meta, v.to_string()).unwrap();
+        let e = summarize(&snapshot_pipeline(dir.path(), options)).unwrap_err();
+        assert!(e.to_string().contains("num_shards"), "{claim}: {e}");
+    }
+}

@@ -1280,6 +1280,10 @@ impl Model {
         }
         Ok(())
     }
+    /// The least [`Model::load`] allows one tensor to take while it builds the model from
+    /// `config.json` (256 MiB; more when the weight files are larger).
+    pub const LOAD_TENSOR_BYTES: u64 = 256 << 20;
+
     /// Loads a model saved by [`Model::save`] (Keras' `load_model`): compiled with the saved
     /// optimizer (its state restored), loss and metrics when it was saved compiled.
     pub fn load(dir: impl AsRef<Path>) -> Result<Model> {
@@ -1288,6 +1292,10 @@ impl Model {
 
     /// [`Model::load`] with Keras' `compile` flag: `false` ignores the training config and
     /// returns an uncompiled model.
+    ///
+    /// The config's shapes are claims of a file: while the model is built, no tensor may
+    /// be larger than the weight files hold together (or [`Model::LOAD_TENSOR_BYTES`],
+    /// whichever is more), so a hostile `config.json` is an error, not an allocation bomb.
     pub fn load_with(dir: impl AsRef<Path>, compile: bool) -> Result<Model> {
         let dir = dir.as_ref();
         let path = dir.join("config.json");
@@ -1323,8 +1331,19 @@ impl Model {
         let weights_path = file_named("weights_file", "model.safetensors")?
             .ok_or_else(|| Error::format(path.display().to_string(), "weights_file is missing"))?;
         let optimizer_path = file_named("optimizer_file", "optimizer.safetensors")?;
+        let file_bytes = [Some(&weights_path), optimizer_path.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum::<u64>();
         let mut model = Model::from_boxed(network);
-        model.build_multi(&shapes)?;
+        {
+            let _limit = ferroflow_tensor::device::tensor_limit_scope(
+                file_bytes.max(Model::LOAD_TENSOR_BYTES),
+            );
+            model.build_multi(&shapes)?;
+        }
         model.load_weights(&weights_path)?;
         let training = &v["training_config"];
         if compile && !training.is_null() {

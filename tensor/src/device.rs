@@ -193,6 +193,44 @@ pub fn register_backend(kind: DeviceKind, backend: Arc<dyn Backend>) {
     reg.push(Registered { kind, backend });
 }
 
+thread_local! {
+    static TENSOR_LIMIT: std::cell::Cell<u64> = const { std::cell::Cell::new(u64::MAX) };
+}
+
+/// Ends a [`tensor_limit_scope`] when dropped (restoring the limit before it).
+#[must_use = "the limit is lifted when the guard is dropped"]
+pub struct TensorLimitScope {
+    previous: u64,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for TensorLimitScope {
+    fn drop(&mut self) {
+        TENSOR_LIMIT.with(|l| l.set(self.previous));
+    }
+}
+
+/// Until the guard drops, refuses on this thread every new tensor larger than `bytes`
+/// (a [`Error::ResourceExhausted`] naming the limit), on top of the device's own limit.
+/// Nested scopes keep the smaller limit. Loaders of untrusted files use it so that sizes
+/// claimed by a file cannot make ferroflow allocate more than the file can justify
+/// (`Model::load` bounds each tensor by what its weight files hold).
+///
+/// ```
+/// # ferroflow::init();
+/// use ferroflow_tensor::{device::tensor_limit_scope, DType, Tensor};
+/// let _limit = tensor_limit_scope(1 << 20);
+/// assert!(Tensor::zeros(&[1024], DType::F32).is_ok());
+/// assert!(Tensor::zeros(&[1 << 20], DType::F32).is_err()); // 4 MiB
+/// ```
+pub fn tensor_limit_scope(bytes: u64) -> TensorLimitScope {
+    let previous = TENSOR_LIMIT.with(|l| l.replace(l.get().min(bytes)));
+    TensorLimitScope {
+        previous,
+        _not_send: std::marker::PhantomData,
+    }
+}
+
 /// Checks that a new tensor of `shape` and `dtype` fits on `device` (served by `backend`):
 /// its element count does not overflow, its bytes stay below `isize::MAX` and below what
 /// the backend says the device holds ([`Backend::memory_bytes`]). Returns the element
@@ -210,7 +248,8 @@ pub fn check_allocation(
     let limit = backend
         .memory_bytes(device.index)
         .unwrap_or(u64::MAX)
-        .min(isize::MAX as u64);
+        .min(isize::MAX as u64)
+        .min(TENSOR_LIMIT.with(|l| l.get()));
     if bytes > limit as u128 {
         return Err(Error::ResourceExhausted {
             op,

@@ -5,6 +5,8 @@
 //! - `bench [kernels|autodiff|optim|keras|data|mixed|numpy]`: kernels against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor; references measured in the same run,
 //!   interleaved, median of rounds; writes `bench-out/kernels.csv` and prints a markdown table.
+//! - `fuzz [--mutations N] [--seed S] [TARGET..]`: the readers' fuzz targets under the
+//!   stable runner (see the `ferroflow-fuzz` crate); part of `ci`.
 //! - `numpy-coverage`: regenerates `NUMPY_COVERAGE.md` from the NumPy API crate's source.
 //! - `gpu`: the wgpu backend on a real GPU (test suites, matmul against cuBLAS, MNIST epochs),
 //!   one table; `--bundle DIR` prebuilds it for machines without Rust.
@@ -13,6 +15,7 @@ mod bench;
 mod bench_data;
 mod bench_mixed;
 mod bench_numpy;
+mod fuzz;
 mod gpu;
 
 use std::process::{Command, ExitCode};
@@ -42,6 +45,9 @@ fn ci() -> bool {
             ],
         )
         && run("cargo", &["test", "--workspace"])
+        // Every file reader: seeds, regressions and 100k mutations each, under a memory
+        // limit (about a minute).
+        && fuzz::run(&[])
         && [
             &["tensors"][..],
             &["custom_training_loop"],
@@ -67,6 +73,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench") => bench::run(&args[1..]),
         Some("gpu") => gpu::run(&args[1..]),
+        Some("fuzz") => fuzz::run(&args[1..]),
         Some("numpy-coverage") => {
             std::env::set_var("FERROFLOW_UPDATE_COVERAGE", "1");
             run(
@@ -76,7 +83,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed|numpy] [--rounds N] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask numpy-coverage"
+                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed|numpy] [--rounds N] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask fuzz [--mutations N] [--seed S] [TARGET..] | cargo xtask numpy-coverage"
             );
             false
         }
