@@ -70,6 +70,12 @@ pub const TARGETS: &[Target] = &[
         fixup: None,
     },
     Target {
+        name: "model_config_cnn",
+        run: model_config_cnn,
+        seeds: model_config_cnn_seeds,
+        fixup: None,
+    },
+    Target {
         name: "idx",
         run: |b| ferroflow_data::idx::parse(b).map(drop),
         seeds: idx_seeds,
@@ -290,6 +296,36 @@ fn model_config(data: &[u8]) -> Result<(), String> {
 
 fn model_config_seeds() -> Vec<Vec<u8>> {
     vec![std::fs::read(model_dir().join("config.json")).unwrap()]
+}
+
+/// A saved convolutional seed model (Conv2D, MaxPooling2D, Flatten, Dense on 6x6x1 images),
+/// whose config names kernel, pool and stride sizes.
+fn cnn_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        use ferroflow_keras::layers::{Conv2D, Flatten, MaxPooling2D};
+        ferroflow::init();
+        let mut m = Model::from(sequential![
+            Conv2D::new(2, [3, 3]),
+            MaxPooling2D::new([2, 2]),
+            Flatten::new(),
+            Dense::new(2),
+        ]);
+        m.build(&[6, 6, 1]).unwrap();
+        let d = scratch().join("cnn");
+        m.save(&d).unwrap();
+        d
+    })
+}
+
+fn model_config_cnn(data: &[u8]) -> Result<(), String> {
+    let dir = cnn_dir();
+    std::fs::write(dir.join("config.json"), data).map_err(|e| e.to_string())?;
+    Model::load(dir).map(drop).map_err(err)
+}
+
+fn model_config_cnn_seeds() -> Vec<Vec<u8>> {
+    vec![std::fs::read(cnn_dir().join("config.json")).unwrap()]
 }
 
 // ---- IDX, TFRecord, CSV ---------------------------------------------------------------

@@ -136,8 +136,9 @@ pub fn compute_fans(shape: &[usize]) -> (f64, f64) {
         1 => (shape[0] as f64, shape[0] as f64),
         2 => (shape[0] as f64, shape[1] as f64),
         r => {
-            let field: usize = shape[..r - 2].iter().product();
-            ((shape[r - 2] * field) as f64, (shape[r - 1] * field) as f64)
+            // In f64: exact for any real shape, and a hostile one cannot overflow.
+            let field: f64 = shape[..r - 2].iter().map(|&d| d as f64).product();
+            (shape[r - 2] as f64 * field, shape[r - 1] as f64 * field)
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use ferroflow_autodiff::{GradientTape, Source};
 use ferroflow_keras::layers::*;
-use ferroflow_keras::Layer;
+use ferroflow_keras::{sequential, Layer, Model};
 use ferroflow_tensor::{random, Axes, DType, Padding, Tensor};
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
@@ -437,4 +437,35 @@ fn attention_masks_hide_positions_and_dropout_only_acts_in_training() {
     assert_eq!(plain.shape(), training.shape());
     let back = ferroflow_keras::layers::deserialize(&dropped.config()).unwrap();
     assert_eq!(back.config()["config"]["dropout"], 0.5);
+}
+
+/// Layer sizes are claims too (they come from `config.json` on load): impossible weights,
+/// windows and strides are errors, never a panic, an abort or a hang; a SAME pooling window
+/// far larger than its input works and costs what the input costs.
+#[test]
+fn hostile_layer_sizes_are_errors_not_aborts() {
+    ferroflow::init();
+    let x = Tensor::zeros(&[2, 8, 8, 1], DType::F32).unwrap();
+    let huge = 1usize << 40;
+    let cases: Vec<(&str, Model)> = vec![
+        ("dense units", Model::from(sequential![Dense::new(huge)])),
+        ("conv kernel", Model::from(sequential![Conv2D::new(4, [huge, huge])])),
+        ("conv filters", Model::from(sequential![Conv2D::new(huge, [3, 3])])),
+        (
+            "conv strides",
+            Model::from(sequential![Conv2D::new(4, [3, 3]).strides([0, usize::MAX])]),
+        ),
+        ("valid pool", Model::from(sequential![MaxPooling2D::new([huge, 2])])),
+    ];
+    for (what, mut m) in cases {
+        let r = m.call(&x, false);
+        assert!(r.is_err(), "{what}: {r:?}");
+    }
+    let mut same = Model::from(sequential![MaxPooling2D::new([huge, huge])
+        .strides([1, 1])
+        .padding(Padding::Same)]);
+    let start = std::time::Instant::now();
+    let y = same.call(&x, false).unwrap();
+    assert_eq!(y.shape(), &[2, 8, 8, 1]);
+    assert!(start.elapsed() < std::time::Duration::from_secs(5), "{:?}", start.elapsed());
 }

@@ -2,8 +2,9 @@
 //! `ferroflow-fuzz` crate under the stable runner, one process per target, so an abort
 //! (an allocation over the runner's memory limit) names its target and keeps its input.
 //!
-//! The runner is built in the dev profile, which `cargo test --workspace` has already built
-//! (dependencies optimised), so CI compiles nothing more for it.
+//! The runner is built in the dev profile: it keeps overflow checks (a release build would
+//! wrap a hostile size silently instead of failing), and `cargo test --workspace` has
+//! already built its dependencies (optimised), so CI compiles little more for it.
 
 use std::path::PathBuf;
 use std::process::Command;
