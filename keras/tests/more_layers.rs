@@ -449,13 +449,22 @@ fn hostile_layer_sizes_are_errors_not_aborts() {
     let huge = 1usize << 40;
     let cases: Vec<(&str, Model)> = vec![
         ("dense units", Model::from(sequential![Dense::new(huge)])),
-        ("conv kernel", Model::from(sequential![Conv2D::new(4, [huge, huge])])),
-        ("conv filters", Model::from(sequential![Conv2D::new(huge, [3, 3])])),
+        (
+            "conv kernel",
+            Model::from(sequential![Conv2D::new(4, [huge, huge])]),
+        ),
+        (
+            "conv filters",
+            Model::from(sequential![Conv2D::new(huge, [3, 3])]),
+        ),
         (
             "conv strides",
             Model::from(sequential![Conv2D::new(4, [3, 3]).strides([0, usize::MAX])]),
         ),
-        ("valid pool", Model::from(sequential![MaxPooling2D::new([huge, 2])])),
+        (
+            "valid pool",
+            Model::from(sequential![MaxPooling2D::new([huge, 2])]),
+        ),
     ];
     for (what, mut m) in cases {
         let r = m.call(&x, false);
@@ -467,5 +476,9 @@ fn hostile_layer_sizes_are_errors_not_aborts() {
     let start = std::time::Instant::now();
     let y = same.call(&x, false).unwrap();
     assert_eq!(y.shape(), &[2, 8, 8, 1]);
-    assert!(start.elapsed() < std::time::Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
 }

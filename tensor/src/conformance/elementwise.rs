@@ -241,8 +241,9 @@ pub fn binary_float_ops(device: &Device) {
                 view_kind(),
                 view_kind(),
                 any::<bool>(),
+                any::<bool>(),
             ),
-            |((a, b), di, va, vb, negate)| {
+            |((a, b), di, va, vb, negate, negate_divisor)| {
                 let dtype = floats[di];
                 let grid = |v: &RefArray| {
                     if op.is_comparison() {
@@ -251,9 +252,14 @@ pub fn binary_float_ops(device: &Device) {
                         v.clone()
                     }
                 };
-                let (mut a, b) = (quantized(dtype, &grid(&a)), quantized(dtype, &grid(&b)));
-                if negate && matches!(op, BinaryOp::FloorDiv | BinaryOp::Mod) {
+                let (mut a, mut b) = (quantized(dtype, &grid(&a)), quantized(dtype, &grid(&b)));
+                let floor_op = matches!(op, BinaryOp::FloorDiv | BinaryOp::Mod);
+                if negate && floor_op {
                     a = a.map(|x| -x);
+                }
+                // TF's floormod takes the divisor's sign: negative divisors too.
+                if negate_divisor && floor_op {
+                    b = b.map(|x| -x);
                 }
                 let (x, y) = (
                     ok("lhs", make_tensor(device, dtype, &a, va))?,
@@ -271,8 +277,30 @@ pub fn binary_float_ops(device: &Device) {
                     BinaryOp::Pow => 8.0,
                     _ => 2.0,
                 };
-                if matches!(op, BinaryOp::FloorDiv | BinaryOp::Mod) && dtype != DType::F64 {
-                    return Ok(()); // checked exactly in f64 only: a rounded quotient may cross an integer
+                if floor_op {
+                    // Exact where the quotient is clear of an integer by more than the
+                    // dtype's rounding of it (there a rounded quotient may fall either
+                    // side, and any answer is right): floordiv exactly, mod within a
+                    // rounding of |a| + |b|. Elsewhere unchecked.
+                    let eps = epsilon(dtype);
+                    let q = a.zip(&b, |p, q| p / q);
+                    let aa = a.zip(&b, |p, _| p);
+                    let bb = a.zip(&b, |_, q| q);
+                    let tol: Vec<f64> = q
+                        .data
+                        .iter()
+                        .zip(aa.data.iter().zip(&bb.data))
+                        .map(|(&q, (&x, &y))| {
+                            if (q - q.round()).abs() <= 4.0 * eps * q.abs().max(1.0) {
+                                f64::INFINITY
+                            } else if op == BinaryOp::FloorDiv {
+                                0.0
+                            } else {
+                                2.0 * eps * (x.abs() + y.abs())
+                            }
+                        })
+                        .collect();
+                    return assert_within(&format!("{} {dtype}", op.name()), &got, &want, &tol);
                 }
                 assert_matches(&format!("{} {dtype}", op.name()), &got, &want, scale)
             },

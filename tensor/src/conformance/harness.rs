@@ -182,6 +182,52 @@ pub fn assert_matches(
     assert_close(what, got, want, scale, 0.0)
 }
 
+/// Compares a result with the reference element by element, element `i` within `tol[i]`
+/// (absolute; 0 demands equality). NaNs must match NaNs, infinities match exactly. For
+/// results whose error is known per element: a sum's from the elements it adds, a max's
+/// (exact) of zero.
+pub fn assert_within(
+    what: &str,
+    got: &Tensor,
+    want: &RefArray,
+    tol: &[f64],
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.shape(), want.shape.as_slice(), "{}: shape", what);
+    let g = ok(what, got.to_f64_vec())?;
+    for (i, ((&x, &y), &t)) in g.iter().zip(&want.data).zip(tol).enumerate() {
+        let fine = if y.is_nan() {
+            x.is_nan()
+        } else if y.is_infinite() || x.is_infinite() {
+            x == y
+        } else {
+            (x - y).abs() <= t
+        };
+        prop_assert!(
+            fine,
+            "{}: element {} (index {:?}) is {}, reference {} (tolerance {}, {})",
+            what,
+            i,
+            super::reference::unravel(i, &want.shape),
+            x,
+            y,
+            t,
+            got.dtype()
+        );
+    }
+    Ok(())
+}
+
+/// The smallest normal number of a float dtype: below it, results may be subnormal or
+/// flushed to zero (GPUs flush), so only that absolute accuracy is promised there.
+pub fn min_normal(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => f64::MIN_POSITIVE,
+        DType::F32 | DType::BF16 => f32::MIN_POSITIVE as f64,
+        DType::F16 => 2f64.powi(-14),
+        _ => 0.0,
+    }
+}
+
 /// Machine epsilon of a float dtype (0 for the others).
 pub fn epsilon(dtype: DType) -> f64 {
     match dtype {
