@@ -274,7 +274,10 @@ fn has_numpy() -> bool {
         .map(|s| s.success())
         .unwrap_or(false);
     if !ok {
-        eprintln!("SKIPPED: python3 with numpy is not installed (pip install numpy; .ci/run does)");
+        ferroflow_tensor::testing::skip(
+            "FERROFLOW_REQUIRE_NUMPY",
+            "python3 with numpy is not installed (pip install numpy; .ci/run does)",
+        );
     }
     ok
 }

@@ -385,8 +385,10 @@ fn safetensors_files_open_in_python() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !has {
-        eprintln!("SKIPPED safetensors_files_open_in_python: python3 with `safetensors` and `numpy` is not installed (pip install safetensors numpy; .ci/run does)");
-        return;
+        return ferroflow_tensor::testing::skip(
+            "FERROFLOW_REQUIRE_NUMPY",
+            "python3 with `safetensors` and `numpy` is not installed (pip install safetensors numpy; .ci/run does)",
+        );
     }
     let scratch = tmp("python");
     let dir = scratch.path();

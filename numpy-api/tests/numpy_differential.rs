@@ -24,11 +24,10 @@ fn have_numpy() -> bool {
         .map(|s| s.success())
         .unwrap_or(false);
     if !ok {
-        let msg = "SKIPPED: python3 with NumPy is not available (pip install numpy); the NumPy checks did not run";
-        if std::env::var("FERROFLOW_REQUIRE_NUMPY").is_ok_and(|v| v == "1") {
-            panic!("{msg}, and FERROFLOW_REQUIRE_NUMPY=1 requires them");
-        }
-        eprintln!("\n*** {msg} ***\n");
+        ferroflow_tensor::testing::skip(
+            "FERROFLOW_REQUIRE_NUMPY",
+            "python3 with NumPy is not available (pip install numpy); the NumPy checks did not run",
+        );
     }
     ok
 }

@@ -708,7 +708,38 @@ fn fused_and_composed_updates_agree_for_every_optimizer() {
         let mut fused = make();
         let mut composed = make();
         composed.core_mut().compose_updates = true;
-        let (a, b) = (run(fused.as_mut(), 6), run(composed.as_mut(), 6));
+        // Count the fused update kernels each run dispatches: the fused run must use them
+        // (a silent fallback would compare composed with composed) and the composed none.
+        let fused_count = Arc::new(FusedUpdates::default());
+        let a = {
+            let _watch = ferroflow::dispatch::push_thread_observer(fused_count.clone());
+            run(fused.as_mut(), 6)
+        };
+        let composed_count = Arc::new(FusedUpdates::default());
+        let b = {
+            let _watch = ferroflow::dispatch::push_thread_observer(composed_count.clone());
+            run(composed.as_mut(), 6)
+        };
+        assert_eq!(
+            (
+                *fused_count.0.lock().unwrap(),
+                *composed_count.0.lock().unwrap()
+            ),
+            (6, 0),
+            "{name}: fused update kernels dispatched by the fused and the composed runs"
+        );
         assert_close(name, &a, &b);
+    }
+}
+
+/// Counts `optimizer_update` kernels (the fused update) that ran.
+#[derive(Default)]
+struct FusedUpdates(Mutex<usize>);
+
+impl ferroflow::dispatch::OpObserver for FusedUpdates {
+    fn on_op(&self, e: &ferroflow::dispatch::OpEvent<'_>) {
+        if matches!(e.op, ferroflow::Op::OptimizerUpdate(_)) {
+            *self.0.lock().unwrap() += 1;
+        }
     }
 }

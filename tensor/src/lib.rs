@@ -49,6 +49,7 @@ pub mod op;
 pub mod ops;
 pub mod random;
 mod tensor;
+pub mod testing;
 mod variable;
 
 pub use backend::{Backend, BufferBox, DeviceBuffer, Operand};

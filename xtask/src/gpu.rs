@@ -70,6 +70,7 @@ fn run_suite(name: &str, exe: &Path) -> (usize, usize, f64) {
     let t = Instant::now();
     let out = Command::new(exe)
         .env("FERROFLOW_REQUIRE_WGPU", "1")
+        .env("FERROFLOW_REQUIRE_SHADER_F16", "1")
         .arg("--test-threads=4")
         .output();
     let secs = t.elapsed().as_secs_f64();

@@ -647,8 +647,10 @@ mod tests {
     #[test]
     fn half_data_matches_float32_on_widened_values_bit_for_bit() {
         if !available() {
-            eprintln!("SKIPPED: no AVX-512 on this CPU; these kernels do not run");
-            return;
+            return ferroflow_tensor::testing::skip(
+                "FERROFLOW_REQUIRE_AVX512",
+                "no AVX-512 on this CPU; these kernels do not run",
+            );
         }
         matches_widened(bf16::from_f32, bf16::to_f32);
         matches_widened(f16::from_f32, f16::to_f32);

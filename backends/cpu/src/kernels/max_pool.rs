@@ -342,8 +342,10 @@ mod tests {
     #[test]
     fn half_pooling_matches_float32_on_widened_values() {
         if !available() {
-            eprintln!("SKIPPED: no AVX-512 on this CPU; the half pooling kernels do not run");
-            return;
+            return ferroflow_tensor::testing::skip(
+                "FERROFLOW_REQUIRE_AVX512",
+                "no AVX-512 on this CPU; the half pooling kernels do not run",
+            );
         }
         pooling_matches_float32_on_widened_values::<bf16>();
         pooling_matches_float32_on_widened_values::<f16>();

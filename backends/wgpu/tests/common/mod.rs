@@ -11,15 +11,10 @@ pub fn wgpu_device() -> Option<Device> {
     if n > 0 {
         return Some(Device::gpu(0));
     }
-    if std::env::var("FERROFLOW_REQUIRE_WGPU").is_ok_and(|v| v == "1") {
-        panic!(
-            "FERROFLOW_REQUIRE_WGPU=1 but wgpu found no adapter: install a Vulkan driver \
-             (Debian: mesa-vulkan-drivers libvulkan1)"
-        );
-    }
-    eprintln!(
-        "SKIPPED: no wgpu adapter (no GPU driver; install mesa-vulkan-drivers for lavapipe), \
-         the wgpu tests did not run"
+    ferroflow_tensor::testing::skip(
+        "FERROFLOW_REQUIRE_WGPU",
+        "wgpu found no adapter (no GPU driver; Debian: mesa-vulkan-drivers libvulkan1 for \
+         lavapipe), the wgpu tests did not run",
     );
     None
 }
