@@ -81,12 +81,31 @@ fn input(shape: &[usize], seed: u64, lo: f64, hi: f64) -> (Vec<usize>, Vec<f64>)
     (shape.to_vec(), vals(shape.iter().product(), seed, lo, hi))
 }
 
+/// Cases per gradient property: `FERROFLOW_GRADIENT_CASES`, 64 by default (CI's count).
+fn cases() -> u32 {
+    std::env::var("FERROFLOW_GRADIENT_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
+/// A proptest runner whose failing inputs are saved beside this file
+/// (`tests/gradients.proptest-regressions`) and replayed first on the next run, so a
+/// failure reproduces.
 fn runner(cases: u32) -> TestRunner {
     TestRunner::new(Config {
         cases,
-        failure_persistence: None,
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::SourceParallel("proptest-regressions"),
+        )),
         ..Config::default()
     })
+}
+
+/// Shapes of rank 0 to 4 with dimensions 1 to 3.
+fn shapes() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1..4usize, 0..5)
 }
 
 #[test]
@@ -121,14 +140,11 @@ fn unary_ops_match_finite_differences_on_random_shapes() {
         ("selu", Tensor::selu, 0.1, 3.0),
     ];
     for (name, f, lo, hi) in ops {
-        runner(8)
-            .run(
-                &(prop::collection::vec(1..4usize, 0..3), any::<u64>()),
-                |(shape, seed)| {
-                    check(name, &|x| f(&x[0]), &[input(&shape, seed, lo, hi)]);
-                    Ok(())
-                },
-            )
+        runner(cases())
+            .run(&(shapes(), any::<u64>()), |(shape, seed)| {
+                check(name, &|x| f(&x[0]), &[input(&shape, seed, lo, hi)]);
+                Ok(())
+            })
             .unwrap();
     }
     // Negative side of the piecewise activations.
@@ -150,37 +166,73 @@ fn unary_ops_match_finite_differences_on_random_shapes() {
 #[test]
 fn binary_ops_with_broadcasting_match_finite_differences() {
     type F = fn(&Tensor, &Tensor) -> ferroflow::Result<Tensor>;
-    let ops: Vec<(&str, F, f64, f64)> = vec![
-        ("add", Tensor::add, -2.0, 2.0),
-        ("sub", Tensor::sub, -2.0, 2.0),
-        ("mul", Tensor::mul, -2.0, 2.0),
-        ("div", Tensor::div, 0.5, 2.0),
-        ("pow", Tensor::pow, 0.5, 2.0),
-        ("maximum", Tensor::maximum, -2.0, 2.0),
-        ("minimum", Tensor::minimum, -2.0, 2.0),
-        ("squared_difference", Tensor::squared_difference, -2.0, 2.0),
-        ("atan2", Tensor::atan2, 0.5, 2.0),
-        ("floormod", Tensor::floormod, 0.5, 2.0),
+    // (name, op, magnitude range, whether operands may be negative): values are drawn in
+    // [lo, hi] and, where signs are allowed, negated at random.
+    let ops: Vec<(&str, F, f64, f64, bool)> = vec![
+        ("add", Tensor::add, 0.1, 2.0, true),
+        ("sub", Tensor::sub, 0.1, 2.0, true),
+        ("mul", Tensor::mul, 0.1, 2.0, true),
+        ("div", Tensor::div, 0.5, 2.0, true),
+        // a^b for non-integer b needs a > 0 (a <= 0 is checked against TF's rule below)
+        ("pow", Tensor::pow, 0.5, 2.0, false),
+        ("maximum", Tensor::maximum, 0.1, 2.0, true),
+        ("minimum", Tensor::minimum, 0.1, 2.0, true),
+        (
+            "squared_difference",
+            Tensor::squared_difference,
+            0.1,
+            2.0,
+            true,
+        ),
+        ("atan2", Tensor::atan2, 0.5, 2.0, true),
+        ("floormod", Tensor::floormod, 0.3, 6.0, true),
         // b on both sides of 0 (never at the kink: the draws are continuous)
-        ("relu_grad", Tensor::relu_grad, -2.0, 2.0),
+        ("relu_grad", Tensor::relu_grad, 0.1, 2.0, true),
     ];
-    let shapes = (
-        prop::collection::vec(1..4usize, 0..3),
-        prop::collection::vec(any::<bool>(), 3),
+    let strategy = (
+        shapes(),
+        prop::collection::vec(any::<bool>(), 4),
         any::<u64>(),
     );
-    for (name, f, lo, hi) in ops {
-        runner(8)
-            .run(&shapes, |(shape, ones, seed)| {
+    for (name, f, lo, hi, signed) in ops {
+        runner(cases())
+            .run(&strategy, |(shape, ones, seed)| {
                 let other: Vec<usize> = shape
                     .iter()
                     .enumerate()
                     .map(|(i, &d)| if ones[i] { 1 } else { d })
                     .collect();
-                let a = input(&shape, seed, lo, hi);
-                let mut b = input(&other, seed ^ 9, lo, hi);
-                if name == "floormod" {
-                    b.1.iter_mut().for_each(|v| *v += 3.0); // keep a/b away from integers
+                let sign = |(s, v): (Vec<usize>, Vec<f64>), salt: u64| {
+                    let flips = vals(v.len(), seed ^ salt, 0.0, 1.0);
+                    let v: Vec<f64> = v
+                        .iter()
+                        .zip(flips)
+                        .map(|(&x, f)| if signed && f < 0.5 { -x } else { x })
+                        .collect();
+                    (s, v)
+                };
+                let a = sign(input(&shape, seed, lo, hi), 77);
+                let b = sign(input(&other, seed ^ 9, lo, hi), 78);
+                if name == "floormod" || name == "maximum" || name == "minimum" {
+                    // Away from the kinks (a/b at an integer, a = b), where finite
+                    // differences straddle a jump: those cases are checked by rule below.
+                    let y = f(&t(&a.0, &a.1), &t(&b.0, &b.1)).unwrap();
+                    let q = t(&a.0, &a.1)
+                        .div(&t(&b.0, &b.1))
+                        .unwrap()
+                        .to_vec::<f64>()
+                        .unwrap();
+                    let d = t(&a.0, &a.1)
+                        .sub(&t(&b.0, &b.1))
+                        .unwrap()
+                        .to_vec::<f64>()
+                        .unwrap();
+                    let near = if name == "floormod" {
+                        q.iter().any(|q| (q - q.round()).abs() < 0.05)
+                    } else {
+                        d.iter().any(|d| d.abs() < 0.05)
+                    };
+                    prop_assume!(!near && y.num_elements() > 0);
                 }
                 check(name, &|x| f(&x[0], &x[1]), &[a, b]);
                 Ok(())
@@ -189,12 +241,65 @@ fn binary_ops_with_broadcasting_match_finite_differences() {
     }
 }
 
+/// Where an op is not differentiable, TF's rules: maximum's gradient goes to `a` on a tie
+/// (`a >= b`), minimum's likewise (`a <= b`); a reduce max/min shares it equally among the
+/// tied maxima; pow's `d/db` is 0 for `a <= 0` and its `d/da = b·a^(b-1)` there too.
+#[test]
+fn tie_and_kink_rules_follow_tensorflow() {
+    ferroflow::init();
+    let grads =
+        |f: &dyn Fn(&Tensor, &Tensor) -> ferroflow::Result<Tensor>, a: &[f64], b: &[f64]| {
+            let (x, y) = (t(&[a.len()], a), t(&[b.len()], b));
+            let tape = GradientTape::new();
+            tape.watch(&x);
+            tape.watch(&y);
+            let z = f(&x, &y).unwrap().reduce_sum(Axes::All, false).unwrap();
+            let g = tape.gradient(&z, &[(&x).into(), (&y).into()]).unwrap();
+            let v = |i: usize| g[i].as_ref().map(|t| t.to_vec::<f64>().unwrap());
+            (v(0), v(1))
+        };
+    // maximum/minimum: ties (first element) go to a, the rest to the larger/smaller.
+    let (da, db) = grads(&|a, b| a.maximum(b), &[1.0, 2.0, 0.0], &[1.0, 1.0, 3.0]);
+    assert_eq!(
+        (da.unwrap(), db.unwrap()),
+        (vec![1.0, 1.0, 0.0], vec![0.0, 0.0, 1.0])
+    );
+    let (da, db) = grads(&|a, b| a.minimum(b), &[1.0, 2.0, 0.0], &[1.0, 1.0, 3.0]);
+    assert_eq!(
+        (da.unwrap(), db.unwrap()),
+        (vec![1.0, 0.0, 1.0], vec![0.0, 1.0, 0.0])
+    );
+    // reduce_max/min: two tied extremes share the gradient, 1/2 each.
+    let x = t(&[4], &[3.0, 1.0, 3.0, -2.0]);
+    for (op, want) in [
+        ("max", vec![0.5, 0.0, 0.5, 0.0]),
+        ("min", vec![0.0, 0.0, 0.0, 1.0]),
+    ] {
+        let tape = GradientTape::new();
+        tape.watch(&x);
+        let y = if op == "max" {
+            x.reduce_max(Axes::All, false)
+        } else {
+            x.reduce_min(Axes::All, false)
+        }
+        .unwrap();
+        let g = tape.gradient(&y, &[(&x).into()]).unwrap()[0]
+            .clone()
+            .unwrap();
+        assert_eq!(g.to_vec::<f64>().unwrap(), want, "reduce_{op}");
+    }
+    // pow at a <= 0 with integer exponents: d/da = b a^(b-1) (0^1 → 1·0^0 = 1), d/db = 0.
+    let (da, db) = grads(&|a, b| a.pow(b), &[0.0, -2.0, 0.0], &[2.0, 3.0, 1.0]);
+    assert_eq!(da.unwrap(), vec![0.0, 12.0, 1.0]);
+    assert_eq!(db.unwrap(), vec![0.0, 0.0, 0.0]);
+}
+
 #[test]
 fn reductions_match_finite_differences_over_random_axes() {
-    runner(12)
+    runner(cases())
         .run(
             &(
-                prop::collection::vec(1..4usize, 1..4),
+                prop::collection::vec(1..4usize, 1..5),
                 any::<u64>(),
                 any::<bool>(),
             ),
@@ -449,8 +554,79 @@ fn scans_sorts_and_nn_ops_match_finite_differences() {
     check(
         "avg_pool2d",
         &|x| x[0].avg_pool2d([3, 2], [1, 2], Padding::Same),
-        &[img],
+        &[img.clone()],
     );
+    // Overlapping max-pool windows (3x3 at stride 1): an element can be the maximum of
+    // several windows and collects each one's gradient.
+    check(
+        "max_pool2d overlapping",
+        &|x| x[0].max_pool2d([3, 3], [1, 1], Padding::Valid),
+        &[img.clone()],
+    );
+}
+
+/// The backprop primitives and other ops no composite reaches, differentiated directly
+/// (their own gradients are what second derivatives use).
+#[test]
+fn backprop_primitives_match_finite_differences() {
+    let img = input(&[2, 5, 4, 2], 21, -1.0, 1.0);
+    // copy: the identity
+    check("copy", &|x| x[0].copy(), &[img.clone()]);
+    // conv2d_backprop_filter(x, dy): bilinear in x and dy
+    let dy = input(&[2, 3, 2, 3], 22, -1.0, 1.0);
+    check(
+        "conv2d_backprop_filter",
+        &|x| x[0].conv2d_backprop_filter([3, 3, 2, 3], &x[1], [1, 1], Padding::Valid, [1, 1]),
+        &[img.clone(), dy.clone()],
+    );
+    let dy_same = input(&[2, 3, 2, 3], 23, -1.0, 1.0);
+    check(
+        "conv2d_backprop_filter SAME s2",
+        &|x| x[0].conv2d_backprop_filter([2, 3, 2, 3], &x[1], [2, 2], Padding::Same, [1, 1]),
+        &[img.clone(), dy_same],
+    );
+    // conv2d_backprop_input(filter, dy)
+    check(
+        "conv2d_backprop_input",
+        &|x| {
+            Tensor::conv2d_backprop_input(
+                [2, 5, 4, 2],
+                &x[0],
+                &x[1],
+                [1, 1],
+                Padding::Valid,
+                [1, 1],
+            )
+        },
+        &[input(&[3, 3, 2, 3], 24, -1.0, 1.0), dy],
+    );
+    // avg_pool_grad(dy): linear in dy
+    check(
+        "avg_pool_grad",
+        &|x| Tensor::avg_pool_grad([2, 5, 4, 2], &x[0], [3, 2], [1, 2], Padding::Same),
+        &[input(&[2, 5, 2, 2], 25, -1.0, 1.0)],
+    );
+    // bias_activation_grad(g, y): dx = g·[y > 0] and db = Σ dx; y away from 0.
+    let g = input(&[3, 4], 26, -1.0, 1.0);
+    let y: (Vec<usize>, Vec<f64>) = (
+        vec![3, 4],
+        vals(12, 27, -1.0, 1.0)
+            .iter()
+            .map(|v| v + 0.2 * v.signum())
+            .collect(),
+    );
+    for activation in [FusedActivation::Linear, FusedActivation::Relu] {
+        check(
+            &format!("bias_activation_grad {activation:?} dx"),
+            &|x| Ok(x[0].bias_activation_grad(&x[1], activation)?.0),
+            &[g.clone(), y.clone()],
+        );
+        check(
+            &format!("bias_activation_grad {activation:?} db"),
+            &|x| Ok(x[0].bias_activation_grad(&x[1], activation)?.1),
+            &[g.clone(), y.clone()],
+        );
+    }
 }
 
 /// Second derivatives: the Hessian from nested tapes against finite differences of the
