@@ -2,7 +2,7 @@
 //! code, the number of dimensions, one `u32` per dimension — then the row-major data.
 //!
 //! [`read`] accepts plain files and gzip-compressed ones (detected by their magic bytes, not
-//! by the file name); [`write`] writes plain IDX.
+//! by the file name); [`write()`] writes plain IDX.
 //!
 //! | type code | IDX type | ferroflow dtype |
 //! |---|---|---|

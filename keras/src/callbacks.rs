@@ -4,7 +4,7 @@
 //! batch; a callback may stop training (`model.stop_training = true`), change the
 //! optimizer's learning rate, or save the model.
 //!
-//! ```no_run
+//! ```
 //! # use ferroflow_keras::callbacks::*;
 //! let early = EarlyStopping::new("val_loss").patience(2).restore_best_weights(true);
 //! let best = ModelCheckpoint::new("ckpt/best-{epoch:02d}.safetensors")?.save_best_only(true);

@@ -2,7 +2,7 @@
 //! the exp/log family, trigonometric and hyperbolic functions, rounding, sign, `clip`,
 //! `maximum`/`minimum`/`fmax`/`fmin`; and cumulative sums and differences.
 //!
-//! Float-only ufuncs compute integers in [`float_result`](crate::float_result) (`float16` for
+//! Float-only ufuncs compute integers in [`float_result`] (`float16` for
 //! `bool`/`int8`/`uint8`, else the default float); `true_divide` of integers is a float.
 //! Unlike NumPy (which returns 0 and warns), integer division or modulo by zero is an error.
 //!

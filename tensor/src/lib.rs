@@ -25,7 +25,7 @@
 //! ```
 //!
 //! # Features
-//! - `conformance`: exports [`conformance`], the test suite every backend crate runs.
+//! - `conformance`: exports `conformance`, the test suite every backend crate runs.
 //!
 //! # Design
 //! `Tensor` is one concrete type with a run-time device, not generic over a backend: user

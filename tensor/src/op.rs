@@ -127,7 +127,7 @@ op_enum!(
         SquaredDifference => "squared_difference",
         /// atan2(a, b)
         Atan2 => "atan2",
-        /// a · [b > 0]: the gradient `a` of a ReLU whose input was `b` (TF `ReluGrad`), one
+        /// a · \[b > 0\]: the gradient `a` of a ReLU whose input was `b` (TF `ReluGrad`), one
         /// pass instead of a comparison, a cast and a product
         ReluGrad => "relu_grad",
         /// a == b
@@ -375,7 +375,7 @@ impl Window2d {
 /// Slots are passed and returned in the order listed per variant.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum UpdateRule {
-    /// Slots [v]: `v' = m·v - lr·g; w' = w + v'` (nesterov: `w' = w + m·v' - lr·g`).
+    /// Slots `[v]`: `v' = m·v - lr·g; w' = w + v'` (nesterov: `w' = w + m·v' - lr·g`).
     SgdMomentum {
         /// Learning rate.
         lr: f64,
@@ -398,7 +398,7 @@ pub enum UpdateRule {
         /// Decoupled weight decay times the learning rate (0 for Adam).
         decay: f64,
     },
-    /// Slots [ms] or, centered, [ms, mg]: `ms' = ρ ms + (1-ρ) g²` (`mg' = ρ mg + (1-ρ) g`);
+    /// Slots `[ms]` or, centered, `[ms, mg]`: `ms' = ρ ms + (1-ρ) g²` (`mg' = ρ mg + (1-ρ) g`);
     /// `w' = w - lr·g/√(ms' [- mg'²] + ε)`.
     RmsProp {
         /// Learning rate.
@@ -410,7 +410,7 @@ pub enum UpdateRule {
         /// Centered variant (two slots).
         centered: bool,
     },
-    /// Slots [acc]: `acc' = acc + g²; w' = w - lr·g/(√acc' + ε)`.
+    /// Slots `[acc]`: `acc' = acc + g²; w' = w - lr·g/(√acc' + ε)`.
     Adagrad {
         /// Learning rate.
         lr: f64,
@@ -496,7 +496,7 @@ pub enum Op {
     },
     /// Axis permutation.
     Transpose {
-        /// Result axis i is input axis perm[i].
+        /// Result axis i is input axis `perm[i]`.
         perm: Vec<usize>,
     },
     /// Strided slice with resolved per-axis begin, length and step.
@@ -574,11 +574,11 @@ pub enum Op {
     Conv2dBackpropInput(Window2d),
     /// Gradient of conv2d w.r.t. its filter; inputs [x, dy].
     Conv2dBackpropFilter(Window2d),
-    /// Max or average pooling; input [x].
+    /// Max or average pooling; input `[x]`.
     Pool2d(PoolKind, Window2d),
     /// Gradient of max pooling; inputs [x, dy].
     MaxPoolGrad(Window2d),
-    /// Gradient of average pooling; input [dy].
+    /// Gradient of average pooling; input `[dy]`.
     AvgPoolGrad(Window2d),
     /// Fused optimizer step; inputs [w, g, slots..], outputs [w', slots'..] (not differentiable).
     OptimizerUpdate(UpdateRule),

@@ -11,6 +11,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+/// Named figures of one run (ratios), for `bench --check` against `xtask/bench/goals.csv`.
+pub(crate) type Figures = BTreeMap<String, f64>;
+
 pub(crate) fn median_time(mut f: impl FnMut(), repeats: usize) -> f64 {
     f();
     let mut t: Vec<f64> = (0..repeats)
@@ -358,6 +361,8 @@ pub(crate) fn run(args: &[String]) -> bool {
         only.is_none() || only == Some("autodiff"),
         only.is_none() || only == Some("keras"),
     );
+    let check = args.iter().any(|a| a == "--check");
+    let mut figures = Figures::new();
     let rounds: usize = args
         .iter()
         .position(|a| a == "--rounds")
@@ -442,8 +447,8 @@ pub(crate) fn run(args: &[String]) -> bool {
     } else {
         None
     };
-    let mixed_table =
-        (only.is_none() || only == Some("mixed")).then(|| crate::bench_mixed::run(rounds));
+    let mixed_table = (only.is_none() || only == Some("mixed"))
+        .then(|| crate::bench_mixed::run(rounds, &mut figures));
     let numpy_table = (only.is_none() || only == Some("numpy"))
         .then(|| crate::bench_numpy::run(rounds, has_numpy));
     let data_table = (only.is_none() || only == Some("data")).then(|| {
@@ -520,6 +525,12 @@ pub(crate) fn run(args: &[String]) -> bool {
                     t * 1e6,
                     ours_step / t
                 ));
+                let key = if name.ends_with("eager") {
+                    "eager"
+                } else {
+                    "function"
+                };
+                figures.insert(format!("mlp_step_vs_tf_{key}"), ours_step / t);
                 csv.push_str(&format!("mlp_step_{},{t:.9e},,\n", name.replace(' ', "_")));
             }
         }
@@ -547,6 +558,9 @@ pub(crate) fn run(args: &[String]) -> bool {
                     .map(|(o, t)| format!("{:.2}x", o / t))
                     .unwrap_or_else(|| "n/a".into())
             ));
+            if let Some((o, t)) = o.zip(t) {
+                figures.insert(format!("keras_{kind}_vs_tf"), o / t);
+            }
             csv.push_str(&format!(
                 "keras_{kind},{},{},{}\n",
                 o.map(|v| format!("{v:.6e}")).unwrap_or_default(),
@@ -558,6 +572,7 @@ pub(crate) fn run(args: &[String]) -> bool {
         }
     }
     if let Some((step, floor)) = adam {
+        figures.insert("adam_floor_fraction".into(), floor / step);
         md.push_str(&format!(
             "\n| Adam step, 10M f32 parameters | time | memory-bandwidth floor | floor / time |\n|---|---|---|---|\n| fused kernel | {:.2} ms | {:.2} ms | {:.2} |\n",
             step * 1e3,
@@ -585,5 +600,48 @@ pub(crate) fn run(args: &[String]) -> bool {
     let _ = std::fs::write("bench-out/kernels.csv", &csv);
     let _ = std::fs::write("bench-out/kernels.md", &md);
     println!("{md}");
-    true
+    !check || check_goals(&figures)
+}
+
+/// Compares the run's figures with the goals in `xtask/bench/goals.csv` (`figure,op,goal,
+/// what`), printing met / not met for each; `false` when a measured goal is not met.
+/// Goals whose figure this run did not measure (no TensorFlow, another `bench` section)
+/// are listed as not measured.
+fn check_goals(figures: &Figures) -> bool {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/goals.csv");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("xtask bench --check: {}: {e}", path.display());
+            return false;
+        }
+    };
+    let mut all_met = true;
+    println!("| goal | figure | this run | verdict |\n|---|---|---|---|");
+    for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+        let cols: Vec<&str> = line.splitn(4, ',').collect();
+        let [figure, op, goal, what] = cols[..] else {
+            eprintln!("xtask bench --check: bad line in goals.csv: {line}");
+            return false;
+        };
+        let Ok(goal) = goal.parse::<f64>() else {
+            eprintln!("xtask bench --check: bad goal in goals.csv: {line}");
+            return false;
+        };
+        let verdict = match (figures.get(figure), op) {
+            (None, _) => "not measured".to_string(),
+            (Some(&v), ">=") if v >= goal => format!("{v:.3}: met"),
+            (Some(&v), "<=") if v <= goal => format!("{v:.3}: met"),
+            (Some(&v), ">=" | "<=") => {
+                all_met = false;
+                format!("{v:.3}: NOT MET")
+            }
+            (Some(_), other) => {
+                eprintln!("xtask bench --check: unknown comparison {other:?} in goals.csv");
+                return false;
+            }
+        };
+        println!("| {what} | {figure} {op} {goal} | {verdict} |");
+    }
+    all_met
 }

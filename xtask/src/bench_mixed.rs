@@ -54,7 +54,9 @@ fn one(policy: &str, x: &Tensor, y: &Tensor) -> ferroflow::Result<(f64, f64)> {
 }
 
 /// Runs `rounds` interleaved rounds and returns the Markdown table.
-pub(crate) fn run(rounds: usize) -> String {
+/// The table, and into `figures` each policy's `mixed_<policy>_speed` and
+/// `mixed_<policy>_memory` (relative to float32) for `bench --check`.
+pub(crate) fn run(rounds: usize, figures: &mut crate::bench::Figures) -> String {
     let (x, y) = match crate::bench::mnist_train(SAMPLES) {
         Ok(d) => d,
         Err(e) => return format!("mixed benchmark: cannot read MNIST: {e}\n"),
@@ -84,6 +86,8 @@ pub(crate) fn run(rounds: usize) -> String {
             continue;
         }
         let (t, m) = (median(&epoch[i]), median(&memory[i]));
+        figures.insert(format!("mixed_{p}_speed"), t32 / t);
+        figures.insert(format!("mixed_{p}_memory"), m / m32);
         md.push_str(&format!(
             "| {p} | {t:.2} s | {:.2}x | {:.1} MiB | {:.2}x |\n",
             t32 / t,

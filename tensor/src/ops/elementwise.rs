@@ -381,7 +381,7 @@ binary_methods!(
     squared_difference => SquaredDifference,
     /// atan2(a, b)
     atan2 => Atan2,
-    /// self · [features > 0]: a ReLU's input gradient from its output gradient `self` and
+    /// self · \[features > 0\]: a ReLU's input gradient from its output gradient `self` and
     /// its input `features` (TF `ReluGrad`)
     relu_grad => ReluGrad,
     /// a == b
