@@ -288,14 +288,23 @@ fn model_dir() -> &'static Path {
     })
 }
 
-fn model_config(data: &[u8]) -> Result<(), String> {
-    let dir = model_dir();
+/// Loads the saved model in `dir` with `data` as its `config.json`.
+fn load_with_config(dir: &Path, data: &[u8]) -> Result<(), String> {
     std::fs::write(dir.join("config.json"), data).map_err(|e| e.to_string())?;
     Model::load(dir).map(drop).map_err(err)
 }
 
+/// The `config.json` the seed model in `dir` was saved with.
+fn saved_config(dir: &Path) -> Vec<Vec<u8>> {
+    vec![std::fs::read(dir.join("config.json")).unwrap()]
+}
+
+fn model_config(data: &[u8]) -> Result<(), String> {
+    load_with_config(model_dir(), data)
+}
+
 fn model_config_seeds() -> Vec<Vec<u8>> {
-    vec![std::fs::read(model_dir().join("config.json")).unwrap()]
+    saved_config(model_dir())
 }
 
 /// A saved convolutional seed model (Conv2D, MaxPooling2D, Flatten, Dense on 6x6x1 images),
@@ -319,13 +328,11 @@ fn cnn_dir() -> &'static Path {
 }
 
 fn model_config_cnn(data: &[u8]) -> Result<(), String> {
-    let dir = cnn_dir();
-    std::fs::write(dir.join("config.json"), data).map_err(|e| e.to_string())?;
-    Model::load(dir).map(drop).map_err(err)
+    load_with_config(cnn_dir(), data)
 }
 
 fn model_config_cnn_seeds() -> Vec<Vec<u8>> {
-    vec![std::fs::read(cnn_dir().join("config.json")).unwrap()]
+    saved_config(cnn_dir())
 }
 
 // ---- IDX, TFRecord, CSV ---------------------------------------------------------------

@@ -161,14 +161,15 @@ fn run_and_kill(spec: &str, delay: Duration) {
     drop(child); // SIGKILL
 }
 
-/// Deterministic pseudo-random delays (so a failure names its kill), 0-150 ms.
+/// Deterministic pseudo-random delays (so a failure names its kill), 0-300 ms: one save of
+/// this model takes tens of milliseconds, so kills land before, inside and between saves.
 fn delays(seed: u64) -> impl Iterator<Item = Duration> {
     let mut s = seed;
     std::iter::repeat_with(move || {
         s = s
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        Duration::from_micros((s >> 33) % 150_000)
+        Duration::from_micros((s >> 33) % 300_000)
     })
 }
 
@@ -197,8 +198,9 @@ fn save_weights_killed_at_random_moments_leaves_a_whole_file() {
         advanced += usize::from(v > last);
         last = v;
     }
+    println!("save_weights: {KILLS} kills, {advanced} of them after a new save completed");
     assert!(
-        advanced >= KILLS / 2,
+        advanced >= KILLS / 4,
         "saves rarely completed ({advanced} of {KILLS} runs): the test did not exercise saving"
     );
     let strays: Vec<_> = std::fs::read_dir(dir.path())
@@ -253,8 +255,9 @@ fn model_save_killed_at_random_moments_leaves_one_whole_version() {
         advanced += usize::from(g > last);
         last = g;
     }
+    println!("Model::save: {KILLS} kills, {advanced} of them after a new save completed");
     assert!(
-        advanced >= KILLS / 2,
+        advanced >= KILLS / 4,
         "saves rarely completed ({advanced} of {KILLS} runs)"
     );
     let files = std::fs::read_dir(&path).unwrap().count();

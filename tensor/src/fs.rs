@@ -152,8 +152,9 @@ fn parent_dir(path: &Path) -> PathBuf {
 }
 
 /// Removes `.<name>.tmp-<pid>-<n>` siblings left by writers of `target` that were killed,
-/// except those of live writers in this process (same pid: their counter differs, but a
-/// concurrent write of the same target in one process is the caller's race anyway).
+/// except this process's own. Two processes writing one target at once race (as TF's
+/// chief-only checkpointing avoids): the last rename wins, and a writer whose temporary
+/// file was removed gets an error from its rename; neither can leave a torn target.
 fn remove_stale_temps(target: &Path) {
     let (Some(name), dir) = (target.file_name(), parent_dir(target)) else {
         return;

@@ -24,7 +24,10 @@ pub fn run(args: &[String]) -> bool {
     if !crate::run("cargo", &["build", "--quiet", "-p", "ferroflow-fuzz"]) {
         return false;
     }
-    let exe = PathBuf::from("target/debug/ferroflow-fuzz");
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let exe = target_dir.join("debug/ferroflow-fuzz");
     if targets.is_empty() {
         let Ok(out) = Command::new(&exe).arg("--list").output() else {
             eprintln!("xtask: cannot run {}", exe.display());
