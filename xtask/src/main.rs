@@ -1,8 +1,9 @@
 //! `cargo xtask <command>`: the project's automation.
 //!
 //! - `ci`: format check, clippy with warnings denied, the docs with warnings denied, the
-//!   README's test command, the fuzz targets, then the examples (each exits non-zero when its
-//!   result is wrong).
+//!   README's test command, the CPU backend's tests again under `FERROFLOW_CPU_ISA=avx2` and
+//!   `scalar`, the fuzz targets, then the examples (each exits non-zero when its result is
+//!   wrong).
 //! - `bench [kernels|autodiff|optim|keras|data|mixed|numpy] [--rounds N] [--check]`: kernels
 //!   against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor; references measured in the same run,
@@ -68,6 +69,15 @@ fn ci() -> bool {
             &[("RUSTDOCFLAGS", "-D warnings")],
         )
         && run("cargo", &["test", "--workspace"])
+        // The CPU backend again at the instruction-set levels this machine would not pick
+        // (its AVX-512 kernels' own tests skip there, so their switch is lifted).
+        && ["avx2", "scalar"].iter().all(|isa| {
+            run_with(
+                "cargo",
+                &["test", "-p", "ferroflow-cpu"],
+                &[("FERROFLOW_CPU_ISA", isa), ("FERROFLOW_REQUIRE_AVX512", "0")],
+            )
+        })
         // Every file reader: seeds, regressions and 100k mutations each, under a memory
         // limit (about a minute).
         && fuzz::run(&[])

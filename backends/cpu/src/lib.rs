@@ -19,7 +19,8 @@
 //! # Design
 //! Kernels are generic over the element type and monomorphised per dtype, not written per
 //! dtype: one `apply` loop serves all twenty binary ops. The cost is compile time, paid once.
-//! Threads: rayon's global pool (set `RAYON_NUM_THREADS` to limit it).
+//! Threads: rayon's global pool (set `RAYON_NUM_THREADS` to limit it). Instruction set: the
+//! best the CPU has, capped by `FERROFLOW_CPU_ISA=avx512|avx2|scalar` ([`isa`]).
 
 #![warn(missing_docs)]
 
@@ -30,6 +31,21 @@ mod num;
 mod simd;
 
 pub use buffer::CpuBuffer;
+
+/// The instruction set the kernels use in this process: `"avx512"`, `"avx2"` or
+/// `"scalar"` — the best the CPU has, capped by the `FERROFLOW_CPU_ISA` environment
+/// variable (same values; read once), so the lower levels' code can be tested anywhere.
+///
+/// ```
+/// assert!(["avx512", "avx2", "scalar"].contains(&ferroflow_cpu::isa()));
+/// ```
+pub fn isa() -> &'static str {
+    match simd::isa() {
+        simd::Isa::Avx512 => "avx512",
+        simd::Isa::Avx2 => "avx2",
+        simd::Isa::Scalar => "scalar",
+    }
+}
 
 use buffer::out;
 use ferroflow_tensor::{

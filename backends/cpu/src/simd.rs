@@ -79,32 +79,59 @@ unsafe fn zip_loop_avx512<T: Copy, U, F: Fn(T, T) -> U>(
     zip_loop(a, b, out, f)
 }
 
-/// Whether the CPU has AVX-512 (F, VL, DQ) besides AVX2+FMA (cached by std).
-#[inline]
-pub(crate) fn has_avx512() -> bool {
+/// The instruction-set levels the kernels are written for, lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Isa {
+    Scalar,
+    Avx2,
+    Avx512,
+}
+
+/// The highest level this process may use: the lower of what the CPU has and what
+/// `FERROFLOW_CPU_ISA` (`avx512`, `avx2` or `scalar`) allows, read once. Tests set the
+/// variable to run the lower levels' code on a machine that would not pick them.
+pub(crate) fn isa() -> Isa {
+    static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+    *ISA.get_or_init(|| {
+        let cap = match std::env::var("FERROFLOW_CPU_ISA").as_deref() {
+            Ok("scalar") => Isa::Scalar,
+            Ok("avx2") => Isa::Avx2,
+            _ => Isa::Avx512,
+        };
+        detected().min(cap)
+    })
+}
+
+fn detected() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
-        has_avx2()
-            && is_x86_feature_detected!("avx512f")
+        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        let avx512 = is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512dq");
+        match (avx2, avx512) {
+            (true, true) => Isa::Avx512,
+            (true, false) => Isa::Avx2,
+            _ => Isa::Scalar,
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        false
+        Isa::Scalar
     }
 }
 
+/// Whether the AVX-512 (F, VL, DQ) kernels run: the CPU has them and `FERROFLOW_CPU_ISA`
+/// allows them.
+#[inline]
+pub(crate) fn has_avx512() -> bool {
+    isa() >= Isa::Avx512
+}
+
+/// Whether the AVX2+FMA kernels run.
 #[inline]
 pub(crate) fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    isa() >= Isa::Avx2
 }
 
 #[inline]

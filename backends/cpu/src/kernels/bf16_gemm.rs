@@ -26,7 +26,7 @@ pub(crate) fn available() -> bool {
     {
         static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *HAS.get_or_init(|| {
-            std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
+            crate::simd::has_avx512() && std::is_x86_feature_detected!("avx512bf16")
         })
     }
     #[cfg(not(target_arch = "x86_64"))]
