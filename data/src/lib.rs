@@ -8,6 +8,18 @@
 //! `apply`, `prefetch`, `cache`, `cache_file`) and [`snapshot`](Dataset::snapshot).
 //! Iterating is a Rust `Iterator` of `Result<T>`.
 //!
+//! # Overview
+//! - [`Dataset<T>`](Dataset): the recipe; each transformation wraps the one before it, and
+//!   [`Dataset::iter`] builds the chain of iterators (worker threads for parallel `map` and
+//!   `prefetch` live in the iterator, and stop when it is dropped).
+//! - [`Structure`]: what an element may be (a tensor, tuples and vectors of them: `tf.nest`);
+//!   `batch`, `unbatch`, `padded_batch`, `cache_file` and `snapshot` work through it, and
+//!   [`encode_element`] / [`decode_element`] are its byte form on disk.
+//! - Readers and writers of files: [`tfrecord`], [`csv`], [`npy`], [`idx`]; every writer
+//!   is crash-safe (`ferroflow_tensor::fs`), every reader treats sizes in a file as claims.
+//! - Errors of one element are `Error::Pipeline { stage, index, source }`: the pipeline
+//!   goes on or stops as `tf.data` does (`ignore_errors` skips them).
+//!
 //! The seed example of the issue: 1000 rows of 1024 normal values, clipped, in batches of 100.
 //!
 //! ```

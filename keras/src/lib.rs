@@ -2,6 +2,20 @@
 //! models, `compile`/`fit`/`evaluate`/`predict`, losses, metrics, callbacks, and weights as
 //! safetensors.
 //!
+//! # Overview
+//! - [`Layer`] (with its [`LayerBase`]): a computation with weights, built lazily on its
+//!   first input shape; [`layers`] holds the layers, [`initializers`] and [`regularizers`]
+//!   what their weights start from and are penalised by.
+//! - [`Sequential`] (the [`sequential!`] macro) and [`Functional`] (symbolic
+//!   [`KerasTensor`]s from [`input`]) compose layers into a network, itself a `Layer`.
+//! - [`Model`] wraps a network: `compile` with an optimizer (`ferroflow-optim`), a loss
+//!   ([`losses`]) and [`metrics`]; `fit` runs `train_step` (forward under a
+//!   `GradientTape`, `apply_gradients`) over batches from arrays or a `ferroflow-data`
+//!   `Dataset`, calling [`callbacks`] around epochs and batches; `save`/`load` and
+//!   `save_weights`/`load_weights` go through [`saving`] (crash-safe safetensors files).
+//! - [`mixed_precision`]: the dtype `Policy`, autocast of variables inside `Layer::apply`,
+//!   and loss scaling through the optimizer.
+//!
 //! ```
 //! ferroflow::init();
 //! use ferroflow_keras::{activations::Activation, layers::Dense, losses, sequential, FitConfig, Model};

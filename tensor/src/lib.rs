@@ -9,10 +9,10 @@
 //!   device strings (`"/GPU:0"`) and [`with_device`] scopes.
 //! - [`dispatch()`](dispatch::dispatch): the one function every op runs through; it informs
 //!   [`OpObserver`]s (gradient tapes, the profiler, tracers) of each op.
-//! - [`Op`]: the primitive op vocabulary as data. There are 28 primitive kernels (the
-//!   [`Backend`] methods besides upload/download) covering 29 unary, 20 binary, 6 reduce, 2
-//!   arg-reduce, 2 scan and 2 pool variants, plus one optional fused optimizer update;
-//!   every other op is composed from them.
+//! - [`Op`]: the primitive op vocabulary as data. There are 23 primitive kernels (the
+//!   [`Backend`] methods that compute) covering 29 unary, 21 binary, 6 reduce, 2 arg-reduce,
+//!   2 scan and 2 pool variants, plus 1 optional fused optimizer update; every other op is
+//!   composed from them (`tests/op_counts.rs` keeps these numbers true).
 //!
 //! ```
 //! ferroflow::init();

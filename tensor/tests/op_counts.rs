@@ -1,0 +1,87 @@
+//! The op counts the crate documentation states are the real ones: a new primitive must
+//! update the docs (and CONTRIBUTING.md's table of places) in the same change.
+
+use ferroflow_tensor::{ArgReduceOp, BinaryOp, CumulativeOp, PoolKind, ReduceOp, UnaryOp};
+
+const LIB_DOC: &str = include_str!("../src/lib.rs");
+const BACKEND: &str = include_str!("../src/backend.rs");
+
+/// The number written before `what` in the crate doc (`"29 unary"` → 29).
+fn stated(what: &str) -> usize {
+    let doc: String = LIB_DOC
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let words: Vec<&str> = doc.split_whitespace().collect();
+    let at = words
+        .windows(2)
+        .find(|w| w[1].trim_end_matches(',') == what && w[0].parse::<usize>().is_ok())
+        .unwrap_or_else(|| panic!("the crate doc states no count of {what:?}"));
+    at[0].parse().unwrap()
+}
+
+/// The methods of the `Backend` trait, in order.
+fn backend_methods() -> Vec<String> {
+    let start = BACKEND
+        .find("pub trait Backend")
+        .expect("the Backend trait");
+    let body = &BACKEND[start..];
+    let mut depth = 0;
+    let mut end = 0;
+    for (i, c) in body.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = i;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    body[..end]
+        .lines()
+        .filter_map(|l| l.strip_prefix("    fn "))
+        .map(|l| l.split(['(', '<']).next().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn the_op_counts_in_the_crate_doc_are_current() {
+    assert_eq!(stated("unary"), UnaryOp::ALL.len(), "unary ops");
+    assert_eq!(stated("binary"), BinaryOp::ALL.len(), "binary ops");
+    assert_eq!(stated("reduce"), ReduceOp::ALL.len(), "reduce ops");
+    assert_eq!(
+        stated("arg-reduce"),
+        ArgReduceOp::ALL.len(),
+        "arg-reduce ops"
+    );
+    assert_eq!(stated("scan"), CumulativeOp::ALL.len(), "scans");
+    assert_eq!(stated("pool"), PoolKind::ALL.len(), "pool kinds");
+    // Every Backend method computes, except these (a new one that does not is added here).
+    let not_kernels = [
+        "name",
+        "device_count",
+        "upload",
+        "download",
+        "device_description",
+        "supports_dtype",
+        "memory_bytes",
+        "synchronize",
+        "optimizer_update",
+    ];
+    let methods = backend_methods();
+    let kernels = methods
+        .iter()
+        .filter(|m| !not_kernels.contains(&m.as_str()))
+        .count();
+    assert_eq!(
+        stated("primitive"),
+        kernels,
+        "primitive kernels: {methods:?}"
+    );
+    assert_eq!(stated("optional"), 1, "the fused optimizer update");
+}
