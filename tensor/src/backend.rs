@@ -88,6 +88,13 @@ pub trait Backend: Send + Sync + 'static {
     fn memory_bytes(&self, _ordinal: usize) -> Option<u64> {
         None
     }
+    /// Whether device `ordinal` can allocate `bytes` now: asked (after the size passed
+    /// [`Backend::memory_bytes`]) before an op's kernel allocates a large output, so an
+    /// allocation the allocator would refuse is [`Error::ResourceExhausted`] rather than an
+    /// abort inside the kernel. The default says yes.
+    fn can_allocate(&self, _ordinal: usize, _bytes: u64) -> bool {
+        true
+    }
     /// Waits for queued work on device `ordinal` (for timing); a no-op for synchronous backends.
     fn synchronize(&self, _ordinal: usize) -> Result<()> {
         Ok(())

@@ -250,15 +250,21 @@ pub fn check_allocation(
         .unwrap_or(u64::MAX)
         .min(isize::MAX as u64)
         .min(TENSOR_LIMIT.with(|l| l.get()));
+    let refuse = |reason: String| Error::ResourceExhausted {
+        op,
+        shape: shape.to_vec(),
+        dtype,
+        bytes,
+        device: device.to_string(),
+        reason,
+    };
     if bytes > limit as u128 {
-        return Err(Error::ResourceExhausted {
-            op,
-            shape: shape.to_vec(),
-            dtype,
-            bytes,
-            device: device.to_string(),
-            limit,
-        });
+        return Err(refuse(format!(
+            "a tensor there may take at most {limit} bytes"
+        )));
+    }
+    if !backend.can_allocate(device.index, bytes as u64) {
+        return Err(refuse("the allocator refused that many bytes".into()));
     }
     Ok(n)
 }

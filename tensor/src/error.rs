@@ -139,7 +139,7 @@ pub enum Error {
     },
     /// A tensor larger than its device can hold, or an allocation the allocator refused
     /// (TF's `ResourceExhaustedError`, "OOM when allocating tensor with shape").
-    #[error("{op}: out of memory allocating a tensor of shape {shape:?} and dtype {dtype} ({bytes} bytes) on {device}, where a tensor may take {limit} bytes")]
+    #[error("{op}: out of memory allocating a tensor of shape {shape:?} and dtype {dtype} ({bytes} bytes) on {device}: {reason}")]
     ResourceExhausted {
         /// The op that would allocate.
         op: &'static str,
@@ -151,9 +151,9 @@ pub enum Error {
         bytes: u128,
         /// The device.
         device: String,
-        /// The most a tensor may take there, in bytes (the device's memory, or a
-        /// [`crate::device::tensor_limit_scope`]).
-        limit: u64,
+        /// Why: the most a tensor may take there (the device's memory, or a
+        /// [`crate::device::tensor_limit_scope`]), or the allocator's refusal.
+        reason: String,
     },
     // ---- gradients ----
     /// An op without a gradient function, reached by a backward pass that needs one.
