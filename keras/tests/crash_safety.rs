@@ -173,6 +173,16 @@ fn delays(seed: u64) -> impl Iterator<Item = Duration> {
     })
 }
 
+/// Reports how many kills followed a completed save, and fails when too few did (then the
+/// kills never met a save in progress either: the test would prove nothing).
+fn saves_completed(writer: &str, advanced: usize) {
+    println!("{writer}: {KILLS} kills, {advanced} of them after a new save completed");
+    assert!(
+        advanced >= KILLS / 4,
+        "{writer}: saves rarely completed ({advanced} of {KILLS} runs)"
+    );
+}
+
 #[test]
 fn save_weights_killed_at_random_moments_leaves_a_whole_file() {
     let dir = tempfile::Builder::new()
@@ -198,11 +208,7 @@ fn save_weights_killed_at_random_moments_leaves_a_whole_file() {
         advanced += usize::from(v > last);
         last = v;
     }
-    println!("save_weights: {KILLS} kills, {advanced} of them after a new save completed");
-    assert!(
-        advanced >= KILLS / 4,
-        "saves rarely completed ({advanced} of {KILLS} runs): the test did not exercise saving"
-    );
+    saves_completed("save_weights", advanced);
     let strays: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
@@ -255,11 +261,7 @@ fn model_save_killed_at_random_moments_leaves_one_whole_version() {
         advanced += usize::from(g > last);
         last = g;
     }
-    println!("Model::save: {KILLS} kills, {advanced} of them after a new save completed");
-    assert!(
-        advanced >= KILLS / 4,
-        "saves rarely completed ({advanced} of {KILLS} runs)"
-    );
+    saves_completed("Model::save", advanced);
     let files = std::fs::read_dir(&path).unwrap().count();
     assert!(
         files <= 6,

@@ -82,7 +82,10 @@ impl AtomicFile {
     /// folder. Stray temporary files of earlier, interrupted writes of the same target are
     /// removed afterwards.
     pub fn commit(mut self) -> Result<()> {
-        let writer = self.file.take().expect("the file is taken only by commit");
+        let writer = self
+            .file
+            .take()
+            .ok_or_else(|| self.error(&already_committed()))?;
         let file = writer
             .into_inner()
             .map_err(|e| Error::io(&self.target, e.error()))?;
@@ -95,24 +98,26 @@ impl AtomicFile {
     }
 }
 
+impl AtomicFile {
+    fn writer(&mut self) -> std::io::Result<&mut BufWriter<File>> {
+        self.file.as_mut().ok_or_else(already_committed)
+    }
+}
+
+/// `commit` consumes the file, so this cannot be reached; an error rather than a panic.
+fn already_committed() -> std::io::Error {
+    std::io::Error::other("the file was already committed")
+}
+
 impl Write for AtomicFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.file
-            .as_mut()
-            .expect("the file is taken only by commit")
-            .write(buf)
+        self.writer()?.write(buf)
     }
     fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        self.file
-            .as_mut()
-            .expect("the file is taken only by commit")
-            .write_all(buf)
+        self.writer()?.write_all(buf)
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        self.file
-            .as_mut()
-            .expect("the file is taken only by commit")
-            .flush()
+        self.writer()?.flush()
     }
 }
 
