@@ -70,6 +70,7 @@ fn the_op_counts_in_the_crate_doc_are_current() {
         "device_description",
         "supports_dtype",
         "memory_bytes",
+        "can_allocate",
         "synchronize",
         "optimizer_update",
     ];
