@@ -32,8 +32,3 @@ pub fn skip(switch: &str, missing: &str) {
     }
     eprintln!("SKIPPED: {missing} (set {switch}=1 to make this a failure)");
 }
-
-/// Whether `switch` is set to `1`.
-pub fn required(switch: &str) -> bool {
-    std::env::var(switch).is_ok_and(|v| v == "1")
-}

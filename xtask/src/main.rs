@@ -24,14 +24,7 @@ mod gpu;
 use std::process::{Command, ExitCode};
 
 fn run(cmd: &str, args: &[&str]) -> bool {
-    eprintln!("xtask: {cmd} {}", args.join(" "));
-    match Command::new(cmd).args(args).status() {
-        Ok(s) => s.success(),
-        Err(e) => {
-            eprintln!("xtask: cannot run {cmd}: {e}");
-            false
-        }
-    }
+    run_with(cmd, args, &[])
 }
 
 /// [`run`] with extra environment variables.

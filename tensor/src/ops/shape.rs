@@ -603,8 +603,6 @@ impl Tensor {
                     ),
                 )
             })?;
-        checked_num_elements("tile", &final_shape)?;
-        checked_num_elements("tile", &target)?;
         self.reshape_to(&interleaved)?
             .broadcast_to(&target)?
             .reshape_to(&final_shape)
