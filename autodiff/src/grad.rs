@@ -143,7 +143,7 @@ pub(crate) fn backward(
             }
             vec![Some(g.transpose(&inv)?)]
         }
-        Op::Slice {
+        Op::StridedSlice {
             begin,
             len: _,
             step,
@@ -253,8 +253,8 @@ pub(crate) fn backward(
         Op::Pool2d(kind, w) => {
             let p = pool_padding(w);
             vec![Some(match kind {
-                PoolKind::Max => inputs[0].max_pool_grad(&g, w.kernel, w.strides, p)?,
-                PoolKind::Avg => Tensor::avg_pool_grad(w.input, &g, w.kernel, w.strides, p)?,
+                PoolKind::MaxPool2d => inputs[0].max_pool_grad(&g, w.kernel, w.strides, p)?,
+                PoolKind::AvgPool2d => Tensor::avg_pool_grad(w.input, &g, w.kernel, w.strides, p)?,
             })]
         }
         // avg_pool_grad is linear in dy; its adjoint is avg_pool.
@@ -390,7 +390,7 @@ fn binary(
         // d(a/b) = (1/b, -a/b²)
         Div => (g.div(b)?, g.mul(&a.neg()?.div(&b.square()?)?)?),
         // d(a mod b) = (1, -⌊a/b⌋)
-        Mod => (g.clone(), g.mul(&a.floordiv(b)?.neg()?)?),
+        FloorMod => (g.clone(), g.mul(&a.floordiv(b)?.neg()?)?),
         // d aᵇ = (b a^(b-1), ln(a) aᵇ); the second is 0 where a <= 0 (TF's convention)
         Pow => {
             let one = scalar(a, 1.0)?;
@@ -472,9 +472,9 @@ fn reduce(
     let gk = keep_reduced(g, x, axes, keepdims)?;
     Ok(Some(match op {
         // d Σx = 1 everywhere
-        ReduceOp::Sum => gk.broadcast_to(x.shape())?,
+        ReduceOp::ReduceSum => gk.broadcast_to(x.shape())?,
         // d max: shared equally by the elements equal to the max (TF's rule)
-        ReduceOp::Max | ReduceOp::Min => {
+        ReduceOp::ReduceMax | ReduceOp::ReduceMin => {
             let yk = keep_reduced(y, x, axes, keepdims)?;
             let hit = x.equal(&yk)?.cast(x.dtype())?;
             let count =
@@ -482,8 +482,8 @@ fn reduce(
             gk.mul(&hit)?.div(&count)?
         }
         // d Πx / dxᵢ = Π_{j≠i} xⱼ: exclusive products from both sides (exact with zeros)
-        ReduceOp::Prod => prod_grad(x, &gk, axes)?,
-        ReduceOp::Any | ReduceOp::All => return Ok(None),
+        ReduceOp::ReduceProd => prod_grad(x, &gk, axes)?,
+        ReduceOp::ReduceAny | ReduceOp::ReduceAll => return Ok(None),
     }))
 }
 
@@ -584,9 +584,9 @@ fn cumulative(
     let a = axis as isize;
     Ok(Some(match op {
         // cumsum's adjoint is the cumsum running the other way.
-        CumulativeOp::Sum => g.cumsum(a, exclusive, !reverse)?,
+        CumulativeOp::Cumsum => g.cumsum(a, exclusive, !reverse)?,
         // cumprod: Σ_{j ≥ i} g_j y_j / x_i (TF's formula; inputs with zeros give inf/NaN, as in TF)
-        CumulativeOp::Prod => g.mul(y)?.cumsum(a, exclusive, !reverse)?.div(x)?,
+        CumulativeOp::Cumprod => g.mul(y)?.cumsum(a, exclusive, !reverse)?.div(x)?,
     }))
 }
 

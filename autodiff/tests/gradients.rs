@@ -509,7 +509,7 @@ fn indexing_ops_match_finite_differences() {
     );
     let cond = Tensor::from_vec(vec![true, false, true], &[3]).unwrap();
     check(
-        "where",
+        "select",
         &|x| Tensor::select(&cond, &x[0], &x[1]),
         &[x.clone(), input(&[1, 3], 9, -1.0, 1.0)],
     );

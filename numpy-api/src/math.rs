@@ -113,7 +113,7 @@ pub fn floor_divide(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
 }
 /// `numpy.mod` / `numpy.remainder`: `a - ⌊a/b⌋·b`, with the sign of `b`.
 pub fn remainder(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
-    numeric_binary("remainder", a, b, BinaryOp::Mod)
+    numeric_binary("remainder", a, b, BinaryOp::FloorMod)
 }
 /// `numpy.mod` (same as [`remainder`]).
 pub fn mod_(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {

@@ -116,7 +116,7 @@ op_enum!(
         /// ⌊a / b⌋
         FloorDiv => "floordiv",
         /// a - ⌊a / b⌋·b (sign of b, TF `floormod`)
-        Mod => "mod",
+        FloorMod => "floormod",
         /// a^b
         Pow => "pow",
         /// max(a, b) (NaN propagates)
@@ -189,17 +189,17 @@ op_enum!(
     /// Reductions over a set of axes.
     ReduceOp {
         /// Σ
-        Sum => "reduce_sum",
+        ReduceSum => "reduce_sum",
         /// Π
-        Prod => "reduce_prod",
+        ReduceProd => "reduce_prod",
         /// max (NaN propagates; the lowest value for an empty set)
-        Max => "reduce_max",
+        ReduceMax => "reduce_max",
         /// min (NaN propagates; the highest value for an empty set)
-        Min => "reduce_min",
+        ReduceMin => "reduce_min",
         /// any (bool)
-        Any => "reduce_any",
+        ReduceAny => "reduce_any",
         /// all (bool)
-        All => "reduce_all",
+        ReduceAll => "reduce_all",
     }
 );
 
@@ -217,9 +217,9 @@ op_enum!(
     /// Scans along one axis.
     CumulativeOp {
         /// running sum
-        Sum => "cumsum",
+        Cumsum => "cumsum",
         /// running product
-        Prod => "cumprod",
+        Cumprod => "cumprod",
     }
 );
 
@@ -227,9 +227,9 @@ op_enum!(
     /// 2-D pooling kinds.
     PoolKind {
         /// max over the window (padding never wins)
-        Max => "max_pool2d",
+        MaxPool2d => "max_pool2d",
         /// mean over the valid part of the window (TF excludes padding)
-        Avg => "avg_pool2d",
+        AvgPool2d => "avg_pool2d",
     }
 );
 
@@ -500,7 +500,7 @@ pub enum Op {
         perm: Vec<usize>,
     },
     /// Strided slice with resolved per-axis begin, length and step.
-    Slice {
+    StridedSlice {
         /// First index per axis.
         begin: Vec<usize>,
         /// Number of elements per axis.
@@ -602,7 +602,7 @@ impl Op {
     /// TensorFlow-style name, for profiles and error messages.
     pub fn name(&self) -> &'static str {
         match self {
-            Op::Constant => "const",
+            Op::Constant => "constant",
             Op::Unary(u) => u.name(),
             Op::Binary(b) => b.name(),
             Op::Reduce { op, .. } => op.name(),
@@ -611,9 +611,9 @@ impl Op {
             Op::MatMul { .. } => "matmul",
             Op::Reshape { .. } => "reshape",
             Op::Transpose { .. } => "transpose",
-            Op::Slice { .. } => "strided_slice",
+            Op::StridedSlice { .. } => "strided_slice",
             Op::BroadcastTo { .. } => "broadcast_to",
-            Op::Select => "where",
+            Op::Select => "select",
             Op::Gather { .. } => "gather",
             Op::ScatterAdd { .. } => "scatter_add",
             Op::Concat { .. } => "concat",
@@ -630,7 +630,7 @@ impl Op {
             Op::MaxPoolGrad(_) => "max_pool_grad",
             Op::AvgPoolGrad(_) => "avg_pool_grad",
             Op::OptimizerUpdate(_) => "optimizer_update",
-            Op::ClipScalar { .. } => "clip_by_value",
+            Op::ClipScalar { .. } => "clip_scalar",
             Op::HostFunction { name } => name,
         }
     }

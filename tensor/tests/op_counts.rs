@@ -86,3 +86,45 @@ fn the_op_counts_in_the_crate_doc_are_current() {
     );
     assert_eq!(stated("optional"), 1, "the fused optimizer update");
 }
+
+/// The sources that define `Tensor`'s op methods.
+const OP_METHODS: [&str; 8] = [
+    include_str!("../src/ops/elementwise.rs"),
+    include_str!("../src/ops/fused.rs"),
+    include_str!("../src/ops/index.rs"),
+    include_str!("../src/ops/linalg.rs"),
+    include_str!("../src/ops/nn.rs"),
+    include_str!("../src/ops/reduce.rs"),
+    include_str!("../src/ops/shape.rs"),
+    include_str!("../src/ops/sort.rs"),
+];
+
+/// One spelling per op: a primitive's `name()` is the `Tensor` method that runs it, and its
+/// enum variant is the same words in CamelCase, so `rg -i 'floor_?mod'` finds the method, the
+/// variant, the gradient arm, every kernel and every test of `floormod`.
+#[test]
+fn every_primitive_is_spelled_one_way() {
+    fn check<T: Copy + std::fmt::Debug>(all: &[T], name: impl Fn(T) -> &'static str) {
+        for &v in all {
+            let variant = format!("{v:?}");
+            let name = name(v);
+            assert_eq!(
+                variant.to_lowercase(),
+                name.replace('_', ""),
+                "variant {variant} is spelled differently from its name {name:?}"
+            );
+            let defined = OP_METHODS.iter().any(|src| {
+                src.contains(&format!("pub fn {name}("))
+                    || src.contains(&format!("pub fn {name}<"))
+                    || src.contains(&format!("    {name} => {variant},"))
+            });
+            assert!(defined, "no Tensor method named {name:?} (for {variant})");
+        }
+    }
+    check(UnaryOp::ALL, UnaryOp::name);
+    check(BinaryOp::ALL, BinaryOp::name);
+    check(ReduceOp::ALL, ReduceOp::name);
+    check(ArgReduceOp::ALL, ArgReduceOp::name);
+    check(CumulativeOp::ALL, CumulativeOp::name);
+    check(PoolKind::ALL, PoolKind::name);
+}

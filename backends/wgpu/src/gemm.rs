@@ -421,7 +421,7 @@ fn launch(
         layout: &layout,
         dtype: DType::F32,
     };
-    let sum = crate::ops::reduce(ReduceOp::Sum, &In::new(op)?, &[0])?;
+    let sum = crate::ops::reduce(ReduceOp::ReduceSum, &In::new(op)?, &[0])?;
     if e == Elem::F32 {
         return Ok(sum);
     }

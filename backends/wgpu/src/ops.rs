@@ -464,7 +464,7 @@ fn binary_expr(op: BinaryOp, e: Elem) -> Option<(&'static str, bool, bool)> {
             Mul => plain("a * b"),
             Div => plain("f_div(a, b)"),
             FloorDiv => plain("f_floordiv(a, b)"),
-            Mod => plain("f_mod(a, b)"),
+            FloorMod => plain("f_floormod(a, b)"),
             Pow => plain("f_pow(a, b)"),
             Maximum => plain("f_max(a, b)"),
             Minimum => plain("f_min(a, b)"),
@@ -485,7 +485,7 @@ fn binary_expr(op: BinaryOp, e: Elem) -> Option<(&'static str, bool, bool)> {
             Mul => plain("a * b"),
             Div => Some(("a / b", true, false)),
             FloorDiv => Some(("i_floordiv(a, b)", true, false)),
-            Mod => Some(("i_mod(a, b)", true, false)),
+            FloorMod => Some(("i_floormod(a, b)", true, false)),
             Pow => Some(("i_pow(a, b)", false, true)),
             Maximum => plain("max(a, b)"),
             Minimum => plain("min(a, b)"),
@@ -659,22 +659,22 @@ pub(crate) fn cast(x: &In<'_>, to: DType) -> Result<WgpuBuffer> {
 fn reduce_parts(op_name: &str, e: Elem, op: ReduceOp) -> Result<(&'static str, &'static str)> {
     use ReduceOp::*;
     let r = match (e, op) {
-        (Elem::F32 | Elem::F16, Sum) => ("0.0", "a + b"),
-        (Elem::F32 | Elem::F16, Prod) => ("1.0", "a * b"),
-        (Elem::F32 | Elem::F16, Max) => (
+        (Elem::F32 | Elem::F16, ReduceSum) => ("0.0", "a + b"),
+        (Elem::F32 | Elem::F16, ReduceProd) => ("1.0", "a * b"),
+        (Elem::F32 | Elem::F16, ReduceMax) => (
             "-f_inf()",
             "select(select(max(a, b), b, is_nan(b)), a, is_nan(a))",
         ),
-        (Elem::F32 | Elem::F16, Min) => (
+        (Elem::F32 | Elem::F16, ReduceMin) => (
             "f_inf()",
             "select(select(min(a, b), b, is_nan(b)), a, is_nan(a))",
         ),
-        (Elem::I32, Sum) => ("0", "a + b"),
-        (Elem::I32, Prod) => ("1", "a * b"),
-        (Elem::I32, Max) => ("(-2147483647 - 1)", "max(a, b)"),
-        (Elem::I32, Min) => ("2147483647", "min(a, b)"),
-        (Elem::Bool, Any | Max) => ("0u", "a | b"),
-        (Elem::Bool, All | Min) => ("1u", "a & b"),
+        (Elem::I32, ReduceSum) => ("0", "a + b"),
+        (Elem::I32, ReduceProd) => ("1", "a * b"),
+        (Elem::I32, ReduceMax) => ("(-2147483647 - 1)", "max(a, b)"),
+        (Elem::I32, ReduceMin) => ("2147483647", "min(a, b)"),
+        (Elem::Bool, ReduceAny | ReduceMax) => ("0u", "a | b"),
+        (Elem::Bool, ReduceAll | ReduceMin) => ("1u", "a & b"),
         _ => {
             return Err(backend_error(format!(
                 "{op_name}: no wgpu reduction for {}",
@@ -931,10 +931,10 @@ pub(crate) fn cumulative(
         _ => return Err(unsupported_on(gpu, op.name(), e.dtype())),
     };
     let (init, comb) = match (op, e.is_float()) {
-        (CumulativeOp::Sum, true) => ("0.0", "acc + v"),
-        (CumulativeOp::Prod, true) => ("1.0", "acc * v"),
-        (CumulativeOp::Sum, false) => ("0", "acc + v"),
-        (CumulativeOp::Prod, false) => ("1", "acc * v"),
+        (CumulativeOp::Cumsum, true) => ("0.0", "acc + v"),
+        (CumulativeOp::Cumprod, true) => ("1.0", "acc * v"),
+        (CumulativeOp::Cumsum, false) => ("0", "acc + v"),
+        (CumulativeOp::Cumprod, false) => ("1", "acc * v"),
     };
     let body = fill(
         "    let len = P[4];
@@ -1316,12 +1316,12 @@ pub(crate) fn pool2d(kind: PoolKind, x: &In<'_>, w: &Window2d) -> Result<WgpuBuf
     let e = x.elem();
     float_only(gpu, kind.name(), e)?;
     let (init, combine, result) = match kind {
-        PoolKind::Max => (
+        PoolKind::MaxPool2d => (
             "-f_inf()",
             "if is_nan(v) || (!is_nan(acc) && v > acc) { acc = v; }",
             "acc",
         ),
-        PoolKind::Avg => ("0.0", "acc = acc + v;", "acc / max(count, 1.0)"),
+        PoolKind::AvgPool2d => ("0.0", "acc = acc + v;", "acc / max(count, 1.0)"),
     };
     let body = fill(
         "    setup();

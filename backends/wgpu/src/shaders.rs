@@ -215,7 +215,7 @@ fn f_min(a: f32, b: f32) -> f32 {
     return min(a, b);
 }
 fn f_floordiv(a: f32, b: f32) -> f32 { return floor(f_div(a, b)); }
-fn f_mod(a: f32, b: f32) -> f32 {
+fn f_floormod(a: f32, b: f32) -> f32 {
     if is_nan(a) || is_nan(b) || is_inf(a) || b == 0.0 { return f_nan(); }
     if is_inf(b) {
         if a == 0.0 || (a < 0.0) == (b < 0.0) { return a; }
@@ -280,7 +280,7 @@ fn i_floordiv(a: i32, b: i32) -> i32 {
     if (a % b != 0) && ((a < 0) != (b < 0)) { return q - 1; }
     return q;
 }
-fn i_mod(a: i32, b: i32) -> i32 {
+fn i_floormod(a: i32, b: i32) -> i32 {
     let r = a % b;
     if r != 0 && ((r < 0) != (b < 0)) { return r + b; }
     return r;

@@ -192,7 +192,7 @@ fn float_binary_reference(op: BinaryOp) -> fn(f64, f64) -> f64 {
         Mul => |a, b| a * b,
         Div => |a, b| a / b,
         FloorDiv => |a, b| (a / b).floor(),
-        Mod => |a, b| {
+        FloorMod => |a, b| {
             let r = a % b;
             if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
                 r + b
@@ -227,7 +227,7 @@ pub fn binary_float_ops(device: &Device) {
         // coarse grid so that ties occur.
         let (lo, hi) = if matches!(
             op,
-            BinaryOp::Pow | BinaryOp::Div | BinaryOp::FloorDiv | BinaryOp::Mod
+            BinaryOp::Pow | BinaryOp::Div | BinaryOp::FloorDiv | BinaryOp::FloorMod
         ) {
             (0.5, 4.0)
         } else {
@@ -253,7 +253,7 @@ pub fn binary_float_ops(device: &Device) {
                     }
                 };
                 let (mut a, mut b) = (quantized(dtype, &grid(&a)), quantized(dtype, &grid(&b)));
-                let floor_op = matches!(op, BinaryOp::FloorDiv | BinaryOp::Mod);
+                let floor_op = matches!(op, BinaryOp::FloorDiv | BinaryOp::FloorMod);
                 if negate && floor_op {
                     a = a.map(|x| -x);
                 }
@@ -318,7 +318,7 @@ pub fn binary_int_ops(device: &Device) {
         Mul,
         Div,
         FloorDiv,
-        Mod,
+        FloorMod,
         Pow,
         Maximum,
         Minimum,
@@ -350,7 +350,7 @@ pub fn binary_int_ops(device: &Device) {
                         }),
                     )
                 };
-                let divides = matches!(op, Div | FloorDiv | Mod);
+                let divides = matches!(op, Div | FloorDiv | FloorMod);
                 let (a, b) = (fix(&a, false), fix(&b, divides));
                 let (x, y) = (
                     ok("lhs", make_tensor(device, dtype, &a, va))?,
@@ -458,7 +458,7 @@ pub fn cast_all_pairs(device: &Device) {
 pub fn select(device: &Device) {
     let floats = supported(device, &FLOATS);
     check(
-        "where",
+        "select",
         (broadcast_pair(-5.0, 5.0), 0..floats.len(), view_kind()),
         |((c, x), di, view)| {
             let dtype = floats[di];
@@ -470,11 +470,11 @@ pub fn select(device: &Device) {
                 ok("x", make_tensor(device, dtype, &x, ViewKind::Contiguous))?,
             );
             let ty = ok("y", make_tensor(device, dtype, &y, ViewKind::Contiguous))?;
-            let got = ok("where", Tensor::select(&tc, &tx, &ty))?;
+            let got = ok("select", Tensor::select(&tc, &tx, &ty))?;
             let want = cond
                 .zip(&x, |c, v| if c != 0.0 { v } else { f64::NAN })
                 .map(|v| if v.is_nan() { -1.0 } else { v });
-            assert_matches("where", &got, &want, 1.0)
+            assert_matches("select", &got, &want, 1.0)
         },
     );
 }

@@ -468,7 +468,7 @@ pub fn pooling(device: &Device) {
             let x = ok("x", make_tensor(device, dtype, &xs, view))?;
             let Ok(w) = Window2d::resolve("test", g.x, k, g.strides, [1, 1], pad) else {
                 // TF: "computed output size would be negative".
-                for kind in [PoolKind::Max, PoolKind::Avg] {
+                for kind in [PoolKind::MaxPool2d, PoolKind::AvgPool2d] {
                     let r = x.pool2d(kind, k, g.strides, pad);
                     prop_assert!(
                         matches!(&r, Err(crate::Error::InvalidArgument { msg, .. }) if msg.contains("negative")),
@@ -477,11 +477,11 @@ pub fn pooling(device: &Device) {
                 }
                 return Ok(());
             };
-            for kind in [PoolKind::Max, PoolKind::Avg] {
+            for kind in [PoolKind::MaxPool2d, PoolKind::AvgPool2d] {
                 let got = ok(kind.name(), x.pool2d(kind, k, g.strides, pad))?;
                 let want = reference::pool2d(
                     &xs,
-                    kind == PoolKind::Max,
+                    kind == PoolKind::MaxPool2d,
                     k,
                     g.strides,
                     w.pad_before,

@@ -74,7 +74,7 @@ fn keep(want: RefArray, shape: &[usize], axes: &[usize], keepdims: bool) -> RefA
 /// sum, prod, max, min on every numeric dtype over random axes.
 pub fn reductions(device: &Device) {
     let numeric = supported(device, &NUMERIC);
-    for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
+    for op in [ReduceOp::ReduceSum, ReduceOp::ReduceProd, ReduceOp::ReduceMax, ReduceOp::ReduceMin] {
         check(
             op.name(),
             (
@@ -86,7 +86,7 @@ pub fn reductions(device: &Device) {
             |((a, axes), di, view, keepdims)| {
                 let dtype = numeric[di];
                 // Products stay exact and small with values in {-1, 0, 1, 2} capped at a few factors.
-                let a = if op == ReduceOp::Prod {
+                let a = if op == ReduceOp::ReduceProd {
                     a.map(|v| (v / 1.5).round().clamp(-1.0, 1.0))
                 } else {
                     a
@@ -97,9 +97,9 @@ pub fn reductions(device: &Device) {
                 let got = ok(op.name(), x.reduce(op, ax, keepdims))?;
                 let r = resolve(&axes, a.shape.len());
                 let want = match op {
-                    ReduceOp::Sum => a.reduce(&r, 0.0, |p, q| p + q),
-                    ReduceOp::Prod => a.reduce(&r, 1.0, |p, q| p * q),
-                    ReduceOp::Max => a.reduce(&r, f64::NEG_INFINITY, f64::max),
+                    ReduceOp::ReduceSum => a.reduce(&r, 0.0, |p, q| p + q),
+                    ReduceOp::ReduceProd => a.reduce(&r, 1.0, |p, q| p * q),
+                    ReduceOp::ReduceMax => a.reduce(&r, f64::NEG_INFINITY, f64::max),
                     _ => a.reduce(&r, f64::INFINITY, f64::min),
                 };
                 // Integers: empty max/min give the dtype's extremes; sums wrap.
@@ -121,7 +121,7 @@ pub fn reductions(device: &Device) {
                 // Max, min and these products are exact: one input, or products of
                 // {-1, 0, 1}. A sum's rounding error is bounded by the elements that output
                 // adds: eps·(4 + 2√n)·Σ|x| over its own n elements (and exact for integers).
-                let tol: Vec<f64> = if op == ReduceOp::Sum && dtype.is_float() {
+                let tol: Vec<f64> = if op == ReduceOp::ReduceSum && dtype.is_float() {
                     let n: usize = r.iter().map(|&i| a.shape[i]).product();
                     let abs_sums = a.map(|v| v.abs()).reduce(&r, 0.0, |p, q| p + q);
                     let k = epsilon(dtype) * (4.0 + 2.0 * (n as f64).sqrt());

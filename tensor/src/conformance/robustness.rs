@@ -80,9 +80,9 @@ fn run_op(op: usize, x: &Tensor, y: &Tensor, i: isize, j: usize) -> crate::Resul
         ),
         16 => x.pool2d(
             if j.is_multiple_of(2) {
-                PoolKind::Max
+                PoolKind::MaxPool2d
             } else {
-                PoolKind::Avg
+                PoolKind::AvgPool2d
             },
             [u, 2],
             [1, u],
@@ -204,8 +204,8 @@ fn run_hostile(op: usize, x: &Tensor, e: &Tensor, d: &[usize], s: &[isize]) -> c
             pad,
             [d[2], d[3]],
         ),
-        14 => x.pool2d(PoolKind::Max, d2, [d[2].max(1), 1], pad),
-        15 => x.pool2d(PoolKind::Avg, d2, [1, d[3].max(1)], pad),
+        14 => x.pool2d(PoolKind::MaxPool2d, d2, [d[2].max(1), 1], pad),
+        15 => x.pool2d(PoolKind::AvgPool2d, d2, [1, d[3].max(1)], pad),
         16 => Tensor::avg_pool_grad([d[0], d[1], d[2], d[3]], x, [1, 1], [1, 1], pad),
         17 => Tensor::conv2d_backprop_input(
             [d[0], d[1], d[2], 3],
@@ -263,7 +263,7 @@ fn run_hostile(op: usize, x: &Tensor, e: &Tensor, d: &[usize], s: &[isize]) -> c
         ),
         39 => e.argmax(s[0]),
         40 => e.softmax(s[0]),
-        41 => e.pool2d(PoolKind::Max, [1, 1], [1, 1], pad),
+        41 => e.pool2d(PoolKind::MaxPool2d, [1, 1], [1, 1], pad),
         42 => e
             .strided_slice(&[SliceSpec::Range {
                 start: None,

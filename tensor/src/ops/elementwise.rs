@@ -1,5 +1,5 @@
 //! Elementwise ops: unary math, binary arithmetic/comparison/logic with NumPy broadcasting,
-//! `cast`, `where`, `clip_by_value`, and the activations composed from them.
+//! `cast`, `select` (TF `where`), `clip_by_value`, and the activations composed from them.
 
 use crate::dispatch::dispatch;
 use crate::dtype::DType;
@@ -156,14 +156,14 @@ impl Tensor {
     pub fn select(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         if cond.dtype() != DType::Bool {
             return Err(Error::UnsupportedDType {
-                op: "where",
+                op: "select",
                 dtype: cond.dtype(),
                 expected: "bool for the condition",
             });
         }
         if on_true.dtype() != on_false.dtype() {
             return Err(Error::DTypeMismatch {
-                op: "where",
+                op: "select",
                 lhs: on_true.dtype(),
                 rhs: on_false.dtype(),
             });
@@ -172,14 +172,14 @@ impl Tensor {
             || Op::Select,
             &[cond, on_true, on_false],
             |p| {
-                let shape = broadcast_shapes("where", cond.shape(), on_true.shape())?;
-                let shape = broadcast_shapes("where", &shape, on_false.shape())?;
-                if p.check_output("where", &shape, on_true.dtype())? == 0 {
+                let shape = broadcast_shapes("select", cond.shape(), on_true.shape())?;
+                let shape = broadcast_shapes("select", &shape, on_false.shape())?;
+                if p.check_output("select", &shape, on_true.dtype())? == 0 {
                     return p.empty(&shape, on_true.dtype());
                 }
-                let lc = cond.layout().broadcast_to("where", &shape)?;
-                let lt = on_true.layout().broadcast_to("where", &shape)?;
-                let lf = on_false.layout().broadcast_to("where", &shape)?;
+                let lc = cond.layout().broadcast_to("select", &shape)?;
+                let lt = on_true.layout().broadcast_to("select", &shape)?;
+                let lf = on_false.layout().broadcast_to("select", &shape)?;
                 let buf = p.backend.select(
                     crate::backend::Operand {
                         layout: &lc,
@@ -224,7 +224,7 @@ impl Tensor {
     pub fn clip_scalar(&self, min: f64, max: f64) -> Result<Tensor> {
         if self.dtype() == DType::Bool {
             return Err(Error::UnsupportedDType {
-                op: "clip_by_value",
+                op: "clip_scalar",
                 dtype: self.dtype(),
                 expected: "a numeric dtype",
             });
@@ -370,7 +370,7 @@ binary_methods!(
     /// ⌊a / b⌋
     floordiv => FloorDiv,
     /// a mod b with the sign of b (`tf.math.floormod`)
-    floormod => Mod,
+    floormod => FloorMod,
     /// a^b (integers: negative exponents are an error)
     pow => Pow,
     /// max(a, b)

@@ -404,7 +404,7 @@ impl Tensor {
         strides: [usize; 2],
         padding: Padding,
     ) -> Result<Tensor> {
-        self.pool2d(PoolKind::Max, ksize, strides, padding)
+        self.pool2d(PoolKind::MaxPool2d, ksize, strides, padding)
     }
     /// `tf.nn.avg_pool2d` (padding excluded from the mean).
     pub fn avg_pool2d(
@@ -413,7 +413,7 @@ impl Tensor {
         strides: [usize; 2],
         padding: Padding,
     ) -> Result<Tensor> {
-        self.pool2d(PoolKind::Avg, ksize, strides, padding)
+        self.pool2d(PoolKind::AvgPool2d, ksize, strides, padding)
     }
 
     fn check_pool_dy(&self, op: &'static str, w: &Window2d, dy: &Tensor) -> Result<()> {

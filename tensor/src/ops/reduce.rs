@@ -81,11 +81,11 @@ impl Tensor {
         let axes = axes.into().resolve(op.name(), self.rank())?;
         let dtype = self.dtype();
         let ok = match op {
-            ReduceOp::Any | ReduceOp::All => dtype == DType::Bool,
+            ReduceOp::ReduceAny | ReduceOp::ReduceAll => dtype == DType::Bool,
             _ => dtype != DType::Bool,
         };
         if !ok {
-            let expected = if matches!(op, ReduceOp::Any | ReduceOp::All) {
+            let expected = if matches!(op, ReduceOp::ReduceAny | ReduceOp::ReduceAll) {
                 "bool"
             } else {
                 "a numeric dtype"
@@ -116,27 +116,27 @@ impl Tensor {
     }
     /// Σ over `axes` (`tf.reduce_sum`); f16/bf16 accumulate in f32.
     pub fn reduce_sum(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-        self.reduce(ReduceOp::Sum, axes, keepdims)
+        self.reduce(ReduceOp::ReduceSum, axes, keepdims)
     }
     /// Π over `axes`.
     pub fn reduce_prod(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-        self.reduce(ReduceOp::Prod, axes, keepdims)
+        self.reduce(ReduceOp::ReduceProd, axes, keepdims)
     }
     /// Maximum over `axes` (the dtype's lowest value for an empty set, as TF).
     pub fn reduce_max(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-        self.reduce(ReduceOp::Max, axes, keepdims)
+        self.reduce(ReduceOp::ReduceMax, axes, keepdims)
     }
     /// Minimum over `axes`.
     pub fn reduce_min(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-        self.reduce(ReduceOp::Min, axes, keepdims)
+        self.reduce(ReduceOp::ReduceMin, axes, keepdims)
     }
     /// Logical or over `axes`.
     pub fn reduce_any(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-        self.reduce(ReduceOp::Any, axes, keepdims)
+        self.reduce(ReduceOp::ReduceAny, axes, keepdims)
     }
     /// Logical and over `axes`.
     pub fn reduce_all(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-        self.reduce(ReduceOp::All, axes, keepdims)
+        self.reduce(ReduceOp::ReduceAll, axes, keepdims)
     }
     /// Mean over `axes` (`tf.reduce_mean`): sum / count. Integers divide with truncation as
     /// in TF; f16/bf16 are averaged in f32; an empty set gives NaN for floats.

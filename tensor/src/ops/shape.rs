@@ -262,7 +262,7 @@ impl Tensor {
 
     fn slice_view(&self, begin: Vec<usize>, len: Vec<usize>, step: Vec<isize>) -> Result<Tensor> {
         let layout = self.layout().slice_steps(&begin, &len, &step);
-        self.view_op(|| Op::Slice { begin, len, step }, layout)
+        self.view_op(|| Op::StridedSlice { begin, len, step }, layout)
     }
 
     /// `tf.slice`: `size[i] == -1` takes the rest of axis i. A view.

@@ -53,11 +53,11 @@ impl Tensor {
     }
     /// `tf.math.cumsum`.
     pub fn cumsum(&self, axis: isize, exclusive: bool, reverse: bool) -> Result<Tensor> {
-        self.cumulative(CumulativeOp::Sum, axis, exclusive, reverse)
+        self.cumulative(CumulativeOp::Cumsum, axis, exclusive, reverse)
     }
     /// `tf.math.cumprod`.
     pub fn cumprod(&self, axis: isize, exclusive: bool, reverse: bool) -> Result<Tensor> {
-        self.cumulative(CumulativeOp::Prod, axis, exclusive, reverse)
+        self.cumulative(CumulativeOp::Cumprod, axis, exclusive, reverse)
     }
 
     /// Stable sort along `axis`: (values, int32 indices). NaN sorts above every number.

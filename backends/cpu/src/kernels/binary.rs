@@ -284,7 +284,7 @@ fn binary_float<T: FloatMath>(
         Mul => apply(a, la, b, lb, |x: T, y: T| x * y),
         Div => apply(a, la, b, lb, |x: T, y: T| x / y),
         FloorDiv => apply(a, la, b, lb, |x: T, y: T| (x / y).floor()),
-        Mod => apply(a, la, b, lb, |x: T, y: T| {
+        FloorMod => apply(a, la, b, lb, |x: T, y: T| {
             let r = x % y;
             if r != T::ZERO && ((r < T::ZERO) != (y < T::ZERO)) {
                 r + y
@@ -336,7 +336,7 @@ fn binary_int<T: Num + Sync + Send>(
     }
     let i = |v: T| v.to_i64();
     let t = T::from_i64;
-    if matches!(op, Div | FloorDiv | Mod) && any_zero(b, lb) {
+    if matches!(op, Div | FloorDiv | FloorMod) && any_zero(b, lb) {
         return Err(Error::Arithmetic {
             op: op.name(),
             msg: "integer division by zero",
@@ -362,7 +362,7 @@ fn binary_int<T: Num + Sync + Send>(
                 q
             })
         }),
-        Mod => apply(a, la, b, lb, |x: T, y: T| {
+        FloorMod => apply(a, la, b, lb, |x: T, y: T| {
             let (x, y) = (i(x), i(y));
             let r = x.wrapping_rem(y);
             t(if r != 0 && ((r < 0) != (y < 0)) {

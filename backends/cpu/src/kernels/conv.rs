@@ -733,7 +733,7 @@ fn pool_typed<T: Num + Send + Sync + num_traits::Float>(
             for ox in 0..ow {
                 let o = &mut row[ox * c..(ox + 1) * c];
                 let mut count = 0usize;
-                o.fill(if kind == PoolKind::Max {
+                o.fill(if kind == PoolKind::MaxPool2d {
                     T::LOWEST
                 } else {
                     T::ZERO
@@ -742,14 +742,14 @@ fn pool_typed<T: Num + Send + Sync + num_traits::Float>(
                     count += 1;
                     let s = &x[((b * h + iy) * wd + ix) * c..][..c];
                     match kind {
-                        PoolKind::Max => o
+                        PoolKind::MaxPool2d => o
                             .iter_mut()
                             .zip(s)
                             .for_each(|(a, &v)| *a = if (v > *a) | v.isnan() { v } else { *a }),
-                        PoolKind::Avg => o.iter_mut().zip(s).for_each(|(a, &v)| *a = *a + v),
+                        PoolKind::AvgPool2d => o.iter_mut().zip(s).for_each(|(a, &v)| *a = *a + v),
                     }
                 });
-                if kind == PoolKind::Avg {
+                if kind == PoolKind::AvgPool2d {
                     let inv = T::ONE / T::from(count.max(1)).unwrap_or(T::ONE);
                     o.iter_mut().for_each(|a| *a = *a * inv);
                 }
@@ -798,7 +798,7 @@ enum HalfView<'a> {
 pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<HostData> {
     let [_, h, wd, c] = w.input;
     let out_per_image = w.output[0] * w.output[1] * c;
-    let fast = kind == PoolKind::Max && super::max_pool::available();
+    let fast = kind == PoolKind::MaxPool2d && super::max_pool::available();
     let pool_f32 = |x: &[f32], part: &Window2d| {
         if fast {
             super::max_pool::max_pool(x, part)
@@ -1051,9 +1051,9 @@ mod tests {
                 max_pool_grad_typed(&ins[0], &ins[1], part)
             });
             assert_eq!(got, want, "max_pool_grad {shape:?}");
-            let want = narrow(pool_typed(PoolKind::Avg, &wide(&x), &w), DType::BF16);
+            let want = narrow(pool_typed(PoolKind::AvgPool2d, &wide(&x), &w), DType::BF16);
             let got = pool_half(&w, &[(&x, per_x)], per_y, |part, ins| {
-                pool_typed(PoolKind::Avg, &ins[0], part)
+                pool_typed(PoolKind::AvgPool2d, &ins[0], part)
             });
             assert_eq!(got, want, "avg_pool {shape:?}");
         }

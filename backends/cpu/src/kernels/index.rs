@@ -200,7 +200,7 @@ pub(crate) fn pad(x: Operand<'_>, paddings: &[(usize, usize)], value: f64) -> Re
 
 pub(crate) fn select(c: Operand<'_>, t: Operand<'_>, f: Operand<'_>) -> Result<HostData> {
     let HostData::Bool(cv) = host(&c)? else {
-        return Err(unsupported("cpu", "where", c.dtype));
+        return Err(unsupported("cpu", "select", c.dtype));
     };
     let cond = dense(cv, c.layout);
     let (dt, df) = (host(&t)?, host(&f)?);
@@ -216,7 +216,7 @@ fn select_like<T: Element>(
     df: &HostData,
     lf: &Layout,
 ) -> Result<Vec<T>> {
-    let fv = T::slice_of(df).ok_or_else(|| unsupported("cpu", "where", df.dtype()))?;
+    let fv = T::slice_of(df).ok_or_else(|| unsupported("cpu", "select", df.dtype()))?;
     let (a, b) = (dense(tv, lt), dense(fv, lf));
     Ok(cond
         .iter()

@@ -92,24 +92,24 @@ fn reduce_num<T: Num + Sync + Send>(
     axes: &[usize],
 ) -> Option<Vec<T>> {
     Some(match op {
-        ReduceOp::Sum => reduce_with(data, layout, axes, T::ZERO, |a: T, b: T| a.wadd(b)),
-        ReduceOp::Prod => reduce_with(data, layout, axes, T::ONE, |a: T, b: T| a.wmul(b)),
+        ReduceOp::ReduceSum => reduce_with(data, layout, axes, T::ZERO, |a: T, b: T| a.wadd(b)),
+        ReduceOp::ReduceProd => reduce_with(data, layout, axes, T::ONE, |a: T, b: T| a.wmul(b)),
         // `a.isnan()` keeps a NaN once seen; a NaN `b` wins because `a > NaN` is false.
-        ReduceOp::Max => reduce_with(data, layout, axes, T::LOWEST, |a: T, b: T| {
+        ReduceOp::ReduceMax => reduce_with(data, layout, axes, T::LOWEST, |a: T, b: T| {
             if (a > b) | a.isnan() {
                 a
             } else {
                 b
             }
         }),
-        ReduceOp::Min => reduce_with(data, layout, axes, T::HIGHEST, |a: T, b: T| {
+        ReduceOp::ReduceMin => reduce_with(data, layout, axes, T::HIGHEST, |a: T, b: T| {
             if (a < b) | a.isnan() {
                 a
             } else {
                 b
             }
         }),
-        ReduceOp::Any | ReduceOp::All => return None,
+        ReduceOp::ReduceAny | ReduceOp::ReduceAll => return None,
     })
 }
 
@@ -133,18 +133,18 @@ fn reduce_half_rows<H: Half>(
         return None;
     }
     let (init, combine): (f32, fn(f32, f32) -> f32) = match op {
-        ReduceOp::Sum => (0.0, |a, b| a + b),
-        ReduceOp::Prod => (1.0, |a, b| a * b),
+        ReduceOp::ReduceSum => (0.0, |a, b| a + b),
+        ReduceOp::ReduceProd => (1.0, |a, b| a * b),
         // As `reduce_num`: a NaN, once seen, stays.
-        ReduceOp::Max => (
+        ReduceOp::ReduceMax => (
             f32::NEG_INFINITY,
             |a, b| if a > b || a.is_nan() { a } else { b },
         ),
-        ReduceOp::Min => (
+        ReduceOp::ReduceMin => (
             f32::INFINITY,
             |a, b| if a < b || a.is_nan() { a } else { b },
         ),
-        ReduceOp::Any | ReduceOp::All => return None,
+        ReduceOp::ReduceAny | ReduceOp::ReduceAll => return None,
     };
     let src = &v[off..off + n];
     let rows = n / c;
@@ -199,8 +199,8 @@ pub(crate) fn reduce(op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<Hos
         HostData::I64(v) => HostData::I64(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
         HostData::U8(v) => HostData::U8(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
         HostData::Bool(v) => HostData::Bool(match op {
-            ReduceOp::Any => reduce_with(v, x.layout, axes, false, |a, b| a | b),
-            ReduceOp::All => reduce_with(v, x.layout, axes, true, |a, b| a & b),
+            ReduceOp::ReduceAny => reduce_with(v, x.layout, axes, false, |a, b| a | b),
+            ReduceOp::ReduceAll => reduce_with(v, x.layout, axes, true, |a, b| a & b),
             _ => return Err(none()),
         }),
         _ => return Err(none()),
@@ -329,7 +329,7 @@ mod tests {
             let layout = Layout::contiguous(&shape);
             let axes: Vec<usize> = (0..shape.len() - 1).collect();
             let wide: Vec<f32> = vals.iter().map(|v| v.to_f32()).collect();
-            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
+            for op in [ReduceOp::ReduceSum, ReduceOp::ReduceMax, ReduceOp::ReduceMin, ReduceOp::ReduceProd] {
                 let got = match reduce_half_rows(op, &vals, &layout, &axes) {
                     Some(HostData::BF16(v)) => v,
                     other => panic!("{other:?}"),

@@ -112,7 +112,7 @@ pub(crate) fn cumulative(
     exclusive: bool,
     reverse: bool,
 ) -> Result<HostData> {
-    let prod = op == CumulativeOp::Prod;
+    let prod = op == CumulativeOp::Cumprod;
     let data = host(&x)?;
     let l = x.layout;
     if let Some(w) = widen(data) {

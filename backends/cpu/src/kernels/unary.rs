@@ -169,6 +169,6 @@ pub(crate) fn clip_scalar(x: Operand<'_>, lo: f64, hi: f64) -> Result<HostData> 
         HostData::I32(v) => HostData::I32(go(v, &x, lo, hi)),
         HostData::I64(v) => HostData::I64(go(v, &x, lo, hi)),
         HostData::U8(v) => HostData::U8(go(v, &x, lo, hi)),
-        HostData::Bool(_) => return Err(unsupported("cpu", "clip_by_value", x.dtype)),
+        HostData::Bool(_) => return Err(unsupported("cpu", "clip_scalar", x.dtype)),
     })
 }
