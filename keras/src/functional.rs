@@ -35,22 +35,116 @@ static NEXT_NODE: AtomicUsize = AtomicUsize::new(0);
 /// A function of tensors recorded as a graph node (Keras' `Lambda`).
 pub type LambdaFn = Arc<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync>;
 
-/// A raw tensor op recorded on KerasTensors (Keras' `TFOpLambda`). The named ones can be
-/// saved in a model config; a [`TfOp::Custom`] closure cannot.
+macro_rules! named_ops {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name { $($(#[$vm])* $v),* }
+        impl $name {
+            /// Every variant.
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+            /// The `tf.math` name, as written in a model config.
+            pub fn name(self) -> &'static str { match self { $($name::$v => $s),* } }
+            /// The op of a `tf.math` name (a model config's).
+            pub fn parse(name: &str) -> Result<$name> {
+                match name {
+                    $($s => Ok($name::$v),)*
+                    other => Err(Error::format(
+                        "TFOpLambda config",
+                        format!(concat!("unknown ", stringify!($name), " {:?}; expected one of {:?}"), other, [$($s),*]),
+                    )),
+                }
+            }
+        }
+    };
+}
+
+named_ops!(
+    /// The binary ops a [`TfOp`] records.
+    SymbolicBinary {
+        /// `tf.math.add`
+        Add => "add",
+        /// `tf.math.subtract`
+        Subtract => "subtract",
+        /// `tf.math.multiply`
+        Multiply => "multiply",
+        /// `tf.math.divide`
+        Divide => "divide",
+        /// `tf.math.maximum`
+        Maximum => "maximum",
+        /// `tf.math.minimum`
+        Minimum => "minimum",
+        /// `tf.linalg.matmul`
+        Matmul => "matmul",
+    }
+);
+
+named_ops!(
+    /// The reductions a [`TfOp`] records.
+    SymbolicReduce {
+        /// `tf.math.reduce_sum`
+        Sum => "sum",
+        /// `tf.math.reduce_mean`
+        Mean => "mean",
+    }
+);
+
+named_ops!(
+    /// The unary math ops a [`TfOp`] records (activations are [`SymbolicUnary::Activation`]).
+    SymbolicMath {
+        /// `tf.math.exp`
+        Exp => "exp",
+        /// `tf.math.log`
+        Log => "log",
+        /// `tf.math.square`
+        Square => "square",
+        /// `tf.math.sqrt`
+        Sqrt => "sqrt",
+        /// `tf.math.abs`
+        Abs => "abs",
+        /// `tf.math.negative`
+        Negative => "negative",
+    }
+);
+
+/// A unary op a [`TfOp`] records: a math function or a Keras activation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SymbolicUnary {
+    /// `exp`, `log`, `square`, `sqrt`, `abs`, `negative`.
+    Math(SymbolicMath),
+    /// An activation by Keras name (`relu`, `tanh`, `softmax`, ...).
+    Activation(Activation),
+}
+
+impl SymbolicUnary {
+    fn name(self) -> &'static str {
+        match self {
+            SymbolicUnary::Math(m) => m.name(),
+            SymbolicUnary::Activation(a) => a.name(),
+        }
+    }
+    fn parse(name: &str) -> Result<SymbolicUnary> {
+        match SymbolicMath::parse(name) {
+            Ok(m) => Ok(SymbolicUnary::Math(m)),
+            Err(_) => Activation::parse(name).map(SymbolicUnary::Activation),
+        }
+    }
+}
+
+/// A raw tensor op recorded on KerasTensors (Keras' `TFOpLambda`). The typed ones can be
+/// saved in a model config (by their `tf.math` names); a [`TfOp::Custom`] closure cannot.
 #[derive(Clone)]
 pub enum TfOp {
-    /// An elementwise binary op by name: `add`, `subtract`, `multiply`, `divide`,
-    /// `maximum`, `minimum`, or `matmul`.
-    Binary(String),
-    /// An activation-style unary op by Keras name (`relu`, `tanh`, `softmax`, ...), or
-    /// `exp`, `log`, `square`, `sqrt`, `abs`, `negative`.
-    Unary(String),
+    /// An elementwise binary op, or `matmul`.
+    Binary(SymbolicBinary),
+    /// A unary math op or an activation.
+    Unary(SymbolicUnary),
     /// Reshape of each sample (the batch dimension is kept).
     Reshape(Vec<isize>),
     /// `reduce_sum`/`reduce_mean` over axes (never the batch axis 0).
     Reduce {
-        /// `"sum"` or `"mean"`.
-        op: String,
+        /// Which reduction.
+        op: SymbolicReduce,
         /// The axes.
         axes: Vec<isize>,
         /// Keep reduced axes.
@@ -63,75 +157,80 @@ pub enum TfOp {
 impl TfOp {
     fn name(&self) -> String {
         match self {
-            TfOp::Binary(n) if n == "matmul" => "tf.linalg.matmul".into(),
-            TfOp::Binary(n) | TfOp::Unary(n) => format!("tf.math.{n}"),
+            TfOp::Binary(SymbolicBinary::Matmul) => "tf.linalg.matmul".into(),
+            TfOp::Binary(b) => format!("tf.math.{}", b.name()),
+            TfOp::Unary(u) => format!("tf.math.{}", u.name()),
             TfOp::Reshape(_) => "tf.reshape".into(),
-            TfOp::Reduce { op, .. } => format!("tf.math.reduce_{op}"),
+            TfOp::Reduce { op, .. } => format!("tf.math.reduce_{}", op.name()),
             TfOp::Custom(_) => "lambda".into(),
         }
     }
-    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let one = |t: Tensor| Ok(vec![t]);
+    fn arity(&self) -> Option<usize> {
         match self {
-            TfOp::Binary(n) => {
-                let (a, b) = match inputs {
-                    [a, b] => (a, b),
-                    _ => return Err(Error::invalid("TFOpLambda", format!("{n} takes 2 inputs"))),
-                };
-                one(match n.as_str() {
-                    "add" => a.add(b)?,
-                    "subtract" => a.sub(b)?,
-                    "multiply" => a.mul(b)?,
-                    "divide" => a.div(b)?,
-                    "maximum" => a.maximum(b)?,
-                    "minimum" => a.minimum(b)?,
-                    "matmul" => a.matmul(b)?,
-                    other => {
-                        return Err(Error::invalid(
-                            "TFOpLambda",
-                            format!("unknown binary op {other:?}"),
-                        ))
-                    }
-                })
+            TfOp::Binary(_) => Some(2),
+            TfOp::Unary(_) | TfOp::Reshape(_) | TfOp::Reduce { .. } => Some(1),
+            TfOp::Custom(_) => None,
+        }
+    }
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        if let Some(n) = self.arity() {
+            if inputs.len() != n {
+                return Err(Error::invalid(
+                    "TFOpLambda",
+                    format!("{} takes {n} input(s), got {}", self.name(), inputs.len()),
+                ));
             }
-            TfOp::Unary(n) => {
-                let x = inputs
-                    .first()
-                    .ok_or_else(|| Error::invalid("TFOpLambda", format!("{n} takes 1 input")))?;
-                one(match n.as_str() {
-                    "exp" => x.exp()?,
-                    "log" => x.log()?,
-                    "square" => x.square()?,
-                    "sqrt" => x.sqrt()?,
-                    "abs" => x.abs()?,
-                    "negative" => x.neg()?,
-                    other => Activation::parse(other)?.apply(x)?,
-                })
+        }
+        let out = match self {
+            TfOp::Binary(op) => {
+                let (a, b) = (&inputs[0], &inputs[1]);
+                match op {
+                    SymbolicBinary::Add => a.add(b)?,
+                    SymbolicBinary::Subtract => a.sub(b)?,
+                    SymbolicBinary::Multiply => a.mul(b)?,
+                    SymbolicBinary::Divide => a.div(b)?,
+                    SymbolicBinary::Maximum => a.maximum(b)?,
+                    SymbolicBinary::Minimum => a.minimum(b)?,
+                    SymbolicBinary::Matmul => a.matmul(b)?,
+                }
+            }
+            TfOp::Unary(op) => {
+                let x = &inputs[0];
+                match op {
+                    SymbolicUnary::Math(SymbolicMath::Exp) => x.exp()?,
+                    SymbolicUnary::Math(SymbolicMath::Log) => x.log()?,
+                    SymbolicUnary::Math(SymbolicMath::Square) => x.square()?,
+                    SymbolicUnary::Math(SymbolicMath::Sqrt) => x.sqrt()?,
+                    SymbolicUnary::Math(SymbolicMath::Abs) => x.abs()?,
+                    SymbolicUnary::Math(SymbolicMath::Negative) => x.neg()?,
+                    SymbolicUnary::Activation(a) => a.apply(x)?,
+                }
             }
             TfOp::Reshape(shape) => {
                 let x = &inputs[0];
                 let mut s = vec![x.shape().first().copied().unwrap_or(1) as isize];
                 s.extend_from_slice(shape);
-                one(x.reshape(&s)?)
+                x.reshape(&s)?
             }
             TfOp::Reduce { op, axes, keepdims } => {
                 let x = &inputs[0];
                 let axes = Axes::from(axes.clone());
-                one(match op.as_str() {
-                    "sum" => x.reduce_sum(axes, *keepdims)?,
-                    _ => x.reduce_mean(axes, *keepdims)?,
-                })
+                match op {
+                    SymbolicReduce::Sum => x.reduce_sum(axes, *keepdims)?,
+                    SymbolicReduce::Mean => x.reduce_mean(axes, *keepdims)?,
+                }
             }
-            TfOp::Custom(f) => f(inputs),
-        }
+            TfOp::Custom(f) => return f(inputs),
+        };
+        Ok(vec![out])
     }
     fn to_config(&self) -> Result<Value> {
         Ok(match self {
-            TfOp::Binary(n) => json!({"kind": "binary", "function": n}),
-            TfOp::Unary(n) => json!({"kind": "unary", "function": n}),
+            TfOp::Binary(b) => json!({"kind": "binary", "function": b.name()}),
+            TfOp::Unary(u) => json!({"kind": "unary", "function": u.name()}),
             TfOp::Reshape(s) => json!({"kind": "reshape", "shape": s}),
             TfOp::Reduce { op, axes, keepdims } => {
-                json!({"kind": "reduce", "function": op, "axes": axes, "keepdims": keepdims})
+                json!({"kind": "reduce", "function": op.name(), "axes": axes, "keepdims": keepdims})
             }
             TfOp::Custom(_) => {
                 return Err(Error::invalid(
@@ -143,18 +242,18 @@ impl TfOp {
     }
     fn from_config(v: &Value) -> Result<TfOp> {
         let bad = || Error::format("TFOpLambda config", format!("cannot read {v}"));
-        let s = |k: &str| v[k].as_str().map(String::from).ok_or_else(bad);
+        let s = |k: &str| v[k].as_str().ok_or_else(bad);
         let ints = |k: &str| -> Result<Vec<isize>> {
             v[k].as_array()
                 .and_then(|a| a.iter().map(|x| x.as_i64().map(|i| i as isize)).collect())
                 .ok_or_else(bad)
         };
         Ok(match v["kind"].as_str() {
-            Some("binary") => TfOp::Binary(s("function")?),
-            Some("unary") => TfOp::Unary(s("function")?),
+            Some("binary") => TfOp::Binary(SymbolicBinary::parse(s("function")?)?),
+            Some("unary") => TfOp::Unary(SymbolicUnary::parse(s("function")?)?),
             Some("reshape") => TfOp::Reshape(ints("shape")?),
             Some("reduce") => TfOp::Reduce {
-                op: s("function")?,
+                op: SymbolicReduce::parse(s("function")?)?,
                 axes: ints("axes")?,
                 keepdims: v["keepdims"].as_bool().unwrap_or(false),
             },
@@ -287,7 +386,7 @@ impl KerasTensor {
         KerasTensor::op(
             &[self],
             TfOp::Reduce {
-                op: "sum".into(),
+                op: SymbolicReduce::Sum,
                 axes: axes.to_vec(),
                 keepdims,
             },
@@ -298,7 +397,7 @@ impl KerasTensor {
         KerasTensor::op(
             &[self],
             TfOp::Reduce {
-                op: "mean".into(),
+                op: SymbolicReduce::Mean,
                 axes: axes.to_vec(),
                 keepdims,
             },
@@ -307,34 +406,37 @@ impl KerasTensor {
 }
 
 macro_rules! symbolic_binary {
-    ($($method:ident => $name:literal),*) => {
+    ($($method:ident => $op:ident),*) => {
         impl KerasTensor {
             $(
-                #[doc = concat!("`tf.math.", $name, "` on symbolic tensors (a TFOpLambda node).")]
+                #[doc = concat!("`SymbolicBinary::", stringify!($op), "` on symbolic tensors (a TFOpLambda node).")]
                 pub fn $method(&self, other: &KerasTensor) -> Result<KerasTensor> {
-                    KerasTensor::op(&[self, other], TfOp::Binary($name.into()))
+                    KerasTensor::op(&[self, other], TfOp::Binary(SymbolicBinary::$op))
                 }
             )*
         }
     };
 }
-symbolic_binary!(add => "add", sub => "subtract", mul => "multiply", div => "divide",
-    maximum => "maximum", minimum => "minimum", matmul => "matmul");
+symbolic_binary!(add => Add, sub => Subtract, mul => Multiply, div => Divide,
+    maximum => Maximum, minimum => Minimum, matmul => Matmul);
 
 macro_rules! symbolic_unary {
-    ($($method:ident => $name:literal),*) => {
+    ($($method:ident => $variant:ident($op:path)),*) => {
         impl KerasTensor {
             $(
-                #[doc = concat!("`", $name, "` on a symbolic tensor (a TFOpLambda node).")]
+                #[doc = concat!("`", stringify!($op), "` on a symbolic tensor (a TFOpLambda node).")]
                 pub fn $method(&self) -> Result<KerasTensor> {
-                    KerasTensor::op(&[self], TfOp::Unary($name.into()))
+                    KerasTensor::op(&[self], TfOp::Unary(SymbolicUnary::$variant($op)))
                 }
             )*
         }
     };
 }
-symbolic_unary!(relu => "relu", sigmoid => "sigmoid", tanh => "tanh", softmax => "softmax",
-    exp => "exp", log => "log", square => "square", sqrt => "sqrt", abs => "abs", neg => "negative");
+symbolic_unary!(relu => Activation(Activation::Relu), sigmoid => Activation(Activation::Sigmoid),
+    tanh => Activation(Activation::Tanh), softmax => Activation(Activation::Softmax),
+    exp => Math(SymbolicMath::Exp), log => Math(SymbolicMath::Log),
+    square => Math(SymbolicMath::Square), sqrt => Math(SymbolicMath::Sqrt),
+    abs => Math(SymbolicMath::Abs), neg => Math(SymbolicMath::Negative));
 
 /// Calling a layer on symbolic tensors: records a node and gives its symbolic outputs.
 pub trait Symbolic {

@@ -74,7 +74,12 @@ fn keep(want: RefArray, shape: &[usize], axes: &[usize], keepdims: bool) -> RefA
 /// sum, prod, max, min on every numeric dtype over random axes.
 pub fn reductions(device: &Device) {
     let numeric = supported(device, &NUMERIC);
-    for op in [ReduceOp::ReduceSum, ReduceOp::ReduceProd, ReduceOp::ReduceMax, ReduceOp::ReduceMin] {
+    for op in [
+        ReduceOp::ReduceSum,
+        ReduceOp::ReduceProd,
+        ReduceOp::ReduceMax,
+        ReduceOp::ReduceMin,
+    ] {
         check(
             op.name(),
             (

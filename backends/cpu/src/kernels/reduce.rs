@@ -329,7 +329,12 @@ mod tests {
             let layout = Layout::contiguous(&shape);
             let axes: Vec<usize> = (0..shape.len() - 1).collect();
             let wide: Vec<f32> = vals.iter().map(|v| v.to_f32()).collect();
-            for op in [ReduceOp::ReduceSum, ReduceOp::ReduceMax, ReduceOp::ReduceMin, ReduceOp::ReduceProd] {
+            for op in [
+                ReduceOp::ReduceSum,
+                ReduceOp::ReduceMax,
+                ReduceOp::ReduceMin,
+                ReduceOp::ReduceProd,
+            ] {
                 let got = match reduce_half_rows(op, &vals, &layout, &axes) {
                     Some(HostData::BF16(v)) => v,
                     other => panic!("{other:?}"),

@@ -1,0 +1,533 @@
+//! The training loop (Keras' `training.py`): [`FitConfig`], the train and test steps,
+//! `fit`, `evaluate` and `predict`.
+
+use ferroflow_autodiff::{GradientTape, Source};
+use ferroflow_data::{Cardinality, Dataset, DatasetIter};
+use ferroflow_tensor::{device_scope, Error, Result, Tensor};
+
+use super::data_adapter::{
+    array_batches, batches_of, random_seed, Batch, Data, FitBatch, ValidationData,
+};
+use super::Model;
+use crate::callbacks::{Callback, History, Logs, ProgbarLogger, TrainParams};
+
+/// Options of [`Model::fit`] (Keras' keyword arguments), built with chained setters.
+pub struct FitConfig {
+    /// Samples per step (32).
+    pub batch_size: usize,
+    /// Epochs to run up to (1).
+    pub epochs: usize,
+    /// 0 silent, 1 progress bar (default), 2 one line per epoch.
+    pub verbose: u8,
+    /// Shuffle the training samples before each epoch (true).
+    pub shuffle: bool,
+    /// Fraction of the samples (the last ones, before shuffling) held out for validation.
+    pub validation_split: f64,
+    /// Explicit validation data, arrays or a dataset of batches (takes precedence over the
+    /// split).
+    pub validation_data: Option<ValidationData>,
+    /// Batches per epoch (`steps_per_epoch`): with it, epochs draw from one iterator that
+    /// continues across epochs (needed for an endless dataset); training stops when the data
+    /// runs out. Without it, each epoch is one full pass.
+    pub steps_per_epoch: Option<usize>,
+    /// Batches of validation data per evaluation (`validation_steps`); all when `None`.
+    pub validation_steps: Option<usize>,
+    /// Epoch to start at (to resume a run).
+    pub initial_epoch: usize,
+    /// Callbacks, called in order after the built-in history and progress bar.
+    pub callbacks: Vec<Box<dyn Callback>>,
+}
+
+impl Default for FitConfig {
+    fn default() -> Self {
+        FitConfig {
+            batch_size: 32,
+            epochs: 1,
+            verbose: 1,
+            shuffle: true,
+            validation_split: 0.0,
+            validation_data: None,
+            steps_per_epoch: None,
+            validation_steps: None,
+            initial_epoch: 0,
+            callbacks: vec![],
+        }
+    }
+}
+
+impl FitConfig {
+    /// Keras' defaults.
+    pub fn new() -> FitConfig {
+        FitConfig::default()
+    }
+    /// Sets `batch_size`.
+    pub fn batch_size(mut self, b: usize) -> Self {
+        self.batch_size = b;
+        self
+    }
+    /// Sets `epochs`.
+    pub fn epochs(mut self, e: usize) -> Self {
+        self.epochs = e;
+        self
+    }
+    /// Sets `verbose`.
+    pub fn verbose(mut self, v: u8) -> Self {
+        self.verbose = v;
+        self
+    }
+    /// Sets `shuffle`.
+    pub fn shuffle(mut self, s: bool) -> Self {
+        self.shuffle = s;
+        self
+    }
+    /// Sets `validation_split`.
+    pub fn validation_split(mut self, f: f64) -> Self {
+        self.validation_split = f;
+        self
+    }
+    /// Sets `validation_data`.
+    pub fn validation_data(mut self, x: impl Into<Data>, y: impl Into<Data>) -> Self {
+        self.validation_data = Some(ValidationData::Arrays(x.into(), y.into()));
+        self
+    }
+    /// Sets `validation_data` to a dataset of `(x, y)` batches.
+    pub fn validation_dataset<B: FitBatch>(mut self, data: &Dataset<B>) -> Self {
+        self.validation_data = Some(ValidationData::Batches(batches_of(data)));
+        self
+    }
+    /// Sets `steps_per_epoch`.
+    pub fn steps_per_epoch(mut self, steps: usize) -> Self {
+        self.steps_per_epoch = Some(steps);
+        self
+    }
+    /// Sets `validation_steps`.
+    pub fn validation_steps(mut self, steps: usize) -> Self {
+        self.validation_steps = Some(steps);
+        self
+    }
+    /// Sets `initial_epoch`.
+    pub fn initial_epoch(mut self, e: usize) -> Self {
+        self.initial_epoch = e;
+        self
+    }
+    /// Adds a callback.
+    pub fn callback(mut self, c: impl Callback + 'static) -> Self {
+        self.callbacks.push(Box::new(c));
+        self
+    }
+}
+
+impl Model {
+    /// One optimization step on a batch: forward under a tape, loss, gradients,
+    /// `apply_gradients`, metrics (Keras' default `train_step`).
+    pub fn default_train_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        self.compiled("fit")?;
+        let tape = GradientTape::new();
+        let y_pred = self.network.apply(x, true)?;
+        let loss = self.compute_loss(y, &y_pred)?;
+        let vars = self.network.trainable_weights();
+        let sources: Vec<Source> = vars.iter().map(Source::from).collect();
+        // A loss-scaling optimizer: scale the loss on the tape, unscale the gradients.
+        let scale = self.compiled("fit")?.optimizer.loss_scale();
+        let grads = match scale {
+            Some(s) => {
+                let scaled = loss.mul(&loss.scalar_like(s)?)?;
+                let grads = tape.gradient(&scaled, &sources)?;
+                grads
+                    .into_iter()
+                    .map(|g| g.map(|g| g.div(&g.scalar_like(s)?)).transpose())
+                    .collect::<Result<Vec<_>>>()?
+            }
+            None => tape.gradient(&loss, &sources)?,
+        };
+        drop(tape);
+        let c = self.compiled("fit")?;
+        c.optimizer
+            .apply_gradients(grads.into_iter().zip(vars).collect(), true)?;
+        self.update_metrics(y, &y_pred, &loss)
+    }
+    /// Forward in inference mode, loss and metrics (Keras' default `test_step`).
+    pub fn default_test_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        let y_pred = self.network.apply(x, false)?;
+        let loss = self.compute_loss(y, &y_pred)?;
+        self.update_metrics(y, &y_pred, &loss)
+    }
+    /// The training step in use (the default or the one set by [`Model::set_train_step`]).
+    pub fn train_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        match self.train_step_fn.take() {
+            Some(mut f) => {
+                let r = f(self, x, y);
+                self.train_step_fn = Some(f);
+                r
+            }
+            None => self.default_train_step(x, y),
+        }
+    }
+    /// The test step in use.
+    pub fn test_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        match self.test_step_fn.take() {
+            Some(mut f) => {
+                let r = f(self, x, y);
+                self.test_step_fn = Some(f);
+                r
+            }
+            None => self.default_test_step(x, y),
+        }
+    }
+
+    /// Trains for `config.epochs` epochs (Keras' `fit`), returning the history.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_keras::{layers::Dense, losses::MeanSquaredError, sequential, FitConfig, Model};
+    /// use ferroflow_optim::Sgd;
+    /// use ferroflow_tensor::Tensor;
+    /// // y = 2x - 1 from four points.
+    /// let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0], &[4, 1])?;
+    /// let y = Tensor::from_vec(vec![-1.0f32, 1.0, 3.0, 5.0], &[4, 1])?;
+    /// let mut model = Model::from(sequential![Dense::new(1)]);
+    /// model.compile(Sgd::new(0.05), MeanSquaredError::new(), &[])?;
+    /// let h = model.fit(&x, &y, FitConfig::new().epochs(300).batch_size(4).verbose(0))?;
+    /// assert!(h.get("loss").unwrap().last().unwrap() < &1e-3);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn fit(
+        &mut self,
+        x: impl Into<Data>,
+        y: impl Into<Data>,
+        mut config: FitConfig,
+    ) -> Result<History> {
+        let (x, y) = (x.into(), y.into());
+        self.compiled("fit")?;
+        if config.batch_size == 0 {
+            return Err(Error::invalid("Model.fit", "batch_size must be positive"));
+        }
+        let n = x.samples("Model.fit", "x")?;
+        if y.samples("Model.fit", "y")? != n {
+            return Err(Error::invalid(
+                "Model.fit",
+                format!(
+                    "x has {n} samples but y has {}",
+                    y.samples("Model.fit", "y")?
+                ),
+            ));
+        }
+        if !(0.0..1.0).contains(&config.validation_split) {
+            return Err(Error::invalid(
+                "Model.fit",
+                format!(
+                    "validation_split must be in [0, 1), got {}",
+                    config.validation_split
+                ),
+            ));
+        }
+        let (train_x, train_y) = match config.validation_data {
+            Some(_) => (x, y),
+            None if config.validation_split > 0.0 => {
+                let split = n - (n as f64 * config.validation_split) as usize;
+                if split == 0 || split == n {
+                    return Err(Error::invalid(
+                        "Model.fit",
+                        format!(
+                            "validation_split {} leaves an empty split of {n} samples",
+                            config.validation_split
+                        ),
+                    ));
+                }
+                config.validation_data = Some(ValidationData::Arrays(
+                    x.range(split, n)?,
+                    y.range(split, n)?,
+                ));
+                (x.range(0, split)?, y.range(0, split)?)
+            }
+            None => (x, y),
+        };
+        let n = train_x.samples("Model.fit", "x")?;
+        self.note_input_shapes(&train_x.0);
+        let seed = if config.shuffle {
+            Some(random_seed()?)
+        } else {
+            None
+        };
+        let batches = array_batches(train_x, train_y, config.batch_size, seed);
+        let steps = config
+            .steps_per_epoch
+            .unwrap_or(n.div_ceil(config.batch_size));
+        self.fit_batches(&batches, Some(steps), config)
+    }
+
+    /// Trains on a dataset whose elements are batches `(x, y)` (Keras' `fit(dataset)`): each
+    /// epoch is one pass over it (so a `shuffle` in the pipeline reshuffles every epoch),
+    /// or `steps_per_epoch` batches from one continuing iterator. `batch_size`, `shuffle` and
+    /// `validation_split` do not apply: the pipeline batches and shuffles.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_data::Dataset;
+    /// use ferroflow_keras::{layers::Dense, losses::MeanSquaredError, sequential, FitConfig, Model};
+    /// use ferroflow_optim::Sgd;
+    /// use ferroflow_tensor::Tensor;
+    /// let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0], &[4, 1])?;
+    /// let y = Tensor::from_vec(vec![-1.0f32, 1.0, 3.0, 5.0], &[4, 1])?;
+    /// let ds = Dataset::from_tensor_slices((x, y))?.shuffle(4, Some(0), true)?.batch(2, false)?;
+    /// let mut model = Model::from(sequential![Dense::new(1)]);
+    /// model.compile(Sgd::new(0.05), MeanSquaredError::new(), &[])?;
+    /// let h = model.fit_dataset(&ds, FitConfig::new().epochs(300).verbose(0))?;
+    /// assert!(h.get("loss").unwrap().last().unwrap() < &1e-3);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn fit_dataset<B: FitBatch>(
+        &mut self,
+        data: &Dataset<B>,
+        config: FitConfig,
+    ) -> Result<History> {
+        self.compiled("fit")?;
+        if config.validation_split > 0.0 {
+            return Err(Error::invalid(
+                "Model.fit",
+                "validation_split is not supported with a dataset: split the dataset \
+                 (take/skip) and pass validation_data",
+            ));
+        }
+        let steps = match (config.steps_per_epoch, data.cardinality()) {
+            (Some(s), _) => Some(s),
+            (None, Cardinality::Infinite) => {
+                return Err(Error::invalid(
+                    "Model.fit",
+                    "the dataset is infinite (repeat without a count): set steps_per_epoch",
+                ))
+            }
+            (None, Cardinality::Finite(n)) => Some(n as usize),
+            (None, Cardinality::Unknown) => None,
+        };
+        self.fit_batches(&batches_of(data), steps, config)
+    }
+
+    fn fit_batches(
+        &mut self,
+        batches: &Dataset<Batch>,
+        steps: Option<usize>,
+        mut config: FitConfig,
+    ) -> Result<History> {
+        let _scope = device_scope(&self.device().to_string())?;
+        let mut callbacks: Vec<Box<dyn Callback>> = Vec::new();
+        if config.verbose > 0 {
+            callbacks.push(Box::new(ProgbarLogger::new(config.verbose)));
+        }
+        callbacks.append(&mut config.callbacks);
+        let params = TrainParams {
+            epochs: config.epochs,
+            steps,
+            verbose: config.verbose,
+        };
+        let val = config.validation_data.take().map(|v| match v {
+            ValidationData::Arrays(x, y) => array_batches(x, y, config.batch_size.max(1), None),
+            ValidationData::Batches(d) => d,
+        });
+        let mut history = History::default();
+        self.stop_training = false;
+        for cb in &mut callbacks {
+            cb.on_train_begin(&params, self)?;
+        }
+        let mut last_logs = Logs::new();
+        let mut continuing = None;
+        for epoch in config.initial_epoch..config.epochs {
+            self.reset_metrics();
+            for cb in &mut callbacks {
+                cb.on_epoch_begin(epoch, self)?;
+            }
+            let mut fresh;
+            let it: &mut DatasetIter<Batch> = match config.steps_per_epoch {
+                Some(_) => continuing.get_or_insert_with(|| batches.iter()),
+                None => {
+                    fresh = batches.iter();
+                    &mut fresh
+                }
+            };
+            let mut logs = Logs::new();
+            let mut step = 0;
+            while config.steps_per_epoch.is_none_or(|s| step < s) {
+                let Some(batch) = it.next() else {
+                    if config.steps_per_epoch.is_some() {
+                        if config.verbose > 0 {
+                            eprintln!(
+                                "WARNING: the input ran out of data after {step} steps of epoch {}; \
+                                 interrupting training (use repeat() on the dataset)",
+                                epoch + 1
+                            );
+                        }
+                        self.stop_training = true;
+                    }
+                    break;
+                };
+                let (bx, by) = batch?;
+                let (bx, by) = self.placed((bx, by))?;
+                if by.is_empty() {
+                    return Err(Error::invalid(
+                        "Model.fit",
+                        "the data holds inputs only; fit needs (x, y) batches",
+                    ));
+                }
+                if step == 0 {
+                    self.note_input_shapes(&bx);
+                }
+                for cb in &mut callbacks {
+                    cb.on_train_batch_begin(step, self)?;
+                }
+                logs = self.train_step(&bx, &by)?;
+                for cb in &mut callbacks {
+                    cb.on_train_batch_end(step, &logs, self)?;
+                }
+                step += 1;
+                if self.stop_training {
+                    break;
+                }
+            }
+            if step == 0 && epoch == config.initial_epoch {
+                return Err(Error::invalid(
+                    "Model.fit",
+                    "the training data yielded no batch",
+                ));
+            }
+            if let Some(v) = &val {
+                let v = self.evaluate_batches(v, config.validation_steps)?;
+                for (k, value) in v.iter() {
+                    logs.set(&format!("val_{k}"), value);
+                }
+            }
+            history.record(epoch, &logs);
+            for cb in &mut callbacks {
+                cb.on_epoch_end(epoch, &logs, self)?;
+            }
+            last_logs = logs;
+            if self.stop_training {
+                break;
+            }
+        }
+        for cb in &mut callbacks {
+            cb.on_train_end(&last_logs, self)?;
+        }
+        Ok(history)
+    }
+
+    fn evaluate_batches(&mut self, batches: &Dataset<Batch>, steps: Option<usize>) -> Result<Logs> {
+        self.compiled("evaluate")?;
+        let _scope = device_scope(&self.device().to_string())?;
+        self.reset_metrics();
+        let mut logs = Logs::new();
+        let mut seen = 0;
+        for batch in batches.iter().take(steps.unwrap_or(usize::MAX)) {
+            let (bx, by) = batch?;
+            let (bx, by) = self.placed((bx, by))?;
+            if by.is_empty() {
+                return Err(Error::invalid(
+                    "Model.evaluate",
+                    "the data holds inputs only; evaluate needs (x, y) batches",
+                ));
+            }
+            logs = self.test_step(&bx, &by)?;
+            seen += 1;
+        }
+        if seen == 0 {
+            return Err(Error::invalid(
+                "Model.evaluate",
+                "the data yielded no batch",
+            ));
+        }
+        Ok(logs)
+    }
+
+    fn evaluate_data(&mut self, x: &Data, y: &Data, batch_size: usize) -> Result<Logs> {
+        self.compiled("evaluate")?;
+        if batch_size == 0 {
+            return Err(Error::invalid(
+                "Model.evaluate",
+                "batch_size must be positive",
+            ));
+        }
+        let n = x.samples("Model.evaluate", "x")?;
+        if y.samples("Model.evaluate", "y")? != n {
+            return Err(Error::invalid(
+                "Model.evaluate",
+                format!(
+                    "x has {n} samples but y has {}",
+                    y.samples("Model.evaluate", "y")?
+                ),
+            ));
+        }
+        self.evaluate_batches(&array_batches(x.clone(), y.clone(), batch_size, None), None)
+    }
+
+    /// Loss and metrics over a dataset of `(x, y)` batches in inference mode (Keras'
+    /// `evaluate(dataset)`).
+    pub fn evaluate_dataset<B: FitBatch>(&mut self, data: &Dataset<B>) -> Result<Logs> {
+        self.evaluate_batches(&batches_of(data), None)
+    }
+
+    /// The network's first output over a dataset of batches (inputs alone, or `(x, y)` whose
+    /// `y` is ignored), concatenated (Keras' `predict(dataset)`).
+    pub fn predict_dataset<B: FitBatch>(&mut self, data: &Dataset<B>) -> Result<Tensor> {
+        let _scope = device_scope(&self.device().to_string())?;
+        let mut parts = Vec::new();
+        for batch in batches_of(data).iter() {
+            let (bx, _) = self.placed((batch?.0, vec![]))?;
+            self.note_input_shapes(&bx);
+            parts.push(self.network.apply(&bx, false)?.remove(0));
+        }
+        if parts.is_empty() {
+            return Err(Error::invalid(
+                "Model.predict",
+                "the dataset yielded no batch",
+            ));
+        }
+        Tensor::concat(&parts, 0)
+    }
+
+    /// Loss and metrics over `(x, y)` in inference mode (Keras' `evaluate`).
+    pub fn evaluate(
+        &mut self,
+        x: impl Into<Data>,
+        y: impl Into<Data>,
+        batch_size: usize,
+    ) -> Result<Logs> {
+        let (x, y) = (x.into(), y.into());
+        self.evaluate_data(&x, &y, batch_size)
+    }
+
+    /// The network's outputs for `x` in inference mode, batch by batch, concatenated
+    /// (Keras' `predict`); the first output for multi-output models (see
+    /// [`Model::predict_multi`]).
+    pub fn predict(&mut self, x: impl Into<Data>, batch_size: usize) -> Result<Tensor> {
+        Ok(self.predict_multi(x, batch_size)?.remove(0))
+    }
+    /// Every output of [`Model::predict`].
+    pub fn predict_multi(&mut self, x: impl Into<Data>, batch_size: usize) -> Result<Vec<Tensor>> {
+        let x = x.into();
+        if batch_size == 0 {
+            return Err(Error::invalid(
+                "Model.predict",
+                "batch_size must be positive",
+            ));
+        }
+        let n = x.samples("Model.predict", "x")?;
+        self.note_input_shapes(&x.0);
+        let mut parts: Vec<Vec<Tensor>> = vec![];
+        for start in (0..n).step_by(batch_size) {
+            let end = (start + batch_size).min(n);
+            let _scope = device_scope(&self.device().to_string())?;
+            let out = self
+                .network
+                .apply(&self.placed((x.range(start, end)?.0, vec![]))?.0, false)?;
+            if parts.is_empty() {
+                parts = vec![vec![]; out.len()];
+            }
+            for (p, o) in parts.iter_mut().zip(out) {
+                p.push(o);
+            }
+        }
+        if parts.is_empty() {
+            return Err(Error::invalid("Model.predict", "x has no samples"));
+        }
+        parts.iter().map(|p| Tensor::concat(p, 0)).collect()
+    }
+}
