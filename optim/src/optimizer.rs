@@ -3,7 +3,9 @@
 
 use crate::schedule::Hyper;
 use ferroflow_autodiff::{GradientTape, Source};
-use ferroflow_tensor::{Axes, Error, Result, Tensor, UpdateRule, Variable};
+use ferroflow_tensor::{
+    device_has_fused, Axes, Error, FusedKernel, Result, Tensor, UpdateRule, Variable,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -312,21 +314,19 @@ pub(crate) fn try_fused(
     g: &Tensor,
     slots: &[&Variable],
 ) -> Result<bool> {
-    if core.compose_updates {
+    let w = var.peek();
+    if core.compose_updates
+        || !device_has_fused(w.device(), FusedKernel::OptimizerUpdate, w.dtype())
+    {
         return Ok(false);
     }
     let values: Vec<Tensor> = slots.iter().map(|s| s.peek()).collect();
-    match Tensor::optimizer_update(&rule, &var.peek(), g, &values) {
-        Ok((w, updated)) => {
-            for (slot, v) in slots.iter().zip(updated) {
-                slot.assign(&v)?;
-            }
-            var.assign(&w)?;
-            Ok(true)
-        }
-        Err(Error::NotSupportedByBackend { .. }) => Ok(false),
-        Err(e) => Err(e),
+    let (w, updated) = Tensor::optimizer_update(&rule, &w, g, &values)?;
+    for (slot, v) in slots.iter().zip(updated) {
+        slot.assign(&v)?;
     }
+    var.assign(&w)?;
+    Ok(true)
 }
 
 fn lr_of(h: &Hyper, core: &OptimizerCore) -> f64 {

@@ -17,11 +17,9 @@
 
 use crate::dtype::{DType, HostData};
 use crate::error::{Error, Result};
+use crate::fused::{FusedActivation, FusedKernel, UpdateRule};
 use crate::layout::Layout;
-use crate::op::{
-    ArgReduceOp, BinaryOp, CumulativeOp, FusedActivation, PoolKind, ReduceOp, UnaryOp, UpdateRule,
-    Window2d,
-};
+use crate::op::{ArgReduceOp, BinaryOp, CumulativeOp, PoolKind, ReduceOp, UnaryOp, Window2d};
 use std::any::Any;
 
 /// A buffer owned by a backend (host memory, a GPU allocation, ...).
@@ -80,6 +78,13 @@ pub trait Backend: Send + Sync + 'static {
     /// the dtypes a device supports and that the others fail with a clear error).
     fn supports_dtype(&self, _ordinal: usize, _dtype: DType) -> bool {
         true
+    }
+    /// Whether device `ordinal` has the fused kernel `kernel` for `dtype` (see
+    /// [`crate::fused`]): the tensor methods call a fused kernel only where this says yes and
+    /// compose primitives elsewhere, and a fused kernel's errors are then real errors. The
+    /// default: no fused kernels.
+    fn has_fused(&self, _ordinal: usize, _kernel: FusedKernel, _dtype: DType) -> bool {
+        false
     }
     /// The largest tensor, in bytes, device `ordinal` can hold (its memory, or the largest
     /// buffer it can allocate): bigger outputs are refused with
@@ -173,9 +178,9 @@ pub trait Backend: Send + Sync + 'static {
     /// Gradient of average pooling.
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox>;
 
-    /// Optional fused `activation(conv2d(x, filter) + bias)` (`bias` `[cout]`); the default
-    /// says the backend has none and [`crate::Tensor::fused_conv2d`] composes `conv2d`,
-    /// `add` and `relu`.
+    /// Fused `activation(conv2d(x, filter) + bias)` (`bias` `[cout]`), called where
+    /// [`Backend::has_fused`] says so; elsewhere [`crate::Tensor::fused_conv2d`] composes
+    /// `conv2d`, `add` and `relu`.
     fn fused_conv2d(
         &self,
         _x: Operand<'_>,
@@ -187,13 +192,13 @@ pub trait Backend: Send + Sync + 'static {
         Err(Error::NotSupportedByBackend {
             op: "fused_conv2d",
             backend: self.name(),
-            detail: ", callers fall back to primitives".into(),
+            detail: ", it declares no such fused kernel (`Backend::has_fused`)".into(),
         })
     }
 
-    /// Optional fused gradients of `activation(x + bias)` from the output gradient `g` and
-    /// the output `y` (same shape): `(dx, dbias)` with `dbias` summed over every axis but the
-    /// last, in one pass. The default says the backend has none and
+    /// Fused gradients of `activation(x + bias)` from the output gradient `g` and the output
+    /// `y` (same shape): `(dx, dbias)` with `dbias` summed over every axis but the last, in
+    /// one pass; called where [`Backend::has_fused`] says so, elsewhere
     /// [`crate::Tensor::bias_activation_grad`] composes `relu_grad` and `reduce_sum`.
     fn bias_activation_grad(
         &self,
@@ -204,24 +209,24 @@ pub trait Backend: Send + Sync + 'static {
         Err(Error::NotSupportedByBackend {
             op: "bias_activation_grad",
             backend: self.name(),
-            detail: ", callers fall back to primitives".into(),
+            detail: ", it declares no such fused kernel (`Backend::has_fused`)".into(),
         })
     }
 
-    /// Optional fused `min(max(x, min), max)` with constant bounds (NaN stays NaN); the
-    /// default says the backend has none and [`crate::Tensor::clip_scalar`] composes
+    /// Fused `min(max(x, min), max)` with constant bounds (NaN stays NaN), called where
+    /// [`Backend::has_fused`] says so; elsewhere [`crate::Tensor::clip_scalar`] composes
     /// `maximum` and `minimum`.
     fn clip_scalar(&self, _x: Operand<'_>, _min: f64, _max: f64) -> Result<BufferBox> {
         Err(Error::NotSupportedByBackend {
-            op: "clip_by_value",
+            op: "clip_scalar",
             backend: self.name(),
-            detail: ", callers fall back to primitives".into(),
+            detail: ", it declares no such fused kernel (`Backend::has_fused`)".into(),
         })
     }
 
-    /// Optional fused optimizer step over same-shaped `w`, `g` and the rule's slots (one pass
-    /// instead of a chain of temporaries), returning `(w', slots')`. The default says the
-    /// backend has none; optimizers then compose primitives.
+    /// Fused optimizer step over same-shaped `w`, `g` and the rule's slots (one pass instead
+    /// of a chain of temporaries), returning `(w', slots')`; called where
+    /// [`Backend::has_fused`] says so, elsewhere optimizers compose primitives.
     fn optimizer_update(
         &self,
         _rule: &UpdateRule,
@@ -232,7 +237,7 @@ pub trait Backend: Send + Sync + 'static {
         Err(Error::NotSupportedByBackend {
             op: "optimizer_update",
             backend: self.name(),
-            detail: ", callers fall back to primitives".into(),
+            detail: ", it declares no such fused kernel (`Backend::has_fused`)".into(),
         })
     }
 }

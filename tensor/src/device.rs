@@ -316,6 +316,12 @@ pub fn device_supports(device: Device, dtype: crate::DType) -> bool {
     backend_for(device).is_ok_and(|b| b.supports_dtype(device.index, dtype))
 }
 
+/// Whether `device`'s backend has the fused kernel `kernel` for `dtype`
+/// ([`Backend::has_fused`]; false when no backend serves the device).
+pub fn device_has_fused(device: Device, kernel: crate::FusedKernel, dtype: crate::DType) -> bool {
+    backend_for(device).is_ok_and(|b| b.has_fused(device.index, kernel, dtype))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

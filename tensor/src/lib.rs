@@ -9,10 +9,13 @@
 //!   device strings (`"/GPU:0"`) and [`with_device`] scopes.
 //! - [`dispatch()`](dispatch::dispatch): the one function every op runs through; it informs
 //!   [`OpObserver`]s (gradient tapes, the profiler, tracers) of each op.
-//! - [`Op`]: the primitive op vocabulary as data. There are 23 primitive kernels (the
-//!   [`Backend`] methods that compute) covering 29 unary, 21 binary, 6 reduce, 2 arg-reduce,
-//!   2 scan and 2 pool variants, plus 1 optional fused optimizer update; every other op is
-//!   composed from them (`tests/op_counts.rs` keeps these numbers true).
+//! - [`Op`]: the primitive op vocabulary as data. There are 20 primitive kernels (the
+//!   [`Backend`] methods every backend implements) covering 29 unary, 21 binary, 6 reduce,
+//!   2 arg-reduce, 2 scan and 2 pool variants; every other op is composed from them. Beside
+//!   them, 4 fused kernels ([`fused`]: the fused convolution, its bias gradient, `clip_scalar`
+//!   and the optimizer update) are optional: a backend declares them with
+//!   [`Backend::has_fused`], and callers compose primitives where it has none
+//!   (`tests/op_counts.rs` keeps these numbers true).
 //!
 //! ```
 //! ferroflow::init();
@@ -44,6 +47,7 @@ pub mod dispatch;
 mod dtype;
 mod error;
 pub mod fs;
+pub mod fused;
 pub mod layout;
 pub mod op;
 pub mod ops;
@@ -54,16 +58,16 @@ mod variable;
 
 pub use backend::{Backend, BufferBox, DeviceBuffer, Operand};
 pub use device::{
-    backend_for, current_device, device_scope, device_supports, list_devices, register_backend,
-    with_device, Device, DeviceKind, DeviceSpec,
+    backend_for, current_device, device_has_fused, device_scope, device_supports, list_devices,
+    register_backend, with_device, Device, DeviceKind, DeviceSpec,
 };
 pub use dispatch::{add_observer, push_thread_observer, OpEvent, OpObserver};
 pub use dtype::{DType, Element, HostData};
 pub use error::{Error, Result};
+pub use fused::{FusedActivation, FusedKernel, UpdateRule};
 pub use layout::Layout;
 pub use op::{
-    ArgReduceOp, BinaryOp, CumulativeOp, FusedActivation, Op, Padding, PoolKind, ReduceOp, UnaryOp,
-    UpdateRule, Window2d,
+    ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, ReduceOp, UnaryOp, Window2d,
 };
 pub use ops::{Axes, SliceSpec};
 pub use tensor::{

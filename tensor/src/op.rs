@@ -1,11 +1,13 @@
 //! The op vocabulary: every primitive op as data, with its TensorFlow name.
 //!
-//! Backends implement these; gradient functions, the profiler and tracers match on [`Op`].
+//! Backends implement these; gradient functions, the profiler and tracers match on [`Op`]
+//! (which also names the optional fused kernels of [`crate::fused`], so observers see them).
 //! Everything else (softmax, one_hot, top_k, gather_nd, logsumexp, ...) is composed from
 //! them in [`crate::ops`]. The primitive count is stated in the crate docs; keep it small.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::fused::{FusedActivation, UpdateRule};
 
 macro_rules! op_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),* $(,)? }) => {
@@ -233,15 +235,6 @@ op_enum!(
     }
 );
 
-/// The activation a fused convolution applies after its bias ([`Op::FusedConv2d`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FusedActivation {
-    /// None: `conv2d(x, f) + bias`.
-    Linear,
-    /// `max(conv2d(x, f) + bias, 0)`.
-    Relu,
-}
-
 /// TF's padding modes for convolution and pooling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Padding {
@@ -370,87 +363,6 @@ impl Window2d {
     }
 }
 
-/// One optimizer step's rule and scalars for the fused `optimizer_update` kernel: the new
-/// variable and slots from the old ones and the gradient, element by element, in one pass.
-/// Slots are passed and returned in the order listed per variant.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum UpdateRule {
-    /// Slots `[v]`: `v' = m·v - lr·g; w' = w + v'` (nesterov: `w' = w + m·v' - lr·g`).
-    SgdMomentum {
-        /// Learning rate.
-        lr: f64,
-        /// Momentum.
-        momentum: f64,
-        /// Nesterov momentum.
-        nesterov: bool,
-    },
-    /// Slots [m, v]: `m' = β1 m + (1-β1) g; v' = β2 v + (1-β2) g²;
-    /// w' = w - decay·w - lr_t·m'/(√v' + ε)` (bias corrections folded into `lr_t`).
-    Adam {
-        /// `lr·√(1-β2^t)/(1-β1^t)`.
-        lr_t: f64,
-        /// β1.
-        beta_1: f64,
-        /// β2.
-        beta_2: f64,
-        /// ε.
-        epsilon: f64,
-        /// Decoupled weight decay times the learning rate (0 for Adam).
-        decay: f64,
-    },
-    /// Slots `[ms]` or, centered, `[ms, mg]`: `ms' = ρ ms + (1-ρ) g²` (`mg' = ρ mg + (1-ρ) g`);
-    /// `w' = w - lr·g/√(ms' [- mg'²] + ε)`.
-    RmsProp {
-        /// Learning rate.
-        lr: f64,
-        /// ρ.
-        rho: f64,
-        /// ε.
-        epsilon: f64,
-        /// Centered variant (two slots).
-        centered: bool,
-    },
-    /// Slots `[acc]`: `acc' = acc + g²; w' = w - lr·g/(√acc' + ε)`.
-    Adagrad {
-        /// Learning rate.
-        lr: f64,
-        /// ε.
-        epsilon: f64,
-    },
-    /// Slots [acc, acc_u]: `acc' = ρ acc + (1-ρ) g²; u = √(acc_u + ε)/√(acc' + ε)·g;
-    /// acc_u' = ρ acc_u + (1-ρ) u²; w' = w - lr·u`.
-    Adadelta {
-        /// Learning rate.
-        lr: f64,
-        /// ρ.
-        rho: f64,
-        /// ε.
-        epsilon: f64,
-    },
-    /// Slots [m, u]: `m' = β1 m + (1-β1) g; u' = max(β2 u, |g|); w' = w - lr_t·m'/(u' + ε)`.
-    Adamax {
-        /// `lr/(1-β1^t)`.
-        lr_t: f64,
-        /// β1.
-        beta_1: f64,
-        /// β2.
-        beta_2: f64,
-        /// ε.
-        epsilon: f64,
-    },
-}
-
-impl UpdateRule {
-    /// How many slot tensors the rule reads and returns.
-    pub fn num_slots(&self) -> usize {
-        match self {
-            UpdateRule::SgdMomentum { .. } | UpdateRule::Adagrad { .. } => 1,
-            UpdateRule::RmsProp { centered, .. } => 1 + *centered as usize,
-            UpdateRule::Adam { .. } | UpdateRule::Adadelta { .. } | UpdateRule::Adamax { .. } => 2,
-        }
-    }
-}
-
 /// One primitive op with its attributes, as observers (tapes, profiler, tracers) see it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -562,13 +474,12 @@ pub enum Op {
     /// 2-D convolution, NHWC input, HWIO filter; inputs [x, filter].
     Conv2d(Window2d),
     /// `activation(conv2d(x, filter) + bias)` in one kernel (TF's `_FusedConv2D` with
-    /// BiasAdd and an optional Relu); inputs [x, filter, bias]. An optional fused kernel,
-    /// see [`crate::Backend::fused_conv2d`].
+    /// BiasAdd and an optional Relu); inputs [x, filter, bias]. A fused kernel, not a
+    /// primitive ([`crate::fused`]).
     FusedConv2d(Window2d, FusedActivation),
     /// The gradients of `activation(x + bias)` (bias along the last axis) from the output's
     /// gradient `g` and the output `y`: inputs [g, y], outputs [dx, dbias] (TF's `ReluGrad`
-    /// and `BiasAddGrad` in one pass). An optional fused kernel, see
-    /// [`crate::Backend::bias_activation_grad`].
+    /// and `BiasAddGrad` in one pass). A fused kernel, not a primitive ([`crate::fused`]).
     BiasActivationGrad(FusedActivation),
     /// Gradient of conv2d w.r.t. its input; inputs [filter, dy].
     Conv2dBackpropInput(Window2d),
@@ -580,10 +491,11 @@ pub enum Op {
     MaxPoolGrad(Window2d),
     /// Gradient of average pooling; input `[dy]`.
     AvgPoolGrad(Window2d),
-    /// Fused optimizer step; inputs [w, g, slots..], outputs [w', slots'..] (not differentiable).
+    /// Fused optimizer step; inputs [w, g, slots..], outputs [w', slots'..] (not
+    /// differentiable). A fused kernel, not a primitive ([`crate::fused`]).
     OptimizerUpdate(UpdateRule),
     /// `min(max(x, min), max)` with constant bounds in one pass (`tf.clip_by_value` with
-    /// scalar bounds); an optional fused kernel, see [`crate::Backend::clip_scalar`].
+    /// scalar bounds). A fused kernel, not a primitive ([`crate::fused`]).
     ClipScalar {
         /// Lower bound.
         min: f64,

@@ -1,7 +1,9 @@
 //! The op counts the crate documentation states are the real ones: a new primitive must
 //! update the docs (and CONTRIBUTING.md's table of places) in the same change.
 
-use ferroflow_tensor::{ArgReduceOp, BinaryOp, CumulativeOp, PoolKind, ReduceOp, UnaryOp};
+use ferroflow_tensor::{
+    ArgReduceOp, BinaryOp, CumulativeOp, FusedKernel, PoolKind, ReduceOp, UnaryOp,
+};
 
 const LIB_DOC: &str = include_str!("../src/lib.rs");
 const BACKEND: &str = include_str!("../src/backend.rs");
@@ -61,7 +63,8 @@ fn the_op_counts_in_the_crate_doc_are_current() {
     );
     assert_eq!(stated("scan"), CumulativeOp::ALL.len(), "scans");
     assert_eq!(stated("pool"), PoolKind::ALL.len(), "pool kinds");
-    // Every Backend method computes, except these (a new one that does not is added here).
+    // Every Backend method is a primitive kernel, except the fused kernels and these (a new
+    // method that computes nothing is added here).
     let not_kernels = [
         "name",
         "device_count",
@@ -69,22 +72,29 @@ fn the_op_counts_in_the_crate_doc_are_current() {
         "download",
         "device_description",
         "supports_dtype",
+        "has_fused",
         "memory_bytes",
         "can_allocate",
         "synchronize",
-        "optimizer_update",
     ];
     let methods = backend_methods();
+    let fused: Vec<&str> = FusedKernel::ALL.iter().map(|k| k.name()).collect();
+    for name in &fused {
+        assert!(
+            methods.iter().any(|m| m == name),
+            "fused kernel {name} is no Backend method: {methods:?}"
+        );
+    }
     let kernels = methods
         .iter()
-        .filter(|m| !not_kernels.contains(&m.as_str()))
+        .filter(|m| !not_kernels.contains(&m.as_str()) && !fused.contains(&m.as_str()))
         .count();
     assert_eq!(
         stated("primitive"),
         kernels,
         "primitive kernels: {methods:?}"
     );
-    assert_eq!(stated("optional"), 1, "the fused optimizer update");
+    assert_eq!(stated("fused"), fused.len(), "fused kernels");
 }
 
 /// The sources that define `Tensor`'s op methods.

@@ -50,7 +50,7 @@ pub fn isa() -> &'static str {
 use buffer::out;
 use ferroflow_tensor::{
     ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, FusedActivation,
-    HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
+    FusedKernel, HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
 };
 use std::sync::Arc;
 
@@ -89,6 +89,16 @@ impl Backend for CpuBackend {
     }
     fn device_count(&self) -> usize {
         1
+    }
+    /// Every fused kernel: the convolution ones for every float dtype (half precision
+    /// computes in f32), `clip_scalar` for every numeric dtype, the optimizer update for f32
+    /// and f64 (half-precision variables are rare: mixed precision keeps them in f32).
+    fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
+        match kernel {
+            FusedKernel::FusedConv2d | FusedKernel::BiasActivationGrad => dtype.is_float(),
+            FusedKernel::ClipScalar => dtype != DType::Bool,
+            FusedKernel::OptimizerUpdate => matches!(dtype, DType::F32 | DType::F64),
+        }
     }
     fn memory_bytes(&self, _ordinal: usize) -> Option<u64> {
         physical_memory_bytes()

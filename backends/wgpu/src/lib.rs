@@ -47,8 +47,8 @@ mod shaders;
 pub use buffer::WgpuBuffer;
 
 use ferroflow_tensor::{
-    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, Error, HostData,
-    Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
+    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, Error, FusedKernel,
+    HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
 };
 use gpu::{backend_error, Gpu};
 use ops::In;
@@ -261,6 +261,11 @@ impl Backend for WgpuBackend {
             ),
             None => "wgpu".into(),
         }
+    }
+    /// The fused optimizer update, for f32 (the dtype of trainable variables, also under
+    /// mixed precision); the other fused kernels are composed from primitives here.
+    fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
+        kernel == FusedKernel::OptimizerUpdate && dtype == DType::F32
     }
     fn supports_dtype(&self, ordinal: usize, dtype: DType) -> bool {
         match dtype {

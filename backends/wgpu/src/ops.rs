@@ -1505,8 +1505,8 @@ pub(crate) fn avg_pool_grad(dy: &In<'_>, w: &Window2d) -> Result<WgpuBuffer> {
 // ---------------------------------------------------------------- fused optimizer step
 
 /// One optimizer step per element (`Backend::optimizer_update`): the rule's formula in one
-/// kernel instead of a chain of primitives. float32, contiguous operands; anything else is
-/// "not supported", and the optimizer composes primitives instead.
+/// kernel instead of a chain of primitives, on float32 operands of one GPU (what
+/// `has_fused` declares); strided views are made dense first.
 pub(crate) fn optimizer_update(
     rule: &UpdateRule,
     w: &In<'_>,
@@ -1515,20 +1515,44 @@ pub(crate) fn optimizer_update(
 ) -> Result<(WgpuBuffer, Vec<WgpuBuffer>)> {
     let gpu = w.gpu();
     let all: Vec<&In<'_>> = [w, g].into_iter().chain(slots).collect();
-    if all
-        .iter()
-        .any(|x| x.elem() != Elem::F32 || x.op.layout.contiguous_range().is_none())
-        || slots.len() != rule.num_slots()
-        || all.iter().any(|x| !Arc::ptr_eq(x.gpu(), gpu))
-    {
-        return Err(Error::NotSupportedByBackend {
-            op: "optimizer_update",
-            backend: "wgpu",
-            detail:
-                " for these operands (float32, dense, one device), callers fall back to primitives"
-                    .into(),
-        });
+    if let Some(x) = all.iter().find(|x| x.elem() != Elem::F32) {
+        return Err(unsupported_on(gpu, "optimizer_update", x.elem().dtype()));
     }
+    if all.iter().any(|x| !Arc::ptr_eq(x.gpu(), gpu)) {
+        return Err(backend_error(
+            "optimizer_update: operands live on different GPUs; move them with `to_device`",
+        ));
+    }
+    if slots.len() != rule.num_slots() {
+        return Err(Error::invalid(
+            "optimizer_update",
+            format!(
+                "{rule:?} takes {} slots, got {}",
+                rule.num_slots(),
+                slots.len()
+            ),
+        ));
+    }
+    // Each operand as (buffer, element offset): views that are not one dense range are
+    // copied to a dense buffer first.
+    let dense_copies: Vec<Option<WgpuBuffer>> = all
+        .iter()
+        .map(|x| match x.op.layout.contiguous_range() {
+            Some(_) => Ok(None),
+            None => copy(x).map(Some),
+        })
+        .collect::<Result<_>>()?;
+    let operands: Vec<(&wgpu::Buffer, usize)> = all
+        .iter()
+        .zip(&dense_copies)
+        .map(|(x, c)| match c {
+            Some(c) => (c.raw(), 0),
+            None => (
+                x.buf.raw(),
+                x.op.layout.contiguous_range().map_or(0, |(off, _)| off),
+            ),
+        })
+        .collect();
     let (name, p, body): (&str, [f64; 5], &str) = match *rule {
         UpdateRule::SgdMomentum {
             lr,
@@ -1650,11 +1674,10 @@ pub(crate) fn optimizer_update(
     for (i, v) in p.iter().enumerate() {
         params = params.set(4 + i, (*v as f32).to_bits());
     }
-    for (i, x) in all.iter().enumerate() {
-        let (off, _) = x.op.layout.contiguous_range().expect("checked above");
-        params = params.set(12 + i, off as u32);
+    for (i, (_, off)) in operands.iter().enumerate() {
+        params = params.set(12 + i, *off as u32);
     }
-    let inputs: Vec<&wgpu::Buffer> = all.iter().map(|x| x.buf.raw()).collect();
+    let inputs: Vec<&wgpu::Buffer> = operands.iter().map(|(b, _)| *b).collect();
     let mut outputs = vec![nw.raw()];
     outputs.extend(new_slots.iter().map(|s| s.raw()));
     run_map(gpu, &k, params, &inputs, &outputs, false, n)?;

@@ -1,9 +1,10 @@
-//! The fused `optimizer_update` kernel against each rule's formula (a backend without the
-//! kernel must say so with `NotSupportedByBackend`).
+//! The fused `optimizer_update` kernel against each rule's formula, on the dtypes the
+//! backend declares it for (`Backend::has_fused`); elsewhere the call must be refused with
+//! `NotSupportedByBackend` without reaching the backend.
 
 use super::harness::*;
 use super::reference::RefArray;
-use crate::{DType, Device, Error, Tensor, UpdateRule};
+use crate::{device_has_fused, DType, Device, Error, FusedKernel, Tensor, UpdateRule};
 use proptest::prelude::*;
 
 /// One element of a rule in f64: returns w' and updates the slots.
@@ -131,7 +132,8 @@ fn centered_mean(rule: &UpdateRule, v: &[f64], m: Vec<f64>) -> Vec<f64> {
     m.iter().zip(v).map(|(m, v)| m * 0.5 * v.sqrt()).collect()
 }
 
-/// Every rule on random same-shaped w, g and slots (second moments ≥ 0) in f32 and f64.
+/// Every rule on random same-shaped w, g and slots (second moments ≥ 0) in f32 and f64, each
+/// operand a random view (transposed, reversed, strided, offset).
 pub fn optimizer_update(device: &Device) {
     let strat = array(3, 5, -2.0, 2.0).prop_flat_map(|w| {
         let n = w.data.len();
@@ -142,57 +144,68 @@ pub fn optimizer_update(device: &Device) {
             prop::collection::vec(0.05..1.0f64, n),
             any::<bool>(),
             0..8usize,
+            prop::collection::vec(view_kind(), 4),
         )
     });
-    check("optimizer_update", strat, |(w, g, s0, s1, f64_, ri)| {
-        let rule = rules()[ri];
-        let dtype = if f64_ {
-            exact_float(device)
-        } else {
-            DType::F32
-        };
-        let q = |d: &[f64]| RefArray::new(&w.shape, quantize(dtype, d));
-        let (w, g) = (q(&w.data), q(&g));
-        // Slots hold positive values: second moments, accumulators (and valid first moments).
-        let s1 = centered_mean(&rule, &s0, s1);
-        let slots: Vec<RefArray> = [s0, s1]
-            .iter()
-            .take(rule.num_slots())
-            .map(|v| q(v))
-            .collect();
-        let t = |a: &RefArray| make_tensor(device, dtype, a, ViewKind::Contiguous);
-        let (tw, tg) = (ok("w", t(&w))?, ok("g", t(&g))?);
-        let ts = slots
-            .iter()
-            .map(|s| ok("slot", t(s)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (nw, ns) = match Tensor::optimizer_update(&rule, &tw, &tg, &ts) {
-            Err(Error::NotSupportedByBackend { .. }) => return Ok(()),
-            r => ok("optimizer_update", r)?,
-        };
-        let n = w.data.len();
-        let mut want_w = vec![0.0; n];
-        let mut want_s = vec![vec![0.0; n]; slots.len()];
-        for i in 0..n {
-            let mut st: Vec<f64> = slots.iter().map(|s| s.data[i]).collect();
-            want_w[i] = reference(&rule, w.data[i], g.data[i], &mut st);
-            for (k, v) in st.into_iter().enumerate() {
-                want_s[k][i] = v;
+    check(
+        "optimizer_update",
+        strat,
+        |(w, g, s0, s1, f64_, ri, views)| {
+            let rule = rules()[ri];
+            let dtype = if f64_ {
+                exact_float(device)
+            } else {
+                DType::F32
+            };
+            let q = |d: &[f64]| RefArray::new(&w.shape, quantize(dtype, d));
+            let (w, g) = (q(&w.data), q(&g));
+            // Slots hold positive values: second moments, accumulators (and valid first moments).
+            let s1 = centered_mean(&rule, &s0, s1);
+            let slots: Vec<RefArray> = [s0, s1]
+                .iter()
+                .take(rule.num_slots())
+                .map(|v| q(v))
+                .collect();
+            let t = |a: &RefArray, view: ViewKind| make_tensor(device, dtype, a, view);
+            let (tw, tg) = (ok("w", t(&w, views[0]))?, ok("g", t(&g, views[1]))?);
+            let ts = slots
+                .iter()
+                .zip(&views[2..])
+                .map(|(s, &view)| ok("slot", t(s, view)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let result = Tensor::optimizer_update(&rule, &tw, &tg, &ts);
+            if !device_has_fused(*device, FusedKernel::OptimizerUpdate, dtype) {
+                prop_assert!(
+                    matches!(result, Err(Error::NotSupportedByBackend { .. })),
+                    "optimizer_update on {dtype}, which the backend does not declare: {result:?}"
+                );
+                return Ok(());
             }
-        }
-        let eps = epsilon(dtype);
-        assert_close(&format!("{rule:?} w"), &nw, &q(&want_w), 64.0, 64.0 * eps)?;
-        for (k, (got, want)) in ns.iter().zip(&want_s).enumerate() {
-            assert_close(
-                &format!("{rule:?} slot {k}"),
-                got,
-                &q(want),
-                16.0,
-                16.0 * eps,
-            )?;
-        }
-        Ok(())
-    });
+            let (nw, ns) = ok("optimizer_update", result)?;
+            let n = w.data.len();
+            let mut want_w = vec![0.0; n];
+            let mut want_s = vec![vec![0.0; n]; slots.len()];
+            for i in 0..n {
+                let mut st: Vec<f64> = slots.iter().map(|s| s.data[i]).collect();
+                want_w[i] = reference(&rule, w.data[i], g.data[i], &mut st);
+                for (k, v) in st.into_iter().enumerate() {
+                    want_s[k][i] = v;
+                }
+            }
+            let eps = epsilon(dtype);
+            assert_close(&format!("{rule:?} w"), &nw, &q(&want_w), 64.0, 64.0 * eps)?;
+            for (k, (got, want)) in ns.iter().zip(&want_s).enumerate() {
+                assert_close(
+                    &format!("{rule:?} slot {k}"),
+                    got,
+                    &q(want),
+                    16.0,
+                    16.0 * eps,
+                )?;
+            }
+            Ok(())
+        },
+    );
     // Past the kernels' chunking and threading thresholds: every rule over 100k elements
     // (f32), each element checked.
     let n = 100_003;
@@ -219,10 +232,11 @@ pub fn optimizer_update(device: &Device) {
             .iter()
             .map(|v| upload(v))
             .collect();
-        let (nw, ns) = match Tensor::optimizer_update(&rule, &upload(&w), &upload(&g), &slots) {
-            Err(Error::NotSupportedByBackend { .. }) => continue,
-            r => r.expect("optimizer_update"),
-        };
+        if !device_has_fused(*device, FusedKernel::OptimizerUpdate, DType::F32) {
+            break;
+        }
+        let (nw, ns) = Tensor::optimizer_update(&rule, &upload(&w), &upload(&g), &slots)
+            .expect("optimizer_update");
         let got_w = nw.to_f64_vec().expect("read");
         let got_s: Vec<Vec<f64>> = ns.iter().map(|t| t.to_f64_vec().expect("read")).collect();
         for i in 0..n {
@@ -250,4 +264,94 @@ pub fn optimizer_update(device: &Device) {
     // A wrong slot count is an error, not a panic.
     let one = Tensor::from_host_on(crate::HostData::F32(vec![1.0]), &[1], *device).expect("upload");
     assert!(Tensor::optimizer_update(&rules()[2], &one, &one, std::slice::from_ref(&one)).is_err());
+}
+
+/// The fused kernels a device declares are for dtypes it supports, and every fused op's
+/// tensor method runs on every dtype the device supports whether or not it declares the
+/// kernel (composed from primitives where it does not), agreeing with the composition.
+pub fn declared_fused_kernels(device: &Device) {
+    for &kernel in FusedKernel::ALL {
+        for dtype in DType::ALL {
+            if device_has_fused(*device, kernel, dtype) {
+                assert!(
+                    crate::device_supports(*device, dtype),
+                    "{device} declares {} for {dtype}, a dtype it does not support",
+                    kernel.name()
+                );
+            }
+        }
+    }
+    for dtype in DType::ALL {
+        if !crate::device_supports(*device, dtype) || dtype == DType::Bool {
+            continue;
+        }
+        let t = Tensor::from_host_on(
+            crate::HostData::from_f64_slice(dtype, &[-3.0, -1.0, 0.0, 2.0, 5.0, 7.0]),
+            &[1, 2, 3, 1],
+            *device,
+        )
+        .expect("upload");
+        let fused = t.clip_scalar(-1.0, 4.0).expect("clip_scalar");
+        let composed = t
+            .maximum(&t.scalar_like(-1.0).expect("scalar"))
+            .and_then(|m| m.minimum(&t.scalar_like(4.0)?))
+            .expect("composed clip");
+        assert_eq!(
+            fused.to_f64_vec().expect("read"),
+            composed.to_f64_vec().expect("read"),
+            "clip_scalar on {dtype}"
+        );
+        if !dtype.is_float() {
+            continue;
+        }
+        let bias = Tensor::from_host_on(
+            crate::HostData::from_f64_slice(dtype, &[0.5]),
+            &[1],
+            *device,
+        )
+        .expect("upload");
+        let f = Tensor::from_host_on(
+            crate::HostData::from_f64_slice(dtype, &[2.0]),
+            &[1, 1, 1, 1],
+            *device,
+        )
+        .expect("upload");
+        let y = t
+            .fused_conv2d(
+                &f,
+                &bias,
+                crate::FusedActivation::Relu,
+                [1, 1],
+                crate::Padding::Valid,
+                [1, 1],
+            )
+            .expect("fused_conv2d");
+        let want = t
+            .conv2d(&f, [1, 1], crate::Padding::Valid, [1, 1])
+            .and_then(|c| c.add(&bias))
+            .and_then(|c| c.relu())
+            .expect("composed conv2d");
+        assert_eq!(
+            y.to_f64_vec().expect("read"),
+            want.to_f64_vec().expect("read"),
+            "fused_conv2d on {dtype}"
+        );
+        let (dx, db) = t
+            .bias_activation_grad(&y, crate::FusedActivation::Relu)
+            .expect("bias_activation_grad");
+        let want_dx = t.relu_grad(&y).expect("relu_grad");
+        let want_db = want_dx
+            .reduce_sum(crate::Axes::List(vec![0, 1, 2]), false)
+            .expect("sum");
+        assert_eq!(
+            dx.to_f64_vec().expect("read"),
+            want_dx.to_f64_vec().expect("read"),
+            "dx on {dtype}"
+        );
+        assert_eq!(
+            db.to_f64_vec().expect("read"),
+            want_db.to_f64_vec().expect("read"),
+            "dbias on {dtype}"
+        );
+    }
 }

@@ -69,6 +69,7 @@ macro_rules! conformance_tests {
             random_statistics => creation::random_statistics,
             variables => creation::variables,
             optimizer_update => fused::optimizer_update,
+            declared_fused_kernels => fused::declared_fused_kernels,
             never_panics => robustness::never_panics,
             hostile_arguments => robustness::hostile_arguments,
         );

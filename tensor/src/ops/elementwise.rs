@@ -1,9 +1,11 @@
 //! Elementwise ops: unary math, binary arithmetic/comparison/logic with NumPy broadcasting,
 //! `cast`, `select` (TF `where`), `clip_by_value`, and the activations composed from them.
 
+use crate::device::device_has_fused;
 use crate::dispatch::dispatch;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::fused::FusedKernel;
 use crate::layout::broadcast_shapes;
 use crate::op::{BinaryOp, Op, UnaryOp};
 use crate::tensor::Tensor;
@@ -229,7 +231,10 @@ impl Tensor {
                 expected: "a numeric dtype",
             });
         }
-        let fused = dispatch(
+        if !device_has_fused(self.device(), FusedKernel::ClipScalar, self.dtype()) {
+            return self.clip_by_value(&self.scalar_like(min)?, &self.scalar_like(max)?);
+        }
+        dispatch(
             || Op::ClipScalar { min, max },
             &[self],
             |p| {
@@ -245,13 +250,7 @@ impl Tensor {
                     p.device,
                 ))
             },
-        );
-        match fused {
-            Err(Error::NotSupportedByBackend { .. }) => {
-                self.clip_by_value(&self.scalar_like(min)?, &self.scalar_like(max)?)
-            }
-            other => other,
-        }
+        )
     }
 
     /// `max(x, alpha·x)` (`tf.nn.leaky_relu`, alpha 0.2 in TF).

@@ -1,15 +1,18 @@
-//! Fused optimizer updates: an optional backend kernel that does in one pass what a chain of
-//! primitives does in many (optimizers fall back to the chain when a backend has none).
+//! Fused optimizer updates: an optional backend kernel ([`crate::fused`]) that does in one
+//! pass what a chain of primitives does in many (optimizers compose the chain where the
+//! backend has none).
 
+use crate::device::{backend_for, device_has_fused};
 use crate::dispatch::dispatch;
 use crate::error::{Error, Result};
-use crate::op::{Op, UpdateRule};
+use crate::fused::{FusedKernel, UpdateRule};
+use crate::op::Op;
 use crate::tensor::Tensor;
 
 impl Tensor {
     /// One optimizer step by `rule` on variable value `w`, gradient `g` and the rule's
     /// slots, returning `(w', slots')`. `Err(NotSupportedByBackend)` when the backend has no
-    /// fused kernel.
+    /// fused kernel for the dtype (ask [`crate::device_has_fused`] first).
     pub fn optimizer_update(
         rule: &UpdateRule,
         w: &Tensor,
@@ -48,6 +51,16 @@ impl Tensor {
                 op: "optimizer_update",
                 dtype: w.dtype(),
                 expected: "a float dtype",
+            });
+        }
+        if !device_has_fused(w.device(), FusedKernel::OptimizerUpdate, w.dtype()) {
+            return Err(Error::NotSupportedByBackend {
+                op: "optimizer_update",
+                backend: backend_for(w.device())?.name(),
+                detail: format!(
+                    ", {}: it declares no fused optimizer update for it (`Backend::has_fused`)",
+                    w.dtype()
+                ),
             });
         }
         let mut inputs = vec![w, g];

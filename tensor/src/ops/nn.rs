@@ -1,11 +1,13 @@
 //! Neural-network ops: conv2d (NHWC input, HWIO filter) and its two backprop primitives,
 //! max/avg pooling and their gradients, softmax and log_softmax.
 
+use crate::device::device_has_fused;
 use crate::dispatch::{dispatch, Placement};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::fused::{FusedActivation, FusedKernel};
 use crate::layout::normalize_axis;
-use crate::op::{FusedActivation, Op, Padding, PoolKind, Window2d};
+use crate::op::{Op, Padding, PoolKind, Window2d};
 use crate::ops::Axes;
 use crate::tensor::Tensor;
 
@@ -161,7 +163,16 @@ impl Tensor {
             });
         }
         let shape = [x[0], w.output[0], w.output[1], cout];
-        let fused = dispatch(
+        if !device_has_fused(self.device(), FusedKernel::FusedConv2d, self.dtype()) {
+            let y = self
+                .conv2d(filter, strides, padding, dilations)?
+                .add(bias)?;
+            return match activation {
+                FusedActivation::Linear => Ok(y),
+                FusedActivation::Relu => y.relu(),
+            };
+        }
+        dispatch(
             || Op::FusedConv2d(w.clone(), activation),
             &[self, filter, bias],
             |p| {
@@ -184,19 +195,7 @@ impl Tensor {
                     p.device,
                 ))
             },
-        );
-        match fused {
-            Err(Error::NotSupportedByBackend { .. }) => {
-                let y = self
-                    .conv2d(filter, strides, padding, dilations)?
-                    .add(bias)?;
-                match activation {
-                    FusedActivation::Linear => Ok(y),
-                    FusedActivation::Relu => y.relu(),
-                }
-            }
-            other => other,
-        }
+        )
     }
 
     /// The gradients of `y = activation(x + bias)` (bias along the last axis, as
@@ -246,8 +245,11 @@ impl Tensor {
             // dx is g itself: nothing to fuse.
             return composed(self.clone());
         }
+        if !device_has_fused(self.device(), FusedKernel::BiasActivationGrad, self.dtype()) {
+            return composed(self.relu_grad(y)?);
+        }
         let channels = self.shape()[self.rank() - 1];
-        let fused = dispatch(
+        dispatch(
             || Op::BiasActivationGrad(activation),
             &[self, y],
             |p| {
@@ -259,11 +261,7 @@ impl Tensor {
                     Tensor::from_buffer(db, &[channels], self.dtype(), p.backend, p.device),
                 ))
             },
-        );
-        match fused {
-            Err(Error::NotSupportedByBackend { .. }) => composed(self.relu_grad(y)?),
-            other => other,
-        }
+        )
     }
 
     /// Gradient of [`Tensor::conv2d`] with respect to its input of shape `input_shape`
