@@ -6,7 +6,7 @@ use ferroflow_tensor::{Result, Tensor};
 /// The same values, cut off from every tape (`tf.stop_gradient`): a new tensor identity over
 /// the same storage that no tape has seen produced.
 pub fn stop_gradient(x: &Tensor) -> Tensor {
-    Tensor::from_storage(x.storage().clone(), x.layout().clone(), x.dtype())
+    x.with_new_id()
 }
 
 /// Runs `forward` on `inputs` without recording its inner ops, and records one node whose

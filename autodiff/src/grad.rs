@@ -202,6 +202,9 @@ pub(crate) fn backward(
         // sort: route each value's gradient back to where it came from.
         Op::Sort { axis, .. } => vec![Some(unpermute(&g, &outputs[1], *axis)?)],
         Op::Copy => vec![Some(g)],
+        // The gradient goes back to the device the input came from.
+        Op::ToDevice { .. } => vec![Some(g.to_device(inputs[0].device())?)],
+        Op::ToHost => vec![None],
         // conv2d: dx = backprop_input(f, g), df = backprop_filter(x, g).
         Op::Conv2d(w) => conv2d_grads(w, &inputs[0], &inputs[1], &g, [need(0), need(1)])?,
         // y = act(conv2d(x, f) + b): the gradient through the activation (ReLU: where y > 0,

@@ -105,7 +105,7 @@ impl Recorder {
 
 impl OpObserver for Recorder {
     fn on_op(&self, e: &OpEvent<'_>) {
-        if matches!(e.op, Op::Constant) {
+        if matches!(e.op, Op::Constant | Op::ToHost) {
             return;
         }
         let inputs: Vec<Tensor> = e.inputs.iter().map(|t| (*t).clone()).collect();

@@ -162,8 +162,7 @@ pub fn device_scope(spec: &str) -> Result<DeviceScope> {
 
 /// Runs `f` with new tensors placed on `spec` (`with tf.device(spec): f()`).
 ///
-/// ```
-/// # ferroflow::init();
+/// ```no_run
 /// use ferroflow_tensor::{with_device, Tensor};
 /// let t = with_device("/CPU:0", || Tensor::zeros(&[2], ferroflow_tensor::DType::F32)).unwrap().unwrap();
 /// assert_eq!(t.device().to_string(), "/device:CPU:0");
@@ -216,8 +215,7 @@ impl Drop for TensorLimitScope {
 /// claimed by a file cannot make ferroflow allocate more than the file can justify
 /// (`Model::load` bounds each tensor by what its weight files hold).
 ///
-/// ```
-/// # ferroflow::init();
+/// ```no_run
 /// use ferroflow_tensor::{device::tensor_limit_scope, DType, Tensor};
 /// let _limit = tensor_limit_scope(1 << 20);
 /// assert!(Tensor::zeros(&[1024], DType::F32).is_ok());
@@ -314,6 +312,12 @@ pub fn list_devices() -> Vec<(Device, String)> {
 /// serves the device).
 pub fn device_supports(device: Device, dtype: crate::DType) -> bool {
     backend_for(device).is_ok_and(|b| b.supports_dtype(device.index, dtype))
+}
+
+/// Waits until the work queued on `device` has finished (asynchronous backends queue
+/// kernels; a no-op on the CPU): for timing, as TF's `context.async_wait()`.
+pub fn synchronize(device: Device) -> crate::Result<()> {
+    backend_for(device)?.synchronize(device.index)
 }
 
 /// Whether `device`'s backend has the fused kernel `kernel` for `dtype`

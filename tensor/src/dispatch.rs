@@ -148,6 +148,12 @@ impl OpOutputs for Tensor {
         vec![self.clone()]
     }
 }
+/// A read to the host: observers see the op with no tensor output.
+impl OpOutputs for crate::HostData {
+    fn to_list(&self) -> Vec<Tensor> {
+        vec![]
+    }
+}
 impl OpOutputs for (Tensor, Tensor) {
     fn to_list(&self) -> Vec<Tensor> {
         vec![self.0.clone(), self.1.clone()]

@@ -43,7 +43,7 @@ impl FusedKernel {
     }
 }
 
-/// The activation a fused convolution applies after its bias ([`Op::FusedConv2d`]).
+/// The activation a fused convolution applies after its bias ([`crate::Op::FusedConv2d`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FusedActivation {
     /// None: `conv2d(x, f) + bias`.

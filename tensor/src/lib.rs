@@ -17,14 +17,14 @@
 //!   [`Backend::has_fused`], and callers compose primitives where it has none
 //!   (`tests/op_counts.rs` keeps these numbers true).
 //!
-//! ```
-//! ferroflow::init();
-//! use ferroflow::{Tensor, DType};
+//! ```no_run
+//! // A backend registered first: `ferroflow::init()` (the facade).
+//! use ferroflow_tensor::{Tensor, DType};
 //! let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, -4.0], &[2, 2])?;
 //! let y = x.relu()?.reduce_sum(1, false)?;
 //! assert_eq!(y.to_vec::<f32>()?, vec![1.0, 3.0]);
 //! assert!(x.add(&Tensor::zeros(&[2], DType::F64)?).is_err()); // no implicit promotion
-//! # Ok::<(), ferroflow::Error>(())
+//! # Ok::<(), ferroflow_tensor::Error>(())
 //! ```
 //!
 //! # Features
@@ -59,7 +59,7 @@ mod variable;
 pub use backend::{Backend, BufferBox, DeviceBuffer, Operand};
 pub use device::{
     backend_for, current_device, device_has_fused, device_scope, device_supports, list_devices,
-    register_backend, with_device, Device, DeviceKind, DeviceSpec,
+    register_backend, synchronize, with_device, Device, DeviceKind, DeviceSpec,
 };
 pub use dispatch::{add_observer, push_thread_observer, OpEvent, OpObserver};
 pub use dtype::{DType, Element, HostData};
@@ -70,9 +70,7 @@ pub use op::{
     ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, ReduceOp, UnaryOp, Window2d,
 };
 pub use ops::{Axes, SliceSpec};
-pub use tensor::{
-    live_tensor_bytes, peak_tensor_bytes, reset_peak_tensor_bytes, Storage, Tensor, TensorId,
-};
+pub use tensor::{live_tensor_bytes, peak_tensor_bytes, reset_peak_tensor_bytes, Tensor, TensorId};
 pub use variable::{Variable, VariableAggregation, VariableSynchronization};
 
 pub use half::{bf16, f16};

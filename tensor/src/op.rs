@@ -469,8 +469,16 @@ pub enum Op {
         /// Largest first.
         descending: bool,
     },
-    /// Dense copy of a view, or a copy to another device.
+    /// Dense copy of a view on its device.
     Copy,
+    /// A copy to another device; input `[x]`, the output on `to` (the transfer goes through
+    /// the host). Host data reaching a device is [`Op::Constant`].
+    ToDevice {
+        /// The destination.
+        to: crate::device::Device,
+    },
+    /// A tensor's elements read back to the host; input `[x]`, no tensor output.
+    ToHost,
     /// 2-D convolution, NHWC input, HWIO filter; inputs [x, filter].
     Conv2d(Window2d),
     /// `activation(conv2d(x, filter) + bias)` in one kernel (TF's `_FusedConv2D` with
@@ -533,6 +541,8 @@ impl Op {
             Op::Cumulative { op, .. } => op.name(),
             Op::Sort { .. } => "sort",
             Op::Copy => "copy",
+            Op::ToDevice { .. } => "to_device",
+            Op::ToHost => "to_host",
             Op::Conv2d(_) => "conv2d",
             Op::FusedConv2d(..) => "fused_conv2d",
             Op::BiasActivationGrad(_) => "bias_activation_grad",

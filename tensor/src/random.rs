@@ -4,13 +4,13 @@
 //! Numbers come from the Philox-4x32-10 counter-based generator (the one TF uses), computed
 //! on the host and uploaded; generation is cheap next to what consumes it.
 //!
-//! ```
-//! ferroflow::init();
-//! use ferroflow::{random, DType};
+//! ```no_run
+//! // A backend registered first: `ferroflow::init()` (the facade).
+//! use ferroflow_tensor::{random, DType};
 //! let a = random::stateless_normal(&[3], [1, 2], 0.0, 1.0, DType::F32)?;
 //! let b = random::stateless_normal(&[3], [1, 2], 0.0, 1.0, DType::F32)?;
 //! assert_eq!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
-//! # Ok::<(), ferroflow::Error>(())
+//! # Ok::<(), ferroflow_tensor::Error>(())
 //! ```
 
 use crate::dtype::{DType, HostData};

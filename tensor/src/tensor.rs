@@ -24,8 +24,8 @@ pub fn live_tensor_bytes() -> usize {
 /// The most bytes live tensor buffers held at once since the last
 /// [`reset_peak_tensor_bytes`] (TF's `get_memory_info(...)["peak"]`).
 ///
-/// ```
-/// ferroflow::init();
+/// ```no_run
+/// // A backend registered first: `ferroflow::init()` (the facade).
 /// use ferroflow_tensor::{peak_tensor_bytes, reset_peak_tensor_bytes, DType, Tensor};
 /// reset_peak_tensor_bytes();
 /// let t = Tensor::zeros(&[1024], DType::F32)?;
@@ -53,8 +53,9 @@ impl TensorId {
     }
 }
 
-/// A buffer on a device, shared by every view of it.
-pub struct Storage {
+/// A buffer on a device, shared by every view of it. Internal to the crate: backends see
+/// buffers only as [`Operand`]s handed to their kernels, and return fresh ones.
+pub(crate) struct Storage {
     buffer: BufferBox,
     backend: Arc<dyn Backend>,
     device: Device,
@@ -63,7 +64,7 @@ pub struct Storage {
 
 impl Storage {
     /// Wraps a backend buffer (counted in [`live_tensor_bytes`] until dropped).
-    pub fn new(buffer: BufferBox, backend: Arc<dyn Backend>, device: Device) -> Storage {
+    pub(crate) fn new(buffer: BufferBox, backend: Arc<dyn Backend>, device: Device) -> Storage {
         let bytes = buffer.size_in_bytes();
         let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
         PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
@@ -73,10 +74,6 @@ impl Storage {
             device,
             bytes,
         }
-    }
-    /// The backend buffer.
-    pub fn buffer(&self) -> &dyn crate::backend::DeviceBuffer {
-        self.buffer.as_ref()
     }
 }
 
@@ -96,21 +93,21 @@ struct Inner {
 /// An n-dimensional array of one [`DType`] on one [`Device`]. Cloning is cheap (an `Arc`);
 /// tensors are values: ops return new tensors, views share storage.
 ///
-/// ```
-/// ferroflow::init();
-/// use ferroflow::Tensor;
+/// ```no_run
+/// // A backend registered first: `ferroflow::init()` (the facade).
+/// use ferroflow_tensor::Tensor;
 /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
 /// let y = x.matmul(&x)?;
 /// assert_eq!(y.to_vec::<f32>()?, vec![7.0, 10.0, 15.0, 22.0]);
 /// println!("{y}"); // tf.Tensor([[ 7. 10.] [15. 22.]], shape=(2, 2), dtype=float32)
-/// # Ok::<(), ferroflow::Error>(())
+/// # Ok::<(), ferroflow_tensor::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Tensor(Arc<Inner>);
 
 impl Tensor {
     /// A tensor over `storage` viewed through `layout` (used by ops and backends).
-    pub fn from_storage(storage: Arc<Storage>, layout: Layout, dtype: DType) -> Tensor {
+    pub(crate) fn from_storage(storage: Arc<Storage>, layout: Layout, dtype: DType) -> Tensor {
         Tensor(Arc::new(Inner {
             id: TensorId::next(),
             storage,
@@ -119,7 +116,7 @@ impl Tensor {
         }))
     }
     /// A tensor over a fresh dense kernel output of `shape`.
-    pub fn from_buffer(
+    pub(crate) fn from_buffer(
         buffer: BufferBox,
         shape: &[usize],
         dtype: DType,
@@ -289,29 +286,35 @@ impl Tensor {
         &self.0.layout
     }
     /// The backend that owns the storage.
-    pub fn backend(&self) -> &Arc<dyn Backend> {
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
         &self.0.storage.backend
     }
-    /// The shared storage.
-    pub fn storage(&self) -> &Arc<Storage> {
-        &self.0.storage
-    }
     /// This tensor as a kernel input.
-    pub fn operand(&self) -> Operand<'_> {
+    pub(crate) fn operand(&self) -> Operand<'_> {
         Operand {
             buffer: self.0.storage.buffer.as_ref(),
             layout: &self.0.layout,
             dtype: self.0.dtype,
         }
     }
+    /// The same values, view and storage under a new [`TensorId`], so no tape has seen it
+    /// produced (what `tf.stop_gradient` returns); nothing is copied.
+    pub fn with_new_id(&self) -> Tensor {
+        Tensor::from_storage(self.0.storage.clone(), self.0.layout.clone(), self.0.dtype)
+    }
     /// True when two tensors share storage.
     pub fn shares_storage_with(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.0.storage, &other.0.storage)
     }
 
-    /// Reads the elements back to the host, dense and row-major.
+    /// Reads the elements back to the host, dense and row-major (observers see a
+    /// [`Op::ToHost`]).
     pub fn to_host(&self) -> Result<HostData> {
-        self.backend().download(self.operand())
+        dispatch(
+            || Op::ToHost,
+            &[self],
+            |p| p.backend.download(self.operand()),
+        )
     }
     /// The elements as a `Vec<T>`; `T` must match the dtype.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
@@ -337,17 +340,35 @@ impl Tensor {
         }
         Ok(self.to_vec::<T>()?[0])
     }
-    /// Copies to another device (`tf.identity` under another device scope).
+    /// Copies to another device (`tf.identity` under another device scope); observers see
+    /// one [`Op::ToDevice`] timed over the whole transfer.
     pub fn to_device(&self, device: Device) -> Result<Tensor> {
         if device == self.device() {
             return Ok(self.clone());
         }
-        let host = self.to_host()?;
-        let shape = self.shape().to_vec();
-        let backend = crate::device::backend_for(device)?;
-        let buffer = backend.upload(device.index(), host)?;
-        let out = Tensor::from_buffer(buffer, &shape, self.dtype(), &backend, device);
-        dispatch(|| Op::Copy, &[self], |_| Ok(out))
+        let to = crate::device::backend_for(device)?;
+        dispatch(
+            || Op::ToDevice { to: device },
+            &[self],
+            |p| {
+                crate::device::check_allocation(
+                    "to_device",
+                    self.shape(),
+                    self.dtype(),
+                    device,
+                    to.as_ref(),
+                )?;
+                let host = p.backend.download(self.operand())?;
+                let buffer = to.upload(device.index(), host)?;
+                Ok(Tensor::from_buffer(
+                    buffer,
+                    self.shape(),
+                    self.dtype(),
+                    &to,
+                    device,
+                ))
+            },
+        )
     }
     /// A dense copy (contiguous, own storage).
     pub fn contiguous(&self) -> Result<Tensor> {

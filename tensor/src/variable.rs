@@ -49,13 +49,13 @@ struct Inner {
 
 /// A named, shared, mutable tensor, like `tf.Variable`. Clones share the same state.
 ///
-/// ```
-/// ferroflow::init();
-/// use ferroflow::{Tensor, Variable};
+/// ```no_run
+/// // A backend registered first: `ferroflow::init()` (the facade).
+/// use ferroflow_tensor::{Tensor, Variable};
 /// let v = Variable::new("w", Tensor::from_slice(&[1.0f32, 2.0])?);
 /// v.assign_add(&Tensor::from_slice(&[0.5f32, 0.5])?)?;
 /// assert_eq!(v.value().to_vec::<f32>()?, vec![1.5, 2.5]);
-/// # Ok::<(), ferroflow::Error>(())
+/// # Ok::<(), ferroflow_tensor::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Variable(Arc<Inner>);

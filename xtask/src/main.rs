@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: the project's automation.
 //!
-//! - `ci`: format check, clippy with warnings denied, the docs with warnings denied, the
+//! - `ci`: the dependency direction between the crates (`deps`), format check, clippy with
+//!   warnings denied, the docs with warnings denied, the
 //!   README's test command, the CPU backend's tests again under `FERROFLOW_CPU_ISA=avx2` and
 //!   `scalar`, the fuzz targets, then the examples (each exits non-zero when its result is
 //!   wrong).
@@ -18,6 +19,7 @@ mod bench;
 mod bench_data;
 mod bench_mixed;
 mod bench_numpy;
+mod deps;
 mod fuzz;
 mod gpu;
 
@@ -44,7 +46,8 @@ fn run_with(cmd: &str, args: &[&str], env: &[(&str, &str)]) -> bool {
 }
 
 fn ci() -> bool {
-    run("cargo", &["fmt", "--all", "--", "--check"])
+    deps::run()
+        && run("cargo", &["fmt", "--all", "--", "--check"])
         && run(
             "cargo",
             &[
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let ok = match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("deps") => deps::run(),
         Some("bench") => bench::run(&args[1..]),
         Some("gpu") => gpu::run(&args[1..]),
         Some("fuzz") => fuzz::run(&args[1..]),

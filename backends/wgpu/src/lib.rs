@@ -12,7 +12,6 @@
 //!   error naming the dtype and the device.
 //!
 //! ```no_run
-//! ferroflow_cpu::register();
 //! ferroflow_wgpu::register();
 //! use ferroflow_tensor::{with_device, Tensor};
 //! let y = with_device("/GPU:0", || -> ferroflow_tensor::Result<Vec<f32>> {

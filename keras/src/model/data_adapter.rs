@@ -99,7 +99,7 @@ impl FitBatch for Tensor {
     }
 }
 
-/// Validation data of [`FitConfig`]: arrays, batched with `fit`'s batch size, or a dataset
+/// Validation data of [`FitConfig`](super::FitConfig): arrays, batched with `fit`'s batch size, or a dataset
 /// of batches.
 pub enum ValidationData {
     /// Inputs and targets with the samples along dimension 0.

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use crate::layer::{Layer, LayerBase};
 
 /// A stack of layers, each feeding the next (`tf.keras.Sequential`). It is a [`Layer`];
-/// wrap it in a [`Model`] (`Model::from(seq)`) to compile and fit it.
+/// wrap it in a [`Model`](super::Model) (`Model::from(seq)`) to compile and fit it.
 ///
 /// ```
 /// ferroflow::init();

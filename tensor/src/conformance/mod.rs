@@ -80,7 +80,12 @@ macro_rules! conformance_tests {
             fn $name() {
                 let device: Option<$crate::Device> = $device;
                 if let Some(device) = device {
-                    $crate::conformance::$($path)::+(&device);
+                    // Under the device's scope: what a case creates without naming a device
+                    // lands on the device under test, and no other backend is needed.
+                    $crate::with_device(&device.to_string(), || {
+                        $crate::conformance::$($path)::+(&device)
+                    })
+                    .expect("the device under test is registered");
                 }
             }
         )*

@@ -215,13 +215,13 @@ impl Tensor {
     /// Clips to constant bounds, `minimum(maximum(x, min), max)` (NaN stays NaN), in one pass
     /// where the backend has the fused kernel, else composed. Bounds convert to the dtype.
     ///
-    /// ```
-    /// ferroflow::init();
-    /// let x = ferroflow::Tensor::from_vec(vec![-2.0f64, 0.5, 3.0, f64::NAN], &[4])?;
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// let x = ferroflow_tensor::Tensor::from_vec(vec![-2.0f64, 0.5, 3.0, f64::NAN], &[4])?;
     /// let c = x.clip_scalar(-1.0, 1.0)?.to_vec::<f64>()?;
     /// assert_eq!(&c[..3], &[-1.0, 0.5, 1.0]);
     /// assert!(c[3].is_nan());
-    /// # Ok::<(), ferroflow::Error>(())
+    /// # Ok::<(), ferroflow_tensor::Error>(())
     /// ```
     pub fn clip_scalar(&self, min: f64, max: f64) -> Result<Tensor> {
         if self.dtype() == DType::Bool {

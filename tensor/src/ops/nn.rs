@@ -131,15 +131,15 @@ impl Tensor {
     /// has it, so the convolution's output is written once; else the three ops composed.
     /// `bias` is `[out_channels]` in the input's dtype.
     ///
-    /// ```
-    /// ferroflow::init();
-    /// use ferroflow::{FusedActivation, Padding, Tensor};
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::{FusedActivation, Padding, Tensor};
     /// let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, -4.0], &[1, 2, 2, 1])?;
     /// let f = Tensor::from_vec(vec![1.0f32], &[1, 1, 1, 1])?;
     /// let b = Tensor::from_vec(vec![0.5f32], &[1])?;
     /// let y = x.fused_conv2d(&f, &b, FusedActivation::Relu, [1, 1], Padding::Valid, [1, 1])?;
     /// assert_eq!(y.to_vec::<f32>()?, vec![1.5, 0.0, 3.5, 0.0]);
-    /// # Ok::<(), ferroflow::Error>(())
+    /// # Ok::<(), ferroflow_tensor::Error>(())
     /// ```
     pub fn fused_conv2d(
         &self,
@@ -204,15 +204,15 @@ impl Tensor {
     /// over every axis but the last. One pass where the backend has the fused kernel (TF's
     /// `ReluGrad` + `BiasAddGrad`), else composed.
     ///
-    /// ```
-    /// ferroflow::init();
-    /// use ferroflow::{FusedActivation, Tensor};
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::{FusedActivation, Tensor};
     /// let g = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
     /// let y = Tensor::from_vec(vec![0.5f32, 0.0, 1.0, 2.0], &[2, 2])?;
     /// let (dx, db) = g.bias_activation_grad(&y, FusedActivation::Relu)?;
     /// assert_eq!(dx.to_vec::<f32>()?, vec![1.0, 0.0, 3.0, 4.0]);
     /// assert_eq!(db.to_vec::<f32>()?, vec![4.0, 4.0]);
-    /// # Ok::<(), ferroflow::Error>(())
+    /// # Ok::<(), ferroflow_tensor::Error>(())
     /// ```
     pub fn bias_activation_grad(
         &self,
@@ -531,8 +531,8 @@ impl Tensor {
     /// precision computes numerically sensitive parts (softmax, losses, normalization
     /// statistics).
     ///
-    /// ```
-    /// ferroflow::init();
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
     /// use ferroflow_tensor::{DType, Tensor};
     /// let h = Tensor::ones(&[2], DType::BF16)?;
     /// assert_eq!(h.upcast_half()?.dtype(), DType::F32);

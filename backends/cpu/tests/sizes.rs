@@ -3,13 +3,13 @@
 //! never a wrapped dimension, a panic, an abort or a hang (the conformance suite's
 //! `hostile_arguments` throws random such arguments at every op on every backend).
 
-use ferroflow::{DType, Error, Padding, SliceSpec, Tensor};
+use ferroflow_tensor::{DType, Error, Padding, SliceSpec, Tensor};
 
 fn init() {
-    ferroflow::init();
+    ferroflow_cpu::register();
 }
 
-fn refused(what: &str, r: ferroflow::Result<Tensor>) -> Error {
+fn refused(what: &str, r: ferroflow_tensor::Result<Tensor>) -> Error {
     match r {
         Ok(t) => panic!("{what}: accepted, shape {:?}", t.shape()),
         Err(e) => e,

@@ -2,7 +2,7 @@
 //! observers stay on their thread, re-entrant ops are not reported twice, and variable reads
 //! are announced.
 
-use ferroflow::{
+use ferroflow_tensor::{
     add_observer, push_thread_observer, Op, OpEvent, OpObserver, Tensor, TensorId, Variable,
 };
 use std::sync::{Arc, Mutex};
@@ -19,7 +19,9 @@ struct Recorder {
 impl OpObserver for Recorder {
     fn on_op(&self, e: &OpEvent<'_>) {
         // An op run while notifying must not be reported again (no recursion).
-        let _ = e.outputs[0].add(&e.outputs[0]);
+        if let Some(y) = e.outputs.first() {
+            let _ = y.add(y);
+        }
         self.ops.lock().unwrap().push((
             e.op.name().to_string(),
             e.inputs.iter().map(|t| t.id()).collect(),
@@ -33,7 +35,7 @@ impl OpObserver for Recorder {
 
 #[test]
 fn thread_observer_sees_each_op_once_with_ids() {
-    ferroflow::init();
+    ferroflow_cpu::register();
     let x = Tensor::from_slice(&[1.0f32, 2.0]).unwrap();
     let rec = Arc::new(Recorder::default());
     let guard = push_thread_observer(rec.clone());
@@ -55,6 +57,8 @@ fn thread_observer_sees_each_op_once_with_ids() {
             .unwrap(),
     );
     assert!(z.is_err(), "[2] @ [1,2] needs rank 2");
+    // Reading back to the host is an op too (a profiler sees transfers).
+    assert_eq!(y.to_vec::<f32>().unwrap().len(), 2);
     let v = Variable::new("w", x.clone());
     let _ = v.value();
     // Another thread's ops are not seen by this thread's observer.
@@ -70,6 +74,11 @@ fn thread_observer_sees_each_op_once_with_ids() {
     assert_eq!(ops[0].2, vec![y.id()]);
     assert!(!names.contains(&"add"), "re-entrant op reported: {names:?}");
     assert!(
+        ops.iter()
+            .any(|(n, i, o)| n == "to_host" && i == &vec![y.id()] && o.is_empty()),
+        "the read to the host is not reported: {names:?}"
+    );
+    assert!(
         !names.contains(&"neg"),
         "other thread or post-guard op reported: {names:?}"
     );
@@ -78,7 +87,7 @@ fn thread_observer_sees_each_op_once_with_ids() {
 
 #[test]
 fn global_observer_sees_other_threads_and_op_attributes() {
-    ferroflow::init();
+    ferroflow_cpu::register();
     let rec = Arc::new(Recorder::default());
     let seen = Arc::new(Mutex::new(Vec::new()));
     struct Attrs(Arc<Mutex<Vec<Op>>>);
@@ -106,13 +115,13 @@ fn global_observer_sees_other_threads_and_op_attributes() {
 
 #[test]
 fn live_tensor_bytes_return_to_baseline() {
-    ferroflow::init();
+    ferroflow_cpu::register();
     // Other tests in this binary run in parallel with small tensors (well under 1 MiB), so
     // compare with that much slack around one 4 MiB allocation.
     let slack = 1 << 20;
-    let before = ferroflow::live_tensor_bytes();
-    let t = Tensor::zeros(&[1 << 20], ferroflow::DType::F32).unwrap();
-    assert!(ferroflow::live_tensor_bytes() + slack >= before + (4 << 20));
+    let before = ferroflow_tensor::live_tensor_bytes();
+    let t = Tensor::zeros(&[1 << 20], ferroflow_tensor::DType::F32).unwrap();
+    assert!(ferroflow_tensor::live_tensor_bytes() + slack >= before + (4 << 20));
     let view = t.reshape(&[1024, 1024]).unwrap();
     assert!(
         view.shares_storage_with(&t),
@@ -120,25 +129,25 @@ fn live_tensor_bytes_return_to_baseline() {
     );
     drop(t);
     drop(view);
-    assert!(ferroflow::live_tensor_bytes() < before + slack);
+    assert!(ferroflow_tensor::live_tensor_bytes() < before + slack);
 }
 
 #[test]
 fn device_strings_and_scopes() {
-    ferroflow::init();
-    let t = ferroflow::with_device("/job:localhost/replica:0/task:0/device:CPU:0", || {
+    ferroflow_cpu::register();
+    let t = ferroflow_tensor::with_device("/job:localhost/replica:0/task:0/device:CPU:0", || {
         Tensor::scalar(1.0f32)
     })
     .unwrap()
     .unwrap();
-    assert_eq!(t.device(), ferroflow::Device::CPU);
-    let e = ferroflow::device_scope("/GPU:0")
+    assert_eq!(t.device(), ferroflow_tensor::Device::CPU);
+    let e = ferroflow_tensor::device_scope("/GPU:0")
         .err()
         .expect("no GPU backend in this build")
         .to_string();
     assert!(e.contains("GPU:0") && e.contains("feature"), "{e}");
-    assert!(ferroflow::device_scope("/TPU:0").is_err());
-    assert!(ferroflow::list_devices()
+    assert!(ferroflow_tensor::device_scope("/TPU:0").is_err());
+    assert!(ferroflow_tensor::list_devices()
         .iter()
-        .any(|(d, b)| *d == ferroflow::Device::CPU && b == "cpu"));
+        .any(|(d, b)| *d == ferroflow_tensor::Device::CPU && b == "cpu"));
 }

@@ -98,3 +98,47 @@ fn unsupported_dtypes_are_errors_naming_dtype_and_device() {
 fn want_f(v: &[i64]) -> Vec<f32> {
     v.iter().map(|&x| x as f32).collect()
 }
+
+/// Transfers are ops: an observer (a profiler) sees `to_device` and the read back to the
+/// host, and a gradient taken through `to_device` arrives on the device its source lives on.
+#[test]
+fn transfers_are_observed_ops_and_gradients_cross_back() {
+    use ferroflow_autodiff::GradientTape;
+    use ferroflow_tensor::{push_thread_observer, Op, OpEvent, OpObserver};
+    use std::sync::{Arc, Mutex};
+    let Some(gpu) = common::wgpu_device() else {
+        return;
+    };
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<(Op, Device)>>);
+    impl OpObserver for Seen {
+        fn on_op(&self, e: &OpEvent<'_>) {
+            self.0.lock().unwrap().push((e.op.clone(), e.device));
+        }
+    }
+    let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0]).expect("cpu");
+    let seen = Arc::new(Seen::default());
+    let guard = push_thread_observer(seen.clone());
+    let g = x.to_device(gpu).expect("to gpu");
+    assert_eq!(g.to_vec::<f32>().expect("read"), [1.0, -2.0, 3.0]);
+    drop(guard);
+    let ops = seen.0.lock().unwrap().clone();
+    assert!(
+        ops.contains(&(Op::ToDevice { to: gpu }, Device::CPU)),
+        "{ops:?}"
+    );
+    assert!(ops.contains(&(Op::ToHost, gpu)), "{ops:?}");
+
+    let tape = GradientTape::new();
+    tape.watch(&x);
+    let y = x
+        .to_device(gpu)
+        .and_then(|t| t.square())
+        .and_then(|t| t.reduce_sum(0, false))
+        .expect("forward on the GPU");
+    let dx = tape.gradient(&y, &[(&x).into()]).expect("gradient")[0]
+        .clone()
+        .expect("x is watched");
+    assert_eq!(dx.device(), Device::CPU, "the gradient lives where x lives");
+    assert_eq!(dx.to_vec::<f32>().expect("read"), [2.0, -4.0, 6.0]);
+}
