@@ -313,7 +313,7 @@ impl Gpu {
         };
         let module = if trusted {
             // SAFETY: trusted kernels guard every buffer index against the sizes they are
-            // dispatched with and have loops bounded by those sizes (reviewed in gemm.rs).
+            // dispatched with and have loops bounded by those sizes (reviewed in kernels/gemm.rs).
             unsafe {
                 self.device
                     .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())

@@ -38,9 +38,8 @@
 
 mod buffer;
 mod elem;
-mod gemm;
 mod gpu;
-mod ops;
+mod kernels;
 mod shaders;
 
 pub use buffer::WgpuBuffer;
@@ -50,7 +49,7 @@ use ferroflow_tensor::{
     HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
 };
 use gpu::{backend_error, Gpu};
-use ops::In;
+use kernels::In;
 use std::sync::{Arc, OnceLock};
 
 /// One adapter wgpu found, as [`adapters`] lists it (see there for an example).
@@ -278,34 +277,38 @@ impl Backend for WgpuBackend {
         self.gpu(ordinal).ok().map(|g| g.max_binding)
     }
     fn upload(&self, ordinal: usize, data: HostData) -> Result<BufferBox> {
-        boxed(ops::upload(&self.gpu(ordinal)?, data)?)
+        boxed(kernels::movement::upload(&self.gpu(ordinal)?, data)?)
     }
     fn download(&self, x: Operand<'_>) -> Result<HostData> {
-        ops::download(&In::new(x)?)
+        kernels::movement::download(&In::new(x)?)
     }
     fn synchronize(&self, ordinal: usize) -> Result<()> {
         self.gpu(ordinal)?.wait()
     }
     fn copy(&self, x: Operand<'_>) -> Result<BufferBox> {
-        boxed(ops::copy(&In::new(x)?)?)
+        boxed(kernels::movement::copy(&In::new(x)?)?)
     }
     fn unary(&self, op: UnaryOp, x: Operand<'_>) -> Result<BufferBox> {
-        boxed(ops::unary(op, &In::new(x)?)?)
+        boxed(kernels::elementwise::unary(op, &In::new(x)?)?)
     }
     fn binary(&self, op: BinaryOp, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox> {
-        boxed(ops::binary(op, &In::new(lhs)?, &In::new(rhs)?)?)
+        boxed(kernels::elementwise::binary(
+            op,
+            &In::new(lhs)?,
+            &In::new(rhs)?,
+        )?)
     }
     fn reduce(&self, op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<BufferBox> {
-        boxed(ops::reduce(op, &In::new(x)?, axes)?)
+        boxed(kernels::reduce::reduce(op, &In::new(x)?, axes)?)
     }
     fn arg_reduce(&self, op: ArgReduceOp, x: Operand<'_>, axis: usize) -> Result<BufferBox> {
-        boxed(ops::arg_reduce(op, &In::new(x)?, axis)?)
+        boxed(kernels::reduce::arg_reduce(op, &In::new(x)?, axis)?)
     }
     fn cast(&self, x: Operand<'_>, to: DType) -> Result<BufferBox> {
-        boxed(ops::cast(&In::new(x)?, to)?)
+        boxed(kernels::elementwise::cast(&In::new(x)?, to)?)
     }
     fn matmul(&self, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox> {
-        boxed(gemm::matmul(&In::new(lhs)?, &In::new(rhs)?)?)
+        boxed(kernels::gemm::matmul(&In::new(lhs)?, &In::new(rhs)?)?)
     }
     fn select(
         &self,
@@ -313,14 +316,18 @@ impl Backend for WgpuBackend {
         on_true: Operand<'_>,
         on_false: Operand<'_>,
     ) -> Result<BufferBox> {
-        boxed(ops::select(
+        boxed(kernels::movement::select(
             &In::new(cond)?,
             &In::new(on_true)?,
             &In::new(on_false)?,
         )?)
     }
     fn gather(&self, x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Result<BufferBox> {
-        boxed(ops::gather(&In::new(x)?, &In::new(indices)?, axis)?)
+        boxed(kernels::index::gather(
+            &In::new(x)?,
+            &In::new(indices)?,
+            axis,
+        )?)
     }
     fn scatter_add(
         &self,
@@ -329,7 +336,7 @@ impl Backend for WgpuBackend {
         shape: &[usize],
         axis: usize,
     ) -> Result<BufferBox> {
-        boxed(ops::scatter_add(
+        boxed(kernels::index::scatter_add(
             &In::new(indices)?,
             &In::new(updates)?,
             shape,
@@ -341,10 +348,10 @@ impl Backend for WgpuBackend {
             .iter()
             .map(|&x| In::new(x))
             .collect::<Result<Vec<_>>>()?;
-        boxed(ops::concat(&ins, axis)?)
+        boxed(kernels::movement::concat(&ins, axis)?)
     }
     fn pad(&self, x: Operand<'_>, paddings: &[(usize, usize)], value: f64) -> Result<BufferBox> {
-        boxed(ops::pad(&In::new(x)?, paddings, value)?)
+        boxed(kernels::movement::pad(&In::new(x)?, paddings, value)?)
     }
     fn cumulative(
         &self,
@@ -354,7 +361,13 @@ impl Backend for WgpuBackend {
         exclusive: bool,
         reverse: bool,
     ) -> Result<BufferBox> {
-        boxed(ops::cumulative(op, &In::new(x)?, axis, exclusive, reverse)?)
+        boxed(kernels::scan::cumulative(
+            op,
+            &In::new(x)?,
+            axis,
+            exclusive,
+            reverse,
+        )?)
     }
     fn sort(
         &self,
@@ -362,11 +375,11 @@ impl Backend for WgpuBackend {
         axis: usize,
         descending: bool,
     ) -> Result<(BufferBox, BufferBox)> {
-        let (v, i) = ops::sort(&In::new(x)?, axis, descending)?;
+        let (v, i) = kernels::scan::sort(&In::new(x)?, axis, descending)?;
         Ok((Box::new(v), Box::new(i)))
     }
     fn conv2d(&self, x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
-        boxed(gemm::conv2d(&In::new(x)?, &In::new(filter)?, w)?)
+        boxed(kernels::gemm::conv2d(&In::new(x)?, &In::new(filter)?, w)?)
     }
     fn conv2d_backprop_input(
         &self,
@@ -374,7 +387,7 @@ impl Backend for WgpuBackend {
         dy: Operand<'_>,
         w: &Window2d,
     ) -> Result<BufferBox> {
-        boxed(gemm::conv2d_backprop_input(
+        boxed(kernels::gemm::conv2d_backprop_input(
             &In::new(filter)?,
             &In::new(dy)?,
             w,
@@ -387,7 +400,7 @@ impl Backend for WgpuBackend {
         filter_shape: [usize; 4],
         w: &Window2d,
     ) -> Result<BufferBox> {
-        boxed(gemm::conv2d_backprop_filter(
+        boxed(kernels::gemm::conv2d_backprop_filter(
             &In::new(x)?,
             &In::new(dy)?,
             filter_shape,
@@ -395,13 +408,17 @@ impl Backend for WgpuBackend {
         )?)
     }
     fn pool2d(&self, kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
-        boxed(ops::pool2d(kind, &In::new(x)?, w)?)
+        boxed(kernels::pool::pool2d(kind, &In::new(x)?, w)?)
     }
     fn max_pool_grad(&self, x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
-        boxed(ops::max_pool_grad(&In::new(x)?, &In::new(dy)?, w)?)
+        boxed(kernels::pool::max_pool_grad(
+            &In::new(x)?,
+            &In::new(dy)?,
+            w,
+        )?)
     }
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
-        boxed(ops::avg_pool_grad(&In::new(dy)?, w)?)
+        boxed(kernels::pool::avg_pool_grad(&In::new(dy)?, w)?)
     }
     fn optimizer_update(
         &self,
@@ -414,7 +431,7 @@ impl Backend for WgpuBackend {
             .iter()
             .map(|&x| In::new(x))
             .collect::<Result<Vec<_>>>()?;
-        let (nw, ns) = ops::optimizer_update(rule, &In::new(w)?, &In::new(g)?, &s)?;
+        let (nw, ns) = kernels::optimizer::optimizer_update(rule, &In::new(w)?, &In::new(g)?, &s)?;
         Ok((
             Box::new(nw),
             ns.into_iter().map(|b| Box::new(b) as BufferBox).collect(),

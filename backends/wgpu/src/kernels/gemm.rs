@@ -7,15 +7,15 @@
 //! convolution products, whose "matrices" are computed from NHWC tensors on the fly
 //! (im2col without materialising it).
 
+use super::{output, In};
 use crate::elem::{Elem, Params};
 use crate::gpu::{backend_error, Gpu, Kernel};
-use crate::ops::{output, In};
 use crate::shaders::{fill, kernel_source, GEO_LIB};
 use ferroflow_tensor::{DType, Layout, Operand, ReduceOp, Result, Window2d};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Tile {
+pub(crate) struct Tile {
     bm: u32,
     bn: u32,
     bk: u32,
@@ -23,21 +23,21 @@ struct Tile {
     tn: u32,
 }
 
-const BIG: Tile = Tile {
+pub(crate) const BIG: Tile = Tile {
     bm: 128,
     bn: 128,
     bk: 8,
     tm: 8,
     tn: 8,
 };
-const MID: Tile = Tile {
+pub(crate) const MID: Tile = Tile {
     bm: 64,
     bn: 64,
     bk: 8,
     tm: 4,
     tn: 4,
 };
-const SMALL: Tile = Tile {
+pub(crate) const SMALL: Tile = Tile {
     bm: 32,
     bn: 32,
     bk: 8,
@@ -59,7 +59,7 @@ fn pick_tile(m: usize, n: usize, batch: usize) -> Tile {
 
 /// How the kernel reads its operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Reads {
+pub(crate) enum Reads {
     /// Through `load_a(base, m, k)` / `load_b(base, k, n)`, one element at a time; `a_m_fast`
     /// and `b_k_fast` pick which index consecutive threads walk (the operand's contiguous one).
     Scalar { a_m_fast: bool, b_k_fast: bool },
@@ -225,19 +225,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     s
 }
 
-/// Builds (once) the GEMM kernel with the given operand readers.
-#[allow(clippy::too_many_arguments)]
-fn gemm_kernel(
-    gpu: &Arc<Gpu>,
-    key: &str,
+/// The full GEMM source: operands of storage types `a` and `b`, output `out`, read as
+/// `reads` says through `loaders` (the WGSL defining `setup`, `a_base`, `b_base` and, for
+/// scalar reads, `load_a`/`load_b`).
+pub(crate) fn gemm_full_source(
     t: Tile,
-    a: Elem,
-    b: Elem,
-    out: Elem,
+    (a, b, out): (Elem, Elem, Elem),
     reads: Reads,
     loaders: &str,
-) -> Result<Arc<Kernel>> {
-    let key = format!("{key}_{t:?}_{a:?}{b:?}{out:?}_{reads:?}");
+) -> String {
     let f16 = [a, b, out].contains(&Elem::F16);
     let c = a.compute().unwrap_or("f32");
     let body = gemm_source(t, c, a.is_float(), reads, &|v| out.store_expr(v));
@@ -254,8 +250,24 @@ fn gemm_kernel(
         ),
         &[("A", a.store()), ("B", b.store()), ("Y", out.store())],
     );
+    kernel_source(f16, &format!("{decl}{loaders}{body}"))
+}
+
+/// Builds (once) the GEMM kernel with the given operand readers.
+#[allow(clippy::too_many_arguments)]
+fn gemm_kernel(
+    gpu: &Arc<Gpu>,
+    key: &str,
+    t: Tile,
+    a: Elem,
+    b: Elem,
+    out: Elem,
+    reads: Reads,
+    loaders: &str,
+) -> Result<Arc<Kernel>> {
+    let key = format!("{key}_{t:?}_{a:?}{b:?}{out:?}_{reads:?}");
     gpu.kernel_trusted(&key, 2, 1, || {
-        kernel_source(f16, &format!("{decl}{loaders}{body}"))
+        gemm_full_source(t, (a, b, out), reads, loaders)
     })
 }
 
@@ -265,6 +277,30 @@ fn float_operands(gpu: &Gpu, op: &'static str, e: Elem) -> Result<()> {
     } else {
         Err(crate::elem::unsupported_on(gpu, op, e.dtype()))
     }
+}
+
+/// The matmul's operand readers for storage type `e`: strided scalar loads, or only the
+/// batch bases for `vec4` reads.
+pub(crate) fn matmul_loaders(e: Elem, reads: Reads) -> String {
+    let bases = "fn setup() {}
+fn a_base(b: u32) -> i32 { return bitcast<i32>(at(P[1], b)); }
+fn b_base(b: u32) -> i32 { return bitcast<i32>(at(P[2], b)); }
+";
+    if reads == Reads::Vec4 {
+        return bases.to_string();
+    }
+    let c = e.compute().unwrap_or("f32");
+    format!(
+        "{bases}fn load_a(base: i32, m: u32, k: u32) -> {c} {{
+    return {};
+}}
+fn load_b(base: i32, k: u32, n: u32) -> {c} {{
+    return {};
+}}
+",
+        e.load("A[u32(base + i32(m) * bitcast<i32>(P[8]) + i32(k) * bitcast<i32>(P[9]))]"),
+        e.load("B[u32(base + i32(k) * bitcast<i32>(P[10]) + i32(n) * bitcast<i32>(P[11]))]"),
+    )
 }
 
 /// `[..batch, m, k] × [..batch, k, n]` with strided (and broadcast) operands.
@@ -277,7 +313,6 @@ pub(crate) fn matmul(a: &In<'_>, b: &In<'_>) -> Result<crate::buffer::WgpuBuffer
     if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
         return Err(crate::elem::unsupported_on(gpu, "matmul", e.dtype()));
     }
-    let c = e.compute().unwrap_or("f32");
     let (sa, sb) = (a.op.shape(), b.op.shape());
     let r = sa.len();
     let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
@@ -294,20 +329,6 @@ pub(crate) fn matmul(a: &In<'_>, b: &In<'_>) -> Result<crate::buffer::WgpuBuffer
     let (ast, bst) = (a.op.layout.strides(), b.op.layout.strides());
     let (sam, sak, sbk, sbn) = (ast[r - 2], ast[r - 1], bst[r - 2], bst[r - 1]);
     let t = pick_tile(m, n, batch);
-    let loaders = format!(
-        "fn setup() {{}}
-fn a_base(b: u32) -> i32 {{ return bitcast<i32>(at(P[1], b)); }}
-fn b_base(b: u32) -> i32 {{ return bitcast<i32>(at(P[2], b)); }}
-fn load_a(base: i32, m: u32, k: u32) -> {c} {{
-    return {};
-}}
-fn load_b(base: i32, k: u32, n: u32) -> {c} {{
-    return {};
-}}
-",
-        e.load("A[u32(base + i32(m) * bitcast<i32>(P[8]) + i32(k) * bitcast<i32>(P[9]))]"),
-        e.load("B[u32(base + i32(k) * bitcast<i32>(P[10]) + i32(n) * bitcast<i32>(P[11]))]"),
-    );
     let four = |v: isize| v.rem_euclid(4) == 0;
     let vec4 = e == Elem::F32
         && sak == 1
@@ -327,16 +348,7 @@ fn load_b(base: i32, k: u32, n: u32) -> {c} {{
             b_k_fast: sbk == 1 && sbn != 1,
         }
     };
-    let loaders = if vec4 {
-        // The element loaders are unused; the bases stay (in elements).
-        "fn setup() {}
-fn a_base(b: u32) -> i32 { return bitcast<i32>(at(P[1], b)); }
-fn b_base(b: u32) -> i32 { return bitcast<i32>(at(P[2], b)); }
-"
-        .to_string()
-    } else {
-        loaders
-    };
+    let loaders = matmul_loaders(e, reads);
     let p = Params::new(0)
         .set(5, m as u32)
         .set(6, n as u32)
@@ -421,7 +433,7 @@ fn launch(
         layout: &layout,
         dtype: DType::F32,
     };
-    let sum = crate::ops::reduce(ReduceOp::ReduceSum, &In::new(op)?, &[0])?;
+    let sum = super::reduce::reduce(ReduceOp::ReduceSum, &In::new(op)?, &[0])?;
     if e == Elem::F32 {
         return Ok(sum);
     }
@@ -431,13 +443,24 @@ fn launch(
         layout: &layout,
         dtype: DType::F32,
     };
-    crate::ops::cast(&In::new(op)?, e.dtype())
+    super::elementwise::cast(&In::new(op)?, e.dtype())
 }
 
 /// The convolution GEMMs' batch bases (there is no batch: split K uses `wid.z`).
 const CONV_BASES: &str = "fn a_base(b: u32) -> i32 { return 0; }
 fn b_base(b: u32) -> i32 { return 0; }
 ";
+
+/// A convolution GEMM's loaders: the window geometry, no batch bases, and `readers` (one
+/// of `wgsl/conv2d*.wgsl`) over operands of storage type `e`.
+pub(crate) fn conv_loaders(e: Elem, readers: &str) -> String {
+    format!(
+        "{GEO_LIB}{CONV_BASES}fn LOAD_A(v: {t}) -> f32 {{ return f32(v); }}
+fn LOAD_B(v: {t}) -> f32 {{ return f32(v); }}
+{readers}",
+        t = e.store()
+    )
+}
 
 #[allow(clippy::too_many_arguments)]
 fn conv_gemm(
@@ -461,12 +484,7 @@ fn conv_gemm(
         return output(gpu, e, 0);
     }
     let t = pick_tile(m, n, 1);
-    let loaders = format!(
-        "{GEO_LIB}{CONV_BASES}fn LOAD_A(v: {t}) -> f32 {{ return f32(v); }}
-fn LOAD_B(v: {t}) -> f32 {{ return f32(v); }}
-{readers}",
-        t = e.store()
-    );
+    let loaders = conv_loaders(e, readers);
     let reads = Reads::Scalar {
         a_m_fast: false,
         b_k_fast: false,
@@ -477,7 +495,7 @@ fn LOAD_B(v: {t}) -> f32 {{ return f32(v); }}
         .set(7, k as u32)
         .table(
             4,
-            &crate::ops::geo_table(w, Some(first), cout, Some(second)),
+            &super::pool::geo_table(w, Some(first), cout, Some(second)),
         );
     launch(
         gpu,
@@ -497,20 +515,7 @@ pub(crate) fn conv2d(x: &In<'_>, f: &In<'_>, w: &Window2d) -> Result<crate::buff
     let m = w.input[0] * w.output[0] * w.output[1];
     let k = w.kernel[0] * w.kernel[1] * w.input[3];
     // Readers: `LOAD_A`/`LOAD_B` convert a stored element to f32.
-    let readers = "
-fn load_a(base: i32, m: u32, k: u32) -> f32 {
-    let ow = m % G.ow; let t = m / G.ow; let oh = t % G.oh; let n = t / G.oh;
-    let ci = k % G.c; let t2 = k / G.c; let kw = t2 % G.kw; let kh = t2 / G.kw;
-    let h = in_row(oh, kh);
-    let w = in_col(ow, kw);
-    if h < 0 || w < 0 { return 0.0; }
-    return LOAD_A(A[a_at(n, u32(h), u32(w), ci)]);
-}
-fn load_b(base: i32, k: u32, co: u32) -> f32 {
-    let ci = k % G.c; let t2 = k / G.c; let kw = t2 % G.kw; let kh = t2 / G.kw;
-    return LOAD_B(B[b_at(kh, kw, ci, co)]);
-}
-";
+    let readers = include_str!("../wgsl/conv2d.wgsl");
     conv_gemm("conv2d", x, f, w, cout, (m, cout, k), readers)
 }
 
@@ -524,20 +529,7 @@ pub(crate) fn conv2d_backprop_input(
     let cout = f.op.shape()[3];
     let m = w.input[0] * w.input[1] * w.input[2];
     let k = w.kernel[0] * w.kernel[1] * cout;
-    let readers = "
-fn load_a(base: i32, m: u32, k: u32) -> f32 {
-    let w0 = m % G.w; let t = m / G.w; let h0 = t % G.h; let n = t / G.h;
-    let co = k % G.cout; let t2 = k / G.cout; let kw = t2 % G.kw; let kh = t2 / G.kw;
-    let oh = out_row(h0, kh);
-    let ow = out_col(w0, kw);
-    if oh < 0 || ow < 0 { return 0.0; }
-    return LOAD_A(A[a_at(n, u32(oh), u32(ow), co)]);
-}
-fn load_b(base: i32, k: u32, ci: u32) -> f32 {
-    let co = k % G.cout; let t2 = k / G.cout; let kw = t2 % G.kw; let kh = t2 / G.kw;
-    return LOAD_B(B[b_at(kh, kw, ci, co)]);
-}
-";
+    let readers = include_str!("../wgsl/conv2d_backprop_input.wgsl");
     conv_gemm(
         "conv2d_backprop_input",
         dy,
@@ -559,20 +551,7 @@ pub(crate) fn conv2d_backprop_filter(
     let cout = fshape[3];
     let m = fshape[0] * fshape[1] * fshape[2];
     let k = w.input[0] * w.output[0] * w.output[1];
-    let readers = "
-fn load_a(base: i32, m: u32, k: u32) -> f32 {
-    let ci = m % G.c; let t = m / G.c; let kw = t % G.kw; let kh = t / G.kw;
-    let ow = k % G.ow; let t2 = k / G.ow; let oh = t2 % G.oh; let n = t2 / G.oh;
-    let h = in_row(oh, kh);
-    let w = in_col(ow, kw);
-    if h < 0 || w < 0 { return 0.0; }
-    return LOAD_A(A[a_at(n, u32(h), u32(w), ci)]);
-}
-fn load_b(base: i32, k: u32, co: u32) -> f32 {
-    let ow = k % G.ow; let t2 = k / G.ow; let oh = t2 % G.oh; let n = t2 / G.oh;
-    return LOAD_B(B[b_at(n, oh, ow, co)]);
-}
-";
+    let readers = include_str!("../wgsl/conv2d_backprop_filter.wgsl");
     conv_gemm(
         "conv2d_backprop_filter",
         x,

@@ -1,0 +1,260 @@
+//! Every shader the backend can build, named by its kernel key, with no GPU needed: the
+//! test below parses and validates each with naga (the WGSL front end wgpu itself uses), so
+//! a shader error fails `cargo test` on any machine, before a driver ever compiles it.
+
+use super::elementwise::{binary_source, cast_source, unary_source};
+use super::gemm::{self, conv_loaders, gemm_full_source, matmul_loaders, Reads, Tile};
+use super::index::{gather_source, scatter_add_source};
+use super::movement::{concat_source, copy_source, pad_source, select_source};
+use super::optimizer::optimizer_source;
+use super::pool::{avg_pool_grad_source, max_pool_grad_source, pool2d_source};
+use super::reduce::{arg_reduce_source, reduce_source};
+use super::scan::{cumulative_source, sort_source};
+use crate::elem::Elem;
+use ferroflow_tensor::{
+    ArgReduceOp, BinaryOp, CumulativeOp, DType, PoolKind, ReduceOp, UnaryOp, UpdateRule,
+};
+
+/// Every storage type a kernel can see.
+const ELEMS: [Elem; 5] = [Elem::F32, Elem::F16, Elem::I32, Elem::Bool, Elem::I64];
+
+/// The element type of `dtype` (the backend's mapping, without a device).
+fn elem(dtype: DType) -> Option<Elem> {
+    ELEMS.into_iter().find(|e| e.dtype() == dtype)
+}
+
+/// One representative of every update rule's kernel.
+fn rules() -> [UpdateRule; 7] {
+    [
+        UpdateRule::SgdMomentum {
+            lr: 0.1,
+            momentum: 0.9,
+            nesterov: false,
+        },
+        UpdateRule::Adam {
+            lr_t: 0.1,
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-7,
+            decay: 0.0,
+        },
+        UpdateRule::RmsProp {
+            lr: 0.1,
+            rho: 0.9,
+            epsilon: 1e-7,
+            centered: false,
+        },
+        UpdateRule::RmsProp {
+            lr: 0.1,
+            rho: 0.9,
+            epsilon: 1e-7,
+            centered: true,
+        },
+        UpdateRule::Adagrad {
+            lr: 0.1,
+            epsilon: 1e-7,
+        },
+        UpdateRule::Adadelta {
+            lr: 1.0,
+            rho: 0.95,
+            epsilon: 1e-7,
+        },
+        UpdateRule::Adamax {
+            lr_t: 0.1,
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-7,
+        },
+    ]
+}
+
+/// (name, WGSL) of every kernel variant the backend can build.
+pub(crate) fn all_shaders() -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = vec![];
+    let mut add = |name: String, source: Option<String>| {
+        if let Some(s) = source {
+            if !out.iter().any(|(n, _)| *n == name) {
+                out.push((name, s));
+            }
+        }
+    };
+    for e in ELEMS {
+        add(format!("copy_{e:?}"), Some(copy_source(e)));
+        add(format!("select_{e:?}"), Some(select_source(e)));
+        add(format!("concat_{e:?}"), Some(concat_source(e)));
+        add(format!("pad_{e:?}"), Some(pad_source(e)));
+        for &op in UnaryOp::ALL {
+            if let Some(oe) = elem(op.output_dtype(e.dtype())) {
+                add(
+                    format!("unary_{}_{e:?}", op.name()),
+                    unary_source(op, e, oe),
+                );
+            }
+        }
+        for &op in BinaryOp::ALL {
+            if let Some(oe) = elem(op.output_dtype(e.dtype())) {
+                add(
+                    format!("binary_{}_{e:?}", op.name()),
+                    binary_source(op, e, oe),
+                );
+            }
+        }
+        for to in ELEMS {
+            add(format!("cast_{e:?}_{to:?}"), cast_source(e, to));
+        }
+        for &op in ReduceOp::ALL {
+            let partial = if e == Elem::F16 { Elem::F32 } else { e };
+            for (i, o) in [(e, e), (e, partial), (partial, e)] {
+                add(
+                    format!("reduce_{}_{i:?}_{o:?}", op.name()),
+                    reduce_source(op, e, i, o),
+                );
+            }
+        }
+        for &op in ArgReduceOp::ALL {
+            add(format!("{}_{e:?}", op.name()), arg_reduce_source(op, e));
+        }
+        for &op in CumulativeOp::ALL {
+            add(format!("{}_{e:?}", op.name()), cumulative_source(op, e));
+        }
+        for descending in [false, true] {
+            add(
+                format!("sort_{e:?}_{descending}"),
+                sort_source(e, descending),
+            );
+        }
+        for ie in [Elem::I32, Elem::I64] {
+            add(format!("gather_{e:?}_{ie:?}"), gather_source(e, ie));
+            add(
+                format!("scatter_add_{e:?}_{ie:?}"),
+                scatter_add_source(e, ie),
+            );
+        }
+        for &kind in PoolKind::ALL {
+            add(format!("{}_{e:?}", kind.name()), pool2d_source(kind, e));
+        }
+        add(format!("max_pool_grad_{e:?}"), max_pool_grad_source(e));
+        add(format!("avg_pool_grad_{e:?}"), avg_pool_grad_source(e));
+    }
+    for rule in rules() {
+        add(format!("optimizer_{rule:?}"), Some(optimizer_source(&rule)));
+    }
+    let tiles: [Tile; 3] = [gemm::BIG, gemm::MID, gemm::SMALL];
+    for t in tiles {
+        for e in [Elem::F32, Elem::F16, Elem::I32] {
+            let outs: &[Elem] = if e.is_float() { &[e, Elem::F32] } else { &[e] };
+            let mut reads: Vec<Reads> = [false, true]
+                .into_iter()
+                .flat_map(|a| {
+                    [false, true].into_iter().map(move |b| Reads::Scalar {
+                        a_m_fast: a,
+                        b_k_fast: b,
+                    })
+                })
+                .collect();
+            if e == Elem::F32 {
+                reads.push(Reads::Vec4);
+            }
+            for &o in outs {
+                for &r in &reads {
+                    add(
+                        format!("matmul_{t:?}_{e:?}_{o:?}_{r:?}"),
+                        Some(gemm_full_source(t, (e, e, o), r, &matmul_loaders(e, r))),
+                    );
+                }
+                if e.is_float() {
+                    for (name, readers) in [
+                        ("conv2d", include_str!("../wgsl/conv2d.wgsl")),
+                        (
+                            "conv2d_backprop_input",
+                            include_str!("../wgsl/conv2d_backprop_input.wgsl"),
+                        ),
+                        (
+                            "conv2d_backprop_filter",
+                            include_str!("../wgsl/conv2d_backprop_filter.wgsl"),
+                        ),
+                    ] {
+                        let r = Reads::Scalar {
+                            a_m_fast: false,
+                            b_k_fast: false,
+                        };
+                        add(
+                            format!("{name}_{t:?}_{e:?}_{o:?}"),
+                            Some(gemm_full_source(t, (e, e, o), r, &conv_loaders(e, readers))),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shader parses and validates as WGSL (with float16 enabled, as on an adapter
+    /// with `SHADER_F16`): no GPU, no driver, any machine.
+    #[test]
+    fn every_shader_is_valid_wgsl() {
+        let shaders = all_shaders();
+        // Every family is in the catalog (a family left out would go unchecked).
+        for family in [
+            "copy_",
+            "select_",
+            "concat_",
+            "pad_",
+            "unary_",
+            "binary_",
+            "cast_",
+            "reduce_",
+            "argmax_",
+            "argmin_",
+            "cumsum_",
+            "cumprod_",
+            "sort_",
+            "gather_",
+            "scatter_add_",
+            "max_pool2d_",
+            "avg_pool2d_",
+            "max_pool_grad_",
+            "avg_pool_grad_",
+            "optimizer_",
+            "matmul_",
+            "conv2d_",
+            "conv2d_backprop_input_",
+            "conv2d_backprop_filter_",
+        ] {
+            assert!(
+                shaders.iter().any(|(n, _)| n.starts_with(family)),
+                "no {family} kernel in the catalog"
+            );
+        }
+        let mut failures = vec![];
+        for (name, source) in &shaders {
+            let module = match naga::front::wgsl::parse_str(source) {
+                Ok(m) => m,
+                Err(e) => {
+                    failures.push(format!("{name}: {}", e.emit_to_string(source)));
+                    continue;
+                }
+            };
+            let mut validator = naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::all(),
+            );
+            if let Err(e) = validator.validate(&module) {
+                failures.push(format!("{name}: {}", e.emit_to_string(source)));
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} of {} shaders are invalid:\n{}",
+            failures.len(),
+            shaders.len(),
+            failures.join("\n")
+        );
+        eprintln!("{} shaders valid", shaders.len());
+    }
+}

@@ -1,0 +1,187 @@
+//! Indexing: `gather` (`wgsl/gather.wgsl`) and its adjoint `scatter_add`
+//! (`wgsl/scatter_add.wgsl`), with int32 or int64 indices checked on the device (an index out
+//! of range is the op's error, read back from the kernel's error word).
+
+use super::{map_source, output, run_map, same_gpu, In};
+use crate::buffer::WgpuBuffer;
+use crate::elem::{unsupported_on, Elem, Params};
+use crate::gpu::{backend_error, Gpu};
+use crate::shaders::fill;
+use ferroflow_tensor::{Error, Result};
+use std::sync::Arc;
+
+/// WGSL reading index `j` as `raw`, its range check `ok` and its value `r`.
+fn index_load(idx: Elem) -> Option<&'static str> {
+    Some(match idx {
+        Elem::I32 => {
+            "let raw = B[at(P[2], j)]; let ok = raw >= 0 && u32(raw) < P[6]; let r = u32(raw);"
+        }
+        Elem::I64 => {
+            "let raw = B[at(P[2], j)]; let ok = raw.y == 0u && raw.x < P[6]; let r = raw.x;"
+        }
+        _ => return None,
+    })
+}
+
+fn index_error(
+    gpu: &Gpu,
+    word: Option<wgpu::Buffer>,
+    op: &'static str,
+    bound: usize,
+) -> Result<()> {
+    let Some(word) = word else {
+        return Ok(());
+    };
+    let [code, lo, hi, _] = gpu.data_error(word)?;
+    if code == 0 {
+        return Ok(());
+    }
+    Err(Error::IndexOutOfRange {
+        op,
+        index: ((hi as u64) << 32 | lo as u64) as i64,
+        bound,
+    })
+}
+
+/// WGSL recording an out-of-range index `raw` (int32 or int64) in the error word: code 2,
+/// then the index's low and high words.
+fn index_flag(ie: Elem) -> &'static str {
+    match ie {
+        Elem::I32 => "atomicMax(&E[0], 2u); atomicStore(&E[1], bitcast<u32>(raw)); atomicStore(&E[2], select(0u, 0xffffffffu, raw < 0));",
+        _ => "atomicMax(&E[0], 2u); atomicStore(&E[1], raw.x); atomicStore(&E[2], raw.y);",
+    }
+}
+
+/// gather of storage type `e` with indices of `ie` (int32 or int64), or `None`.
+pub(crate) fn gather_source(e: Elem, ie: Elem) -> Option<String> {
+    let body = fill(
+        include_str!("../wgsl/gather.wgsl"),
+        &[
+            ("INDEX_LOAD", index_load(ie)?),
+            ("FLAG", index_flag(ie)),
+            ("MOV", e.mov()),
+        ],
+    );
+    Some(map_source(
+        &[e],
+        &[e.mov(), ie.store()],
+        &[e.mov()],
+        true,
+        &body,
+    ))
+}
+
+pub(crate) fn gather(x: &In<'_>, idx: &In<'_>, axis: usize) -> Result<WgpuBuffer> {
+    same_gpu("gather", x, idx)?;
+    let gpu = x.gpu();
+    let e = x.elem();
+    let ie = idx.elem();
+    let shape = x.op.shape();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let ni = idx.n();
+    let n = outer * ni * inner;
+    let out = output(gpu, e, n)?;
+    if index_load(ie).is_none() {
+        return Err(backend_error("gather: indices must be int32 or int64"));
+    }
+    let k = gpu.kernel(&format!("gather_{}_{ie:?}", e.mov()), 2, 2, || {
+        gather_source(e, ie).unwrap_or_default()
+    })?;
+    run_indexed(gpu, &k, "gather", (x, idx), &out, (n, inner), shape[axis])?;
+    Ok(out)
+}
+
+/// scatter_add of elements `e` (float32, float16, int32) with indices of `ie`, or `None`.
+pub(crate) fn scatter_add_source(e: Elem, ie: Elem) -> Option<String> {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+        return None;
+    }
+    let body = fill(
+        include_str!("../wgsl/scatter_add.wgsl"),
+        &[
+            ("INDEX_LOAD", index_load(ie)?),
+            ("FLAG", index_flag(ie)),
+            ("C", e.compute()?),
+            (
+                "LOAD",
+                &e.load("A[at(P[1], (outer * ni + j) * inner + i % inner)]"),
+            ),
+            ("STORE", &e.store_expr("acc")),
+        ],
+    );
+    Some(map_source(
+        &[e],
+        &[e.store(), ie.store()],
+        &[e.store()],
+        true,
+        &body,
+    ))
+}
+
+pub(crate) fn scatter_add(
+    idx: &In<'_>,
+    upd: &In<'_>,
+    shape: &[usize],
+    axis: usize,
+) -> Result<WgpuBuffer> {
+    same_gpu("scatter_add", idx, upd)?;
+    let gpu = upd.gpu();
+    let e = upd.elem();
+    let ie = idx.elem();
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+        return Err(unsupported_on(gpu, "scatter_add", e.dtype()));
+    }
+    if index_load(ie).is_none() {
+        return Err(backend_error("scatter_add: indices must be int32 or int64"));
+    }
+    let inner: usize = shape[axis + 1..].iter().product();
+    let n: usize = shape.iter().product();
+    let out = output(gpu, e, n)?;
+    let k = gpu.kernel(&format!("scatter_add_{e:?}_{ie:?}"), 2, 2, || {
+        scatter_add_source(e, ie).unwrap_or_default()
+    })?;
+    run_indexed(
+        gpu,
+        &k,
+        "scatter_add",
+        (upd, idx),
+        &out,
+        (n, inner),
+        shape[axis],
+    )?;
+    Ok(out)
+}
+
+/// Runs a gather-like kernel over `n` outputs (params: the slab size `inner`, the index
+/// count, the indexed axis' length `bound`; descriptors of the data and the indices), then
+/// turns an out-of-range index the kernel flagged into the op's error.
+fn run_indexed(
+    gpu: &Arc<Gpu>,
+    k: &crate::gpu::Kernel,
+    op: &'static str,
+    (data, idx): (&In<'_>, &In<'_>),
+    out: &WgpuBuffer,
+    (n, inner): (usize, usize),
+    bound: usize,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let p = Params::new(n)
+        .set(4, inner.max(1) as u32)
+        .set(5, idx.n() as u32)
+        .set(6, bound as u32)
+        .desc(0, data.desc())
+        .desc(1, idx.desc());
+    let word = run_map(
+        gpu,
+        k,
+        p,
+        &[data.buf.raw(), idx.buf.raw()],
+        &[out.raw()],
+        true,
+        n,
+    )?;
+    index_error(gpu, word, op, bound)
+}

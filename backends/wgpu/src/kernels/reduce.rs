@@ -1,0 +1,209 @@
+//! Reductions (`wgsl/reduce.wgsl`: a tree per output, long reductions split into partial
+//! sums and reduced again) and argmax/argmin (`wgsl/arg_reduce.wgsl`).
+
+use super::{output, In};
+use crate::buffer::WgpuBuffer;
+use crate::elem::{descriptor, unsupported_on, Elem, Params};
+use crate::gpu::groups_for;
+use crate::shaders::{fill, kernel_source};
+use ferroflow_tensor::{ArgReduceOp, ReduceOp, Result};
+
+/// The identity and the combination of `a` and `b` of reduction `op` on elements `e`.
+fn reduce_parts(e: Elem, op: ReduceOp) -> Option<(&'static str, &'static str)> {
+    use ReduceOp::*;
+    let r = match (e, op) {
+        (Elem::F32 | Elem::F16, ReduceSum) => ("0.0", "a + b"),
+        (Elem::F32 | Elem::F16, ReduceProd) => ("1.0", "a * b"),
+        (Elem::F32 | Elem::F16, ReduceMax) => (
+            "-f_inf()",
+            "select(select(max(a, b), b, is_nan(b)), a, is_nan(a))",
+        ),
+        (Elem::F32 | Elem::F16, ReduceMin) => (
+            "f_inf()",
+            "select(select(min(a, b), b, is_nan(b)), a, is_nan(a))",
+        ),
+        (Elem::I32, ReduceSum) => ("0", "a + b"),
+        (Elem::I32, ReduceProd) => ("1", "a * b"),
+        (Elem::I32, ReduceMax) => ("(-2147483647 - 1)", "max(a, b)"),
+        (Elem::I32, ReduceMin) => ("2147483647", "min(a, b)"),
+        (Elem::Bool, ReduceAny | ReduceMax) => ("0u", "a | b"),
+        (Elem::Bool, ReduceAll | ReduceMin) => ("1u", "a & b"),
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// Reduction `op` of elements `e`, reading storage type `in_e` and writing `out_e` (the
+/// partial sums of a split reduction are float32), or `None` where the backend has none.
+pub(crate) fn reduce_source(op: ReduceOp, e: Elem, in_e: Elem, out_e: Elem) -> Option<String> {
+    let (init, combine) = reduce_parts(e, op)?;
+    let body = fill(
+        include_str!("../wgsl/reduce.wgsl"),
+        &[
+            ("C", e.compute()?),
+            ("INIT", init),
+            ("COMBINE", combine),
+            ("LOAD", &in_e.load("A[base + at(P[2], r)]")),
+            ("STORE", &out_e.store_expr("sh[0]")),
+        ],
+    );
+    Some(kernel_source(
+        in_e == Elem::F16 || out_e == Elem::F16,
+        &format!(
+            "{}{body}",
+            super::bindings(&[in_e.store()], &[out_e.store()], false)
+        ),
+    ))
+}
+
+/// Reduces over `axes`: one workgroup per output element (tree reduction in workgroup
+/// memory); long reductions with few outputs are split into partial sums and reduced again.
+pub(crate) fn reduce(op: ReduceOp, x: &In<'_>, axes: &[usize]) -> Result<WgpuBuffer> {
+    let gpu = x.gpu();
+    let e = x.elem();
+    if e == Elem::I64 {
+        return Err(unsupported_on(gpu, op.name(), e.dtype()));
+    }
+    if reduce_parts(e, op).is_none() {
+        return Err(unsupported_on(gpu, op.name(), e.dtype()));
+    }
+    let shape = x.op.shape();
+    let strides = x.op.layout.strides();
+    let keep: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+    let out_dims: Vec<usize> = keep.iter().map(|&a| shape[a]).collect();
+    let out_strides: Vec<isize> = keep.iter().map(|&a| strides[a]).collect();
+    let red_dims: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
+    let red_strides: Vec<isize> = axes.iter().map(|&a| strides[a]).collect();
+    let n_out: usize = out_dims.iter().product();
+    let n_red: usize = red_dims.iter().product();
+    let parts = if n_out < 256 && n_red >= 16384 {
+        (n_red / 4096).clamp(2, 1024)
+    } else {
+        1
+    };
+    let per = n_red.div_ceil(parts).max(1);
+    let partial_elem = match e {
+        Elem::F16 => Elem::F32,
+        other => other,
+    };
+    let kern = |in_e: Elem, out_e: Elem| {
+        gpu.kernel(
+            &format!("reduce_{}_{in_e:?}_{out_e:?}", op.name()),
+            1,
+            1,
+            || reduce_source(op, e, in_e, out_e).unwrap_or_default(),
+        )
+    };
+    let out = output(gpu, e, n_out)?;
+    if n_out == 0 {
+        return Ok(out);
+    }
+    let offset = x.op.layout.offset();
+    if parts == 1 {
+        let k = kern(e, e)?;
+        let p = Params::new(n_out)
+            .set(4, n_red as u32)
+            .set(5, 1)
+            .set(6, per as u32)
+            .desc(0, descriptor(&out_dims, &out_strides, offset))
+            .desc(1, descriptor(&red_dims, &red_strides, 0));
+        gpu.dispatch(
+            &k,
+            &p.0,
+            &[x.buf.raw()],
+            &[out.raw()],
+            groups_for(n_out, 1)?,
+        )?;
+        return Ok(out);
+    }
+    let partial = output(gpu, partial_elem, n_out * parts)?;
+    let k1 = kern(e, partial_elem)?;
+    let p = Params::new(n_out * parts)
+        .set(4, n_red as u32)
+        .set(5, parts as u32)
+        .set(6, per as u32)
+        .desc(0, descriptor(&out_dims, &out_strides, offset))
+        .desc(1, descriptor(&red_dims, &red_strides, 0));
+    gpu.dispatch(
+        &k1,
+        &p.0,
+        &[x.buf.raw()],
+        &[partial.raw()],
+        groups_for(n_out * parts, 1)?,
+    )?;
+    let k2 = kern(partial_elem, e)?;
+    let p = Params::new(n_out)
+        .set(4, parts as u32)
+        .set(5, 1)
+        .set(6, parts as u32)
+        .desc(0, descriptor(&[n_out], &[parts as isize], 0))
+        .desc(1, descriptor(&[parts], &[1], 0));
+    gpu.dispatch(
+        &k2,
+        &p.0,
+        &[partial.raw()],
+        &[out.raw()],
+        groups_for(n_out, 1)?,
+    )?;
+    Ok(out)
+}
+
+/// argmax/argmin of elements `e` (float32, float16, int32), or `None`.
+pub(crate) fn arg_reduce_source(op: ArgReduceOp, e: Elem) -> Option<String> {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+        return None;
+    }
+    let (better, nan) = match (op, e.is_float()) {
+        (ArgReduceOp::ArgMax, true) => ("f_lt(vb, va)", "is_nan"),
+        (ArgReduceOp::ArgMin, true) => ("f_lt(va, vb)", "is_nan"),
+        (ArgReduceOp::ArgMax, false) => ("va > vb", "no_nan"),
+        (ArgReduceOp::ArgMin, false) => ("va < vb", "no_nan"),
+    };
+    let body = fill(
+        include_str!("../wgsl/arg_reduce.wgsl"),
+        &[
+            ("C", e.compute()?),
+            ("BETTER", better),
+            ("NAN", nan),
+            ("LOAD", &e.load("A[base + at(P[2], r)]")),
+        ],
+    );
+    Some(kernel_source(
+        e == Elem::F16,
+        &format!(
+            "{}{body}",
+            super::bindings(&[e.store()], &["vec2<u32>"], false)
+        ),
+    ))
+}
+
+/// argmax/argmin along `axis` (int64 output, first index on ties, a NaN wins outright).
+pub(crate) fn arg_reduce(op: ArgReduceOp, x: &In<'_>, axis: usize) -> Result<WgpuBuffer> {
+    let gpu = x.gpu();
+    let e = x.elem();
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+        return Err(unsupported_on(gpu, op.name(), e.dtype()));
+    }
+    let k = gpu.kernel(&format!("{}_{e:?}", op.name()), 1, 1, || {
+        arg_reduce_source(op, e).unwrap_or_default()
+    })?;
+    let shape = x.op.shape();
+    let strides = x.op.layout.strides();
+    let keep: Vec<usize> = (0..shape.len()).filter(|&a| a != axis).collect();
+    let out_dims: Vec<usize> = keep.iter().map(|&a| shape[a]).collect();
+    let out_strides: Vec<isize> = keep.iter().map(|&a| strides[a]).collect();
+    let n_out: usize = out_dims.iter().product();
+    let out = output(gpu, Elem::I64, n_out)?;
+    let p = Params::new(n_out)
+        .set(4, shape[axis] as u32)
+        .desc(0, descriptor(&out_dims, &out_strides, x.op.layout.offset()))
+        .desc(1, descriptor(&[shape[axis]], &[strides[axis]], 0));
+    gpu.dispatch(
+        &k,
+        &p.0,
+        &[x.buf.raw()],
+        &[out.raw()],
+        groups_for(n_out, 1)?,
+    )?;
+    Ok(out)
+}
