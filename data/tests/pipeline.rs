@@ -255,6 +255,28 @@ fn parallel_map_and_prefetch_stop_their_threads_when_dropped_early() {
     assert!(after_drop < 40, "bounded buffers: {after_drop} pulls");
 }
 
+/// A parallel map takes at most `2·threads` elements from its input ahead of its consumer
+/// (TF's bound on a map's in-flight elements), however fast the workers are.
+#[test]
+fn parallel_map_runs_a_bounded_distance_ahead_of_its_consumer() {
+    init();
+    for threads in [1, 3] {
+        let pulls = Arc::new(AtomicUsize::new(0));
+        let ds = counting_source(u64::MAX, pulls.clone()).map_parallel(Ok, threads, true);
+        let mut it = ds.iter();
+        for want in 0..2u64 {
+            assert_eq!(it.next().unwrap().unwrap(), want);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let pulled = pulls.load(Ordering::SeqCst);
+        assert!(
+            (2..=2 + 2 * threads + 1).contains(&pulled),
+            "{threads} threads pulled {pulled} elements for 2 consumed"
+        );
+        drop(it);
+    }
+}
+
 #[test]
 fn prefetch_runs_ahead_of_the_consumer_and_keeps_order() {
     init();
