@@ -2,12 +2,10 @@
 //! kernel over float32 variables, gradients and slots.
 
 use super::movement::copy;
-use super::{map_source, output, run_map, In};
+use super::{map_source, output, run_map, same_gpu, In};
 use crate::buffer::WgpuBuffer;
 use crate::elem::{unsupported_on, Elem, Params};
-use crate::gpu::backend_error;
-use ferroflow_tensor::{Error, Result, UpdateRule};
-use std::sync::Arc;
+use ferroflow_tensor::{Result, UpdateRule};
 
 /// A rule's kernel name, its five scalars (`p0`..`p4`) and the WGSL updating `Y` (w'), `Z`
 /// and `K` (the slots) from `w`, `g`, `s0`, `s1`.
@@ -143,20 +141,9 @@ pub(crate) fn optimizer_update(
     if let Some(x) = all.iter().find(|x| x.elem() != Elem::F32) {
         return Err(unsupported_on(gpu, "optimizer_update", x.elem().dtype()));
     }
-    if all.iter().any(|x| !Arc::ptr_eq(x.gpu(), gpu)) {
-        return Err(backend_error(
-            "optimizer_update: operands live on different GPUs; move them with `to_device`",
-        ));
-    }
-    if slots.len() != rule.num_slots() {
-        return Err(Error::invalid(
-            "optimizer_update",
-            format!(
-                "{rule:?} takes {} slots, got {}",
-                rule.num_slots(),
-                slots.len()
-            ),
-        ));
+    // (The tensor layer checked the slot count, shapes and dtypes.)
+    for x in &all[1..] {
+        same_gpu("optimizer_update", w, x)?;
     }
     // Each operand as (buffer, element offset): views that are not one dense range are
     // copied to a dense buffer first.
