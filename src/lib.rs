@@ -40,6 +40,10 @@ pub use ferroflow_data as data;
 /// promotion over ferroflow tensors, `.npy`/`.npz`, `ndarray`/`nalgebra` interop.
 pub use ferroflow_numpy as numpy;
 
+/// The cluster layer (`ferroflow-cluster`): `ClusterSpec`, `TF_CONFIG` and the cluster
+/// resolvers (`tf.distribute.cluster_resolver`).
+pub use ferroflow_cluster as cluster;
+
 /// The tensor core crate (`ferroflow-tensor`).
 pub use ferroflow_tensor as tensor;
 

@@ -1,0 +1,42 @@
+//! ferroflow's cluster layer: who the tasks of a job are and where they listen, read the way
+//! TensorFlow reads it, so the same binary runs as chief, worker or parameter server and the
+//! launchers that drive TensorFlow (Kubeflow's TFJob, Slurm) drive it unchanged.
+//!
+//! # Overview
+//! - [`ClusterSpec`] (`tf.train.ClusterSpec`): job names (`"chief"`, `"worker"`, `"ps"`,
+//!   `"evaluator"`, or any other) to their tasks' `host:port` addresses, by task index.
+//! - [`TaskId`]: this process's job and index.
+//! - [`ClusterResolver`] (`tf.distribute.cluster_resolver.ClusterResolver`): where a
+//!   cluster description comes from. [`TfConfigClusterResolver`] reads `TF_CONFIG` verbatim
+//!   (`{"cluster": {...}, "task": {"type": "worker", "index": 0}}`); [`SlurmClusterResolver`]
+//!   derives the cluster from a Slurm job step's `SLURM_*` variables, as TF's does;
+//!   [`SimpleClusterResolver`] holds one given in code.
+//!
+//! A malformed or inconsistent description is an error naming the field (`TF_CONFIG:
+//! task.index 2 is out of range: cluster.worker has 2 tasks`), never a guess.
+//!
+//! ```
+//! use ferroflow_cluster::{ClusterResolver, TfConfigClusterResolver};
+//! let r = TfConfigClusterResolver::from_json(
+//!     r#"{"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]},
+//!         "task": {"type": "worker", "index": 1}}"#,
+//! )?;
+//! let spec = r.cluster_spec()?;
+//! assert_eq!(spec.num_tasks("worker"), 2);
+//! assert_eq!(r.task().unwrap().to_string(), "/job:worker/task:1");
+//! assert_eq!(r.task_address()?.as_deref(), Some("host2:2222"));
+//! # Ok::<(), ferroflow_tensor::Error>(())
+//! ```
+//!
+//! The gRPC server each task runs (collectives, parameter servers, the profiler service, the
+//! data service) will build on this crate; see `ARCHITECTURE.md`.
+
+#![warn(missing_docs)]
+
+mod resolver;
+mod slurm;
+mod spec;
+
+pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
+pub use slurm::{expand_hostlist, SlurmClusterResolver};
+pub use spec::{check_address, ClusterSpec, TaskId};
