@@ -28,15 +28,20 @@
 //! # Ok::<(), ferroflow_tensor::Error>(())
 //! ```
 //!
-//! The gRPC server each task runs (collectives, parameter servers, the profiler service, the
-//! data service) will build on this crate; see `ARCHITECTURE.md`.
+//! - [`TaskServer`]: the gRPC server (tonic; protos compiled by protox in `build.rs`) each
+//!   task runs on its address, hosting its services (today the [`Mailbox`] collectives
+//!   deliver to); [`Peer`]: a client of another task's server. Calls carry the cluster token
+//!   (`FERROFLOW_CLUSTER_TOKEN`) and have deadlines; an unreachable or silent peer is
+//!   [`ferroflow_tensor::Error::Unavailable`], naming it.
 
 #![warn(missing_docs)]
 
 mod resolver;
+mod server;
 mod slurm;
 mod spec;
 
 pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
+pub use server::{token_from_env, Mailbox, Peer, TaskServer, MAX_MESSAGE_BYTES};
 pub use slurm::{expand_hostlist, SlurmClusterResolver};
 pub use spec::{check_address, ClusterSpec, TaskId};

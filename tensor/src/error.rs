@@ -201,6 +201,18 @@ pub enum Error {
         /// What went wrong.
         source: Box<Error>,
     },
+    /// A peer of the cluster could not be reached, refused the call, or did not answer in time
+    /// (TF's `UnavailableError` and `DeadlineExceededError`): names the operation and the
+    /// peer, so a dead or hung worker is an error, never a hang.
+    #[error("{op}: {peer}: {msg}")]
+    Unavailable {
+        /// The operation (`"all_reduce 3"`).
+        op: String,
+        /// The peer (`/job:worker/task:1 (127.0.0.1:2222)`).
+        peer: String,
+        /// What happened.
+        msg: String,
+    },
     /// A numeric error TensorFlow also reports (integer division by zero, ...).
     #[error("{op}: {msg}")]
     Arithmetic {

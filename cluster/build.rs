@@ -1,0 +1,8 @@
+//! Compiles the cluster's protos with protox (pure Rust: no `protoc` on the machine).
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/ferroflow_cluster.proto");
+    let fds = protox::compile(["proto/ferroflow_cluster.proto"], ["proto"])?;
+    tonic_prost_build::configure().compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,357 @@
+//! The gRPC server every task runs on its cluster address, and the client side of it.
+//!
+//! One [`TaskServer`] per process hosts the task's services (today the [`Mailbox`] the
+//! collectives deliver their chunks to) on its own tokio runtime; [`Peer`]s are clients of
+//! other tasks' servers. Every call carries the cluster token when one is set
+//! (`FERROFLOW_CLUSTER_TOKEN`): a server with a token refuses calls without it. Messages up
+//! to [`MAX_MESSAGE_BYTES`] pass (gRPC's default is 4 MiB); every call has a deadline.
+
+use ferroflow_tensor::{Error, Result};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use tonic::metadata::MetadataValue;
+
+/// The generated protobuf and gRPC code (`proto/ferroflow_cluster.proto`).
+#[allow(missing_docs, clippy::all)]
+mod pb {
+    tonic::include_proto!("ferroflow.cluster");
+}
+
+/// The largest message a task sends or accepts (1 GiB).
+pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+/// The metadata key the cluster token travels under.
+const TOKEN_KEY: &str = "x-ferroflow-cluster-token";
+
+/// The cluster's shared token from `FERROFLOW_CLUSTER_TOKEN` (unset or empty: none).
+pub fn token_from_env() -> Option<String> {
+    std::env::var("FERROFLOW_CLUSTER_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+}
+
+/// Messages delivered to this task, by key, until taken.
+#[derive(Default)]
+pub struct Mailbox {
+    slots: Mutex<HashMap<String, Vec<u8>>>,
+    arrived: Condvar,
+}
+
+impl Mailbox {
+    fn put(&self, key: String, payload: Vec<u8>) {
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, payload);
+        self.arrived.notify_all();
+    }
+
+    /// Takes the message delivered under `key`, waiting up to `timeout` for it to arrive;
+    /// `None` when it has not.
+    pub fn take(&self, key: &str, timeout: Duration) -> Option<Vec<u8>> {
+        let end = Instant::now() + timeout;
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(p) = slots.remove(key) {
+                return Some(p);
+            }
+            let left = end.checked_duration_since(Instant::now())?;
+            slots = self
+                .arrived
+                .wait_timeout(slots, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+struct MailboxService {
+    mailbox: Arc<Mailbox>,
+}
+
+#[tonic::async_trait]
+impl pb::mailbox_server::Mailbox for MailboxService {
+    async fn deliver(
+        &self,
+        request: tonic::Request<pb::DeliverRequest>,
+    ) -> std::result::Result<tonic::Response<pb::DeliverReply>, tonic::Status> {
+        let m = request.into_inner();
+        self.mailbox.put(m.key, m.payload);
+        Ok(tonic::Response::new(pb::DeliverReply {}))
+    }
+}
+
+/// Checks the cluster token on every call a server receives.
+#[derive(Clone)]
+struct TokenCheck(Option<Arc<str>>);
+
+impl tonic::service::Interceptor for TokenCheck {
+    fn call(
+        &mut self,
+        request: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+        let Some(want) = &self.0 else {
+            return Ok(request);
+        };
+        match request.metadata().get(TOKEN_KEY) {
+            Some(got) if got.as_bytes() == want.as_bytes() => Ok(request),
+            _ => Err(tonic::Status::unauthenticated(
+                "this task requires the cluster token (FERROFLOW_CLUSTER_TOKEN)",
+            )),
+        }
+    }
+}
+
+/// The task's gRPC server, serving until dropped.
+///
+/// ```
+/// use ferroflow_cluster::TaskServer;
+/// use std::time::Duration;
+/// let a = TaskServer::start("127.0.0.1:0", None)?;
+/// let b = TaskServer::start("127.0.0.1:0", None)?;
+/// let to_b = a.peer("/job:worker/task:1", &b.local_addr().to_string(), Duration::from_secs(5))?;
+/// to_b.deliver("hello", b"payload".to_vec())?;
+/// assert_eq!(b.mailbox().take("hello", Duration::from_secs(5)), Some(b"payload".to_vec()));
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub struct TaskServer {
+    runtime: Arc<tokio::runtime::Runtime>,
+    addr: SocketAddr,
+    mailbox: Arc<Mailbox>,
+    token: Option<Arc<str>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl TaskServer {
+    /// Binds `address` (`host:port`; port 0 lets the OS pick one) and serves on it, on a
+    /// runtime of its own. `token`: the cluster token calls must carry (and that this task's
+    /// [`Peer`]s send).
+    pub fn start(address: &str, token: Option<&str>) -> Result<TaskServer> {
+        let unavailable = |msg: String| Error::Unavailable {
+            op: "start the task server".into(),
+            peer: address.to_string(),
+            msg,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ferroflow-cluster")
+            .enable_all()
+            .build()
+            .map_err(|e| unavailable(format!("cannot start the runtime: {e}")))?;
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(address))
+            .map_err(|e| unavailable(format!("cannot listen: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| unavailable(e.to_string()))?;
+        let token: Option<Arc<str>> = token.map(Arc::from);
+        let mailbox = Arc::new(Mailbox::default());
+        let service = tonic::service::interceptor::InterceptedService::new(
+            pb::mailbox_server::MailboxServer::new(MailboxService {
+                mailbox: mailbox.clone(),
+            })
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            TokenCheck(token.clone()),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        runtime.spawn(
+            tonic::transport::Server::builder()
+                .initial_stream_window_size(Some(8 << 20))
+                .initial_connection_window_size(Some(16 << 20))
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                }),
+        );
+        Ok(TaskServer {
+            runtime: Arc::new(runtime),
+            addr,
+            mailbox,
+            token,
+            stop: Some(stop),
+        })
+    }
+
+    /// The address the server listens on (with the port the OS picked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The messages delivered to this task.
+    pub fn mailbox(&self) -> &Mailbox {
+        &self.mailbox
+    }
+
+    /// A client of the task `name` (for errors: `/job:worker/task:1`) at `address`; every
+    /// call gives up after `timeout`. Connects on first use.
+    pub fn peer(&self, name: &str, address: &str, timeout: Duration) -> Result<Peer> {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| Error::Unavailable {
+                op: "connect".into(),
+                peer: format!("{name} ({address})"),
+                msg: e.to_string(),
+            })?
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .tcp_nodelay(true)
+            .initial_stream_window_size(Some(8 << 20))
+            .initial_connection_window_size(Some(16 << 20));
+        let channel = {
+            let _enter = self.runtime.enter();
+            endpoint.connect_lazy()
+        };
+        let client = pb::mailbox_client::MailboxClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(Peer {
+            runtime: self.runtime.clone(),
+            client,
+            name: format!("{name} ({address})"),
+            token: self.token.clone(),
+        })
+    }
+}
+
+impl Drop for TaskServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A client of another task's server.
+pub struct Peer {
+    runtime: Arc<tokio::runtime::Runtime>,
+    client: pb::mailbox_client::MailboxClient<tonic::transport::Channel>,
+    name: String,
+    token: Option<Arc<str>>,
+}
+
+impl Peer {
+    /// The peer as errors name it: `/job:worker/task:1 (host:port)`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Delivers `payload` to the peer's mailbox under `key`; an error names the peer when it
+    /// is unreachable, refuses the token, or does not answer within the timeout.
+    pub fn deliver(&self, key: &str, payload: Vec<u8>) -> Result<()> {
+        let mut request = tonic::Request::new(pb::DeliverRequest {
+            key: key.to_string(),
+            payload,
+        });
+        if let Some(t) = &self.token {
+            let v = MetadataValue::try_from(&**t).map_err(|_| Error::Unavailable {
+                op: format!("deliver {key}"),
+                peer: self.name.clone(),
+                msg: "the cluster token is not valid ASCII".into(),
+            })?;
+            request.metadata_mut().insert(TOKEN_KEY, v);
+        }
+        let mut client = self.client.clone();
+        self.runtime
+            .block_on(client.deliver(request))
+            .map(|_| ())
+            .map_err(|status| Error::Unavailable {
+                op: format!("deliver {key}"),
+                peer: self.name.clone(),
+                msg: describe(&status),
+            })
+    }
+}
+
+/// A gRPC status as a sentence.
+fn describe(status: &tonic::Status) -> String {
+    use tonic::Code;
+    let what = match status.code() {
+        Code::Unavailable => "unreachable (is the task running?)",
+        Code::DeadlineExceeded | Code::Cancelled => "no answer within the timeout",
+        Code::Unauthenticated => "refused the call: the cluster tokens differ",
+        _ => "the call failed",
+    };
+    format!("{what}: {}", status.message())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn messages_reach_the_peers_mailbox_large_ones_too() {
+        let a = TaskServer::start("127.0.0.1:0", None).unwrap();
+        let b = TaskServer::start("127.0.0.1:0", None).unwrap();
+        let to_b = a.peer("b", &b.local_addr().to_string(), T).unwrap();
+        let big: Vec<u8> = (0..(64usize << 20)).map(|i| (i % 251) as u8).collect();
+        to_b.deliver("big", big.clone()).unwrap();
+        to_b.deliver("small", vec![1]).unwrap();
+        assert_eq!(b.mailbox().take("small", T), Some(vec![1]));
+        assert_eq!(b.mailbox().take("big", T).as_deref(), Some(&big[..]));
+        // Taken once: a second take waits and gives up.
+        assert_eq!(b.mailbox().take("small", Duration::from_millis(50)), None);
+    }
+
+    #[test]
+    fn a_server_with_a_token_refuses_calls_without_it() {
+        let server = TaskServer::start("127.0.0.1:0", Some("s3cret")).unwrap();
+        let addr = server.local_addr().to_string();
+        let stranger = TaskServer::start("127.0.0.1:0", None).unwrap();
+        let e = stranger
+            .peer("/job:worker/task:0", &addr, T)
+            .unwrap()
+            .deliver("k", vec![])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/job:worker/task:0") && e.contains("tokens differ"),
+            "{e}"
+        );
+        let wrong = TaskServer::start("127.0.0.1:0", Some("guess")).unwrap();
+        assert!(wrong
+            .peer("w", &addr, T)
+            .unwrap()
+            .deliver("k", vec![])
+            .is_err());
+        let friend = TaskServer::start("127.0.0.1:0", Some("s3cret")).unwrap();
+        friend
+            .peer("w", &addr, T)
+            .unwrap()
+            .deliver("k", vec![7])
+            .unwrap();
+        assert_eq!(server.mailbox().take("k", T), Some(vec![7]));
+    }
+
+    #[test]
+    fn an_unreachable_peer_is_an_error_naming_it_within_the_timeout() {
+        // A port with nothing listening: bind one, note it, close it.
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = free.local_addr().unwrap().to_string();
+        drop(free);
+        let me = TaskServer::start("127.0.0.1:0", None).unwrap();
+        let start = Instant::now();
+        let e = me
+            .peer("/job:worker/task:3", &addr, Duration::from_secs(2))
+            .unwrap()
+            .deliver("all_reduce 0/0", vec![1, 2, 3])
+            .unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        let e = e.to_string();
+        assert!(
+            e.contains("/job:worker/task:3")
+                && e.contains(&addr)
+                && e.contains("deliver all_reduce 0/0"),
+            "{e}"
+        );
+    }
+}
