@@ -3,6 +3,7 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/ferroflow_cluster.proto");
     let fds = protox::compile(["proto/ferroflow_cluster.proto"], ["proto"])?;
-    tonic_prost_build::configure().compile_fds(fds)?;
+    // `bytes` fields as `bytes::Bytes`: a retried call re-sends its payload without a copy.
+    tonic_prost_build::configure().bytes(".").compile_fds(fds)?;
     Ok(())
 }

@@ -44,6 +44,10 @@ pub use ferroflow_numpy as numpy;
 /// resolvers (`tf.distribute.cluster_resolver`).
 pub use ferroflow_cluster as cluster;
 
+/// Distribution (`ferroflow-distribute`, `tf.distribute`): so far the collectives across
+/// processes (`CollectiveGroup`: a ring all-reduce over gRPC).
+pub use ferroflow_distribute as distribute;
+
 /// The tensor core crate (`ferroflow-tensor`).
 pub use ferroflow_tensor as tensor;
 

@@ -131,9 +131,8 @@ fn check_task(spec: &ClusterSpec, task: &TaskId, what: &str) -> Result<()> {
 /// ```
 #[derive(Debug, Clone)]
 pub struct TfConfigClusterResolver {
-    spec: ClusterSpec,
-    task: Option<TaskId>,
-    rpc_layer: Option<String>,
+    /// What TF_CONFIG says, checked.
+    resolved: SimpleClusterResolver,
 }
 
 impl TfConfigClusterResolver {
@@ -153,9 +152,7 @@ impl TfConfigClusterResolver {
     pub fn from_json(text: &str) -> Result<TfConfigClusterResolver> {
         if text.trim().is_empty() {
             return Ok(TfConfigClusterResolver {
-                spec: ClusterSpec::default(),
-                task: None,
-                rpc_layer: None,
+                resolved: SimpleClusterResolver::new(ClusterSpec::default(), None)?,
             });
         }
         let v: Value = serde_json::from_str(text)
@@ -178,10 +175,8 @@ impl TfConfigClusterResolver {
             None | Some(Value::Null) => None,
             Some(t) => Some(task_of(t)?),
         };
-        if let Some(t) = &task {
-            check_task(&spec, t, "task")?;
-        }
-        let rpc_layer = match top.get("rpc_layer") {
+        let mut resolved = SimpleClusterResolver::new(spec, task)?;
+        resolved.rpc_layer = match top.get("rpc_layer") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.clone()),
             Some(other) => {
@@ -191,11 +186,7 @@ impl TfConfigClusterResolver {
                 ))
             }
         };
-        Ok(TfConfigClusterResolver {
-            spec,
-            task,
-            rpc_layer,
-        })
+        Ok(TfConfigClusterResolver { resolved })
     }
 }
 
@@ -245,13 +236,13 @@ fn task_of(v: &Value) -> Result<TaskId> {
 
 impl ClusterResolver for TfConfigClusterResolver {
     fn cluster_spec(&self) -> Result<ClusterSpec> {
-        Ok(self.spec.clone())
+        self.resolved.cluster_spec()
     }
     fn task(&self) -> Option<TaskId> {
-        self.task.clone()
+        self.resolved.task()
     }
     fn rpc_layer(&self) -> Option<String> {
-        self.rpc_layer.clone()
+        self.resolved.rpc_layer()
     }
 }
 

@@ -78,7 +78,7 @@ impl pb::mailbox_server::Mailbox for MailboxService {
         request: tonic::Request<pb::DeliverRequest>,
     ) -> std::result::Result<tonic::Response<pb::DeliverReply>, tonic::Status> {
         let m = request.into_inner();
-        self.mailbox.put(m.key, m.payload);
+        self.mailbox.put(m.key, m.payload.into());
         Ok(tonic::Response::new(pb::DeliverReply {}))
     }
 }
@@ -122,6 +122,7 @@ pub struct TaskServer {
     mailbox: Arc<Mailbox>,
     token: Option<Arc<str>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    serving: Option<tokio::task::JoinHandle<std::result::Result<(), tonic::transport::Error>>>,
 }
 
 impl TaskServer {
@@ -159,7 +160,7 @@ impl TaskServer {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        runtime.spawn(
+        let serving = runtime.spawn(
             tonic::transport::Server::builder()
                 .initial_stream_window_size(Some(8 << 20))
                 .initial_connection_window_size(Some(16 << 20))
@@ -174,6 +175,7 @@ impl TaskServer {
             mailbox,
             token,
             stop: Some(stop),
+            serving: Some(serving),
         })
     }
 
@@ -213,14 +215,23 @@ impl TaskServer {
             client,
             name: format!("{name} ({address})"),
             token: self.token.clone(),
+            timeout,
         })
     }
 }
 
 impl Drop for TaskServer {
+    /// Stops accepting calls and lets the ones in flight answer (up to 2 s): a task that
+    /// leaves right after taking its last message must not cut off the reply its sender
+    /// waits for.
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        if let Some(serving) = self.serving.take() {
+            let _ = self
+                .runtime
+                .block_on(async { tokio::time::timeout(Duration::from_secs(2), serving).await });
         }
     }
 }
@@ -231,6 +242,7 @@ pub struct Peer {
     client: pb::mailbox_client::MailboxClient<tonic::transport::Channel>,
     name: String,
     token: Option<Arc<str>>,
+    timeout: Duration,
 }
 
 impl Peer {
@@ -239,30 +251,43 @@ impl Peer {
         &self.name
     }
 
-    /// Delivers `payload` to the peer's mailbox under `key`; an error names the peer when it
-    /// is unreachable, refuses the token, or does not answer within the timeout.
+    /// Delivers `payload` to the peer's mailbox under `key`. A peer that is not listening
+    /// (yet: tasks start in any order) is tried again until the timeout; an error names the
+    /// peer when it stays unreachable, refuses the token, or does not answer in time.
     pub fn deliver(&self, key: &str, payload: Vec<u8>) -> Result<()> {
-        let mut request = tonic::Request::new(pb::DeliverRequest {
-            key: key.to_string(),
-            payload,
-        });
-        if let Some(t) = &self.token {
-            let v = MetadataValue::try_from(&**t).map_err(|_| Error::Unavailable {
-                op: format!("deliver {key}"),
-                peer: self.name.clone(),
-                msg: "the cluster token is not valid ASCII".into(),
-            })?;
-            request.metadata_mut().insert(TOKEN_KEY, v);
+        let fail = |msg: String| Error::Unavailable {
+            op: format!("deliver {key}"),
+            peer: self.name.clone(),
+            msg,
+        };
+        let token = match &self.token {
+            Some(t) => Some(
+                MetadataValue::try_from(&**t)
+                    .map_err(|_| fail("the cluster token is not valid ASCII".into()))?,
+            ),
+            None => None,
+        };
+        let payload = bytes::Bytes::from(payload);
+        let end = Instant::now() + self.timeout;
+        let mut wait = Duration::from_millis(10);
+        loop {
+            let mut request = tonic::Request::new(pb::DeliverRequest {
+                key: key.to_string(),
+                payload: payload.clone(),
+            });
+            if let Some(t) = &token {
+                request.metadata_mut().insert(TOKEN_KEY, t.clone());
+            }
+            let mut client = self.client.clone();
+            match self.runtime.block_on(client.deliver(request)) {
+                Ok(_) => return Ok(()),
+                Err(s) if s.code() == tonic::Code::Unavailable && Instant::now() + wait < end => {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_millis(500));
+                }
+                Err(s) => return Err(fail(describe(&s))),
+            }
         }
-        let mut client = self.client.clone();
-        self.runtime
-            .block_on(client.deliver(request))
-            .map(|_| ())
-            .map_err(|status| Error::Unavailable {
-                op: format!("deliver {key}"),
-                peer: self.name.clone(),
-                msg: describe(&status),
-            })
     }
 }
 

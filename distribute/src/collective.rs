@@ -1,0 +1,462 @@
+//! [`CollectiveGroup`]: all-reduce and barrier across the training tasks of a cluster.
+
+use ferroflow_cluster::{ClusterResolver, Peer, TaskId, TaskServer};
+use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
+use half::{bf16, f16};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How collectives travel (TF's `CommunicationImplementation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommunicationImplementation {
+    /// The best available: the ring.
+    Auto,
+    /// Ring reduce-scatter and all-gather over gRPC (TF's cross-host path).
+    Ring,
+    /// NVIDIA's NCCL: the CUDA backend's (not available in this build).
+    Nccl,
+}
+
+/// Options of the collectives (TF's `tf.distribute.experimental.CommunicationOptions`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommunicationOptions {
+    /// The implementation (`Auto`).
+    pub implementation: CommunicationImplementation,
+    /// How long a collective waits for a peer before it fails naming it (TF has none by
+    /// default; here 5 minutes, so a dead worker is an error, not a hang).
+    pub timeout: Duration,
+    /// Tensors of one dtype are packed into messages of up to this many bytes (0: one pack
+    /// per dtype), as TF's `bytes_per_pack`.
+    pub bytes_per_pack: usize,
+}
+
+impl Default for CommunicationOptions {
+    fn default() -> Self {
+        CommunicationOptions {
+            implementation: CommunicationImplementation::Auto,
+            timeout: Duration::from_secs(300),
+            bytes_per_pack: 0,
+        }
+    }
+}
+
+/// How [`CollectiveGroup::all_reduce`] combines the tasks' tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// The sum over tasks.
+    Sum,
+    /// The sum divided by the number of tasks (float dtypes).
+    Mean,
+}
+
+/// The training tasks of a cluster and their collectives.
+///
+/// Every task builds one group and calls the same collectives in the same order (TF's rule
+/// for collective instance keys); each call is one instance, its messages keyed by it.
+pub struct CollectiveGroup {
+    server: TaskServer,
+    /// This task's place in the ring.
+    rank: usize,
+    world: usize,
+    /// The next task in the ring (absent alone).
+    right: Option<Peer>,
+    /// The task whose messages this one receives, for errors.
+    left_name: String,
+    options: CommunicationOptions,
+    instance: AtomicU64,
+}
+
+/// The training tasks in ring order: the chief, then the workers by index.
+fn training_tasks(resolver: &dyn ClusterResolver) -> Result<Vec<(TaskId, String)>> {
+    let spec = resolver.cluster_spec()?;
+    let mut tasks = vec![];
+    for job in ["chief", "worker"] {
+        for i in spec.task_indices(job) {
+            let address = spec.task_address(job, i).unwrap_or_default().to_string();
+            tasks.push((TaskId::new(job, i), address));
+        }
+    }
+    Ok(tasks)
+}
+
+impl CollectiveGroup {
+    /// The group of the cluster `resolver` describes, this process being its task: starts
+    /// the task's server on its address. A cluster without tasks is a group of one.
+    pub fn new(
+        resolver: &dyn ClusterResolver,
+        options: CommunicationOptions,
+    ) -> Result<CollectiveGroup> {
+        if options.implementation == CommunicationImplementation::Nccl {
+            return Err(Error::invalid(
+                "CommunicationOptions",
+                "the NCCL implementation needs the CUDA backend (the `cuda` cargo feature of \
+                 ferroflow, not in this build); use Ring or Auto",
+            ));
+        }
+        let tasks = training_tasks(resolver)?;
+        let token = ferroflow_cluster::token_from_env();
+        if tasks.is_empty() {
+            let server = TaskServer::start("127.0.0.1:0", token.as_deref())?;
+            return Ok(CollectiveGroup {
+                server,
+                rank: 0,
+                world: 1,
+                right: None,
+                left_name: String::new(),
+                options,
+                instance: AtomicU64::new(0),
+            });
+        }
+        let me = resolver.task().ok_or_else(|| {
+            Error::format(
+                "TF_CONFIG",
+                "the cluster has training tasks but \"task\" does not say which this process is",
+            )
+        })?;
+        let rank = tasks.iter().position(|(t, _)| *t == me).ok_or_else(|| {
+            Error::format(
+                "TF_CONFIG",
+                format!("task {me} takes no part in the collectives (only the chief and the workers do)"),
+            )
+        })?;
+        let world = tasks.len();
+        let server = TaskServer::start(&tasks[rank].1, token.as_deref())?;
+        let (right, left_name) = if world > 1 {
+            let (rt, ra) = &tasks[(rank + 1) % world];
+            let (lt, la) = &tasks[(rank + world - 1) % world];
+            (
+                Some(server.peer(&rt.to_string(), ra, options.timeout)?),
+                format!("{lt} ({la})"),
+            )
+        } else {
+            (None, String::new())
+        };
+        Ok(CollectiveGroup {
+            server,
+            rank,
+            world,
+            right,
+            left_name,
+            options,
+            instance: AtomicU64::new(0),
+        })
+    }
+
+    /// This task's index among the training tasks (`replica_id_in_sync_group` for one
+    /// replica per task).
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// How many training tasks the group has (`num_replicas_in_sync` for one replica per
+    /// task).
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+
+    /// The sum (or mean) of `tensors` over every task of the group, on every task: tensor
+    /// `i` of the result combines tensor `i` of each task, which must agree in shape and
+    /// dtype. Results keep each input's device. Float dtypes reduce in f32 (f16, bf16, f32)
+    /// or f64; int32 and int64 wrap as TF's do; bool and 8-bit ints are an error.
+    ///
+    /// The ring: each pack is cut into one chunk per task; in `n-1` steps every task sends a
+    /// chunk to the next task and adds the one it receives (reduce-scatter), then in `n-1`
+    /// more passes the finished chunks around (all-gather). Every task ends with identical
+    /// bits.
+    pub fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
+        let instance = self.instance.fetch_add(1, Ordering::SeqCst);
+        let name = format!("all_reduce {instance}");
+        let mut host: Vec<HostData> = tensors.iter().map(|t| t.to_host()).collect::<Result<_>>()?;
+        for (i, h) in host.iter().enumerate() {
+            if matches!(h.dtype(), DType::Bool | DType::I8 | DType::U8) {
+                return Err(Error::UnsupportedDType {
+                    op: "all_reduce",
+                    dtype: h.dtype(),
+                    expected: "a float dtype, int32 or int64",
+                });
+            }
+            if op == ReduceOp::Mean && !h.dtype().is_float() {
+                return Err(Error::invalid(
+                    "all_reduce",
+                    format!(
+                        "the mean of tensor {i} ({}) needs a float dtype: cast it first",
+                        h.dtype()
+                    ),
+                ));
+            }
+        }
+        for (pack_index, pack) in self.packs(&host).into_iter().enumerate() {
+            let key = format!("{name}/{pack_index}");
+            match host[pack[0]].dtype() {
+                DType::F64 => self.reduce_pack::<f64>(&key, &mut host, &pack, op)?,
+                DType::I32 => self.reduce_pack::<i32>(&key, &mut host, &pack, op)?,
+                DType::I64 => self.reduce_pack::<i64>(&key, &mut host, &pack, op)?,
+                _ => self.reduce_pack::<f32>(&key, &mut host, &pack, op)?,
+            }
+        }
+        tensors
+            .iter()
+            .zip(host)
+            .map(|(t, h)| Tensor::from_host_on(h, t.shape(), t.device()))
+            .collect()
+    }
+
+    /// Waits until every task of the group has reached its barrier.
+    pub fn barrier(&self) -> Result<()> {
+        let instance = self.instance.fetch_add(1, Ordering::SeqCst);
+        let mut count = [1i32];
+        self.ring(&format!("barrier {instance}"), &mut count)?;
+        let n = count[0];
+        if n as usize != self.world {
+            return Err(Error::invalid(
+                "barrier",
+                format!("{n} of {} tasks arrived", self.world),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Indices of `host` grouped into packs: consecutive tensors of one dtype, up to
+    /// `bytes_per_pack` bytes (a larger tensor is a pack of its own).
+    fn packs(&self, host: &[HostData]) -> Vec<Vec<usize>> {
+        let mut packs: Vec<Vec<usize>> = vec![];
+        let mut bytes = 0;
+        for (i, h) in host.iter().enumerate() {
+            let size = h.len() * h.dtype().size_in_bytes();
+            let fits = packs.last().is_some_and(|p| {
+                host[p[0]].dtype() == h.dtype()
+                    && (self.options.bytes_per_pack == 0
+                        || bytes + size <= self.options.bytes_per_pack)
+            });
+            if let (true, Some(p)) = (fits, packs.last_mut()) {
+                p.push(i);
+                bytes += size;
+            } else {
+                packs.push(vec![i]);
+                bytes = size;
+            }
+        }
+        packs
+    }
+
+    /// All-reduces the tensors `pack` of `host` (one dtype) as `W` values, in place.
+    fn reduce_pack<W: Wire>(
+        &self,
+        key: &str,
+        host: &mut [HostData],
+        pack: &[usize],
+        op: ReduceOp,
+    ) -> Result<()> {
+        let mut flat: Vec<W> = vec![];
+        for &i in pack {
+            W::extend_from(&mut flat, &host[i]);
+        }
+        self.ring(key, &mut flat)?;
+        if op == ReduceOp::Mean {
+            let n = self.world as f64;
+            for v in &mut flat {
+                *v = W::scaled(*v, 1.0 / n);
+            }
+        }
+        let mut at = 0;
+        for &i in pack {
+            let len = host[i].len();
+            host[i] = W::write_back(&flat[at..at + len], host[i].dtype());
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// The ring all-reduce of `data` (summed over the tasks, on every task).
+    fn ring<W: Wire>(&self, key: &str, data: &mut [W]) -> Result<()> {
+        let Some(right) = &self.right else {
+            return Ok(());
+        };
+        let (n, r) = (self.world, self.rank);
+        let bounds: Vec<usize> = (0..=n).map(|i| i * data.len() / n).collect();
+        let chunk = |c: usize| bounds[c]..bounds[c + 1];
+        for step in 0..n - 1 {
+            let send = (r + n - step) % n;
+            let recv = (r + 2 * n - step - 1) % n;
+            let k = format!("{key}/reduce/{step}");
+            right.deliver(&k, W::encode(&data[chunk(send)]))?;
+            let got = self.receive(&k)?;
+            W::add_into(&mut data[chunk(recv)], &got)?;
+        }
+        for step in 0..n - 1 {
+            let send = (r + 1 + n - step) % n;
+            let recv = (r + n - step) % n;
+            let k = format!("{key}/gather/{step}");
+            right.deliver(&k, W::encode(&data[chunk(send)]))?;
+            let got = self.receive(&k)?;
+            W::copy_into(&mut data[chunk(recv)], &got)?;
+        }
+        Ok(())
+    }
+
+    /// The message the previous task delivered under `key`, or an error naming it after the
+    /// timeout.
+    fn receive(&self, key: &str) -> Result<Vec<u8>> {
+        self.server
+            .mailbox()
+            .take(key, self.options.timeout)
+            .ok_or_else(|| Error::Unavailable {
+                op: key.rsplit_once('/').map_or(key, |(k, _)| k).to_string(),
+                peer: self.left_name.clone(),
+                msg: format!(
+                    "no message within {:?}: the task died or hung (the collective timeout)",
+                    self.options.timeout
+                ),
+            })
+    }
+}
+
+/// A value type collectives send and add: f32, f64, i32, i64 (little-endian on the wire).
+trait Wire: Copy {
+    const BYTES: usize;
+    fn extend_from(out: &mut Vec<Self>, h: &HostData);
+    fn write_back(values: &[Self], dtype: DType) -> HostData;
+    fn scaled(v: Self, by: f64) -> Self;
+    fn to_le(self, out: &mut Vec<u8>);
+    fn from_le(b: &[u8]) -> Self;
+    fn add(self, o: Self) -> Self;
+    fn encode(values: &[Self]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(values.len() * Self::BYTES);
+        for v in values {
+            v.to_le(&mut out);
+        }
+        out
+    }
+    fn check(dst: &[Self], got: &[u8]) -> Result<()> {
+        if got.len() != dst.len() * Self::BYTES {
+            return Err(Error::invalid(
+                "all_reduce",
+                format!(
+                    "a peer sent {} bytes for a chunk of {} values: the tasks' tensors differ in shape or dtype",
+                    got.len(),
+                    dst.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+    fn add_into(dst: &mut [Self], got: &[u8]) -> Result<()> {
+        Self::check(dst, got)?;
+        for (d, b) in dst.iter_mut().zip(got.chunks_exact(Self::BYTES)) {
+            *d = d.add(Self::from_le(b));
+        }
+        Ok(())
+    }
+    fn copy_into(dst: &mut [Self], got: &[u8]) -> Result<()> {
+        Self::check(dst, got)?;
+        for (d, b) in dst.iter_mut().zip(got.chunks_exact(Self::BYTES)) {
+            *d = Self::from_le(b);
+        }
+        Ok(())
+    }
+}
+
+impl Wire for f32 {
+    const BYTES: usize = 4;
+    fn extend_from(out: &mut Vec<f32>, h: &HostData) {
+        match h {
+            HostData::F32(v) => out.extend_from_slice(v),
+            HostData::F16(v) => out.extend(v.iter().map(|x| x.to_f32())),
+            HostData::BF16(v) => out.extend(v.iter().map(|x| x.to_f32())),
+            other => out.extend(other.to_f64_vec().into_iter().map(|x| x as f32)),
+        }
+    }
+    fn write_back(values: &[f32], dtype: DType) -> HostData {
+        match dtype {
+            DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f32(x)).collect()),
+            DType::BF16 => HostData::BF16(values.iter().map(|&x| bf16::from_f32(x)).collect()),
+            _ => HostData::F32(values.to_vec()),
+        }
+    }
+    fn scaled(v: f32, by: f64) -> f32 {
+        (v as f64 * by) as f32
+    }
+    fn to_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn from_le(b: &[u8]) -> f32 {
+        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+    fn add(self, o: f32) -> f32 {
+        self + o
+    }
+}
+
+impl Wire for f64 {
+    const BYTES: usize = 8;
+    fn extend_from(out: &mut Vec<f64>, h: &HostData) {
+        out.extend(h.to_f64_vec());
+    }
+    fn write_back(values: &[f64], _: DType) -> HostData {
+        HostData::F64(values.to_vec())
+    }
+    fn scaled(v: f64, by: f64) -> f64 {
+        v * by
+    }
+    fn to_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn from_le(b: &[u8]) -> f64 {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[..8]);
+        f64::from_le_bytes(a)
+    }
+    fn add(self, o: f64) -> f64 {
+        self + o
+    }
+}
+
+impl Wire for i32 {
+    const BYTES: usize = 4;
+    fn extend_from(out: &mut Vec<i32>, h: &HostData) {
+        if let HostData::I32(v) = h {
+            out.extend_from_slice(v);
+        }
+    }
+    fn write_back(values: &[i32], _: DType) -> HostData {
+        HostData::I32(values.to_vec())
+    }
+    fn scaled(v: i32, _: f64) -> i32 {
+        v // the mean of integers is refused before
+    }
+    fn to_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn from_le(b: &[u8]) -> i32 {
+        i32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+    fn add(self, o: i32) -> i32 {
+        self.wrapping_add(o)
+    }
+}
+
+impl Wire for i64 {
+    const BYTES: usize = 8;
+    fn extend_from(out: &mut Vec<i64>, h: &HostData) {
+        if let HostData::I64(v) = h {
+            out.extend_from_slice(v);
+        }
+    }
+    fn write_back(values: &[i64], _: DType) -> HostData {
+        HostData::I64(values.to_vec())
+    }
+    fn scaled(v: i64, _: f64) -> i64 {
+        v
+    }
+    fn to_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn from_le(b: &[u8]) -> i64 {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[..8]);
+        i64::from_le_bytes(a)
+    }
+    fn add(self, o: i64) -> i64 {
+        self.wrapping_add(o)
+    }
+}
