@@ -45,7 +45,7 @@ pub use ferroflow_numpy as numpy;
 pub use ferroflow_cluster as cluster;
 
 /// Distribution (`ferroflow-distribute`, `tf.distribute`): so far the collectives across
-/// processes (`CollectiveGroup`: a ring all-reduce over gRPC).
+/// processes (`CollectiveGroup`: a ring all-reduce, all-gather and broadcast over gRPC).
 pub use ferroflow_distribute as distribute;
 
 /// The tensor core crate (`ferroflow-tensor`).

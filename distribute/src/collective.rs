@@ -201,6 +201,96 @@ impl CollectiveGroup {
             .collect()
     }
 
+    /// Every task's `tensor` concatenated along axis 0 in task order, on every task (TF's
+    /// `all_gather(value, axis=0)`): the tensors must agree in dtype and shape. Any dtype.
+    pub fn all_gather(&self, tensor: &Tensor) -> Result<Tensor> {
+        let instance = self.instance.fetch_add(1, Ordering::SeqCst);
+        let name = format!("all_gather {instance}");
+        if tensor.rank() == 0 {
+            return Err(Error::invalid(
+                "all_gather",
+                "a scalar has no axis 0 to gather along: reshape it to [1]",
+            ));
+        }
+        let mine = tensor.to_host()?.to_le_bytes();
+        let (n, r) = (self.world, self.rank);
+        let mut blocks: Vec<Option<Vec<u8>>> = vec![None; n];
+        if let Some(right) = &self.right {
+            let mut passing = mine.clone();
+            for step in 0..n - 1 {
+                let k = format!("{name}/{step}");
+                right.deliver(&k, passing)?;
+                let got = self.receive(&k)?;
+                if got.len() != mine.len() {
+                    return Err(Error::invalid(
+                        "all_gather",
+                        format!(
+                            "task {} sent {} bytes, this task has {}: the tasks' tensors differ in shape or dtype",
+                            (r + 2 * n - step - 1) % n,
+                            got.len(),
+                            mine.len()
+                        ),
+                    ));
+                }
+                blocks[(r + 2 * n - step - 1) % n] = Some(got.clone());
+                passing = got;
+            }
+        }
+        blocks[r] = Some(mine);
+        let all: Vec<u8> = blocks.into_iter().flatten().flatten().collect();
+        let data = HostData::from_le_bytes(tensor.dtype(), &all).ok_or_else(|| {
+            Error::invalid(
+                "all_gather",
+                "the gathered bytes do not fill whole elements",
+            )
+        })?;
+        let mut shape = tensor.shape().to_vec();
+        shape[0] *= n;
+        Tensor::from_host_on(data, &shape, tensor.device())
+    }
+
+    /// Task `root`'s `tensor` on every task (TF's `broadcast`): every task passes a tensor of
+    /// the same dtype and shape (its values are replaced). The value travels along the ring.
+    pub fn broadcast(&self, tensor: &Tensor, root: usize) -> Result<Tensor> {
+        let instance = self.instance.fetch_add(1, Ordering::SeqCst);
+        // One message key: every hop of the chain carries the same value.
+        let key = format!("broadcast {instance}/0");
+        if root >= self.world {
+            return Err(Error::invalid(
+                "broadcast",
+                format!("root {root} is not a task of a group of {}", self.world),
+            ));
+        }
+        let Some(right) = &self.right else {
+            return Ok(tensor.clone());
+        };
+        let mine = tensor.to_host()?.to_le_bytes();
+        let next_is_root = (self.rank + 1) % self.world == root;
+        let bytes = if self.rank == root {
+            right.deliver(&key, mine)?;
+            return Ok(tensor.clone());
+        } else {
+            let got = self.receive(&key)?;
+            if !next_is_root {
+                right.deliver(&key, got.clone())?;
+            }
+            got
+        };
+        if bytes.len() != mine.len() {
+            return Err(Error::invalid(
+                "broadcast",
+                format!(
+                    "the root sent {} bytes, this task's tensor has {}: the tasks' tensors differ in shape or dtype",
+                    bytes.len(),
+                    mine.len()
+                ),
+            ));
+        }
+        let data = HostData::from_le_bytes(tensor.dtype(), &bytes)
+            .ok_or_else(|| Error::invalid("broadcast", "the bytes do not fill whole elements"))?;
+        Tensor::from_host_on(data, tensor.shape(), tensor.device())
+    }
+
     /// Waits until every task of the group has reached its barrier.
     pub fn barrier(&self) -> Result<()> {
         let instance = self.instance.fetch_add(1, Ordering::SeqCst);

@@ -7,6 +7,7 @@
 //!   (`ferroflow_cluster::TaskServer`), and their collectives: [`CollectiveGroup::all_reduce`]
 //!   (sum or mean of same-shaped tensors on every task, as a ring reduce-scatter then
 //!   all-gather over gRPC, tensors packed per [`CommunicationOptions::bytes_per_pack`]) and
+//!   [`CollectiveGroup::all_gather`], [`CollectiveGroup::broadcast`] and
 //!   [`CollectiveGroup::barrier`].
 //! - [`CommunicationOptions`] (TF's `tf.distribute.experimental.CommunicationOptions`): the
 //!   implementation (`Ring`; `Nccl` is the CUDA backend's, and an error until it lands), the

@@ -176,6 +176,17 @@ fn worker() {
     for (g, w) in m.iter().zip(&want_b) {
         assert!((g - w / n as f64).abs() < 1e-12);
     }
+    // all_gather: every rank's [2, 3] block, in rank order.
+    let block = Tensor::from_vec(vec![rank as f32; 6], &[2, 3]).unwrap();
+    let gathered = group.all_gather(&block).unwrap();
+    assert_eq!(gathered.shape(), &[2 * n, 3]);
+    let want: Vec<f32> = (0..n).flat_map(|r| vec![r as f32; 6]).collect();
+    assert_eq!(gathered.to_vec::<f32>().unwrap(), want);
+    // broadcast from the last rank: everyone ends with its values.
+    let root = n - 1;
+    let mine = Tensor::from_vec(vec![rank as i64 * 10, -1], &[2]).unwrap();
+    let b = group.broadcast(&mine, root).unwrap();
+    assert_eq!(b.to_vec::<i64>().unwrap(), vec![root as i64 * 10, -1]);
     group.barrier().unwrap();
     let bits: u64 = got_a
         .iter()
@@ -184,7 +195,7 @@ fn worker() {
 }
 
 #[test]
-fn all_reduce_equals_the_local_sum_for_1_to_4_workers_with_identical_bits() {
+fn collectives_equal_the_local_results_for_1_to_4_workers_with_identical_bits() {
     for (n, mode) in [(1, "plain"), (2, "plain"), (3, "packed"), (4, "plain")] {
         let mut workers = start(n, mode, 30);
         let results = wait_all(&mut workers, Duration::from_secs(120));
