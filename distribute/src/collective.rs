@@ -54,7 +54,8 @@ pub enum ReduceOp {
 /// Every task builds one group and calls the same collectives in the same order (TF's rule
 /// for collective instance keys); each call is one instance, its messages keyed by it.
 pub struct CollectiveGroup {
-    server: TaskServer,
+    /// This task's server (absent alone: a group of one sends nothing).
+    server: Option<TaskServer>,
     /// This task's place in the ring.
     rank: usize,
     world: usize,
@@ -96,9 +97,8 @@ impl CollectiveGroup {
         let tasks = training_tasks(resolver)?;
         let token = ferroflow_cluster::token_from_env();
         if tasks.is_empty() {
-            let server = TaskServer::start("127.0.0.1:0", token.as_deref())?;
             return Ok(CollectiveGroup {
-                server,
+                server: None,
                 rank: 0,
                 world: 1,
                 right: None,
@@ -132,7 +132,7 @@ impl CollectiveGroup {
             (None, String::new())
         };
         Ok(CollectiveGroup {
-            server,
+            server: Some(server),
             rank,
             world,
             right,
@@ -388,8 +388,8 @@ impl CollectiveGroup {
     /// timeout.
     fn receive(&self, key: &str) -> Result<Vec<u8>> {
         self.server
-            .mailbox()
-            .take(key, self.options.timeout)
+            .as_ref()
+            .and_then(|s| s.mailbox().take(key, self.options.timeout))
             .ok_or_else(|| Error::Unavailable {
                 op: key.rsplit_once('/').map_or(key, |(k, _)| k).to_string(),
                 peer: self.left_name.clone(),

@@ -71,7 +71,9 @@ fn reference(rule: &UpdateRule, w: f64, g: f64, s: &mut [f64]) -> f64 {
     }
 }
 
-fn rules() -> Vec<UpdateRule> {
+/// One update rule of every kind (and both RMSprop variants), as the fused-kernel cases and
+/// the wgpu shader catalog use them.
+pub fn rules() -> Vec<UpdateRule> {
     vec![
         UpdateRule::SgdMomentum {
             lr: 0.1,

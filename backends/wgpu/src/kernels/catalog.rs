@@ -11,9 +11,7 @@ use super::pool::{avg_pool_grad_source, max_pool_grad_source, pool2d_source};
 use super::reduce::{arg_reduce_source, reduce_source};
 use super::scan::{cumulative_source, sort_source};
 use crate::elem::Elem;
-use ferroflow_tensor::{
-    ArgReduceOp, BinaryOp, CumulativeOp, DType, PoolKind, ReduceOp, UnaryOp, UpdateRule,
-};
+use ferroflow_tensor::{ArgReduceOp, BinaryOp, CumulativeOp, DType, PoolKind, ReduceOp, UnaryOp};
 
 /// Every storage type a kernel can see.
 const ELEMS: [Elem; 5] = [Elem::F32, Elem::F16, Elem::I32, Elem::Bool, Elem::I64];
@@ -21,51 +19,6 @@ const ELEMS: [Elem; 5] = [Elem::F32, Elem::F16, Elem::I32, Elem::Bool, Elem::I64
 /// The element type of `dtype` (the backend's mapping, without a device).
 fn elem(dtype: DType) -> Option<Elem> {
     ELEMS.into_iter().find(|e| e.dtype() == dtype)
-}
-
-/// One representative of every update rule's kernel.
-fn rules() -> [UpdateRule; 7] {
-    [
-        UpdateRule::SgdMomentum {
-            lr: 0.1,
-            momentum: 0.9,
-            nesterov: false,
-        },
-        UpdateRule::Adam {
-            lr_t: 0.1,
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-7,
-            decay: 0.0,
-        },
-        UpdateRule::RmsProp {
-            lr: 0.1,
-            rho: 0.9,
-            epsilon: 1e-7,
-            centered: false,
-        },
-        UpdateRule::RmsProp {
-            lr: 0.1,
-            rho: 0.9,
-            epsilon: 1e-7,
-            centered: true,
-        },
-        UpdateRule::Adagrad {
-            lr: 0.1,
-            epsilon: 1e-7,
-        },
-        UpdateRule::Adadelta {
-            lr: 1.0,
-            rho: 0.95,
-            epsilon: 1e-7,
-        },
-        UpdateRule::Adamax {
-            lr_t: 0.1,
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-7,
-        },
-    ]
 }
 
 /// (name, WGSL) of every kernel variant the backend can build.
@@ -136,7 +89,8 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
         add(format!("max_pool_grad_{e:?}"), max_pool_grad_source(e));
         add(format!("avg_pool_grad_{e:?}"), avg_pool_grad_source(e));
     }
-    for rule in rules() {
+    // One rule of each kind (the conformance suite's: centered RMSprop included).
+    for rule in ferroflow_tensor::conformance::fused::rules() {
         add(format!("optimizer_{rule:?}"), Some(optimizer_source(&rule)));
     }
     let tiles: [Tile; 3] = [gemm::BIG, gemm::MID, gemm::SMALL];
