@@ -65,6 +65,51 @@ pub fn init() {
     ferroflow_wgpu::register();
 }
 
+/// Device configuration, as `tf.config`.
+pub mod config {
+    use ferroflow_tensor::{Device, DeviceKind, Error, Result};
+
+    /// Splits a physical device into `n` logical devices (TF's
+    /// `tf.config.set_logical_device_configuration`). The CPU splits
+    /// (`ferroflow_cpu::set_logical_devices`: `/CPU:0`..`/CPU:{n-1}`), so `MirroredStrategy`
+    /// runs several replicas on a machine without GPUs; GPUs do not split here.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow::DeviceKind;
+    /// ferroflow::config::set_logical_device_configuration(DeviceKind::Cpu, 2)?;
+    /// assert_eq!(ferroflow::config::list_logical_devices(DeviceKind::Cpu).len(), 2);
+    /// # Ok::<(), ferroflow::Error>(())
+    /// ```
+    pub fn set_logical_device_configuration(kind: DeviceKind, n: usize) -> Result<()> {
+        match kind {
+            #[cfg(feature = "cpu")]
+            DeviceKind::Cpu => ferroflow_cpu::set_logical_devices(n),
+            _ => Err(Error::invalid(
+                "set_logical_device_configuration",
+                format!(
+                    "{} devices cannot be split into logical devices in this build{}",
+                    kind.as_str(),
+                    if kind == DeviceKind::Cpu {
+                        " (the CPU needs the `cpu` cargo feature of ferroflow)"
+                    } else {
+                        ""
+                    }
+                ),
+            )),
+        }
+    }
+
+    /// The devices of `kind` the registered backends serve (`tf.config.list_logical_devices`).
+    pub fn list_logical_devices(kind: DeviceKind) -> Vec<Device> {
+        ferroflow_tensor::list_devices()
+            .into_iter()
+            .map(|(d, _)| d)
+            .filter(|d| d.kind() == kind)
+            .collect()
+    }
+}
+
 /// Everything a typical program uses.
 pub mod prelude {
     pub use ferroflow_autodiff::{GradientTape, Source};

@@ -42,7 +42,7 @@ mod schedule;
 pub use config::{from_config, get_config};
 pub use loss_scale::{LossScale, LossScaleOptimizer};
 pub use more::{Adadelta, Adamax, Ftrl, Nadam};
-pub use optimizer::{
+pub use optimizer::{ReplicaGradients, 
     minimize_fn, Adagrad, Adam, GradientTransformer, Optimizer, OptimizerCore, RmsProp, Sgd,
 };
 pub use schedule::{

@@ -32,6 +32,7 @@ pub struct LossScaleOptimizer {
     mode: LossScale,
     scale: f64,
     good_steps: u32,
+    replica_gradients: crate::optimizer::ReplicaGradients,
 }
 
 impl LossScaleOptimizer {
@@ -62,6 +63,7 @@ impl LossScaleOptimizer {
             mode,
             scale,
             good_steps: 0,
+            replica_gradients: Default::default(),
         })
     }
     /// The current scale (`loss_scale`).
@@ -185,6 +187,15 @@ impl Optimizer for LossScaleOptimizer {
         grads_and_vars: Vec<(Option<Tensor>, Variable)>,
         aggregate: bool,
     ) -> Result<()> {
+        // Under a strategy: the finiteness check and the scale see all replicas' gradients.
+        let custom = self.inner.core().gradient_aggregator.is_some();
+        let Some((grads_and_vars, gathered)) =
+            self.replica_gradients.gather(grads_and_vars, aggregate, !custom)?
+        else {
+            return Ok(());
+        };
+        let _cross_replica = ferroflow_tensor::distribution::cross_replica_scope();
+        let aggregate = aggregate && (!gathered || custom);
         if !all_finite(&grads_and_vars)? {
             if let LossScale::Dynamic { .. } = self.mode {
                 self.scale = (self.scale / 2.0).max(1.0);

@@ -3,6 +3,7 @@
 
 use crate::schedule::Hyper;
 use ferroflow_autodiff::{GradientTape, Source};
+use ferroflow_tensor::distribution::{cross_replica_scope, replica_context};
 use ferroflow_tensor::{
     device_has_fused, Axes, Error, FusedKernel, Result, Tensor, UpdateRule, Variable,
 };
@@ -36,6 +37,120 @@ pub struct OptimizerCore {
     /// Run updates as chains of primitives even where the backend has a fused
     /// `optimizer_update` kernel (for comparisons; both paths give the same numbers).
     pub compose_updates: bool,
+    /// Gradients of the local replicas of the step in progress under a strategy.
+    pub replica_gradients: ReplicaGradients,
+}
+
+/// The gradients the local replicas of one step pass to `apply_gradients` under a
+/// distribution strategy, gathered until the last replica (TF's `merge_call`: replicas run
+/// one after another here, and the update applies once, when all have handed theirs in).
+#[derive(Default)]
+pub struct ReplicaGradients {
+    parts: Vec<Vec<(Option<Tensor>, Variable)>>,
+}
+
+impl ReplicaGradients {
+    /// Outside a replica's step: `Some(grads, false)`, unchanged. In one: keeps the
+    /// replica's gradients and returns `None` until the last local replica, which gets the
+    /// gradients of all replicas: with `aggregate`, summed over the local replicas and then
+    /// (unless `cross_worker` is false: a custom `gradient_aggregator` does that part) over
+    /// the workers, on each variable's device, and `true`; without, its own (TF: they are
+    /// already aggregated) and `false`.
+    pub fn gather(
+        &mut self,
+        grads_and_vars: Vec<(Option<Tensor>, Variable)>,
+        aggregate: bool,
+        cross_worker: bool,
+    ) -> Result<Option<(Vec<(Option<Tensor>, Variable)>, bool)>> {
+        let Some(r) = replica_context() else {
+            return Ok(Some((grads_and_vars, false)));
+        };
+        if !aggregate {
+            self.parts.clear();
+            return Ok(r.is_last_local().then_some((grads_and_vars, false)));
+        }
+        if self.parts.len() != r.local_replica {
+            let handed = self.parts.len();
+            self.parts.clear();
+            return Err(Error::invalid(
+                "apply_gradients",
+                format!(
+                    "replica {} handed in its gradients after {handed} replica(s) of this step; \
+                     every replica must call apply_gradients once per step, in order",
+                    r.local_replica
+                ),
+            ));
+        }
+        self.parts.push(grads_and_vars);
+        if !r.is_last_local() {
+            return Ok(None);
+        }
+        let parts = std::mem::take(&mut self.parts);
+        let mut summed = combine_local(parts)?;
+        if let (true, Some(cross)) = (cross_worker, &r.cross_worker) {
+            let present: Vec<usize> = (0..summed.len()).filter(|&i| summed[i].0.is_some()).collect();
+            let tensors = present.iter().filter_map(|&i| summed[i].0.clone()).collect();
+            let reduced = cross.all_reduce_sum(tensors)?;
+            for (i, g) in present.into_iter().zip(reduced) {
+                summed[i].0 = Some(g);
+            }
+        }
+        Ok(Some((summed, true)))
+    }
+}
+
+/// The local replicas' gradients summed per variable, on the variable's device.
+fn combine_local(parts: Vec<Vec<(Option<Tensor>, Variable)>>) -> Result<Vec<(Option<Tensor>, Variable)>> {
+    let mut parts = parts.into_iter();
+    let mut total = parts.next().unwrap_or_default();
+    for (r, part) in parts.enumerate() {
+        if part.len() != total.len() {
+            return Err(Error::invalid(
+                "apply_gradients",
+                format!(
+                    "replica {} passed {} gradients, replica 0 passed {}",
+                    r + 1,
+                    part.len(),
+                    total.len()
+                ),
+            ));
+        }
+        for ((acc, var), (g, v)) in total.iter_mut().zip(part) {
+            if var.id() != v.id() {
+                return Err(Error::invalid(
+                    "apply_gradients",
+                    format!(
+                        "replica {} passed a gradient for {:?} where replica 0 passed one for {:?}",
+                        r + 1,
+                        v.name(),
+                        var.name()
+                    ),
+                ));
+            }
+            *acc = match (acc.take(), g) {
+                (Some(a), Some(g)) => {
+                    let device = var.peek().device();
+                    let a = if a.device() == device { a } else { a.to_device(device)? };
+                    let g = if g.device() == device { g } else { g.to_device(device)? };
+                    Some(a.add(&g)?)
+                }
+                (None, None) => None,
+                _ => {
+                    return Err(Error::invalid(
+                        "apply_gradients",
+                        format!("variable {:?} has a gradient on some replicas only", var.name()),
+                    ))
+                }
+            };
+        }
+    }
+    for (g, var) in total.iter_mut() {
+        if let Some(t) = g.take() {
+            let device = var.peek().device();
+            *g = Some(if t.device() == device { t } else { t.to_device(device)? });
+        }
+    }
+    Ok(total)
 }
 
 impl OptimizerCore {
@@ -155,11 +270,25 @@ pub trait Optimizer: Send {
     /// TF 2.4's `apply_gradients(grads_and_vars, experimental_aggregate_gradients)`.
     /// `None` gradients are skipped with a warning; a gradient whose shape or dtype does not
     /// match its variable is an error naming the variable, and nothing is updated.
+    ///
+    /// Called in a replica's step under a distribution strategy, the replicas' gradients
+    /// are gathered ([`ReplicaGradients`]) and the update applies once, at the last local
+    /// replica, with the gradients summed over all replicas (TF's default aggregator:
+    /// the loss of each replica is scaled by the global batch).
     fn apply_gradients(
         &mut self,
         grads_and_vars: Vec<(Option<Tensor>, Variable)>,
         aggregate: bool,
     ) -> Result<()> {
+        let custom = self.core().gradient_aggregator.is_some();
+        let Some((grads_and_vars, gathered)) =
+            self.core_mut()
+                .replica_gradients
+                .gather(grads_and_vars, aggregate, !custom)?
+        else {
+            return Ok(());
+        };
+        let _cross_replica = cross_replica_scope();
         let mut pairs = Vec::with_capacity(grads_and_vars.len());
         let mut missing = vec![];
         for (g, v) in grads_and_vars {
@@ -187,7 +316,7 @@ pub trait Optimizer: Send {
         if !missing.is_empty() {
             eprintln!("WARNING: Gradients do not exist for variables {missing:?} when minimizing the loss.");
         }
-        if aggregate {
+        if aggregate && (!gathered || custom) {
             if let Some(agg) = self.core().gradient_aggregator.clone() {
                 pairs = agg(pairs)?;
             }

@@ -44,6 +44,7 @@ pub mod backend;
 pub mod conformance;
 pub mod device;
 pub mod dispatch;
+pub mod distribution;
 mod dtype;
 mod error;
 pub mod fs;

@@ -1,11 +1,12 @@
 //! [`Variable`]: named, mutable, shared state (what optimizers update and checkpoints save).
 
 use crate::dispatch::notify_variable_read;
+use crate::distribution::{current_variable_distribution, replica_context, ReplicaInfo};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 static NEXT_VAR: AtomicU64 = AtomicU64::new(1);
 
@@ -45,6 +46,40 @@ struct Inner {
     synchronization: VariableSynchronization,
     aggregation: VariableAggregation,
     value: RwLock<Tensor>,
+    /// Set when created inside a distribution strategy's scope.
+    distributed: Option<Distributed>,
+}
+
+/// The state of a variable created in a strategy's scope (TF's `MirroredVariable` and
+/// `SyncOnReadVariable`).
+struct Distributed {
+    strategy: &'static str,
+    /// Mirrored (sync on write): copies of the value on the replicas' other devices, made
+    /// on first read there and dropped by every write.
+    copies: Mutex<Vec<Tensor>>,
+    /// Sync on read: one value per local replica (`value` above is unused then).
+    per_replica: Option<Vec<RwLock<Tensor>>>,
+    /// Mirrored: the updates the local replicas asked for in this step, applied together
+    /// by the last one (so every replica of a step reads the same value, as in TF).
+    pending: Mutex<Vec<Tensor>>,
+}
+
+/// What a write does with its value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Write {
+    Assign,
+    Add,
+    Sub,
+}
+
+impl Write {
+    fn name(self) -> &'static str {
+        match self {
+            Write::Assign => "assign",
+            Write::Add => "assign_add",
+            Write::Sub => "assign_sub",
+        }
+    }
 }
 
 /// A named, shared, mutable tensor, like `tf.Variable`. Clones share the same state.
@@ -79,14 +114,38 @@ impl Variable {
         synchronization: VariableSynchronization,
         aggregation: VariableAggregation,
     ) -> Variable {
-        Variable(Arc::new(Inner {
+        let scope = current_variable_distribution();
+        let distributed = scope.as_ref().and_then(|how| {
+            (synchronization != VariableSynchronization::None).then(|| Distributed {
+                strategy: how.strategy,
+                copies: Mutex::new(vec![]),
+                per_replica: (synchronization == VariableSynchronization::OnRead).then(|| {
+                    (0..how.num_local_replicas.max(1))
+                        .map(|_| RwLock::new(initial.clone()))
+                        .collect()
+                }),
+                pending: Mutex::new(vec![]),
+            })
+        });
+        let v = Variable(Arc::new(Inner {
             id: NEXT_VAR.fetch_add(1, Ordering::Relaxed),
             name: name.into(),
             trainable,
             synchronization,
             aggregation,
             value: RwLock::new(initial),
-        }))
+            distributed,
+        }));
+        if let Some(hook) = scope.as_ref().and_then(|how| how.on_create.as_ref()) {
+            hook(&v);
+        }
+        v
+    }
+    /// Whether the variable was created in a distribution strategy's scope (TF's
+    /// distributed variables: mirrored, or sync-on-read when its synchronization is
+    /// `OnRead`).
+    pub fn is_distributed(&self) -> bool {
+        self.0.distributed.is_some()
     }
     /// Unique id.
     pub fn id(&self) -> u64 {
@@ -109,18 +168,104 @@ impl Variable {
         self.0.aggregation
     }
     /// The current value (observers such as gradient tapes are told of the read).
+    ///
+    /// A distributed variable read in a replica's step gives that replica's value: for a
+    /// mirrored variable, a copy on the replica's device (made once per write); for a
+    /// sync-on-read one, the replica's own value. Read outside a step, a sync-on-read
+    /// variable gives its replicas' values aggregated (sum, mean, or the first's).
     pub fn value(&self) -> Tensor {
-        let v = self.peek();
+        let v = self.local_value();
         notify_variable_read(self, &v);
         v
     }
-    /// The current value without telling observers (for checkpoints and printing).
+    /// The current value without telling observers (for checkpoints and printing): the
+    /// cross-replica value of a distributed variable.
     pub fn peek(&self) -> Tensor {
+        match self.0.distributed.as_ref().and_then(|d| d.per_replica.as_ref()) {
+            Some(parts) => self.aggregate_replicas(parts),
+            None => self.primary(),
+        }
+    }
+
+    fn primary(&self) -> Tensor {
         self.0
             .value
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// This thread's view: the replica's value inside a replica's step.
+    fn local_value(&self) -> Tensor {
+        let Some(d) = &self.0.distributed else {
+            return self.primary();
+        };
+        let replica = replica_context();
+        if let Some(parts) = &d.per_replica {
+            return match replica.filter(|r| r.local_replica < parts.len()) {
+                Some(r) => {
+                    let slot = &parts[r.local_replica];
+                    let v = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
+                    if v.device() == r.device {
+                        return v;
+                    }
+                    match v.to_device(r.device) {
+                        Ok(moved) => {
+                            *slot.write().unwrap_or_else(|e| e.into_inner()) = moved.clone();
+                            moved
+                        }
+                        // The next op names the devices that do not match.
+                        Err(_) => v,
+                    }
+                }
+                None => self.aggregate_replicas(parts),
+            };
+        }
+        let primary = self.primary();
+        let here = crate::device::current_device();
+        if primary.device() == here {
+            return primary;
+        }
+        let mut copies = d.copies.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = copies.iter().find(|c| c.device() == here) {
+            return c.clone();
+        }
+        match primary.to_device(here) {
+            Ok(c) => {
+                copies.push(c.clone());
+                c
+            }
+            // The next op names the devices that do not match.
+            Err(_) => primary,
+        }
+    }
+
+    /// A sync-on-read variable's value outside a replica's step: its replicas' values
+    /// combined by its aggregation, on the first replica's device.
+    fn aggregate_replicas(&self, parts: &[RwLock<Tensor>]) -> Tensor {
+        let values: Vec<Tensor> = parts
+            .iter()
+            .map(|p| p.read().unwrap_or_else(|e| e.into_inner()).clone())
+            .collect();
+        let first = values[0].clone();
+        let combine = || -> Result<Tensor> {
+            let mut total = first.clone();
+            for v in &values[1..] {
+                total = total.add(&v.to_device(first.device())?)?;
+            }
+            match self.0.aggregation {
+                VariableAggregation::Mean => {
+                    total.div(&total.scalar_like(values.len() as f64)?)
+                }
+                _ => Ok(total),
+            }
+        };
+        match self.0.aggregation {
+            VariableAggregation::Sum | VariableAggregation::Mean if values.len() > 1 => {
+                combine().unwrap_or(first)
+            }
+            _ => first,
+        }
     }
     /// The shape.
     pub fn shape(&self) -> Vec<usize> {
@@ -130,39 +275,174 @@ impl Variable {
     pub fn dtype(&self) -> crate::DType {
         self.peek().dtype()
     }
-    /// Replaces the value; shape, dtype and device must stay as they are.
+    /// Replaces the value; shape and dtype must stay as they are (a value on another
+    /// device is copied to the variable's).
+    ///
+    /// In a replica's step, a distributed variable follows TF: a sync-on-read variable
+    /// sets the replica's own value; a mirrored one needs an aggregation (`Sum`, `Mean`,
+    /// `OnlyFirstReplica`; `None` is an error) and takes effect when the last local
+    /// replica has written, combining every replica's value (across workers too).
     pub fn assign(&self, value: &Tensor) -> Result<()> {
-        let mut slot = self.0.value.write().unwrap_or_else(|e| e.into_inner());
-        if slot.shape() != value.shape() {
-            return Err(Error::ShapeMismatch {
-                op: "assign",
-                msg: "the new value's shape differs from the variable's",
-                lhs: slot.shape().to_vec(),
-                rhs: value.shape().to_vec(),
-            });
-        }
-        if slot.dtype() != value.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "assign",
-                lhs: slot.dtype(),
-                rhs: value.dtype(),
-            });
-        }
-        let value = if value.device() != slot.device() {
-            value.to_device(slot.device())?
-        } else {
-            value.clone()
-        };
-        *slot = value;
-        Ok(())
+        self.write(Write::Assign, value)
     }
     /// `self += delta`.
     pub fn assign_add(&self, delta: &Tensor) -> Result<()> {
-        self.assign(&self.peek().add(delta)?)
+        self.write(Write::Add, delta)
     }
     /// `self -= delta`.
     pub fn assign_sub(&self, delta: &Tensor) -> Result<()> {
-        self.assign(&self.peek().sub(delta)?)
+        self.write(Write::Sub, delta)
+    }
+
+    fn write(&self, kind: Write, value: &Tensor) -> Result<()> {
+        let Some(d) = &self.0.distributed else {
+            return self.write_primary(kind, value);
+        };
+        let replica = replica_context();
+        if let Some(parts) = &d.per_replica {
+            return match replica {
+                Some(r) => {
+                    let slot = parts.get(r.local_replica).ok_or_else(|| {
+                        Error::invalid(
+                            "assign",
+                            format!(
+                                "variable {:?} was created for {} replicas, this is replica {}",
+                                self.name(),
+                                parts.len(),
+                                r.local_replica
+                            ),
+                        )
+                    })?;
+                    let current = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
+                    let new = apply_write(kind, &current, value)?;
+                    *slot.write().unwrap_or_else(|e| e.into_inner()) = new;
+                    Ok(())
+                }
+                None => {
+                    // Cross-replica: every replica gets the value (a share of it when the
+                    // replicas' values are summed on read, as TF does).
+                    let share = if self.0.aggregation == VariableAggregation::Sum
+                        && kind == Write::Assign
+                    {
+                        value.div(&value.scalar_like(parts.len() as f64)?)?
+                    } else {
+                        value.clone()
+                    };
+                    for slot in parts {
+                        let current = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
+                        let new = apply_write(kind, &current, &share)?;
+                        *slot.write().unwrap_or_else(|e| e.into_inner()) = new;
+                    }
+                    Ok(())
+                }
+            };
+        }
+        let Some(r) = replica.filter(|r| r.num_replicas_in_sync > 1) else {
+            return self.write_primary(kind, value);
+        };
+        if self.0.aggregation == VariableAggregation::None {
+            return Err(Error::invalid(
+                kind.name(),
+                format!(
+                    "variable {:?} is mirrored by {}: updating it in a replica's step needs an \
+                     aggregation (Sum, Mean or OnlyFirstReplica); create it with one, or update \
+                     it outside `run` (TF: \"You must specify an aggregation method to update \
+                     a MirroredVariable in Replica Context\")",
+                    self.name(),
+                    d.strategy
+                ),
+            ));
+        }
+        let current = self.primary();
+        check_write(kind, &current, value)?;
+        let mut pending = d.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.push(value.to_device(current.device())?);
+        if !r.is_last_local() {
+            return Ok(());
+        }
+        let values = std::mem::take(&mut *pending);
+        drop(pending);
+        let combined = combine_replica_writes(self, &r, values)?;
+        self.write_primary(kind, &combined)
+    }
+
+    fn write_primary(&self, kind: Write, value: &Tensor) -> Result<()> {
+        let mut slot = self.0.value.write().unwrap_or_else(|e| e.into_inner());
+        let new = apply_write(kind, &slot, value)?;
+        *slot = new;
+        if let Some(d) = &self.0.distributed {
+            d.copies.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+        Ok(())
+    }
+}
+
+/// The update the local replicas' writes of one step make together.
+fn combine_replica_writes(var: &Variable, r: &ReplicaInfo, values: Vec<Tensor>) -> Result<Tensor> {
+    if values.len() != r.num_local_replicas {
+        return Err(Error::invalid(
+            "assign",
+            format!(
+                "mirrored variable {:?} was written by {} of the {} local replicas in this step; \
+                 every replica must write it",
+                var.name(),
+                values.len(),
+                r.num_local_replicas
+            ),
+        ));
+    }
+    let mut values = values.into_iter();
+    let first = values.next().ok_or_else(|| Error::invalid("assign", "no replica wrote"))?;
+    if var.aggregation() == VariableAggregation::OnlyFirstReplica {
+        return Ok(first);
+    }
+    let mut total = first;
+    for v in values {
+        total = total.add(&v)?;
+    }
+    if let Some(cross) = &r.cross_worker {
+        total = cross
+            .all_reduce_sum(vec![total])?
+            .pop()
+            .ok_or_else(|| Error::invalid("assign", "the cross-worker sum returned nothing"))?;
+    }
+    if var.aggregation() == VariableAggregation::Mean {
+        total = total.div(&total.scalar_like(r.num_replicas_in_sync as f64)?)?;
+    }
+    Ok(total)
+}
+
+fn check_write(kind: Write, current: &Tensor, value: &Tensor) -> Result<()> {
+    if current.shape() != value.shape() {
+        return Err(Error::ShapeMismatch {
+            op: kind.name(),
+            msg: "the new value's shape differs from the variable's",
+            lhs: current.shape().to_vec(),
+            rhs: value.shape().to_vec(),
+        });
+    }
+    if current.dtype() != value.dtype() {
+        return Err(Error::DTypeMismatch {
+            op: kind.name(),
+            lhs: current.dtype(),
+            rhs: value.dtype(),
+        });
+    }
+    Ok(())
+}
+
+/// `current` after the write, on `current`'s device.
+fn apply_write(kind: Write, current: &Tensor, value: &Tensor) -> Result<Tensor> {
+    check_write(kind, current, value)?;
+    let value = if value.device() != current.device() {
+        value.to_device(current.device())?
+    } else {
+        value.clone()
+    };
+    match kind {
+        Write::Assign => Ok(value),
+        Write::Add => current.add(&value),
+        Write::Sub => current.sub(&value),
     }
 }
 

@@ -54,9 +54,49 @@ use ferroflow_tensor::{
 };
 use std::sync::Arc;
 
-/// The CPU backend (one device, `/CPU:0`).
+/// The CPU backend: `/CPU:0`, or the logical devices `/CPU:0`..`/CPU:{n-1}` after
+/// [`set_logical_devices`].
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CpuBackend;
+
+static LOGICAL_DEVICES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Splits the host CPU into `n` logical devices, `/CPU:0`..`/CPU:{n-1}` (TF's
+/// `tf.config.set_logical_device_configuration` on the CPU), so a `MirroredStrategy` can
+/// place one replica on each without a GPU. Their tensors are host memory like
+/// `/CPU:0`'s, kept apart as TF keeps them (an op takes inputs from one device; `to_device`
+/// copies), and they share the host's thread pool, as TF's logical CPUs do: a strategy
+/// runs its local replicas one after another, each using every thread.
+///
+/// Set once, before the devices are used; setting another count later is an error (TF:
+/// "Virtual devices cannot be modified after being initialized").
+///
+/// ```
+/// ferroflow_cpu::register();
+/// ferroflow_cpu::set_logical_devices(2)?;
+/// let t = ferroflow_tensor::with_device("/CPU:1", || ferroflow_tensor::Tensor::from_slice(&[1.0f32]))??;
+/// assert_eq!(t.device().index(), 1);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub fn set_logical_devices(n: usize) -> Result<()> {
+    if n == 0 {
+        return Err(ferroflow_tensor::Error::invalid(
+            "set_logical_device_configuration",
+            "the CPU needs at least one logical device",
+        ));
+    }
+    let set = *LOGICAL_DEVICES.get_or_init(|| n);
+    if set != n {
+        return Err(ferroflow_tensor::Error::invalid(
+            "set_logical_device_configuration",
+            format!(
+                "the CPU is already split into {set} logical devices; virtual devices cannot \
+                 be modified after being initialized"
+            ),
+        ));
+    }
+    Ok(())
+}
 
 /// Registers the CPU backend for `/CPU:*` (idempotent).
 ///
@@ -88,7 +128,7 @@ impl Backend for CpuBackend {
         "cpu"
     }
     fn device_count(&self) -> usize {
-        1
+        LOGICAL_DEVICES.get().copied().unwrap_or(1)
     }
     /// Every fused kernel: the convolution ones for every float dtype (half precision
     /// computes in f32), `clip_scalar` for every numeric dtype, the optimizer update for f32
