@@ -66,8 +66,8 @@ pub fn share_bounds(n: usize, parts: usize, i: usize) -> (usize, usize) {
     (i * n / parts, (i + 1) * n / parts)
 }
 
-/// Rows `[start, end)` of `t` (a view).
-pub(crate) fn rows(t: &Tensor, start: usize, end: usize) -> Result<Tensor> {
+/// Rows `[start, end)` of `t` along its batch dimension (a view); an error for a scalar.
+pub fn batch_rows(t: &Tensor, start: usize, end: usize) -> Result<Tensor> {
     if t.rank() == 0 {
         return Err(Error::invalid(
             "distribute",
@@ -228,7 +228,7 @@ fn split_global<T: Structure>(
         let (a, b) = share_bounds(hi - lo, devices.len(), r);
         let parts = leaves
             .iter()
-            .map(|t| rows(t, lo + a, lo + b).and_then(|p| p.to_device(*d)))
+            .map(|t| batch_rows(t, lo + a, lo + b).and_then(|p| p.to_device(*d)))
             .collect::<Result<Vec<_>>>()?;
         out.push(T::from_parts(&spec, &mut parts.into_iter())?);
     }

@@ -47,7 +47,7 @@ pub use collective::{
     CollectiveGroup, CommunicationImplementation, CommunicationOptions, ReduceOp,
 };
 pub use input::{
-    share_bounds, AutoShardPolicy, DistributedDataset, DistributedIter, InputContext,
+    batch_rows, share_bounds, AutoShardPolicy, DistributedDataset, DistributedIter, InputContext,
     InputOptions,
 };
 pub use strategy::{

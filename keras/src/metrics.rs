@@ -34,6 +34,30 @@ pub trait Metric: Send {
     fn result(&self) -> f64;
     /// Forgets everything (start of each epoch).
     fn reset_state(&mut self);
+    /// The sums the metric has accumulated, so that the states of several workers add up
+    /// to the state of all their data (a distribution strategy sums them across workers);
+    /// `None` for a metric whose state does not add up that way.
+    fn state(&self) -> Option<Vec<f64>> {
+        None
+    }
+    /// Replaces the state with one [`Metric::state`] gave (summed across workers).
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        let _ = state;
+        Err(Error::invalid(
+            "Metric.set_state",
+            format!("metric {:?} does not expose its state", self.name()),
+        ))
+    }
+}
+
+fn check_state_len(name: &str, want: usize, got: &[f64]) -> Result<()> {
+    if want != got.len() {
+        return Err(Error::invalid(
+            "Metric.set_state",
+            format!("metric {name:?} holds {want} numbers, the state given has {}", got.len()),
+        ));
+    }
+    Ok(())
 }
 
 /// Weighted running mean of per-sample values: the state of every mean-style metric.
@@ -69,6 +93,14 @@ impl MeanState {
         } else {
             self.total / self.count
         }
+    }
+    fn state(&self) -> Option<Vec<f64>> {
+        Some(vec![self.total, self.count])
+    }
+    fn set_state(&mut self, name: &str, state: &[f64]) -> Result<()> {
+        check_state_len(name, 2, state)?;
+        (self.total, self.count) = (state[0], state[1]);
+        Ok(())
     }
 }
 
@@ -118,6 +150,12 @@ impl Metric for Mean {
     fn reset_state(&mut self) {
         self.state = MeanState::default();
     }
+    fn state(&self) -> Option<Vec<f64>> {
+        self.state.state()
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        self.state.set_state(&self.name, state)
+    }
 }
 
 /// A metric that is the mean of a per-sample function (Keras' `MeanMetricWrapper`).
@@ -157,6 +195,12 @@ macro_rules! mean_metric {
             }
             fn reset_state(&mut self) {
                 self.state = MeanState::default();
+            }
+            fn state(&self) -> Option<Vec<f64>> {
+                self.state.state()
+            }
+            fn set_state(&mut self, state: &[f64]) -> Result<()> {
+                self.state.set_state(&self.name, state)
             }
         }
     };
@@ -292,6 +336,12 @@ impl Metric for TopKCategoricalAccuracy {
     fn reset_state(&mut self) {
         self.state = MeanState::default();
     }
+    fn state(&self) -> Option<Vec<f64>> {
+        self.state.state()
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        self.state.set_state(&self.name, state)
+    }
 }
 
 /// Flattened (y_true as 0/1, y_pred) pairs on the host, checked for matching sizes.
@@ -405,6 +455,14 @@ impl Metric for ThresholdRate {
         self.tp = 0.0;
         self.misses = 0.0;
     }
+    fn state(&self) -> Option<Vec<f64>> {
+        Some(vec![self.tp, self.misses])
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        check_state_len(self.name(), 2, state)?;
+        (self.tp, self.misses) = (state[0], state[1]);
+        Ok(())
+    }
 }
 
 /// `tf.keras.metrics.AUC`: area under the ROC curve from confusion counts at
@@ -484,6 +542,17 @@ impl Metric for Auc {
             v.iter_mut().for_each(|x| *x = 0.0);
         }
     }
+    fn state(&self) -> Option<Vec<f64>> {
+        Some([&self.tp, &self.fp, &self.tn, &self.fn_].into_iter().flatten().copied().collect())
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        let n = self.tp.len();
+        check_state_len("auc", 4 * n, state)?;
+        for (i, v) in [&mut self.tp, &mut self.fp, &mut self.tn, &mut self.fn_].into_iter().enumerate() {
+            v.copy_from_slice(&state[i * n..(i + 1) * n]);
+        }
+        Ok(())
+    }
 }
 
 /// Keras' `"accuracy"`: becomes binary, categorical or sparse categorical accuracy on the
@@ -532,6 +601,18 @@ impl Metric for AutoAccuracy {
     fn reset_state(&mut self) {
         if let Some(m) = &mut self.resolved {
             m.reset_state();
+        }
+    }
+    fn state(&self) -> Option<Vec<f64>> {
+        match &self.resolved {
+            Some(m) => m.state(),
+            None => Some(vec![]),
+        }
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        match &mut self.resolved {
+            Some(m) => m.set_state(state),
+            None => check_state_len(&self.name, 0, state),
         }
     }
 }

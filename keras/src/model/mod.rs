@@ -13,8 +13,10 @@ pub use data_adapter::{Batch, Data, FitBatch, ValidationData};
 pub use sequential::Sequential;
 pub use training::FitConfig;
 
+use ferroflow_distribute::{get_strategy, has_strategy, Strategy};
 use ferroflow_optim::Optimizer;
-use ferroflow_tensor::{current_device, Device, Error, Result, Tensor, Variable};
+use ferroflow_tensor::{current_device, DType, Device, Error, Result, Tensor, Variable};
+use std::sync::Arc;
 
 use crate::callbacks::Logs;
 use crate::functional::{Functional, KerasTensor};
@@ -56,6 +58,22 @@ pub struct Model {
     build_input_shapes: Option<Vec<Vec<usize>>>,
     /// Set by a callback (or a custom step) to end `fit` after the current batch.
     pub stop_training: bool,
+    /// The strategy whose scope the model was created in (TF's `model.distribute_strategy`).
+    strategy: Option<Arc<dyn Strategy>>,
+    /// Set by `fit`/`evaluate` around each replica's step under a strategy.
+    pub(crate) replica_step: Option<ReplicaStep>,
+}
+
+/// What the default steps need to know of the replica they run as.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReplicaStep {
+    /// The replica's share of the global batch: its mean loss is scaled by it, so the
+    /// gradients summed over replicas are those of the global batch's mean loss (TF's
+    /// `compute_average_loss`). 0 for a replica left without rows (it runs one row of the
+    /// batch so that it still takes part in the gradients' all-reduce).
+    pub(crate) loss_weight: f64,
+    /// Whether the replica's rows count in the metrics (not for a replica without rows).
+    pub(crate) count_metrics: bool,
 }
 
 impl From<Sequential> for Model {
@@ -90,7 +108,14 @@ impl Model {
             test_step_fn: None,
             build_input_shapes: None,
             stop_training: false,
+            strategy: has_strategy().then(get_strategy),
+            replica_step: None,
         }
+    }
+    /// The strategy the model was created under (`model.distribute_strategy`): `fit`,
+    /// `evaluate` and `predict` run in its scope; `None` when created outside any.
+    pub fn distribute_strategy(&self) -> Option<&Arc<dyn Strategy>> {
+        self.strategy.as_ref()
     }
     /// The network.
     pub fn network(&self) -> &dyn Layer {
@@ -349,6 +374,54 @@ impl Model {
         }
         logs
     }
+    /// Sums the loss trackers' and metrics' states over the workers of `strategy`, so the
+    /// logs are those of all workers' data (TF reads its sync-on-read metric variables
+    /// across workers). Every worker calls it at the same point.
+    pub(crate) fn sync_metrics_across_workers(&mut self, strategy: &dyn Strategy) -> Result<()> {
+        let Some(cross) = strategy.cross_worker() else {
+            return Ok(());
+        };
+        let Some(c) = &mut self.compiled else {
+            return Ok(());
+        };
+        let mut metrics: Vec<&mut dyn Metric> = vec![&mut c.loss_tracker];
+        metrics.extend(c.metrics.iter_mut().map(|m| m.as_mut() as &mut dyn Metric));
+        for out in &mut c.per_output {
+            metrics.push(&mut out.loss);
+            metrics.extend(out.metrics.iter_mut().map(|m| m.as_mut() as &mut dyn Metric));
+        }
+        let mut lengths = vec![];
+        let mut flat = vec![];
+        for m in &metrics {
+            let state = m.state().ok_or_else(|| {
+                Error::invalid(
+                    "fit",
+                    format!(
+                        "metric {:?} does not expose its state (Metric::state), so it cannot be \
+                         summed across the workers of {}",
+                        m.name(),
+                        strategy.name()
+                    ),
+                )
+            })?;
+            lengths.push(state.len());
+            flat.extend(state);
+        }
+        let n = flat.len();
+        let summed = cross
+            .all_reduce_sum(vec![Tensor::from_vec(flat, &[n])?])?
+            .pop()
+            .ok_or_else(|| Error::invalid("fit", "the metrics' all-reduce returned nothing"))?
+            .cast(DType::F64)?
+            .to_vec::<f64>()?;
+        let mut at = 0;
+        for (m, len) in metrics.iter_mut().zip(lengths) {
+            m.set_state(&summed[at..at + len])?;
+            at += len;
+        }
+        Ok(())
+    }
+
     fn reset_metrics(&mut self) {
         if let Some(c) = &mut self.compiled {
             c.loss_tracker.reset_state();

@@ -3,12 +3,14 @@
 
 use ferroflow_autodiff::{GradientTape, Source};
 use ferroflow_data::{Cardinality, Dataset, DatasetIter};
+use ferroflow_distribute::{batch_rows, enter_scope, share_bounds, Strategy};
 use ferroflow_tensor::{device_scope, Error, Result, Tensor};
+use std::sync::Arc;
 
 use super::data_adapter::{
     array_batches, batches_of, random_seed, Batch, Data, FitBatch, ValidationData,
 };
-use super::Model;
+use super::{Model, ReplicaStep};
 use crate::callbacks::{Callback, History, Logs, ProgbarLogger, TrainParams};
 
 /// Options of [`Model::fit`] (Keras' keyword arguments), built with chained setters.
@@ -125,32 +127,87 @@ impl Model {
         let tape = GradientTape::new();
         let y_pred = self.network.apply(x, true)?;
         let loss = self.compute_loss(y, &y_pred)?;
+        // Under a strategy: this replica's share of the global batch's mean loss.
+        let replica = self.replica_step;
+        let replica_loss = match replica {
+            Some(r) => loss.mul(&loss.scalar_like(r.loss_weight)?)?,
+            None => loss.clone(),
+        };
         let vars = self.network.trainable_weights();
         let sources: Vec<Source> = vars.iter().map(Source::from).collect();
         // A loss-scaling optimizer: scale the loss on the tape, unscale the gradients.
         let scale = self.compiled("fit")?.optimizer.loss_scale();
         let grads = match scale {
             Some(s) => {
-                let scaled = loss.mul(&loss.scalar_like(s)?)?;
+                let scaled = replica_loss.mul(&replica_loss.scalar_like(s)?)?;
                 let grads = tape.gradient(&scaled, &sources)?;
                 grads
                     .into_iter()
                     .map(|g| g.map(|g| g.div(&g.scalar_like(s)?)).transpose())
                     .collect::<Result<Vec<_>>>()?
             }
-            None => tape.gradient(&loss, &sources)?,
+            None => tape.gradient(&replica_loss, &sources)?,
         };
         drop(tape);
         let c = self.compiled("fit")?;
         c.optimizer
             .apply_gradients(grads.into_iter().zip(vars).collect(), true)?;
+        if replica.is_some_and(|r| !r.count_metrics) {
+            return Ok(self.metric_logs());
+        }
         self.update_metrics(y, &y_pred, &loss)
     }
     /// Forward in inference mode, loss and metrics (Keras' default `test_step`).
     pub fn default_test_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
         let y_pred = self.network.apply(x, false)?;
         let loss = self.compute_loss(y, &y_pred)?;
+        if self.replica_step.is_some_and(|r| !r.count_metrics) {
+            return Ok(self.metric_logs());
+        }
         self.update_metrics(y, &y_pred, &loss)
+    }
+
+    /// One step under `strategy` (`training`: a train step, else a test step): this
+    /// worker's rows of the global batch (worker `w` of `W` takes rows `[w·n/W,
+    /// (w+1)·n/W)`), split among its replicas, each replica's step in its device's scope;
+    /// the optimizer applies the summed gradients at the last replica.
+    fn replica_steps(
+        &mut self,
+        strategy: &Arc<dyn Strategy>,
+        x: &[Tensor],
+        y: &[Tensor],
+        training: bool,
+    ) -> Result<Logs> {
+        let n = x
+            .first()
+            .or(y.first())
+            .and_then(|t| t.shape().first().copied())
+            .ok_or_else(|| Error::invalid("Model.fit", "a batch without tensors"))?;
+        let (lo, hi) = share_bounds(n, strategy.num_workers(), strategy.worker_index());
+        let local = strategy.local_devices().len();
+        let per_replica = strategy.run(|ctx| {
+            let (a, b) = share_bounds(hi - lo, local, ctx.local_replica());
+            let empty = a == b;
+            let (a, b) = if empty { (0, 1) } else { (lo + a, lo + b) };
+            let cut = |ts: &[Tensor]| -> Result<Vec<Tensor>> {
+                ts.iter()
+                    .map(|t| batch_rows(t, a, b)?.to_device(ctx.device()))
+                    .collect()
+            };
+            let (rx, ry) = (cut(x)?, cut(y)?);
+            self.replica_step = Some(ReplicaStep {
+                loss_weight: if empty { 0.0 } else { (b - a) as f64 / n as f64 },
+                count_metrics: !empty,
+            });
+            let logs = if training {
+                self.train_step(&rx, &ry)
+            } else {
+                self.test_step(&rx, &ry)
+            };
+            self.replica_step = None;
+            logs
+        })?;
+        Ok(per_replica.into_values().pop().unwrap_or_default())
     }
     /// The training step in use (the default or the one set by [`Model::set_train_step`]).
     pub fn train_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
@@ -245,7 +302,7 @@ impl Model {
         let n = train_x.samples("Model.fit", "x")?;
         self.note_input_shapes(&train_x.0);
         let seed = if config.shuffle {
-            Some(random_seed()?)
+            Some(self.shared_seed(random_seed()?)?)
         } else {
             None
         };
@@ -303,12 +360,24 @@ impl Model {
         self.fit_batches(&batches_of(data), steps, config)
     }
 
+    /// The chief's `seed` on every worker of the model's strategy (so every worker shuffles
+    /// the samples alike and takes its rows of the same global batches).
+    fn shared_seed(&self, seed: u64) -> Result<u64> {
+        let Some(strategy) = self.strategy.as_ref().filter(|s| s.num_workers() > 1) else {
+            return Ok(seed);
+        };
+        let chief = strategy.broadcast_from_chief(vec![Tensor::scalar(seed as i64)?])?;
+        Ok(chief[0].item::<i64>()? as u64)
+    }
+
     fn fit_batches(
         &mut self,
         batches: &Dataset<Batch>,
         steps: Option<usize>,
         mut config: FitConfig,
     ) -> Result<History> {
+        let strategy = self.strategy.clone();
+        let _strategy_scope = strategy.clone().map(enter_scope);
         let _scope = device_scope(&self.device().to_string())?;
         let mut callbacks: Vec<Box<dyn Callback>> = Vec::new();
         if config.verbose > 0 {
@@ -374,7 +443,10 @@ impl Model {
                 for cb in &mut callbacks {
                     cb.on_train_batch_begin(step, self)?;
                 }
-                logs = self.train_step(&bx, &by)?;
+                logs = match &strategy {
+                    Some(s) => self.replica_steps(s, &bx, &by, true)?,
+                    None => self.train_step(&bx, &by)?,
+                };
                 for cb in &mut callbacks {
                     cb.on_train_batch_end(step, &logs, self)?;
                 }
@@ -388,6 +460,10 @@ impl Model {
                     "Model.fit",
                     "the training data yielded no batch",
                 ));
+            }
+            if let Some(s) = &strategy {
+                self.sync_metrics_across_workers(s.as_ref())?;
+                logs = self.metric_logs();
             }
             if let Some(v) = &val {
                 let v = self.evaluate_batches(v, config.validation_steps)?;
@@ -412,6 +488,8 @@ impl Model {
 
     fn evaluate_batches(&mut self, batches: &Dataset<Batch>, steps: Option<usize>) -> Result<Logs> {
         self.compiled("evaluate")?;
+        let strategy = self.strategy.clone();
+        let _strategy_scope = strategy.clone().map(enter_scope);
         let _scope = device_scope(&self.device().to_string())?;
         self.reset_metrics();
         let mut logs = Logs::new();
@@ -425,7 +503,10 @@ impl Model {
                     "the data holds inputs only; evaluate needs (x, y) batches",
                 ));
             }
-            logs = self.test_step(&bx, &by)?;
+            logs = match &strategy {
+                Some(s) => self.replica_steps(s, &bx, &by, false)?,
+                None => self.test_step(&bx, &by)?,
+            };
             seen += 1;
         }
         if seen == 0 {
@@ -433,6 +514,10 @@ impl Model {
                 "Model.evaluate",
                 "the data yielded no batch",
             ));
+        }
+        if let Some(s) = &strategy {
+            self.sync_metrics_across_workers(s.as_ref())?;
+            logs = self.metric_logs();
         }
         Ok(logs)
     }
