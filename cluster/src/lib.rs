@@ -33,14 +33,19 @@
 //!   deliver to); [`Peer`]: a client of another task's server. Calls carry the cluster token
 //!   (`FERROFLOW_CLUSTER_TOKEN`) and have deadlines; an unreachable or silent peer is
 //!   [`ferroflow_tensor::Error::Unavailable`], naming it.
+//! - [`LocalCluster`]: a job's tasks started as local processes with `TF_CONFIG` filled in
+//!   on free loopback ports, their output prefixed with the task's name, the group stopped
+//!   when one fails (`ferroflow launch`, and the multi-process tests).
 
 #![warn(missing_docs)]
 
+mod launch;
 mod resolver;
 mod server;
 mod slurm;
 mod spec;
 
+pub use launch::{free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster};
 pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
 pub use server::{token_from_env, Mailbox, Peer, TaskServer, MAX_MESSAGE_BYTES};
 pub use slurm::{expand_hostlist, SlurmClusterResolver};
