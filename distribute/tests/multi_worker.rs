@@ -1,0 +1,211 @@
+//! MultiWorkerMirroredStrategy across real processes on loopback, started through the
+//! launcher's `LocalCluster` (this test binary again, running the ignored `child` test with
+//! `TF_CONFIG` on ports the OS picked; every task killed when the test ends, also on failure):
+//! - N workers × batch B/N end with the weights of one process × batch B after 20 steps, and
+//!   every worker's weights are bit-identical;
+//! - a worker killed mid-training: the survivor fails naming the lost peer within the
+//!   collective timeout.
+
+use ferroflow::cluster::{LaunchSpec, LocalCluster};
+use ferroflow::distribute::{CommunicationOptions, MultiWorkerMirroredStrategy, Strategy};
+use ferroflow::keras::activations::Activation;
+use ferroflow::keras::callbacks::{Callback, Logs};
+use ferroflow::keras::{layers::Dense, losses::MeanSquaredError, sequential, FitConfig, Model};
+use ferroflow::optim::Sgd;
+use ferroflow::{Result, Tensor};
+use std::time::{Duration, Instant};
+
+const STEPS: usize = 20;
+const GLOBAL_BATCH: usize = 24;
+
+fn data() -> (Tensor, Tensor) {
+    let n = STEPS * GLOBAL_BATCH;
+    let x: Vec<f32> = (0..n * 5).map(|i| ((i * 53 % 97) as f32) / 48.0 - 1.0).collect();
+    let y: Vec<f32> = (0..n)
+        .map(|i| (x[5 * i] - 2.0 * x[5 * i + 3]).sin() + 0.1 * x[5 * i + 4])
+        .collect();
+    (Tensor::from_vec(x, &[n, 5]).unwrap(), Tensor::from_vec(y, &[n, 1]).unwrap())
+}
+
+fn model() -> Model {
+    let mut m = Model::from(sequential![
+        Dense::new(16).activation(Activation::Tanh),
+        Dense::new(1)
+    ]);
+    m.compile(Sgd::new(0.05), MeanSquaredError::new(), &[]).unwrap();
+    m
+}
+
+/// Trains 20 steps (one epoch, shuffled) and returns the weights.
+fn train(m: &mut Model) -> Vec<f32> {
+    let (x, y) = data();
+    m.fit(&x, &y, FitConfig::new().epochs(1).batch_size(GLOBAL_BATCH).verbose(0))
+        .unwrap();
+    m.weights()
+        .iter()
+        .flat_map(|v| v.peek().to_vec::<f32>().unwrap())
+        .collect()
+}
+
+fn f32_hex(w: &[f32]) -> String {
+    w.iter().map(|v| format!("{:08x}", v.to_bits())).collect::<Vec<_>>().join(",")
+}
+
+fn from_hex(s: &str) -> Vec<f32> {
+    s.split(',')
+        .map(|h| f32::from_bits(u32::from_str_radix(h, 16).expect("hex")))
+        .collect()
+}
+
+/// Prints each finished batch, so the parent knows when training is under way.
+struct Progress;
+impl Callback for Progress {
+    fn on_train_batch_end(&mut self, batch: usize, _: &Logs, _: &mut Model) -> Result<()> {
+        println!("batch {batch} done");
+        use std::io::Write;
+        std::io::stdout().flush().ok();
+        Ok(())
+    }
+}
+
+#[test]
+#[ignore = "a worker process, started by the tests below"]
+fn child() {
+    ferroflow::init();
+    let mode = std::env::var("FERROFLOW_MW_MODE").unwrap_or_default();
+    let timeout = std::env::var("FERROFLOW_MW_TIMEOUT_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let strategy = MultiWorkerMirroredStrategy::new(CommunicationOptions {
+        timeout: Duration::from_secs(timeout),
+        ..Default::default()
+    })
+    .unwrap();
+    // Only the chief's seed matches the single-process reference: the others' initial
+    // weights and shuffle seed must come from the chief.
+    ferroflow::random::set_seed(3 + strategy.worker_index() as u64);
+    let mut m = {
+        let _scope = strategy.scope();
+        model()
+    };
+    match mode.as_str() {
+        "equivalence" => {
+            let w = train(&mut m);
+            println!("\nWEIGHTS {}", f32_hex(&w));
+        }
+        "long" => {
+            let (x, y) = data();
+            let r = m.fit(
+                &x,
+                &y,
+                FitConfig::new().epochs(10_000).batch_size(GLOBAL_BATCH).verbose(0).callback(Progress),
+            );
+            match r {
+                Ok(_) => println!("finished"),
+                Err(e) => {
+                    println!("ERROR {e}");
+                    std::process::exit(3);
+                }
+            }
+        }
+        other => panic!("unknown mode {other:?}"),
+    }
+}
+
+fn start(workers: usize, mode: &str, timeout_s: u64) -> LocalCluster {
+    let exe = std::env::current_exe().expect("test binary");
+    LocalCluster::start(&LaunchSpec {
+        workers,
+        program: exe.to_string_lossy().into_owned(),
+        args: ["--ignored", "--exact", "child", "--nocapture", "--test-threads=1"]
+            .map(String::from)
+            .to_vec(),
+        env: vec![
+            ("FERROFLOW_MW_MODE".into(), mode.into()),
+            ("FERROFLOW_MW_TIMEOUT_S".into(), timeout_s.to_string()),
+        ],
+        ..Default::default()
+    })
+    .expect("start the workers")
+}
+
+#[test]
+fn workers_end_with_the_weights_of_one_process_with_the_global_batch() {
+    ferroflow::init();
+    ferroflow::random::set_seed(3);
+    let reference = train(&mut model());
+    for workers in [2, 3] {
+        let mut cluster = start(workers, "equivalence", 60);
+        let outcome = cluster.wait(Some(Duration::from_secs(240))).expect("bounded");
+        let outputs: Vec<String> = (0..workers).map(|i| cluster.output(i)).collect();
+        assert!(outcome.first_failure.is_none(), "{outcome:?}\n{}", outputs.join("\n---\n"));
+        let weights: Vec<Vec<f32>> = outputs
+            .iter()
+            .map(|o| {
+                let line = o.lines().find_map(|l| l.split("WEIGHTS ").nth(1)).expect(o);
+                from_hex(line)
+            })
+            .collect();
+        for (i, w) in weights.iter().enumerate().skip(1) {
+            assert_eq!(
+                f32_hex(w),
+                f32_hex(&weights[0]),
+                "worker {i}'s weights differ from the chief's ({workers} workers)"
+            );
+        }
+        assert_eq!(weights[0].len(), reference.len());
+        let worst = weights[0]
+            .iter()
+            .zip(&reference)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-5, "{workers} workers vs one process: max difference {worst}");
+        // Training moved the weights (the comparison is not of untouched initial values).
+        ferroflow::random::set_seed(3);
+        let mut fresh = model();
+        fresh.build(&[5]).unwrap();
+        let initial: Vec<f32> = fresh.weights().iter().flat_map(|v| v.peek().to_vec::<f32>().unwrap()).collect();
+        let moved = initial.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(moved > 1e-3, "the weights hardly moved: {moved}");
+    }
+}
+
+#[test]
+fn a_killed_worker_fails_the_survivor_within_the_timeout() {
+    let timeout_s = 3;
+    let mut cluster = start(2, "long", timeout_s);
+    // Wait (bounded) until both train, then kill worker 1 as a lost machine dies.
+    let begin = Instant::now();
+    while !(cluster.output(0).contains("batch 3 done") && cluster.output(1).contains("batch 3 done")) {
+        assert!(
+            begin.elapsed() < Duration::from_secs(120),
+            "training did not start:\n{}\n---\n{}",
+            cluster.output(0),
+            cluster.output(1)
+        );
+        assert!(cluster.try_code(0).unwrap().is_none(), "worker 0 ended early:\n{}", cluster.output(0));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.kill(1).unwrap();
+    let killed = Instant::now();
+    let code = loop {
+        if let Some(code) = cluster.try_code(0).unwrap() {
+            break code;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(timeout_s * 4 + 10),
+            "the survivor still runs {:?} after its peer died:\n{}",
+            killed.elapsed(),
+            cluster.output(0)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let to_error = killed.elapsed();
+    let out = cluster.output(0);
+    assert_eq!(code, 3, "the survivor must fail with the error:\n{out}");
+    let error = out.lines().find(|l| l.starts_with("ERROR")).expect(&out);
+    assert!(error.contains("/job:worker/task:1"), "the error names the lost peer: {error}");
+    assert!(error.contains("all_reduce") || error.contains("broadcast"), "and the collective: {error}");
+    println!("survivor failed {to_error:?} after its peer was killed (timeout {timeout_s} s): {error}");
+}
