@@ -62,7 +62,9 @@ fn main() -> Result<()> {
     }
     ferroflow::random::set_seed(7);
     let strategy: Arc<dyn Strategy> = if std::env::var_os("TF_CONFIG").is_some() {
-        Arc::new(MultiWorkerMirroredStrategy::new(CommunicationOptions::default())?)
+        Arc::new(MultiWorkerMirroredStrategy::new(
+            CommunicationOptions::default(),
+        )?)
     } else {
         ferroflow::config::set_logical_device_configuration(DeviceKind::Cpu, 2)?;
         Arc::new(MirroredStrategy::new(&["/CPU:0", "/CPU:1"])?)
@@ -113,7 +115,9 @@ fn main() -> Result<()> {
                 train_accuracy.update_state(y, &logits, None)?;
                 Ok(loss)
             })?;
-            total += strategy.reduce(ReduceOp::Sum, &per_replica_losses, None)?.item::<f32>()? as f64;
+            total += strategy
+                .reduce(ReduceOp::Sum, &per_replica_losses, None)?
+                .item::<f32>()? as f64;
             batches += 1;
         }
         println!(

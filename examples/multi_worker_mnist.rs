@@ -53,7 +53,12 @@ fn main() -> Result<()> {
             "--per-worker-batch" => per_worker_batch = number("--per-worker-batch")?,
             "--steps-per-epoch" => steps = Some(number("--steps-per-epoch")?),
             "--timeout" => timeout = number("--timeout")? as u64,
-            "--out" => out = PathBuf::from(it.next().ok_or_else(|| bad("--out needs a folder".into()))?),
+            "--out" => {
+                out = PathBuf::from(
+                    it.next()
+                        .ok_or_else(|| bad("--out needs a folder".into()))?,
+                )
+            }
             other => return Err(bad(format!("unknown argument {other:?}"))),
         }
     }
@@ -64,7 +69,10 @@ fn main() -> Result<()> {
         ..Default::default()
     })?;
     let (workers, me) = (strategy.num_workers(), strategy.worker_index());
-    println!("worker {me} of {workers}, {} replicas in sync", strategy.num_replicas_in_sync());
+    println!(
+        "worker {me} of {workers}, {} replicas in sync",
+        strategy.num_replicas_in_sync()
+    );
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/mnist");
     let (x_train, y_train) = load(&data, "train")?;
     let (x_test, y_test) = load(&data, "t10k")?;
@@ -75,12 +83,19 @@ fn main() -> Result<()> {
         let _scope = strategy.scope();
         let mut m = Model::from(applications::mnist_mlp());
         m.build(&[28, 28, 1])?;
-        m.compile(Adam::new(1e-3), SparseCategoricalCrossentropy::new(true), &["accuracy"])?;
+        m.compile(
+            Adam::new(1e-3),
+            SparseCategoricalCrossentropy::new(true),
+            &["accuracy"],
+        )?;
         m
     };
     let global_batch = per_worker_batch * workers;
     let start = std::time::Instant::now();
-    let mut config = FitConfig::new().epochs(epochs).batch_size(global_batch).verbose(if me == 0 { 2 } else { 0 });
+    let mut config = FitConfig::new()
+        .epochs(epochs)
+        .batch_size(global_batch)
+        .verbose(if me == 0 { 2 } else { 0 });
     if let Some(s) = steps {
         config = config.steps_per_epoch(s);
     }
@@ -88,7 +103,9 @@ fn main() -> Result<()> {
     let secs = start.elapsed().as_secs_f64();
     let test = model.evaluate(&x_test, &y_test, 1000)?;
     let acc = test.get("accuracy").unwrap_or(0.0);
-    let trained = steps.map_or(x_train.shape()[0], |s| (s * global_batch).min(x_train.shape()[0])) * epochs;
+    let trained = steps.map_or(x_train.shape()[0], |s| {
+        (s * global_batch).min(x_train.shape()[0])
+    }) * epochs;
     println!(
         "worker {me}: loss {:.4} → test accuracy {:.2}% after {epochs} epoch(s) ({:.1} s, {:.0} samples/s over all workers)",
         history.get("loss").and_then(|l| l.last().copied()).unwrap_or(f64::NAN),

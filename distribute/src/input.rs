@@ -84,9 +84,7 @@ pub fn batch_rows(t: &Tensor, start: usize, end: usize) -> Result<Tensor> {
 
 enum Source {
     /// Global batches: take this worker's rows, then split them among the replicas.
-    Global {
-        worker: Option<(usize, usize)>,
-    },
+    Global { worker: Option<(usize, usize)> },
     /// Per-replica batches: each replica takes the next element.
     PerReplica,
 }
@@ -195,7 +193,12 @@ impl<T: Structure + Clone> Iterator for DistributedIter<'_, T> {
                         Err(e) => return Some(Err(e)),
                     }
                 }
-                Some(parts.into_iter().collect::<Result<Vec<_>>>().map(PerReplica::new))
+                Some(
+                    parts
+                        .into_iter()
+                        .collect::<Result<Vec<_>>>()
+                        .map(PerReplica::new),
+                )
             }
         }
     }
@@ -215,7 +218,10 @@ fn split_global<T: Structure>(
     if let Some(t) = leaves.iter().find(|t| t.shape().first() != Some(&n)) {
         return Err(Error::invalid(
             "distribute",
-            format!("the batch's tensors disagree on the batch size: {n} and {:?}", t.shape()),
+            format!(
+                "the batch's tensors disagree on the batch size: {n} and {:?}",
+                t.shape()
+            ),
         ));
     }
     let (lo, hi) = match worker {

@@ -124,14 +124,21 @@ pub trait Strategy: Send + Sync {
                 ),
             ));
         }
-        run_replicas(&self.to_dyn(), |ctx| step(ctx, &args.values()[ctx.local_replica()]))
+        run_replicas(&self.to_dyn(), |ctx| {
+            step(ctx, &args.values()[ctx.local_replica()])
+        })
     }
 
     /// Combines a per-replica value across all replicas of all workers (TF's
     /// `strategy.reduce(op, value, axis)`): with `axis`, each replica's tensor is first
     /// summed along it, and `Mean` divides by the global count along that axis; without,
     /// `Mean` divides by the number of replicas.
-    fn reduce(&self, op: ReduceOp, value: &PerReplica<Tensor>, axis: Option<usize>) -> Result<Tensor>
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        value: &PerReplica<Tensor>,
+        axis: Option<usize>,
+    ) -> Result<Tensor>
     where
         Self: Sized,
     {
@@ -248,7 +255,9 @@ impl Drop for StrategyScope {
 
 /// Enters `strategy`'s scope (what [`Strategy::scope`] does; for `Arc<dyn Strategy>`).
 pub fn enter_scope(strategy: Arc<dyn Strategy>) -> StrategyScope {
-    let variables = strategy.variable_distribution().map(distributed_variables_scope);
+    let variables = strategy
+        .variable_distribution()
+        .map(distributed_variables_scope);
     STRATEGY_STACK.with(|s| s.borrow_mut().push(strategy));
     StrategyScope {
         _variables: variables,
@@ -368,13 +377,20 @@ fn reduce_per_replica(
     let mut total: Option<Tensor> = None;
     let mut count = 0usize;
     for p in parts {
-        let p = if p.device() == device { p.clone() } else { p.to_device(device)? };
+        let p = if p.device() == device {
+            p.clone()
+        } else {
+            p.to_device(device)?
+        };
         let p = match axis {
             Some(a) => {
                 let n = *p.shape().get(a).ok_or_else(|| {
                     Error::invalid(
                         "Strategy.reduce",
-                        format!("axis {a} is out of range for a value of shape {:?}", p.shape()),
+                        format!(
+                            "axis {a} is out of range for a value of shape {:?}",
+                            p.shape()
+                        ),
                     )
                 })?;
                 count += n;
@@ -394,8 +410,12 @@ fn reduce_per_replica(
     if let Some(c) = strategy.cross_worker() {
         let count_t = Tensor::scalar(count as f64)?.to_device(device)?;
         let mut r = c.all_reduce_sum(vec![total, count_t])?;
-        let count_t = r.pop().ok_or_else(|| Error::invalid("Strategy.reduce", "no count"))?;
-        total = r.pop().ok_or_else(|| Error::invalid("Strategy.reduce", "no sum"))?;
+        let count_t = r
+            .pop()
+            .ok_or_else(|| Error::invalid("Strategy.reduce", "no count"))?;
+        total = r
+            .pop()
+            .ok_or_else(|| Error::invalid("Strategy.reduce", "no sum"))?;
         count = count_t.to_f64_vec()?.first().copied().unwrap_or(0.0) as usize;
     }
     match op {
@@ -657,7 +677,12 @@ impl Strategy for MultiWorkerMirroredStrategy {
         self.group.all_gather(tensor)
     }
     fn sync_new_variables(&self) -> Result<()> {
-        match self.sync_error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        match self
+            .sync_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             Some(e) => Err(e),
             None => Ok(()),
         }

@@ -20,11 +20,16 @@ const GLOBAL_BATCH: usize = 24;
 
 fn data() -> (Tensor, Tensor) {
     let n = STEPS * GLOBAL_BATCH;
-    let x: Vec<f32> = (0..n * 5).map(|i| ((i * 53 % 97) as f32) / 48.0 - 1.0).collect();
+    let x: Vec<f32> = (0..n * 5)
+        .map(|i| ((i * 53 % 97) as f32) / 48.0 - 1.0)
+        .collect();
     let y: Vec<f32> = (0..n)
         .map(|i| (x[5 * i] - 2.0 * x[5 * i + 3]).sin() + 0.1 * x[5 * i + 4])
         .collect();
-    (Tensor::from_vec(x, &[n, 5]).unwrap(), Tensor::from_vec(y, &[n, 1]).unwrap())
+    (
+        Tensor::from_vec(x, &[n, 5]).unwrap(),
+        Tensor::from_vec(y, &[n, 1]).unwrap(),
+    )
 }
 
 fn model() -> Model {
@@ -32,15 +37,23 @@ fn model() -> Model {
         Dense::new(16).activation(Activation::Tanh),
         Dense::new(1)
     ]);
-    m.compile(Sgd::new(0.05), MeanSquaredError::new(), &[]).unwrap();
+    m.compile(Sgd::new(0.05), MeanSquaredError::new(), &[])
+        .unwrap();
     m
 }
 
 /// Trains 20 steps (one epoch, shuffled) and returns the weights.
 fn train(m: &mut Model) -> Vec<f32> {
     let (x, y) = data();
-    m.fit(&x, &y, FitConfig::new().epochs(1).batch_size(GLOBAL_BATCH).verbose(0))
-        .unwrap();
+    m.fit(
+        &x,
+        &y,
+        FitConfig::new()
+            .epochs(1)
+            .batch_size(GLOBAL_BATCH)
+            .verbose(0),
+    )
+    .unwrap();
     m.weights()
         .iter()
         .flat_map(|v| v.peek().to_vec::<f32>().unwrap())
@@ -48,7 +61,10 @@ fn train(m: &mut Model) -> Vec<f32> {
 }
 
 fn f32_hex(w: &[f32]) -> String {
-    w.iter().map(|v| format!("{:08x}", v.to_bits())).collect::<Vec<_>>().join(",")
+    w.iter()
+        .map(|v| format!("{:08x}", v.to_bits()))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn from_hex(s: &str) -> Vec<f32> {
@@ -99,7 +115,11 @@ fn child() {
             let r = m.fit(
                 &x,
                 &y,
-                FitConfig::new().epochs(10_000).batch_size(GLOBAL_BATCH).verbose(0).callback(Progress),
+                FitConfig::new()
+                    .epochs(10_000)
+                    .batch_size(GLOBAL_BATCH)
+                    .verbose(0)
+                    .callback(Progress),
             );
             match r {
                 Ok(_) => println!("finished"),
@@ -118,9 +138,15 @@ fn start(workers: usize, mode: &str, timeout_s: u64) -> LocalCluster {
     LocalCluster::start(&LaunchSpec {
         workers,
         program: exe.to_string_lossy().into_owned(),
-        args: ["--ignored", "--exact", "child", "--nocapture", "--test-threads=1"]
-            .map(String::from)
-            .to_vec(),
+        args: [
+            "--ignored",
+            "--exact",
+            "child",
+            "--nocapture",
+            "--test-threads=1",
+        ]
+        .map(String::from)
+        .to_vec(),
         env: vec![
             ("FERROFLOW_MW_MODE".into(), mode.into()),
             ("FERROFLOW_MW_TIMEOUT_S".into(), timeout_s.to_string()),
@@ -137,9 +163,15 @@ fn workers_end_with_the_weights_of_one_process_with_the_global_batch() {
     let reference = train(&mut model());
     for workers in [2, 3] {
         let mut cluster = start(workers, "equivalence", 60);
-        let outcome = cluster.wait(Some(Duration::from_secs(240))).expect("bounded");
+        let outcome = cluster
+            .wait(Some(Duration::from_secs(240)))
+            .expect("bounded");
         let outputs: Vec<String> = (0..workers).map(|i| cluster.output(i)).collect();
-        assert!(outcome.first_failure.is_none(), "{outcome:?}\n{}", outputs.join("\n---\n"));
+        assert!(
+            outcome.first_failure.is_none(),
+            "{outcome:?}\n{}",
+            outputs.join("\n---\n")
+        );
         let weights: Vec<Vec<f32>> = outputs
             .iter()
             .map(|o| {
@@ -160,13 +192,24 @@ fn workers_end_with_the_weights_of_one_process_with_the_global_batch() {
             .zip(&reference)
             .map(|(a, b)| (a - b).abs())
             .fold(0.0f32, f32::max);
-        assert!(worst < 1e-5, "{workers} workers vs one process: max difference {worst}");
+        assert!(
+            worst < 1e-5,
+            "{workers} workers vs one process: max difference {worst}"
+        );
         // Training moved the weights (the comparison is not of untouched initial values).
         ferroflow::random::set_seed(3);
         let mut fresh = model();
         fresh.build(&[5]).unwrap();
-        let initial: Vec<f32> = fresh.weights().iter().flat_map(|v| v.peek().to_vec::<f32>().unwrap()).collect();
-        let moved = initial.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let initial: Vec<f32> = fresh
+            .weights()
+            .iter()
+            .flat_map(|v| v.peek().to_vec::<f32>().unwrap())
+            .collect();
+        let moved = initial
+            .iter()
+            .zip(&reference)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
         assert!(moved > 1e-3, "the weights hardly moved: {moved}");
     }
 }
@@ -177,14 +220,20 @@ fn a_killed_worker_fails_the_survivor_within_the_timeout() {
     let mut cluster = start(2, "long", timeout_s);
     // Wait (bounded) until both train, then kill worker 1 as a lost machine dies.
     let begin = Instant::now();
-    while !(cluster.output(0).contains("batch 3 done") && cluster.output(1).contains("batch 3 done")) {
+    while !(cluster.output(0).contains("batch 3 done")
+        && cluster.output(1).contains("batch 3 done"))
+    {
         assert!(
             begin.elapsed() < Duration::from_secs(120),
             "training did not start:\n{}\n---\n{}",
             cluster.output(0),
             cluster.output(1)
         );
-        assert!(cluster.try_code(0).unwrap().is_none(), "worker 0 ended early:\n{}", cluster.output(0));
+        assert!(
+            cluster.try_code(0).unwrap().is_none(),
+            "worker 0 ended early:\n{}",
+            cluster.output(0)
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     cluster.kill(1).unwrap();
@@ -205,7 +254,15 @@ fn a_killed_worker_fails_the_survivor_within_the_timeout() {
     let out = cluster.output(0);
     assert_eq!(code, 3, "the survivor must fail with the error:\n{out}");
     let error = out.lines().find(|l| l.starts_with("ERROR")).expect(&out);
-    assert!(error.contains("/job:worker/task:1"), "the error names the lost peer: {error}");
-    assert!(error.contains("all_reduce") || error.contains("broadcast"), "and the collective: {error}");
-    println!("survivor failed {to_error:?} after its peer was killed (timeout {timeout_s} s): {error}");
+    assert!(
+        error.contains("/job:worker/task:1"),
+        "the error names the lost peer: {error}"
+    );
+    assert!(
+        error.contains("all_reduce") || error.contains("broadcast"),
+        "and the collective: {error}"
+    );
+    println!(
+        "survivor failed {to_error:?} after its peer was killed (timeout {timeout_s} s): {error}"
+    );
 }

@@ -2,12 +2,14 @@
 //! strategy, distributed variables, the custom training loop of TF's tutorial.
 
 use ferroflow::distribute::{
-    get_strategy, has_strategy, AutoShardPolicy, InputOptions, MirroredStrategy,
-    OneDeviceStrategy, ReduceOp, Strategy,
+    get_strategy, has_strategy, AutoShardPolicy, InputOptions, MirroredStrategy, OneDeviceStrategy,
+    ReduceOp, Strategy,
 };
 use ferroflow::keras::{layers::Dense, losses::MeanSquaredError, sequential, FitConfig, Model};
 use ferroflow::optim::{Optimizer, Sgd};
-use ferroflow::{DType, Device, DeviceKind, Tensor, Variable, VariableAggregation, VariableSynchronization};
+use ferroflow::{
+    DType, Device, DeviceKind, Tensor, Variable, VariableAggregation, VariableSynchronization,
+};
 
 fn setup() -> MirroredStrategy {
     ferroflow::init();
@@ -16,7 +18,9 @@ fn setup() -> MirroredStrategy {
 }
 
 fn data(n: usize) -> (Tensor, Tensor) {
-    let x: Vec<f32> = (0..n * 3).map(|i| ((i * 37 % 101) as f32) / 50.0 - 1.0).collect();
+    let x: Vec<f32> = (0..n * 3)
+        .map(|i| ((i * 37 % 101) as f32) / 50.0 - 1.0)
+        .collect();
     let y: Vec<f32> = (0..n)
         .map(|i| x[3 * i] * 2.0 - x[3 * i + 1] + 0.5 * x[3 * i + 2] + 0.25)
         .collect();
@@ -27,13 +31,20 @@ fn data(n: usize) -> (Tensor, Tensor) {
 }
 
 fn model() -> Model {
-    let mut m = Model::from(sequential![Dense::new(4).activation(ferroflow::keras::activations::Activation::Tanh), Dense::new(1)]);
-    m.compile(Sgd::new(0.1), MeanSquaredError::new(), &[]).unwrap();
+    let mut m = Model::from(sequential![
+        Dense::new(4).activation(ferroflow::keras::activations::Activation::Tanh),
+        Dense::new(1)
+    ]);
+    m.compile(Sgd::new(0.1), MeanSquaredError::new(), &[])
+        .unwrap();
     m
 }
 
 fn weights(m: &Model) -> Vec<Vec<f32>> {
-    m.weights().iter().map(|v| v.peek().to_vec::<f32>().unwrap()).collect()
+    m.weights()
+        .iter()
+        .map(|v| v.peek().to_vec::<f32>().unwrap())
+        .collect()
 }
 
 #[test]
@@ -53,7 +64,13 @@ fn mirrored_fit_matches_one_device_with_the_same_global_batch() {
         assert!(b.is_distributed(), "{} was created in the scope", b.name());
         b.assign(&a.peek()).unwrap();
     }
-    let config = || FitConfig::new().epochs(3).batch_size(16).shuffle(false).verbose(0);
+    let config = || {
+        FitConfig::new()
+            .epochs(3)
+            .batch_size(16)
+            .shuffle(false)
+            .verbose(0)
+    };
     let h1 = single.fit(&x, &y, config()).unwrap();
     let h2 = mirrored.fit(&x, &y, config()).unwrap();
     for (a, b) in weights(&single).iter().zip(weights(&mirrored)) {
@@ -71,7 +88,10 @@ fn mirrored_fit_matches_one_device_with_the_same_global_batch() {
     let w = &mirrored.weights()[0];
     let on_1 = ferroflow::with_device("/CPU:1", || w.value()).unwrap();
     assert_eq!(on_1.device(), Device::new(DeviceKind::Cpu, 1));
-    assert_eq!(on_1.to_vec::<f32>().unwrap(), w.peek().to_vec::<f32>().unwrap());
+    assert_eq!(
+        on_1.to_vec::<f32>().unwrap(),
+        w.peek().to_vec::<f32>().unwrap()
+    );
 }
 
 #[test]
@@ -103,9 +123,13 @@ fn custom_training_loop_as_in_the_tutorial() {
                     let tape = ferroflow::prelude::GradientTape::new();
                     let pred = net.forward(bx, true)?;
                     let per_example = pred.sub(by)?.square()?.reduce_mean(-1isize, false)?;
-                    let loss = ferroflow::distribute::compute_average_loss(&per_example, Some(global_batch))?;
+                    let loss = ferroflow::distribute::compute_average_loss(
+                        &per_example,
+                        Some(global_batch),
+                    )?;
                     let vars = net.trainable_weights();
-                    let sources: Vec<ferroflow::prelude::Source> = vars.iter().map(Into::into).collect();
+                    let sources: Vec<ferroflow::prelude::Source> =
+                        vars.iter().map(Into::into).collect();
                     let grads = tape.gradient(&loss, &sources)?;
                     opt.apply_gradients(grads.into_iter().zip(vars).collect(), true)?;
                     Ok(loss)
@@ -118,10 +142,17 @@ fn custom_training_loop_as_in_the_tutorial() {
             }
         }
         if epoch == 4 {
-            assert!(total < first_losses[0] * 4.0 * 0.5, "loss fell: {total} vs {first_losses:?}");
+            assert!(
+                total < first_losses[0] * 4.0 * 0.5,
+                "loss fell: {total} vs {first_losses:?}"
+            );
         }
     }
-    assert_eq!(opt.iterations(), 20, "one update per global batch, not per replica");
+    assert_eq!(
+        opt.iterations(),
+        20,
+        "one update per global batch, not per replica"
+    );
 }
 
 #[test]
@@ -134,9 +165,27 @@ fn mirrored_variables_follow_their_aggregation() {
         let t = || Tensor::from_slice(&[1.0f32, 1.0]).unwrap();
         (
             Variable::new("none", t()),
-            Variable::with_options("sum", t(), false, VariableSynchronization::OnWrite, VariableAggregation::Sum),
-            Variable::with_options("mean", t(), false, VariableSynchronization::OnWrite, VariableAggregation::Mean),
-            Variable::with_options("count", t(), false, VariableSynchronization::OnRead, VariableAggregation::Sum),
+            Variable::with_options(
+                "sum",
+                t(),
+                false,
+                VariableSynchronization::OnWrite,
+                VariableAggregation::Sum,
+            ),
+            Variable::with_options(
+                "mean",
+                t(),
+                false,
+                VariableSynchronization::OnWrite,
+                VariableAggregation::Mean,
+            ),
+            Variable::with_options(
+                "count",
+                t(),
+                false,
+                VariableSynchronization::OnRead,
+                VariableAggregation::Sum,
+            ),
         )
     };
     assert!(!has_strategy());
@@ -171,7 +220,9 @@ fn replica_context_and_reduce() {
     assert_eq!(strategy.num_replicas_in_sync(), 2);
     let per = strategy
         .run(|ctx| {
-            let err = ctx.all_reduce(ReduceOp::Sum, &Tensor::scalar(1.0f32)?).unwrap_err();
+            let err = ctx
+                .all_reduce(ReduceOp::Sum, &Tensor::scalar(1.0f32)?)
+                .unwrap_err();
             assert!(err.to_string().contains("one after another"), "{err}");
             Tensor::from_vec(vec![ctx.replica_id_in_sync_group() as f32; 3], &[3])
         })
@@ -188,12 +239,20 @@ fn replica_context_and_reduce() {
         .unwrap();
     assert_eq!(r.values()[0].item::<f32>().unwrap(), 4.0);
     assert!(MirroredStrategy::new(&["/CPU:0", "/CPU:0"]).is_err());
-    let e = MirroredStrategy::new(&["/GPU:3"]).err().unwrap().to_string();
+    let e = MirroredStrategy::new(&["/GPU:3"])
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("GPU:3"), "{e}");
     let e = strategy
         .experimental_distribute_dataset(
-            &ferroflow::data::Dataset::from_tensor_slices(Tensor::zeros(&[4, 1], DType::F32).unwrap()).unwrap(),
-            InputOptions { auto_shard_policy: AutoShardPolicy::File },
+            &ferroflow::data::Dataset::from_tensor_slices(
+                Tensor::zeros(&[4, 1], DType::F32).unwrap(),
+            )
+            .unwrap(),
+            InputOptions {
+                auto_shard_policy: AutoShardPolicy::File,
+            },
         )
         .err()
         .unwrap()

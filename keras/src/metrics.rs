@@ -54,7 +54,10 @@ fn check_state_len(name: &str, want: usize, got: &[f64]) -> Result<()> {
     if want != got.len() {
         return Err(Error::invalid(
             "Metric.set_state",
-            format!("metric {name:?} holds {want} numbers, the state given has {}", got.len()),
+            format!(
+                "metric {name:?} holds {want} numbers, the state given has {}",
+                got.len()
+            ),
         ));
     }
     Ok(())
@@ -543,12 +546,21 @@ impl Metric for Auc {
         }
     }
     fn state(&self) -> Option<Vec<f64>> {
-        Some([&self.tp, &self.fp, &self.tn, &self.fn_].into_iter().flatten().copied().collect())
+        Some(
+            [&self.tp, &self.fp, &self.tn, &self.fn_]
+                .into_iter()
+                .flatten()
+                .copied()
+                .collect(),
+        )
     }
     fn set_state(&mut self, state: &[f64]) -> Result<()> {
         let n = self.tp.len();
         check_state_len("auc", 4 * n, state)?;
-        for (i, v) in [&mut self.tp, &mut self.fp, &mut self.tn, &mut self.fn_].into_iter().enumerate() {
+        for (i, v) in [&mut self.tp, &mut self.fp, &mut self.tn, &mut self.fn_]
+            .into_iter()
+            .enumerate()
+        {
             v.copy_from_slice(&state[i * n..(i + 1) * n]);
         }
         Ok(())

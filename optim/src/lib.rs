@@ -42,8 +42,9 @@ mod schedule;
 pub use config::{from_config, get_config};
 pub use loss_scale::{LossScale, LossScaleOptimizer};
 pub use more::{Adadelta, Adamax, Ftrl, Nadam};
-pub use optimizer::{ReplicaGradients, 
-    minimize_fn, Adagrad, Adam, GradientTransformer, Optimizer, OptimizerCore, RmsProp, Sgd,
+pub use optimizer::{
+    minimize_fn, Adagrad, Adam, GradientTransformer, Optimizer, OptimizerCore, ReplicaGradients,
+    RmsProp, Sgd,
 };
 pub use schedule::{
     CosineDecay, CosineDecayRestarts, ExponentialDecay, Hyper, InverseTimeDecay,

@@ -190,7 +190,8 @@ impl Optimizer for LossScaleOptimizer {
         // Under a strategy: the finiteness check and the scale see all replicas' gradients.
         let custom = self.inner.core().gradient_aggregator.is_some();
         let Some((grads_and_vars, gathered)) =
-            self.replica_gradients.gather(grads_and_vars, aggregate, !custom)?
+            self.replica_gradients
+                .gather(grads_and_vars, aggregate, !custom)?
         else {
             return Ok(());
         };

@@ -88,8 +88,13 @@ impl ReplicaGradients {
         let parts = std::mem::take(&mut self.parts);
         let mut summed = combine_local(parts)?;
         if let (true, Some(cross)) = (cross_worker, &r.cross_worker) {
-            let present: Vec<usize> = (0..summed.len()).filter(|&i| summed[i].0.is_some()).collect();
-            let tensors = present.iter().filter_map(|&i| summed[i].0.clone()).collect();
+            let present: Vec<usize> = (0..summed.len())
+                .filter(|&i| summed[i].0.is_some())
+                .collect();
+            let tensors = present
+                .iter()
+                .filter_map(|&i| summed[i].0.clone())
+                .collect();
             let reduced = cross.all_reduce_sum(tensors)?;
             for (i, g) in present.into_iter().zip(reduced) {
                 summed[i].0 = Some(g);
@@ -100,7 +105,9 @@ impl ReplicaGradients {
 }
 
 /// The local replicas' gradients summed per variable, on the variable's device.
-fn combine_local(parts: Vec<Vec<(Option<Tensor>, Variable)>>) -> Result<Vec<(Option<Tensor>, Variable)>> {
+fn combine_local(
+    parts: Vec<Vec<(Option<Tensor>, Variable)>>,
+) -> Result<Vec<(Option<Tensor>, Variable)>> {
     let mut parts = parts.into_iter();
     let mut total = parts.next().unwrap_or_default();
     for (r, part) in parts.enumerate() {
@@ -130,15 +137,26 @@ fn combine_local(parts: Vec<Vec<(Option<Tensor>, Variable)>>) -> Result<Vec<(Opt
             *acc = match (acc.take(), g) {
                 (Some(a), Some(g)) => {
                     let device = var.peek().device();
-                    let a = if a.device() == device { a } else { a.to_device(device)? };
-                    let g = if g.device() == device { g } else { g.to_device(device)? };
+                    let a = if a.device() == device {
+                        a
+                    } else {
+                        a.to_device(device)?
+                    };
+                    let g = if g.device() == device {
+                        g
+                    } else {
+                        g.to_device(device)?
+                    };
                     Some(a.add(&g)?)
                 }
                 (None, None) => None,
                 _ => {
                     return Err(Error::invalid(
                         "apply_gradients",
-                        format!("variable {:?} has a gradient on some replicas only", var.name()),
+                        format!(
+                            "variable {:?} has a gradient on some replicas only",
+                            var.name()
+                        ),
                     ))
                 }
             };
@@ -147,7 +165,11 @@ fn combine_local(parts: Vec<Vec<(Option<Tensor>, Variable)>>) -> Result<Vec<(Opt
     for (g, var) in total.iter_mut() {
         if let Some(t) = g.take() {
             let device = var.peek().device();
-            *g = Some(if t.device() == device { t } else { t.to_device(device)? });
+            *g = Some(if t.device() == device {
+                t
+            } else {
+                t.to_device(device)?
+            });
         }
     }
     Ok(total)

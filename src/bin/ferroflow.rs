@@ -26,14 +26,21 @@ fn parse(args: &[String]) -> Result<(LaunchSpec, Option<Duration>), String> {
     let number = |flag: &str, v: Option<&String>| -> Result<usize, String> {
         v.ok_or_else(|| format!("{flag} needs a number"))?
             .parse::<usize>()
-            .map_err(|_| format!("{flag} needs a number, got {:?}", v.map(String::as_str).unwrap_or("")))
+            .map_err(|_| {
+                format!(
+                    "{flag} needs a number, got {:?}",
+                    v.map(String::as_str).unwrap_or("")
+                )
+            })
     };
     while let Some(a) = it.next() {
         match a.as_str() {
             "--workers" => spec.workers = number("--workers", it.next())?,
             "--ps" => spec.ps = number("--ps", it.next())?,
             "--chief" => spec.chief = true,
-            "--timeout" => timeout = Some(Duration::from_secs(number("--timeout", it.next())? as u64)),
+            "--timeout" => {
+                timeout = Some(Duration::from_secs(number("--timeout", it.next())? as u64))
+            }
             "--" => {
                 let program = it.next().ok_or("no program after --")?;
                 spec.program = program.clone();

@@ -181,7 +181,12 @@ impl Variable {
     /// The current value without telling observers (for checkpoints and printing): the
     /// cross-replica value of a distributed variable.
     pub fn peek(&self) -> Tensor {
-        match self.0.distributed.as_ref().and_then(|d| d.per_replica.as_ref()) {
+        match self
+            .0
+            .distributed
+            .as_ref()
+            .and_then(|d| d.per_replica.as_ref())
+        {
             Some(parts) => self.aggregate_replicas(parts),
             None => self.primary(),
         }
@@ -254,9 +259,7 @@ impl Variable {
                 total = total.add(&v.to_device(first.device())?)?;
             }
             match self.0.aggregation {
-                VariableAggregation::Mean => {
-                    total.div(&total.scalar_like(values.len() as f64)?)
-                }
+                VariableAggregation::Mean => total.div(&total.scalar_like(values.len() as f64)?),
                 _ => Ok(total),
             }
         };
@@ -392,7 +395,9 @@ fn combine_replica_writes(var: &Variable, r: &ReplicaInfo, values: Vec<Tensor>) 
         ));
     }
     let mut values = values.into_iter();
-    let first = values.next().ok_or_else(|| Error::invalid("assign", "no replica wrote"))?;
+    let first = values
+        .next()
+        .ok_or_else(|| Error::invalid("assign", "no replica wrote"))?;
     if var.aggregation() == VariableAggregation::OnlyFirstReplica {
         return Ok(first);
     }

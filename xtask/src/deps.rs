@@ -5,7 +5,9 @@
 //! - a backend (`ferroflow-cpu`, `ferroflow-wgpu`, later `-cuda`, `-metal`) on
 //!   `ferroflow-tensor` only (tests that need more live in `ferroflow-backend-tests`);
 //! - `ferroflow-optim`, `ferroflow-data` and `ferroflow-numpy` never on `ferroflow-keras`;
-//! - `ferroflow-keras` never on a backend crate.
+//! - `ferroflow-keras` never on a backend crate;
+//! - `ferroflow-cluster` and `ferroflow-distribute` never on keras, optim, autodiff or a
+//!   backend (Keras and the optimizers build on the distribution seam, not the reverse).
 //!
 //! Edges are the dependencies each crate declares. Crates above the tensor core reach a
 //! backend in their tests and doc examples through the facade (`ferroflow::init()`), as a
@@ -36,6 +38,12 @@ pub fn forbidden(from: &str, to: &str) -> Option<&'static str> {
     }
     if from == "ferroflow-keras" && BACKENDS.contains(&to) {
         return Some("keras never depends on a backend crate");
+    }
+    if ["ferroflow-cluster", "ferroflow-distribute"].contains(&from)
+        && (["ferroflow-keras", "ferroflow-optim", "ferroflow-autodiff"].contains(&to)
+            || BACKENDS.contains(&to))
+    {
+        return Some("cluster and distribute never depend on keras, optim, autodiff or a backend");
     }
     None
 }
@@ -111,6 +119,9 @@ mod tests {
         assert!(forbidden("ferroflow-wgpu", "ferroflow-keras").is_some());
         assert!(forbidden("ferroflow-data", "ferroflow-keras").is_some());
         assert!(forbidden("ferroflow-keras", "ferroflow-wgpu").is_some());
+        assert!(forbidden("ferroflow-distribute", "ferroflow-keras").is_some());
+        assert!(forbidden("ferroflow-cluster", "ferroflow-cpu").is_some());
+        assert!(forbidden("ferroflow-keras", "ferroflow-distribute").is_none());
         assert!(forbidden("ferroflow-wgpu", "ferroflow-tensor").is_none());
         assert!(forbidden("ferroflow-keras", "ferroflow-optim").is_none());
         assert!(forbidden("ferroflow-backend-tests", "ferroflow-keras").is_none());

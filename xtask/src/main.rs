@@ -80,6 +80,8 @@ fn ci() -> bool {
         && [
             &["tensors"][..],
             &["custom_training_loop"],
+            // strategy.run over two logical CPU devices (MirroredStrategy)
+            &["distributed_custom_training"],
             // the NumPy API guide: exits non-zero when a result differs from NumPy's
             &["numpy_api"],
             // The main job: the MLP (exits non-zero below 97.5% test accuracy after 3
@@ -96,6 +98,27 @@ fn ci() -> bool {
             args.extend_from_slice(e);
             run("cargo", &args)
         })
+        // Distributed training as TF's tutorials do it, two worker processes started by
+        // `ferroflow launch` (each exits non-zero below its accuracy goal; the launcher
+        // with the first failing worker's code).
+        && run(
+            "cargo",
+            &[
+                "build", "--quiet", "--bin", "ferroflow", "--example", "multi_worker_mnist",
+                "--example", "distributed_custom_training",
+            ],
+        )
+        && {
+            let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+            let launcher = format!("{target}/debug/ferroflow");
+            ["multi_worker_mnist", "distributed_custom_training"].iter().all(|e| {
+                let program = format!("{target}/debug/examples/{e}");
+                run(
+                    &launcher,
+                    &["launch", "--workers", "2", "--timeout", "600", "--", &program],
+                )
+            })
+        }
 }
 
 fn main() -> ExitCode {

@@ -388,7 +388,11 @@ impl Model {
         metrics.extend(c.metrics.iter_mut().map(|m| m.as_mut() as &mut dyn Metric));
         for out in &mut c.per_output {
             metrics.push(&mut out.loss);
-            metrics.extend(out.metrics.iter_mut().map(|m| m.as_mut() as &mut dyn Metric));
+            metrics.extend(
+                out.metrics
+                    .iter_mut()
+                    .map(|m| m.as_mut() as &mut dyn Metric),
+            );
         }
         let mut lengths = vec![];
         let mut flat = vec![];

@@ -196,7 +196,11 @@ impl Model {
             };
             let (rx, ry) = (cut(x)?, cut(y)?);
             self.replica_step = Some(ReplicaStep {
-                loss_weight: if empty { 0.0 } else { (b - a) as f64 / n as f64 },
+                loss_weight: if empty {
+                    0.0
+                } else {
+                    (b - a) as f64 / n as f64
+                },
                 count_metrics: !empty,
             });
             let logs = if training {
