@@ -46,7 +46,7 @@ pub struct InputContext {
 impl InputContext {
     /// The per-replica batch of a global batch (an error when it does not divide).
     pub fn get_per_replica_batch_size(&self, global_batch_size: usize) -> Result<usize> {
-        if global_batch_size % self.num_replicas_in_sync != 0 {
+        if !global_batch_size.is_multiple_of(self.num_replicas_in_sync) {
             return Err(Error::invalid(
                 "get_per_replica_batch_size",
                 format!(

@@ -565,6 +565,7 @@ impl PathTemplate {
 /// epoch, or only when the monitored value improved (`save_best_only`). The path may name
 /// the epoch and any log value: `"ckpt/weights.{epoch:02d}-{val_loss:.2f}.safetensors"`.
 /// With `save_weights_only(false)` the whole model is saved (a folder: config + weights).
+/// Under a multi-worker strategy only the chief writes.
 pub struct ModelCheckpoint {
     filepath: PathTemplate,
     monitor: Monitor,
@@ -606,6 +607,11 @@ impl ModelCheckpoint {
 
 impl Callback for ModelCheckpoint {
     fn on_epoch_end(&mut self, epoch: usize, logs: &Logs, model: &mut Model) -> Result<()> {
+        // Under a multi-worker strategy only the chief writes (every worker holds the same
+        // weights; TF has the others write to temporary places and delete them).
+        if model.distribute_strategy().is_some_and(|s| !s.is_chief()) {
+            return Ok(());
+        }
         if self.save_best_only {
             let Some(v) = self.monitor.value(logs, "Can save best model only with") else {
                 return Ok(());

@@ -41,12 +41,16 @@ pub struct OptimizerCore {
     pub replica_gradients: ReplicaGradients,
 }
 
+/// Gradients paired with their variables, as `apply_gradients` takes them (`None`: the
+/// variable got no gradient).
+pub type GradsAndVars = Vec<(Option<Tensor>, Variable)>;
+
 /// The gradients the local replicas of one step pass to `apply_gradients` under a
 /// distribution strategy, gathered until the last replica (TF's `merge_call`: replicas run
 /// one after another here, and the update applies once, when all have handed theirs in).
 #[derive(Default)]
 pub struct ReplicaGradients {
-    parts: Vec<Vec<(Option<Tensor>, Variable)>>,
+    parts: Vec<GradsAndVars>,
 }
 
 impl ReplicaGradients {
@@ -61,7 +65,7 @@ impl ReplicaGradients {
         grads_and_vars: Vec<(Option<Tensor>, Variable)>,
         aggregate: bool,
         cross_worker: bool,
-    ) -> Result<Option<(Vec<(Option<Tensor>, Variable)>, bool)>> {
+    ) -> Result<Option<(GradsAndVars, bool)>> {
         let Some(r) = replica_context() else {
             return Ok(Some((grads_and_vars, false)));
         };

@@ -70,6 +70,9 @@ impl std::fmt::Debug for ReplicaInfo {
     }
 }
 
+/// Told of each variable created in a strategy's scope.
+pub type OnVariableCreated = Arc<dyn Fn(&Variable) + Send + Sync>;
+
 /// How variables created inside a strategy's scope are distributed.
 pub struct VariableDistribution {
     /// The strategy's name, for errors (`"MirroredStrategy"`).
@@ -78,7 +81,7 @@ pub struct VariableDistribution {
     pub num_local_replicas: usize,
     /// Told of every variable created in the scope (a multi-worker strategy broadcasts
     /// their initial values from the chief before the next step).
-    pub on_create: Option<Arc<dyn Fn(&Variable) + Send + Sync>>,
+    pub on_create: Option<OnVariableCreated>,
 }
 
 thread_local! {
