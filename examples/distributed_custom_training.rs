@@ -16,7 +16,8 @@
 //! Options: `--epochs N` (1), `--global-batch N` (128), `--steps N` (all). Exits non-zero
 //! below 92% test accuracy after a full epoch.
 
-use std::path::Path;
+mod common;
+
 use std::sync::Arc;
 
 use ferroflow::data::Dataset;
@@ -30,17 +31,6 @@ use ferroflow::keras::{applications, Layer};
 use ferroflow::optim::{Adam, Optimizer};
 use ferroflow::prelude::{GradientTape, Source};
 use ferroflow::{DType, DeviceKind, Error, Result, Tensor};
-
-fn load(dir: &Path, split: &str) -> Result<(Tensor, Tensor)> {
-    let images = ferroflow::data::idx::read(dir.join(format!("{split}-images-idx3-ubyte.gz")))?;
-    let labels = ferroflow::data::idx::read(dir.join(format!("{split}-labels-idx1-ubyte.gz")))?;
-    let n = images.shape()[0];
-    let x = images
-        .cast(DType::F32)?
-        .div(&Tensor::scalar(255.0f32)?)?
-        .reshape_to(&[n, 28, 28, 1])?;
-    Ok((x, labels.cast(DType::I64)?))
-}
 
 fn main() -> Result<()> {
     ferroflow::init();
@@ -76,9 +66,8 @@ fn main() -> Result<()> {
         strategy.num_workers(),
         strategy.num_replicas_in_sync()
     );
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/mnist");
-    let (x_train, y_train) = load(&data, "train")?;
-    let (x_test, y_test) = load(&data, "t10k")?;
+    let (x_train, y_train) = common::load_mnist("train")?;
+    let (x_test, y_test) = common::load_mnist("t10k")?;
     // The same shuffle on every worker (each keeps its rows of every global batch).
     let train = Dataset::from_tensor_slices((x_train, y_train))?
         .shuffle(60_000, Some(7), true)?

@@ -17,13 +17,15 @@
 //!
 //! Each model's weights are written as safetensors and the path printed.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 
 use ferroflow::keras::losses::SparseCategoricalCrossentropy;
 use ferroflow::keras::mixed_precision::{set_global_policy, Policy};
 use ferroflow::keras::{applications, FitConfig, Model};
 use ferroflow::optim::Adam;
-use ferroflow::{DType, Error, Result, Tensor};
+use ferroflow::{Error, Result};
 
 struct Args {
     models: Vec<String>,
@@ -71,18 +73,6 @@ fn parse_args() -> Result<Args> {
     Ok(args)
 }
 
-/// Images as f32 in [0, 1], shape [n, 28, 28, 1]; labels as int64, shape [n].
-fn load(dir: &Path, split: &str) -> Result<(Tensor, Tensor)> {
-    let images = ferroflow::data::idx::read(dir.join(format!("{split}-images-idx3-ubyte.gz")))?;
-    let labels = ferroflow::data::idx::read(dir.join(format!("{split}-labels-idx1-ubyte.gz")))?;
-    let n = images.shape()[0];
-    let x = images
-        .cast(DType::F32)?
-        .div(&Tensor::scalar(255.0f32)?)?
-        .reshape_to(&[n, 28, 28, 1])?;
-    Ok((x, labels.cast(DType::I64)?))
-}
-
 fn build(kind: &str) -> Model {
     Model::from(if kind == "mlp" {
         applications::mnist_mlp()
@@ -97,9 +87,9 @@ fn main() -> Result<()> {
     // Initial weights, dropout and shuffling all draw from the global generator.
     ferroflow::random::set_seed(args.seed);
     set_global_policy(Policy::new(&args.policy)?);
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/mnist");
-    let (x_train, y_train) = load(&data, "train")?;
-    let (x_test, y_test) = load(&data, "t10k")?;
+    let data = common::mnist_dir();
+    let (x_train, y_train) = common::load_mnist("train")?;
+    let (x_test, y_test) = common::load_mnist("t10k")?;
     println!(
         "MNIST: {} training and {} test images from {}",
         x_train.shape()[0],

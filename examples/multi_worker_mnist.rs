@@ -16,25 +16,16 @@
 //! the chief writes the weights there), `--timeout S` (60: how long a collective waits for
 //! a lost worker before failing). Exits non-zero below 95% test accuracy after 2 epochs.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ferroflow::distribute::{CommunicationOptions, MultiWorkerMirroredStrategy, Strategy};
 use ferroflow::keras::losses::SparseCategoricalCrossentropy;
 use ferroflow::keras::{applications, FitConfig, Model};
 use ferroflow::optim::Adam;
-use ferroflow::{DType, Error, Result, Tensor};
-
-fn load(dir: &Path, split: &str) -> Result<(Tensor, Tensor)> {
-    let images = ferroflow::data::idx::read(dir.join(format!("{split}-images-idx3-ubyte.gz")))?;
-    let labels = ferroflow::data::idx::read(dir.join(format!("{split}-labels-idx1-ubyte.gz")))?;
-    let n = images.shape()[0];
-    let x = images
-        .cast(DType::F32)?
-        .div(&Tensor::scalar(255.0f32)?)?
-        .reshape_to(&[n, 28, 28, 1])?;
-    Ok((x, labels.cast(DType::I64)?))
-}
+use ferroflow::{Error, Result};
 
 fn main() -> Result<()> {
     ferroflow::init();
@@ -73,9 +64,8 @@ fn main() -> Result<()> {
         "worker {me} of {workers}, {} replicas in sync",
         strategy.num_replicas_in_sync()
     );
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/mnist");
-    let (x_train, y_train) = load(&data, "train")?;
-    let (x_test, y_test) = load(&data, "t10k")?;
+    let (x_train, y_train) = common::load_mnist("train")?;
+    let (x_test, y_test) = common::load_mnist("t10k")?;
 
     // The model and its optimizer are created in the strategy's scope: their variables
     // are mirrored and start from the chief's values.
