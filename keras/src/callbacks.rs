@@ -879,3 +879,166 @@ impl Callback for TerminateOnNaN {
         Ok(())
     }
 }
+
+/// `tf.keras.callbacks.experimental.BackupAndRestore` (TF 2.4): backs the training up at the
+/// end of every epoch, and a `fit` that finds a backup resumes from the epoch after it, so a
+/// job killed mid-training (a worker lost) and restarted loses at most the epoch in
+/// progress. The backup is deleted when training finishes.
+///
+/// The backup (weights, the optimizer's state and the epoch) is crash-safe: each
+/// generation's files are written whole before `checkpoint.json`, which names them and the
+/// epoch, replaces the previous one in one rename; a backup is the previous one or the new
+/// one, never a mix. Under a multi-worker strategy only the chief writes, and every worker
+/// restores from the same folder (it must be shared, as in TF). The model must be built
+/// before `fit` (`model.build(input_shape)`), so there are weights to restore into.
+///
+/// ```no_run
+/// use ferroflow_keras::{callbacks::BackupAndRestore, FitConfig};
+/// let config = FitConfig::new().epochs(10).callback(BackupAndRestore::new("/tmp/backup"));
+/// ```
+pub struct BackupAndRestore {
+    backup_dir: PathBuf,
+}
+
+impl BackupAndRestore {
+    /// Backs up into `backup_dir` (created when needed).
+    pub fn new(backup_dir: impl Into<PathBuf>) -> BackupAndRestore {
+        BackupAndRestore {
+            backup_dir: backup_dir.into(),
+        }
+    }
+
+    fn checkpoint_path(&self) -> PathBuf {
+        self.backup_dir.join("checkpoint.json")
+    }
+
+    fn writes(model: &Model) -> bool {
+        model.distribute_strategy().is_none_or(|s| s.is_chief())
+    }
+}
+
+impl Callback for BackupAndRestore {
+    fn on_train_begin(&mut self, _params: &TrainParams, model: &mut Model) -> Result<()> {
+        let path = self.checkpoint_path();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(&path, &e)),
+        };
+        let bad =
+            |what: &str| Error::format("BackupAndRestore", format!("{}: {what}", path.display()));
+        let ckpt: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| bad(&format!("not JSON ({e})")))?;
+        let epoch = ckpt["epoch"].as_u64().ok_or_else(|| bad("no \"epoch\""))? as usize;
+        let file = |key: &str| -> Result<PathBuf> {
+            let name = ckpt[key]
+                .as_str()
+                .ok_or_else(|| bad(&format!("no {key:?}")))?;
+            if name.contains('/') || name.contains('\\') || name.starts_with('.') {
+                return Err(bad(&format!("{key} {name:?} is not a file name")));
+            }
+            Ok(self.backup_dir.join(name))
+        };
+        if model.weights().is_empty() {
+            return Err(Error::invalid(
+                "BackupAndRestore",
+                "the model has no weights yet: build it (model.build(input_shape)) before fit, \
+                 so the backup can be restored into it",
+            ));
+        }
+        model.load_weights(file("weights_file")?)?;
+        let weights = model.weights();
+        let optimizer_state = crate::saving::load_tensors(file("optimizer_file")?)?
+            .into_iter()
+            .map(|(name, t)| {
+                // `#<weight index>/<slot>` back to the slot's name in this model.
+                let renamed = name
+                    .strip_prefix('#')
+                    .and_then(|r| r.split_once('/'))
+                    .and_then(|(i, slot)| {
+                        let v = weights.get(i.parse::<usize>().ok()?)?;
+                        Some(format!("{}/{slot}", v.name()))
+                    });
+                match renamed {
+                    Some(n) => Ok((n, t)),
+                    None if name == "iter" => Ok((name, t)),
+                    None => Err(bad(&format!(
+                        "optimizer slot {name:?} names no weight of the model"
+                    ))),
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(opt) = model.optimizer_mut() {
+            opt.set_weights(optimizer_state)?;
+        }
+        model.resume_epoch = Some(epoch + 1);
+        Ok(())
+    }
+
+    fn on_epoch_end(&mut self, epoch: usize, _logs: &Logs, model: &mut Model) -> Result<()> {
+        if !Self::writes(model) {
+            return Ok(());
+        }
+        let dir = &self.backup_dir;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, &e))?;
+        let (weights_file, optimizer_file) = (
+            format!("weights-{epoch}.safetensors"),
+            format!("optimizer-{epoch}.safetensors"),
+        );
+        model.save_weights(dir.join(&weights_file))?;
+        // Slots are saved by the index of their weight (`#3/m`), not its name: a restarted
+        // program may number its layers differently.
+        let index: std::collections::HashMap<String, usize> = model
+            .weights()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.name().to_string(), i))
+            .collect();
+        let optimizer_state = match model.optimizer_mut() {
+            Some(opt) => opt.get_weights()?,
+            None => vec![],
+        }
+        .into_iter()
+        .map(|(name, t)| {
+            match name
+                .rsplit_once('/')
+                .and_then(|(var, slot)| Some((index.get(var)?, slot)))
+            {
+                Some((i, slot)) => (format!("#{i}/{slot}"), t),
+                None => (name, t),
+            }
+        })
+        .collect::<Vec<_>>();
+        crate::saving::save_tensors(dir.join(&optimizer_file), &optimizer_state)?;
+        let ckpt = serde_json::json!({
+            "epoch": epoch,
+            "weights_file": weights_file,
+            "optimizer_file": optimizer_file,
+        });
+        ferroflow_tensor::fs::write_atomic(&self.checkpoint_path(), ckpt.to_string().as_bytes())?;
+        // The new backup is in place: earlier epochs' files are garbage.
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let earlier = ["weights-", "optimizer-"].iter().any(|stem| {
+                    name.strip_prefix(stem)
+                        .and_then(|r| r.strip_suffix(".safetensors"))
+                        .and_then(|e| e.parse::<usize>().ok())
+                        .is_some_and(|e| e != epoch)
+                });
+                if earlier {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_train_end(&mut self, _logs: &Logs, model: &mut Model) -> Result<()> {
+        if Self::writes(model) && self.backup_dir.exists() {
+            std::fs::remove_dir_all(&self.backup_dir)
+                .map_err(|e| Error::io(&self.backup_dir, &e))?;
+        }
+        Ok(())
+    }
+}

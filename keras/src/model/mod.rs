@@ -62,6 +62,9 @@ pub struct Model {
     strategy: Option<Arc<dyn Strategy>>,
     /// Set by `fit`/`evaluate` around each replica's step under a strategy.
     pub(crate) replica_step: Option<ReplicaStep>,
+    /// The epoch `fit` starts at, set by a callback's `on_train_begin` (`BackupAndRestore`
+    /// found a backup).
+    pub(crate) resume_epoch: Option<usize>,
 }
 
 /// What the default steps need to know of the replica they run as.
@@ -110,6 +113,7 @@ impl Model {
             stop_training: false,
             strategy: has_strategy().then(get_strategy),
             replica_step: None,
+            resume_epoch: None,
         }
     }
     /// The strategy the model was created under (`model.distribute_strategy`): `fit`,

@@ -404,7 +404,11 @@ impl Model {
         }
         let mut last_logs = Logs::new();
         let mut continuing = None;
-        for epoch in config.initial_epoch..config.epochs {
+        let first_epoch = self
+            .resume_epoch
+            .take()
+            .map_or(config.initial_epoch, |e| e.max(config.initial_epoch));
+        for epoch in first_epoch..config.epochs {
             self.reset_metrics();
             for cb in &mut callbacks {
                 cb.on_epoch_begin(epoch, self)?;
@@ -459,7 +463,7 @@ impl Model {
                     break;
                 }
             }
-            if step == 0 && epoch == config.initial_epoch {
+            if step == 0 && epoch == first_epoch {
                 return Err(Error::invalid(
                     "Model.fit",
                     "the training data yielded no batch",
