@@ -4,12 +4,13 @@
 //! - N workers × batch B/N end with the weights of one process × batch B after 20 steps, and
 //!   every worker's weights are bit-identical;
 //! - a worker killed mid-training: the survivor fails naming the lost peer within the
-//!   collective timeout.
+//!   collective timeout; restarted with `BackupAndRestore`, the workers resume after the last
+//!   backed-up epoch and end with the weights of a run never interrupted.
 
 use ferroflow::cluster::{LaunchSpec, LocalCluster};
 use ferroflow::distribute::{CommunicationOptions, MultiWorkerMirroredStrategy, Strategy};
 use ferroflow::keras::activations::Activation;
-use ferroflow::keras::callbacks::{Callback, Logs};
+use ferroflow::keras::callbacks::{BackupAndRestore, Callback, Logs};
 use ferroflow::keras::{layers::Dense, losses::MeanSquaredError, sequential, FitConfig, Model};
 use ferroflow::optim::Sgd;
 use ferroflow::{Result, Tensor};
@@ -84,6 +85,18 @@ impl Callback for Progress {
     }
 }
 
+/// Prints each finished epoch and gives the parent time to act between epochs.
+struct EpochProgress;
+impl Callback for EpochProgress {
+    fn on_epoch_end(&mut self, epoch: usize, _: &Logs, _: &mut Model) -> Result<()> {
+        println!("epoch {epoch} done");
+        use std::io::Write;
+        std::io::stdout().flush().ok();
+        std::thread::sleep(Duration::from_millis(150));
+        Ok(())
+    }
+}
+
 #[test]
 #[ignore = "a worker process, started by the tests below"]
 fn child() {
@@ -129,12 +142,56 @@ fn child() {
                 }
             }
         }
+        "backup" => {
+            let dir = std::env::var("FERROFLOW_MW_BACKUP").expect("backup folder");
+            m.build(&[5]).unwrap();
+            let (x, y) = data();
+            let r = m.fit(
+                &x,
+                &y,
+                FitConfig::new()
+                    .epochs(6)
+                    .batch_size(GLOBAL_BATCH)
+                    .shuffle(false)
+                    .verbose(0)
+                    .callback(BackupAndRestore::new(dir))
+                    .callback(EpochProgress),
+            );
+            match r {
+                Ok(h) => {
+                    let w: Vec<f32> = m
+                        .weights()
+                        .iter()
+                        .flat_map(|v| v.peek().to_vec::<f32>().unwrap())
+                        .collect();
+                    println!("\nEPOCHS {:?}", h.epoch);
+                    println!("\nLOSSES {:?}", h.get("loss").unwrap());
+                    println!("\nLOSS {}", h.get("loss").unwrap().last().unwrap());
+                    println!("\nWEIGHTS {}", f32_hex(&w));
+                }
+                Err(e) => {
+                    println!("ERROR {e}");
+                    std::process::exit(3);
+                }
+            }
+        }
         other => panic!("unknown mode {other:?}"),
     }
 }
 
 fn start(workers: usize, mode: &str, timeout_s: u64) -> LocalCluster {
+    start_with(workers, mode, timeout_s, vec![])
+}
+
+fn start_with(
+    workers: usize,
+    mode: &str,
+    timeout_s: u64,
+    mut env: Vec<(String, String)>,
+) -> LocalCluster {
     let exe = std::env::current_exe().expect("test binary");
+    env.push(("FERROFLOW_MW_MODE".into(), mode.into()));
+    env.push(("FERROFLOW_MW_TIMEOUT_S".into(), timeout_s.to_string()));
     LocalCluster::start(&LaunchSpec {
         workers,
         program: exe.to_string_lossy().into_owned(),
@@ -147,10 +204,7 @@ fn start(workers: usize, mode: &str, timeout_s: u64) -> LocalCluster {
         ]
         .map(String::from)
         .to_vec(),
-        env: vec![
-            ("FERROFLOW_MW_MODE".into(), mode.into()),
-            ("FERROFLOW_MW_TIMEOUT_S".into(), timeout_s.to_string()),
-        ],
+        env,
         ..Default::default()
     })
     .expect("start the workers")
@@ -265,4 +319,99 @@ fn a_killed_worker_fails_the_survivor_within_the_timeout() {
     println!(
         "survivor failed {to_error:?} after its peer was killed (timeout {timeout_s} s): {error}"
     );
+}
+
+/// The line after `key ` in a worker's output.
+fn field<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.split(&format!("{key} ")).nth(1))
+        .unwrap_or_else(|| panic!("no {key} in:\n{out}"))
+}
+
+#[test]
+fn workers_restarted_after_a_loss_resume_from_the_backup() {
+    let dir = std::env::temp_dir().join(format!("ferroflow-backup-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let env =
+        |d: &std::path::Path| vec![("FERROFLOW_MW_BACKUP".to_string(), d.display().to_string())];
+    let finish = |cluster: &mut LocalCluster| -> Vec<String> {
+        let outcome = cluster
+            .wait(Some(Duration::from_secs(180)))
+            .expect("bounded");
+        let outs: Vec<String> = (0..2).map(|i| cluster.output(i)).collect();
+        assert!(
+            outcome.first_failure.is_none(),
+            "{outcome:?}\n{}",
+            outs.join("\n---\n")
+        );
+        outs
+    };
+
+    // A run never interrupted (its own backup folder, deleted at its end).
+    let clean_dir = dir.join("clean");
+    let clean = finish(&mut start_with(2, "backup", 10, env(&clean_dir)));
+    assert!(
+        !clean_dir.exists(),
+        "the backup is deleted when training finishes"
+    );
+
+    // Worker 1 is killed after epoch 2; worker 0 fails.
+    let lost_dir = dir.join("lost");
+    let mut cluster = start_with(2, "backup", 3, env(&lost_dir));
+    let begin = Instant::now();
+    while !cluster.output(1).contains("epoch 2 done") {
+        assert!(
+            begin.elapsed() < Duration::from_secs(120),
+            "no progress:\n{}",
+            cluster.output(1)
+        );
+        assert!(
+            cluster.try_code(1).unwrap().is_none(),
+            "worker 1 ended early:\n{}",
+            cluster.output(1)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cluster.kill(1).unwrap();
+    let code = loop {
+        if let Some(c) = cluster.try_code(0).unwrap() {
+            break c;
+        }
+        assert!(
+            begin.elapsed() < Duration::from_secs(150),
+            "the survivor hangs:\n{}",
+            cluster.output(0)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(code, 3, "the survivor fails:\n{}", cluster.output(0));
+    drop(cluster);
+    assert!(lost_dir.join("checkpoint.json").exists());
+
+    // Both restarted: they resume after the last backed-up epoch and end where the clean
+    // run ended, bit for bit.
+    let resumed = finish(&mut start_with(2, "backup", 10, env(&lost_dir)));
+    for out in &resumed {
+        let epochs = field(out, "EPOCHS");
+        assert!(
+            !epochs.starts_with("[0"),
+            "resumed, not restarted from epoch 0: {epochs}"
+        );
+        assert!(epochs.ends_with("5]"), "{epochs}");
+        assert_eq!(
+            field(out, "WEIGHTS"),
+            field(&clean[0], "WEIGHTS"),
+            "resumed weights differ from the clean run's (resumed epochs {}, losses {} vs {})",
+            field(out, "EPOCHS"),
+            field(out, "LOSS"),
+            field(&clean[0], "LOSS")
+        );
+    }
+    let loss: f64 = field(&resumed[0], "LOSS").parse().unwrap();
+    let first_clean_loss = field(&clean[0], "LOSS").parse::<f64>().unwrap();
+    assert!(
+        (loss - first_clean_loss).abs() < 1e-9,
+        "{loss} vs {first_clean_loss}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

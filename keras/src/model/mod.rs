@@ -141,6 +141,8 @@ impl Model {
     }
     /// [`Model::build`] for a model with several inputs.
     pub fn build_multi(&mut self, input_shapes: &[Vec<usize>]) -> Result<()> {
+        // Weights built later are the strategy's too (TF builds in the model's strategy's scope).
+        let _strategy_scope = self.strategy.clone().map(ferroflow_distribute::enter_scope);
         let dtype = self.network.base().dtype()?;
         let probes: Vec<Tensor> = input_shapes
             .iter()

@@ -560,6 +560,7 @@ impl Model {
     /// The network's first output over a dataset of batches (inputs alone, or `(x, y)` whose
     /// `y` is ignored), concatenated (Keras' `predict(dataset)`).
     pub fn predict_dataset<B: FitBatch>(&mut self, data: &Dataset<B>) -> Result<Tensor> {
+        let _strategy_scope = self.strategy.clone().map(enter_scope);
         let _scope = device_scope(&self.device().to_string())?;
         let mut parts = Vec::new();
         for batch in batches_of(data).iter() {
@@ -604,6 +605,7 @@ impl Model {
         }
         let n = x.samples("Model.predict", "x")?;
         self.note_input_shapes(&x.0);
+        let _strategy_scope = self.strategy.clone().map(enter_scope);
         let mut parts: Vec<Vec<Tensor>> = vec![];
         for start in (0..n).step_by(batch_size) {
             let end = (start + batch_size).min(n);
