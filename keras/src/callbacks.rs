@@ -1015,7 +1015,7 @@ impl Callback for BackupAndRestore {
             "weights_file": weights_file,
             "optimizer_file": optimizer_file,
         });
-        ferroflow_tensor::fs::write_atomic(&self.checkpoint_path(), ckpt.to_string().as_bytes())?;
+        ferroflow_tensor::fs::write_atomic(self.checkpoint_path(), ckpt.to_string().as_bytes())?;
         // The new backup is in place: earlier epochs' files are garbage.
         if let Ok(entries) = std::fs::read_dir(dir) {
             for entry in entries.flatten() {
