@@ -85,7 +85,8 @@ pub fn batch_rows(t: &Tensor, start: usize, end: usize) -> Result<Tensor> {
 enum Source {
     /// Global batches: take this worker's rows, then split them among the replicas.
     Global { worker: Option<(usize, usize)> },
-    /// Per-replica batches: each replica takes the next element.
+    /// Per-replica batches: each replica takes the next element (a last group with fewer
+    /// elements than replicas is dropped, as a step needs every replica).
     PerReplica,
 }
 

@@ -358,7 +358,8 @@ pub(crate) fn run_replicas<T>(
             strategy: strategy.clone(),
         })?);
     }
-    // Variables a step created (a model built by its first call) agree before the next.
+    // A variable the step created (a model built by its first call) took the chief's value
+    // as it was created; a failure to get it is reported here, not a step later.
     strategy.sync_new_variables()?;
     Ok(PerReplica::new(out))
 }

@@ -609,7 +609,7 @@ impl Callback for ModelCheckpoint {
     fn on_epoch_end(&mut self, epoch: usize, logs: &Logs, model: &mut Model) -> Result<()> {
         // Under a multi-worker strategy only the chief writes (every worker holds the same
         // weights; TF has the others write to temporary places and delete them).
-        if model.distribute_strategy().is_some_and(|s| !s.is_chief()) {
+        if !model.writes_files() {
             return Ok(());
         }
         if self.save_best_only {
@@ -911,10 +911,6 @@ impl BackupAndRestore {
     fn checkpoint_path(&self) -> PathBuf {
         self.backup_dir.join("checkpoint.json")
     }
-
-    fn writes(model: &Model) -> bool {
-        model.distribute_strategy().is_none_or(|s| s.is_chief())
-    }
 }
 
 impl Callback for BackupAndRestore {
@@ -976,7 +972,7 @@ impl Callback for BackupAndRestore {
     }
 
     fn on_epoch_end(&mut self, epoch: usize, _logs: &Logs, model: &mut Model) -> Result<()> {
-        if !Self::writes(model) {
+        if !model.writes_files() {
             return Ok(());
         }
         let dir = &self.backup_dir;
@@ -1035,7 +1031,7 @@ impl Callback for BackupAndRestore {
     }
 
     fn on_train_end(&mut self, _logs: &Logs, model: &mut Model) -> Result<()> {
-        if Self::writes(model) && self.backup_dir.exists() {
+        if model.writes_files() && self.backup_dir.exists() {
             std::fs::remove_dir_all(&self.backup_dir)
                 .map_err(|e| Error::io(&self.backup_dir, &e))?;
         }

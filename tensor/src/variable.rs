@@ -265,7 +265,15 @@ impl Variable {
         };
         match self.0.aggregation {
             VariableAggregation::Sum | VariableAggregation::Mean if values.len() > 1 => {
-                combine().unwrap_or(first)
+                // `peek` cannot fail; a sum that does (out of memory) is said, not hidden.
+                combine().unwrap_or_else(|e| {
+                    eprintln!(
+                        "WARNING: variable {:?}: its replicas' values could not be combined ({e}); \
+                         reading the first replica's",
+                        self.name()
+                    );
+                    first
+                })
             }
             _ => first,
         }

@@ -116,6 +116,11 @@ impl Model {
             resume_epoch: None,
         }
     }
+    /// Whether this process writes the model's files (checkpoints, backups): always, but
+    /// under a multi-worker strategy only on the chief (every worker holds the same weights).
+    pub fn writes_files(&self) -> bool {
+        self.strategy.as_ref().is_none_or(|s| s.is_chief())
+    }
     /// The strategy the model was created under (`model.distribute_strategy`): `fit`,
     /// `evaluate` and `predict` run in its scope; `None` when created outside any.
     pub fn distribute_strategy(&self) -> Option<&Arc<dyn Strategy>> {
