@@ -4,13 +4,15 @@
 //! losses — on MNIST.
 //!
 //! Alone it mirrors over two logical CPU devices (`MirroredStrategy`); started by the
-//! launcher (or anything that sets `TF_CONFIG`) it runs as one worker of a
-//! `MultiWorkerMirroredStrategy`:
+//! launcher (or anything that sets `TF_CONFIG`), or by `mpirun` (built with the `mpi`
+//! feature), it runs as one worker of a `MultiWorkerMirroredStrategy`:
 //!
 //! ```text
 //! cargo run --release --example distributed_custom_training
 //! cargo build --release --example distributed_custom_training --bin ferroflow
 //! target/release/ferroflow launch --workers 2 -- target/release/examples/distributed_custom_training
+//! cargo build --release --features mpi --example distributed_custom_training
+//! mpirun -np 2 target/release/examples/distributed_custom_training
 //! ```
 //!
 //! Options: `--epochs N` (1), `--global-batch N` (128), `--steps N` (all). Exits non-zero
@@ -51,7 +53,9 @@ fn main() -> Result<()> {
         }
     }
     ferroflow::random::set_seed(7);
-    let strategy: Arc<dyn Strategy> = if std::env::var_os("TF_CONFIG").is_some() {
+    let multi_worker = std::env::var_os("TF_CONFIG").is_some()
+        || ferroflow::cluster::MpiLaunch::from_env()?.is_some();
+    let strategy: Arc<dyn Strategy> = if multi_worker {
         Arc::new(MultiWorkerMirroredStrategy::new(
             CommunicationOptions::default(),
         )?)

@@ -9,7 +9,15 @@
 //! ```
 //!
 //! On a real cluster, start the same binary on each machine with `TF_CONFIG` set (Kubeflow's
-//! TFJob does). Without `TF_CONFIG` it trains as a single worker.
+//! TFJob does), or build it with the `mpi` feature and start it with `mpirun` (the
+//! collectives then run over MPI, no `TF_CONFIG` needed):
+//!
+//! ```text
+//! cargo build --release --features mpi --example multi_worker_mnist
+//! mpirun -np 2 target/release/examples/multi_worker_mnist
+//! ```
+//!
+//! Without either it trains as a single worker.
 //!
 //! Options: `--epochs N` (2), `--per-worker-batch N` (64; the global batch is N × workers,
 //! as in the tutorial), `--steps-per-epoch N`, `--out DIR` (`target/multi_worker_mnist`:

@@ -36,16 +36,20 @@
 //! - [`LocalCluster`]: a job's tasks started as local processes with `TF_CONFIG` filled in
 //!   on free loopback ports, their output prefixed with the task's name, the group stopped
 //!   when one fails (`ferroflow launch`, and the multi-process tests).
+//! - [`MpiLaunch`]: a process `mpirun` started, recognised from the launcher's variables
+//!   (the collectives then run over MPI, with no `TF_CONFIG`).
 
 #![warn(missing_docs)]
 
 mod launch;
+mod mpi_env;
 mod resolver;
 mod server;
 mod slurm;
 mod spec;
 
 pub use launch::{free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster};
+pub use mpi_env::MpiLaunch;
 pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
 pub use server::{token_from_env, Mailbox, Peer, TaskServer, MAX_MESSAGE_BYTES};
 pub use slurm::{expand_hostlist, SlurmClusterResolver};

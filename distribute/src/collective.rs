@@ -1,6 +1,6 @@
 //! [`CollectiveGroup`]: all-reduce and barrier across the training tasks of a cluster.
 
-use ferroflow_cluster::{ClusterResolver, Peer, TaskId, TaskServer};
+use ferroflow_cluster::{ClusterResolver, MpiLaunch, Peer, TaskId, TaskServer};
 use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
 use half::{bf16, f16};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,10 +9,14 @@ use std::time::Duration;
 /// How collectives travel (TF's `CommunicationImplementation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommunicationImplementation {
-    /// The best available: the ring.
+    /// The best available: MPI in a process `mpirun` started without `TF_CONFIG` (with the
+    /// `mpi` cargo feature), else the ring.
     Auto,
     /// Ring reduce-scatter and all-gather over gRPC (TF's cross-host path).
     Ring,
+    /// MPI's own collectives (`MPI_Allreduce`, ...) through the `mpi` crate: the `mpi` cargo
+    /// feature, and a program started by `mpirun`; the ranks are the workers.
+    Mpi,
     /// NVIDIA's NCCL: the CUDA backend's (not available in this build).
     Nccl,
 }
@@ -54,17 +58,38 @@ pub enum ReduceOp {
 /// Every task builds one group and calls the same collectives in the same order (TF's rule
 /// for collective instance keys); each call is one instance, its messages keyed by it.
 pub struct CollectiveGroup {
-    /// This task's server (absent alone: a group of one sends nothing).
-    server: Option<TaskServer>,
-    /// This task's place in the ring.
+    /// How the messages travel.
+    transport: Transport,
+    /// This task's place in the group.
     rank: usize,
     world: usize,
-    /// The next task in the ring (absent alone).
-    right: Option<Peer>,
-    /// The task whose messages this one receives, for errors.
-    left_name: String,
     options: CommunicationOptions,
     instance: AtomicU64,
+}
+
+/// How a group's messages travel.
+enum Transport {
+    /// A group of one: nothing to send.
+    Alone,
+    /// The gRPC ring.
+    Ring(Box<Ring>),
+    /// MPI's collectives.
+    #[cfg(feature = "mpi")]
+    Mpi(crate::mpi_transport::MpiTransport),
+}
+
+/// This task's part of the gRPC ring.
+struct Ring {
+    /// This task's server, its mailbox receiving the previous task's messages.
+    server: TaskServer,
+    /// The next task in the ring.
+    right: Peer,
+    /// The task whose messages this one receives, for errors.
+    left_name: String,
+    rank: usize,
+    world: usize,
+    /// How long a message may take (the collective timeout).
+    timeout: Duration,
 }
 
 /// The training tasks in ring order: the chief, then the workers by index.
@@ -87,26 +112,36 @@ impl CollectiveGroup {
         resolver: &dyn ClusterResolver,
         options: CommunicationOptions,
     ) -> Result<CollectiveGroup> {
-        if options.implementation == CommunicationImplementation::Nccl {
-            return Err(Error::invalid(
-                "CommunicationOptions",
-                "the NCCL implementation needs the CUDA backend (the `cuda` cargo feature of \
-                 ferroflow, not in this build); use Ring or Auto",
-            ));
-        }
         let tasks = training_tasks(resolver)?;
-        let token = ferroflow_cluster::token_from_env();
+        let mpi_launch = MpiLaunch::from_env()?;
+        let use_mpi = match options.implementation {
+            CommunicationImplementation::Nccl => {
+                return Err(Error::invalid(
+                    "CommunicationOptions",
+                    "the NCCL implementation needs the CUDA backend (the `cuda` cargo feature \
+                     of ferroflow, not in this build); use Ring, Mpi or Auto",
+                ))
+            }
+            CommunicationImplementation::Mpi => true,
+            CommunicationImplementation::Ring => false,
+            // `mpirun` started this process and no TF_CONFIG says otherwise.
+            CommunicationImplementation::Auto => {
+                tasks.is_empty() && mpi_launch.is_some_and(|l| l.size > 1)
+            }
+        };
+        if use_mpi {
+            return CollectiveGroup::over_mpi(tasks.len(), mpi_launch, options);
+        }
         if tasks.is_empty() {
             return Ok(CollectiveGroup {
-                server: None,
+                transport: Transport::Alone,
                 rank: 0,
                 world: 1,
-                right: None,
-                left_name: String::new(),
                 options,
                 instance: AtomicU64::new(0),
             });
         }
+        let token = ferroflow_cluster::token_from_env();
         let me = resolver.task().ok_or_else(|| {
             Error::format(
                 "TF_CONFIG",
@@ -121,24 +156,83 @@ impl CollectiveGroup {
         })?;
         let world = tasks.len();
         let server = TaskServer::start(&tasks[rank].1, token.as_deref())?;
-        let (right, left_name) = if world > 1 {
+        let transport = if world > 1 {
             let (rt, ra) = &tasks[(rank + 1) % world];
             let (lt, la) = &tasks[(rank + world - 1) % world];
-            (
-                Some(server.peer(&rt.to_string(), ra, options.timeout)?),
-                format!("{lt} ({la})"),
-            )
+            Transport::Ring(Box::new(Ring {
+                right: server.peer(&rt.to_string(), ra, options.timeout)?,
+                server,
+                left_name: format!("{lt} ({la})"),
+                rank,
+                world,
+                timeout: options.timeout,
+            }))
         } else {
-            (None, String::new())
+            Transport::Alone
         };
         Ok(CollectiveGroup {
-            server: Some(server),
+            transport,
             rank,
             world,
-            right,
-            left_name,
             options,
             instance: AtomicU64::new(0),
+        })
+    }
+
+    /// The group of the MPI world's ranks (`cluster_tasks`: the training tasks TF_CONFIG
+    /// names, which must then be as many).
+    #[cfg(feature = "mpi")]
+    fn over_mpi(
+        cluster_tasks: usize,
+        _launch: Option<MpiLaunch>,
+        options: CommunicationOptions,
+    ) -> Result<CollectiveGroup> {
+        let mpi = crate::mpi_transport::MpiTransport::new(options.timeout)?;
+        let (rank, world) = (mpi.rank(), mpi.world_size());
+        if cluster_tasks > 0 && cluster_tasks != world {
+            return Err(Error::format(
+                "TF_CONFIG",
+                format!(
+                    "the cluster has {cluster_tasks} training tasks but MPI started {world} ranks"
+                ),
+            ));
+        }
+        let transport = if world > 1 {
+            Transport::Mpi(mpi)
+        } else {
+            Transport::Alone
+        };
+        Ok(CollectiveGroup {
+            transport,
+            rank,
+            world,
+            options,
+            instance: AtomicU64::new(0),
+        })
+    }
+
+    /// Without the `mpi` feature: an error naming it.
+    #[cfg(not(feature = "mpi"))]
+    fn over_mpi(
+        _cluster_tasks: usize,
+        launch: Option<MpiLaunch>,
+        _options: CommunicationOptions,
+    ) -> Result<CollectiveGroup> {
+        let started = match launch {
+            Some(l) => format!(
+                "this process is rank {} of {} started by an MPI launcher ({}), but ",
+                l.rank, l.size, l.launcher
+            ),
+            None => String::new(),
+        };
+        Err(Error::BackendUnavailable {
+            device: "MPI collectives".into(),
+            hint: format!(
+                "{started}ferroflow was built without MPI: enable the `mpi` cargo feature \
+                 (of ferroflow or ferroflow-distribute; it needs the MPI library and mpicc, \
+                 e.g. Debian's libopenmpi-dev), or start the workers with TF_CONFIG \
+                 (`ferroflow launch`) for the gRPC ring"
+            ),
         })
     }
 
@@ -159,10 +253,8 @@ impl CollectiveGroup {
     /// dtype. Results keep each input's device. Float dtypes reduce in f32 (f16, bf16, f32)
     /// or f64; int32 and int64 wrap as TF's do; bool and 8-bit ints are an error.
     ///
-    /// The ring: each pack is cut into one chunk per task; in `n-1` steps every task sends a
-    /// chunk to the next task and adds the one it receives (reduce-scatter), then in `n-1`
-    /// more passes the finished chunks around (all-gather). Every task ends with identical
-    /// bits.
+    /// Each pack travels the gRPC ring (reduce-scatter then all-gather) or, over MPI, one
+    /// `MPI_Allreduce`; either way every task ends with identical bits.
     pub fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
         let instance = self.instance.fetch_add(1, Ordering::SeqCst);
         let name = format!("all_reduce {instance}");
@@ -184,6 +276,15 @@ impl CollectiveGroup {
                     ),
                 ));
             }
+        }
+        #[cfg(feature = "mpi")]
+        if let Transport::Mpi(mpi) = &self.transport {
+            // MPI would mis-sum or wait forever on mismatched buffers: agree first.
+            let signature: Vec<i64> = host
+                .iter()
+                .flat_map(|h| [h.len() as i64, h.dtype() as i64])
+                .collect();
+            mpi.agree("all_reduce", &signature)?;
         }
         for (pack_index, pack) in self.packs(&host).into_iter().enumerate() {
             let key = format!("{name}/{pack_index}");
@@ -213,31 +314,15 @@ impl CollectiveGroup {
             ));
         }
         let mine = tensor.to_host()?.to_le_bytes();
-        let (n, r) = (self.world, self.rank);
-        let mut blocks: Vec<Option<Vec<u8>>> = vec![None; n];
-        if let Some(right) = &self.right {
-            let mut passing = mine.clone();
-            for step in 0..n - 1 {
-                let k = format!("{name}/{step}");
-                right.deliver(&k, passing)?;
-                let got = self.receive(&k)?;
-                if got.len() != mine.len() {
-                    return Err(Error::invalid(
-                        "all_gather",
-                        format!(
-                            "task {} sent {} bytes, this task has {}: the tasks' tensors differ in shape or dtype",
-                            (r + 2 * n - step - 1) % n,
-                            got.len(),
-                            mine.len()
-                        ),
-                    ));
-                }
-                blocks[(r + 2 * n - step - 1) % n] = Some(got.clone());
-                passing = got;
+        let all = match &self.transport {
+            Transport::Alone => mine,
+            Transport::Ring(ring) => ring.all_gather(&name, mine)?,
+            #[cfg(feature = "mpi")]
+            Transport::Mpi(mpi) => {
+                mpi.agree("all_gather", &[mine.len() as i64, tensor.dtype() as i64])?;
+                mpi.all_gather(&mine)
             }
-        }
-        blocks[r] = Some(mine);
-        let all: Vec<u8> = blocks.into_iter().flatten().flatten().collect();
+        };
         let data = HostData::from_le_bytes(tensor.dtype(), &all).ok_or_else(|| {
             Error::invalid(
                 "all_gather",
@@ -245,36 +330,38 @@ impl CollectiveGroup {
             )
         })?;
         let mut shape = tensor.shape().to_vec();
-        shape[0] *= n;
+        shape[0] *= self.world;
         Tensor::from_host_on(data, &shape, tensor.device())
     }
 
     /// Task `root`'s `tensor` on every task (TF's `broadcast`): every task passes a tensor of
-    /// the same dtype and shape (its values are replaced). The value travels along the ring.
+    /// the same dtype and shape (its values are replaced). On the ring the value travels
+    /// from task to task.
     pub fn broadcast(&self, tensor: &Tensor, root: usize) -> Result<Tensor> {
         let instance = self.instance.fetch_add(1, Ordering::SeqCst);
-        // One message key: every hop of the chain carries the same value.
-        let key = format!("broadcast {instance}/0");
         if root >= self.world {
             return Err(Error::invalid(
                 "broadcast",
                 format!("root {root} is not a task of a group of {}", self.world),
             ));
         }
-        let Some(right) = &self.right else {
-            return Ok(tensor.clone());
-        };
         let mine = tensor.to_host()?.to_le_bytes();
-        let next_is_root = (self.rank + 1) % self.world == root;
-        let bytes = if self.rank == root {
-            right.deliver(&key, mine)?;
-            return Ok(tensor.clone());
-        } else {
-            let got = self.receive(&key)?;
-            if !next_is_root {
-                right.deliver(&key, got.clone())?;
+        let bytes = match &self.transport {
+            Transport::Alone => return Ok(tensor.clone()),
+            // One message key: every hop of the chain carries the same value.
+            Transport::Ring(ring) => {
+                match ring.broadcast(&format!("broadcast {instance}/0"), mine.clone(), root)? {
+                    None => return Ok(tensor.clone()),
+                    Some(got) => got,
+                }
             }
-            got
+            #[cfg(feature = "mpi")]
+            Transport::Mpi(mpi) => {
+                mpi.agree("broadcast", &[mine.len() as i64, tensor.dtype() as i64])?;
+                let mut bytes = mine.clone();
+                mpi.broadcast(&mut bytes, root);
+                bytes
+            }
         };
         if bytes.len() != mine.len() {
             return Err(Error::invalid(
@@ -294,16 +381,26 @@ impl CollectiveGroup {
     /// Waits until every task of the group has reached its barrier.
     pub fn barrier(&self) -> Result<()> {
         let instance = self.instance.fetch_add(1, Ordering::SeqCst);
-        let mut count = [1i32];
-        self.ring(&format!("barrier {instance}"), &mut count)?;
-        let n = count[0];
-        if n as usize != self.world {
-            return Err(Error::invalid(
-                "barrier",
-                format!("{n} of {} tasks arrived", self.world),
-            ));
+        match &self.transport {
+            Transport::Alone => Ok(()),
+            Transport::Ring(ring) => {
+                let mut count = [1i32];
+                ring.all_reduce(&format!("barrier {instance}"), &mut count)?;
+                let n = count[0];
+                if n as usize != self.world {
+                    return Err(Error::invalid(
+                        "barrier",
+                        format!("{n} of {} tasks arrived", self.world),
+                    ));
+                }
+                Ok(())
+            }
+            #[cfg(feature = "mpi")]
+            Transport::Mpi(mpi) => {
+                mpi.barrier();
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// Indices of `host` grouped into packs: consecutive tensors of one dtype, up to
@@ -341,7 +438,12 @@ impl CollectiveGroup {
         for &i in pack {
             W::extend_from(&mut flat, &host[i]);
         }
-        self.ring(key, &mut flat)?;
+        match &self.transport {
+            Transport::Alone => {}
+            Transport::Ring(ring) => ring.all_reduce(key, &mut flat)?,
+            #[cfg(feature = "mpi")]
+            Transport::Mpi(mpi) => mpi.sum(&mut flat),
+        }
         if op == ReduceOp::Mean {
             let n = self.world as f64;
             for v in &mut flat {
@@ -356,12 +458,14 @@ impl CollectiveGroup {
         }
         Ok(())
     }
+}
 
-    /// The ring all-reduce of `data` (summed over the tasks, on every task).
-    fn ring<W: Wire>(&self, key: &str, data: &mut [W]) -> Result<()> {
-        let Some(right) = &self.right else {
-            return Ok(());
-        };
+impl Ring {
+    /// The ring all-reduce of `data` (summed over the tasks, on every task): each pack is
+    /// cut into one chunk per task; in `n-1` steps every task sends a chunk to the next task
+    /// and adds the one it receives (reduce-scatter), then in `n-1` more passes the finished
+    /// chunks around (all-gather). Every task ends with identical bits.
+    fn all_reduce<W: Wire>(&self, key: &str, data: &mut [W]) -> Result<()> {
         let (n, r) = (self.world, self.rank);
         let bounds: Vec<usize> = (0..=n).map(|i| i * data.len() / n).collect();
         let chunk = |c: usize| bounds[c]..bounds[c + 1];
@@ -369,7 +473,7 @@ impl CollectiveGroup {
             let send = (r + n - step) % n;
             let recv = (r + 2 * n - step - 1) % n;
             let k = format!("{key}/reduce/{step}");
-            right.deliver(&k, W::encode(&data[chunk(send)]))?;
+            self.right.deliver(&k, W::encode(&data[chunk(send)]))?;
             let got = self.receive(&k)?;
             W::add_into(&mut data[chunk(recv)], &got)?;
         }
@@ -377,32 +481,81 @@ impl CollectiveGroup {
             let send = (r + 1 + n - step) % n;
             let recv = (r + n - step) % n;
             let k = format!("{key}/gather/{step}");
-            right.deliver(&k, W::encode(&data[chunk(send)]))?;
+            self.right.deliver(&k, W::encode(&data[chunk(send)]))?;
             let got = self.receive(&k)?;
             W::copy_into(&mut data[chunk(recv)], &got)?;
         }
         Ok(())
     }
 
+    /// Every task's `mine` (of one length) concatenated in task order: the blocks pass
+    /// around the ring.
+    fn all_gather(&self, name: &str, mine: Vec<u8>) -> Result<Vec<u8>> {
+        let (n, r) = (self.world, self.rank);
+        let mut blocks: Vec<Option<Vec<u8>>> = vec![None; n];
+        let mut passing = mine.clone();
+        for step in 0..n - 1 {
+            let k = format!("{name}/{step}");
+            self.right.deliver(&k, passing)?;
+            let got = self.receive(&k)?;
+            let from = (r + 2 * n - step - 1) % n;
+            if got.len() != mine.len() {
+                return Err(Error::invalid(
+                    "all_gather",
+                    format!(
+                        "task {from} sent {} bytes, this task has {}: the tasks' tensors differ in shape or dtype",
+                        got.len(),
+                        mine.len()
+                    ),
+                ));
+            }
+            blocks[from] = Some(got.clone());
+            passing = got;
+        }
+        blocks[r] = Some(mine);
+        Ok(blocks.into_iter().flatten().flatten().collect())
+    }
+
+    /// Task `root`'s `mine` along the chain from the root: `None` on the root itself.
+    fn broadcast(&self, key: &str, mine: Vec<u8>, root: usize) -> Result<Option<Vec<u8>>> {
+        if self.rank == root {
+            self.right.deliver(key, mine)?;
+            return Ok(None);
+        }
+        let got = self.receive(key)?;
+        if (self.rank + 1) % self.world != root {
+            self.right.deliver(key, got.clone())?;
+        }
+        Ok(Some(got))
+    }
+
     /// The message the previous task delivered under `key`, or an error naming it after the
     /// timeout.
     fn receive(&self, key: &str) -> Result<Vec<u8>> {
         self.server
-            .as_ref()
-            .and_then(|s| s.mailbox().take(key, self.options.timeout))
+            .mailbox()
+            .take(key, self.timeout)
             .ok_or_else(|| Error::Unavailable {
                 op: key.rsplit_once('/').map_or(key, |(k, _)| k).to_string(),
                 peer: self.left_name.clone(),
                 msg: format!(
                     "no message within {:?}: the task died or hung (the collective timeout)",
-                    self.options.timeout
+                    self.timeout
                 ),
             })
     }
 }
 
+/// What MPI needs of a value type: its datatype (nothing without MPI).
+#[cfg(feature = "mpi")]
+use mpi::datatype::Equivalence as WireEquivalence;
+#[cfg(not(feature = "mpi"))]
+trait WireEquivalence {}
+#[cfg(not(feature = "mpi"))]
+impl<T> WireEquivalence for T {}
+
 /// A value type collectives send and add: f32, f64, i32, i64 (little-endian on the wire).
-trait Wire: Copy {
+trait Wire: Copy + WireEquivalence {
     const BYTES: usize;
     fn extend_from(out: &mut Vec<Self>, h: &HostData);
     fn write_back(values: &[Self], dtype: DType) -> HostData;

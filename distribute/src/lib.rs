@@ -40,6 +40,8 @@
 
 mod collective;
 mod input;
+#[cfg(feature = "mpi")]
+mod mpi_transport;
 mod strategy;
 mod values;
 

@@ -74,6 +74,9 @@ fn ci() -> bool {
                 &[("FERROFLOW_CPU_ISA", isa), ("FERROFLOW_REQUIRE_AVX512", "0")],
             )
         })
+        // The MPI transport's suite (the `mpi` feature: needs Open MPI, which .ci/run
+        // installs) with its lints.
+        && mpi_suite()
         // Every file reader: seeds, regressions and 100k mutations each, under a memory
         // limit (about a minute).
         && fuzz::run(&[])
@@ -119,6 +122,79 @@ fn ci() -> bool {
                 )
             })
         }
+        // The same programs, unchanged, started by `mpirun` (built with the `mpi` feature:
+        // no TF_CONFIG, the collectives over MPI).
+        && (!have_mpi()
+            || run(
+                "cargo",
+                &[
+                    "build", "--quiet", "--features", "mpi", "--example", "multi_worker_mnist",
+                    "--example", "distributed_custom_training",
+                ],
+            ) && {
+                let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+                ["multi_worker_mnist", "distributed_custom_training"].iter().all(|e| {
+                    let program = format!("{target}/debug/examples/{e}");
+                    run(
+                        "mpirun",
+                        &["--allow-run-as-root", "--oversubscribe", "-np", "2", &program],
+                    )
+                })
+            })
+}
+
+/// Whether this machine can build and run the `mpi` feature (`mpicc` and `mpirun` on
+/// PATH); says SKIPPED when not, and fails under `FERROFLOW_REQUIRE_MPI=1`.
+fn have_mpi() -> bool {
+    let found = ["mpicc", "mpirun"].iter().all(|tool| {
+        Command::new(tool)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !found {
+        if std::env::var("FERROFLOW_REQUIRE_MPI").as_deref() == Ok("1") {
+            eprintln!("xtask: FERROFLOW_REQUIRE_MPI=1 but mpicc or mpirun is missing");
+            std::process::exit(1);
+        }
+        eprintln!(
+            "SKIPPED: the MPI transport (no mpicc/mpirun; Debian: apt-get install \
+             libopenmpi-dev openmpi-bin libclang-dev)"
+        );
+    }
+    found
+}
+
+/// The `mpi` feature's lints and the collectives suite over MPI, where MPI is installed.
+fn mpi_suite() -> bool {
+    !have_mpi()
+        || run(
+            "cargo",
+            &[
+                "clippy",
+                "-p",
+                "ferroflow-distribute",
+                "--features",
+                "mpi",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ) && run(
+            "cargo",
+            &[
+                "test",
+                "-p",
+                "ferroflow-distribute",
+                "--features",
+                "mpi",
+                "--test",
+                "collectives",
+            ],
+        )
 }
 
 fn main() -> ExitCode {
