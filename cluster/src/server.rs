@@ -6,6 +6,7 @@
 //! (`FERROFLOW_CLUSTER_TOKEN`): a server with a token refuses calls without it. Messages up
 //! to [`MAX_MESSAGE_BYTES`] pass (gRPC's default is 4 MiB); every call has a deadline.
 
+use bytes::Bytes;
 use ferroflow_tensor::{Error, Result};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,6 +23,10 @@ mod pb {
 /// The largest message a task sends or accepts (1 GiB).
 pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
 
+/// The largest HTTP/2 frame either side accepts: large messages travel in few frames
+/// (HTTP/2's default is 16 KiB).
+const FRAME_BYTES: u32 = 1 << 20;
+
 /// The metadata key the cluster token travels under.
 const TOKEN_KEY: &str = "x-ferroflow-cluster-token";
 
@@ -35,12 +40,12 @@ pub fn token_from_env() -> Option<String> {
 /// Messages delivered to this task, by key, until taken.
 #[derive(Default)]
 pub struct Mailbox {
-    slots: Mutex<HashMap<String, Vec<u8>>>,
+    slots: Mutex<HashMap<String, Bytes>>,
     arrived: Condvar,
 }
 
 impl Mailbox {
-    fn put(&self, key: String, payload: Vec<u8>) {
+    fn put(&self, key: String, payload: Bytes) {
         self.slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -50,7 +55,7 @@ impl Mailbox {
 
     /// Takes the message delivered under `key`, waiting up to `timeout` for it to arrive;
     /// `None` when it has not.
-    pub fn take(&self, key: &str, timeout: Duration) -> Option<Vec<u8>> {
+    pub fn take(&self, key: &str, timeout: Duration) -> Option<Bytes> {
         let end = Instant::now() + timeout;
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -78,7 +83,7 @@ impl pb::mailbox_server::Mailbox for MailboxService {
         request: tonic::Request<pb::DeliverRequest>,
     ) -> std::result::Result<tonic::Response<pb::DeliverReply>, tonic::Status> {
         let m = request.into_inner();
-        self.mailbox.put(m.key, m.payload.into());
+        self.mailbox.put(m.key, m.payload);
         Ok(tonic::Response::new(pb::DeliverReply {}))
     }
 }
@@ -113,7 +118,7 @@ impl tonic::service::Interceptor for TokenCheck {
 /// let b = TaskServer::start("127.0.0.1:0", None)?;
 /// let to_b = a.peer("/job:worker/task:1", &b.local_addr().to_string(), Duration::from_secs(5))?;
 /// to_b.deliver("hello", b"payload".to_vec())?;
-/// assert_eq!(b.mailbox().take("hello", Duration::from_secs(5)), Some(b"payload".to_vec()));
+/// assert_eq!(b.mailbox().take("hello", Duration::from_secs(5)).as_deref(), Some(&b"payload"[..]));
 /// # Ok::<(), ferroflow_tensor::Error>(())
 /// ```
 pub struct TaskServer {
@@ -162,6 +167,7 @@ impl TaskServer {
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let serving = runtime.spawn(
             tonic::transport::Server::builder()
+                .max_frame_size(Some(FRAME_BYTES))
                 .initial_stream_window_size(Some(8 << 20))
                 .initial_connection_window_size(Some(16 << 20))
                 .add_service(service)
@@ -201,6 +207,7 @@ impl TaskServer {
             .connect_timeout(timeout)
             .timeout(timeout)
             .tcp_nodelay(true)
+            .max_frame_size(Some(FRAME_BYTES))
             .initial_stream_window_size(Some(8 << 20))
             .initial_connection_window_size(Some(16 << 20));
         let channel = {
@@ -255,38 +262,90 @@ impl Peer {
     /// (yet: tasks start in any order) is tried again until the timeout; an error names the
     /// peer when it stays unreachable, refuses the token, or does not answer in time.
     pub fn deliver(&self, key: &str, payload: Vec<u8>) -> Result<()> {
-        let fail = |msg: String| Error::Unavailable {
+        self.send(key, Bytes::from(payload)).wait()
+    }
+
+    /// [`Peer::deliver`] without waiting: the delivery goes on in the background, alongside
+    /// others (each message under its own key, so their order does not matter), and
+    /// [`Delivery::wait`] gives its outcome.
+    pub fn send(&self, key: &str, payload: Bytes) -> Delivery {
+        let name = self.name.clone();
+        let key = key.to_string();
+        let fail = move |key: &str, msg: String| Error::Unavailable {
             op: format!("deliver {key}"),
-            peer: self.name.clone(),
+            peer: name.clone(),
             msg,
         };
         let token = match &self.token {
-            Some(t) => Some(
-                MetadataValue::try_from(&**t)
-                    .map_err(|_| fail("the cluster token is not valid ASCII".into()))?,
-            ),
+            Some(t) => match MetadataValue::try_from(&**t) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    let e = fail(&key, "the cluster token is not valid ASCII".into());
+                    return Delivery {
+                        runtime: self.runtime.clone(),
+                        outcome: DeliveryOutcome::Failed(e),
+                    };
+                }
+            },
             None => None,
         };
-        let payload = bytes::Bytes::from(payload);
-        let end = Instant::now() + self.timeout;
-        let mut wait = Duration::from_millis(10);
-        loop {
-            let mut request = tonic::Request::new(pb::DeliverRequest {
-                key: key.to_string(),
-                payload: payload.clone(),
-            });
-            if let Some(t) = &token {
-                request.metadata_mut().insert(TOKEN_KEY, t.clone());
-            }
-            let mut client = self.client.clone();
-            match self.runtime.block_on(client.deliver(request)) {
-                Ok(_) => return Ok(()),
-                Err(s) if s.code() == tonic::Code::Unavailable && Instant::now() + wait < end => {
-                    std::thread::sleep(wait);
-                    wait = (wait * 2).min(Duration::from_millis(500));
+        let client = self.client.clone();
+        let timeout = self.timeout;
+        let task = self.runtime.spawn(async move {
+            let end = Instant::now() + timeout;
+            let mut wait = Duration::from_millis(10);
+            loop {
+                let mut request = tonic::Request::new(pb::DeliverRequest {
+                    key: key.clone(),
+                    payload: payload.clone(),
+                });
+                if let Some(t) = &token {
+                    request.metadata_mut().insert(TOKEN_KEY, t.clone());
                 }
-                Err(s) => return Err(fail(describe(&s))),
+                let mut client = client.clone();
+                match client.deliver(request).await {
+                    Ok(_) => return Ok(()),
+                    Err(s)
+                        if s.code() == tonic::Code::Unavailable && Instant::now() + wait < end =>
+                    {
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_millis(500));
+                    }
+                    Err(s) => return Err(fail(&key, describe(&s))),
+                }
             }
+        });
+        Delivery {
+            runtime: self.runtime.clone(),
+            outcome: DeliveryOutcome::Running(task),
+        }
+    }
+}
+
+/// A delivery [`Peer::send`] started.
+pub struct Delivery {
+    runtime: Arc<tokio::runtime::Runtime>,
+    outcome: DeliveryOutcome,
+}
+
+enum DeliveryOutcome {
+    Running(tokio::task::JoinHandle<Result<()>>),
+    Failed(Error),
+}
+
+impl Delivery {
+    /// Waits for the peer's answer: `Ok` once the message is in its mailbox, else the error
+    /// naming the peer.
+    pub fn wait(self) -> Result<()> {
+        match self.outcome {
+            DeliveryOutcome::Failed(e) => Err(e),
+            DeliveryOutcome::Running(task) => self.runtime.block_on(task).unwrap_or_else(|e| {
+                Err(Error::Unavailable {
+                    op: "deliver".into(),
+                    peer: String::new(),
+                    msg: format!("the delivery task ended abnormally: {e}"),
+                })
+            }),
         }
     }
 }
@@ -317,7 +376,7 @@ mod tests {
         let big: Vec<u8> = (0..(64usize << 20)).map(|i| (i % 251) as u8).collect();
         to_b.deliver("big", big.clone()).unwrap();
         to_b.deliver("small", vec![1]).unwrap();
-        assert_eq!(b.mailbox().take("small", T), Some(vec![1]));
+        assert_eq!(b.mailbox().take("small", T).as_deref(), Some(&[1u8][..]));
         assert_eq!(b.mailbox().take("big", T).as_deref(), Some(&big[..]));
         // Taken once: a second take waits and gives up.
         assert_eq!(b.mailbox().take("small", Duration::from_millis(50)), None);
@@ -350,7 +409,7 @@ mod tests {
             .unwrap()
             .deliver("k", vec![7])
             .unwrap();
-        assert_eq!(server.mailbox().take("k", T), Some(vec![7]));
+        assert_eq!(server.mailbox().take("k", T).as_deref(), Some(&[7u8][..]));
     }
 
     #[test]

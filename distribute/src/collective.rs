@@ -1,5 +1,6 @@
 //! [`CollectiveGroup`]: all-reduce and barrier across the training tasks of a cluster.
 
+use bytes::Bytes;
 use ferroflow_cluster::{ClusterResolver, MpiLaunch, Peer, TaskId, TaskServer};
 use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
 use half::{bf16, f16};
@@ -91,6 +92,10 @@ struct Ring {
     /// How long a message may take (the collective timeout).
     timeout: Duration,
 }
+
+/// The most bytes one message of the ring all-reduce carries: long chunks travel in
+/// segments this long, pipelined.
+const SEGMENT_BYTES: usize = 1 << 20;
 
 /// The training tasks in ring order: the chief, then the workers by index.
 fn training_tasks(resolver: &dyn ClusterResolver) -> Result<Vec<(TaskId, String)>> {
@@ -360,7 +365,7 @@ impl CollectiveGroup {
                 mpi.agree("broadcast", &[mine.len() as i64, tensor.dtype() as i64])?;
                 let mut bytes = mine.clone();
                 mpi.broadcast(&mut bytes, root);
-                bytes
+                Bytes::from(bytes)
             }
         };
         if bytes.len() != mine.len() {
@@ -434,10 +439,26 @@ impl CollectiveGroup {
         pack: &[usize],
         op: ReduceOp,
     ) -> Result<()> {
-        let mut flat: Vec<W> = vec![];
-        for &i in pack {
-            W::extend_from(&mut flat, &host[i]);
-        }
+        let dtypes: Vec<DType> = pack.iter().map(|&i| host[i].dtype()).collect();
+        let lens: Vec<usize> = pack.iter().map(|&i| host[i].len()).collect();
+        // A pack of one tensor of the wire type moves its values, no copy.
+        let mut flat: Vec<W> = match pack {
+            [only] => {
+                let h = std::mem::replace(&mut host[*only], HostData::F32(vec![]));
+                W::take(h).unwrap_or_else(|h| {
+                    let mut v = vec![];
+                    W::extend_from(&mut v, &h);
+                    v
+                })
+            }
+            _ => {
+                let mut v = vec![];
+                for &i in pack {
+                    W::extend_from(&mut v, &host[i]);
+                }
+                v
+            }
+        };
         match &self.transport {
             Transport::Alone => {}
             Transport::Ring(ring) => ring.all_reduce(key, &mut flat)?,
@@ -450,10 +471,13 @@ impl CollectiveGroup {
                 *v = W::scaled(*v, 1.0 / n);
             }
         }
+        if let [only] = pack {
+            host[*only] = W::write_back(flat, dtypes[0]);
+            return Ok(());
+        }
         let mut at = 0;
-        for &i in pack {
-            let len = host[i].len();
-            host[i] = W::write_back(&flat[at..at + len], host[i].dtype());
+        for ((&i, len), dtype) in pack.iter().zip(lens).zip(dtypes) {
+            host[i] = W::write_back(flat[at..at + len].to_vec(), dtype);
             at += len;
         }
         Ok(())
@@ -461,29 +485,63 @@ impl CollectiveGroup {
 }
 
 impl Ring {
-    /// The ring all-reduce of `data` (summed over the tasks, on every task): each pack is
-    /// cut into one chunk per task; in `n-1` steps every task sends a chunk to the next task
-    /// and adds the one it receives (reduce-scatter), then in `n-1` more passes the finished
+    /// The ring all-reduce of `data` (summed over the tasks, on every task): `data` is cut
+    /// into one chunk per task; in `n-1` steps every task sends a chunk to the next task and
+    /// adds the one it receives (reduce-scatter), then in `n-1` more passes the finished
     /// chunks around (all-gather). Every task ends with identical bits.
+    ///
+    /// Pipelined: chunks travel in segments of [`SEGMENT_BYTES`], sent without waiting, and
+    /// each segment goes on to the next step as soon as it has been added, so sending,
+    /// receiving and adding overlap.
     fn all_reduce<W: Wire>(&self, key: &str, data: &mut [W]) -> Result<()> {
         let (n, r) = (self.world, self.rank);
         let bounds: Vec<usize> = (0..=n).map(|i| i * data.len() / n).collect();
-        let chunk = |c: usize| bounds[c]..bounds[c + 1];
-        for step in 0..n - 1 {
-            let send = (r + n - step) % n;
-            let recv = (r + 2 * n - step - 1) % n;
-            let k = format!("{key}/reduce/{step}");
-            self.right.deliver(&k, W::encode(&data[chunk(send)]))?;
-            let got = self.receive(&k)?;
-            W::add_into(&mut data[chunk(recv)], &got)?;
+        let per_segment = (SEGMENT_BYTES / W::BYTES).max(1);
+        // The segments of chunk `c`: the same on every task (at least one, maybe empty).
+        let segments = |c: usize| -> Vec<std::ops::Range<usize>> {
+            let (start, end) = (bounds[c], bounds[c + 1]);
+            let count = (end - start).div_ceil(per_segment).max(1);
+            (0..count)
+                .map(|j| {
+                    (start + j * per_segment).min(end)..(start + (j + 1) * per_segment).min(end)
+                })
+                .collect()
+        };
+        let mut in_flight = vec![];
+        for (j, range) in segments(r).into_iter().enumerate() {
+            in_flight.push(
+                self.right
+                    .send(&format!("{key}/reduce/0/{j}"), W::encode(&data[range])),
+            );
         }
         for step in 0..n - 1 {
-            let send = (r + 1 + n - step) % n;
+            let recv = (r + 2 * n - step - 1) % n;
+            for (j, range) in segments(recv).into_iter().enumerate() {
+                let got = self.receive(&format!("{key}/reduce/{step}/{j}"))?;
+                W::add_into(&mut data[range.clone()], &got)?;
+                // The chunk just received goes on: to the next step's sum, or, complete, to
+                // the all-gather.
+                let next = if step + 1 < n - 1 {
+                    format!("{key}/reduce/{}/{j}", step + 1)
+                } else {
+                    format!("{key}/gather/0/{j}")
+                };
+                in_flight.push(self.right.send(&next, W::encode(&data[range])));
+            }
+        }
+        for step in 0..n - 1 {
             let recv = (r + n - step) % n;
-            let k = format!("{key}/gather/{step}");
-            self.right.deliver(&k, W::encode(&data[chunk(send)]))?;
-            let got = self.receive(&k)?;
-            W::copy_into(&mut data[chunk(recv)], &got)?;
+            for (j, range) in segments(recv).into_iter().enumerate() {
+                let got = self.receive(&format!("{key}/gather/{step}/{j}"))?;
+                W::copy_into(&mut data[range.clone()], &got)?;
+                if step + 1 < n - 1 {
+                    let next = format!("{key}/gather/{}/{j}", step + 1);
+                    in_flight.push(self.right.send(&next, W::encode(&data[range])));
+                }
+            }
+        }
+        for delivery in in_flight {
+            delivery.wait()?;
         }
         Ok(())
     }
@@ -492,11 +550,12 @@ impl Ring {
     /// around the ring.
     fn all_gather(&self, name: &str, mine: Vec<u8>) -> Result<Vec<u8>> {
         let (n, r) = (self.world, self.rank);
-        let mut blocks: Vec<Option<Vec<u8>>> = vec![None; n];
+        let mine = Bytes::from(mine);
+        let mut blocks: Vec<Bytes> = vec![Bytes::new(); n];
         let mut passing = mine.clone();
         for step in 0..n - 1 {
             let k = format!("{name}/{step}");
-            self.right.deliver(&k, passing)?;
+            self.right.send(&k, passing).wait()?;
             let got = self.receive(&k)?;
             let from = (r + 2 * n - step - 1) % n;
             if got.len() != mine.len() {
@@ -509,29 +568,29 @@ impl Ring {
                     ),
                 ));
             }
-            blocks[from] = Some(got.clone());
+            blocks[from] = got.clone();
             passing = got;
         }
-        blocks[r] = Some(mine);
-        Ok(blocks.into_iter().flatten().flatten().collect())
+        blocks[r] = mine;
+        Ok(blocks.concat())
     }
 
     /// Task `root`'s `mine` along the chain from the root: `None` on the root itself.
-    fn broadcast(&self, key: &str, mine: Vec<u8>, root: usize) -> Result<Option<Vec<u8>>> {
+    fn broadcast(&self, key: &str, mine: Vec<u8>, root: usize) -> Result<Option<Bytes>> {
         if self.rank == root {
             self.right.deliver(key, mine)?;
             return Ok(None);
         }
         let got = self.receive(key)?;
         if (self.rank + 1) % self.world != root {
-            self.right.deliver(key, got.clone())?;
+            self.right.send(key, got.clone()).wait()?;
         }
         Ok(Some(got))
     }
 
     /// The message the previous task delivered under `key`, or an error naming it after the
     /// timeout.
-    fn receive(&self, key: &str) -> Result<Vec<u8>> {
+    fn receive(&self, key: &str) -> Result<Bytes> {
         self.server
             .mailbox()
             .take(key, self.timeout)
@@ -558,17 +617,37 @@ impl<T> WireEquivalence for T {}
 trait Wire: Copy + WireEquivalence {
     const BYTES: usize;
     fn extend_from(out: &mut Vec<Self>, h: &HostData);
-    fn write_back(values: &[Self], dtype: DType) -> HostData;
+    /// The values of `h` when it holds this type already (moved), else `h` back.
+    fn take(h: HostData) -> std::result::Result<Vec<Self>, HostData>;
+    /// `values` as host data of `dtype` (moved when `dtype` is this type).
+    fn write_back(values: Vec<Self>, dtype: DType) -> HostData;
     fn scaled(v: Self, by: f64) -> Self;
+    /// The value's wire bytes (big-endian machines; little-endian ones copy memory).
+    #[cfg_attr(target_endian = "little", allow(dead_code))]
     fn to_le(self, out: &mut Vec<u8>);
     fn from_le(b: &[u8]) -> Self;
     fn add(self, o: Self) -> Self;
-    fn encode(values: &[Self]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(values.len() * Self::BYTES);
-        for v in values {
-            v.to_le(&mut out);
+    fn encode(values: &[Self]) -> Bytes {
+        #[cfg(target_endian = "little")]
+        {
+            // SAFETY: the wire types are plain numbers without padding, and on a
+            // little-endian machine their bytes are the wire's.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(
+                    values.as_ptr().cast::<u8>(),
+                    std::mem::size_of_val(values),
+                )
+            };
+            Bytes::copy_from_slice(bytes)
         }
-        out
+        #[cfg(not(target_endian = "little"))]
+        {
+            let mut out = Vec::with_capacity(values.len() * Self::BYTES);
+            for v in values {
+                v.to_le(&mut out);
+            }
+            Bytes::from(out)
+        }
     }
     fn check(dst: &[Self], got: &[u8]) -> Result<()> {
         if got.len() != dst.len() * Self::BYTES {
@@ -609,11 +688,17 @@ impl Wire for f32 {
             other => out.extend(other.to_f64_vec().into_iter().map(|x| x as f32)),
         }
     }
-    fn write_back(values: &[f32], dtype: DType) -> HostData {
+    fn take(h: HostData) -> std::result::Result<Vec<f32>, HostData> {
+        match h {
+            HostData::F32(v) => Ok(v),
+            other => Err(other),
+        }
+    }
+    fn write_back(values: Vec<f32>, dtype: DType) -> HostData {
         match dtype {
             DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f32(x)).collect()),
             DType::BF16 => HostData::BF16(values.iter().map(|&x| bf16::from_f32(x)).collect()),
-            _ => HostData::F32(values.to_vec()),
+            _ => HostData::F32(values),
         }
     }
     fn scaled(v: f32, by: f64) -> f32 {
@@ -635,8 +720,14 @@ impl Wire for f64 {
     fn extend_from(out: &mut Vec<f64>, h: &HostData) {
         out.extend(h.to_f64_vec());
     }
-    fn write_back(values: &[f64], _: DType) -> HostData {
-        HostData::F64(values.to_vec())
+    fn take(h: HostData) -> std::result::Result<Vec<f64>, HostData> {
+        match h {
+            HostData::F64(v) => Ok(v),
+            other => Err(other),
+        }
+    }
+    fn write_back(values: Vec<f64>, _: DType) -> HostData {
+        HostData::F64(values)
     }
     fn scaled(v: f64, by: f64) -> f64 {
         v * by
@@ -661,8 +752,14 @@ impl Wire for i32 {
             out.extend_from_slice(v);
         }
     }
-    fn write_back(values: &[i32], _: DType) -> HostData {
-        HostData::I32(values.to_vec())
+    fn take(h: HostData) -> std::result::Result<Vec<i32>, HostData> {
+        match h {
+            HostData::I32(v) => Ok(v),
+            other => Err(other),
+        }
+    }
+    fn write_back(values: Vec<i32>, _: DType) -> HostData {
+        HostData::I32(values)
     }
     fn scaled(v: i32, _: f64) -> i32 {
         v // the mean of integers is refused before
@@ -685,8 +782,14 @@ impl Wire for i64 {
             out.extend_from_slice(v);
         }
     }
-    fn write_back(values: &[i64], _: DType) -> HostData {
-        HostData::I64(values.to_vec())
+    fn take(h: HostData) -> std::result::Result<Vec<i64>, HostData> {
+        match h {
+            HostData::I64(v) => Ok(v),
+            other => Err(other),
+        }
+    }
+    fn write_back(values: Vec<i64>, _: DType) -> HostData {
+        HostData::I64(values)
     }
     fn scaled(v: i64, _: f64) -> i64 {
         v

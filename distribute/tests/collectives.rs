@@ -200,6 +200,23 @@ fn worker() {
     let want_d: Vec<i32> = (0..3).map(|i| all.iter().map(|c| c.3[i]).sum()).collect();
     assert_eq!(sums[3].to_vec::<i32>().unwrap(), want_d);
     assert_eq!(sums[0].shape(), &[10, 100]);
+    // A long tensor: its chunks travel in several pipelined segments (1 MiB each), the last
+    // one short. Small integers, so the sums are exact.
+    let long = |r: usize| -> Vec<f32> {
+        (0..1_500_001usize)
+            .map(|i| ((i * 7 + r) % 13) as f32)
+            .collect()
+    };
+    let long_sum = group
+        .all_reduce(&[Tensor::from_vec(long(rank), &[1_500_001]).unwrap()], ReduceOp::Sum)
+        .unwrap();
+    let want_long: Vec<f32> = (0..1_500_001usize)
+        .map(|i| (0..n).map(|r| ((i * 7 + r) % 13) as f32).sum())
+        .collect();
+    assert!(
+        long_sum[0].to_vec::<f32>().unwrap() == want_long,
+        "the long tensor's sum differs"
+    );
     // The mean, and every rank's bits: print a checksum the parent compares.
     let mean = group.all_reduce(&tensors[..2], ReduceOp::Mean).unwrap();
     let m = mean[1].to_vec::<f64>().unwrap();
