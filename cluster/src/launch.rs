@@ -23,7 +23,11 @@ pub struct LaunchSpec {
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
-    /// Extra environment for every task.
+    /// Extra environment for every task. Unless it (or this process's environment) sets
+    /// `RAYON_NUM_THREADS`, each task gets the machine's cores shared out among the
+    /// training tasks (chief and workers; at least one each), as torchrun sets
+    /// `OMP_NUM_THREADS`: local tasks would otherwise each start a thread per core and
+    /// fight over them.
     pub env: Vec<(String, String)>,
     /// Echo each task's output lines, prefixed with its name (`[worker:1] ...`), to this
     /// process' stdout and stderr (the launcher); tests leave it off and read
@@ -113,6 +117,16 @@ impl LocalCluster {
             cluster.insert(job.to_string(), serde_json::json!(list));
             ids.extend((0..*n).map(|i| TaskId::new(*job, i)));
         }
+        let mut spec = spec.clone();
+        let set = |k: &str| std::env::var_os(k).is_some() || spec.env.iter().any(|(n, _)| n == k);
+        if !set("RAYON_NUM_THREADS") {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let training = spec.workers + usize::from(spec.chief);
+            let threads = (cores / training.max(1)).max(1);
+            spec.env
+                .push(("RAYON_NUM_THREADS".into(), threads.to_string()));
+        }
+        let spec = &spec;
         let mut out = LocalCluster {
             tasks: vec![],
             tf_configs: vec![],

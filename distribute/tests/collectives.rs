@@ -208,7 +208,10 @@ fn worker() {
             .collect()
     };
     let long_sum = group
-        .all_reduce(&[Tensor::from_vec(long(rank), &[1_500_001]).unwrap()], ReduceOp::Sum)
+        .all_reduce(
+            &[Tensor::from_vec(long(rank), &[1_500_001]).unwrap()],
+            ReduceOp::Sum,
+        )
         .unwrap();
     let want_long: Vec<f32> = (0..1_500_001usize)
         .map(|i| (0..n).map(|r| ((i * 7 + r) % 13) as f32).sum())
