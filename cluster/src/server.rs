@@ -334,6 +334,15 @@ enum DeliveryOutcome {
 }
 
 impl Delivery {
+    /// Whether the peer has answered (or the delivery failed): [`Delivery::wait`] would not
+    /// block.
+    pub fn is_finished(&self) -> bool {
+        match &self.outcome {
+            DeliveryOutcome::Failed(_) => true,
+            DeliveryOutcome::Running(task) => task.is_finished(),
+        }
+    }
+
     /// Waits for the peer's answer: `Ok` once the message is in its mailbox, else the error
     /// naming the peer.
     pub fn wait(self) -> Result<()> {

@@ -1,10 +1,11 @@
 //! [`CollectiveGroup`]: all-reduce and barrier across the training tasks of a cluster.
 
 use bytes::Bytes;
-use ferroflow_cluster::{ClusterResolver, MpiLaunch, Peer, TaskId, TaskServer};
+use ferroflow_cluster::{ClusterResolver, Delivery, MpiLaunch, Peer, TaskId, TaskServer};
 use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
 use half::{bf16, f16};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// How collectives travel (TF's `CommunicationImplementation`).
@@ -91,7 +92,14 @@ struct Ring {
     world: usize,
     /// How long a message may take (the collective timeout).
     timeout: Duration,
+    /// Deliveries of finished all-reduces whose answers were not awaited (the peer has the
+    /// message once its own collective ends): the next collective checks those that have
+    /// answered, an error there being its error, and dropping the ring waits for the rest.
+    unanswered: Mutex<Vec<Delivery>>,
 }
+
+/// How many unanswered deliveries a ring keeps before it waits for the oldest.
+const MAX_UNANSWERED: usize = 4096;
 
 /// The most bytes one message of the ring all-reduce carries: long chunks travel in
 /// segments this long, pipelined.
@@ -171,6 +179,7 @@ impl CollectiveGroup {
                 rank,
                 world,
                 timeout: options.timeout,
+                unanswered: Mutex::default(),
             }))
         } else {
             Transport::Alone
@@ -484,6 +493,18 @@ impl CollectiveGroup {
     }
 }
 
+impl Drop for Ring {
+    /// Waits for the answers not yet awaited (each within the timeout), so a task that ends
+    /// right after its last collective does not cut its last messages off.
+    fn drop(&mut self) {
+        let unanswered =
+            std::mem::take(&mut *self.unanswered.lock().unwrap_or_else(|e| e.into_inner()));
+        for delivery in unanswered {
+            let _ = delivery.wait();
+        }
+    }
+}
+
 impl Ring {
     /// The ring all-reduce of `data` (summed over the tasks, on every task): `data` is cut
     /// into one chunk per task; in `n-1` steps every task sends a chunk to the next task and
@@ -494,6 +515,7 @@ impl Ring {
     /// each segment goes on to the next step as soon as it has been added, so sending,
     /// receiving and adding overlap.
     fn all_reduce<W: Wire>(&self, key: &str, data: &mut [W]) -> Result<()> {
+        self.check_unanswered()?;
         let (n, r) = (self.world, self.rank);
         let bounds: Vec<usize> = (0..=n).map(|i| i * data.len() / n).collect();
         let per_segment = (SEGMENT_BYTES / W::BYTES).max(1);
@@ -540,7 +562,25 @@ impl Ring {
                 }
             }
         }
-        for delivery in in_flight {
+        // The last messages' answers are not awaited: the next collective checks them.
+        let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
+        unanswered.extend(in_flight);
+        while unanswered.len() > MAX_UNANSWERED {
+            unanswered.remove(0).wait()?;
+        }
+        Ok(())
+    }
+
+    /// Fails with the error of any earlier delivery that has failed; keeps those still
+    /// waiting for their answer.
+    fn check_unanswered(&self) -> Result<()> {
+        let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
+        let (done, waiting): (Vec<Delivery>, Vec<Delivery>) = std::mem::take(&mut *unanswered)
+            .into_iter()
+            .partition(Delivery::is_finished);
+        *unanswered = waiting;
+        drop(unanswered);
+        for delivery in done {
             delivery.wait()?;
         }
         Ok(())
@@ -549,6 +589,7 @@ impl Ring {
     /// Every task's `mine` (of one length) concatenated in task order: the blocks pass
     /// around the ring.
     fn all_gather(&self, name: &str, mine: Vec<u8>) -> Result<Vec<u8>> {
+        self.check_unanswered()?;
         let (n, r) = (self.world, self.rank);
         let mine = Bytes::from(mine);
         let mut blocks: Vec<Bytes> = vec![Bytes::new(); n];
@@ -577,6 +618,7 @@ impl Ring {
 
     /// Task `root`'s `mine` along the chain from the root: `None` on the root itself.
     fn broadcast(&self, key: &str, mine: Vec<u8>, root: usize) -> Result<Option<Bytes>> {
+        self.check_unanswered()?;
         if self.rank == root {
             self.right.deliver(key, mine)?;
             return Ok(None);

@@ -3,6 +3,8 @@
 one process per worker, started by `ferroflow launch` (which sets TF_CONFIG), as
 distribute/examples/collective_bench.rs `fit mwms` does: a 50-step warm-up epoch, then one
 full epoch timed. The chief prints `fit_tf samples_per_second` (over all workers).
+Keras 2 (`tf_keras`, TF_USE_LEGACY_KERAS=1) where installed: Keras 3's fit fails under
+MultiWorkerMirroredStrategy in TF 2.21 (it cannot convert the strategy's PerReplica losses).
 Usage: tf_mwms_mnist.py MNIST_DIR BATCH_PER_WORKER"""
 import gzip
 import json
@@ -11,6 +13,12 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+try:
+    import tf_keras  # noqa: F401
+
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+except ImportError:
+    pass
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
