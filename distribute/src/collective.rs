@@ -86,8 +86,10 @@ struct Ring {
     server: TaskServer,
     /// The next task in the ring.
     right: Peer,
-    /// The task whose messages this one receives, for errors.
-    left_name: String,
+    /// Every task by rank (`None`: this one), for the direct exchange of short all-reduces.
+    peers: Vec<Option<Peer>>,
+    /// Every task's name and address by rank, for errors.
+    names: Vec<String>,
     rank: usize,
     world: usize,
     /// How long a message may take (the collective timeout).
@@ -97,6 +99,10 @@ struct Ring {
     /// answered, an error there being its error, and dropping the ring waits for the rest.
     unanswered: Mutex<Vec<Delivery>>,
 }
+
+/// All-reduces whose data times the other tasks is at most this many bytes exchange the data
+/// directly instead of going around the ring (fewer hops; more bytes).
+const EXCHANGE_MAX_BYTES: usize = 4 << 20;
 
 /// How many unanswered deliveries a ring keeps before it waits for the oldest.
 const MAX_UNANSWERED: usize = 4096;
@@ -171,11 +177,20 @@ impl CollectiveGroup {
         let server = TaskServer::start(&tasks[rank].1, token.as_deref())?;
         let transport = if world > 1 {
             let (rt, ra) = &tasks[(rank + 1) % world];
-            let (lt, la) = &tasks[(rank + world - 1) % world];
+            let peers = tasks
+                .iter()
+                .enumerate()
+                .map(|(k, (t, a))| {
+                    (k != rank)
+                        .then(|| server.peer(&t.to_string(), a, options.timeout))
+                        .transpose()
+                })
+                .collect::<Result<_>>()?;
             Transport::Ring(Box::new(Ring {
                 right: server.peer(&rt.to_string(), ra, options.timeout)?,
+                peers,
                 server,
-                left_name: format!("{lt} ({la})"),
+                names: tasks.iter().map(|(t, a)| format!("{t} ({a})")).collect(),
                 rank,
                 world,
                 timeout: options.timeout,
@@ -517,6 +532,9 @@ impl Ring {
     fn all_reduce<W: Wire>(&self, key: &str, data: &mut [W]) -> Result<()> {
         self.check_unanswered()?;
         let (n, r) = (self.world, self.rank);
+        if std::mem::size_of_val(data) * (n - 1) <= EXCHANGE_MAX_BYTES {
+            return self.exchange_all_reduce(key, data);
+        }
         let bounds: Vec<usize> = (0..=n).map(|i| i * data.len() / n).collect();
         let per_segment = (SEGMENT_BYTES / W::BYTES).max(1);
         // The segments of chunk `c`: the same on every task (at least one, maybe empty).
@@ -568,6 +586,44 @@ impl Ring {
         while unanswered.len() > MAX_UNANSWERED {
             unanswered.remove(0).wait()?;
         }
+        Ok(())
+    }
+
+    /// The all-reduce of short data in one hop: every task sends its data to every other
+    /// and sums all of them in task order, so every task ends with identical bits (latency
+    /// bound: one message time instead of the ring's `2(n-1)`).
+    fn exchange_all_reduce<W: Wire>(&self, key: &str, data: &mut [W]) -> Result<()> {
+        let (n, r) = (self.world, self.rank);
+        let payload = W::encode(data);
+        let in_flight: Vec<Delivery> = self
+            .peers
+            .iter()
+            .flatten()
+            .map(|peer| peer.send(&format!("{key}/from/{r}"), payload.clone()))
+            .collect();
+        let own = data.to_vec();
+        for k in 0..n {
+            match (k == r, k == 0) {
+                (true, true) => {}
+                (true, false) => {
+                    for (d, o) in data.iter_mut().zip(&own) {
+                        *d = d.add(*o);
+                    }
+                }
+                (false, first) => {
+                    let got = self.receive_from(k, &format!("{key}/from/{k}"))?;
+                    if first {
+                        W::copy_into(data, &got)?;
+                    } else {
+                        W::add_into(data, &got)?;
+                    }
+                }
+            }
+        }
+        self.unanswered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(in_flight);
         Ok(())
     }
 
@@ -633,12 +689,18 @@ impl Ring {
     /// The message the previous task delivered under `key`, or an error naming it after the
     /// timeout.
     fn receive(&self, key: &str) -> Result<Bytes> {
+        self.receive_from((self.rank + self.world - 1) % self.world, key)
+    }
+
+    /// The message task `from` delivered under `key`, or an error naming it after the
+    /// timeout.
+    fn receive_from(&self, from: usize, key: &str) -> Result<Bytes> {
         self.server
             .mailbox()
             .take(key, self.timeout)
             .ok_or_else(|| Error::Unavailable {
                 op: key.rsplit_once('/').map_or(key, |(k, _)| k).to_string(),
-                peer: self.left_name.clone(),
+                peer: self.names[from].clone(),
                 msg: format!(
                     "no message within {:?}: the task died or hung (the collective timeout)",
                     self.timeout
