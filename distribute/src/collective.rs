@@ -152,13 +152,7 @@ impl CollectiveGroup {
             return CollectiveGroup::over_mpi(tasks.len(), mpi_launch, options);
         }
         if tasks.is_empty() {
-            return Ok(CollectiveGroup {
-                transport: Transport::Alone,
-                rank: 0,
-                world: 1,
-                options,
-                instance: AtomicU64::new(0),
-            });
+            return Ok(CollectiveGroup::over(Transport::Alone, 0, 1, options));
         }
         let token = ferroflow_cluster::token_from_env();
         let me = resolver.task().ok_or_else(|| {
@@ -199,13 +193,23 @@ impl CollectiveGroup {
         } else {
             Transport::Alone
         };
-        Ok(CollectiveGroup {
+        Ok(CollectiveGroup::over(transport, rank, world, options))
+    }
+
+    /// The group of `world` tasks, this one `rank`, over `transport`.
+    fn over(
+        transport: Transport,
+        rank: usize,
+        world: usize,
+        options: CommunicationOptions,
+    ) -> CollectiveGroup {
+        CollectiveGroup {
             transport,
             rank,
             world,
             options,
             instance: AtomicU64::new(0),
-        })
+        }
     }
 
     /// The group of the MPI world's ranks (`cluster_tasks`: the training tasks TF_CONFIG
@@ -231,13 +235,7 @@ impl CollectiveGroup {
         } else {
             Transport::Alone
         };
-        Ok(CollectiveGroup {
-            transport,
-            rank,
-            world,
-            options,
-            instance: AtomicU64::new(0),
-        })
+        Ok(CollectiveGroup::over(transport, rank, world, options))
     }
 
     /// Without the `mpi` feature: an error naming it.

@@ -249,11 +249,7 @@ fn collectives_equal_the_local_results_for_1_to_4_workers_with_identical_bits() 
     for (n, mode) in [(1, "plain"), (2, "plain"), (3, "packed"), (4, "plain")] {
         let mut workers = start(n, mode, 30);
         let results = wait_all(&mut workers, Duration::from_secs(120));
-        let sums = checksums(&results, &format!("{n} workers ({mode})"));
-        assert!(
-            sums.iter().all(|s| *s == sums[0]),
-            "{n} workers: the ranks' results differ: {sums:?}"
-        );
+        checksums(&results, &format!("{n} workers ({mode})"));
     }
 }
 
@@ -422,9 +418,10 @@ fn property_case(group: &CollectiveGroup, seed: u64) -> u64 {
     bits
 }
 
-/// Runs workers to the end and returns each rank's checksum, failing on any worker's error.
+/// Each rank's checksum from the workers' results, failing on any worker's error or when
+/// the ranks' checksums (their results' bits) differ.
 fn checksums(results: &[(i32, String)], what: &str) -> Vec<String> {
-    results
+    let sums: Vec<String> = results
         .iter()
         .enumerate()
         .map(|(rank, (code, out))| {
@@ -433,7 +430,12 @@ fn checksums(results: &[(i32, String)], what: &str) -> Vec<String> {
                 .find_map(|l| l.split_once("CHECKSUM ").map(|(_, s)| s.trim().to_string()))
                 .unwrap_or_else(|| panic!("{what}: rank {rank} printed no checksum:\n{out}"))
         })
-        .collect()
+        .collect();
+    assert!(
+        sums.iter().all(|s| *s == sums[0]),
+        "{what}: the ranks' results differ: {sums:?}"
+    );
+    sums
 }
 
 proptest! {
@@ -450,8 +452,7 @@ proptest! {
         let mode = format!("property:{seed}:{pack}");
         let mut started = start(workers, &mode, 30);
         let results = wait_all(&mut started, Duration::from_secs(120));
-        let sums = checksums(&results, &format!("{workers} workers, {mode}"));
-        prop_assert!(sums.iter().all(|s| *s == sums[0]), "the ranks' bits differ: {:?}", sums);
+        checksums(&results, &format!("{workers} workers, {mode}"));
     }
 }
 
@@ -617,11 +618,7 @@ mod over_mpi {
                     "rank {rank}: not over MPI:\n{out}"
                 );
             }
-            let sums = checksums(&results, &format!("mpirun -np {n} ({mode})"));
-            assert!(
-                sums.iter().all(|s| *s == sums[0]),
-                "{n} ranks differ: {sums:?}"
-            );
+            checksums(&results, &format!("mpirun -np {n} ({mode})"));
         }
     }
 
@@ -657,8 +654,7 @@ mod over_mpi {
             let (code, ranks, all, _) = finish(&mut run, n, Duration::from_secs(120));
             prop_assert_eq!(code, 0, "mpirun -np {} ({}) failed:\n{}", n, mode, all);
             let results: Vec<(i32, String)> = ranks.into_iter().map(|o| (0, o)).collect();
-            let sums = checksums(&results, &mode);
-            prop_assert!(sums.iter().all(|s| *s == sums[0]), "the ranks' bits differ: {:?}", sums);
+            checksums(&results, &mode);
         }
     }
 }
