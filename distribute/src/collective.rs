@@ -5,7 +5,7 @@ use ferroflow_cluster::{ClusterResolver, Delivery, MpiLaunch, Peer, TaskId, Task
 use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
 use half::{bf16, f16};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How collectives travel (TF's `CommunicationImplementation`).
@@ -84,10 +84,10 @@ enum Transport {
 struct Ring {
     /// This task's server, its mailbox receiving the previous task's messages.
     server: TaskServer,
-    /// The next task in the ring.
-    right: Peer,
+    /// The next task in the ring (its client in `peers`).
+    right: Arc<Peer>,
     /// Every task by rank (`None`: this one), for the direct exchange of short all-reduces.
-    peers: Vec<Option<Peer>>,
+    peers: Vec<Option<Arc<Peer>>>,
     /// Every task's name and address by rank, for errors.
     names: Vec<String>,
     rank: usize,
@@ -132,7 +132,6 @@ impl CollectiveGroup {
         options: CommunicationOptions,
     ) -> Result<CollectiveGroup> {
         let tasks = training_tasks(resolver)?;
-        let mpi_launch = MpiLaunch::from_env()?;
         let use_mpi = match options.implementation {
             CommunicationImplementation::Nccl => {
                 return Err(Error::invalid(
@@ -145,11 +144,11 @@ impl CollectiveGroup {
             CommunicationImplementation::Ring => false,
             // `mpirun` started this process and no TF_CONFIG says otherwise.
             CommunicationImplementation::Auto => {
-                tasks.is_empty() && mpi_launch.is_some_and(|l| l.size > 1)
+                tasks.is_empty() && MpiLaunch::from_env()?.is_some_and(|l| l.size > 1)
             }
         };
         if use_mpi {
-            return CollectiveGroup::over_mpi(tasks.len(), mpi_launch, options);
+            return CollectiveGroup::over_mpi(tasks.len(), options);
         }
         if tasks.is_empty() {
             return Ok(CollectiveGroup::over(Transport::Alone, 0, 1, options));
@@ -170,18 +169,24 @@ impl CollectiveGroup {
         let world = tasks.len();
         let server = TaskServer::start(&tasks[rank].1, token.as_deref())?;
         let transport = if world > 1 {
-            let (rt, ra) = &tasks[(rank + 1) % world];
-            let peers = tasks
+            let peers: Vec<Option<Arc<Peer>>> = tasks
                 .iter()
                 .enumerate()
                 .map(|(k, (t, a))| {
                     (k != rank)
-                        .then(|| server.peer(&t.to_string(), a, options.timeout))
+                        .then(|| {
+                            server
+                                .peer(&t.to_string(), a, options.timeout)
+                                .map(Arc::new)
+                        })
                         .transpose()
                 })
                 .collect::<Result<_>>()?;
+            let right = peers[(rank + 1) % world].clone().ok_or_else(|| {
+                Error::invalid("CollectiveGroup", "the ring's next task is this one")
+            })?;
             Transport::Ring(Box::new(Ring {
-                right: server.peer(&rt.to_string(), ra, options.timeout)?,
+                right,
                 peers,
                 server,
                 names: tasks.iter().map(|(t, a)| format!("{t} ({a})")).collect(),
@@ -215,11 +220,7 @@ impl CollectiveGroup {
     /// The group of the MPI world's ranks (`cluster_tasks`: the training tasks TF_CONFIG
     /// names, which must then be as many).
     #[cfg(feature = "mpi")]
-    fn over_mpi(
-        cluster_tasks: usize,
-        _launch: Option<MpiLaunch>,
-        options: CommunicationOptions,
-    ) -> Result<CollectiveGroup> {
+    fn over_mpi(cluster_tasks: usize, options: CommunicationOptions) -> Result<CollectiveGroup> {
         let mpi = crate::mpi_transport::MpiTransport::new(options.timeout)?;
         let (rank, world) = (mpi.rank(), mpi.world_size());
         if cluster_tasks > 0 && cluster_tasks != world {
@@ -240,12 +241,8 @@ impl CollectiveGroup {
 
     /// Without the `mpi` feature: an error naming it.
     #[cfg(not(feature = "mpi"))]
-    fn over_mpi(
-        _cluster_tasks: usize,
-        launch: Option<MpiLaunch>,
-        _options: CommunicationOptions,
-    ) -> Result<CollectiveGroup> {
-        let started = match launch {
+    fn over_mpi(_cluster_tasks: usize, _options: CommunicationOptions) -> Result<CollectiveGroup> {
+        let started = match MpiLaunch::from_env()? {
             Some(l) => format!(
                 "this process is rank {} of {} started by an MPI launcher ({}), but ",
                 l.rank, l.size, l.launcher
@@ -599,7 +596,8 @@ impl Ring {
             .flatten()
             .map(|peer| peer.send(&format!("{key}/from/{r}"), payload.clone()))
             .collect();
-        let own = data.to_vec();
+        // This task's values, kept aside unless they start the sum.
+        let own = if r == 0 { vec![] } else { data.to_vec() };
         for k in 0..n {
             match (k == r, k == 0) {
                 (true, true) => {}

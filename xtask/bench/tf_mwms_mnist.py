@@ -6,7 +6,6 @@ full epoch timed. The chief prints `fit_tf samples_per_second` (over all workers
 Keras 2 (`tf_keras`, TF_USE_LEGACY_KERAS=1) where installed: Keras 3's fit fails under
 MultiWorkerMirroredStrategy in TF 2.21 (it cannot convert the strategy's PerReplica losses).
 Usage: tf_mwms_mnist.py MNIST_DIR BATCH_PER_WORKER"""
-import gzip
 import json
 import os
 import sys
@@ -22,13 +21,9 @@ except ImportError:
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tf_keras_mnist import idx  # noqa: E402  (the IDX reader the Keras benchmark uses)
 
-def idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    rank = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(rank)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * rank).reshape(dims)
 
 
 def main():
