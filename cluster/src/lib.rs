@@ -51,6 +51,9 @@ mod spec;
 pub use launch::{free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster};
 pub use mpi_env::MpiLaunch;
 pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
-pub use server::{token_from_env, Delivery, Mailbox, Peer, TaskServer, MAX_MESSAGE_BYTES};
+pub use server::{
+    token_from_env, Delivery, Handler, Mailbox, Peer, Pending, PendingCall, TaskServer,
+    MAX_MESSAGE_BYTES,
+};
 pub use slurm::{expand_hostlist, SlurmClusterResolver};
 pub use spec::{check_address, ClusterSpec, TaskId};

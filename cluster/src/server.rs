@@ -1,8 +1,10 @@
 //! The gRPC server every task runs on its cluster address, and the client side of it.
 //!
-//! One [`TaskServer`] per process hosts the task's services (today the [`Mailbox`] the
-//! collectives deliver their chunks to) on its own tokio runtime; [`Peer`]s are clients of
-//! other tasks' servers. Every call carries the cluster token when one is set
+//! One [`TaskServer`] per process hosts the task's services on its own tokio runtime: the
+//! [`Mailbox`] the collectives deliver their chunks to, and the methods upper crates
+//! register ([`TaskServer::handle`]: the parameter servers' variables, the workers'
+//! functions), each a name and a handler of bytes; [`Peer`]s are clients of other tasks'
+//! servers ([`Peer::deliver`], [`Peer::call`]). Every call carries the cluster token when one is set
 //! (`FERROFLOW_CLUSTER_TOKEN`): a server with a token refuses calls without it. Messages up
 //! to [`MAX_MESSAGE_BYTES`] pass (gRPC's default is 4 MiB); every call has a deadline.
 
@@ -88,6 +90,48 @@ impl pb::mailbox_server::Mailbox for MailboxService {
     }
 }
 
+/// A method registered on a task's server: the request's payload in, the reply's out; an
+/// error is sent back as the caller's [`Error::Remote`]. Handlers run on a blocking thread
+/// of the server's runtime, several at a time.
+pub type Handler = Arc<dyn Fn(Bytes) -> Result<Bytes> + Send + Sync>;
+
+type Handlers = Arc<std::sync::RwLock<HashMap<String, Handler>>>;
+
+struct TaskService {
+    handlers: Handlers,
+}
+
+#[tonic::async_trait]
+impl pb::task_server::Task for TaskService {
+    async fn call(
+        &self,
+        request: tonic::Request<pb::CallRequest>,
+    ) -> std::result::Result<tonic::Response<pb::CallReply>, tonic::Status> {
+        let m = request.into_inner();
+        let handler = self
+            .handlers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&m.method)
+            .cloned();
+        let Some(handler) = handler else {
+            return Err(tonic::Status::unimplemented(format!(
+                "this task serves no method {:?} (is it the right kind of task: ps, worker?)",
+                m.method
+            )));
+        };
+        let payload = m.payload;
+        match tokio::task::spawn_blocking(move || handler(payload)).await {
+            Ok(Ok(reply)) => Ok(tonic::Response::new(pb::CallReply { payload: reply })),
+            Ok(Err(e)) => Err(tonic::Status::aborted(e.to_string())),
+            Err(e) => Err(tonic::Status::aborted(format!(
+                "the handler of {:?} panicked: {e}",
+                m.method
+            ))),
+        }
+    }
+}
+
 /// Checks the cluster token on every call a server receives.
 #[derive(Clone)]
 struct TokenCheck(Option<Arc<str>>);
@@ -125,6 +169,7 @@ pub struct TaskServer {
     runtime: Arc<tokio::runtime::Runtime>,
     addr: SocketAddr,
     mailbox: Arc<Mailbox>,
+    handlers: Handlers,
     token: Option<Arc<str>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     serving: Option<tokio::task::JoinHandle<std::result::Result<(), tonic::transport::Error>>>,
@@ -162,6 +207,15 @@ impl TaskServer {
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
             TokenCheck(token.clone()),
         );
+        let handlers: Handlers = Arc::default();
+        let task_service = tonic::service::interceptor::InterceptedService::new(
+            pb::task_server::TaskServer::new(TaskService {
+                handlers: handlers.clone(),
+            })
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            TokenCheck(token.clone()),
+        );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -171,6 +225,7 @@ impl TaskServer {
                 .initial_stream_window_size(Some(8 << 20))
                 .initial_connection_window_size(Some(16 << 20))
                 .add_service(service)
+                .add_service(task_service)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                 }),
@@ -179,6 +234,7 @@ impl TaskServer {
             runtime: Arc::new(runtime),
             addr,
             mailbox,
+            handlers,
             token,
             stop: Some(stop),
             serving: Some(serving),
@@ -193,6 +249,19 @@ impl TaskServer {
     /// The messages delivered to this task.
     pub fn mailbox(&self) -> &Mailbox {
         &self.mailbox
+    }
+
+    /// Serves `method` with `handler` from now on (replacing an earlier handler of that
+    /// name): other tasks reach it with [`Peer::call`].
+    pub fn handle(
+        &self,
+        method: &str,
+        handler: impl Fn(Bytes) -> Result<Bytes> + Send + Sync + 'static,
+    ) {
+        self.handlers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(method.to_string(), Arc::new(handler));
     }
 
     /// A client of the task `name` (for errors: `/job:worker/task:1`) at `address`; every
@@ -214,12 +283,16 @@ impl TaskServer {
             let _enter = self.runtime.enter();
             endpoint.connect_lazy()
         };
+        let tasks = pb::task_client::TaskClient::new(channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let client = pb::mailbox_client::MailboxClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(Peer {
             runtime: self.runtime.clone(),
             client,
+            tasks,
             name: format!("{name} ({address})"),
             token: self.token.clone(),
             timeout,
@@ -247,6 +320,7 @@ impl Drop for TaskServer {
 pub struct Peer {
     runtime: Arc<tokio::runtime::Runtime>,
     client: pb::mailbox_client::MailboxClient<tonic::transport::Channel>,
+    tasks: pb::task_client::TaskClient<tonic::transport::Channel>,
     name: String,
     token: Option<Arc<str>>,
     timeout: Duration,
@@ -269,90 +343,156 @@ impl Peer {
     /// others (each message under its own key, so their order does not matter), and
     /// [`Delivery::wait`] gives its outcome.
     pub fn send(&self, key: &str, payload: Bytes) -> Delivery {
+        let client = self.client.clone();
+        let key2 = key.to_string();
+        self.start(format!("deliver {key}"), true, move |token| {
+            let mut request = tonic::Request::new(pb::DeliverRequest {
+                key: key2.clone(),
+                payload: payload.clone(),
+            });
+            if let Some(t) = token {
+                request.metadata_mut().insert(TOKEN_KEY, t);
+            }
+            let mut client = client.clone();
+            async move { client.deliver(request).await.map(|_| ()) }
+        })
+    }
+
+    /// Calls `method` on the peer (a handler it registered with [`TaskServer::handle`]) and
+    /// waits for the reply. A peer that is not listening (yet) is tried again until the
+    /// timeout. Errors: [`Error::Unavailable`] naming the peer when it stays unreachable,
+    /// refuses the token or does not answer in time; [`Error::Remote`] with the peer's
+    /// error when its handler failed (or it serves no such method).
+    pub fn call(&self, method: &str, payload: Bytes) -> Result<Bytes> {
+        self.start_call(method, payload, true).wait()
+    }
+
+    /// [`Peer::call`] without waiting for the reply; `retry`: whether an unreachable peer is
+    /// tried again until the timeout (false: the first failure to connect is the error, as a
+    /// caller that watches for dead tasks wants).
+    pub fn start_call(&self, method: &str, payload: Bytes, retry: bool) -> PendingCall {
+        let tasks = self.tasks.clone();
+        let method2 = method.to_string();
+        self.start(method.to_string(), retry, move |token| {
+            let mut request = tonic::Request::new(pb::CallRequest {
+                method: method2.clone(),
+                payload: payload.clone(),
+            });
+            if let Some(t) = token {
+                request.metadata_mut().insert(TOKEN_KEY, t);
+            }
+            let mut tasks = tasks.clone();
+            async move { tasks.call(request).await.map(|r| r.into_inner().payload) }
+        })
+    }
+
+    /// Runs `attempt` on the runtime (again after an `Unavailable` answer, with backoff,
+    /// while `retry` and the timeout allow), mapping its failure to an error naming `op` and
+    /// the peer.
+    fn start<T, F, Fut>(&self, op: String, retry: bool, attempt: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: Fn(Option<MetadataValue<tonic::metadata::Ascii>>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = std::result::Result<T, tonic::Status>> + Send,
+    {
         let name = self.name.clone();
-        let key = key.to_string();
-        let fail = move |key: &str, msg: String| Error::Unavailable {
-            op: format!("deliver {key}"),
-            peer: name.clone(),
-            msg,
-        };
         let token = match &self.token {
             Some(t) => match MetadataValue::try_from(&**t) {
                 Ok(v) => Some(v),
                 Err(_) => {
-                    let e = fail(&key, "the cluster token is not valid ASCII".into());
-                    return Delivery {
+                    return Pending {
                         runtime: self.runtime.clone(),
-                        outcome: DeliveryOutcome::Failed(e),
+                        outcome: PendingOutcome::Failed(Error::Unavailable {
+                            op,
+                            peer: name,
+                            msg: "the cluster token is not valid ASCII".into(),
+                        }),
                     };
                 }
             },
             None => None,
         };
-        let client = self.client.clone();
         let timeout = self.timeout;
         let task = self.runtime.spawn(async move {
             let end = Instant::now() + timeout;
             let mut wait = Duration::from_millis(10);
             loop {
-                let mut request = tonic::Request::new(pb::DeliverRequest {
-                    key: key.clone(),
-                    payload: payload.clone(),
-                });
-                if let Some(t) = &token {
-                    request.metadata_mut().insert(TOKEN_KEY, t.clone());
-                }
-                let mut client = client.clone();
-                match client.deliver(request).await {
-                    Ok(_) => return Ok(()),
+                match attempt(token.clone()).await {
+                    Ok(v) => return Ok(v),
                     Err(s)
-                        if s.code() == tonic::Code::Unavailable && Instant::now() + wait < end =>
+                        if retry
+                            && s.code() == tonic::Code::Unavailable
+                            && Instant::now() + wait < end =>
                     {
                         tokio::time::sleep(wait).await;
                         wait = (wait * 2).min(Duration::from_millis(500));
                     }
-                    Err(s) => return Err(fail(&key, describe(&s))),
+                    Err(s) => return Err(status_error(&op, &name, &s)),
                 }
             }
         });
-        Delivery {
+        Pending {
             runtime: self.runtime.clone(),
-            outcome: DeliveryOutcome::Running(task),
+            outcome: PendingOutcome::Running(task),
         }
     }
+}
+
+/// A gRPC failure as the error a caller sees: the peer's own error when it answered with
+/// one, else [`Error::Unavailable`].
+fn status_error(op: &str, peer: &str, s: &tonic::Status) -> Error {
+    use tonic::Code;
+    match s.code() {
+        Code::Aborted | Code::Unimplemented => Error::Remote {
+            op: op.to_string(),
+            peer: peer.to_string(),
+            msg: s.message().to_string(),
+        },
+        _ => Error::Unavailable {
+            op: op.to_string(),
+            peer: peer.to_string(),
+            msg: describe(s),
+        },
+    }
+}
+
+/// A call or delivery going on in the background ([`Peer::send`], [`Peer::start_call`]).
+pub struct Pending<T> {
+    runtime: Arc<tokio::runtime::Runtime>,
+    outcome: PendingOutcome<T>,
 }
 
 /// A delivery [`Peer::send`] started.
-pub struct Delivery {
-    runtime: Arc<tokio::runtime::Runtime>,
-    outcome: DeliveryOutcome,
-}
+pub type Delivery = Pending<()>;
 
-enum DeliveryOutcome {
-    Running(tokio::task::JoinHandle<Result<()>>),
+/// A call [`Peer::start_call`] started: its reply's payload.
+pub type PendingCall = Pending<Bytes>;
+
+enum PendingOutcome<T> {
+    Running(tokio::task::JoinHandle<Result<T>>),
     Failed(Error),
 }
 
-impl Delivery {
-    /// Whether the peer has answered (or the delivery failed): [`Delivery::wait`] would not
+impl<T> Pending<T> {
+    /// Whether the peer has answered (or the call failed): [`Pending::wait`] would not
     /// block.
     pub fn is_finished(&self) -> bool {
         match &self.outcome {
-            DeliveryOutcome::Failed(_) => true,
-            DeliveryOutcome::Running(task) => task.is_finished(),
+            PendingOutcome::Failed(_) => true,
+            PendingOutcome::Running(task) => task.is_finished(),
         }
     }
 
-    /// Waits for the peer's answer: `Ok` once the message is in its mailbox, else the error
-    /// naming the peer.
-    pub fn wait(self) -> Result<()> {
+    /// Waits for the peer's answer: a delivery's `Ok` once the message is in its mailbox, a
+    /// call's reply; else the error naming the peer.
+    pub fn wait(self) -> Result<T> {
         match self.outcome {
-            DeliveryOutcome::Failed(e) => Err(e),
-            DeliveryOutcome::Running(task) => self.runtime.block_on(task).unwrap_or_else(|e| {
+            PendingOutcome::Failed(e) => Err(e),
+            PendingOutcome::Running(task) => self.runtime.block_on(task).unwrap_or_else(|e| {
                 Err(Error::Unavailable {
-                    op: "deliver".into(),
+                    op: "call".into(),
                     peer: String::new(),
-                    msg: format!("the delivery task ended abnormally: {e}"),
+                    msg: format!("the background task ended abnormally: {e}"),
                 })
             }),
         }
@@ -445,6 +585,60 @@ mod tests {
                 && e.contains(&addr)
                 && e.contains("deliver all_reduce 0/0"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn calls_reach_the_registered_handler_and_its_errors_come_back_naming_the_peer() {
+        let server = TaskServer::start("127.0.0.1:0", Some("t")).unwrap();
+        server.handle("echo.twice", |b: Bytes| {
+            let mut v = b.to_vec();
+            v.extend_from_slice(&b);
+            Ok(Bytes::from(v))
+        });
+        server.handle("always.fails", |_| {
+            Err(Error::invalid("always.fails", "no such variable \"w\""))
+        });
+        let addr = server.local_addr().to_string();
+        let client = TaskServer::start("127.0.0.1:0", Some("t")).unwrap();
+        let ps = client.peer("/job:ps/task:1", &addr, T).unwrap();
+        assert_eq!(
+            &ps.call("echo.twice", Bytes::from_static(b"ab")).unwrap()[..],
+            b"abab"
+        );
+        // Several in flight at once.
+        let pending: Vec<_> = (0..8u8)
+            .map(|i| ps.start_call("echo.twice", Bytes::from(vec![i]), true))
+            .collect();
+        for (i, p) in pending.into_iter().enumerate() {
+            assert_eq!(&p.wait().unwrap()[..], &[i as u8, i as u8]);
+        }
+        let e = ps.call("always.fails", Bytes::new()).unwrap_err();
+        assert!(matches!(e, Error::Remote { .. }), "{e:?}");
+        let e = e.to_string();
+        assert!(
+            e.contains("/job:ps/task:1") && e.contains("no such variable"),
+            "{e}"
+        );
+        let e = ps
+            .call("no.such.method", Bytes::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no.such.method") && e.contains("/job:ps/task:1"),
+            "{e}"
+        );
+        // A wrong token is refused before any handler runs; the server keeps serving.
+        let stranger = TaskServer::start("127.0.0.1:0", Some("x")).unwrap();
+        let e = stranger
+            .peer("/job:ps/task:1", &addr, T)
+            .unwrap()
+            .call("echo.twice", Bytes::from_static(b"a"))
+            .unwrap_err();
+        assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+        assert_eq!(
+            &ps.call("echo.twice", Bytes::from_static(b"c")).unwrap()[..],
+            b"cc"
         );
     }
 }

@@ -213,6 +213,18 @@ pub enum Error {
         /// What happened.
         msg: String,
     },
+    /// A peer of the cluster ran the call and answered with an error (a parameter server
+    /// that does not hold a variable, a worker whose function failed, a method the task does
+    /// not serve): the peer was reached, so the call is not retried elsewhere.
+    #[error("{op}: {peer} answered: {msg}")]
+    Remote {
+        /// The operation (`"ps.pull"`).
+        op: String,
+        /// The peer (`/job:ps/task:0 (127.0.0.1:2222)`).
+        peer: String,
+        /// The peer's error.
+        msg: String,
+    },
     /// A numeric error TensorFlow also reports (integer division by zero, ...).
     #[error("{op}: {msg}")]
     Arithmetic {
