@@ -69,6 +69,8 @@ pub struct LaunchOutcome {
 pub struct LocalCluster {
     tasks: Vec<Task>,
     tf_configs: Vec<String>,
+    /// What was started (for restarts), with the thread count filled in.
+    spec: LaunchSpec,
 }
 
 /// `n` free loopback addresses: bound by the OS, noted, released (a task binds its own
@@ -130,6 +132,7 @@ impl LocalCluster {
         let mut out = LocalCluster {
             tasks: vec![],
             tf_configs: vec![],
+            spec: spec.clone(),
         };
         for id in ids {
             let tf_config = serde_json::json!({
@@ -165,6 +168,21 @@ impl LocalCluster {
         let t = &mut self.tasks[i];
         kill_group(&mut t.child).map_err(|e| Error::io(format!("killing {}", t.id), &e))?;
         let _ = t.child.wait();
+        Ok(())
+    }
+
+    /// Starts task `i` again with the same `TF_CONFIG` (killing it first if it still
+    /// runs): a lost machine coming back. Its output starts afresh.
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        if poll(&mut self.tasks[i])?.is_none() {
+            self.kill(i)?;
+        }
+        let id = self.tasks[i].id.clone();
+        let task = spawn(&self.spec, &id, &self.tf_configs[i])?;
+        let old = std::mem::replace(&mut self.tasks[i], task);
+        for r in old.relays {
+            let _ = r.join();
+        }
         Ok(())
     }
 

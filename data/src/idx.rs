@@ -143,3 +143,37 @@ pub fn write(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
     out.extend_from_slice(&body);
     ferroflow_tensor::fs::write_atomic(path, &out)
 }
+
+/// One MNIST split (`"train"` or `"t10k"`) from the folder holding LeCun's four files
+/// (`<split>-images-idx3-ubyte[.gz]`, `<split>-labels-idx1-ubyte[.gz]`), prepared as TF's
+/// tutorials do: images as f32 in [0, 1], shape `[n, 28, 28, 1]`; labels as int64, `[n]`.
+///
+/// ```no_run
+/// ferroflow::init();
+/// let (x, y) = ferroflow_data::idx::load_mnist("datasets/mnist", "t10k")?;
+/// assert_eq!(x.shape(), &[10_000, 28, 28, 1]);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub fn load_mnist(
+    dir: impl AsRef<std::path::Path>,
+    split: &str,
+) -> ferroflow_tensor::Result<(ferroflow_tensor::Tensor, ferroflow_tensor::Tensor)> {
+    use ferroflow_tensor::{DType, Tensor};
+    let dir = dir.as_ref();
+    let file = |kind: &str| {
+        let plain = dir.join(format!("{split}-{kind}-ubyte"));
+        if plain.exists() {
+            plain
+        } else {
+            dir.join(format!("{split}-{kind}-ubyte.gz"))
+        }
+    };
+    let images = read(file("images-idx3"))?;
+    let labels = read(file("labels-idx1"))?;
+    let n = images.shape().first().copied().unwrap_or(0);
+    let x = images
+        .cast(DType::F32)?
+        .div(&Tensor::scalar(255.0f32)?)?
+        .reshape_to(&[n, 28, 28, 1])?;
+    Ok((x, labels.cast(DType::I64)?))
+}

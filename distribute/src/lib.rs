@@ -42,6 +42,7 @@ mod collective;
 mod input;
 #[cfg(feature = "mpi")]
 mod mpi_transport;
+mod ps;
 mod strategy;
 mod values;
 
@@ -51,6 +52,11 @@ pub use collective::{
 pub use input::{
     batch_rows, share_bounds, AutoShardPolicy, DistributedDataset, DistributedIter, InputContext,
     InputOptions,
+};
+pub use ps::{
+    ClusterCoordinator, FixedShardsPartitioner, Functions, MaxSizePartitioner, MinSizePartitioner,
+    ParameterServerStrategy, PerWorkerDataset, PerWorkerIterator, PsCheckpoint, RemoteValue,
+    ScheduleStats, Server, ShardedVariable, VariablePartitioner, WorkerContext,
 };
 pub use strategy::{
     enter_scope, get_strategy, has_strategy, DefaultStrategy, MirroredStrategy,

@@ -494,6 +494,7 @@ impl OneDeviceStrategy {
                 strategy: "OneDeviceStrategy",
                 num_local_replicas: 1,
                 on_create: None,
+                place: None,
             }),
         })
     }
@@ -540,6 +541,7 @@ impl MirroredStrategy {
                 strategy: "MirroredStrategy",
                 num_local_replicas: devices.len(),
                 on_create: None,
+                place: None,
             }),
             devices,
         })
@@ -635,6 +637,7 @@ impl MultiWorkerMirroredStrategy {
             strategy: "MultiWorkerMirroredStrategy",
             num_local_replicas: devices.len(),
             on_create: Some(Arc::new(on_create)),
+            place: None,
         });
         Ok(MultiWorkerMirroredStrategy {
             group,

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ferroflow::{DType, Result, Tensor};
+use ferroflow::{Result, Tensor};
 
 /// The folder of the MNIST copy in the repository.
 pub fn mnist_dir() -> PathBuf {
@@ -13,13 +13,5 @@ pub fn mnist_dir() -> PathBuf {
 /// One split (`"train"` or `"t10k"`): images as f32 in [0, 1], shape [n, 28, 28, 1]; labels
 /// as int64, shape [n].
 pub fn load_mnist(split: &str) -> Result<(Tensor, Tensor)> {
-    let dir = mnist_dir();
-    let images = ferroflow::data::idx::read(dir.join(format!("{split}-images-idx3-ubyte.gz")))?;
-    let labels = ferroflow::data::idx::read(dir.join(format!("{split}-labels-idx1-ubyte.gz")))?;
-    let n = images.shape()[0];
-    let x = images
-        .cast(DType::F32)?
-        .div(&Tensor::scalar(255.0f32)?)?
-        .reshape_to(&[n, 28, 28, 1])?;
-    Ok((x, labels.cast(DType::I64)?))
+    ferroflow::data::idx::load_mnist(mnist_dir(), split)
 }

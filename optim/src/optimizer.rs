@@ -3,7 +3,7 @@
 
 use crate::schedule::Hyper;
 use ferroflow_autodiff::{GradientTape, Source};
-use ferroflow_tensor::distribution::{cross_replica_scope, replica_context};
+use ferroflow_tensor::distribution::{cross_replica_scope, replica_context, RemoteUpdate};
 use ferroflow_tensor::{
     device_has_fused, Axes, Error, FusedKernel, Result, Tensor, UpdateRule, Variable,
 };
@@ -210,7 +210,7 @@ impl OptimizerCore {
             }
             None => init()?,
         };
-        let v = Variable::with_options(full, value, false, Default::default(), Default::default());
+        let v = Variable::new_slot(var, name, value);
         self.slots.insert((var.id(), name), v.clone());
         Ok(v)
     }
@@ -469,6 +469,9 @@ pub(crate) fn try_fused(
     g: &Tensor,
     slots: &[&Variable],
 ) -> Result<bool> {
+    if let Some(applied) = var.apply_remote_update(&RemoteUpdate::Rule(rule), g, slots) {
+        return applied.map(|()| true);
+    }
     let w = var.peek();
     if core.compose_updates
         || !device_has_fused(w.device(), FusedKernel::OptimizerUpdate, w.dtype())
@@ -528,6 +531,14 @@ impl Optimizer for Sgd {
         ]
     }
     fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
+        let lr = lr_of(&self.learning_rate, &self.core);
+        if matches!(self.momentum, Hyper::Const(m) if m == 0.0) {
+            if let Some(applied) =
+                var.apply_remote_update(&RemoteUpdate::GradientDescent { lr }, g, &[])
+            {
+                return applied;
+            }
+        }
         let w = var.peek();
         let lr_g = g.mul(&g.scalar_like(lr_of(&self.learning_rate, &self.core))?)?;
         // As TF: a momentum given as a schedule always keeps the velocity slot.

@@ -2,11 +2,12 @@
 //! thread is running ([`replica_context`]), and how variables created in a strategy's scope
 //! are distributed ([`distributed_variables_scope`]).
 //!
-//! The strategies themselves (`MirroredStrategy`, `MultiWorkerMirroredStrategy`) are in
-//! `ferroflow-distribute`; optimizers (`ferroflow-optim`) read the replica context to
-//! aggregate gradients across replicas, and [`crate::Variable`] reads it to pick the
-//! replica's copy. Nothing here communicates: cross-process reductions are the strategy's,
-//! reached through [`CrossWorkerReduce`].
+//! The strategies themselves (`MirroredStrategy`, `MultiWorkerMirroredStrategy`,
+//! `ParameterServerStrategy`) are in `ferroflow-distribute`; optimizers (`ferroflow-optim`)
+//! read the replica context to aggregate gradients across replicas, and
+//! [`crate::Variable`] reads it to pick the replica's copy. Nothing here communicates:
+//! cross-process reductions are the strategy's, reached through [`CrossWorkerReduce`], and
+//! a variable a parameter server holds is reached through its [`RemoteVariable`] handle.
 //!
 //! ```no_run
 //! use ferroflow_tensor::distribution::replica_context;
@@ -15,7 +16,8 @@
 //! ```
 
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::fused::UpdateRule;
 use crate::tensor::Tensor;
 use crate::variable::Variable;
 use std::cell::RefCell;
@@ -73,6 +75,84 @@ impl std::fmt::Debug for ReplicaInfo {
 /// Told of each variable created in a strategy's scope.
 pub type OnVariableCreated = Arc<dyn Fn(&Variable) + Send + Sync>;
 
+/// What a write does with its value ([`RemoteVariable::write`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VariableWrite {
+    /// `v = value`.
+    Assign,
+    /// `v += value`.
+    Add,
+    /// `v -= value`.
+    Sub,
+}
+
+impl VariableWrite {
+    /// TF's name of the write (`"assign_add"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            VariableWrite::Assign => "assign",
+            VariableWrite::Add => "assign_add",
+            VariableWrite::Sub => "assign_sub",
+        }
+    }
+}
+
+/// An optimizer step a parameter server applies to a variable it holds, with the
+/// variable's slots, in one go (TF's `ResourceApply*` ops placed on the ps).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RemoteUpdate {
+    /// `w -= lr·g` (plain SGD: no slots).
+    GradientDescent {
+        /// Learning rate.
+        lr: f64,
+    },
+    /// The fused rule, slots in the rule's order.
+    Rule(UpdateRule),
+}
+
+/// The handle of a variable that lives in another process (a parameter server): what
+/// [`crate::Variable`] reads, writes and updates through. Implemented by
+/// `ferroflow-distribute`'s `ParameterServerStrategy`, which decides when a read is
+/// answered from a copy and when it is fetched.
+pub trait RemoteVariable: std::any::Any + Send + Sync {
+    /// The current value.
+    fn read(&self) -> Result<Tensor>;
+    /// Writes `value` (shape and dtype already checked against the variable's).
+    fn write(&self, kind: VariableWrite, value: &Tensor) -> Result<()>;
+    /// Applies an optimizer step with `gradient` where the variable lives; `slots` are
+    /// handles made by [`RemoteVariable::slot`] of this one, in the update's order.
+    fn apply(
+        &self,
+        update: &RemoteUpdate,
+        gradient: &Tensor,
+        slots: &[&dyn RemoteVariable],
+    ) -> Result<()>;
+    /// The handle of an optimizer slot `name` of this variable, kept next to it and
+    /// starting at `initial` (TF colocates slots with their variable).
+    fn slot(&self, name: &str, initial: &Tensor) -> Arc<dyn RemoteVariable>;
+    /// Where the variable lives, for errors and printing (`/job:ps/task:0`).
+    fn location(&self) -> String;
+    /// The handle as `Any` (its strategy finds its own type behind a slot's handle).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// What a strategy is told of a variable being created in its scope, to place it.
+pub struct VariablePlacement<'a> {
+    /// The variable's name.
+    pub name: &'a str,
+    /// Its initial value.
+    pub initial: &'a Tensor,
+    /// Whether it is trainable.
+    pub trainable: bool,
+    /// Its synchronization.
+    pub synchronization: crate::VariableSynchronization,
+}
+
+/// Places a variable created in a strategy's scope: the handle of its remote home, or
+/// `None` to keep it in this process.
+pub type PlaceVariable =
+    Arc<dyn Fn(&VariablePlacement<'_>) -> Option<Arc<dyn RemoteVariable>> + Send + Sync>;
+
 /// How variables created inside a strategy's scope are distributed.
 pub struct VariableDistribution {
     /// The strategy's name, for errors (`"MirroredStrategy"`).
@@ -82,9 +162,13 @@ pub struct VariableDistribution {
     /// Told of every variable created in the scope (a multi-worker strategy broadcasts
     /// their initial values from the chief before the next step).
     pub on_create: Option<OnVariableCreated>,
+    /// Places variables in other processes (parameter servers); absent: every variable
+    /// stays here.
+    pub place: Option<PlaceVariable>,
 }
 
 thread_local! {
+    static REMOTE_FAILURE: RefCell<Option<Error>> = const { RefCell::new(None) };
     static REPLICA: RefCell<Option<ReplicaInfo>> = const { RefCell::new(None) };
     static VARIABLE_SCOPE: RefCell<Vec<Arc<VariableDistribution>>> = const { RefCell::new(Vec::new()) };
 }
@@ -153,4 +237,26 @@ pub fn distributed_variables_scope(how: Arc<VariableDistribution>) -> VariableDi
 /// The innermost variable distribution in force on this thread.
 pub(crate) fn current_variable_distribution() -> Option<Arc<VariableDistribution>> {
     VARIABLE_SCOPE.with(|s| s.borrow().last().cloned())
+}
+
+/// Keeps the first failure of a remote variable's read on this thread (reads cannot fail:
+/// they give the last value known here), for [`take_remote_failure`].
+pub(crate) fn note_remote_failure(e: Error) {
+    REMOTE_FAILURE.with(|f| {
+        let mut f = f.borrow_mut();
+        if f.is_none() {
+            *f = Some(e);
+        }
+    });
+}
+
+/// The first failure to read a remote variable on this thread since the last call: a
+/// strategy checks it after each step it runs (and the chief after its reads) and reports
+/// it, since `Variable::value` itself cannot fail.
+///
+/// ```no_run
+/// assert!(ferroflow_tensor::distribution::take_remote_failure().is_none());
+/// ```
+pub fn take_remote_failure() -> Option<Error> {
+    REMOTE_FAILURE.with(|f| f.borrow_mut().take())
 }

@@ -273,6 +273,15 @@ impl HostData {
     /// assert_eq!(HostData::from_le_bytes(DType::I32, &bytes), Some(d));
     /// ```
     pub fn to_le_bytes(&self) -> Vec<u8> {
+        // On little-endian machines the bytes are the memory itself (one copy).
+        #[cfg(target_endian = "little")]
+        match self {
+            HostData::F32(v) => return bytemuck::cast_slice(v).to_vec(),
+            HostData::F64(v) => return bytemuck::cast_slice(v).to_vec(),
+            HostData::I32(v) => return bytemuck::cast_slice(v).to_vec(),
+            HostData::I64(v) => return bytemuck::cast_slice(v).to_vec(),
+            _ => {}
+        }
         match self {
             HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
@@ -295,6 +304,22 @@ impl HostData {
             b.chunks_exact(N)
                 .map(|c| c.try_into().ok().map(&f))
                 .collect()
+        }
+        // On little-endian machines the values are the bytes themselves (one copy).
+        #[cfg(target_endian = "little")]
+        {
+            fn pod<T: bytemuck::Pod>(b: &[u8]) -> Option<Vec<T>> {
+                b.len()
+                    .is_multiple_of(std::mem::size_of::<T>())
+                    .then(|| bytemuck::pod_collect_to_vec(b))
+            }
+            match dtype {
+                DType::F32 => return pod(b).map(HostData::F32),
+                DType::F64 => return pod(b).map(HostData::F64),
+                DType::I32 => return pod(b).map(HostData::I32),
+                DType::I64 => return pod(b).map(HostData::I64),
+                _ => {}
+            }
         }
         Some(match dtype {
             DType::F16 => HostData::F16(chunks(b, half::f16::from_le_bytes)?),

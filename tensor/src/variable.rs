@@ -1,7 +1,10 @@
 //! [`Variable`]: named, mutable, shared state (what optimizers update and checkpoints save).
 
 use crate::dispatch::notify_variable_read;
-use crate::distribution::{current_variable_distribution, replica_context, ReplicaInfo};
+use crate::distribution::{
+    current_variable_distribution, note_remote_failure, replica_context, RemoteUpdate,
+    RemoteVariable, ReplicaInfo, VariablePlacement, VariableWrite,
+};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use std::fmt;
@@ -48,6 +51,9 @@ struct Inner {
     value: RwLock<Tensor>,
     /// Set when created inside a distribution strategy's scope.
     distributed: Option<Distributed>,
+    /// Set when a strategy placed the variable in another process (a parameter server):
+    /// reads and writes go there; `value` keeps the last value seen here.
+    remote: Option<Arc<dyn RemoteVariable>>,
 }
 
 /// The state of a variable created in a strategy's scope (TF's `MirroredVariable` and
@@ -62,24 +68,6 @@ struct Distributed {
     /// Mirrored: the updates the local replicas asked for in this step, applied together
     /// by the last one (so every replica of a step reads the same value, as in TF).
     pending: Mutex<Vec<Tensor>>,
-}
-
-/// What a write does with its value.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Write {
-    Assign,
-    Add,
-    Sub,
-}
-
-impl Write {
-    fn name(self) -> &'static str {
-        match self {
-            Write::Assign => "assign",
-            Write::Add => "assign_add",
-            Write::Sub => "assign_sub",
-        }
-    }
 }
 
 /// A named, shared, mutable tensor, like `tf.Variable`. Clones share the same state.
@@ -114,8 +102,20 @@ impl Variable {
         synchronization: VariableSynchronization,
         aggregation: VariableAggregation,
     ) -> Variable {
+        let name = name.into();
         let scope = current_variable_distribution();
-        let distributed = scope.as_ref().and_then(|how| {
+        let remote = scope
+            .as_ref()
+            .and_then(|how| how.place.as_ref())
+            .and_then(|place| {
+                place(&VariablePlacement {
+                    name: &name,
+                    initial: &initial,
+                    trainable,
+                    synchronization,
+                })
+            });
+        let distributed = scope.as_ref().filter(|_| remote.is_none()).and_then(|how| {
             (synchronization != VariableSynchronization::None).then(|| Distributed {
                 strategy: how.strategy,
                 copies: Mutex::new(vec![]),
@@ -129,12 +129,13 @@ impl Variable {
         });
         let v = Variable(Arc::new(Inner {
             id: NEXT_VAR.fetch_add(1, Ordering::Relaxed),
-            name: name.into(),
+            name,
             trainable,
             synchronization,
             aggregation,
             value: RwLock::new(initial),
             distributed,
+            remote,
         }));
         if let Some(hook) = scope.as_ref().and_then(|how| how.on_create.as_ref()) {
             hook(&v);
@@ -143,9 +144,75 @@ impl Variable {
     }
     /// Whether the variable was created in a distribution strategy's scope (TF's
     /// distributed variables: mirrored, or sync-on-read when its synchronization is
-    /// `OnRead`).
+    /// `OnRead`; or held by a parameter server).
     pub fn is_distributed(&self) -> bool {
-        self.0.distributed.is_some()
+        self.0.distributed.is_some() || self.0.remote.is_some()
+    }
+    /// The handle of the variable's remote home, when a strategy placed it in another
+    /// process.
+    pub fn remote(&self) -> Option<&dyn RemoteVariable> {
+        self.0.remote.as_deref()
+    }
+    /// Where the variable lives when a strategy placed it in another process
+    /// (`/job:ps/task:0`), else `None`.
+    pub fn remote_location(&self) -> Option<String> {
+        self.0.remote.as_ref().map(|r| r.location())
+    }
+    /// The optimizer slot `slot` of `primary` (`<primary>/<slot>`, not trainable), starting
+    /// at `initial`: next to its variable on a parameter server when the variable is held
+    /// by one, else an ordinary variable (distributed like `primary` in a strategy's scope).
+    pub fn new_slot(primary: &Variable, slot: &str, initial: Tensor) -> Variable {
+        let name = format!("{}/{slot}", primary.name());
+        match &primary.0.remote {
+            Some(r) => Variable(Arc::new(Inner {
+                id: NEXT_VAR.fetch_add(1, Ordering::Relaxed),
+                remote: Some(r.slot(slot, &initial)),
+                name,
+                trainable: false,
+                synchronization: VariableSynchronization::Auto,
+                aggregation: VariableAggregation::None,
+                value: RwLock::new(initial),
+                distributed: None,
+            })),
+            None => Variable::with_options(
+                name,
+                initial,
+                false,
+                VariableSynchronization::Auto,
+                VariableAggregation::None,
+            ),
+        }
+    }
+    /// Applies an optimizer step where a remote variable lives (its slots with it): `None`
+    /// for a variable of this process (the optimizer updates it itself), else the outcome.
+    pub fn apply_remote_update(
+        &self,
+        update: &RemoteUpdate,
+        gradient: &Tensor,
+        slots: &[&Variable],
+    ) -> Option<Result<()>> {
+        let remote = self.0.remote.as_ref()?;
+        Some((|| {
+            let current = self.last_known();
+            check_write(VariableWrite::Sub, &current, gradient)?;
+            let slot_handles = slots
+                .iter()
+                .map(|s| {
+                    s.0.remote.as_deref().ok_or_else(|| {
+                        Error::invalid(
+                            "apply_gradients",
+                            format!(
+                                "slot {:?} of {:?} is not held with its variable on {}",
+                                s.name(),
+                                self.name(),
+                                remote.location()
+                            ),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            remote.apply(update, gradient, &slot_handles)
+        })())
     }
     /// Unique id.
     pub fn id(&self) -> u64 {
@@ -193,6 +260,20 @@ impl Variable {
     }
 
     fn primary(&self) -> Tensor {
+        if let Some(remote) = &self.0.remote {
+            match remote.read() {
+                Ok(v) => {
+                    *self.0.value.write().unwrap_or_else(|e| e.into_inner()) = v.clone();
+                    return v;
+                }
+                Err(e) => note_remote_failure(e),
+            }
+        }
+        self.last_known()
+    }
+
+    /// The value held in this process (a remote variable's last value seen here).
+    fn last_known(&self) -> Tensor {
         self.0
             .value
             .read()
@@ -278,13 +359,13 @@ impl Variable {
             _ => first,
         }
     }
-    /// The shape.
+    /// The shape (fixed for the variable's life).
     pub fn shape(&self) -> Vec<usize> {
-        self.peek().shape().to_vec()
+        self.last_known().shape().to_vec()
     }
     /// The dtype (fixed for the variable's life).
     pub fn dtype(&self) -> crate::DType {
-        self.peek().dtype()
+        self.last_known().dtype()
     }
     /// Replaces the value; shape and dtype must stay as they are (a value on another
     /// device is copied to the variable's).
@@ -294,18 +375,22 @@ impl Variable {
     /// `OnlyFirstReplica`; `None` is an error) and takes effect when the last local
     /// replica has written, combining every replica's value (across workers too).
     pub fn assign(&self, value: &Tensor) -> Result<()> {
-        self.write(Write::Assign, value)
+        self.write(VariableWrite::Assign, value)
     }
     /// `self += delta`.
     pub fn assign_add(&self, delta: &Tensor) -> Result<()> {
-        self.write(Write::Add, delta)
+        self.write(VariableWrite::Add, delta)
     }
     /// `self -= delta`.
     pub fn assign_sub(&self, delta: &Tensor) -> Result<()> {
-        self.write(Write::Sub, delta)
+        self.write(VariableWrite::Sub, delta)
     }
 
-    fn write(&self, kind: Write, value: &Tensor) -> Result<()> {
+    fn write(&self, kind: VariableWrite, value: &Tensor) -> Result<()> {
+        if let Some(remote) = &self.0.remote {
+            check_write(kind, &self.last_known(), value)?;
+            return remote.write(kind, value);
+        }
         let Some(d) = &self.0.distributed else {
             return self.write_primary(kind, value);
         };
@@ -333,7 +418,7 @@ impl Variable {
                     // Cross-replica: every replica gets the value (a share of it when the
                     // replicas' values are summed on read, as TF does).
                     let share = if self.0.aggregation == VariableAggregation::Sum
-                        && kind == Write::Assign
+                        && kind == VariableWrite::Assign
                     {
                         value.div(&value.scalar_like(parts.len() as f64)?)?
                     } else {
@@ -377,7 +462,7 @@ impl Variable {
         self.write_primary(kind, &combined)
     }
 
-    fn write_primary(&self, kind: Write, value: &Tensor) -> Result<()> {
+    fn write_primary(&self, kind: VariableWrite, value: &Tensor) -> Result<()> {
         let mut slot = self.0.value.write().unwrap_or_else(|e| e.into_inner());
         let new = apply_write(kind, &slot, value)?;
         *slot = new;
@@ -425,7 +510,7 @@ fn combine_replica_writes(var: &Variable, r: &ReplicaInfo, values: Vec<Tensor>) 
     Ok(total)
 }
 
-fn check_write(kind: Write, current: &Tensor, value: &Tensor) -> Result<()> {
+fn check_write(kind: VariableWrite, current: &Tensor, value: &Tensor) -> Result<()> {
     if current.shape() != value.shape() {
         return Err(Error::ShapeMismatch {
             op: kind.name(),
@@ -445,7 +530,7 @@ fn check_write(kind: Write, current: &Tensor, value: &Tensor) -> Result<()> {
 }
 
 /// `current` after the write, on `current`'s device.
-fn apply_write(kind: Write, current: &Tensor, value: &Tensor) -> Result<Tensor> {
+fn apply_write(kind: VariableWrite, current: &Tensor, value: &Tensor) -> Result<Tensor> {
     check_write(kind, current, value)?;
     let value = if value.device() != current.device() {
         value.to_device(current.device())?
@@ -453,9 +538,9 @@ fn apply_write(kind: Write, current: &Tensor, value: &Tensor) -> Result<Tensor> 
         value.clone()
     };
     match kind {
-        Write::Assign => Ok(value),
-        Write::Add => current.add(&value),
-        Write::Sub => current.sub(&value),
+        VariableWrite::Assign => Ok(value),
+        VariableWrite::Add => current.add(&value),
+        VariableWrite::Sub => current.sub(&value),
     }
 }
 

@@ -1,0 +1,496 @@
+//! [`ClusterCoordinator`] (TF's `tf.distribute.experimental.coordinator.ClusterCoordinator`):
+//! the chief's queue of scheduled functions, one thread per worker that takes them off it,
+//! and what happens when a worker or a parameter server goes away.
+//!
+//! Each worker's thread checks that its worker answers (`worker.hello`), brings it up to
+//! date (the per-worker datasets and iterators created so far, again after the worker
+//! restarted), then runs closures one at a time. A closure whose worker stops answering
+//! goes back to the front of the queue for any worker (at-least-once: it may have run
+//! before its worker died); the thread then waits for its worker to come back. A closure
+//! that fails, or finds a parameter server gone, is an error for its [`RemoteValue`] and
+//! for the next `schedule`, `join` or `done`.
+
+use super::strategy::ParameterServerStrategy;
+use super::worker::{DatasetRequest, HelloReply, IteratorRequest, RunOutcome, RunRequest};
+use bytes::Bytes;
+use ferroflow_cluster::Peer;
+use ferroflow_tensor::{Error, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long a scheduled function may run on a worker before the coordinator gives up on
+/// the worker (`FERROFLOW_FUNCTION_TIMEOUT` seconds; 600 by default). A worker that dies
+/// is noticed at once: its connection closes.
+fn function_timeout() -> Duration {
+    std::env::var("FERROFLOW_FUNCTION_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .map_or(Duration::from_secs(600), Duration::from_secs_f64)
+}
+
+struct Closure {
+    function: String,
+    args: String,
+    result: Arc<Slot>,
+    /// How many times it was sent to a worker.
+    attempts: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Slot {
+    value: Mutex<Option<Result<String>>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn set(&self, v: Result<String>) {
+        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        self.ready.notify_all();
+    }
+}
+
+/// The result of a scheduled function (TF's `RemoteValue`).
+pub struct RemoteValue<T> {
+    slot: Arc<Slot>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned> RemoteValue<T> {
+    /// Waits for the function and returns its result, or its error.
+    pub fn fetch(&self) -> Result<T> {
+        let mut v = self.slot.value.lock().unwrap_or_else(|e| e.into_inner());
+        while v.is_none() {
+            v = self.slot.ready.wait(v).unwrap_or_else(|e| e.into_inner());
+        }
+        match v.as_ref().expect("checked above") {
+            Ok(json) => serde_json::from_str(json).map_err(|e| {
+                Error::invalid(
+                    "RemoteValue::fetch",
+                    format!(
+                        "the result does not deserialize as {}: {e}",
+                        std::any::type_name::<T>()
+                    ),
+                )
+            }),
+            Err(e) => Err(e.clone()),
+        }
+    }
+    /// Whether the function has finished.
+    pub fn is_ready(&self) -> bool {
+        self.slot
+            .value
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+}
+
+/// A dataset every worker makes with the registered dataset function
+/// (`create_per_worker_dataset`).
+pub struct PerWorkerDataset {
+    id: u64,
+    coordinator: Arc<Shared>,
+}
+
+impl PerWorkerDataset {
+    /// An iterator over it on every worker (`iter(per_worker_dataset)`), to pass to
+    /// scheduled functions, which read it with `WorkerContext::next`.
+    pub fn iter(&self) -> Result<PerWorkerIterator> {
+        let id = self.coordinator.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut q = self.coordinator.lock();
+        q.setup.push(Setup::Iterator {
+            id,
+            dataset: self.id,
+        });
+        drop(q);
+        self.coordinator.wake.notify_all();
+        Ok(PerWorkerIterator { id })
+    }
+}
+
+/// A per-worker iterator: each worker resolves it to its own iterator (a scheduled
+/// function's argument).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PerWorkerIterator {
+    pub(crate) id: u64,
+}
+
+#[derive(Clone)]
+enum Setup {
+    Dataset { id: u64, name: String },
+    Iterator { id: u64, dataset: u64 },
+}
+
+#[derive(Default)]
+struct Queue {
+    closures: VecDeque<Arc<Closure>>,
+    in_flight: usize,
+    error: Option<Error>,
+    stopping: bool,
+    setup: Vec<Setup>,
+    scheduled: u64,
+    retried: u64,
+    workers_up: Vec<bool>,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when closures or setup arrive, or the coordinator stops.
+    wake: Condvar,
+    /// Signalled when a closure finishes (for `join`).
+    finished: Condvar,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Schedules functions on the workers of a [`ParameterServerStrategy`] and survives their
+/// loss (TF's `ClusterCoordinator`).
+///
+/// ```no_run
+/// # fn f(strategy: &ferroflow_distribute::ParameterServerStrategy) -> ferroflow::Result<()> {
+/// use ferroflow_distribute::ClusterCoordinator;
+/// let coordinator = ClusterCoordinator::new(strategy)?;
+/// let loss = coordinator.schedule::<_, f32>("train_step", &())?;
+/// coordinator.join()?;
+/// println!("loss {}", loss.fetch()?);
+/// # Ok(()) }
+/// ```
+pub struct ClusterCoordinator {
+    strategy: ParameterServerStrategy,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// How many closures ran and how many went out again after their worker was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleStats {
+    /// Closures scheduled.
+    pub scheduled: u64,
+    /// Times a closure was sent again because its worker stopped answering.
+    pub retried: u64,
+}
+
+impl ClusterCoordinator {
+    /// A coordinator of `strategy`'s workers; one thread per worker starts taking
+    /// closures as soon as its worker answers.
+    pub fn new(strategy: &ParameterServerStrategy) -> Result<ClusterCoordinator> {
+        let workers = strategy.worker_tasks();
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                workers_up: vec![false; workers.len()],
+                ..Default::default()
+            }),
+            wake: Condvar::new(),
+            finished: Condvar::new(),
+            next_id: AtomicU64::new(1),
+        });
+        let server = &strategy.inner.server;
+        let mut threads = vec![];
+        for (i, (name, address)) in workers.into_iter().enumerate() {
+            let control = server.peer(&name, &address, Duration::from_secs(5))?;
+            let runner = server.peer(&name, &address, function_timeout())?;
+            let shared = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("coordinator-worker-{i}"))
+                    .spawn(move || worker_loop(i, &control, &runner, &shared))
+                    .map_err(|e| Error::io("starting a coordinator thread", &e))?,
+            );
+        }
+        Ok(ClusterCoordinator {
+            strategy: strategy.clone(),
+            shared,
+            threads,
+        })
+    }
+
+    /// The strategy.
+    pub fn strategy(&self) -> &ParameterServerStrategy {
+        &self.strategy
+    }
+
+    fn check_error(&self, q: &mut Queue) -> Result<()> {
+        match q.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues the registered function `function` with `args` for the next free worker and
+    /// returns at once (TF's `schedule`). An error a closure scheduled earlier ran into
+    /// (its own, or a parameter server that is gone) is returned here, once.
+    pub fn schedule<A: Serialize, T: DeserializeOwned>(
+        &self,
+        function: &str,
+        args: &A,
+    ) -> Result<RemoteValue<T>> {
+        self.strategy.create_variables()?;
+        let args = serde_json::to_string(args).map_err(|e| {
+            Error::invalid(
+                "schedule",
+                format!("the arguments of {function:?} do not serialize: {e}"),
+            )
+        })?;
+        let slot = Arc::new(Slot::default());
+        let mut q = self.shared.lock();
+        self.check_error(&mut q)?;
+        q.scheduled += 1;
+        q.closures.push_back(Arc::new(Closure {
+            function: function.to_string(),
+            args,
+            result: slot.clone(),
+            attempts: AtomicUsize::new(0),
+        }));
+        drop(q);
+        self.shared.wake.notify_one();
+        Ok(RemoteValue {
+            slot,
+            _t: PhantomData,
+        })
+    }
+
+    /// Waits until every scheduled closure has finished (TF's `join`); the first error
+    /// one of them ran into, if any.
+    pub fn join(&self) -> Result<()> {
+        let mut q = self.shared.lock();
+        loop {
+            self.check_error(&mut q)?;
+            if q.closures.is_empty() && q.in_flight == 0 {
+                return Ok(());
+            }
+            q = self
+                .shared
+                .finished
+                .wait_timeout(q, Duration::from_millis(200))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Whether every scheduled closure has finished (TF's `done`); an error one ran into.
+    pub fn done(&self) -> Result<bool> {
+        let mut q = self.shared.lock();
+        self.check_error(&mut q)?;
+        Ok(q.closures.is_empty() && q.in_flight == 0)
+    }
+
+    /// Has every worker make a dataset with the registered dataset function `name` (TF's
+    /// `create_per_worker_dataset`); a worker that restarts makes it again.
+    pub fn create_per_worker_dataset(&self, name: &str) -> Result<PerWorkerDataset> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut q = self.shared.lock();
+        self.check_error(&mut q)?;
+        q.setup.push(Setup::Dataset {
+            id,
+            name: name.to_string(),
+        });
+        drop(q);
+        self.shared.wake.notify_all();
+        Ok(PerWorkerDataset {
+            id,
+            coordinator: self.shared.clone(),
+        })
+    }
+
+    /// Closures scheduled so far and how many were sent again after a worker was lost.
+    pub fn stats(&self) -> ScheduleStats {
+        let q = self.shared.lock();
+        ScheduleStats {
+            scheduled: q.scheduled,
+            retried: q.retried,
+        }
+    }
+
+    /// How many workers answer now.
+    pub fn workers_up(&self) -> usize {
+        self.shared.lock().workers_up.iter().filter(|u| **u).count()
+    }
+}
+
+impl Drop for ClusterCoordinator {
+    fn drop(&mut self) {
+        self.shared.lock().stopping = true;
+        self.shared.wake.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn json<T: Serialize>(v: &T) -> Result<Bytes> {
+    serde_json::to_vec(v)
+        .map(Bytes::from)
+        .map_err(|e| Error::invalid("coordinator", e.to_string()))
+}
+
+/// One worker's thread: keep the worker set up, run closures on it, hand back the ones it
+/// did not finish.
+fn worker_loop(index: usize, control: &Peer, runner: &Peer, shared: &Shared) {
+    let mut incarnation: Option<u64> = None;
+    let mut healthy = false;
+    let mut set_up = 0usize;
+    let set_up_state = |shared: &Shared, up: bool| {
+        shared.lock().workers_up[index] = up;
+    };
+    loop {
+        if shared.lock().stopping {
+            return;
+        }
+        // Is the worker there, and is it the process we set up? (Asked at the start and
+        // after a failure; while closures succeed, the worker is the one we know.)
+        let inc = match (incarnation, healthy) {
+            (Some(inc), true) => inc,
+            _ => {
+                let hello = control
+                    .start_call("worker.hello", Bytes::new(), false)
+                    .wait()
+                    .and_then(|b| {
+                        serde_json::from_slice::<HelloReply>(&b)
+                            .map_err(|e| Error::invalid("worker.hello", e.to_string()))
+                    });
+                match hello {
+                    Ok(h) => h.incarnation,
+                    Err(_) => {
+                        set_up_state(shared, false);
+                        let q = shared.lock();
+                        if q.stopping {
+                            return;
+                        }
+                        drop(shared.wake.wait_timeout(q, Duration::from_millis(250)));
+                        continue;
+                    }
+                }
+            }
+        };
+        if incarnation != Some(inc) {
+            incarnation = Some(inc);
+            set_up = 0;
+        }
+        healthy = true;
+        set_up_state(shared, true);
+        // Bring the worker's datasets and iterators up to date.
+        let setup: Vec<Setup> = shared.lock().setup[set_up..].to_vec();
+        let mut failed = false;
+        for s in setup {
+            let call = match &s {
+                Setup::Dataset { id, name } => json(&DatasetRequest {
+                    incarnation: inc,
+                    id: *id,
+                    name: name.clone(),
+                })
+                .map(|p| runner.start_call("worker.dataset", p, false)),
+                Setup::Iterator { id, dataset } => json(&IteratorRequest {
+                    incarnation: inc,
+                    id: *id,
+                    dataset: *dataset,
+                })
+                .map(|p| runner.start_call("worker.iterator", p, false)),
+            };
+            match call.and_then(|c| c.wait()) {
+                Ok(_) => set_up += 1,
+                Err(e @ Error::Remote { .. }) => {
+                    let mut q = shared.lock();
+                    q.error.get_or_insert(e);
+                    drop(q);
+                    shared.finished.notify_all();
+                    set_up += 1;
+                }
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        if failed {
+            healthy = false;
+            continue;
+        }
+        // Take a closure (or notice new setup, or stop).
+        let closure = {
+            let mut q = shared.lock();
+            loop {
+                if q.stopping {
+                    return;
+                }
+                if q.setup.len() > set_up {
+                    break None;
+                }
+                if let Some(c) = q.closures.pop_front() {
+                    q.in_flight += 1;
+                    break Some(c);
+                }
+                q = shared
+                    .wake
+                    .wait_timeout(q, Duration::from_millis(500))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        };
+        let Some(closure) = closure else { continue };
+        closure.attempts.fetch_add(1, Ordering::Relaxed);
+        let request = json(&RunRequest {
+            incarnation: inc,
+            function: closure.function.clone(),
+            args: closure.args.clone(),
+        });
+        let reply = request.and_then(|p| runner.start_call("worker.run", p, false).wait());
+        let outcome = reply.and_then(|b| {
+            serde_json::from_slice::<RunOutcome>(&b)
+                .map_err(|e| Error::invalid("worker.run", format!("malformed reply: {e}")))
+        });
+        let mut q = shared.lock();
+        q.in_flight -= 1;
+        match outcome {
+            Ok(RunOutcome::Done(json)) => closure.result.set(Ok(json)),
+            Ok(RunOutcome::Restarted) => {
+                q.closures.push_front(closure);
+                q.retried += 1;
+                healthy = false;
+            }
+            Ok(RunOutcome::Failed(msg)) => {
+                let e = Error::Remote {
+                    op: format!("function {:?}", closure.function),
+                    peer: runner.name().to_string(),
+                    msg,
+                };
+                closure.result.set(Err(e.clone()));
+                q.error.get_or_insert(e);
+            }
+            Ok(RunOutcome::PsUnavailable(msg)) => {
+                let e = Error::Unavailable {
+                    op: format!("function {:?}", closure.function),
+                    peer: runner.name().to_string(),
+                    msg: format!("a parameter server is unavailable: {msg}"),
+                };
+                closure.result.set(Err(e.clone()));
+                q.error.get_or_insert(e);
+            }
+            Err(e @ Error::Remote { .. }) => {
+                closure.result.set(Err(e.clone()));
+                q.error.get_or_insert(e);
+            }
+            Err(_) => {
+                // The worker stopped answering: someone else runs it.
+                q.closures.push_front(closure);
+                q.retried += 1;
+                q.workers_up[index] = false;
+                healthy = false;
+            }
+        }
+        drop(q);
+        shared.finished.notify_all();
+        shared.wake.notify_all();
+    }
+}

@@ -1,0 +1,427 @@
+//! A worker of a parameter-server job: the functions it runs by name ([`Functions`]), the
+//! per-worker datasets it iterates ([`WorkerContext::next`]), and the methods it serves the
+//! chief's coordinator.
+//!
+//! | method | request (JSON) | reply (JSON) |
+//! |---|---|---|
+//! | `worker.hello` | — | the worker's incarnation (new each time the process starts) |
+//! | `worker.run` | incarnation, function name, arguments | [`RunOutcome`] |
+//! | `worker.dataset` | incarnation, dataset id, dataset function name | — |
+//! | `worker.iterator` | incarnation, iterator id, dataset id | — |
+//!
+//! One thread owns the worker's state and runs everything, one call at a time, inside the
+//! strategy's scope; the server's handlers pass it the calls.
+
+use super::strategy::{scope_of, ParameterServerStrategy};
+use super::variables::VariablePartitioner;
+use crate::input::InputContext;
+use bytes::Bytes;
+use ferroflow_cluster::TaskServer;
+use ferroflow_data::Dataset;
+use ferroflow_tensor::distribution::take_remote_failure;
+use ferroflow_tensor::{Error, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+type StepFn<S> = Box<dyn Fn(&mut S, &mut WorkerContext, &str) -> Result<String> + Send>;
+type DatasetFn = Arc<dyn Fn(&InputContext) -> Result<Box<dyn Fn() -> Box<dyn Any>>> + Send + Sync>;
+type BuildFn<S> = Box<dyn FnOnce(&WorkerContext) -> Result<S> + Send>;
+
+/// The functions a parameter-server job's workers run, by name, and the state they run on
+/// (TF's `tf.function`s the coordinator schedules: Rust cannot ship closures, so every
+/// task runs the same binary and the chief schedules functions by name with serialisable
+/// arguments).
+///
+/// The state (a model, an optimizer, metrics) is built once per worker process, in the
+/// strategy's scope, by `build`; the chief builds it with the same function first
+/// ([`Functions::build_state`]) so that its variables and the workers' are the same ones
+/// on the parameter servers.
+///
+/// ```no_run
+/// use ferroflow_distribute::Functions;
+/// let functions = Functions::new(|_ctx| Ok(ferroflow::Variable::new("w", ferroflow::Tensor::scalar(0.0f32)?)))
+///     .function("add", |w, _ctx, x: f32| {
+///         w.assign_add(&ferroflow::Tensor::scalar(x)?)?;
+///         Ok(w.value().item::<f32>()?)
+///     });
+/// ```
+pub struct Functions<S> {
+    build: Option<BuildFn<S>>,
+    functions: HashMap<String, StepFn<S>>,
+    datasets: HashMap<String, DatasetFn>,
+    pub(crate) partitioner: Option<Arc<dyn VariablePartitioner>>,
+}
+
+impl<S: 'static> Functions<S> {
+    /// Functions on the state `build` makes.
+    pub fn new(build: impl FnOnce(&WorkerContext) -> Result<S> + Send + 'static) -> Functions<S> {
+        Functions {
+            build: Some(Box::new(build)),
+            functions: HashMap::new(),
+            datasets: HashMap::new(),
+            partitioner: None,
+        }
+    }
+
+    /// Registers `f` as `name`: its arguments and result travel as JSON.
+    pub fn function<A, R>(
+        mut self,
+        name: &str,
+        f: impl Fn(&mut S, &mut WorkerContext, A) -> Result<R> + Send + 'static,
+    ) -> Functions<S>
+    where
+        A: DeserializeOwned,
+        R: Serialize,
+    {
+        let fname = name.to_string();
+        self.functions.insert(
+            name.to_string(),
+            Box::new(move |state, ctx, args| {
+                let a: A = serde_json::from_str(args).map_err(|e| {
+                    Error::invalid(
+                        "worker.run",
+                        format!("the arguments of {fname:?} do not deserialize: {e}"),
+                    )
+                })?;
+                let r = f(state, ctx, a)?;
+                serde_json::to_string(&r).map_err(|e| {
+                    Error::invalid("worker.run", format!("the result of {fname:?}: {e}"))
+                })
+            }),
+        );
+        self
+    }
+
+    /// Registers `make` as the dataset function `name` (TF's `dataset_fn` of
+    /// `create_per_worker_dataset`): each worker calls it with its [`InputContext`].
+    pub fn dataset<T: Send + 'static>(
+        mut self,
+        name: &str,
+        make: impl Fn(&InputContext) -> Result<Dataset<T>> + Send + Sync + 'static,
+    ) -> Functions<S> {
+        self.datasets.insert(
+            name.to_string(),
+            Arc::new(move |ctx| {
+                let dataset = make(ctx)?;
+                Ok(Box::new(move || Box::new(dataset.iter()) as Box<dyn Any>)
+                    as Box<dyn Fn() -> Box<dyn Any>>)
+            }),
+        );
+        self
+    }
+
+    /// Shards large variables with `partitioner` (the chief's strategy must use the same).
+    pub fn variable_partitioner(mut self, partitioner: Arc<dyn VariablePartitioner>) -> Self {
+        self.partitioner = Some(partitioner);
+        self
+    }
+
+    /// Builds the state in `strategy`'s scope: the chief does, before it schedules, so its
+    /// variables are the workers' (same creation order, same keys on the ps).
+    pub fn build_state(&mut self, strategy: &ParameterServerStrategy) -> Result<S> {
+        let build = self.build.take().ok_or_else(|| {
+            Error::invalid("Functions::build_state", "the state was already built")
+        })?;
+        let _scope = scope_of(strategy);
+        build(&WorkerContext::new(None, strategy.worker_tasks().len()))
+    }
+}
+
+/// What a running function knows of its worker: its index, and its per-worker iterators.
+pub struct WorkerContext {
+    worker_index: Option<usize>,
+    num_workers: usize,
+    iterators: HashMap<u64, Box<dyn Any>>,
+}
+
+impl WorkerContext {
+    fn new(worker_index: Option<usize>, num_workers: usize) -> WorkerContext {
+        WorkerContext {
+            worker_index,
+            num_workers,
+            iterators: HashMap::new(),
+        }
+    }
+    /// This worker's index (`None` on the chief).
+    pub fn worker_index(&self) -> Option<usize> {
+        self.worker_index
+    }
+    /// How many workers the job has.
+    pub fn num_workers(&self) -> usize {
+        self.num_workers
+    }
+    /// The next element of this worker's iterator `iterator` (TF's `next(iterator)` in a
+    /// scheduled function); `Ok(None)` at its end. `T` is the dataset function's element
+    /// type.
+    pub fn next<T: 'static>(&mut self, iterator: &crate::PerWorkerIterator) -> Result<Option<T>> {
+        let it = self.iterators.get_mut(&iterator.id).ok_or_else(|| {
+            Error::invalid(
+                "next",
+                format!(
+                    "this worker has no iterator {} (made by the coordinator's \
+                     create_per_worker_dataset(..).iter())",
+                    iterator.id
+                ),
+            )
+        })?;
+        let it = it
+            .downcast_mut::<ferroflow_data::DatasetIter<T>>()
+            .ok_or_else(|| {
+                Error::invalid(
+                    "next",
+                    format!(
+                        "iterator {}'s elements are not {}",
+                        iterator.id,
+                        std::any::type_name::<T>()
+                    ),
+                )
+            })?;
+        it.next().transpose()
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct HelloReply {
+    pub incarnation: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct RunRequest {
+    pub incarnation: u64,
+    pub function: String,
+    pub args: String,
+}
+
+/// How a scheduled function ended on a worker.
+#[derive(Serialize, Deserialize, Debug)]
+pub(crate) enum RunOutcome {
+    /// Its result, as JSON.
+    Done(String),
+    /// It failed (its own error: bad arguments, an unknown name, a shape error, ...).
+    Failed(String),
+    /// A parameter server did not answer: the job cannot go on without it.
+    PsUnavailable(String),
+    /// The request was for an earlier incarnation of this worker (it restarted): the
+    /// coordinator replays its datasets and sends the function again.
+    Restarted,
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct DatasetRequest {
+    pub incarnation: u64,
+    pub id: u64,
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct IteratorRequest {
+    pub incarnation: u64,
+    pub id: u64,
+    pub dataset: u64,
+}
+
+enum Job {
+    Run(RunRequest, mpsc::Sender<RunOutcome>),
+    Dataset(DatasetRequest, mpsc::Sender<Result<()>>),
+    Iterator(IteratorRequest, mpsc::Sender<Result<()>>),
+}
+
+/// The worker's serving state; dropping it ends the function thread.
+pub(crate) struct WorkerService {
+    _jobs: mpsc::Sender<Job>,
+}
+
+fn json<T: Serialize>(v: &T) -> Result<Bytes> {
+    serde_json::to_vec(v)
+        .map(Bytes::from)
+        .map_err(|e| Error::invalid("worker", e.to_string()))
+}
+
+fn parse<T: DeserializeOwned>(what: &'static str, b: &[u8]) -> Result<T> {
+    serde_json::from_slice(b).map_err(|e| Error::invalid(what, format!("malformed request: {e}")))
+}
+
+/// Starts the worker's function thread (building the state) and serves the worker methods
+/// on `server`.
+pub(crate) fn serve_worker<S: 'static>(
+    server: &TaskServer,
+    strategy: ParameterServerStrategy,
+    index: usize,
+    mut functions: Functions<S>,
+) -> Result<WorkerService> {
+    let incarnation = {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.finish()
+    };
+    let num_workers = strategy.worker_tasks().len();
+    let build = functions
+        .build
+        .take()
+        .ok_or_else(|| Error::invalid("Server::run_worker", "the state was already built"))?;
+    let steps = std::mem::take(&mut functions.functions);
+    let datasets = std::mem::take(&mut functions.datasets);
+    let (jobs, inbox) = mpsc::channel::<Job>();
+    let (built_tx, built_rx) = mpsc::channel::<Result<()>>();
+    let client = strategy.inner.client.clone();
+    std::thread::Builder::new()
+        .name("ps-worker-functions".into())
+        .spawn(move || {
+            let _scope = scope_of(&strategy);
+            let mut ctx = WorkerContext::new(Some(index), num_workers);
+            let mut state = match build(&ctx) {
+                Ok(s) => {
+                    let _ = built_tx.send(Ok(()));
+                    s
+                }
+                Err(e) => {
+                    let _ = built_tx.send(Err(e));
+                    return;
+                }
+            };
+            let mut made: HashMap<u64, Box<dyn Fn() -> Box<dyn Any>>> = HashMap::new();
+            for job in inbox {
+                match job {
+                    Job::Run(req, reply) => {
+                        let outcome = if req.incarnation != incarnation {
+                            RunOutcome::Restarted
+                        } else {
+                            run_function(&steps, &client, &mut state, &mut ctx, &req)
+                        };
+                        let _ = reply.send(outcome);
+                    }
+                    Job::Dataset(req, reply) => {
+                        let outcome = if req.incarnation != incarnation {
+                            Err(Error::invalid("worker.dataset", "this worker restarted"))
+                        } else {
+                            match datasets.get(&req.name) {
+                                None => Err(Error::invalid(
+                                    "worker.dataset",
+                                    format!("no dataset function {:?} is registered", req.name),
+                                )),
+                                Some(make) => make(&InputContext {
+                                    num_input_pipelines: num_workers,
+                                    input_pipeline_id: index,
+                                    num_replicas_in_sync: num_workers,
+                                })
+                                .map(|m| {
+                                    made.insert(req.id, m);
+                                }),
+                            }
+                        };
+                        let _ = reply.send(outcome);
+                    }
+                    Job::Iterator(req, reply) => {
+                        let outcome = if req.incarnation != incarnation {
+                            Err(Error::invalid("worker.iterator", "this worker restarted"))
+                        } else {
+                            match made.get(&req.dataset) {
+                                None => Err(Error::invalid(
+                                    "worker.iterator",
+                                    format!("this worker has no dataset {}", req.dataset),
+                                )),
+                                Some(m) => {
+                                    ctx.iterators.insert(req.id, m());
+                                    Ok(())
+                                }
+                            }
+                        };
+                        let _ = reply.send(outcome);
+                    }
+                }
+            }
+        })
+        .map_err(|e| Error::io("starting the worker's function thread", &e))?;
+    built_rx.recv().map_err(|_| {
+        Error::invalid(
+            "Server::run_worker",
+            "the function thread ended while building the state",
+        )
+    })??;
+    let jobs = Arc::new(Mutex::new(jobs));
+    server.handle("worker.hello", move |_| json(&HelloReply { incarnation }));
+    let j = jobs.clone();
+    server.handle("worker.run", move |b| {
+        let req: RunRequest = parse("worker.run", &b)?;
+        let (tx, rx) = mpsc::channel();
+        send(&j, Job::Run(req, tx))?;
+        json(&rx.recv().map_err(|_| gone())?)
+    });
+    let j = jobs.clone();
+    server.handle("worker.dataset", move |b| {
+        let req: DatasetRequest = parse("worker.dataset", &b)?;
+        let (tx, rx) = mpsc::channel();
+        send(&j, Job::Dataset(req, tx))?;
+        rx.recv().map_err(|_| gone())??;
+        Ok(Bytes::new())
+    });
+    let j = jobs.clone();
+    server.handle("worker.iterator", move |b| {
+        let req: IteratorRequest = parse("worker.iterator", &b)?;
+        let (tx, rx) = mpsc::channel();
+        send(&j, Job::Iterator(req, tx))?;
+        rx.recv().map_err(|_| gone())??;
+        Ok(Bytes::new())
+    });
+    let keep = jobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok(WorkerService { _jobs: keep })
+}
+
+fn gone() -> Error {
+    Error::invalid("worker", "the worker's function thread has ended")
+}
+
+fn send(jobs: &Mutex<mpsc::Sender<Job>>, job: Job) -> Result<()> {
+    jobs.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send(job)
+        .map_err(|_| gone())
+}
+
+fn run_function<S>(
+    steps: &HashMap<String, StepFn<S>>,
+    client: &super::variables::PsClient,
+    state: &mut S,
+    ctx: &mut WorkerContext,
+    req: &RunRequest,
+) -> RunOutcome {
+    let Some(f) = steps.get(&req.function) else {
+        let mut names: Vec<&String> = steps.keys().collect();
+        names.sort();
+        return RunOutcome::Failed(format!(
+            "no function {:?} is registered on this worker (registered: {names:?})",
+            req.function
+        ));
+    };
+    let _ = take_remote_failure();
+    client.begin_function();
+    let result = f(state, ctx, &req.args);
+    let ended = client.end_function();
+    let failure = take_remote_failure();
+    let ps_error = [
+        result.as_ref().err(),
+        ended.as_ref().err(),
+        failure.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|e| matches!(e, Error::Unavailable { .. }))
+    .map(|e| e.to_string());
+    if let Some(msg) = ps_error {
+        return RunOutcome::PsUnavailable(msg);
+    }
+    match (result, ended, failure) {
+        (Ok(r), Ok(()), None) => RunOutcome::Done(r),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Some(e)) => RunOutcome::Failed(e.to_string()),
+    }
+}
