@@ -84,6 +84,11 @@ pub trait Strategy: Send + Sync {
     fn variable_distribution(&self) -> Option<Arc<VariableDistribution>>;
     /// This strategy as a shared trait object (strategies are cheap handles).
     fn to_dyn(&self) -> Arc<dyn Strategy>;
+    /// The parameter-server strategy this is, if it is one (Keras' `fit` schedules its
+    /// steps on the workers then).
+    fn as_parameter_server(&self) -> Option<&crate::ParameterServerStrategy> {
+        None
+    }
 
     /// Enters the strategy's scope until the guard drops (`with strategy.scope():`):
     /// variables created in it are distributed, and [`get_strategy`] returns this strategy.

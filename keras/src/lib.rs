@@ -53,4 +53,7 @@ pub mod saving;
 pub use callbacks::{Callback, History, Logs};
 pub use functional::{input, Functional, KerasTensor, Symbolic};
 pub use layer::{Layer, LayerBase, LayerRef};
-pub use model::{Batch, Data, FitBatch, FitConfig, Model, Sequential, ValidationData};
+pub use model::{
+    fit_functions, Batch, Data, DatasetCreator, FitBatch, FitConfig, Model, Sequential,
+    ValidationData,
+};

@@ -216,6 +216,9 @@ impl Strategy for ParameterServerStrategy {
     fn to_dyn(&self) -> Arc<dyn Strategy> {
         Arc::new(self.clone())
     }
+    fn as_parameter_server(&self) -> Option<&ParameterServerStrategy> {
+        Some(self)
+    }
 }
 
 /// A ps or worker task of a parameter-server job (TF's `tf.distribute.Server`): serves on

@@ -5,11 +5,13 @@
 //! (`save.rs`).
 
 mod data_adapter;
+mod parameter_server;
 mod save;
 mod sequential;
 mod training;
 
 pub use data_adapter::{Batch, Data, FitBatch, ValidationData};
+pub use parameter_server::{fit_functions, DatasetCreator};
 pub use sequential::Sequential;
 pub use training::FitConfig;
 

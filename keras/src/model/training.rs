@@ -381,6 +381,17 @@ impl Model {
         mut config: FitConfig,
     ) -> Result<History> {
         let strategy = self.strategy.clone();
+        if strategy
+            .as_ref()
+            .is_some_and(|s| s.as_parameter_server().is_some())
+        {
+            return Err(Error::invalid(
+                "Model.fit",
+                "under ParameterServerStrategy the workers train: give fit a DatasetCreator \
+                 (Model::fit_dataset_creator, with steps_per_epoch) whose dataset function \
+                 the workers serve (fit_functions)",
+            ));
+        }
         let _strategy_scope = strategy.clone().map(enter_scope);
         let _scope = device_scope(&self.device().to_string())?;
         let mut callbacks: Vec<Box<dyn Callback>> = Vec::new();
