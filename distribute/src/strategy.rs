@@ -226,6 +226,9 @@ impl Strategy for Arc<dyn Strategy> {
     fn to_dyn(&self) -> Arc<dyn Strategy> {
         self.clone()
     }
+    fn as_parameter_server(&self) -> Option<&crate::ParameterServerStrategy> {
+        (**self).as_parameter_server()
+    }
 }
 
 thread_local! {

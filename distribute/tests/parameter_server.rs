@@ -21,7 +21,9 @@ use ferroflow::distribute::{
 };
 use ferroflow::keras::losses::{Loss, SparseCategoricalCrossentropy};
 use ferroflow::keras::metrics::{Metric, SparseCategoricalAccuracy};
-use ferroflow::keras::{applications, Layer, Sequential};
+use ferroflow::keras::{
+    applications, fit_functions, DatasetCreator, FitConfig, Layer, Model, Sequential,
+};
 use ferroflow::optim::{Adam, Optimizer};
 use ferroflow::prelude::{GradientTape, Source};
 use ferroflow::{DType, Error, Result, Tensor, Variable};
@@ -323,6 +325,78 @@ fn basic_chief() -> Result<()> {
     strategy.shut_down_cluster()
 }
 
+/// The Keras model of the `fit` job, and its dataset creator.
+fn keras_model() -> Result<Model> {
+    let mut model = Model::from(applications::mnist_mlp());
+    model.build(&[28, 28, 1])?;
+    model.compile(
+        Adam::new(1e-3),
+        SparseCategoricalCrossentropy::new(true),
+        &["accuracy"],
+    )?;
+    Ok(model)
+}
+
+fn mnist_creator() -> DatasetCreator {
+    DatasetCreator::new("mnist_batches", |ctx| {
+        let (x, y) = ferroflow::data::idx::load_mnist(mnist_dir(), "train")?;
+        Ok(Dataset::from_tensor_slices((x, y))?
+            .shuffle(60_000, Some(5 + ctx.input_pipeline_id as u64), true)?
+            .batch(BATCH, true)?
+            .repeat(None))
+    })
+}
+
+/// The chief of the `fit` job: what fit refuses under the strategy, then 2 epochs of 300
+/// steps on the workers.
+fn fit_chief() -> Result<()> {
+    let resolver = TfConfigClusterResolver::from_env()?;
+    let strategy = ParameterServerStrategy::new(&resolver, None)?;
+    let mut functions = fit_functions(|_| keras_model(), &[mnist_creator()]);
+    let mut model = functions.build_state(&strategy)?;
+    let (x, y) = ferroflow::data::idx::load_mnist(mnist_dir(), "t10k")?;
+    let refusals = [
+        model.fit(&x, &y, FitConfig::new().verbose(0)).err(),
+        model
+            .fit_dataset_creator(&mnist_creator(), FitConfig::new().verbose(0))
+            .err(),
+        model
+            .fit_dataset_creator(
+                &mnist_creator(),
+                FitConfig::new()
+                    .verbose(0)
+                    .steps_per_epoch(5)
+                    .validation_data(&x, &y),
+            )
+            .err(),
+    ];
+    for (what, e) in ["ARRAYS", "NO STEPS", "VALIDATION"].iter().zip(refusals) {
+        say(format!(
+            "{what} {}",
+            e.map_or("accepted".into(), |e| e.to_string())
+        ));
+    }
+    let history = model.fit_dataset_creator(
+        &mnist_creator(),
+        FitConfig::new().epochs(2).steps_per_epoch(300).verbose(0),
+    )?;
+    let losses = history.get("loss").map(<[f64]>::to_vec).unwrap_or_default();
+    let accuracy = history
+        .get("accuracy")
+        .map(<[f64]>::to_vec)
+        .unwrap_or_default();
+    let test = model.evaluate(&x, &y, 1000)?;
+    say(format!(
+        "FIT epochs {} loss {:.4} {:.4} accuracy {:.4} test {:.4}",
+        losses.len(),
+        losses.first().copied().unwrap_or(f64::NAN),
+        losses.last().copied().unwrap_or(f64::NAN),
+        accuracy.last().copied().unwrap_or(f64::NAN),
+        test.get("accuracy").unwrap_or(f64::NAN)
+    ));
+    strategy.shut_down_cluster()
+}
+
 #[test]
 #[ignore = "a task of the parameter-server jobs, started by the tests below"]
 fn task() {
@@ -336,12 +410,16 @@ fn task() {
         "ps" => Server::new(&resolver).and_then(|s| s.run()),
         "worker" => Server::new(&resolver).and_then(|s| match mode.as_str() {
             "basic" => s.run_worker(small_functions()),
+            "fit" => s.run_worker(fit_functions(|_| keras_model(), &[mnist_creator()])),
             _ => s.run_worker(mnist_functions()),
         }),
         _ => match mode.as_str() {
             "basic" => basic_chief(),
+            "fit" => fit_chief(),
             "worker_fault" => mnist_chief(2000, None),
-            "ps_fault" => mnist_chief(800, Some((std::env::var("FERROFLOW_PS_DIR").unwrap(), 200))),
+            "ps_fault" | "chief_fault" => {
+                mnist_chief(800, Some((std::env::var("FERROFLOW_PS_DIR").unwrap(), 200)))
+            }
             other => Err(bad(format!("unknown mode {other:?}"))),
         },
     };
@@ -645,4 +723,93 @@ fn a_ps_killed_mid_training_stops_the_chief_which_restarts_from_the_checkpoint()
     let accuracy: f64 = field(&result, "accuracy");
     assert!(accuracy >= 0.95, "{result}");
     println!("restored from step {restored}; {result}");
+}
+
+#[test]
+fn keras_fit_with_a_dataset_creator_trains_on_the_workers() {
+    let mut c = start("fit", 2, 1, vec![]);
+    let outcome = c
+        .wait(Some(Duration::from_secs(300)))
+        .expect("the job ends");
+    let out = c.output(0);
+    assert!(
+        outcome.first_failure.is_none(),
+        "{outcome:?}\n{}",
+        all_output(&c)
+    );
+    let line = |p: &str| {
+        out.lines()
+            .find(|l| l.starts_with(p))
+            .unwrap_or_else(|| panic!("no {p:?} in\n{out}"))
+            .to_string()
+    };
+    assert!(line("ARRAYS").contains("DatasetCreator"), "{out}");
+    assert!(line("NO STEPS").contains("steps_per_epoch"), "{out}");
+    assert!(line("VALIDATION").contains("validation"), "{out}");
+    let fit = line("FIT");
+    assert_eq!(field::<usize>(&fit, "epochs"), 2, "{fit}");
+    let nums: Vec<f64> = fit
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    // epochs, first loss, last loss, training accuracy, test accuracy
+    assert!(nums[2] < nums[1], "the loss did not fall: {fit}");
+    assert!(nums[3] > 0.9, "{fit}");
+    assert!(nums[4] >= 0.94, "{fit}");
+    // Both workers trained (each printed nothing wrong and served steps).
+    println!("{fit}");
+}
+
+#[test]
+fn a_chief_killed_mid_training_restarts_from_the_checkpoint_and_finishes() {
+    let dir = std::env::temp_dir().join(format!("ferroflow-chief-fault-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut c = start(
+        "chief_fault",
+        2,
+        2,
+        vec![(
+            "FERROFLOW_PS_DIR".into(),
+            dir.to_string_lossy().into_owned(),
+        )],
+    );
+    // Chief 0, workers 1-2, ps 3-4: kill the chief (SIGKILL) after its first checkpoint.
+    wait_line(&mut c, 0, "checkpoint 200", Duration::from_secs(300))
+        .unwrap_or_else(|| panic!("no checkpoint\n{}", all_output(&c)));
+    let end = Instant::now() + Duration::from_secs(120);
+    while progress(&c, 0) < 300 {
+        assert!(
+            Instant::now() < end && c.try_code(0).unwrap().is_none(),
+            "{}",
+            all_output(&c)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    c.kill(0).unwrap();
+    let killed_at = progress(&c, 0);
+    // The workers and the ps keep serving; a new chief restores and finishes.
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 1..5 {
+        assert!(c.try_code(i).unwrap().is_none(), "{}", all_output(&c));
+    }
+    c.restart(0).unwrap();
+    let result = wait_line(&mut c, 0, "RESULT", Duration::from_secs(400))
+        .unwrap_or_else(|| panic!("no result\n{}", all_output(&c)));
+    let out = c.output(0);
+    let restored: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("RESTORED ").and_then(|n| n.parse().ok()))
+        .unwrap_or_else(|| panic!("not restored\n{out}"));
+    assert!((200..=killed_at).contains(&restored), "{out}");
+    let outcome = c.wait(Some(Duration::from_secs(60))).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        outcome.first_failure.is_none(),
+        "{outcome:?}\n{}",
+        all_output(&c)
+    );
+    assert_eq!(field::<i64>(&result, "lost"), 0, "{result}");
+    let accuracy: f64 = field(&result, "accuracy");
+    assert!(accuracy >= 0.95, "{result}");
+    println!("chief killed at step {killed_at}, restored from step {restored}; {result}");
 }

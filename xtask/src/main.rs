@@ -110,7 +110,8 @@ fn ci() -> bool {
             "cargo",
             &[
                 "build", "--quiet", "--bin", "ferroflow", "--example", "multi_worker_mnist",
-                "--example", "distributed_custom_training",
+                "--example", "distributed_custom_training", "--example",
+                "parameter_server_training",
             ],
         )
         && {
@@ -121,6 +122,18 @@ fn ci() -> bool {
                 run(
                     &launcher,
                     &["launch", "--workers", "2", "--timeout", "600", "--", &program],
+                )
+            })
+            // TF's parameter-server tutorial, Keras' fit and the custom loop: a chief, 2
+            // workers and 2 parameter servers (exits non-zero below 96% test accuracy).
+            && ["fit", "custom"].iter().all(|api| {
+                let program = format!("{target}/debug/examples/parameter_server_training");
+                run(
+                    &launcher,
+                    &[
+                        "launch", "--chief", "--workers", "2", "--ps", "2", "--timeout", "600",
+                        "--", &program, "--api", api,
+                    ],
                 )
             })
         }
