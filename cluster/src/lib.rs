@@ -52,8 +52,8 @@ pub use launch::{free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluste
 pub use mpi_env::MpiLaunch;
 pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
 pub use server::{
-    token_from_env, Delivery, Handler, Mailbox, Peer, Pending, PendingCall, TaskServer,
-    MAX_MESSAGE_BYTES,
+    token_from_env, DeferredHandler, Delivery, Handler, Mailbox, Peer, Pending, PendingCall, Reply,
+    TaskServer, MAX_MESSAGE_BYTES,
 };
 pub use slurm::{expand_hostlist, SlurmClusterResolver};
 pub use spec::{check_address, ClusterSpec, TaskId};

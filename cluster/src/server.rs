@@ -95,7 +95,30 @@ impl pb::mailbox_server::Mailbox for MailboxService {
 /// of the server's runtime, several at a time.
 pub type Handler = Arc<dyn Fn(Bytes) -> Result<Bytes> + Send + Sync>;
 
-type Handlers = Arc<std::sync::RwLock<HashMap<String, Handler>>>;
+/// A method whose handler answers later, from another thread: it gets the request and a
+/// [`Reply`] to send the answer through, and must return at once (it runs on the server's
+/// runtime). For a service whose work runs on a thread of its own: the answer goes straight
+/// back to the caller, with no blocking thread in between.
+pub type DeferredHandler = Arc<dyn Fn(Bytes, Reply) + Send + Sync>;
+
+/// Where a [`DeferredHandler`] sends its answer (an error is sent back as the caller's
+/// [`Error::Remote`]); dropped unanswered, the caller gets an error saying so.
+pub struct Reply(tokio::sync::oneshot::Sender<Result<Bytes>>);
+
+impl Reply {
+    /// Sends the answer.
+    pub fn send(self, answer: Result<Bytes>) {
+        let _ = self.0.send(answer);
+    }
+}
+
+#[derive(Clone)]
+enum Method {
+    Blocking(Handler),
+    Deferred(DeferredHandler),
+}
+
+type Handlers = Arc<std::sync::RwLock<HashMap<String, Method>>>;
 
 struct TaskService {
     handlers: Handlers,
@@ -121,13 +144,21 @@ impl pb::task_server::Task for TaskService {
             )));
         };
         let payload = m.payload;
-        match tokio::task::spawn_blocking(move || handler(payload)).await {
+        let answer = match handler {
+            Method::Blocking(handler) => tokio::task::spawn_blocking(move || handler(payload))
+                .await
+                .map_err(|e| format!("the handler of {:?} panicked: {e}", m.method)),
+            Method::Deferred(handler) => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                handler(payload, Reply(tx));
+                rx.await
+                    .map_err(|_| format!("the handler of {:?} dropped its reply", m.method))
+            }
+        };
+        match answer {
             Ok(Ok(reply)) => Ok(tonic::Response::new(pb::CallReply { payload: reply })),
             Ok(Err(e)) => Err(tonic::Status::aborted(e.to_string())),
-            Err(e) => Err(tonic::Status::aborted(format!(
-                "the handler of {:?} panicked: {e}",
-                m.method
-            ))),
+            Err(msg) => Err(tonic::Status::aborted(msg)),
         }
     }
 }
@@ -261,7 +292,33 @@ impl TaskServer {
         self.handlers
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(method.to_string(), Arc::new(handler));
+            .insert(method.to_string(), Method::Blocking(Arc::new(handler)));
+    }
+
+    /// Serves `method` with a [`DeferredHandler`]: `handler` gets each request with the
+    /// [`Reply`] to answer it through, later, from any thread.
+    ///
+    /// ```
+    /// use ferroflow_cluster::TaskServer;
+    /// use std::time::Duration;
+    /// let server = TaskServer::start("127.0.0.1:0", None)?;
+    /// server.handle_deferred("echo", |payload, reply| {
+    ///     std::thread::spawn(move || reply.send(Ok(payload)));
+    /// });
+    /// let client = TaskServer::start("127.0.0.1:0", None)?;
+    /// let peer = client.peer("/job:worker/task:0", &server.local_addr().to_string(), Duration::from_secs(5))?;
+    /// assert_eq!(&peer.call("echo", b"hi".to_vec().into())?[..], b"hi");
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn handle_deferred(
+        &self,
+        method: &str,
+        handler: impl Fn(Bytes, Reply) + Send + Sync + 'static,
+    ) {
+        self.handlers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(method.to_string(), Method::Deferred(Arc::new(handler)));
     }
 
     /// A client of the task `name` (for errors: `/job:worker/task:1`) at `address`; every

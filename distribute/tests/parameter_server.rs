@@ -319,6 +319,21 @@ fn basic_chief() -> Result<()> {
         .call("ps.list", Default::default())
         .unwrap_err();
     say(format!("STRANGER {e}"));
+    // A peer with the token sending a damaged message, or a method nobody serves: errors
+    // naming them, and the ps goes on serving.
+    let friend = ferroflow::cluster::TaskServer::start(
+        "127.0.0.1:0",
+        ferroflow::cluster::token_from_env().as_deref(),
+    )?;
+    let peer = friend.peer("/job:ps/task:0", &ps0, Duration::from_secs(5))?;
+    let e = peer
+        .call("ps.apply", b"\x05\x00\x00\x00{oops".to_vec().into())
+        .unwrap_err();
+    say(format!("MALFORMED {e}"));
+    let e = peer
+        .call("ps.no_such_method", Default::default())
+        .unwrap_err();
+    say(format!("NO METHOD {e}"));
     let still = state.w.value().to_vec::<f32>()?;
     say(format!("PS STILL SERVING {}", still.len()));
     drop(coordinator);
@@ -566,6 +581,9 @@ fn basics_and_bad_input_across_processes() {
         stranger.contains("/job:ps/task:0") && stranger.contains("token"),
         "{stranger}"
     );
+    let malformed = line("MALFORMED");
+    assert!(malformed.contains("malformed"), "{malformed}");
+    assert!(line("NO METHOD").contains("ps.no_such_method"), "{out}");
     assert_eq!(line("PS STILL SERVING"), "PS STILL SERVING 6");
     println!("{}", line("ROUND TRIP"));
 }
@@ -631,6 +649,12 @@ fn a_worker_killed_mid_training_is_replaced_and_rejoins_and_the_model_trains() {
     let result = wait_line(&mut c, 0, "RESULT", Duration::from_secs(400))
         .unwrap_or_else(|| panic!("no result\n{}", all_output(&c)));
     println!("killed at step {killed_at}, {during} done 1.5 s later, restarted; {result}");
+    let (scheduled_n, executed_n): (i64, i64) =
+        (field(&result, "scheduled"), field(&result, "executed"));
+    println!(
+        "steps run twice (at-least-once after the lost worker): {}",
+        executed_n - scheduled_n
+    );
     let outcome = c.wait(Some(Duration::from_secs(60))).unwrap();
     assert!(
         outcome.first_failure.is_none(),

@@ -273,16 +273,32 @@ impl HostData {
     /// assert_eq!(HostData::from_le_bytes(DType::I32, &bytes), Some(d));
     /// ```
     pub fn to_le_bytes(&self) -> Vec<u8> {
-        // On little-endian machines the bytes are the memory itself (one copy).
+        self.le_bytes().into_owned()
+    }
+    /// [`HostData::to_le_bytes`] without a copy where the memory already is those bytes
+    /// (4- and 8-byte elements, and `uint8`, on little-endian machines), for writers that
+    /// append them to a larger buffer.
+    ///
+    /// ```
+    /// use ferroflow_tensor::HostData;
+    /// let d = HostData::F32(vec![1.0]);
+    /// assert_eq!(&*d.le_bytes(), &1.0f32.to_le_bytes());
+    /// ```
+    pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        use std::borrow::Cow;
+        // On little-endian machines the bytes are the memory itself.
         #[cfg(target_endian = "little")]
         match self {
-            HostData::F32(v) => return bytemuck::cast_slice(v).to_vec(),
-            HostData::F64(v) => return bytemuck::cast_slice(v).to_vec(),
-            HostData::I32(v) => return bytemuck::cast_slice(v).to_vec(),
-            HostData::I64(v) => return bytemuck::cast_slice(v).to_vec(),
+            HostData::F32(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
+            HostData::F64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
+            HostData::I32(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
+            HostData::I64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
             _ => {}
         }
-        match self {
+        if let HostData::U8(v) = self {
+            return Cow::Borrowed(v);
+        }
+        Cow::Owned(match self {
             HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
@@ -292,7 +308,7 @@ impl HostData {
             HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::U8(v) => v.clone(),
             HostData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
-        }
+        })
     }
     /// Elements of `dtype` from little-endian bytes; `None` when the length is not a multiple
     /// of the element size or a bool byte is not 0 or 1.

@@ -453,6 +453,8 @@ pub(crate) fn run(args: &[String]) -> bool {
         .then(|| crate::bench_numpy::run(rounds, has_numpy));
     let distribute_table = (only.is_none() || only == Some("distribute"))
         .then(|| crate::bench_distribute::run(rounds, has_tf, &mut figures));
+    let ps_table = (only.is_none() || only == Some("ps"))
+        .then(|| crate::bench_ps::run(rounds, has_tf, &mut figures));
     let data_table = (only.is_none() || only == Some("data")).then(|| {
         let has_tf_data = has_tf;
         crate::bench_data::run(rounds, has_tf_data)
@@ -599,6 +601,10 @@ pub(crate) fn run(args: &[String]) -> bool {
         md.push_str(&t);
     }
     if let Some(t) = distribute_table {
+        md.push('\n');
+        md.push_str(&t);
+    }
+    if let Some(t) = ps_table {
         md.push('\n');
         md.push_str(&t);
     }

@@ -23,7 +23,7 @@ const SIZES_MB: [usize; 5] = [1, 4, 16, 64, 256];
 const RANKS: usize = 4;
 const REPEATS: &str = "5";
 
-fn median(v: &[f64]) -> Option<f64> {
+pub(crate) fn median(v: &[f64]) -> Option<f64> {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied()
@@ -31,7 +31,7 @@ fn median(v: &[f64]) -> Option<f64> {
 
 /// The `NAME BYTES SECONDS` / `NAME VALUE` lines a worker printed, by key (`allreduce
 /// 1048576`, `fit`), from the output of `cmd`; `None` (said) when it failed.
-fn figures_of(cmd: &mut Command, what: &str) -> Option<BTreeMap<String, f64>> {
+pub(crate) fn figures_of(cmd: &mut Command, what: &str) -> Option<BTreeMap<String, f64>> {
     let out = cmd.output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
@@ -49,6 +49,9 @@ fn figures_of(cmd: &mut Command, what: &str) -> Option<BTreeMap<String, f64>> {
         match words[..] {
             ["allreduce", bytes, secs] => {
                 figures.insert(format!("allreduce {bytes}"), secs.parse().ok()?);
+            }
+            [name, value] if name.starts_with("ps_") => {
+                figures.insert(name.to_string(), value.parse().ok()?);
             }
             [name @ ("fit" | "fit_tf"), value] => {
                 figures.insert(name.to_string(), value.parse().ok()?);
@@ -72,16 +75,17 @@ fn mpirun(np: usize, program: &Path) -> Command {
 }
 
 fn launch(launcher: &Path, workers: usize, program: &[&str]) -> Command {
+    launch_job(launcher, &["--workers", &workers.to_string()], program)
+}
+
+/// `ferroflow launch` of `program` with the job's tasks given by `tasks` (`--workers N`,
+/// `--chief`, `--ps M`).
+pub(crate) fn launch_job(launcher: &Path, tasks: &[&str], program: &[&str]) -> Command {
     let mut c = Command::new(launcher);
-    c.args([
-        "launch",
-        "--workers",
-        &workers.to_string(),
-        "--timeout",
-        "900",
-        "--",
-    ])
-    .args(program);
+    c.arg("launch")
+        .args(tasks)
+        .args(["--timeout", "900", "--"])
+        .args(program);
     c
 }
 

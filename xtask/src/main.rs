@@ -5,10 +5,10 @@
 //!   README's test command, the CPU backend's tests again under `FERROFLOW_CPU_ISA=avx2` and
 //!   `scalar`, the fuzz targets, then the examples (each exits non-zero when its result is
 //!   wrong).
-//! - `bench [kernels|autodiff|optim|keras|data|mixed|numpy|distribute] [--rounds N] [--check]`:
+//! - `bench [kernels|autodiff|optim|keras|data|mixed|numpy|distribute|ps] [--rounds N] [--check]`:
 //!   kernels against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor, all-reduce against Open
-//!   MPI and multi-worker `fit` against TensorFlow's; references measured in the same run,
+//!   MPI, multi-worker `fit` and parameter-server training against TensorFlow's; references measured in the same run,
 //!   interleaved, median of rounds; writes `bench-out/kernels.csv` and prints a markdown table.
 //! - `fuzz [--mutations N] [--seed S] [TARGET..]`: the readers' fuzz targets under the
 //!   stable runner (see the `ferroflow-fuzz` crate); part of `ci`.
@@ -21,6 +21,7 @@ mod bench_data;
 mod bench_distribute;
 mod bench_mixed;
 mod bench_numpy;
+mod bench_ps;
 mod deps;
 mod fuzz;
 mod gpu;
@@ -229,7 +230,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed|numpy|distribute] [--rounds N] [--check] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask fuzz [--mutations N] [--seed S] [TARGET..] | cargo xtask numpy-coverage"
+                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed|numpy|distribute|ps] [--rounds N] [--check] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask fuzz [--mutations N] [--seed S] [TARGET..] | cargo xtask numpy-coverage"
             );
             false
         }

@@ -13,7 +13,7 @@
 use super::strategy::ParameterServerStrategy;
 use super::worker::{DatasetRequest, HelloReply, IteratorRequest, RunOutcome, RunRequest};
 use bytes::Bytes;
-use ferroflow_cluster::Peer;
+use ferroflow_cluster::{Peer, PendingCall};
 use ferroflow_tensor::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,11 @@ fn function_timeout() -> Duration {
         .filter(|s| *s > 0.0)
         .map_or(Duration::from_secs(600), Duration::from_secs_f64)
 }
+
+/// How many closures the coordinator keeps sent to one worker at a time: the worker runs
+/// them one after another, so with two the next one is there when the last one ends
+/// instead of a round trip later.
+const CLOSURES_IN_FLIGHT: usize = 2;
 
 struct Closure {
     function: String,
@@ -417,80 +422,131 @@ fn worker_loop(index: usize, control: &Peer, runner: &Peer, shared: &Shared) {
             healthy = false;
             continue;
         }
-        // Take a closure (or notice new setup, or stop).
-        let closure = {
-            let mut q = shared.lock();
-            loop {
-                if q.stopping {
-                    return;
+        // Keep up to CLOSURES_IN_FLIGHT closures sent to the worker (its function thread
+        // runs them one after another: the next one is there when the last one ends), until
+        // new setup arrives or the coordinator stops.
+        let mut sent: VecDeque<(Arc<Closure>, PendingCall)> = VecDeque::new();
+        loop {
+            let taken = {
+                let mut q = shared.lock();
+                loop {
+                    if q.stopping || q.setup.len() > set_up || sent.len() == CLOSURES_IN_FLIGHT {
+                        break None;
+                    }
+                    if let Some(c) = q.closures.pop_front() {
+                        q.in_flight += 1;
+                        break Some(c);
+                    }
+                    if !sent.is_empty() {
+                        break None;
+                    }
+                    q = shared
+                        .wake
+                        .wait_timeout(q, Duration::from_millis(500))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
-                if q.setup.len() > set_up {
-                    break None;
+            };
+            if let Some(closure) = taken {
+                closure.attempts.fetch_add(1, Ordering::Relaxed);
+                let call = json(&RunRequest {
+                    incarnation: inc,
+                    function: closure.function.clone(),
+                    args: closure.args.clone(),
+                })
+                .map(|p| runner.start_call("worker.run", p, false));
+                match call {
+                    Ok(call) => sent.push_back((closure, call)),
+                    Err(e) => {
+                        let mut q = shared.lock();
+                        q.in_flight -= 1;
+                        closure.result.set(Err(e.clone()));
+                        q.error.get_or_insert(e);
+                        drop(q);
+                        shared.finished.notify_all();
+                    }
                 }
-                if let Some(c) = q.closures.pop_front() {
-                    q.in_flight += 1;
-                    break Some(c);
-                }
-                q = shared
-                    .wake
-                    .wait_timeout(q, Duration::from_millis(500))
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+                continue;
             }
-        };
-        let Some(closure) = closure else { continue };
-        closure.attempts.fetch_add(1, Ordering::Relaxed);
-        let request = json(&RunRequest {
-            incarnation: inc,
-            function: closure.function.clone(),
-            args: closure.args.clone(),
-        });
-        let reply = request.and_then(|p| runner.start_call("worker.run", p, false).wait());
-        let outcome = reply.and_then(|b| {
-            serde_json::from_slice::<RunOutcome>(&b)
-                .map_err(|e| Error::invalid("worker.run", format!("malformed reply: {e}")))
-        });
-        let mut q = shared.lock();
-        q.in_flight -= 1;
-        match outcome {
-            Ok(RunOutcome::Done(json)) => closure.result.set(Ok(json)),
-            Ok(RunOutcome::Restarted) => {
-                q.closures.push_front(closure);
-                q.retried += 1;
+            let Some((closure, call)) = sent.pop_front() else {
+                break;
+            };
+            let outcome = call.wait().and_then(|b| {
+                serde_json::from_slice::<RunOutcome>(&b)
+                    .map_err(|e| Error::invalid("worker.run", format!("malformed reply: {e}")))
+            });
+            if !finish(index, runner, shared, closure, outcome) {
+                // The worker is gone or restarted: what else was sent to it goes back to
+                // the queue too (or counts, if it finished before).
+                while let Some((closure, call)) = sent.pop_front() {
+                    let outcome = call.wait().and_then(|b| {
+                        serde_json::from_slice::<RunOutcome>(&b).map_err(|e| {
+                            Error::invalid("worker.run", format!("malformed reply: {e}"))
+                        })
+                    });
+                    finish(index, runner, shared, closure, outcome);
+                }
                 healthy = false;
-            }
-            Ok(RunOutcome::Failed(msg)) => {
-                let e = Error::Remote {
-                    op: format!("function {:?}", closure.function),
-                    peer: runner.name().to_string(),
-                    msg,
-                };
-                closure.result.set(Err(e.clone()));
-                q.error.get_or_insert(e);
-            }
-            Ok(RunOutcome::PsUnavailable(msg)) => {
-                let e = Error::Unavailable {
-                    op: format!("function {:?}", closure.function),
-                    peer: runner.name().to_string(),
-                    msg: format!("a parameter server is unavailable: {msg}"),
-                };
-                closure.result.set(Err(e.clone()));
-                q.error.get_or_insert(e);
-            }
-            Err(e @ Error::Remote { .. }) => {
-                closure.result.set(Err(e.clone()));
-                q.error.get_or_insert(e);
-            }
-            Err(_) => {
-                // The worker stopped answering: someone else runs it.
-                q.closures.push_front(closure);
-                q.retried += 1;
-                q.workers_up[index] = false;
-                healthy = false;
+                break;
             }
         }
-        drop(q);
-        shared.finished.notify_all();
-        shared.wake.notify_all();
+        if shared.lock().stopping {
+            return;
+        }
     }
+}
+
+/// Records how a closure sent to worker `index` ended; `false` when the worker stopped
+/// answering or restarted (the closure is queued again, at the front).
+fn finish(
+    index: usize,
+    runner: &Peer,
+    shared: &Shared,
+    closure: Arc<Closure>,
+    outcome: Result<RunOutcome>,
+) -> bool {
+    let mut q = shared.lock();
+    q.in_flight -= 1;
+    let mut worker_ok = true;
+    match outcome {
+        Ok(RunOutcome::Done(json)) => closure.result.set(Ok(json)),
+        Ok(RunOutcome::Restarted) => {
+            q.closures.push_front(closure);
+            q.retried += 1;
+            worker_ok = false;
+        }
+        Ok(RunOutcome::Failed(msg)) => {
+            let e = Error::Remote {
+                op: format!("function {:?}", closure.function),
+                peer: runner.name().to_string(),
+                msg,
+            };
+            closure.result.set(Err(e.clone()));
+            q.error.get_or_insert(e);
+        }
+        Ok(RunOutcome::PsUnavailable(msg)) => {
+            let e = Error::Unavailable {
+                op: format!("function {:?}", closure.function),
+                peer: runner.name().to_string(),
+                msg: format!("a parameter server is unavailable: {msg}"),
+            };
+            closure.result.set(Err(e.clone()));
+            q.error.get_or_insert(e);
+        }
+        Err(e @ Error::Remote { .. }) => {
+            closure.result.set(Err(e.clone()));
+            q.error.get_or_insert(e);
+        }
+        Err(_) => {
+            // The worker stopped answering: someone else runs it.
+            q.closures.push_front(closure);
+            q.retried += 1;
+            q.workers_up[index] = false;
+            worker_ok = false;
+        }
+    }
+    drop(q);
+    shared.finished.notify_all();
+    shared.wake.notify_all();
+    worker_ok
 }

@@ -39,16 +39,17 @@ pub(crate) fn encode<H: Serialize>(header: &H, tensors: &[Tensor]) -> Result<Byt
             dtype: t.dtype().to_string(),
             shape: t.shape().to_vec(),
         });
-        blobs.push(t.to_host()?.to_le_bytes());
+        blobs.push(t.to_host()?);
     }
     let head = serde_json::to_vec(&HeaderOut { h: header, t: meta })
         .map_err(|e| Error::invalid("encode", format!("the message header: {e}")))?;
-    let total = 4 + head.len() + blobs.iter().map(Vec::len).sum::<usize>();
+    let blobs: Vec<_> = blobs.iter().map(|b| b.le_bytes()).collect();
+    let total = 4 + head.len() + blobs.iter().map(|b| b.len()).sum::<usize>();
     let mut out = Vec::with_capacity(total);
     out.extend_from_slice(&(head.len() as u32).to_le_bytes());
     out.extend_from_slice(&head);
-    for b in blobs {
-        out.extend_from_slice(&b);
+    for b in &blobs {
+        out.extend_from_slice(b);
     }
     Ok(Bytes::from(out))
 }

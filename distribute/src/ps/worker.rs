@@ -16,7 +16,7 @@ use super::strategy::{scope_of, ParameterServerStrategy};
 use super::variables::VariablePartitioner;
 use crate::input::InputContext;
 use bytes::Bytes;
-use ferroflow_cluster::TaskServer;
+use ferroflow_cluster::{Reply, TaskServer};
 use ferroflow_data::Dataset;
 use ferroflow_tensor::distribution::take_remote_failure;
 use ferroflow_tensor::{Error, Result};
@@ -225,7 +225,7 @@ pub(crate) struct IteratorRequest {
 }
 
 enum Job {
-    Run(RunRequest, mpsc::Sender<RunOutcome>),
+    Run(RunRequest, Reply),
     Dataset(DatasetRequest, mpsc::Sender<Result<()>>),
     Iterator(IteratorRequest, mpsc::Sender<Result<()>>),
 }
@@ -298,7 +298,7 @@ pub(crate) fn serve_worker<S: 'static>(
                         } else {
                             run_function(&steps, &client, &mut state, &mut ctx, &req)
                         };
-                        let _ = reply.send(outcome);
+                        reply.send(json(&outcome));
                     }
                     Job::Dataset(req, reply) => {
                         let outcome = if req.incarnation != incarnation {
@@ -351,11 +351,16 @@ pub(crate) fn serve_worker<S: 'static>(
     let jobs = Arc::new(Mutex::new(jobs));
     server.handle("worker.hello", move |_| json(&HelloReply { incarnation }));
     let j = jobs.clone();
-    server.handle("worker.run", move |b| {
-        let req: RunRequest = parse("worker.run", &b)?;
-        let (tx, rx) = mpsc::channel();
-        send(&j, Job::Run(req, tx))?;
-        json(&rx.recv().map_err(|_| gone())?)
+    // The function thread answers the chief's run requests itself.
+    server.handle_deferred("worker.run", move |b, reply| {
+        match parse::<RunRequest>("worker.run", &b) {
+            Ok(req) => {
+                // A send fails only when the function thread has ended; the reply dropped
+                // with the job tells the chief so.
+                let _ = send(&j, Job::Run(req, reply));
+            }
+            Err(e) => reply.send(Err(e)),
+        }
     });
     let j = jobs.clone();
     server.handle("worker.dataset", move |b| {
