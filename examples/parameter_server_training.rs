@@ -165,9 +165,9 @@ fn keras_model() -> Result<Model> {
 fn test_accuracy(logits: &Tensor, y: &Tensor) -> Result<f64> {
     let predicted = logits.argmax(-1)?.cast(DType::I64)?;
     let correct = predicted.equal(&y.cast(DType::I64)?)?.cast(DType::F64)?;
-    Ok(correct
+    correct
         .reduce_mean(ferroflow::Axes::All, false)?
-        .item::<f64>()?)
+        .item::<f64>()
 }
 
 fn main() -> Result<()> {
@@ -204,7 +204,7 @@ fn main() -> Result<()> {
     let steps = o.epochs * o.steps_per_epoch;
     let accuracy = match o.api {
         Api::Fit => {
-            let mut functions = fit_functions(|_| keras_model(), &[creator.clone()]);
+            let mut functions = fit_functions(|_| keras_model(), std::slice::from_ref(&creator));
             let mut model = functions.build_state(&strategy)?;
             let history = model.fit_dataset_creator(
                 &creator,

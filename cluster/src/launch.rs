@@ -25,7 +25,8 @@ pub struct LaunchSpec {
     pub args: Vec<String>,
     /// Extra environment for every task. Unless it (or this process's environment) sets
     /// `RAYON_NUM_THREADS`, each task gets the machine's cores shared out among the
-    /// training tasks (chief and workers; at least one each), as torchrun sets
+    /// training tasks (the workers, and the chief unless the job has parameter servers, where
+    /// it only coordinates; at least one each), as torchrun sets
     /// `OMP_NUM_THREADS`: local tasks would otherwise each start a thread per core and
     /// fight over them.
     pub env: Vec<(String, String)>,
@@ -123,7 +124,8 @@ impl LocalCluster {
         let set = |k: &str| std::env::var_os(k).is_some() || spec.env.iter().any(|(n, _)| n == k);
         if !set("RAYON_NUM_THREADS") {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let training = spec.workers + usize::from(spec.chief);
+            // In a parameter-server job the chief only coordinates: the workers compute.
+            let training = spec.workers + usize::from(spec.chief && spec.ps == 0);
             let threads = (cores / training.max(1)).max(1);
             spec.env
                 .push(("RAYON_NUM_THREADS".into(), threads.to_string()));

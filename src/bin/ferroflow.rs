@@ -14,7 +14,8 @@ const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--t
   Starts N worker processes (and M parameter servers, and a chief) running <program> with
   TF_CONFIG filled in on free loopback ports; prefixes their output with the task name;
   stops the group when one fails; exits with the first failing task's code. Parameter
-  servers are stopped once the chief and workers are done.";
+  servers are stopped once the chief and workers are done; --ps implies --chief (the chief
+  coordinates a parameter-server job).";
 
 fn parse(args: &[String]) -> Result<(LaunchSpec, Option<Duration>), String> {
     let mut spec = LaunchSpec {
@@ -52,6 +53,10 @@ fn parse(args: &[String]) -> Result<(LaunchSpec, Option<Duration>), String> {
     }
     if spec.program.is_empty() {
         return Err("no program: put it after --".into());
+    }
+    // A parameter-server job is coordinated by its chief (TF's ClusterCoordinator runs there).
+    if spec.ps > 0 {
+        spec.chief = true;
     }
     if spec.workers == 0 && !spec.chief {
         return Err("--workers must be at least 1 (or give --chief)".into());

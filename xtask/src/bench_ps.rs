@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::bench::Figures;
 use crate::bench_distribute::{figures_of, launch_job, median};
