@@ -40,7 +40,7 @@ type MakeBatches = dyn Fn(&InputContext) -> Result<Dataset<Batch>> + Send + Sync
 ///     let x = ferroflow_tensor::Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4, 1])?;
 ///     let y = x.square()?;
 ///     Ok(ferroflow_data::Dataset::from_tensor_slices((x, y))?
-///         .shard(ctx.num_input_pipelines, ctx.input_pipeline_id)?
+///         .shard(ctx.num_input_pipelines as u64, ctx.input_pipeline_id as u64)?
 ///         .batch(2, false)?
 ///         .repeat(None))
 /// });
