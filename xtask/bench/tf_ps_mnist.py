@@ -3,8 +3,9 @@ custom loop (ParameterServerStrategy + ClusterCoordinator) on the MNIST MLP (784
 Adam, batch 128 per step), as distribute/examples/ps_bench.rs does: 2 parameter servers and
 WORKERS workers as local processes on loopback ports the OS picked (this script starts them
 as `tf.distribute.Server`s and kills them at the end), the chief in this process; 50
-warm-up steps, then STEPS steps timed. Each process gets the machine's cores shared out
-among the training tasks, as `ferroflow launch` does for ours. Prints `ps_tf_steps
+warm-up steps, then STEPS steps timed. Each process's intra-op threads are the machine's
+cores shared out among the workers, as `ferroflow launch` shares them for ours
+(RAYON_NUM_THREADS); TensorFlow's inter-op threads are left as they are. Prints `ps_tf_steps
 STEPS_PER_SECOND`. Keras 2 (`tf_keras`) where installed.
 Usage: tf_ps_mnist.py MNIST_DIR WORKERS STEPS"""
 import json
@@ -39,14 +40,15 @@ def free_ports(n):
 
 
 def threads_per_task(workers):
-    return max(1, (os.cpu_count() or 1) // (workers + 1))
+    # As `ferroflow launch` shares the cores for ours: among the workers (the chief only
+    # coordinates a parameter-server job).
+    return max(1, (os.cpu_count() or 1) // workers)
 
 
 def serve(cluster, job, index, threads):
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
     server = tf.distribute.Server(
         tf.train.ClusterSpec(cluster), job_name=job, task_index=index, protocol="grpc", start=True
     )
@@ -61,7 +63,6 @@ def chief(mnist_dir, workers, steps, cluster, threads):
     from tf_keras_mnist import idx  # the IDX reader of the Keras benchmark
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
     )

@@ -8,6 +8,7 @@
 //! | `ps.pull` | keys | their values |
 //! | `ps.write` | key, assign / assign_add / assign_sub; the value | — |
 //! | `ps.apply` | key, slot keys, the update; the gradient | — |
+//! | `ps.apply_all` | several `ps.apply` requests; their gradients in order | — |
 //! | `ps.list` | — | every key with its variable's name |
 //!
 //! Each variable has its own lock: an update reads and writes the variable and its slots
@@ -71,6 +72,13 @@ impl From<VariableWrite> for WriteKind {
             VariableWrite::Sub => WriteKind::Sub,
         }
     }
+}
+
+/// Several updates in one message (a worker's updates of one function to one ps): the
+/// gradients are the message's tensors, in order.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct ApplyAllRequest {
+    pub updates: Vec<ApplyRequest>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -351,6 +359,22 @@ impl Store {
     fn apply(&self, payload: &[u8]) -> Result<Bytes> {
         let (req, t): (ApplyRequest, _) = decode("ps.apply request", payload)?;
         let gradient = one("ps.apply", t, 1)?.remove(0);
+        self.apply_one(&req, &gradient)?;
+        encode(&Empty {}, &[])
+    }
+
+    /// Applies each update of the message in order; the first that fails ends it (those
+    /// before it stay applied, as separate `ps.apply` calls would).
+    fn apply_all(&self, payload: &[u8]) -> Result<Bytes> {
+        let (req, t): (ApplyAllRequest, _) = decode("ps.apply_all request", payload)?;
+        let gradients = one("ps.apply_all", t, req.updates.len())?;
+        for (update, gradient) in req.updates.iter().zip(&gradients) {
+            self.apply_one(update, gradient)?;
+        }
+        encode(&Empty {}, &[])
+    }
+
+    fn apply_one(&self, req: &ApplyRequest, gradient: &Tensor) -> Result<()> {
         let var = self.entry("ps.apply", &req.key)?;
         let slots = req
             .slots
@@ -358,7 +382,7 @@ impl Store {
             .map(|k| self.entry("ps.apply", k))
             .collect::<Result<Vec<_>>>()?;
         let mut w = var.value.lock().unwrap_or_else(|e| e.into_inner());
-        shapes_agree("ps.apply", &req.key, &w, &gradient)?;
+        shapes_agree("ps.apply", &req.key, &w, gradient)?;
         match req.update.rule() {
             None => {
                 if !slots.is_empty() {
@@ -389,14 +413,14 @@ impl Store {
                     .map(|s| s.value.lock().unwrap_or_else(|e| e.into_inner()))
                     .collect();
                 let values: Vec<Tensor> = guards.iter().map(|g| (**g).clone()).collect();
-                let (new_w, new_slots) = Tensor::optimizer_update(&rule, &w, &gradient, &values)?;
+                let (new_w, new_slots) = Tensor::optimizer_update(&rule, &w, gradient, &values)?;
                 for (g, v) in guards.iter_mut().zip(new_slots) {
                     **g = v;
                 }
                 *w = new_w;
             }
         }
-        encode(&Empty {}, &[])
+        Ok(())
     }
 
     fn list(&self) -> Result<Bytes> {
@@ -423,5 +447,7 @@ pub(crate) fn serve_parameters(server: &TaskServer) {
     server.handle("ps.write", move |b| s.write(&b));
     let s = store.clone();
     server.handle("ps.apply", move |b| s.apply(&b));
+    let s = store.clone();
+    server.handle("ps.apply_all", move |b| s.apply_all(&b));
     server.handle("ps.list", move |_| store.list());
 }

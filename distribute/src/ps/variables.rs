@@ -2,7 +2,9 @@
 //! updates a variable through ([`PsVariable`], behind `ferroflow_tensor::Variable`), how
 //! variables are placed on the ps tasks, and the partitioners that shard large ones.
 
-use super::store::{ApplyRequest, CreateRequest, Empty, PullRequest, UpdateWire, WriteRequest};
+use super::store::{
+    ApplyAllRequest, ApplyRequest, CreateRequest, Empty, PullRequest, UpdateWire, WriteRequest,
+};
 use super::wire::{decode, encode};
 use ferroflow_cluster::{Peer, PendingCall};
 use ferroflow_tensor::distribution::{
@@ -134,6 +136,11 @@ pub(crate) struct PsClient {
     next_index: AtomicUsize,
     next_ps: AtomicUsize,
     partitioner: Option<Arc<dyn VariablePartitioner>>,
+    /// Worker: the updates of the function running, per ps, sent together (one
+    /// `ps.apply_all` per ps) when the function ends or something reads or writes first.
+    outbox: Mutex<Vec<Vec<(ApplyRequest, Tensor)>>>,
+    /// Updates sent and not yet answered.
+    sent: Mutex<Vec<PendingCall>>,
 }
 
 /// One part of a variable on one ps: rows `rows` of its first axis (all of a variable
@@ -150,8 +157,8 @@ struct State {
     initial: Option<Tensor>,
     /// The value fetched in the scheduled function `.0`.
     cache: Option<(u64, Tensor)>,
-    /// Updates sent and not yet answered.
-    pending: Vec<(usize, PendingCall)>,
+    /// An update of it was queued or sent and may not be answered yet.
+    unsettled: bool,
 }
 
 /// A variable (or optimizer slot) held by parameter servers.
@@ -180,6 +187,8 @@ impl PsClient {
             next_index: AtomicUsize::new(0),
             next_ps: AtomicUsize::new(0),
             partitioner,
+            outbox: Mutex::new(vec![]),
+            sent: Mutex::new(vec![]),
         })
     }
 
@@ -246,7 +255,7 @@ impl PsClient {
             state: Mutex::new(State {
                 initial: Some(initial),
                 cache: None,
-                pending: vec![],
+                unsettled: false,
             }),
         });
         let mut all = self.variables.lock().unwrap_or_else(|e| e.into_inner());
@@ -354,16 +363,39 @@ impl PsClient {
     /// A worker ending a scheduled function: waits for the answers to every update it sent
     /// (the first failure is the function's error); later reads fetch again.
     pub(crate) fn end_function(&self) -> Result<()> {
+        let settled = self.settle_updates();
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        settled
+    }
+
+    /// Sends the updates queued in the outbox, one `ps.apply_all` per ps, and waits for the
+    /// answers to every update sent; the first failure.
+    fn settle_updates(&self) -> Result<()> {
+        let queued = std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|e| e.into_inner()));
         let mut first = Ok(());
-        for v in self.live() {
-            let mut st = v.lock();
-            if let Err(e) = v.wait_pending(&mut st) {
+        let mut sent = std::mem::take(&mut *self.sent.lock().unwrap_or_else(|e| e.into_inner()));
+        for (ps, updates) in queued.into_iter().enumerate() {
+            if updates.is_empty() {
+                continue;
+            }
+            let (requests, gradients): (Vec<ApplyRequest>, Vec<Tensor>) =
+                updates.into_iter().unzip();
+            match encode(&ApplyAllRequest { updates: requests }, &gradients) {
+                Ok(payload) => sent.push(self.peers[ps].start_call("ps.apply_all", payload, false)),
+                Err(e) => {
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                }
+            }
+        }
+        for call in sent {
+            if let Err(e) = call.wait() {
                 if first.is_ok() {
                     first = Err(e);
                 }
             }
         }
-        self.generation.fetch_add(1, Ordering::Relaxed);
         first
     }
 
@@ -423,16 +455,13 @@ impl PsVariable {
         outcome
     }
 
+    /// Settles this process' updates (all of them: they travel together) when one of this
+    /// variable's may be unanswered, before a read or write of it sees the ps.
     fn wait_pending(&self, st: &mut State) -> Result<()> {
-        let mut first = Ok(());
-        for (_, call) in st.pending.drain(..) {
-            if let Err(e) = call.wait() {
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
+        if !std::mem::take(&mut st.unsettled) {
+            return Ok(());
         }
-        first
+        self.client.settle_updates()
     }
 
     /// `value` cut into this variable's shards.
@@ -583,20 +612,26 @@ impl RemoteVariable for PsVariable {
         let mut st = self.lock();
         self.ensure_created(&mut st)?;
         st.cache = None;
+        st.unsettled = true;
+        drop(st);
         let gradient = gradient.to_device(ferroflow_tensor::Device::CPU)?;
         let wire = UpdateWire::from(update);
-        for (i, (shard, part)) in self.shards.iter().zip(self.split(&gradient)?).enumerate() {
-            let req = ApplyRequest {
-                key: shard.key.clone(),
-                slots: slots.iter().map(|s| s.shards[i].key.clone()).collect(),
-                update: wire,
-            };
-            let call =
-                self.client.peers[shard.ps].start_call("ps.apply", encode(&req, &[part])?, false);
-            st.pending.push((i, call));
+        {
+            let mut outbox = self.client.outbox.lock().unwrap_or_else(|e| e.into_inner());
+            outbox.resize_with(self.client.peers.len(), Vec::new);
+            for (i, (shard, part)) in self.shards.iter().zip(self.split(&gradient)?).enumerate() {
+                let req = ApplyRequest {
+                    key: shard.key.clone(),
+                    slots: slots.iter().map(|s| s.shards[i].key.clone()).collect(),
+                    update: wire,
+                };
+                outbox[shard.ps].push((req, part));
+            }
         }
+        // The chief's updates apply before it goes on; a worker's go with the others of its
+        // function (at its end, or before something reads or writes).
         if self.client.role == Role::Chief {
-            return self.wait_pending(&mut st);
+            return self.client.settle_updates();
         }
         Ok(())
     }
