@@ -139,8 +139,6 @@ pub(crate) struct PsClient {
     /// Worker: the updates of the function running, per ps, sent together (one
     /// `ps.apply_all` per ps) when the function ends or something reads or writes first.
     outbox: Mutex<Vec<Vec<(ApplyRequest, Tensor)>>>,
-    /// Updates sent and not yet answered.
-    sent: Mutex<Vec<PendingCall>>,
 }
 
 /// One part of a variable on one ps: rows `rows` of its first axis (all of a variable
@@ -188,7 +186,6 @@ impl PsClient {
             next_ps: AtomicUsize::new(0),
             partitioner,
             outbox: Mutex::new(vec![]),
-            sent: Mutex::new(vec![]),
         })
     }
 
@@ -368,12 +365,12 @@ impl PsClient {
         settled
     }
 
-    /// Sends the updates queued in the outbox, one `ps.apply_all` per ps, and waits for the
-    /// answers to every update sent; the first failure.
+    /// Sends the updates queued in the outbox, one `ps.apply_all` per ps, and waits for
+    /// their answers; the first failure.
     fn settle_updates(&self) -> Result<()> {
         let queued = std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|e| e.into_inner()));
         let mut first = Ok(());
-        let mut sent = std::mem::take(&mut *self.sent.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut sent: Vec<PendingCall> = Vec::with_capacity(queued.len());
         for (ps, updates) in queued.into_iter().enumerate() {
             if updates.is_empty() {
                 continue;
