@@ -16,7 +16,7 @@
 //!
 //! Options: `--api fit|custom` (fit), `--epochs N` (3), `--steps-per-epoch N` (469: an
 //! epoch of MNIST at batch 128 on one worker), `--batch N` (128 per step). Exits non-zero
-//! below 96% test accuracy after at least 3 full epochs.
+//! below 95% test accuracy after at least 3 full epochs.
 
 mod common;
 
@@ -266,8 +266,8 @@ fn main() -> Result<()> {
         steps as f64 / secs
     );
     strategy.shut_down_cluster()?;
-    if o.epochs >= 3 && o.steps_per_epoch >= 469 && accuracy < 0.96 {
-        return Err(bad(format!("test accuracy {:.2}% < 96%", accuracy * 100.0)));
+    if o.epochs >= 3 && o.steps_per_epoch >= 469 && accuracy < 0.95 {
+        return Err(bad(format!("test accuracy {:.2}% < 95%", accuracy * 100.0)));
     }
     Ok(())
 }

@@ -126,7 +126,7 @@ fn ci() -> bool {
                 )
             })
             // TF's parameter-server tutorial, Keras' fit and the custom loop: a chief, 2
-            // workers and 2 parameter servers (exits non-zero below 96% test accuracy).
+            // workers and 2 parameter servers (exits non-zero below 95% test accuracy).
             && ["fit", "custom"].iter().all(|api| {
                 let program = format!("{target}/debug/examples/parameter_server_training");
                 run(

@@ -441,13 +441,15 @@ pub(crate) fn serve_parameters(server: &TaskServer) {
     let store = Arc::new(Store::default());
     let s = store.clone();
     server.handle("ps.create", move |b| s.create(&b));
+    // Reads and updates are short (a copy, one fused update per variable): they run on the
+    // server's runtime, without a hop to its blocking pool.
     let s = store.clone();
-    server.handle("ps.pull", move |b| s.pull(&b));
+    server.handle_deferred("ps.pull", move |b, reply| reply.send(s.pull(&b)));
     let s = store.clone();
     server.handle("ps.write", move |b| s.write(&b));
     let s = store.clone();
     server.handle("ps.apply", move |b| s.apply(&b));
     let s = store.clone();
-    server.handle("ps.apply_all", move |b| s.apply_all(&b));
+    server.handle_deferred("ps.apply_all", move |b, reply| reply.send(s.apply_all(&b)));
     server.handle("ps.list", move |_| store.list());
 }
