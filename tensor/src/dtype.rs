@@ -324,10 +324,14 @@ impl HostData {
         // On little-endian machines the values are the bytes themselves (one copy).
         #[cfg(target_endian = "little")]
         {
+            // One pass of unaligned reads (no zero-filled buffer first).
             fn pod<T: bytemuck::Pod>(b: &[u8]) -> Option<Vec<T>> {
-                b.len()
-                    .is_multiple_of(std::mem::size_of::<T>())
-                    .then(|| bytemuck::pod_collect_to_vec(b))
+                let size = std::mem::size_of::<T>();
+                b.len().is_multiple_of(size).then(|| {
+                    b.chunks_exact(size)
+                        .map(bytemuck::pod_read_unaligned::<T>)
+                        .collect()
+                })
             }
             match dtype {
                 DType::F32 => return pod(b).map(HostData::F32),
