@@ -71,10 +71,13 @@ impl<T: DeserializeOwned> RemoteValue<T> {
     /// Waits for the function and returns its result, or its error.
     pub fn fetch(&self) -> Result<T> {
         let mut v = self.slot.value.lock().unwrap_or_else(|e| e.into_inner());
-        while v.is_none() {
-            v = self.slot.ready.wait(v).unwrap_or_else(|e| e.into_inner());
-        }
-        match v.as_ref().expect("checked above") {
+        let outcome = loop {
+            match v.as_ref() {
+                Some(outcome) => break outcome,
+                None => v = self.slot.ready.wait(v).unwrap_or_else(|e| e.into_inner()),
+            }
+        };
+        match outcome {
             Ok(json) => serde_json::from_str(json).map_err(|e| {
                 Error::invalid(
                     "RemoteValue::fetch",

@@ -188,6 +188,14 @@ impl From<&RemoteUpdate> for UpdateWire {
 }
 
 impl UpdateWire {
+    /// Plain gradient descent's learning rate (`None` for the fused rules).
+    fn gradient_descent_lr(self) -> Option<f64> {
+        match self {
+            UpdateWire::GradientDescent { lr } => Some(lr),
+            _ => None,
+        }
+    }
+
     /// The fused rule, or `None` for plain gradient descent.
     fn rule(self) -> Option<UpdateRule> {
         Some(match self {
@@ -391,9 +399,9 @@ impl Store {
                         "gradient descent takes no slots".to_string(),
                     ));
                 }
-                let UpdateWire::GradientDescent { lr } = req.update else {
-                    unreachable!("rule() is None for gradient descent only")
-                };
+                let lr = req.update.gradient_descent_lr().ok_or_else(|| {
+                    Error::invalid("ps.apply", format!("{:?} has no update rule", req.update))
+                })?;
                 *w = w.sub(&gradient.mul(&gradient.scalar_like(lr)?)?)?;
             }
             Some(rule) => {

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::data_adapter::{batches_of, Batch, FitBatch};
 use super::training::FitConfig;
 use super::Model;
-use crate::callbacks::{Callback, History, Logs, ProgbarLogger, TrainParams};
+use crate::callbacks::{History, Logs};
 
 /// The registered name of the training step `fit` schedules on the workers.
 const TRAIN_STEP: &str = "keras.train_step";
@@ -89,7 +89,10 @@ struct TrainStepArgs {
 /// ```no_run
 /// use ferroflow_keras::{applications, fit_functions, DatasetCreator, Model};
 /// use ferroflow_keras::losses::SparseCategoricalCrossentropy;
-/// # fn creator() -> DatasetCreator { unimplemented!() }
+/// let creator = DatasetCreator::new("mnist_train", |_ctx| {
+///     let (x, y) = ferroflow_data::idx::load_mnist("datasets/mnist", "train")?;
+///     Ok(ferroflow_data::Dataset::from_tensor_slices((x, y))?.batch(128, true)?.repeat(None))
+/// });
 /// let functions = fit_functions(
 ///     |_ctx| {
 ///         let mut model = Model::from(applications::mnist_mlp());
@@ -97,7 +100,7 @@ struct TrainStepArgs {
 ///         model.compile(ferroflow_optim::Adam::new(1e-3), SparseCategoricalCrossentropy::new(true), &["accuracy"])?;
 ///         Ok(model)
 ///     },
-///     &[creator()],
+///     &[creator],
 /// );
 /// ```
 pub fn fit_functions(
@@ -237,26 +240,9 @@ impl Model {
         let coordinator = ClusterCoordinator::new(strategy)?;
         let dataset = coordinator.create_per_worker_dataset(&creator.name)?;
         let iterator = dataset.iter()?;
-        let mut callbacks: Vec<Box<dyn Callback>> = Vec::new();
-        if config.verbose > 0 {
-            callbacks.push(Box::new(ProgbarLogger::new(config.verbose)));
-        }
-        callbacks.append(&mut config.callbacks);
-        let params = TrainParams {
-            epochs: config.epochs,
-            steps: Some(steps),
-            verbose: config.verbose,
-        };
         let mut history = History::default();
-        self.stop_training = false;
-        for cb in &mut callbacks {
-            cb.on_train_begin(&params, self)?;
-        }
+        let (mut callbacks, first_epoch) = self.begin_training(&mut config, Some(steps))?;
         let mut last_logs = Logs::new();
-        let first_epoch = self
-            .resume_epoch
-            .take()
-            .map_or(config.initial_epoch, |e| e.max(config.initial_epoch));
         for epoch in first_epoch..config.epochs {
             for cb in &mut callbacks {
                 cb.on_epoch_begin(epoch, self)?;

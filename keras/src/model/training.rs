@@ -394,31 +394,14 @@ impl Model {
         }
         let _strategy_scope = strategy.clone().map(enter_scope);
         let _scope = device_scope(&self.device().to_string())?;
-        let mut callbacks: Vec<Box<dyn Callback>> = Vec::new();
-        if config.verbose > 0 {
-            callbacks.push(Box::new(ProgbarLogger::new(config.verbose)));
-        }
-        callbacks.append(&mut config.callbacks);
-        let params = TrainParams {
-            epochs: config.epochs,
-            steps,
-            verbose: config.verbose,
-        };
         let val = config.validation_data.take().map(|v| match v {
             ValidationData::Arrays(x, y) => array_batches(x, y, config.batch_size.max(1), None),
             ValidationData::Batches(d) => d,
         });
         let mut history = History::default();
-        self.stop_training = false;
-        for cb in &mut callbacks {
-            cb.on_train_begin(&params, self)?;
-        }
+        let (mut callbacks, first_epoch) = self.begin_training(&mut config, steps)?;
         let mut last_logs = Logs::new();
         let mut continuing = None;
-        let first_epoch = self
-            .resume_epoch
-            .take()
-            .map_or(config.initial_epoch, |e| e.max(config.initial_epoch));
         for epoch in first_epoch..config.epochs {
             self.reset_metrics();
             for cb in &mut callbacks {
@@ -503,6 +486,35 @@ impl Model {
             cb.on_train_end(&last_logs, self)?;
         }
         Ok(history)
+    }
+
+    /// What every `fit` does first: the progress bar and the config's callbacks, told that
+    /// training begins; and the epoch to start at (`initial_epoch`, or after a backup a
+    /// callback found).
+    pub(super) fn begin_training(
+        &mut self,
+        config: &mut FitConfig,
+        steps: Option<usize>,
+    ) -> Result<(Vec<Box<dyn Callback>>, usize)> {
+        let mut callbacks: Vec<Box<dyn Callback>> = Vec::new();
+        if config.verbose > 0 {
+            callbacks.push(Box::new(ProgbarLogger::new(config.verbose)));
+        }
+        callbacks.append(&mut config.callbacks);
+        let params = TrainParams {
+            epochs: config.epochs,
+            steps,
+            verbose: config.verbose,
+        };
+        self.stop_training = false;
+        for cb in &mut callbacks {
+            cb.on_train_begin(&params, self)?;
+        }
+        let first_epoch = self
+            .resume_epoch
+            .take()
+            .map_or(config.initial_epoch, |e| e.max(config.initial_epoch));
+        Ok((callbacks, first_epoch))
     }
 
     fn evaluate_batches(&mut self, batches: &Dataset<Batch>, steps: Option<usize>) -> Result<Logs> {
