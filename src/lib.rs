@@ -48,6 +48,10 @@ pub use ferroflow_cluster as cluster;
 /// processes (`CollectiveGroup`: a ring all-reduce, all-gather and broadcast over gRPC).
 pub use ferroflow_distribute as distribute;
 
+/// The profiler (`ferroflow-profiler`, `tf.profiler` and `tf.summary`): traces, step time,
+/// op stats and memory profiles in TensorFlow's file formats, which TensorBoard opens.
+pub use ferroflow_profiler as profiler;
+
 /// The tensor core crate (`ferroflow-tensor`).
 pub use ferroflow_tensor as tensor;
 

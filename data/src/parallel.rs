@@ -134,7 +134,10 @@ fn map_worker<T, U>(s: &MapShared<T, U>, f: &MapFn<T, U>) {
             lock(&s.state).in_flight -= 1;
             break;
         };
-        let out = x.and_then(|x| call_guarded("map", || f(x)).map_err(|e| at_element("map", i, e)));
+        let out = {
+            let _span = ferroflow_tensor::trace::TraceMe::new("ParallelMapProduce");
+            x.and_then(|x| call_guarded("map", || f(x)).map_err(|e| at_element("map", i, e)))
+        };
         let mut st = lock(&s.state);
         st.ready.insert(i, out);
         s.result.notify_all();
@@ -222,7 +225,10 @@ pub(crate) fn prefetch<T: Send + 'static>(
         .spawn(move || {
             let mut index = 0u64;
             loop {
-                let (item, panicked) = match call_guarded("prefetch input", || Ok(input.next())) {
+                let span = ferroflow_tensor::trace::TraceMe::new("PrefetchProduce");
+                let produced = call_guarded("prefetch input", || Ok(input.next()));
+                drop(span);
+                let (item, panicked) = match produced {
                     Ok(item) => (item, false),
                     Err(e) => (Some(Err(at_element("prefetch", index, e))), true),
                 };

@@ -21,6 +21,9 @@ use ferroflow_tensor::{Error, Result, Tensor};
 
 use crate::model::Model;
 
+mod tensorboard;
+pub use tensorboard::{TensorBoard, UpdateFreq};
+
 /// Named values after a batch or an epoch (`loss`, metrics, `val_*`), in insertion order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Logs {

@@ -195,6 +195,8 @@ pub trait Layer: Send {
     }
     /// Builds on first use, then calls. This is what models and users call.
     fn apply(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
+        // The profiler names this layer's ops `<layer>/<Op>` (inert when not profiling).
+        let _name_scope = ferroflow_tensor::trace::NameScope::enter(self.name());
         if !self.base().built {
             let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
             self.build(&shapes)?;

@@ -253,10 +253,12 @@ fn run<O: OpOutputs>(
     if !observed() {
         return kernel(Placement { device, backend });
     }
+    let op = op();
+    let current = crate::trace::CurrentOp::enter(op.name());
     let start = Instant::now();
     let out = kernel(Placement { device, backend })?;
     let duration = start.elapsed();
-    let op = op();
+    drop(current);
     let outputs = out.to_list();
     notify(|o| {
         o.on_op(&OpEvent {

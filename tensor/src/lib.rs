@@ -55,6 +55,7 @@ pub mod ops;
 pub mod random;
 mod tensor;
 pub mod testing;
+pub mod trace;
 mod variable;
 
 pub use backend::{Backend, BufferBox, DeviceBuffer, Operand};

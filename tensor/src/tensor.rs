@@ -63,11 +63,21 @@ pub(crate) struct Storage {
 }
 
 impl Storage {
-    /// Wraps a backend buffer (counted in [`live_tensor_bytes`] until dropped).
-    pub(crate) fn new(buffer: BufferBox, backend: Arc<dyn Backend>, device: Device) -> Storage {
+    /// Wraps a backend buffer made for a tensor of `shape` and `dtype` (counted in
+    /// [`live_tensor_bytes`] until dropped; a profiler sees it allocated and freed).
+    pub(crate) fn new(
+        buffer: BufferBox,
+        backend: Arc<dyn Backend>,
+        device: Device,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Storage {
         let bytes = buffer.size_in_bytes();
         let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
         PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+        crate::trace::allocated(device, bytes, buffer_address(&buffer), || {
+            (dtype, shape.to_vec())
+        });
         Storage {
             buffer,
             backend,
@@ -77,9 +87,15 @@ impl Storage {
     }
 }
 
+/// A buffer's identity for memory events: the address of its backend object.
+fn buffer_address(buffer: &BufferBox) -> usize {
+    &**buffer as *const dyn crate::backend::DeviceBuffer as *const () as usize
+}
+
 impl Drop for Storage {
     fn drop(&mut self) {
         LIVE_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
+        crate::trace::freed(self.device, self.bytes, buffer_address(&self.buffer));
     }
 }
 
@@ -123,7 +139,7 @@ impl Tensor {
         backend: &Arc<dyn Backend>,
         device: Device,
     ) -> Tensor {
-        let storage = Arc::new(Storage::new(buffer, backend.clone(), device));
+        let storage = Arc::new(Storage::new(buffer, backend.clone(), device, shape, dtype));
         Tensor::from_storage(storage, Layout::contiguous(shape), dtype)
     }
     /// The same storage under another layout (a view).

@@ -402,6 +402,7 @@ impl Model {
         let (mut callbacks, first_epoch) = self.begin_training(&mut config, steps)?;
         let mut last_logs = Logs::new();
         let mut continuing = None;
+        let mut global_step = 0i64;
         for epoch in first_epoch..config.epochs {
             self.reset_metrics();
             for cb in &mut callbacks {
@@ -418,6 +419,13 @@ impl Model {
             let mut logs = Logs::new();
             let mut step = 0;
             while config.steps_per_epoch.is_none_or(|s| step < s) {
+                for cb in &mut callbacks {
+                    cb.on_train_batch_begin(step, self)?;
+                }
+                // The profiler's step marker (TF's `Trace("train", step_num=..., _r=1)`):
+                // input, the step and the update inside it, the batch callbacks after.
+                let step_span = ferroflow_tensor::trace::TraceMe::step("train", global_step);
+                global_step += 1;
                 let Some(batch) = it.next() else {
                     if config.steps_per_epoch.is_some() {
                         if config.verbose > 0 {
@@ -442,13 +450,11 @@ impl Model {
                 if step == 0 {
                     self.note_input_shapes(&bx);
                 }
-                for cb in &mut callbacks {
-                    cb.on_train_batch_begin(step, self)?;
-                }
                 logs = match &strategy {
                     Some(s) => self.replica_steps(s, &bx, &by, true)?,
                     None => self.train_step(&bx, &by)?,
                 };
+                drop(step_span);
                 for cb in &mut callbacks {
                     cb.on_train_batch_end(step, &logs, self)?;
                 }
@@ -649,3 +655,4 @@ impl Model {
         parts.iter().map(|p| Tensor::concat(p, 0)).collect()
     }
 }
+

@@ -1,0 +1,178 @@
+//! A self-contained HTML report of a profile: the step-time breakdown per step as stacked
+//! bars, memory in use over time as a line, and the top ops by self time as a table, drawn
+//! as inline SVG (no JavaScript).
+
+use crate::analysis::{summarize, ProfileSummary};
+use crate::reader::{latest_profile, read_xspace};
+use ferroflow_tensor::fs::write_atomic;
+use ferroflow_tensor::Result;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const W: f64 = 760.0;
+const H: f64 = 220.0;
+const PAD: f64 = 40.0;
+
+fn step_bars(s: &ProfileSummary) -> String {
+    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img" aria-label="step time">"#);
+    if s.steps.is_empty() {
+        svg.push_str(r#"<text x="10" y="30">No steps marked (use profiler::Trace::new("train", step) or Keras fit).</text></svg>"#);
+        return svg;
+    }
+    let max = s.steps.iter().map(|x| x.total_us).fold(1e-9, f64::max);
+    let n = s.steps.len() as f64;
+    let bw = ((W - 2.0 * PAD) / n).max(1.0);
+    let scale = (H - 2.0 * PAD) / max;
+    for (i, st) in s.steps.iter().enumerate() {
+        let x = PAD + i as f64 * bw;
+        let mut y = H - PAD;
+        for (v, color, what) in [
+            (st.input_us, "#e8710a", "input"),
+            (st.compute_us, "#1a73e8", "compute"),
+            (st.other_us, "#9aa0a6", "other"),
+        ] {
+            let h = v * scale;
+            y -= h;
+            let _ = write!(
+                svg,
+                r#"<rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{h:.1}" fill="{color}"><title>{} {what}: {v:.0} µs</title></rect>"#,
+                (bw * 0.8).max(0.5),
+                escape(&st.name)
+            );
+        }
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="{PAD}" y="16" font-size="12">max step {:.2} ms · orange input · blue compute · grey other</text><line x1="{PAD}" y1="{}" x2="{}" y2="{}" stroke="black"/></svg>"#,
+        max / 1e3,
+        H - PAD,
+        W - PAD,
+        H - PAD
+    );
+    svg
+}
+
+fn memory_line(s: &ProfileSummary) -> String {
+    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img" aria-label="memory">"#);
+    let points: Vec<&(f64, u64)> = s.memory.iter().flat_map(|m| m.points.iter()).collect();
+    if points.is_empty() {
+        svg.push_str(r#"<text x="10" y="30">No memory events (host_tracer_level 2 records them).</text></svg>"#);
+        return svg;
+    }
+    let t0 = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let t1 = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max).max(t0 + 1e-9);
+    let peak = s.memory.iter().map(|m| m.peak_bytes).max().unwrap_or(1).max(1) as f64;
+    for (k, m) in s.memory.iter().enumerate() {
+        let color = ["#1a73e8", "#d93025", "#188038", "#f9ab00"][k % 4];
+        let mut path = String::new();
+        // At most ~2000 points drawn: keep each bucket's maximum.
+        let stride = (m.points.len() / 2000).max(1);
+        for (i, chunk) in m.points.chunks(stride).enumerate() {
+            let t = chunk[0].0;
+            let b = chunk.iter().map(|p| p.1).max().unwrap_or(0) as f64;
+            let x = PAD + (t - t0) / (t1 - t0) * (W - 2.0 * PAD);
+            let y = H - PAD - b / peak * (H - 2.0 * PAD);
+            let _ = write!(path, "{}{x:.1},{y:.1} ", if i == 0 { "M" } else { "L" });
+        }
+        let _ = write!(
+            svg,
+            r#"<path d="{path}" fill="none" stroke="{color}"><title>{}</title></path>"#,
+            escape(&m.allocator)
+        );
+    }
+    let peaks: Vec<String> = s
+        .memory
+        .iter()
+        .map(|m| {
+            format!(
+                "{} peak {:.2} MiB{}",
+                m.allocator,
+                m.peak_bytes as f64 / (1 << 20) as f64,
+                m.peak_op.as_deref().map(|o| format!(" ({o})")).unwrap_or_default()
+            )
+        })
+        .collect();
+    let _ = write!(
+        svg,
+        r#"<text x="{PAD}" y="16" font-size="12">{} · over {:.1} ms</text></svg>"#,
+        escape(&peaks.join(" · ")),
+        (t1 - t0) / 1e3
+    );
+    svg
+}
+
+fn op_table(s: &ProfileSummary, top: usize) -> String {
+    let total: f64 = s.ops.iter().map(|o| o.self_us).sum::<f64>().max(1e-9);
+    let mut t = String::from("<table><tr><th>#</th><th>Type</th><th>Name</th><th>Count</th><th>Self time (µs)</th><th>Self %</th><th>Total (µs)</th><th>GFLOP/s</th></tr>");
+    for (i, o) in s.ops.iter().take(top).enumerate() {
+        let gflops = if o.self_us > 0.0 { o.flops as f64 / (o.self_us * 1e3) } else { 0.0 };
+        let _ = write!(
+            t,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.2}</td></tr>",
+            i + 1,
+            escape(&o.op_type),
+            escape(&o.name),
+            o.count,
+            o.self_us,
+            100.0 * o.self_us / total,
+            o.total_us,
+            gflops
+        );
+    }
+    t.push_str("</table>");
+    t
+}
+
+/// The report's HTML for a summary.
+pub fn report_html(s: &ProfileSummary, title: &str) -> String {
+    let avg = |f: fn(&crate::analysis::StepBreakdown) -> f64| {
+        if s.steps.is_empty() {
+            0.0
+        } else {
+            s.steps.iter().map(f).sum::<f64>() / s.steps.len() as f64
+        }
+    };
+    format!(
+        r#"<!DOCTYPE html><html><head><meta charset="utf-8"><title>{t}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}</style></head>
+<body><h1>{t}</h1>
+<h2>Step time ({n} steps; mean {st:.2} ms: input {inp:.2}, compute {cmp:.2}, other {oth:.2})</h2>{bars}
+<h2>Memory in use</h2>{mem}
+<h2>Top ops by self time</h2>{table}
+</body></html>"#,
+        t = escape(title),
+        n = s.steps.len(),
+        st = avg(|x| x.total_us) / 1e3,
+        inp = avg(|x| x.input_us) / 1e3,
+        cmp = avg(|x| x.compute_us) / 1e3,
+        oth = avg(|x| x.other_us) / 1e3,
+        bars = step_bars(s),
+        mem = memory_line(s),
+        table = op_table(s, 25),
+    )
+}
+
+/// Writes `<run>/report.html` for the newest profile under `logdir` and returns its path
+/// (`ferroflow profile report <logdir>`).
+pub fn report(logdir: impl AsRef<Path>) -> Result<PathBuf> {
+    let (run, planes) = latest_profile(&logdir)?;
+    let mut merged = ProfileSummary::default();
+    for p in &planes {
+        let s = summarize(&read_xspace(p)?);
+        merged.steps.extend(s.steps);
+        merged.ops.extend(s.ops);
+        merged.memory.extend(s.memory);
+    }
+    merged.ops.sort_by(|a, b| b.self_us.total_cmp(&a.self_us));
+    let title = format!("ferroflow profile {}", run.display());
+    let path = run.join("report.html");
+    write_atomic(&path, report_html(&merged, &title).as_bytes())?;
+    Ok(path)
+}
