@@ -6,7 +6,9 @@
 //! `--seed N` (1: the global random seed, so a run is reproducible), `--policy NAME`
 //! (`float32`; `mixed_float16` or `mixed_bfloat16` train with mixed precision), `--device
 //! SPEC` (`/CPU:0`; `/GPU:0` with `--features wgpu` trains on the GPU, TF's
-//! `with tf.device(...)`).
+//! `with tf.device(...)`), `--profile` (TensorBoard's callback: `<out>/logs/<model>` gets
+//! the epoch metrics, weight histograms and a profile of batches 10 to 20, and the profile's
+//! HTML report is written beside it: `tensorboard --logdir <out>/logs` opens them).
 //!
 //! The CNN goal is at the edge of what this network reaches in 3 epochs: TensorFlow's own
 //! Keras on the same data reached 98.36% (seed 0) and 98.81% (seed 1); ferroflow 98.71% and
@@ -21,6 +23,7 @@ mod common;
 
 use std::path::PathBuf;
 
+use ferroflow::keras::callbacks::TensorBoard;
 use ferroflow::keras::losses::SparseCategoricalCrossentropy;
 use ferroflow::keras::mixed_precision::{set_global_policy, Policy};
 use ferroflow::keras::{applications, FitConfig, Model};
@@ -35,6 +38,7 @@ struct Args {
     seed: u64,
     policy: String,
     device: String,
+    profile: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -46,6 +50,7 @@ fn parse_args() -> Result<Args> {
         seed: 1,
         policy: "float32".into(),
         device: "/CPU:0".into(),
+        profile: false,
     };
     let mut it = std::env::args().skip(1);
     let bad = |m: String| Error::invalid("mnist", m);
@@ -64,7 +69,8 @@ fn parse_args() -> Result<Args> {
             "--device" => args.device = value("--device")?,
             "--seed" => args.seed = value("--seed")?.parse().map_err(|e| bad(format!("--seed: {e}")))?,
             "--policy" => args.policy = value("--policy")?,
-            other => return Err(bad(format!("unknown argument {other:?}; usage: mnist [mlp] [cnn] [--epochs N] [--batch-size N] [--out DIR] [--seed N] [--policy NAME] [--device SPEC]"))),
+            "--profile" => args.profile = true,
+            other => return Err(bad(format!("unknown argument {other:?}; usage: mnist [mlp] [cnn] [--epochs N] [--batch-size N] [--out DIR] [--seed N] [--policy NAME] [--device SPEC] [--profile]"))),
         }
     }
     if args.models.is_empty() {
@@ -111,14 +117,19 @@ fn main() -> Result<()> {
             SparseCategoricalCrossentropy::new(true),
             &["accuracy"],
         )?;
+        let mut config = FitConfig::new()
+            .epochs(args.epochs)
+            .batch_size(args.batch_size);
+        let logs = args.out.join("logs").join(kind);
+        if args.profile {
+            config = config.validation_data(x_test.clone(), y_test.clone()).callback(
+                TensorBoard::new(&logs)
+                    .histogram_freq(1)
+                    .profile_batch(10, 20)?,
+            );
+        }
         let start = std::time::Instant::now();
-        model.fit(
-            &x_train,
-            &y_train,
-            FitConfig::new()
-                .epochs(args.epochs)
-                .batch_size(args.batch_size),
-        )?;
+        model.fit(&x_train, &y_train, config)?;
         let secs = start.elapsed().as_secs_f64();
         let test = model.evaluate(&x_test, &y_test, 1000)?;
         let acc = test.get("accuracy").unwrap_or(0.0);
@@ -131,6 +142,15 @@ fn main() -> Result<()> {
             secs,
             (x_train.shape()[0] * args.epochs) as f64 / secs
         );
+        if args.profile {
+            let report = ferroflow::profiler::report(&logs)?;
+            println!(
+                "{kind}: TensorBoard logs in {} (tensorboard --logdir {}), report {}",
+                logs.display(),
+                args.out.join("logs").display(),
+                report.display()
+            );
+        }
         let path = args.out.join(format!("{kind}.safetensors"));
         model.save_weights(&path)?;
         println!("{kind}: weights written to {}", path.display());

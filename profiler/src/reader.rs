@@ -61,9 +61,13 @@ pub fn read_xspace(path: impl AsRef<Path>) -> Result<XSpace> {
     Ok(space)
 }
 
-/// The newest profile run under `<logdir>/plugins/profile/` and its `.xplane.pb` files.
+/// The newest profile run under `<logdir>/plugins/profile/` (or, for a Keras log folder,
+/// under `<logdir>/train/plugins/profile/`) and its `.xplane.pb` files.
 pub fn latest_profile(logdir: impl AsRef<Path>) -> Result<(PathBuf, Vec<PathBuf>)> {
-    let dir = logdir.as_ref().join("plugins").join("profile");
+    let mut dir = logdir.as_ref().join("plugins").join("profile");
+    if !dir.is_dir() && logdir.as_ref().join("train/plugins/profile").is_dir() {
+        dir = logdir.as_ref().join("train/plugins/profile");
+    }
     let mut runs: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| Error::io(&dir, &e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -156,6 +160,38 @@ pub fn read_event_file(path: impl AsRef<Path>) -> Result<Vec<Event>> {
         out.push(event);
     }
     Ok(out)
+}
+
+/// The folders under `logdir` (itself included, three levels deep) that hold event files:
+/// TensorBoard's runs.
+pub fn event_runs(logdir: impl AsRef<Path>) -> Vec<PathBuf> {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut has_events = false;
+        let mut subdirs = Vec::new();
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                subdirs.push(p);
+            } else if e.file_name().to_string_lossy().starts_with("events.out.tfevents.") {
+                has_events = true;
+            }
+        }
+        if has_events {
+            out.push(dir.to_path_buf());
+        }
+        if depth < 3 {
+            subdirs.sort();
+            for d in subdirs {
+                walk(&d, depth + 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(logdir.as_ref(), 0, &mut out);
+    out
 }
 
 /// Reads every `events.out.tfevents.*` file directly in `dir`, in name order.

@@ -3,7 +3,7 @@
 //! as inline SVG (no JavaScript).
 
 use crate::analysis::{summarize, ProfileSummary};
-use crate::reader::{latest_profile, read_xspace};
+use crate::reader::{event_runs, latest_profile, read_event_files, read_xspace};
 use ferroflow_tensor::fs::write_atomic;
 use ferroflow_tensor::Result;
 use std::fmt::Write as _;
@@ -159,18 +159,103 @@ pub fn report_html(s: &ProfileSummary, title: &str) -> String {
     )
 }
 
-/// Writes `<run>/report.html` for the newest profile under `logdir` and returns its path
-/// (`ferroflow profile report <logdir>`).
-pub fn report(logdir: impl AsRef<Path>) -> Result<PathBuf> {
-    let (run, planes) = latest_profile(&logdir)?;
+/// The summary as text: the step-time breakdown and the top ops (what `ferroflow profile
+/// summarize` prints).
+pub fn summary_text(s: &ProfileSummary, top: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Step-time breakdown ({} steps, ms):", s.steps.len());
+    let _ = writeln!(out, "{:<16} {:>10} {:>10} {:>10} {:>10}", "step", "total", "input", "compute", "other");
+    for st in &s.steps {
+        let _ = writeln!(
+            out,
+            "{:<16} {:>10.3} {:>10.3} {:>10.3} {:>10.3}",
+            st.name,
+            st.total_us / 1e3,
+            st.input_us / 1e3,
+            st.compute_us / 1e3,
+            st.other_us / 1e3
+        );
+    }
+    let total: f64 = s.ops.iter().map(|o| o.self_us).sum::<f64>().max(1e-9);
+    let _ = writeln!(out, "\nTop ops by self time:");
+    let _ = writeln!(out, "{:<28} {:<44} {:>7} {:>12} {:>7}", "type", "name", "count", "self (µs)", "self %");
+    for o in s.ops.iter().take(top) {
+        let _ = writeln!(
+            out,
+            "{:<28} {:<44} {:>7} {:>12.1} {:>7.1}",
+            o.op_type,
+            o.name,
+            o.count,
+            o.self_us,
+            100.0 * o.self_us / total
+        );
+    }
+    for m in &s.memory {
+        let _ = writeln!(
+            out,
+            "\nMemory ({}): peak {} bytes{} over {} events",
+            m.allocator,
+            m.peak_bytes,
+            m.peak_op.as_deref().map(|o| format!(" (at {o})")).unwrap_or_default(),
+            m.points.len()
+        );
+    }
+    out
+}
+
+fn summary_of_run(planes: &[PathBuf]) -> Result<ProfileSummary> {
     let mut merged = ProfileSummary::default();
-    for p in &planes {
+    for p in planes {
         let s = summarize(&read_xspace(p)?);
         merged.steps.extend(s.steps);
         merged.ops.extend(s.ops);
         merged.memory.extend(s.memory);
     }
     merged.ops.sort_by(|a, b| b.self_us.total_cmp(&a.self_us));
+    Ok(merged)
+}
+
+/// Checks and summarizes a log folder: every event file of every run (each record's CRCs,
+/// each event decoded; the tags and counts listed) and the newest profile, if any (every
+/// metadata reference checked; the step breakdown and op table). `ferroflow profile
+/// summarize <logdir>`.
+pub fn summarize_logdir(logdir: impl AsRef<Path>) -> Result<String> {
+    let logdir = logdir.as_ref();
+    let mut out = String::new();
+    let runs = event_runs(logdir);
+    for run in &runs {
+        let log = read_event_files(run)?;
+        let _ = writeln!(out, "Run {} ({} events):", run.display(), log.events.len());
+        for tag in log.tags() {
+            let scalars = log.scalars(&tag);
+            match scalars.last() {
+                Some((step, v)) => {
+                    let _ = writeln!(out, "  {tag}: {} values, last {} at step {step}", scalars.len(), *v as f32);
+                }
+                None => {
+                    let _ = writeln!(out, "  {tag}");
+                }
+            }
+        }
+    }
+    match latest_profile(logdir) {
+        Ok((run, planes)) => {
+            let _ = writeln!(out, "\nProfile {}:", run.display());
+            out.push_str(&summary_text(&summary_of_run(&planes)?, 20));
+        }
+        Err(e) if runs.is_empty() => return Err(e),
+        Err(_) => {
+            let _ = writeln!(out, "\n(no profile in this folder)");
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `<run>/report.html` for the newest profile under `logdir` and returns its path
+/// (`ferroflow profile report <logdir>`).
+pub fn report(logdir: impl AsRef<Path>) -> Result<PathBuf> {
+    let (run, planes) = latest_profile(&logdir)?;
+    let merged = summary_of_run(&planes)?;
     let title = format!("ferroflow profile {}", run.display());
     let path = run.join("report.html");
     write_atomic(&path, report_html(&merged, &title).as_bytes())?;

@@ -4,18 +4,54 @@
 //! (`[worker:1] ...`), and when one fails the others are stopped and the launcher exits
 //! with the failing task's code. The same program runs unchanged on a real cluster whose
 //! launcher (Kubeflow's TFJob, a Slurm script) sets `TF_CONFIG`.
+//!
+//! `ferroflow profile summarize <logdir>` checks a log folder's event files and newest
+//! profile (every CRC, every metadata reference) and prints the scalars, the step-time
+//! breakdown and the top ops; `ferroflow profile report <logdir>` writes the profile's HTML
+//! report (step time, memory, top ops as SVG).
 
 use ferroflow::cluster::{LaunchSpec, LocalCluster};
 use std::process::ExitCode;
 use std::time::Duration;
 
 const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--timeout SECONDS] -- <program> [args...]
+       ferroflow profile summarize <logdir>
+       ferroflow profile report <logdir>
 
   Starts N worker processes (and M parameter servers, and a chief) running <program> with
   TF_CONFIG filled in on free loopback ports; prefixes their output with the task name;
   stops the group when one fails; exits with the first failing task's code. Parameter
   servers are stopped once the chief and workers are done; --ps implies --chief (the chief
-  coordinates a parameter-server job).";
+  coordinates a parameter-server job).
+
+  profile summarize: checks the event files and the newest profile under <logdir> and
+  prints the scalars, the step-time breakdown and the top ops. profile report: writes
+  report.html beside the newest profile and prints its path.";
+
+fn profile(args: &[String]) -> ExitCode {
+    let (what, logdir) = match args {
+        [what, logdir] => (what.as_str(), logdir),
+        _ => {
+            eprintln!("ferroflow profile: give summarize or report and a log folder\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match what {
+        "summarize" => ferroflow::profiler::summarize_logdir(logdir).map(|s| print!("{s}")),
+        "report" => ferroflow::profiler::report(logdir).map(|p| println!("{}", p.display())),
+        other => {
+            eprintln!("ferroflow profile: unknown action {other:?}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ferroflow profile {what}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
 
 fn parse(args: &[String]) -> Result<(LaunchSpec, Option<Duration>), String> {
     let mut spec = LaunchSpec {
@@ -68,6 +104,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("launch") => {}
+        Some("profile") => return profile(&args[1..]),
         Some("--help") | Some("-h") | None => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -455,6 +455,8 @@ pub(crate) fn run(args: &[String]) -> bool {
         .then(|| crate::bench_distribute::run(rounds, has_tf, &mut figures));
     let ps_table = (only.is_none() || only == Some("ps"))
         .then(|| crate::bench_ps::run(rounds, has_tf, &mut figures));
+    let profiler_table = (only.is_none() || only == Some("profiler"))
+        .then(|| crate::bench_profiler::run(rounds, has_tf, &mut figures));
     let data_table = (only.is_none() || only == Some("data")).then(|| {
         let has_tf_data = has_tf;
         crate::bench_data::run(rounds, has_tf_data)
@@ -605,6 +607,10 @@ pub(crate) fn run(args: &[String]) -> bool {
         md.push_str(&t);
     }
     if let Some(t) = ps_table {
+        md.push('\n');
+        md.push_str(&t);
+    }
+    if let Some(t) = profiler_table {
         md.push('\n');
         md.push_str(&t);
     }

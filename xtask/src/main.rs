@@ -5,10 +5,11 @@
 //!   README's test command, the CPU backend's tests again under `FERROFLOW_CPU_ISA=avx2` and
 //!   `scalar`, the fuzz targets, then the examples (each exits non-zero when its result is
 //!   wrong).
-//! - `bench [kernels|autodiff|optim|keras|data|mixed|numpy|distribute|ps] [--rounds N] [--check]`:
+//! - `bench [kernels|autodiff|optim|keras|data|mixed|numpy|distribute|ps|profiler] [--rounds N] [--check]`:
 //!   kernels against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor, all-reduce against Open
-//!   MPI, multi-worker `fit` and parameter-server training against TensorFlow's; references measured in the same run,
+//!   MPI, multi-worker `fit` and parameter-server training against TensorFlow's, the
+//!   profiler's overhead against TensorFlow's profiler; references measured in the same run,
 //!   interleaved, median of rounds; writes `bench-out/kernels.csv` and prints a markdown table.
 //! - `fuzz [--mutations N] [--seed S] [TARGET..]`: the readers' fuzz targets under the
 //!   stable runner (see the `ferroflow-fuzz` crate); part of `ci`.
@@ -22,6 +23,7 @@ mod bench_distribute;
 mod bench_mixed;
 mod bench_numpy;
 mod bench_ps;
+mod bench_profiler;
 mod deps;
 mod fuzz;
 mod gpu;
@@ -230,7 +232,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed|numpy|distribute|ps] [--rounds N] [--check] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask fuzz [--mutations N] [--seed S] [TARGET..] | cargo xtask numpy-coverage"
+                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed|numpy|distribute|ps|profiler] [--rounds N] [--check] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask fuzz [--mutations N] [--seed S] [TARGET..] | cargo xtask numpy-coverage"
             );
             false
         }

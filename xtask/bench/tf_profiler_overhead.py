@@ -1,0 +1,75 @@
+"""TensorFlow side of `cargo xtask bench profiler`: the cost of TensorFlow's profiler on a
+Keras training step of the main job's MNIST CNN (Adam, batch 128, `train_on_batch`):
+blocks of 20 steps without a profiler and with `tf.profiler.experimental.start` running, in
+turn (each trace written between blocks, untimed). Usage: tf_profiler_overhead.py MNIST_DIR N
+Prints `name value` lines: seconds per step off and on (medians), the median paired
+overhead."""
+import gzip
+import os
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+
+def idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    rank = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(rank)]
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * rank).reshape(dims)
+
+
+def main():
+    d, n = sys.argv[1], int(sys.argv[2])
+    x = idx(os.path.join(d, "train-images-idx3-ubyte.gz")).astype(np.float32)[:n, ..., None] / 255.0
+    y = idx(os.path.join(d, "train-labels-idx1-ubyte.gz")).astype(np.int64)[:n]
+    L = tf.keras.layers
+    model = tf.keras.Sequential([
+        L.Input((28, 28, 1)),
+        L.Conv2D(32, 3, activation="relu"), L.MaxPooling2D(),
+        L.Conv2D(64, 3, activation="relu"), L.MaxPooling2D(),
+        L.Flatten(), L.Dense(128, activation="relu"), L.Dense(10)])
+    model.compile(tf.keras.optimizers.Adam(1e-3),
+                  tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    bx, by = x[:128], y[:128]
+    for _ in range(10):
+        model.train_on_batch(bx, by)  # tracing and warm-up
+    # Blocks of 5 steps, unprofiled and profiled in turn; the traces are written between
+    # blocks, untimed. The paired ratios' median is the overhead.
+    offs, ons = [], []
+    with tempfile.TemporaryDirectory() as logdir:
+        def block(profiled, b):
+            if profiled:
+                tf.profiler.experimental.start(os.path.join(logdir, str(b)))
+            t0 = time.perf_counter()
+            for _ in range(STEPS):
+                model.train_on_batch(bx, by)
+            t = (time.perf_counter() - t0) / STEPS
+            if profiled:
+                tf.profiler.experimental.stop()
+            return t
+
+        for b in range(BLOCKS):
+            # Which block of the pair goes first alternates (no position bias).
+            if b % 2 == 0:
+                offs.append(block(False, b))
+                ons.append(block(True, b))
+            else:
+                ons.append(block(True, b))
+                offs.append(block(False, b))
+    ratios = sorted(a / b for a, b in zip(ons, offs))
+    print(f"tf_cnn_step_off {sorted(offs)[len(offs) // 2]:.6e}")
+    print(f"tf_cnn_step_on {sorted(ons)[len(ons) // 2]:.6e}")
+    print(f"tf_cnn_overhead {ratios[len(ratios) // 2] - 1:.6e}")
+
+
+BLOCKS = 6
+STEPS = 20
+
+if __name__ == "__main__":
+    main()
