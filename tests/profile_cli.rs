@@ -13,12 +13,16 @@ fn ferroflow(args: &[&str]) -> std::process::Output {
 fn summarize_and_report_a_log_folder() {
     ferroflow::init();
     let dir = tempfile::tempdir().unwrap();
-    let writer = ferroflow::profiler::summary::create_file_writer(dir.path().join("train")).unwrap();
+    let writer =
+        ferroflow::profiler::summary::create_file_writer(dir.path().join("train")).unwrap();
     for step in 0..5 {
-        writer.scalar("epoch_loss", 1.0 / (1.0 + step as f64), step).unwrap();
+        writer
+            .scalar("epoch_loss", 1.0 / (1.0 + step as f64), step)
+            .unwrap();
     }
     writer.flush().unwrap();
-    let profile = ferroflow::profiler::Profile::start(dir.path().join("train"), Default::default()).unwrap();
+    let profile =
+        ferroflow::profiler::Profile::start(dir.path().join("train"), Default::default()).unwrap();
     let w = ferroflow::Tensor::ones(&[8, 8], ferroflow::DType::F32).unwrap();
     for step in 0..2i64 {
         let _s = ferroflow::profiler::Trace::new("train", step);
@@ -29,9 +33,19 @@ fn summarize_and_report_a_log_folder() {
 
     let out = ferroflow(&["profile", "summarize", logdir]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("epoch_loss: 5 values, last 0.2 at step 4"), "{text}");
-    assert!(text.contains("2 steps") && text.contains("MatMul"), "{text}");
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("epoch_loss: 5 values, last 0.2 at step 4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 steps") && text.contains("MatMul"),
+        "{text}"
+    );
 
     let out = ferroflow(&["profile", "report", logdir]);
     assert!(out.status.success());
@@ -48,9 +62,16 @@ fn summarize_and_report_a_log_folder() {
     let out = ferroflow(&["profile", "summarize", logdir]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains(&format!("record 1 at byte {second}")) && err.contains("CRC"), "{err}");
+    assert!(
+        err.contains(&format!("record 1 at byte {second}")) && err.contains("CRC"),
+        "{err}"
+    );
 
-    let out = ferroflow(&["profile", "summarize", dir.path().join("nothing-here").to_str().unwrap()]);
+    let out = ferroflow(&[
+        "profile",
+        "summarize",
+        dir.path().join("nothing-here").to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let out = ferroflow(&["profile", "explain", logdir]);
     assert_eq!(out.status.code(), Some(2));

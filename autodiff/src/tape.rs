@@ -24,6 +24,9 @@ struct Node {
     op: NodeOp,
     inputs: Vec<Tensor>,
     outputs: Vec<Tensor>,
+    /// The name scope it ran in, kept while a profiler runs: its gradient ops are named
+    /// `gradient_tape/<scope>/...`, as TF names them.
+    scope: Option<std::sync::Arc<str>>,
 }
 
 /// What to return for a source the target does not depend on (TF's `UnconnectedGradients`).
@@ -95,6 +98,8 @@ impl Recorder {
             op,
             inputs: inputs.to_vec(),
             outputs: outputs.to_vec(),
+            scope: ferroflow_tensor::trace::is_active()
+                .then(ferroflow_tensor::trace::current_name_scope),
         });
     }
     pub(crate) fn pause(&self, by: isize) {
@@ -501,6 +506,13 @@ fn run_backward(
         if outs.iter().all(Option::is_none) {
             continue;
         }
+        let _scope = node.scope.as_ref().map(|scope| {
+            ferroflow_tensor::trace::NameScope::enter(&if scope.is_empty() {
+                "gradient_tape".to_string()
+            } else {
+                format!("gradient_tape/{scope}")
+            })
+        });
         let ins = match &node.op {
             NodeOp::Primitive(op) => {
                 let needs: Vec<bool> = node

@@ -31,6 +31,12 @@ use ferroflow_tensor::{Error, HostData, Result, Tensor};
 /// Reads an IDX file (plain or gzip) into a tensor of its shape.
 pub fn read(path: impl AsRef<Path>) -> Result<Tensor> {
     let path = path.as_ref();
+    let bytes = read_bytes(path)?;
+    parse(&bytes).map_err(|msg| Error::format(path.display().to_string(), msg))
+}
+
+/// The file's bytes, gunzipped when they are gzip's.
+fn read_bytes(path: &Path) -> Result<Vec<u8>> {
     let raw = std::fs::read(path).map_err(|e| Error::io(path, &e))?;
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::with_capacity(raw.len() * 4);
@@ -43,11 +49,41 @@ pub fn read(path: impl AsRef<Path>) -> Result<Tensor> {
     } else {
         raw
     };
-    parse(&bytes).map_err(|msg| Error::format(path.display().to_string(), msg))
+    Ok(bytes)
 }
 
 /// Parses IDX bytes (already decompressed).
 pub fn parse(bytes: &[u8]) -> std::result::Result<Tensor, String> {
+    let (code, shape, body) = split_idx(bytes)?;
+    let data = match code {
+        0x08 => HostData::U8(body.to_vec()),
+        0x09 => HostData::I8(body.iter().map(|&b| b as i8).collect()),
+        0x0B => HostData::I32(
+            body.chunks_exact(2)
+                .map(|c| i16::from_be_bytes([c[0], c[1]]) as i32)
+                .collect(),
+        ),
+        0x0C => HostData::I32(
+            body.chunks_exact(4)
+                .map(|c| i32::from_be_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        0x0D => HostData::F32(
+            body.chunks_exact(4)
+                .map(|c| f32::from_be_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        _ => HostData::F64(
+            body.chunks_exact(8)
+                .map(|c| f64::from_be_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+    };
+    Tensor::from_host(data, &shape).map_err(|e| e.to_string())
+}
+
+/// An IDX file's type code, shape and data bytes, checked against each other.
+fn split_idx(bytes: &[u8]) -> std::result::Result<(u8, Vec<usize>, &[u8]), String> {
     if bytes.len() < 4 || bytes[0] != 0 || bytes[1] != 0 {
         return Err("not an IDX file: it must start with two zero bytes".into());
     }
@@ -86,31 +122,7 @@ pub fn parse(bytes: &[u8]) -> std::result::Result<Tensor, String> {
             body.len()
         ));
     }
-    let data = match code {
-        0x08 => HostData::U8(body.to_vec()),
-        0x09 => HostData::I8(body.iter().map(|&b| b as i8).collect()),
-        0x0B => HostData::I32(
-            body.chunks_exact(2)
-                .map(|c| i16::from_be_bytes([c[0], c[1]]) as i32)
-                .collect(),
-        ),
-        0x0C => HostData::I32(
-            body.chunks_exact(4)
-                .map(|c| i32::from_be_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        0x0D => HostData::F32(
-            body.chunks_exact(4)
-                .map(|c| f32::from_be_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        _ => HostData::F64(
-            body.chunks_exact(8)
-                .map(|c| f64::from_be_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-    };
-    Tensor::from_host(data, &shape).map_err(|e| e.to_string())
+    Ok((code, shape, body))
 }
 
 /// Writes `tensor` as a plain IDX file (u8, i8, i32, f32 and f64 tensors).
@@ -160,20 +172,55 @@ pub fn load_mnist(
 ) -> ferroflow_tensor::Result<(ferroflow_tensor::Tensor, ferroflow_tensor::Tensor)> {
     use ferroflow_tensor::{DType, Tensor};
     let dir = dir.as_ref();
-    let file = |kind: &str| {
-        let plain = dir.join(format!("{split}-{kind}-ubyte"));
-        if plain.exists() {
-            plain
-        } else {
-            dir.join(format!("{split}-{kind}-ubyte.gz"))
-        }
-    };
-    let images = read(file("images-idx3"))?;
+    let file = |kind: &str| mnist_file(dir, split, kind);
+    let (n, pixels) = mnist_images(&file("images-idx3"), |b| b as f32 / 255.0)?;
+    let x = Tensor::from_vec(pixels, &[n, 28, 28, 1])?;
     let labels = read(file("labels-idx1"))?;
-    let n = images.shape().first().copied().unwrap_or(0);
-    let x = images
-        .cast(DType::F32)?
-        .div(&Tensor::scalar(255.0f32)?)?
-        .reshape_to(&[n, 28, 28, 1])?;
     Ok((x, labels.cast(DType::I64)?))
+}
+
+/// One MNIST split as stored: images as `u8` pixels `[n, 28, 28, 1]` (a quarter of the
+/// f32 memory: scale them in the model, e.g. Keras' `Rescaling(1/255)`); labels as int64.
+///
+/// ```no_run
+/// ferroflow::init();
+/// let (x, y) = ferroflow_data::idx::load_mnist_pixels("datasets/mnist", "t10k")?;
+/// assert_eq!(x.dtype(), ferroflow_tensor::DType::U8);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub fn load_mnist_pixels(
+    dir: impl AsRef<std::path::Path>,
+    split: &str,
+) -> ferroflow_tensor::Result<(ferroflow_tensor::Tensor, ferroflow_tensor::Tensor)> {
+    use ferroflow_tensor::{DType, Tensor};
+    let dir = dir.as_ref();
+    let (n, pixels) = mnist_images(&mnist_file(dir, split, "images-idx3"), |b| b)?;
+    let x = Tensor::from_vec(pixels, &[n, 28, 28, 1])?;
+    let labels = read(mnist_file(dir, split, "labels-idx1"))?;
+    Ok((x, labels.cast(DType::I64)?))
+}
+
+/// `<dir>/<split>-<kind>-ubyte`, or its `.gz` when the plain file is absent.
+fn mnist_file(dir: &Path, split: &str, kind: &str) -> std::path::PathBuf {
+    let plain = dir.join(format!("{split}-{kind}-ubyte"));
+    if plain.exists() {
+        plain
+    } else {
+        dir.join(format!("{split}-{kind}-ubyte.gz"))
+    }
+}
+
+/// The images of an MNIST image file, each pixel mapped by `f` in one pass over the file's
+/// bytes (no intermediate tensors: the training set is 188 MB as f32).
+fn mnist_images<T>(path: &Path, f: impl Fn(u8) -> T) -> Result<(usize, Vec<T>)> {
+    let bytes = read_bytes(path)?;
+    let bad = |msg: String| Error::format(path.display().to_string(), msg);
+    let (code, shape, body) = split_idx(&bytes).map_err(bad)?;
+    if code != 0x08 || shape.len() != 3 || shape[1..] != [28, 28] {
+        return Err(bad(format!(
+            "MNIST images are uint8 [n, 28, 28] (type code 0x08); this file has type code \
+             0x{code:02X} and shape {shape:?}"
+        )));
+    }
+    Ok((shape[0], body.iter().map(|&b| f(b)).collect()))
 }

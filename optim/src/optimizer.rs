@@ -306,6 +306,8 @@ pub trait Optimizer: Send {
         grads_and_vars: Vec<(Option<Tensor>, Variable)>,
         aggregate: bool,
     ) -> Result<()> {
+        // The profiler names the update's ops `<Optimizer>/...` (inert when not profiling).
+        let _name_scope = ferroflow_tensor::trace::NameScope::enter(self.name());
         let custom = self.core().gradient_aggregator.is_some();
         let Some((grads_and_vars, gathered)) =
             self.core_mut()

@@ -108,12 +108,20 @@ pub fn summarize(space: &XSpace) -> ProfileSummary {
     };
     // Times relative to the earliest line, in picoseconds (saturating: a hostile file
     // cannot overflow them).
-    let origin_ns = plane.lines.iter().map(|l| l.timestamp_ns).min().unwrap_or(0);
+    let origin_ns = plane
+        .lines
+        .iter()
+        .map(|l| l.timestamp_ns)
+        .min()
+        .unwrap_or(0);
     let mut steps = Vec::new();
     let mut ops: HashMap<String, OpRow> = HashMap::new();
     let mut memory: HashMap<String, MemoryTimeline> = HashMap::new();
     for line in &plane.lines {
-        let base = line.timestamp_ns.saturating_sub(origin_ns).saturating_mul(1000);
+        let base = line
+            .timestamp_ns
+            .saturating_sub(origin_ns)
+            .saturating_mul(1000);
         let mut spans: Vec<Span> = line
             .events
             .iter()
@@ -163,7 +171,9 @@ pub fn summarize(space: &XSpace) -> ProfileSummary {
                 row.count += 1;
                 row.total_us += (s.end - s.start) as f64 / 1e6;
                 row.self_us += self_ps[i].max(0) as f64 / 1e6;
-                row.flops += get(&s.stats, "flops").and_then(|v| v.parse().ok()).unwrap_or(0);
+                row.flops += get(&s.stats, "flops")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
                 row.bytes += get(&s.stats, "bytes_accessed")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0);
@@ -172,12 +182,14 @@ pub fn summarize(space: &XSpace) -> ProfileSummary {
                 let in_use: u64 = get(&s.stats, "bytes_allocated")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0);
-                let t = memory.entry(allocator.clone()).or_insert_with(|| MemoryTimeline {
-                    allocator,
-                    points: Vec::new(),
-                    peak_bytes: 0,
-                    peak_op: None,
-                });
+                let t = memory
+                    .entry(allocator.clone())
+                    .or_insert_with(|| MemoryTimeline {
+                        allocator,
+                        points: Vec::new(),
+                        peak_bytes: 0,
+                        peak_op: None,
+                    });
                 t.points.push((s.start as f64 / 1e6, in_use));
                 if in_use > t.peak_bytes {
                     t.peak_bytes = in_use;
@@ -234,7 +246,7 @@ pub fn summarize(space: &XSpace) -> ProfileSummary {
             });
         }
     }
-    steps.sort_by(|a, b| a.step_num.cmp(&b.step_num));
+    steps.sort_by_key(|s| s.step_num);
     let mut ops: Vec<OpRow> = ops.into_values().collect();
     ops.sort_by(|a, b| b.self_us.total_cmp(&a.self_us));
     let mut memory: Vec<MemoryTimeline> = memory.into_values().collect();

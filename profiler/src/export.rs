@@ -3,7 +3,9 @@
 //! `<host>.trace.json.gz` (Chrome trace events) under `<logdir>/plugins/profile/<run>/`.
 
 use crate::names::{tf_datatype, tf_op_type_of_name};
-use crate::proto::xplane::{x_event, x_stat, XEvent, XEventMetadata, XLine, XPlane, XSpace, XStat, XStatMetadata};
+use crate::proto::xplane::{
+    x_event, x_stat, XEvent, XEventMetadata, XLine, XPlane, XSpace, XStat, XStatMetadata,
+};
 use crate::session::{ProfileFiles, ProfilerOptions, RawKind, ThreadEvents};
 use ferroflow_tensor::fs::write_atomic;
 use ferroflow_tensor::trace::StatValue;
@@ -206,7 +208,10 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
                         b.ref_stat("input_shapes", input_shapes),
                         b.ref_stat("input_dtypes", input_dtypes),
                         b.stat("flops", x_stat::Value::Uint64Value(*flops)),
-                        b.stat("bytes_accessed", x_stat::Value::Uint64Value(*bytes_accessed)),
+                        b.stat(
+                            "bytes_accessed",
+                            x_stat::Value::Uint64Value(*bytes_accessed),
+                        ),
                     ];
                     if device.kind() != DeviceKind::Cpu {
                         stats.push(b.ref_stat("timing", "host-side launch (no device timestamps)"));
@@ -237,7 +242,10 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
                     let mut stats = vec![
                         b.ref_stat("allocator_name", &allocator_name(*device)),
                         b.stat("bytes_reserved", x_stat::Value::Int64Value(0)),
-                        b.stat("bytes_allocated", x_stat::Value::Int64Value(*bytes_in_use as i64)),
+                        b.stat(
+                            "bytes_allocated",
+                            x_stat::Value::Int64Value(*bytes_in_use as i64),
+                        ),
                         b.stat("bytes_available", x_stat::Value::Int64Value(0)),
                         b.stat("fragmentation", x_stat::Value::DoubleValue(0.0)),
                         b.stat("peak_bytes_in_use", x_stat::Value::Int64Value(peak as i64)),
@@ -281,7 +289,10 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
     }
 
     let mut env = PlaneBuilder::new(0, TASK_ENVIRONMENT_PLANE);
-    let start = env.stat("profile_start_time", x_stat::Value::Uint64Value(rec.begin_wall_ns));
+    let start = env.stat(
+        "profile_start_time",
+        x_stat::Value::Uint64Value(rec.begin_wall_ns),
+    );
     let stop = env.stat(
         "profile_stop_time",
         x_stat::Value::Uint64Value(rec.begin_wall_ns + rec.end_ns),
@@ -329,11 +340,15 @@ pub fn chrome_trace_json(space: &XSpace) -> String {
         if plane.lines.is_empty() {
             continue;
         }
-        out.push(serde_json::json!({"ph": "M", "name": "process_name", "pid": pid,
-            "args": {"name": plane.name}}));
+        out.push(
+            serde_json::json!({"ph": "M", "name": "process_name", "pid": pid,
+            "args": {"name": plane.name}}),
+        );
         for line in &plane.lines {
-            out.push(serde_json::json!({"ph": "M", "name": "thread_name", "pid": pid,
-                "tid": line.id, "args": {"name": line.name}}));
+            out.push(
+                serde_json::json!({"ph": "M", "name": "thread_name", "pid": pid,
+                "tid": line.id, "args": {"name": line.name}}),
+            );
             for e in &line.events {
                 let Some(meta) = plane.event_metadata.get(&e.metadata_id) else {
                     continue;

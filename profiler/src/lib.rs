@@ -57,7 +57,9 @@ pub mod proto {
 pub use analysis::{summarize, MemoryTimeline, OpRow, ProfileSummary, StepBreakdown};
 pub use export::{allocator_name, chrome_trace_json, hostname, HOST_PLANE, TASK_ENVIRONMENT_PLANE};
 pub use names::{cost, tf_datatype, tf_dtype_name, tf_op_type, tf_op_type_of_name};
-pub use reader::{event_runs, latest_profile, read_event_file, read_event_files, read_xspace, EventLog};
+pub use reader::{
+    event_runs, latest_profile, read_event_file, read_event_files, read_xspace, EventLog,
+};
 pub use report::{report, report_html, summarize_logdir, summary_text};
 pub use session::{is_running, start, stop, Profile, ProfileFiles, ProfilerOptions, Trace};
 

@@ -26,41 +26,41 @@ pub fn tf_op_type(op: &Op) -> &'static str {
 /// TF's op type for an op known by its ferroflow name ([`Op::name`]: `"matmul"`).
 pub fn tf_op_type_of_name(name: &'static str) -> &'static str {
     let fixed = match name {
-            "constant" => "Const",
-            "matmul" => "MatMul",
-            "cast" => "Cast",
-            "select" => "SelectV2",
-            "gather" => "GatherV2",
-            "scatter_add" => "UnsortedSegmentSum",
-            "concat" => "ConcatV2",
-            "pad" => "PadV2",
-            "copy" => "Identity",
-            "to_device" => "CopyToDevice",
-            "to_host" => "CopyToHost",
-            "conv2d" => "Conv2D",
-            "fused_conv2d" => "_FusedConv2D",
-            "bias_activation_grad" => "BiasAddGrad",
-            "conv2d_backprop_input" => "Conv2DBackpropInput",
-            "conv2d_backprop_filter" => "Conv2DBackpropFilter",
-            "clip_scalar" => "ClipByValue",
-            "optimizer_update" => "ResourceApplyOptimizer",
-            "add" => "AddV2",
-            "div" => "RealDiv",
-            "floordiv" => "FloorDiv",
-            "floormod" => "FloorMod",
-            "reduce_sum" => "Sum",
-            "reduce_prod" => "Prod",
-            "reduce_max" => "Max",
-            "reduce_min" => "Min",
-            "reduce_any" => "Any",
-            "reduce_all" => "All",
-            "argmax" => "ArgMax",
-            "argmin" => "ArgMin",
-            "max_pool2d" => "MaxPool",
-            "avg_pool2d" => "AvgPool",
-            "is_finite" => "IsFinite",
-            "is_nan" => "IsNan",
-            _ => "",
+        "constant" => "Const",
+        "matmul" => "MatMul",
+        "cast" => "Cast",
+        "select" => "SelectV2",
+        "gather" => "GatherV2",
+        "scatter_add" => "UnsortedSegmentSum",
+        "concat" => "ConcatV2",
+        "pad" => "PadV2",
+        "copy" => "Identity",
+        "to_device" => "CopyToDevice",
+        "to_host" => "CopyToHost",
+        "conv2d" => "Conv2D",
+        "fused_conv2d" => "_FusedConv2D",
+        "bias_activation_grad" => "BiasAddGrad",
+        "conv2d_backprop_input" => "Conv2DBackpropInput",
+        "conv2d_backprop_filter" => "Conv2DBackpropFilter",
+        "clip_scalar" => "ClipByValue",
+        "optimizer_update" => "ResourceApplyOptimizer",
+        "add" => "AddV2",
+        "div" => "RealDiv",
+        "floordiv" => "FloorDiv",
+        "floormod" => "FloorMod",
+        "reduce_sum" => "Sum",
+        "reduce_prod" => "Prod",
+        "reduce_max" => "Max",
+        "reduce_min" => "Min",
+        "reduce_any" => "Any",
+        "reduce_all" => "All",
+        "argmax" => "ArgMax",
+        "argmin" => "ArgMin",
+        "max_pool2d" => "MaxPool",
+        "avg_pool2d" => "AvgPool",
+        "is_finite" => "IsFinite",
+        "is_nan" => "IsNan",
+        _ => "",
     };
     if !fixed.is_empty() {
         return fixed;
@@ -196,7 +196,10 @@ mod tests {
         assert_eq!(tf_op_type(&Op::Unary(UnaryOp::Relu)), "Relu");
         assert_eq!(tf_op_type(&Op::Unary(UnaryOp::Log1p)), "Log1p");
         assert_eq!(tf_op_type(&Op::Binary(BinaryOp::Mul)), "Mul");
-        assert_eq!(tf_op_type(&Op::Binary(BinaryOp::GreaterEqual)), "GreaterEqual");
+        assert_eq!(
+            tf_op_type(&Op::Binary(BinaryOp::GreaterEqual)),
+            "GreaterEqual"
+        );
         assert_eq!(
             tf_op_type(&Op::Reduce {
                 op: ReduceOp::ReduceSum,
@@ -205,6 +208,9 @@ mod tests {
             }),
             "Sum"
         );
-        assert_eq!(tf_op_type(&Op::HostFunction { name: "linalg.inv" }), "LinalgInv");
+        assert_eq!(
+            tf_op_type(&Op::HostFunction { name: "linalg.inv" }),
+            "LinalgInv"
+        );
     }
 }

@@ -20,12 +20,20 @@ pub fn encode(pixels: &[u8], width: usize, height: usize, channels: usize) -> Re
         1 => 0u8,
         3 => 2,
         4 => 6,
-        c => return Err(Error::invalid("png", format!("1, 3 or 4 channels, not {c}"))),
+        c => {
+            return Err(Error::invalid(
+                "png",
+                format!("1, 3 or 4 channels, not {c}"),
+            ))
+        }
     };
     if pixels.len() != width * height * channels || width == 0 || height == 0 {
         return Err(Error::invalid(
             "png",
-            format!("{} bytes do not make a {width}×{height}×{channels} image", pixels.len()),
+            format!(
+                "{} bytes do not make a {width}×{height}×{channels} image",
+                pixels.len()
+            ),
         ));
     }
     let (w32, h32) = match (u32::try_from(width), u32::try_from(height)) {
@@ -47,7 +55,9 @@ pub fn encode(pixels: &[u8], width: usize, height: usize, channels: usize) -> Re
     let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
     z.write_all(&raw)
         .map_err(|e| Error::invalid("png", e.to_string()))?;
-    let compressed = z.finish().map_err(|e| Error::invalid("png", e.to_string()))?;
+    let compressed = z
+        .finish()
+        .map_err(|e| Error::invalid("png", e.to_string()))?;
     chunk(&mut out, b"IDAT", &compressed);
     chunk(&mut out, b"IEND", &[]);
     Ok(out)

@@ -18,7 +18,8 @@ pub fn read_xspace(path: impl AsRef<Path>) -> Result<XSpace> {
     let space = XSpace::decode(bytes.as_slice())
         .map_err(|e| Error::format(&what, format!("not an XSpace protobuf: {e}")))?;
     for (pi, plane) in space.planes.iter().enumerate() {
-        let bad = |msg: String| Error::format(&what, format!("plane {pi} ({:?}): {msg}", plane.name));
+        let bad =
+            |msg: String| Error::format(&what, format!("plane {pi} ({:?}): {msg}", plane.name));
         let check_stats = |stats: &[crate::proto::xplane::XStat], at: &str| -> Result<()> {
             for (si, s) in stats.iter().enumerate() {
                 if !plane.stat_metadata.contains_key(&s.metadata_id) {
@@ -40,7 +41,10 @@ pub fn read_xspace(path: impl AsRef<Path>) -> Result<XSpace> {
         check_stats(&plane.stats, "the plane's")?;
         for (id, m) in &plane.event_metadata {
             if *id != m.id {
-                return Err(bad(format!("event metadata under key {id} has id {}", m.id)));
+                return Err(bad(format!(
+                    "event metadata under key {id} has id {}",
+                    m.id
+                )));
             }
         }
         for (li, line) in plane.lines.iter().enumerate() {
@@ -75,7 +79,10 @@ pub fn latest_profile(logdir: impl AsRef<Path>) -> Result<(PathBuf, Vec<PathBuf>
         .collect();
     runs.sort();
     let run = runs.pop().ok_or_else(|| {
-        Error::format(dir.display().to_string(), "no profile runs here (profile something first)")
+        Error::format(
+            dir.display().to_string(),
+            "no profile runs here (profile something first)",
+        )
     })?;
     let mut planes: Vec<PathBuf> = std::fs::read_dir(&run)
         .map_err(|e| Error::io(&run, &e))?
@@ -84,7 +91,10 @@ pub fn latest_profile(logdir: impl AsRef<Path>) -> Result<(PathBuf, Vec<PathBuf>
         .collect();
     planes.sort();
     if planes.is_empty() {
-        return Err(Error::format(run.display().to_string(), "the run has no .xplane.pb file"));
+        return Err(Error::format(
+            run.display().to_string(),
+            "the run has no .xplane.pb file",
+        ));
     }
     Ok((run, planes))
 }
@@ -175,7 +185,11 @@ pub fn event_runs(logdir: impl AsRef<Path>) -> Vec<PathBuf> {
             let p = e.path();
             if p.is_dir() {
                 subdirs.push(p);
-            } else if e.file_name().to_string_lossy().starts_with("events.out.tfevents.") {
+            } else if e
+                .file_name()
+                .to_string_lossy()
+                .starts_with("events.out.tfevents.")
+            {
                 has_events = true;
             }
         }

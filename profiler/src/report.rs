@@ -21,7 +21,9 @@ const H: f64 = 220.0;
 const PAD: f64 = 40.0;
 
 fn step_bars(s: &ProfileSummary) -> String {
-    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img" aria-label="step time">"#);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img" aria-label="step time">"#
+    );
     if s.steps.is_empty() {
         svg.push_str(r#"<text x="10" y="30">No steps marked (use profiler::Trace::new("train", step) or Keras fit).</text></svg>"#);
         return svg;
@@ -60,15 +62,27 @@ fn step_bars(s: &ProfileSummary) -> String {
 }
 
 fn memory_line(s: &ProfileSummary) -> String {
-    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img" aria-label="memory">"#);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img" aria-label="memory">"#
+    );
     let points: Vec<&(f64, u64)> = s.memory.iter().flat_map(|m| m.points.iter()).collect();
     if points.is_empty() {
         svg.push_str(r#"<text x="10" y="30">No memory events (host_tracer_level 2 records them).</text></svg>"#);
         return svg;
     }
     let t0 = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
-    let t1 = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max).max(t0 + 1e-9);
-    let peak = s.memory.iter().map(|m| m.peak_bytes).max().unwrap_or(1).max(1) as f64;
+    let t1 = points
+        .iter()
+        .map(|p| p.0)
+        .fold(f64::NEG_INFINITY, f64::max)
+        .max(t0 + 1e-9);
+    let peak = s
+        .memory
+        .iter()
+        .map(|m| m.peak_bytes)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
     for (k, m) in s.memory.iter().enumerate() {
         let color = ["#1a73e8", "#d93025", "#188038", "#f9ab00"][k % 4];
         let mut path = String::new();
@@ -95,7 +109,10 @@ fn memory_line(s: &ProfileSummary) -> String {
                 "{} peak {:.2} MiB{}",
                 m.allocator,
                 m.peak_bytes as f64 / (1 << 20) as f64,
-                m.peak_op.as_deref().map(|o| format!(" ({o})")).unwrap_or_default()
+                m.peak_op
+                    .as_deref()
+                    .map(|o| format!(" ({o})"))
+                    .unwrap_or_default()
             )
         })
         .collect();
@@ -112,7 +129,11 @@ fn op_table(s: &ProfileSummary, top: usize) -> String {
     let total: f64 = s.ops.iter().map(|o| o.self_us).sum::<f64>().max(1e-9);
     let mut t = String::from("<table><tr><th>#</th><th>Type</th><th>Name</th><th>Count</th><th>Self time (µs)</th><th>Self %</th><th>Total (µs)</th><th>GFLOP/s</th></tr>");
     for (i, o) in s.ops.iter().take(top).enumerate() {
-        let gflops = if o.self_us > 0.0 { o.flops as f64 / (o.self_us * 1e3) } else { 0.0 };
+        let gflops = if o.self_us > 0.0 {
+            o.flops as f64 / (o.self_us * 1e3)
+        } else {
+            0.0
+        };
         let _ = write!(
             t,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.2}</td></tr>",
@@ -164,7 +185,11 @@ pub fn report_html(s: &ProfileSummary, title: &str) -> String {
 pub fn summary_text(s: &ProfileSummary, top: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Step-time breakdown ({} steps, ms):", s.steps.len());
-    let _ = writeln!(out, "{:<16} {:>10} {:>10} {:>10} {:>10}", "step", "total", "input", "compute", "other");
+    let _ = writeln!(
+        out,
+        "{:<16} {:>10} {:>10} {:>10} {:>10}",
+        "step", "total", "input", "compute", "other"
+    );
     for st in &s.steps {
         let _ = writeln!(
             out,
@@ -178,7 +203,11 @@ pub fn summary_text(s: &ProfileSummary, top: usize) -> String {
     }
     let total: f64 = s.ops.iter().map(|o| o.self_us).sum::<f64>().max(1e-9);
     let _ = writeln!(out, "\nTop ops by self time:");
-    let _ = writeln!(out, "{:<28} {:<44} {:>7} {:>12} {:>7}", "type", "name", "count", "self (µs)", "self %");
+    let _ = writeln!(
+        out,
+        "{:<28} {:<44} {:>7} {:>12} {:>7}",
+        "type", "name", "count", "self (µs)", "self %"
+    );
     for o in s.ops.iter().take(top) {
         let _ = writeln!(
             out,
@@ -196,7 +225,10 @@ pub fn summary_text(s: &ProfileSummary, top: usize) -> String {
             "\nMemory ({}): peak {} bytes{} over {} events",
             m.allocator,
             m.peak_bytes,
-            m.peak_op.as_deref().map(|o| format!(" (at {o})")).unwrap_or_default(),
+            m.peak_op
+                .as_deref()
+                .map(|o| format!(" (at {o})"))
+                .unwrap_or_default(),
             m.points.len()
         );
     }
@@ -230,7 +262,12 @@ pub fn summarize_logdir(logdir: impl AsRef<Path>) -> Result<String> {
             let scalars = log.scalars(&tag);
             match scalars.last() {
                 Some((step, v)) => {
-                    let _ = writeln!(out, "  {tag}: {} values, last {} at step {step}", scalars.len(), *v as f32);
+                    let _ = writeln!(
+                        out,
+                        "  {tag}: {} values, last {} at step {step}",
+                        scalars.len(),
+                        *v as f32
+                    );
                 }
                 None => {
                     let _ = writeln!(out, "  {tag}");

@@ -130,7 +130,9 @@ impl Recorder {
                     let id = THREAD_ID.with(|id| *id);
                     let buffer = Arc::new(ThreadEvents {
                         id,
-                        name: t.name().map_or_else(|| format!("thread-{id}"), str::to_string),
+                        name: t
+                            .name()
+                            .map_or_else(|| format!("thread-{id}"), str::to_string),
                         events: Mutex::new(Vec::with_capacity(1024)),
                     });
                     lock(&self.threads).push(buffer.clone());

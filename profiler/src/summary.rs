@@ -25,8 +25,8 @@
 
 use crate::export::hostname;
 use crate::proto::event::{
-    event, summary, DataClass, DataType, Event, Summary, SummaryMetadata,
-    TensorProto, TensorShapeProto,
+    event, summary, DataClass, DataType, Event, Summary, SummaryMetadata, TensorProto,
+    TensorShapeProto,
 };
 use ferroflow_data::tfrecord::masked_crc32c;
 use ferroflow_tensor::fs::write_atomic;
@@ -160,7 +160,13 @@ impl SummaryWriter {
         self.file.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self, tag: &str, step: i64, meta: SummaryMetadata, tensor: TensorProto) -> Result<()> {
+    fn write(
+        &self,
+        tag: &str,
+        step: i64,
+        meta: SummaryMetadata,
+        tensor: TensorProto,
+    ) -> Result<()> {
         if tag.is_empty() {
             return Err(Error::invalid("summary", "a summary needs a non-empty tag"));
         }
@@ -197,7 +203,13 @@ impl SummaryWriter {
 
     /// A histogram of `values` (`tf.summary.histogram`, 30 buckets by default): a float64
     /// `[buckets, 3]` tensor of (left edge, right edge, count).
-    pub fn histogram(&self, tag: &str, values: &Tensor, step: i64, buckets: Option<usize>) -> Result<()> {
+    pub fn histogram(
+        &self,
+        tag: &str,
+        values: &Tensor,
+        step: i64,
+        buckets: Option<usize>,
+    ) -> Result<()> {
         let data = values.cast(DType::F64)?.to_vec::<f64>()?;
         if data.iter().any(|v| !v.is_finite()) {
             return Err(Error::invalid(
@@ -267,7 +279,12 @@ impl SummaryWriter {
         let per_image = h * w * c;
         let mut strings = vec![w.to_string().into_bytes(), h.to_string().into_bytes()];
         for i in 0..k.min(max_outputs.max(1)) {
-            strings.push(crate::png::encode(&pixels[i * per_image..(i + 1) * per_image], w, h, c)?);
+            strings.push(crate::png::encode(
+                &pixels[i * per_image..(i + 1) * per_image],
+                w,
+                h,
+                c,
+            )?);
         }
         let tensor = TensorProto {
             dtype: DataType::DtString as i32,
@@ -275,7 +292,12 @@ impl SummaryWriter {
             string_val: strings,
             ..Default::default()
         };
-        self.write(tag, step, metadata("images", DataClass::BlobSequence), tensor)
+        self.write(
+            tag,
+            step,
+            metadata("images", DataClass::BlobSequence),
+            tensor,
+        )
     }
 
     /// Writes what is buffered (crash-safe: temporary file, fsync, rename).
@@ -298,7 +320,10 @@ impl Drop for SummaryWriter {
 /// one bucket of width 1 around the value when all values are equal; none for no values.
 pub fn histogram_buckets(values: &[f64], k: usize) -> Result<Vec<[f64; 3]>> {
     if k == 0 {
-        return Err(Error::invalid("summary.histogram", "buckets must be at least 1"));
+        return Err(Error::invalid(
+            "summary.histogram",
+            "buckets must be at least 1",
+        ));
     }
     if values.is_empty() {
         return Ok(Vec::new());
@@ -317,7 +342,11 @@ pub fn histogram_buckets(values: &[f64], k: usize) -> Result<Vec<[f64; 3]>> {
     Ok((0..k)
         .map(|i| {
             let left = min + width * i as f64;
-            let right = if i == k - 1 { max } else { min + width * (i + 1) as f64 };
+            let right = if i == k - 1 {
+                max
+            } else {
+                min + width * (i + 1) as f64
+            };
             [left, right, counts[i]]
         })
         .collect())

@@ -17,7 +17,10 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn start_twice_and_stop_without_start_are_errors() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
-    assert!(profiler::stop().unwrap_err().to_string().contains("no profiler is running"));
+    assert!(profiler::stop()
+        .unwrap_err()
+        .to_string()
+        .contains("no profiler is running"));
     profiler::start(dir.path(), ProfilerOptions::default()).unwrap();
     let e = profiler::start(dir.path(), ProfilerOptions::default()).unwrap_err();
     assert!(e.to_string().contains("another profiler is running"), "{e}");
@@ -60,32 +63,56 @@ fn steps_ops_and_memory_are_recorded() {
     assert_eq!(space.planes[0].name, "/host:CPU");
     let s = profiler::summarize(&space);
     assert_eq!(s.steps.len(), 4, "{:?}", s.steps);
-    assert_eq!(s.steps.iter().map(|x| x.step_num).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
-    let matmul = s.ops.iter().find(|o| o.name == "dense/MatMul").expect("dense/MatMul in the op table");
+    assert_eq!(
+        s.steps.iter().map(|x| x.step_num).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    let matmul = s
+        .ops
+        .iter()
+        .find(|o| o.name == "dense/MatMul")
+        .expect("dense/MatMul in the op table");
     assert_eq!(matmul.count, 4);
     assert_eq!(matmul.flops, 4 * 2 * 32 * 32 * 32);
     assert!(s.ops.iter().any(|o| o.op_type == "Relu"));
-    let cpu = s.memory.iter().find(|m| m.allocator == "cpu").expect("cpu memory timeline");
+    let cpu = s
+        .memory
+        .iter()
+        .find(|m| m.allocator == "cpu")
+        .expect("cpu memory timeline");
     assert!(start_live <= peak);
-    assert_eq!(cpu.peak_bytes as usize, peak, "the profile's peak is the allocator's peak");
+    assert_eq!(
+        cpu.peak_bytes as usize, peak,
+        "the profile's peak is the allocator's peak"
+    );
 }
 
 #[test]
 fn level_one_records_annotations_only_and_delay_drops_early_events() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
-    let options = ProfilerOptions { host_tracer_level: 1, ..Default::default() };
+    let options = ProfilerOptions {
+        host_tracer_level: 1,
+        ..Default::default()
+    };
     let profile = profiler::Profile::start(dir.path(), options).unwrap();
     {
         let _t = profiler::trace!("user_span", batch = 3);
         let _ = Tensor::ones(&[4], DType::F32).unwrap().exp().unwrap();
     }
     let space = profiler::read_xspace(&profile.finish().unwrap().xplane).unwrap();
-    let names: Vec<String> = space.planes[0].event_metadata.values().map(|m| m.name.clone()).collect();
+    let names: Vec<String> = space.planes[0]
+        .event_metadata
+        .values()
+        .map(|m| m.name.clone())
+        .collect();
     assert_eq!(names, vec!["user_span".to_string()]);
 
     let dir = tempfile::tempdir().unwrap();
-    let options = ProfilerOptions { delay_ms: 60_000, ..Default::default() };
+    let options = ProfilerOptions {
+        delay_ms: 60_000,
+        ..Default::default()
+    };
     let profile = profiler::Profile::start(dir.path(), options).unwrap();
     let _ = Tensor::ones(&[4], DType::F32).unwrap().exp().unwrap();
     let space = profiler::read_xspace(&profile.finish().unwrap().xplane).unwrap();
@@ -106,7 +133,11 @@ fn the_report_draws_three_pictures() {
     let html = std::fs::read_to_string(profiler::report(dir.path()).unwrap()).unwrap();
     assert_eq!(html.matches("<svg").count(), 2, "step bars and memory line");
     assert!(html.contains("<table>") && html.contains("MatMul"));
-    assert_eq!(html.matches("<rect").count(), 3 * 3, "three bars of three parts");
+    assert_eq!(
+        html.matches("<rect").count(),
+        3 * 3,
+        "three bars of three parts"
+    );
     assert!(!html.contains("<script"));
 }
 
@@ -119,17 +150,26 @@ fn corrupt_profiles_are_reported_not_panicked_on() {
     assert!(e.contains("bad.xplane.pb") && e.contains("XSpace"), "{e}");
 
     // A well-formed protobuf whose event names metadata the plane lacks.
-    use prost::Message;
     use profiler::proto::xplane::*;
+    use prost::Message;
     let space = XSpace {
         planes: vec![XPlane {
             name: "/host:CPU".into(),
-            lines: vec![XLine { events: vec![XEvent { metadata_id: 7, ..Default::default() }], ..Default::default() }],
+            lines: vec![XLine {
+                events: vec![XEvent {
+                    metadata_id: 7,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
             ..Default::default()
         }],
         ..Default::default()
     };
     std::fs::write(&path, space.encode_to_vec()).unwrap();
     let e = profiler::read_xspace(&path).unwrap_err().to_string();
-    assert!(e.contains("line 0") && e.contains("event 0") && e.contains("metadata 7"), "{e}");
+    assert!(
+        e.contains("line 0") && e.contains("event 0") && e.contains("metadata 7"),
+        "{e}"
+    );
 }

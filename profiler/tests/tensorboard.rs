@@ -66,7 +66,11 @@ fn cnn() -> Model {
     let mut model = Model::from(applications::mnist_cnn());
     model.build(&[28, 28, 1]).unwrap();
     model
-        .compile(Adam::new(1e-3), SparseCategoricalCrossentropy::new(true), &["accuracy"])
+        .compile(
+            Adam::new(1e-3),
+            SparseCategoricalCrossentropy::new(true),
+            &["accuracy"],
+        )
         .unwrap();
     model
 }
@@ -100,12 +104,43 @@ fn a_profiled_cnn_fit_opens_in_tensorboard() {
     // Our own reader first: the profile holds the 4 profiled steps and the CNN's ops.
     let (_, planes) = profiler::latest_profile(dir.path().join("train")).unwrap();
     let summary = profiler::summarize(&profiler::read_xspace(&planes[0]).unwrap());
-    assert_eq!(summary.steps.len(), 4, "batches 3..=6 profiled: {:?}", summary.steps);
+    assert_eq!(
+        summary.steps.len(),
+        4,
+        "batches 3..=6 profiled: {:?}",
+        summary.steps
+    );
     let types: Vec<&str> = summary.ops.iter().map(|o| o.op_type.as_str()).collect();
-    for op in ["_FusedConv2D", "MatMul", "MaxPool", "Conv2DBackpropFilter", "ResourceApplyAdam"] {
-        assert!(types.contains(&op), "{op} missing from the op table: {types:?}");
+    for op in [
+        "_FusedConv2D",
+        "MatMul",
+        "MaxPool",
+        "Conv2DBackpropFilter",
+        "ResourceApplyAdam",
+    ] {
+        assert!(
+            types.contains(&op),
+            "{op} missing from the op table: {types:?}"
+        );
     }
-    assert!(summary.ops.iter().any(|o| o.name.starts_with("sequential")), "layer name scopes");
+    assert!(
+        summary
+            .ops
+            .iter()
+            .any(|o| o.name.starts_with("sequential/conv2d")),
+        "layer name scopes"
+    );
+    assert!(
+        summary
+            .ops
+            .iter()
+            .any(|o| o.name.starts_with("gradient_tape/sequential/")),
+        "gradient ops named after their layer"
+    );
+    assert!(
+        summary.ops.iter().any(|o| o.name.starts_with("Adam/")),
+        "the update's ops"
+    );
     assert!(summary.memory[0].peak_bytes > 0);
 
     let train_log = profiler::read_event_files(dir.path().join("train")).unwrap();
@@ -113,18 +148,35 @@ fn a_profiled_cnn_fit_opens_in_tensorboard() {
     let epochs: Vec<(i64, f64)> = train_log.scalars("epoch_loss");
     assert_eq!(epochs.len(), 2);
     for ((step, v), want) in epochs.iter().zip(loss) {
-        assert!((v - want).abs() <= 1e-6 * want.abs().max(1.0), "epoch {step}: {v} vs {want}");
+        assert!(
+            (v - want).abs() <= 1e-6 * want.abs().max(1.0),
+            "epoch {step}: {v} vs {want}"
+        );
     }
-    assert_eq!(train_log.scalars("batch_loss").len(), 6, "12 batches, every second one");
+    assert_eq!(
+        train_log.scalars("batch_loss").len(),
+        6,
+        "12 batches, every second one"
+    );
     if !has_tensorboard() {
         return;
     }
     let series = |log: &profiler::EventLog, tag: &str| {
-        serde_json::json!(log.scalars(tag).iter().map(|(s, v)| serde_json::json!([s, v])).collect::<Vec<_>>())
+        serde_json::json!(log
+            .scalars(tag)
+            .iter()
+            .map(|(s, v)| serde_json::json!([s, v]))
+            .collect::<Vec<_>>())
     };
     let val_log = profiler::read_event_files(dir.path().join("validation")).unwrap();
     let mut train = serde_json::Map::new();
-    for tag in ["epoch_loss", "epoch_accuracy", "epoch_learning_rate", "batch_loss", "batch_accuracy"] {
+    for tag in [
+        "epoch_loss",
+        "epoch_accuracy",
+        "epoch_learning_rate",
+        "batch_loss",
+        "batch_accuracy",
+    ] {
         train.insert(tag.into(), series(&train_log, tag));
     }
     let mut validation = serde_json::Map::new();
@@ -136,7 +188,11 @@ fn a_profiled_cnn_fit_opens_in_tensorboard() {
     for ((_, v), want) in val_log.scalars("epoch_loss").iter().zip(val_loss) {
         assert!((v - want).abs() <= 1e-6 * want.abs().max(1.0));
     }
-    let histograms: Vec<String> = train_log.tags().into_iter().filter(|t| !t.starts_with("epoch_") && !t.starts_with("batch_")).collect();
+    let histograms: Vec<String> = train_log
+        .tags()
+        .into_iter()
+        .filter(|t| !t.starts_with("epoch_") && !t.starts_with("batch_"))
+        .collect();
     assert_eq!(histograms.len(), model.weights().len(), "{histograms:?}");
     check_with_tensorboard(
         dir.path(),
@@ -167,7 +223,11 @@ fn an_input_bound_pipeline_shows_as_input_time() {
     let mut model = Model::from(applications::mnist_mlp());
     model.build(&[28, 28, 1]).unwrap();
     model
-        .compile(Adam::new(1e-3), SparseCategoricalCrossentropy::new(true), &["accuracy"])
+        .compile(
+            Adam::new(1e-3),
+            SparseCategoricalCrossentropy::new(true),
+            &["accuracy"],
+        )
         .unwrap();
     let tb = TensorBoard::new(dir.path()).profile_batch(2, 5).unwrap();
     model
@@ -177,7 +237,12 @@ fn an_input_bound_pipeline_shows_as_input_time() {
     let summary = profiler::summarize(&profiler::read_xspace(&planes[0]).unwrap());
     assert_eq!(summary.steps.len(), 4);
     for s in &summary.steps {
-        assert!(s.input_us >= 25_000.0, "step {} input {} µs", s.name, s.input_us);
+        assert!(
+            s.input_us >= 25_000.0,
+            "step {} input {} µs",
+            s.name,
+            s.input_us
+        );
         assert!(s.input_us > s.compute_us, "{s:?}");
     }
     if !has_tensorboard() {

@@ -438,6 +438,38 @@ pub(crate) fn run(args: &[String]) -> bool {
             }
         }
     }
+    // The main job's peak resident memory, one model per process (the example reports it).
+    let peak_rss: BTreeMap<&str, f64> = if do_keras
+        && crate::run(
+            "cargo",
+            &["build", "--quiet", "--release", "--example", "mnist"],
+        ) {
+        let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+        let out_dir =
+            std::env::temp_dir().join(format!("ferroflow-bench-mnist-{}", std::process::id()));
+        let peaks = ["mlp", "cnn"]
+            .into_iter()
+            .filter_map(|kind| {
+                let o = Command::new(format!("{target}/release/examples/mnist"))
+                    .args([kind, "--epochs", "1", "--out"])
+                    .arg(&out_dir)
+                    .output()
+                    .ok()?;
+                let text = String::from_utf8_lossy(&o.stdout);
+                let mib = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("peak resident memory: "))?
+                    .trim_end_matches(" MiB")
+                    .parse()
+                    .ok()?;
+                Some((kind, mib))
+            })
+            .collect();
+        let _ = std::fs::remove_dir_all(&out_dir);
+        peaks
+    } else {
+        BTreeMap::new()
+    };
     let adam = if only.is_none() || only == Some("optim") {
         let runs: Vec<(f64, f64)> = (0..rounds).map(|_| adam_vs_floor()).collect();
         Some((
@@ -575,6 +607,19 @@ pub(crate) fn run(args: &[String]) -> bool {
                     .map(|(o, t)| format!("{:.3}", o / t))
                     .unwrap_or_default()
             ));
+        }
+    }
+    if do_keras {
+        md.push_str("\n| main job, 1 epoch (`examples/mnist <model>`) | peak resident memory |\n|---|---|\n");
+        for kind in ["mlp", "cnn"] {
+            let v = peak_rss.get(kind).copied();
+            md.push_str(&format!(
+                "| {kind} | {} |\n",
+                v.map_or("n/a".to_string(), |v| format!("{v:.0} MiB"))
+            ));
+            if let Some(v) = v {
+                figures.insert(format!("main_job_peak_mib_{kind}"), v);
+            }
         }
     }
     if let Some((step, floor)) = adam {

@@ -16,11 +16,14 @@ use ferroflow::keras::{applications, Model};
 use ferroflow::optim::Adam;
 use ferroflow::Tensor;
 
-
 fn cnn() -> ferroflow::Result<Model> {
     let mut model = Model::from(applications::mnist_cnn());
     model.build(&[28, 28, 1])?;
-    model.compile(Adam::new(1e-3), SparseCategoricalCrossentropy::new(true), &["accuracy"])?;
+    model.compile(
+        Adam::new(1e-3),
+        SparseCategoricalCrossentropy::new(true),
+        &["accuracy"],
+    )?;
     Ok(model)
 }
 
@@ -90,7 +93,9 @@ fn step_event_counts(model: &mut Model, x: &Tensor, y: &Tensor) -> Option<(usize
     let dir = std::env::temp_dir().join(format!("ferroflow-bench-count-{}", std::process::id()));
     let p = ferroflow::profiler::Profile::start(&dir, Default::default()).ok()?;
     for _ in 0..3 {
-        model.train_step(std::slice::from_ref(x), std::slice::from_ref(y)).ok()?;
+        model
+            .train_step(std::slice::from_ref(x), std::slice::from_ref(y))
+            .ok()?;
     }
     let files = p.finish().ok()?;
     let space = ferroflow::profiler::read_xspace(&files.xplane).ok()?;
@@ -99,7 +104,10 @@ fn step_event_counts(model: &mut Model, x: &Tensor, y: &Tensor) -> Option<(usize
     for plane in &space.planes {
         for line in &plane.lines {
             for e in &line.events {
-                let name = plane.event_metadata.get(&e.metadata_id).map_or("", |m| m.name.as_str());
+                let name = plane
+                    .event_metadata
+                    .get(&e.metadata_id)
+                    .map_or("", |m| m.name.as_str());
                 if name.starts_with("Memory") {
                     mems += 1;
                 } else if name.contains(':') {
@@ -129,7 +137,8 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
         Err(e) => return format!("profiler: could not set up the CNN: {e}\n"),
     };
     let mut series: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/tf_profiler_overhead.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/tf_profiler_overhead.py");
     for r in 0..rounds {
         eprintln!("xtask bench profiler: round {}/{rounds}", r + 1);
         // Blocks off and on in turn: the machine's drift falls on both alike; the paired
@@ -137,9 +146,11 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
         for b in 0..BLOCKS {
             // Which block of the pair goes first alternates (no position bias).
             let pair = if b % 2 == 0 {
-                block(&mut model, &x, &y, false).and_then(|off| Ok((off, block(&mut model, &x, &y, true)?)))
+                block(&mut model, &x, &y, false)
+                    .and_then(|off| Ok((off, block(&mut model, &x, &y, true)?)))
             } else {
-                block(&mut model, &x, &y, true).and_then(|on| Ok((block(&mut model, &x, &y, false)?, on)))
+                block(&mut model, &x, &y, true)
+                    .and_then(|on| Ok((block(&mut model, &x, &y, false)?, on)))
             };
             let (off, on) = match pair {
                 Ok(p) => p,
@@ -168,9 +179,10 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
     let per_op = tiny_op_cost();
     let events = step_event_counts(&mut model, &x, &y);
     let step_off = series.get("off").and_then(|v| median(v));
-    let derived = per_op.zip(events).zip(step_off).map(|((d, (ops, mems)), step)| {
-        (ops as f64 * d.0 + mems as f64 * d.1) / step
-    });
+    let derived = per_op
+        .zip(events)
+        .zip(step_off)
+        .map(|((d, (ops, mems)), step)| (ops as f64 * d.0 + mems as f64 * d.1) / step);
     if let Some(v) = derived {
         figures.insert("profiler_overhead".into(), v);
     }
@@ -217,7 +229,9 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
         "\nAn inert trace span (no profiler running): {inert_ns:.2} ns.\n"
     ));
     if !has_tf {
-        md.push_str("\n(TensorFlow is not importable: `pip install tensorflow-cpu` for its row.)\n");
+        md.push_str(
+            "\n(TensorFlow is not importable: `pip install tensorflow-cpu` for its row.)\n",
+        );
     }
     md
 }

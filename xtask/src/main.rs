@@ -22,8 +22,8 @@ mod bench_data;
 mod bench_distribute;
 mod bench_mixed;
 mod bench_numpy;
-mod bench_ps;
 mod bench_profiler;
+mod bench_ps;
 mod deps;
 mod fuzz;
 mod gpu;
@@ -93,9 +93,10 @@ fn ci() -> bool {
             // the NumPy API guide: exits non-zero when a result differs from NumPy's
             &["numpy_api"],
             // The main job: the MLP (exits non-zero below 97.5% test accuracy after 3
-            // epochs) and the CNN (below 98.8%; about a minute here).
+            // epochs) and the CNN (below 98.8%; about a minute here), profiled: its
+            // TensorBoard logs and report are checked below.
             &["mnist", "mlp"],
-            &["mnist", "cnn"],
+            &["mnist", "cnn", "--profile"],
             // TFRecord shards → interleave → parallel map → cache → shuffle → batch →
             // prefetch → fit; exits non-zero below 97% test accuracy.
             &["data_pipeline"],
@@ -106,6 +107,15 @@ fn ci() -> bool {
             args.extend_from_slice(e);
             run("cargo", &args)
         })
+        // The profiled CNN's log folder read back: every event file's CRCs, every profile
+        // reference (fails on a corrupt or missing file).
+        && run(
+            "cargo",
+            &[
+                "run", "--quiet", "--bin", "ferroflow", "--", "profile", "summarize",
+                "target/mnist/logs/cnn",
+            ],
+        )
         // Distributed training as TF's tutorials do it, two worker processes started by
         // `ferroflow launch` (each exits non-zero below its accuracy goal; the launcher
         // with the first failing worker's code).

@@ -115,7 +115,7 @@ impl Callback for TensorBoard {
 
     fn on_train_batch_end(&mut self, _batch: usize, logs: &Logs, _model: &mut Model) -> Result<()> {
         if let (UpdateFreq::Batches(n), Some(w)) = (self.update_freq, &self.train) {
-            if n > 0 && self.global_batch % n == 0 {
+            if n > 0 && self.global_batch.is_multiple_of(n) {
                 for (k, v) in logs.iter() {
                     w.scalar(&format!("batch_{k}"), v, self.global_batch as i64)?;
                 }
@@ -137,7 +137,7 @@ impl Callback for TensorBoard {
                 let lr = opt.learning_rate().at(opt.iterations());
                 w.scalar("epoch_learning_rate", lr, step)?;
             }
-            if self.histogram_freq > 0 && epoch % self.histogram_freq == 0 {
+            if self.histogram_freq > 0 && epoch.is_multiple_of(self.histogram_freq) {
                 for v in model.weights() {
                     w.histogram(&v.name().replace(':', "_"), &v.peek(), step, None)?;
                 }

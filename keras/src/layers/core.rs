@@ -319,6 +319,64 @@ impl Layer for Flatten {
     }
 }
 
+/// `tf.keras.layers.Rescaling` (TF 2.3's `experimental.preprocessing.Rescaling`):
+/// `x · scale + offset` in the layer's compute dtype, so integer images (`u8` pixels) can
+/// stay small in memory and become floats batch by batch, inside the model.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_keras::layers::Rescaling;
+/// use ferroflow_keras::layer::Layer;
+/// use ferroflow_tensor::Tensor;
+/// let mut r = Rescaling::new(1.0 / 255.0, 0.0);
+/// let x = Tensor::from_vec(vec![0u8, 51, 255], &[1, 3])?;
+/// let y = r.apply(&[x], false)?.remove(0);
+/// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 0.2, 1.0]);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub struct Rescaling {
+    base: LayerBase,
+    /// The factor.
+    pub scale: f64,
+    /// Added after scaling.
+    pub offset: f64,
+}
+
+impl Rescaling {
+    /// `x · scale + offset`.
+    pub fn new(scale: f64, offset: f64) -> Rescaling {
+        Rescaling {
+            base: LayerBase::new("rescaling", None),
+            scale,
+            offset,
+        }
+    }
+    /// Rebuilds from [`Layer::get_config`].
+    pub fn from_config(c: &Value) -> Result<Rescaling> {
+        Ok(Rescaling::new(
+            cfg_f64(c, "Rescaling", "scale")?,
+            cfg_f64(c, "Rescaling", "offset")?,
+        ))
+    }
+}
+
+impl Layer for Rescaling {
+    layer_base!("Rescaling");
+    fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
+        expect_inputs(self, inputs, 1)?;
+        let dtype = self.base.compute_dtype();
+        let x = inputs[0].cast(dtype)?;
+        let mut y = x.mul(&Tensor::scalar_of(self.scale, dtype)?)?;
+        if self.offset != 0.0 {
+            y = y.add(&Tensor::scalar_of(self.offset, dtype)?)?;
+        }
+        Ok(vec![y])
+    }
+    fn get_config(&self) -> Value {
+        json!({ "scale": self.scale, "offset": self.offset })
+    }
+}
+
 /// `tf.keras.layers.Reshape`: `[batch, ...] -> [batch, target_shape...]` (one `-1` allowed).
 pub struct Reshape {
     base: LayerBase,

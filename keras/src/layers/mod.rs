@@ -11,7 +11,7 @@ mod recurrent;
 pub use self::conv::{
     AveragePooling2D, Conv2D, GlobalAveragePooling2D, GlobalMaxPooling2D, MaxPooling2D,
 };
-pub use self::core::{Activation, Dense, Dropout, Flatten, Reshape};
+pub use self::core::{Activation, Dense, Dropout, Flatten, Rescaling, Reshape};
 pub use self::merge::{Add, Concatenate, Multiply};
 pub use self::more_conv::{Conv1D, Conv2DTranspose, DepthwiseConv2D, Embedding};
 pub use self::norm::{BatchNormalization, LayerNormalization};
@@ -35,6 +35,7 @@ pub fn deserialize(v: &Value) -> Result<Box<dyn Layer>> {
         "Dropout" => Box::new(Dropout::from_config(c)?),
         "Flatten" => Box::new(Flatten::from_config(c)?),
         "Reshape" => Box::new(Reshape::from_config(c)?),
+        "Rescaling" => Box::new(Rescaling::from_config(c)?),
         "Conv2D" => Box::new(Conv2D::from_config(c)?),
         "MaxPooling2D" => Box::new(MaxPooling2D::from_config(c)?),
         "AveragePooling2D" => Box::new(AveragePooling2D::from_config(c)?),

@@ -655,4 +655,3 @@ impl Model {
         parts.iter().map(|p| Tensor::concat(p, 0)).collect()
     }
 }
-
