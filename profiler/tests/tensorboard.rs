@@ -259,3 +259,74 @@ fn an_input_bound_pipeline_shows_as_input_time() {
         }),
     );
 }
+
+/// A callback that fails at batch `at`.
+struct FailAt(usize);
+
+impl ferroflow::keras::callbacks::Callback for FailAt {
+    fn on_train_batch_end(
+        &mut self,
+        batch: usize,
+        _logs: &ferroflow::keras::callbacks::Logs,
+        _model: &mut Model,
+    ) -> ferroflow::Result<()> {
+        if batch == self.0 {
+            return Err(ferroflow::Error::invalid("FailAt", "stop here"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_fit_that_fails_mid_profile_leaves_no_profiler_running() {
+    ferroflow::init();
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (x, y) = mnist(512);
+    let mut model = Model::from(applications::mnist_mlp());
+    model.build(&[28, 28, 1]).unwrap();
+    model
+        .compile(
+            Adam::new(1e-3),
+            SparseCategoricalCrossentropy::new(true),
+            &[],
+        )
+        .unwrap();
+    let tb = TensorBoard::new(dir.path()).profile_batch(2, 6).unwrap();
+    let e = model
+        .fit(
+            &x,
+            &y,
+            FitConfig::new()
+                .batch_size(32)
+                .verbose(0)
+                .callback(tb)
+                .callback(FailAt(3)),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("stop here"));
+    assert!(
+        !profiler::is_running(),
+        "the callback's drop stopped the profiler"
+    );
+    // What was recorded up to the failure was written.
+    let (_, planes) = profiler::latest_profile(dir.path().join("train")).unwrap();
+    assert!(
+        !profiler::summarize(&profiler::read_xspace(&planes[0]).unwrap())
+            .steps
+            .is_empty()
+    );
+    // And an unwritable log folder fails before the first step.
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = model
+        .fit(
+            &x,
+            &y,
+            FitConfig::new()
+                .verbose(0)
+                .callback(TensorBoard::new(file.join("logs"))),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("plain-file"), "{e}");
+}

@@ -163,3 +163,15 @@ impl Callback for TensorBoard {
         Ok(())
     }
 }
+
+impl Drop for TensorBoard {
+    /// A `fit` that failed mid-profile never reaches `on_train_end`: stop the profiler
+    /// here, so it is not left running (the next `start` would be refused).
+    fn drop(&mut self) {
+        if self.profiling {
+            if let Err(e) = self.stop_profiling() {
+                eprintln!("WARNING: TensorBoard: the profile could not be written: {e}");
+            }
+        }
+    }
+}
