@@ -26,6 +26,9 @@ pub struct StepBreakdown {
 /// One row of the op table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpRow {
+    /// Where the time was spent: `Host`, or a device plane (`/device:GPU:0`) for kernels
+    /// timed on the device (TF's "Host/device" column).
+    pub host_or_device: String,
     /// TF's op type (`MatMul`).
     pub op_type: String,
     /// The full name (`sequential/dense/MatMul`).
@@ -160,6 +163,7 @@ pub fn summarize(space: &XSpace) -> ProfileSummary {
             let name = name_of(s);
             if let Some((full, ty)) = op_name_and_type(name) {
                 let row = ops.entry(full.to_string()).or_insert_with(|| OpRow {
+                    host_or_device: "Host".into(),
                     op_type: ty.to_string(),
                     name: full.to_string(),
                     count: 0,
@@ -248,6 +252,33 @@ pub fn summarize(space: &XSpace) -> ProfileSummary {
     }
     steps.sort_by_key(|s| s.step_num);
     let mut ops: Vec<OpRow> = ops.into_values().collect();
+    // Kernels timed on a device: one row per op type and device.
+    for plane in space
+        .planes
+        .iter()
+        .filter(|p| p.name.starts_with("/device:"))
+    {
+        let mut rows: HashMap<&str, OpRow> = HashMap::new();
+        for e in plane.lines.iter().flat_map(|l| &l.events) {
+            let Some(meta) = plane.event_metadata.get(&e.metadata_id) else {
+                continue;
+            };
+            let row = rows.entry(meta.name.as_str()).or_insert_with(|| OpRow {
+                host_or_device: plane.name.clone(),
+                op_type: meta.name.clone(),
+                name: meta.name.clone(),
+                count: 0,
+                total_us: 0.0,
+                self_us: 0.0,
+                flops: 0,
+                bytes: 0,
+            });
+            row.count += 1;
+            row.total_us += e.duration_ps.max(0) as f64 / 1e6;
+            row.self_us += e.duration_ps.max(0) as f64 / 1e6;
+        }
+        ops.extend(rows.into_values());
+    }
     ops.sort_by(|a, b| b.self_us.total_cmp(&a.self_us));
     let mut memory: Vec<MemoryTimeline> = memory.into_values().collect();
     for m in &mut memory {

@@ -54,6 +54,14 @@ pub fn allocator_name(device: Device) -> String {
     }
 }
 
+/// A kernel timed on a device: (start ns since the session began, duration ns, op type).
+type DeviceKernel = (u64, u64, &'static str);
+
+/// TF's plane name for a device: `/device:GPU:0`.
+pub fn device_plane_name(device: Device) -> String {
+    device.to_string()
+}
+
 /// Interns event and stat metadata of one plane (ids from 1, as TF's XPlaneBuilder).
 struct PlaneBuilder {
     plane: XPlane,
@@ -176,6 +184,7 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
         }
     }
 
+    let mut device_events: HashMap<Device, Vec<DeviceKernel>> = HashMap::new();
     for (ti, (thread, events)) in rec.threads.iter().zip(&threads).enumerate() {
         let mut line = XLine {
             id: thread.id as i64,
@@ -187,6 +196,14 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
             events: Vec::with_capacity(events.len()),
         };
         for (ei, e) in events.iter().enumerate() {
+            if let RawKind::Device { op_type, device } = &e.kind {
+                device_events.entry(*device).or_default().push((
+                    e.start_ns,
+                    e.duration_ns,
+                    *op_type,
+                ));
+                continue;
+            }
             let (metadata_id, stats) = match &e.kind {
                 RawKind::Op {
                     op_type,
@@ -223,6 +240,7 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
                     let stats = stats.iter().map(|(k, v)| b.value_stat(k, v)).collect();
                     (id, stats)
                 }
+                RawKind::Device { .. } => continue,
                 RawKind::Memory {
                     allocation,
                     bytes,
@@ -288,6 +306,46 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
         b.plane.lines.push(line);
     }
 
+    // One plane per device whose kernels were timed on the device (TF's `/device:GPU:0`),
+    // one line: the queue the backend submits to.
+    let mut devices: Vec<(Device, Vec<DeviceKernel>)> = device_events.into_iter().collect();
+    devices.sort_by_key(|(d, _)| d.index());
+    let mut device_planes = Vec::new();
+    for (pi, (device, mut events)) in devices.into_iter().enumerate() {
+        events.sort_unstable();
+        let mut d = PlaneBuilder::new(pi as i64 + 1, &device_plane_name(device));
+        let mut line = XLine {
+            id: 0,
+            display_id: 0,
+            name: "Stream #0(Compute)".into(),
+            display_name: "Stream #0(Compute)".into(),
+            timestamp_ns: rec.begin_wall_ns as i64,
+            duration_ps: 0,
+            events: Vec::with_capacity(events.len()),
+        };
+        for (start_ns, duration_ns, op_type) in events {
+            let metadata_id = d.event_metadata(op_type, op_type);
+            let stats = vec![
+                d.ref_stat("tf_op", &format!("{op_type}:{op_type}")),
+                d.ref_stat("timing", "device timestamps"),
+            ];
+            line.events.push(XEvent {
+                metadata_id,
+                data: Some(x_event::Data::OffsetPs(start_ns as i64 * 1000)),
+                duration_ps: duration_ns as i64 * 1000,
+                stats,
+            });
+        }
+        line.duration_ps = line
+            .events
+            .iter()
+            .map(|e| offset_ps(e) + e.duration_ps)
+            .max()
+            .unwrap_or(0);
+        d.plane.lines.push(line);
+        device_planes.push(d.plane);
+    }
+
     let mut env = PlaneBuilder::new(0, TASK_ENVIRONMENT_PLANE);
     let start = env.stat(
         "profile_start_time",
@@ -299,8 +357,11 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
     );
     env.plane.stats = vec![start, stop];
 
+    let mut planes = vec![b.plane];
+    planes.extend(device_planes);
+    planes.push(env.plane);
     XSpace {
-        planes: vec![b.plane, env.plane],
+        planes,
         errors: vec![],
         warnings: vec![],
         hostnames: vec![host.to_string()],

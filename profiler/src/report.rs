@@ -127,7 +127,7 @@ fn memory_line(s: &ProfileSummary) -> String {
 
 fn op_table(s: &ProfileSummary, top: usize) -> String {
     let total: f64 = s.ops.iter().map(|o| o.self_us).sum::<f64>().max(1e-9);
-    let mut t = String::from("<table><tr><th>#</th><th>Type</th><th>Name</th><th>Count</th><th>Self time (µs)</th><th>Self %</th><th>Total (µs)</th><th>GFLOP/s</th></tr>");
+    let mut t = String::from("<table><tr><th>#</th><th>Host/device</th><th>Type</th><th>Name</th><th>Count</th><th>Self time (µs)</th><th>Self %</th><th>Total (µs)</th><th>GFLOP/s</th></tr>");
     for (i, o) in s.ops.iter().take(top).enumerate() {
         let gflops = if o.self_us > 0.0 {
             o.flops as f64 / (o.self_us * 1e3)
@@ -136,8 +136,9 @@ fn op_table(s: &ProfileSummary, top: usize) -> String {
         };
         let _ = write!(
             t,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.2}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.2}</td></tr>",
             i + 1,
+            escape(&o.host_or_device),
             escape(&o.op_type),
             escape(&o.name),
             o.count,

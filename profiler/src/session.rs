@@ -5,7 +5,9 @@
 use crate::export::Recording;
 use crate::names::tf_op_type;
 use ferroflow_tensor::dispatch::{OpEvent, OpObserver};
-use ferroflow_tensor::trace::{self, HostEvent, MemoryEvent, SinkGuard, StatValue, TraceSink};
+use ferroflow_tensor::trace::{
+    self, DeviceEvent, HostEvent, MemoryEvent, SinkGuard, StatValue, TraceSink,
+};
 use ferroflow_tensor::{Device, Error, Result};
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -27,7 +29,9 @@ pub struct ProfilerOptions {
     /// adds nothing ferroflow records).
     pub host_tracer_level: u32,
     /// 0: ops on GPUs are not recorded; 1 (default): they are, as their host-side launch
-    /// (the wgpu backend does not read timestamp queries yet; such events say so).
+    /// on the host plane and, where the device has timestamp queries (the wgpu backend on
+    /// an adapter with `TIMESTAMP_QUERY`), as each kernel's time on the device, on a
+    /// `/device:GPU:<n>` plane (kernels then run one per pass while profiling).
     pub device_tracer_level: u32,
     /// Events before this many milliseconds after [`start`] are dropped.
     pub delay_ms: u64,
@@ -73,6 +77,12 @@ pub(crate) enum RawKind {
     Host {
         name: String,
         stats: Vec<(&'static str, StatValue)>,
+    },
+    /// A kernel timed on a device (GPU timestamp queries).
+    Device {
+        /// TF's op type of the op it ran for (`MatMul`), `Kernel` when unknown.
+        op_type: &'static str,
+        device: Device,
     },
     /// A tensor buffer allocated or freed.
     Memory {
@@ -217,6 +227,20 @@ impl TraceSink for Recorder {
             RawKind::Host {
                 name: e.name.to_string(),
                 stats: e.stats.to_vec(),
+            },
+        );
+    }
+
+    fn on_device_event(&self, e: &DeviceEvent) {
+        if self.options.device_tracer_level == 0 {
+            return;
+        }
+        self.push(
+            e.start,
+            e.duration,
+            RawKind::Device {
+                op_type: e.op.map_or("Kernel", crate::names::tf_op_type_of_name),
+                device: e.device,
             },
         );
     }

@@ -67,12 +67,45 @@ pub struct MemoryEvent {
     pub tensor: Option<(DType, Vec<usize>)>,
 }
 
+/// A kernel's run on a device, timed by the device itself (a GPU backend's timestamp
+/// queries), its times converted to the host's clock.
+pub struct DeviceEvent {
+    /// The device.
+    pub device: Device,
+    /// The op the kernel was dispatched for ([`crate::op::Op::name`]), when known.
+    pub op: Option<&'static str>,
+    /// When the kernel started, on the host's clock (aligned to the moment the host saw
+    /// the device finish the batch).
+    pub start: Instant,
+    /// How long it ran on the device.
+    pub duration: std::time::Duration,
+}
+
 /// What a profiler implements to hear of host spans and memory events.
 pub trait TraceSink: Send + Sync {
     /// A [`TraceMe`] span ended (called on the thread that ran it).
     fn on_host_event(&self, event: &HostEvent<'_>);
     /// A tensor buffer was allocated or freed (called on the thread that did it).
     fn on_memory(&self, event: &MemoryEvent);
+    /// A kernel ran on a device (called by the backend when it learns the times).
+    fn on_device_event(&self, _event: &DeviceEvent) {}
+}
+
+/// Reports kernels timed on a device (backends with timestamp queries call this).
+pub fn record_device_events(events: &[DeviceEvent]) {
+    if is_active() {
+        with_sink(|s| {
+            for e in events {
+                s.on_device_event(e);
+            }
+        });
+    }
+}
+
+/// The op this thread is dispatching ([`crate::op::Op::name`]) while an observer or a sink
+/// is active: what a backend labels the kernels it records with.
+pub fn current_op() -> Option<&'static str> {
+    CURRENT_OP.with(|c| c.get())
 }
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);

@@ -49,6 +49,9 @@ struct Recorder {
     encoder: Option<wgpu::CommandEncoder>,
     pass: Option<wgpu::ComputePass<'static>>,
     recorded: usize,
+    /// While a profiler runs on a device with timestamp queries: the op of each timed
+    /// dispatch of this batch (dispatch `k` wrote query slots `2k` and `2k + 1`).
+    timed: Vec<Option<&'static str>>,
 }
 
 impl Recorder {
@@ -83,6 +86,16 @@ struct Pool {
     limit: u64,
 }
 
+/// Timestamp queries for the profiler: each dispatch in its own pass, its start and end
+/// written to a query set, resolved and read back when the batch is submitted.
+struct Timestamps {
+    queries: wgpu::QuerySet,
+    resolved: wgpu::Buffer,
+    readback: wgpu::Buffer,
+    /// Nanoseconds per timestamp tick.
+    period_ns: f64,
+}
+
 /// A wgpu device and everything cached on it.
 pub(crate) struct Gpu {
     pub device: wgpu::Device,
@@ -101,6 +114,11 @@ pub(crate) struct Gpu {
     bind_groups: Mutex<BindGroupCache>,
     staging: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     errors: Arc<Mutex<Vec<String>>>,
+    /// This device's ordinal (`/GPU:<ordinal>`), for the profiler's device events.
+    ordinal: usize,
+    /// `None` where the adapter has no `TIMESTAMP_QUERY`: the profiler then sees only the
+    /// host-side launches.
+    timestamps: Option<Timestamps>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -119,12 +137,16 @@ pub(crate) fn size_class(bytes: u64) -> u64 {
 }
 
 impl Gpu {
-    pub fn new(adapter: &wgpu::Adapter) -> Result<Gpu> {
+    pub fn new(adapter: &wgpu::Adapter, ordinal: usize) -> Result<Gpu> {
         let info = adapter.get_info();
         let f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+        let timestamp_query = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let mut features = wgpu::Features::empty();
         if f16 {
             features |= wgpu::Features::SHADER_F16;
+        }
+        if timestamp_query {
+            features |= wgpu::Features::TIMESTAMP_QUERY;
         }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -142,6 +164,29 @@ impl Gpu {
         let max_binding = limits
             .max_storage_buffer_binding_size
             .min(limits.max_buffer_size);
+        let timestamps = timestamp_query.then(|| {
+            let bytes = (2 * BATCH * 8) as u64;
+            Timestamps {
+                queries: device.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("ferroflow profiler timestamps"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count: 2 * BATCH as u32,
+                }),
+                resolved: device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("ferroflow resolved timestamps"),
+                    size: bytes,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                }),
+                readback: device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("ferroflow timestamp read-back"),
+                    size: bytes,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }),
+                period_ns: queue.get_timestamp_period() as f64,
+            }
+        });
         Ok(Gpu {
             device,
             queue,
@@ -152,6 +197,7 @@ impl Gpu {
                 encoder: None,
                 pass: None,
                 recorded: 0,
+                timed: Vec::new(),
             }),
             pool: Mutex::new(Pool {
                 free: HashMap::new(),
@@ -165,6 +211,8 @@ impl Gpu {
             bind_groups: Mutex::default(),
             staging: Mutex::default(),
             errors,
+            ordinal,
+            timestamps,
         })
     }
 
@@ -463,11 +511,37 @@ impl Gpu {
             }
         };
         let mut rec = lock(&self.recorder);
+        match self
+            .timestamps
+            .as_ref()
+            .filter(|_| ferroflow_tensor::trace::is_active())
         {
-            let pass = rec.pass(&self.device);
-            pass.set_pipeline(&kernel.pipeline);
-            pass.set_bind_group(0, &group, &[]);
-            pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+            // Profiling: the dispatch in a pass of its own whose start and end the device
+            // timestamps.
+            Some(ts) => {
+                let k = rec.timed.len() as u32;
+                let mut pass =
+                    rec.encoder(&self.device)
+                        .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: None,
+                            timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                                query_set: &ts.queries,
+                                beginning_of_pass_write_index: Some(2 * k),
+                                end_of_pass_write_index: Some(2 * k + 1),
+                            }),
+                        });
+                pass.set_pipeline(&kernel.pipeline);
+                pass.set_bind_group(0, &group, &[]);
+                pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+                drop(pass);
+                rec.timed.push(ferroflow_tensor::trace::current_op());
+            }
+            None => {
+                let pass = rec.pass(&self.device);
+                pass.set_pipeline(&kernel.pipeline);
+                pass.set_bind_group(0, &group, &[]);
+                pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+            }
         }
         rec.recorded += 1;
         if rec.recorded >= BATCH {
@@ -490,10 +564,79 @@ impl Gpu {
 
     fn submit(&self, rec: &mut Recorder) {
         rec.pass = None;
-        if let Some(enc) = rec.encoder.take() {
-            self.queue.submit([enc.finish()]);
+        let timed = std::mem::take(&mut rec.timed);
+        match (self.timestamps.as_ref(), timed.is_empty()) {
+            (Some(ts), false) => {
+                let n = 2 * timed.len() as u32;
+                let enc = rec.encoder(&self.device);
+                enc.resolve_query_set(&ts.queries, 0..n, &ts.resolved, 0);
+                enc.copy_buffer_to_buffer(&ts.resolved, 0, &ts.readback, 0, n as u64 * 8);
+                rec.pass = None;
+                if let Some(enc) = rec.encoder.take() {
+                    self.queue.submit([enc.finish()]);
+                }
+                self.report_timestamps(ts, &timed);
+            }
+            _ => {
+                if let Some(enc) = rec.encoder.take() {
+                    self.queue.submit([enc.finish()]);
+                }
+            }
         }
         rec.recorded = 0;
+    }
+
+    /// Waits for the batch just submitted, reads its timestamps and tells the profiler of
+    /// each kernel, on the host's clock: the batch's last end is aligned to the moment the
+    /// wait returned (the device's clock has no defined relation to the host's).
+    fn report_timestamps(&self, ts: &Timestamps, timed: &[Option<&'static str>]) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        ts.readback
+            .slice(..(timed.len() * 16) as u64)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        let waited = self.device.poll(wgpu::PollType::Wait {
+            submission_index: None,
+            timeout: None,
+        });
+        let done = std::time::Instant::now();
+        if waited.is_err() || !matches!(rx.recv(), Ok(Ok(()))) {
+            // Timing is best effort: the work itself is checked by `check`.
+            return;
+        }
+        let ticks: Vec<u64> = match ts
+            .readback
+            .slice(..(timed.len() * 16) as u64)
+            .get_mapped_range()
+        {
+            Ok(view) => bytemuck::cast_slice::<u8, u64>(&view).to_vec(),
+            Err(_) => Vec::new(),
+        };
+        ts.readback.unmap();
+        let Some(&last) = ticks.iter().max() else {
+            return;
+        };
+        let device = ferroflow_tensor::Device::gpu(self.ordinal);
+        let events: Vec<ferroflow_tensor::trace::DeviceEvent> = timed
+            .iter()
+            .zip(ticks.chunks_exact(2))
+            .filter(|(_, t)| t[1] >= t[0])
+            .map(|(op, t)| {
+                let before_done = (last - t[0]) as f64 * ts.period_ns;
+                ferroflow_tensor::trace::DeviceEvent {
+                    device,
+                    op: *op,
+                    start: done
+                        .checked_sub(std::time::Duration::from_nanos(before_done as u64))
+                        .unwrap_or(done),
+                    duration: std::time::Duration::from_nanos(
+                        ((t[1] - t[0]) as f64 * ts.period_ns) as u64,
+                    ),
+                }
+            })
+            .collect();
+        ferroflow_tensor::trace::record_device_events(&events);
     }
 
     /// Submits what is recorded.

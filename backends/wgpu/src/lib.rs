@@ -65,6 +65,9 @@ pub struct AdapterInfo {
     pub driver: String,
     /// Whether WGSL f16 is available (float16 tensors).
     pub shader_f16: bool,
+    /// Whether the adapter has timestamp queries: the profiler then records each kernel's
+    /// time on the device (else only its host-side launch).
+    pub timestamp_query: bool,
 }
 
 struct Slot {
@@ -146,6 +149,7 @@ impl WgpuBackend {
                     kind: format!("{:?}", i.device_type),
                     driver: format!("{} {}", i.driver, i.driver_info).trim().to_string(),
                     shader_f16: adapter.features().contains(wgpu::Features::SHADER_F16),
+                    timestamp_query: adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY),
                 };
                 Slot {
                     adapter,
@@ -172,7 +176,7 @@ impl WgpuBackend {
             })?;
         slot.gpu
             .get_or_init(|| {
-                Gpu::new(&slot.adapter)
+                Gpu::new(&slot.adapter, ordinal)
                     .map(Arc::new)
                     .map_err(|e| e.to_string())
             })
