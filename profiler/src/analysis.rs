@@ -45,6 +45,21 @@ pub struct OpRow {
     pub bytes: u64,
 }
 
+impl OpRow {
+    fn new(host_or_device: &str, op_type: &str, name: &str) -> OpRow {
+        OpRow {
+            host_or_device: host_or_device.to_string(),
+            op_type: op_type.to_string(),
+            name: name.to_string(),
+            count: 0,
+            total_us: 0.0,
+            self_us: 0.0,
+            flops: 0,
+            bytes: 0,
+        }
+    }
+}
+
 /// Memory in use on one allocator over time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryTimeline {
@@ -162,16 +177,9 @@ pub fn summarize(space: &XSpace) -> ProfileSummary {
         for (i, s) in spans.iter().enumerate() {
             let name = name_of(s);
             if let Some((full, ty)) = op_name_and_type(name) {
-                let row = ops.entry(full.to_string()).or_insert_with(|| OpRow {
-                    host_or_device: "Host".into(),
-                    op_type: ty.to_string(),
-                    name: full.to_string(),
-                    count: 0,
-                    total_us: 0.0,
-                    self_us: 0.0,
-                    flops: 0,
-                    bytes: 0,
-                });
+                let row = ops
+                    .entry(full.to_string())
+                    .or_insert_with(|| OpRow::new("Host", ty, full));
                 row.count += 1;
                 row.total_us += (s.end - s.start) as f64 / 1e6;
                 row.self_us += self_ps[i].max(0) as f64 / 1e6;
@@ -263,16 +271,9 @@ pub fn summarize(space: &XSpace) -> ProfileSummary {
             let Some(meta) = plane.event_metadata.get(&e.metadata_id) else {
                 continue;
             };
-            let row = rows.entry(meta.name.as_str()).or_insert_with(|| OpRow {
-                host_or_device: plane.name.clone(),
-                op_type: meta.name.clone(),
-                name: meta.name.clone(),
-                count: 0,
-                total_us: 0.0,
-                self_us: 0.0,
-                flops: 0,
-                bytes: 0,
-            });
+            let row = rows
+                .entry(meta.name.as_str())
+                .or_insert_with(|| OpRow::new(&plane.name, &meta.name, &meta.name));
             row.count += 1;
             row.total_us += e.duration_ps.max(0) as f64 / 1e6;
             row.self_us += e.duration_ps.max(0) as f64 / 1e6;

@@ -62,6 +62,16 @@ pub fn device_plane_name(device: Device) -> String {
     device.to_string()
 }
 
+/// `name`'s id in `ids` (the next one, from 1, when new) and whether it is new.
+fn intern(ids: &mut HashMap<String, i64>, name: &str) -> (i64, bool) {
+    if let Some(&id) = ids.get(name) {
+        return (id, false);
+    }
+    let id = ids.len() as i64 + 1;
+    ids.insert(name.to_string(), id);
+    (id, true)
+}
+
 /// Interns event and stat metadata of one plane (ids from 1, as TF's XPlaneBuilder).
 struct PlaneBuilder {
     plane: XPlane,
@@ -83,37 +93,29 @@ impl PlaneBuilder {
     }
 
     fn event_metadata(&mut self, name: &str, display_name: &str) -> i64 {
-        if let Some(&id) = self.events.get(name) {
-            return id;
-        }
-        let id = self.events.len() as i64 + 1;
-        self.events.insert(name.to_string(), id);
-        self.plane.event_metadata.insert(
-            id,
-            XEventMetadata {
+        let (id, new) = intern(&mut self.events, name);
+        if new {
+            let m = XEventMetadata {
                 id,
                 name: name.to_string(),
                 display_name: display_name.to_string(),
                 ..Default::default()
-            },
-        );
+            };
+            self.plane.event_metadata.insert(id, m);
+        }
         id
     }
 
     fn stat_metadata(&mut self, name: &str) -> i64 {
-        if let Some(&id) = self.stats.get(name) {
-            return id;
-        }
-        let id = self.stats.len() as i64 + 1;
-        self.stats.insert(name.to_string(), id);
-        self.plane.stat_metadata.insert(
-            id,
-            XStatMetadata {
+        let (id, new) = intern(&mut self.stats, name);
+        if new {
+            let m = XStatMetadata {
                 id,
                 name: name.to_string(),
                 description: String::new(),
-            },
-        );
+            };
+            self.plane.stat_metadata.insert(id, m);
+        }
         id
     }
 

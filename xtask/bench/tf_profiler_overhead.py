@@ -4,7 +4,6 @@ blocks of 20 steps without a profiler and with `tf.profiler.experimental.start` 
 turn (each trace written between blocks, untimed). Usage: tf_profiler_overhead.py MNIST_DIR N
 Prints `name value` lines: seconds per step off and on (medians), the median paired
 overhead."""
-import gzip
 import os
 import sys
 import tempfile
@@ -13,14 +12,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-
-
-def idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    rank = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(rank)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * rank).reshape(dims)
+from tf_keras_mnist import idx  # noqa: E402  (the same IDX reader, beside this script)
 
 
 def main():

@@ -330,8 +330,10 @@ impl Layer for Flatten {
 /// use ferroflow_tensor::Tensor;
 /// let mut r = Rescaling::new(1.0 / 255.0, 0.0);
 /// let x = Tensor::from_vec(vec![0u8, 51, 255], &[1, 3])?;
-/// let y = r.apply(&[x], false)?.remove(0);
-/// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 0.2, 1.0]);
+/// let y = r.apply(&[x], false)?.remove(0).to_vec::<f32>()?;
+/// for (got, want) in y.iter().zip([0.0, 0.2, 1.0]) {
+///     assert!((got - want).abs() < 1e-6);
+/// }
 /// # Ok::<(), ferroflow_tensor::Error>(())
 /// ```
 pub struct Rescaling {
