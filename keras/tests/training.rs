@@ -556,3 +556,51 @@ fn errors_name_the_method_that_failed() {
     let e = m.evaluate(&scalar, &scalar, 4).unwrap_err().to_string();
     assert!(e.starts_with("Model.evaluate:"), "{e}");
 }
+
+/// Counts batch begins and ends.
+struct BatchCounter(Arc<Mutex<(usize, usize)>>);
+
+impl Callback for BatchCounter {
+    fn on_train_batch_begin(
+        &mut self,
+        _batch: usize,
+        _model: &mut Model,
+    ) -> ferroflow_tensor::Result<()> {
+        self.0.lock().unwrap().0 += 1;
+        Ok(())
+    }
+    fn on_train_batch_end(
+        &mut self,
+        _batch: usize,
+        _logs: &Logs,
+        _model: &mut Model,
+    ) -> ferroflow_tensor::Result<()> {
+        self.0.lock().unwrap().1 += 1;
+        Ok(())
+    }
+}
+
+#[test]
+fn every_batch_begun_ends_when_the_count_is_known() {
+    ferroflow::init();
+    let x = Tensor::from_vec((0..40).map(|i| i as f32 / 40.0).collect(), &[20, 2]).unwrap();
+    let y = Tensor::from_vec((0..20).map(|i| i as f32 / 20.0).collect(), &[20, 1]).unwrap();
+    let mut model = Model::from(sequential![Dense::new(1)]);
+    model
+        .compile(Sgd::new(0.1), MeanSquaredError::new(), &[])
+        .unwrap();
+    let counts = Arc::new(Mutex::new((0, 0)));
+    // 20 samples in batches of 8: 3 batches an epoch, 2 epochs.
+    model
+        .fit(
+            &x,
+            &y,
+            FitConfig::new()
+                .epochs(2)
+                .batch_size(8)
+                .verbose(0)
+                .callback(BatchCounter(counts.clone())),
+        )
+        .unwrap();
+    assert_eq!(*counts.lock().unwrap(), (6, 6));
+}

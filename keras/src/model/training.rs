@@ -419,6 +419,12 @@ impl Model {
             let mut logs = Logs::new();
             let mut step = 0;
             while config.steps_per_epoch.is_none_or(|s| step < s) {
+                // The batch is fetched after `on_train_batch_begin` (TF's order: its step
+                // function pulls the batch), so where the count is known no callback hears
+                // of a batch past the end (as in TF, one does for data of unknown size).
+                if config.steps_per_epoch.is_none() && steps.is_some_and(|n| step >= n) {
+                    break;
+                }
                 for cb in &mut callbacks {
                     cb.on_train_batch_begin(step, self)?;
                 }
