@@ -299,12 +299,7 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
                 stats,
             });
         }
-        line.duration_ps = line
-            .events
-            .iter()
-            .map(|e| offset_ps(e) + e.duration_ps)
-            .max()
-            .unwrap_or(0);
+        line.duration_ps = span_ps(&line);
         b.plane.lines.push(line);
     }
 
@@ -338,12 +333,7 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
                 stats,
             });
         }
-        line.duration_ps = line
-            .events
-            .iter()
-            .map(|e| offset_ps(e) + e.duration_ps)
-            .max()
-            .unwrap_or(0);
+        line.duration_ps = span_ps(&line);
         d.plane.lines.push(line);
         device_planes.push(d.plane);
     }
@@ -368,6 +358,15 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
         warnings: vec![],
         hostnames: vec![host.to_string()],
     }
+}
+
+/// A line's length: the end of its last event, in picoseconds from its timestamp.
+fn span_ps(line: &XLine) -> i64 {
+    line.events
+        .iter()
+        .map(|e| offset_ps(e) + e.duration_ps)
+        .max()
+        .unwrap_or(0)
 }
 
 /// An event's offset from its line's timestamp, in picoseconds.

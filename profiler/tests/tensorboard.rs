@@ -62,8 +62,9 @@ fn mnist(n: usize) -> (Tensor, Tensor) {
     (first(&x), first(&y))
 }
 
-fn cnn() -> Model {
-    let mut model = Model::from(applications::mnist_cnn());
+/// The main job's network (`applications::mnist_cnn` or `mnist_mlp`), built and compiled.
+fn compiled(network: ferroflow::keras::Sequential) -> Model {
+    let mut model = Model::from(network);
     model.build(&[28, 28, 1]).unwrap();
     model
         .compile(
@@ -82,7 +83,7 @@ fn a_profiled_cnn_fit_opens_in_tensorboard() {
     let dir = tempfile::tempdir().unwrap();
     let (x, y) = mnist(768);
     let (vx, vy) = mnist(256);
-    let mut model = cnn();
+    let mut model = compiled(applications::mnist_cnn());
     let tb = TensorBoard::new(dir.path())
         .update_freq(UpdateFreq::Batches(2))
         .histogram_freq(1)
@@ -223,15 +224,7 @@ fn an_input_bound_pipeline_shows_as_input_time() {
             std::thread::sleep(Duration::from_millis(30));
             Ok((bx, by))
         });
-    let mut model = Model::from(applications::mnist_mlp());
-    model.build(&[28, 28, 1]).unwrap();
-    model
-        .compile(
-            Adam::new(1e-3),
-            SparseCategoricalCrossentropy::new(true),
-            &["accuracy"],
-        )
-        .unwrap();
+    let mut model = compiled(applications::mnist_mlp());
     let tb = TensorBoard::new(dir.path()).profile_batch(2, 5).unwrap();
     model
         .fit_dataset(&slow, FitConfig::new().epochs(1).verbose(0).callback(tb))
