@@ -131,28 +131,27 @@ impl Recorder {
             duration_ns: duration.as_nanos() as u64,
             kind,
         };
-        let pushed = BUFFER.try_with(|b| {
+        let mut event = Some(event);
+        let _ = BUFFER.try_with(|b| {
             let mut b = b.borrow_mut();
-            let buffer = match &*b {
-                Some((session, buffer)) if *session == self.session => buffer.clone(),
-                _ => {
-                    let t = std::thread::current();
-                    let id = THREAD_ID.with(|id| *id);
-                    let buffer = Arc::new(ThreadEvents {
-                        id,
-                        name: t
-                            .name()
-                            .map_or_else(|| format!("thread-{id}"), str::to_string),
-                        events: Mutex::new(Vec::with_capacity(1024)),
-                    });
-                    lock(&self.threads).push(buffer.clone());
-                    *b = Some((self.session, buffer.clone()));
-                    buffer
-                }
-            };
-            lock(&buffer.events).push(event.clone());
+            if !matches!(&*b, Some((session, _)) if *session == self.session) {
+                let t = std::thread::current();
+                let id = THREAD_ID.with(|id| *id);
+                let buffer = Arc::new(ThreadEvents {
+                    id,
+                    name: t
+                        .name()
+                        .map_or_else(|| format!("thread-{id}"), str::to_string),
+                    events: Mutex::new(Vec::with_capacity(1024)),
+                });
+                lock(&self.threads).push(buffer.clone());
+                *b = Some((self.session, buffer));
+            }
+            if let (Some((_, buffer)), Some(e)) = (&*b, event.take()) {
+                lock(&buffer.events).push(e);
+            }
         });
-        if pushed.is_err() {
+        if let Some(event) = event {
             // The thread is exiting (its thread-locals are gone): keep the event anyway.
             let id = THREAD_ID.try_with(|id| *id).unwrap_or(0);
             lock(&self.threads).push(Arc::new(ThreadEvents {
