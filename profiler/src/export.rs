@@ -6,7 +6,7 @@ use crate::names::{tf_datatype, tf_op_type_of_name};
 use crate::proto::xplane::{
     x_event, x_stat, XEvent, XEventMetadata, XLine, XPlane, XSpace, XStat, XStatMetadata,
 };
-use crate::session::{ProfileFiles, ProfilerOptions, RawKind, ThreadEvents};
+use crate::session::{ProfileFiles, RawKind, ThreadEvents};
 use ferroflow_tensor::fs::write_atomic;
 use ferroflow_tensor::trace::StatValue;
 use ferroflow_tensor::{Device, DeviceKind, Error, Result};
@@ -35,7 +35,6 @@ impl Recording {
         begin_wall_ns: u64,
         end_ns: u64,
         live_at_start: Vec<(Device, u64)>,
-        _options: ProfilerOptions,
     ) -> Recording {
         Recording {
             threads,
@@ -159,7 +158,9 @@ pub(crate) fn to_xspace(rec: &Recording, host: &str) -> XSpace {
         .threads
         .iter()
         .map(|t| {
-            let mut events = t.events.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            // The session has stopped: the events are taken, not copied.
+            let mut events =
+                std::mem::take(&mut *t.events.lock().unwrap_or_else(|e| e.into_inner()));
             events.sort_by_key(|e| (e.start_ns, std::cmp::Reverse(e.duration_ns)));
             events
         })

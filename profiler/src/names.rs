@@ -102,8 +102,6 @@ pub fn tf_dtype_name(dtype: DType) -> &'static str {
         DType::I64 => "int64",
         DType::U8 => "uint8",
         DType::Bool => "bool",
-        #[allow(unreachable_patterns)]
-        _ => "unknown",
     }
 }
 
@@ -119,8 +117,6 @@ pub fn tf_datatype(dtype: DType) -> i32 {
         DType::Bool => 10,
         DType::BF16 => 14,
         DType::F16 => 19,
-        #[allow(unreachable_patterns)]
-        _ => 0,
     }
 }
 

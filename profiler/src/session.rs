@@ -277,7 +277,8 @@ struct Running {
 
 static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
 
-fn wall_ns() -> u64 {
+/// Nanoseconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn wall_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
@@ -381,13 +382,7 @@ pub fn stop() -> Result<ProfileFiles> {
     drop(_sink);
     let end_ns = recorder.begin.elapsed().as_nanos() as u64;
     let threads = std::mem::take(&mut *lock(&recorder.threads));
-    let recording = Recording::from_threads(
-        threads,
-        begin_wall_ns,
-        end_ns,
-        live_at_start,
-        recorder.options,
-    );
+    let recording = Recording::from_threads(threads, begin_wall_ns, end_ns, live_at_start);
     crate::export::write_profile(&logdir, &recording)
 }
 

@@ -35,7 +35,7 @@ use prost::Message;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// A file is closed and the next begun past this many bytes.
 const ROTATE_BYTES: usize = 4 << 20;
@@ -53,9 +53,7 @@ struct EventFile {
 }
 
 fn now_secs() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+    crate::session::wall_ns() as f64 / 1e9
 }
 
 impl EventFile {

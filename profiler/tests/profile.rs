@@ -55,9 +55,6 @@ fn steps_ops_and_memory_are_recorded() {
     }
     let peak = ferroflow::peak_tensor_bytes();
     let files = profile.finish().unwrap();
-    if let Ok(keep) = std::env::var("FERROFLOW_KEEP_PROFILE") {
-        let _ = std::fs::copy(&files.xplane, keep);
-    }
     assert!(files.trace_json.exists());
     let space = profiler::read_xspace(&files.xplane).unwrap();
     assert_eq!(space.planes[0].name, "/host:CPU");

@@ -27,12 +27,6 @@ fn cnn() -> ferroflow::Result<Model> {
     Ok(model)
 }
 
-fn first(t: &Tensor, n: usize) -> ferroflow::Result<Tensor> {
-    let mut size = vec![-1isize; t.rank()];
-    size[0] = n as isize;
-    t.slice(&vec![0; t.rank()], &size)
-}
-
 /// Seconds per step of a block of training steps on one batch, with or without a
 /// profiler running (its files are written after the timing).
 fn block(model: &mut Model, x: &Tensor, y: &Tensor, profiled: bool) -> ferroflow::Result<f64> {
@@ -126,8 +120,7 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
     ferroflow::init();
     let mnist = crate::bench::mnist_dir();
     let setup = || -> ferroflow::Result<(Model, Tensor, Tensor)> {
-        let (x, y) = ferroflow::data::idx::load_mnist(&mnist, "train")?;
-        let (x, y) = (first(&x, 128)?, first(&y, 128)?);
+        let (x, y) = crate::bench::mnist_train(128)?;
         let mut model = cnn()?;
         block(&mut model, &x, &y, false)?; // warm-up
         Ok((model, x, y))

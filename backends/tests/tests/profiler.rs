@@ -24,9 +24,6 @@ fn gpu_kernels_are_timed_on_the_device() {
     })
     .unwrap();
     let files = profile.finish().unwrap();
-    if let Ok(keep) = std::env::var("FERROFLOW_KEEP_PROFILE") {
-        let _ = std::fs::copy(&files.xplane, keep);
-    }
     let space = ferroflow_profiler::read_xspace(&files.xplane).unwrap();
     let host = &space.planes[0];
     let launches = host
