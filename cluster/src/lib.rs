@@ -53,7 +53,7 @@ pub use mpi_env::MpiLaunch;
 pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
 pub use server::{
     token_from_env, DeferredHandler, Delivery, Handler, Mailbox, Peer, Pending, PendingCall, Reply,
-    TaskServer, MAX_MESSAGE_BYTES,
+    TaskServer, TokenCheck, MAX_MESSAGE_BYTES, TOKEN_KEY,
 };
 pub use slurm::{expand_hostlist, SlurmClusterResolver};
 pub use spec::{check_address, ClusterSpec, TaskId};

@@ -29,8 +29,8 @@ pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// (HTTP/2's default is 16 KiB).
 const FRAME_BYTES: u32 = 1 << 20;
 
-/// The metadata key the cluster token travels under.
-const TOKEN_KEY: &str = "x-ferroflow-cluster-token";
+/// The metadata key the cluster token travels under (gRPC metadata of every call).
+pub const TOKEN_KEY: &str = "x-ferroflow-cluster-token";
 
 /// The cluster's shared token from `FERROFLOW_CLUSTER_TOKEN` (unset or empty: none).
 pub fn token_from_env() -> Option<String> {
@@ -163,9 +163,23 @@ impl pb::task_server::Task for TaskService {
     }
 }
 
-/// Checks the cluster token on every call a server receives.
+/// Checks the cluster token on every call a server receives: a tonic interceptor for any
+/// service of a task (the task server's own, the profiler server's), refusing a call whose
+/// [`TOKEN_KEY`] metadata differs with `UNAUTHENTICATED`; `None` lets every call through.
+///
+/// ```
+/// let check = ferroflow_cluster::TokenCheck::new(Some("secret"));
+/// let _ = check; // tonic::service::interceptor::InterceptedService::new(service, check)
+/// ```
 #[derive(Clone)]
-struct TokenCheck(Option<Arc<str>>);
+pub struct TokenCheck(Option<Arc<str>>);
+
+impl TokenCheck {
+    /// Checks for `token` (none: every call passes).
+    pub fn new(token: Option<&str>) -> TokenCheck {
+        TokenCheck(token.map(Arc::from))
+    }
+}
 
 impl tonic::service::Interceptor for TokenCheck {
     fn call(

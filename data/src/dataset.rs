@@ -1185,7 +1185,7 @@ impl<T> Iterator for DatasetIter<T> {
     type Item = Result<T>;
     fn next(&mut self) -> Option<Result<T>> {
         // What the profiler counts as input time (TF's `IteratorGetNext`).
-        let _span = ferroflow_tensor::trace::TraceMe::new("IteratorGetNext");
+        let _span = ferroflow_tensor::trace::TraceMe::new(ferroflow_tensor::trace::INPUT_SPAN);
         self.inner.next()
     }
 }

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use ferroflow_cluster::{ClusterResolver, Delivery, MpiLaunch, Peer, TaskId, TaskServer};
+use ferroflow_tensor::trace::{StatValue, TraceMe, PEER_WAIT_SPAN};
 use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
 use half::{bf16, f16};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -260,6 +261,27 @@ impl CollectiveGroup {
         })
     }
 
+    /// The profiler's span of one collective (inert, an atomic load, while none runs):
+    /// `<scope>/<type>:<type>` with TF's op type, and what the Pod viewer and the trace show
+    /// of it: the algorithm, the bytes this task contributes, the group's size and the peers
+    /// it exchanges with.
+    fn span(&self, scope_and_type: &'static str, bytes: usize) -> TraceMe {
+        let mut span = TraceMe::new(scope_and_type);
+        if span.is_recording() {
+            let (algorithm, peers) = match &self.transport {
+                Transport::Alone => ("none", String::new()),
+                Transport::Ring(ring) => ring.algorithm_and_peers(bytes),
+                #[cfg(feature = "mpi")]
+                Transport::Mpi(_) => ("mpi", "every rank".to_string()),
+            };
+            span.stat("algorithm", StatValue::Str(algorithm.into()))
+                .stat("bytes", StatValue::U64(bytes as u64))
+                .stat("group_size", StatValue::U64(self.world as u64))
+                .stat("peers", StatValue::Str(peers.into()));
+        }
+        span
+    }
+
     /// This task's index among the training tasks (`replica_id_in_sync_group` for one
     /// replica per task).
     pub fn rank(&self) -> usize {
@@ -282,6 +304,11 @@ impl CollectiveGroup {
     pub fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
         let instance = self.instance.fetch_add(1, Ordering::SeqCst);
         let name = format!("all_reduce {instance}");
+        let bytes = tensors
+            .iter()
+            .map(|t| t.num_elements() * t.dtype().size_in_bytes())
+            .sum();
+        let _span = self.span("allreduce/CollectiveReduceV2:CollectiveReduceV2", bytes);
         let mut host: Vec<HostData> = tensors.iter().map(|t| t.to_host()).collect::<Result<_>>()?;
         for (i, h) in host.iter().enumerate() {
             if matches!(h.dtype(), DType::Bool | DType::I8 | DType::U8) {
@@ -337,6 +364,10 @@ impl CollectiveGroup {
                 "a scalar has no axis 0 to gather along: reshape it to [1]",
             ));
         }
+        let _span = self.span(
+            "allgather/CollectiveGatherV2:CollectiveGatherV2",
+            tensor.num_elements() * tensor.dtype().size_in_bytes(),
+        );
         let mine = tensor.to_host()?.to_le_bytes();
         let all = match &self.transport {
             Transport::Alone => mine,
@@ -369,6 +400,14 @@ impl CollectiveGroup {
                 format!("root {root} is not a task of a group of {}", self.world),
             ));
         }
+        let _span = self.span(
+            if self.rank == root {
+                "broadcast/CollectiveBcastSendV2:CollectiveBcastSendV2"
+            } else {
+                "broadcast/CollectiveBcastRecvV2:CollectiveBcastRecvV2"
+            },
+            tensor.num_elements() * tensor.dtype().size_in_bytes(),
+        );
         let mine = tensor.to_host()?.to_le_bytes();
         let bytes = match &self.transport {
             Transport::Alone => return Ok(tensor.clone()),
@@ -405,6 +444,7 @@ impl CollectiveGroup {
     /// Waits until every task of the group has reached its barrier.
     pub fn barrier(&self) -> Result<()> {
         let instance = self.instance.fetch_add(1, Ordering::SeqCst);
+        let _span = self.span("barrier/CollectiveReduceV2:CollectiveReduceV2", 4);
         match &self.transport {
             Transport::Alone => Ok(()),
             Transport::Ring(ring) => {
@@ -516,6 +556,25 @@ impl Drop for Ring {
 }
 
 impl Ring {
+    /// How an all-reduce of `bytes` travels (`ring`, or `exchange` for short data) and the
+    /// peers it exchanges with, for the profiler.
+    fn algorithm_and_peers(&self, bytes: usize) -> (&'static str, String) {
+        if bytes * (self.world - 1) <= EXCHANGE_MAX_BYTES {
+            let others: Vec<&str> = (0..self.world)
+                .filter(|&k| k != self.rank)
+                .map(|k| self.names[k].as_str())
+                .collect();
+            ("exchange", others.join(", "))
+        } else {
+            let left = (self.rank + self.world - 1) % self.world;
+            let right = (self.rank + 1) % self.world;
+            (
+                "ring",
+                format!("from {} to {}", self.names[left], self.names[right]),
+            )
+        }
+    }
+
     /// The ring all-reduce of `data` (summed over the tasks, on every task): `data` is cut
     /// into one chunk per task; in `n-1` steps every task sends a chunk to the next task and
     /// adds the one it receives (reduce-scatter), then in `n-1` more passes the finished
@@ -691,6 +750,10 @@ impl Ring {
     /// The message task `from` delivered under `key`, or an error naming it after the
     /// timeout.
     fn receive_from(&self, from: usize, key: &str) -> Result<Bytes> {
+        let mut wait = TraceMe::new(PEER_WAIT_SPAN);
+        if wait.is_recording() {
+            wait.stat("peer", StatValue::Str(self.names[from].clone().into()));
+        }
         self.server
             .mailbox()
             .take(key, self.timeout)

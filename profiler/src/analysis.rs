@@ -4,6 +4,7 @@
 
 use crate::export::{offset_ps, stat_text, HOST_PLANE};
 use crate::proto::xplane::{XPlane, XSpace};
+use ferroflow_tensor::trace::{COLLECTIVE_OP_TYPES, INPUT_SPAN, PEER_WAIT_SPAN};
 use std::collections::HashMap;
 
 /// One training step (an event with a `step_num` stat, as [`crate::Trace`] writes it).
@@ -17,10 +18,22 @@ pub struct StepBreakdown {
     pub total_us: f64,
     /// Time waiting for input (`IteratorGetNext` spans in the step), microseconds.
     pub input_us: f64,
-    /// Time in ops (self time of dispatched ops in the step, outside input), microseconds.
+    /// Time in ops (self time of dispatched ops in the step, outside input and
+    /// collectives), microseconds.
     pub compute_us: f64,
-    /// The rest (host code between ops: Python-free, but framework and user code).
+    /// Time in collectives (the distribution crate's all-reduce, all-gather, broadcast
+    /// spans, [`ferroflow_tensor::trace::COLLECTIVE_OP_TYPES`]), microseconds.
+    pub communication_us: f64,
+    /// The part of `communication_us` spent waiting for peers' messages
+    /// ([`ferroflow_tensor::trace::PEER_WAIT_SPAN`]); the rest is transfer (sending,
+    /// copying, adding).
+    pub communication_wait_us: f64,
+    /// The rest of the step (host code between ops: framework and user code): `total_us`
+    /// is `input_us + compute_us + communication_us + other_us`.
     pub other_us: f64,
+    /// Time after the step before the next step on its thread began (callbacks, logging,
+    /// the end of an epoch), microseconds; 0 for the last step.
+    pub idle_us: f64,
 }
 
 /// One row of the op table.
@@ -209,16 +222,17 @@ pub fn summarize(space: &XSpace) -> ProfileSummary {
                 }
             }
         }
-        // Steps: root events with a step number; input and compute are the spans inside.
+        // Steps: root events with a step number; input, compute and communication are the
+        // spans inside.
+        let first_step = steps.len();
+        // (start, end) of this line's steps, microseconds, in the order they are pushed.
+        let mut step_bounds: Vec<(f64, f64)> = Vec::new();
         for (i, s) in spans.iter().enumerate() {
             let Some(step_num) = get(&s.stats, "step_num").and_then(|v| v.parse::<i64>().ok())
             else {
                 continue;
             };
             let inside = |o: &Span| o.start >= s.start && o.end <= s.end;
-            let mut input = 0i64;
-            let mut compute = 0i64;
-            let mut input_spans: Vec<(i64, i64)> = Vec::new();
             // Spans are sorted by start: the step's children follow it.
             let children = || {
                 spans[i + 1..]
@@ -228,34 +242,66 @@ pub fn summarize(space: &XSpace) -> ProfileSummary {
                     .take_while(|(_, o)| o.start < s.end)
                     .filter(|(_, o)| inside(o))
             };
+            let within =
+                |set: &[(i64, i64)], o: &Span| set.iter().any(|&(a, b)| o.start >= a && o.end <= b);
+            // Outermost input and collective spans (nested ones are counted by their parent).
+            let mut input_spans: Vec<(i64, i64)> = Vec::new();
+            let mut collective_spans: Vec<(i64, i64)> = Vec::new();
             for (_, o) in children() {
                 let n = name_of(o);
-                if n.starts_with("IteratorGetNext") {
-                    // Outermost input spans only (nested ones are counted by their parent).
-                    if !input_spans.iter().any(|&(a, b)| o.start >= a && o.end <= b) {
-                        input += o.end - o.start;
-                        input_spans.push((o.start, o.end));
-                    }
+                if n.starts_with(INPUT_SPAN) && !within(&input_spans, o) {
+                    input_spans.push((o.start, o.end));
+                } else if op_name_and_type(n)
+                    .is_some_and(|(_, ty)| COLLECTIVE_OP_TYPES.contains(&ty))
+                    && !within(&input_spans, o)
+                    && !within(&collective_spans, o)
+                {
+                    collective_spans.push((o.start, o.end));
                 }
             }
+            let length = |set: &[(i64, i64)]| set.iter().map(|(a, b)| b - a).sum::<i64>();
+            let input = length(&input_spans);
+            let communication = length(&collective_spans);
+            let mut compute = 0i64;
+            let mut wait_spans: Vec<(i64, i64)> = Vec::new();
             for (j, o) in children() {
-                if op_name_and_type(name_of(o)).is_none() {
+                let n = name_of(o);
+                if n == PEER_WAIT_SPAN {
+                    if within(&collective_spans, o) && !within(&wait_spans, o) {
+                        wait_spans.push((o.start, o.end));
+                    }
                     continue;
                 }
-                if !input_spans.iter().any(|&(a, b)| o.start >= a && o.end <= b) {
-                    compute += self_ps[j].max(0);
+                if op_name_and_type(n).is_none()
+                    || within(&input_spans, o)
+                    || within(&collective_spans, o)
+                {
+                    continue;
                 }
+                compute += self_ps[j].max(0);
             }
             let total = s.end - s.start;
-            let other = (total - input - compute).max(0);
+            let compute = compute.min((total - input - communication).max(0));
+            let other = (total - input - compute - communication).max(0);
             steps.push(StepBreakdown {
                 name: format!("{} {step_num}", name_of(s)),
                 step_num,
                 total_us: total as f64 / 1e6,
                 input_us: input as f64 / 1e6,
-                compute_us: compute.min(total - input) as f64 / 1e6,
+                compute_us: compute as f64 / 1e6,
+                communication_us: communication as f64 / 1e6,
+                communication_wait_us: length(&wait_spans).min(communication) as f64 / 1e6,
                 other_us: other as f64 / 1e6,
+                idle_us: 0.0,
             });
+            step_bounds.push((s.start as f64 / 1e6, s.end as f64 / 1e6));
+        }
+        // Idle: from each step's end to the next step's start on this line.
+        let line_steps = &mut steps[first_step..];
+        for (k, step) in line_steps.iter_mut().enumerate() {
+            if let (Some(this), Some(next)) = (step_bounds.get(k), step_bounds.get(k + 1)) {
+                step.idle_us = (next.0 - this.1).max(0.0);
+            }
         }
     }
     steps.sort_by_key(|s| s.step_num);

@@ -13,7 +13,7 @@ use ferroflow_tensor::{Device, DeviceKind, Error, Result};
 use prost::Message;
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// TF's name of the host plane.
@@ -42,6 +42,13 @@ impl Recording {
             end_ns,
             live_at_start,
         }
+    }
+
+    /// Whether nothing was recorded (TF's `empty_trace`).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.threads
+            .iter()
+            .all(|t| t.events.lock().map_or(true, |e| e.is_empty()))
     }
 }
 
@@ -458,17 +465,22 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-/// A run folder name as TF makes them (`2026_12_01_23_01_27`, UTC), unique in `dir`.
-fn run_name(dir: &Path, wall_ns: u64) -> String {
+/// A wall-clock time as TF names profile runs: `2026_12_01_23_01_27` (UTC).
+pub(crate) fn utc_timestamp(wall_ns: u64) -> String {
     let secs = (wall_ns / 1_000_000_000) as i64;
     let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
     let t = secs.rem_euclid(86_400);
-    let base = format!(
+    format!(
         "{y:04}_{mo:02}_{d:02}_{:02}_{:02}_{:02}",
         t / 3600,
         t / 60 % 60,
         t % 60
-    );
+    )
+}
+
+/// A run folder name as TF makes them (`2026_12_01_23_01_27`, UTC), unique in `dir`.
+fn run_name(dir: &Path, wall_ns: u64) -> String {
+    let base = utc_timestamp(wall_ns);
     let mut name = base.clone();
     let mut n = 1;
     while dir.join(&name).exists() {
@@ -495,20 +507,33 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 pub(crate) fn write_profile(logdir: &Path, rec: &Recording) -> Result<ProfileFiles> {
     let host = hostname();
     let space = to_xspace(rec, &host);
+    let run_dir = new_run_dir(logdir, rec.begin_wall_ns)?;
+    write_run_files(&run_dir, &host, &space)
+}
+
+/// Creates `<logdir>/plugins/profile/<run>/` for a profile that began at `wall_ns`.
+pub(crate) fn new_run_dir(logdir: &Path, wall_ns: u64) -> Result<PathBuf> {
     let profile_dir = logdir.join("plugins").join("profile");
     std::fs::create_dir_all(&profile_dir).map_err(|e| Error::io(&profile_dir, &e))?;
-    let run_dir = profile_dir.join(run_name(&profile_dir, rec.begin_wall_ns));
+    let run_dir = profile_dir.join(run_name(&profile_dir, wall_ns));
+    std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, &e))?;
+    Ok(run_dir)
+}
+
+/// Writes `<host>.xplane.pb` (`space` as encoded) and `<host>.trace.json.gz` into `run_dir`
+/// (each crash-safe: temporary file, fsync, rename).
+pub(crate) fn write_run_files(run_dir: &Path, host: &str, space: &XSpace) -> Result<ProfileFiles> {
     let xplane = run_dir.join(format!("{host}.xplane.pb"));
     write_atomic(&xplane, &space.encode_to_vec())?;
     let trace_json = run_dir.join(format!("{host}.trace.json.gz"));
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(chrome_trace_json(&space).as_bytes())
+    gz.write_all(chrome_trace_json(space).as_bytes())
         .and_then(|_| gz.flush())
         .map_err(|e| Error::io(&trace_json, &e))?;
     let gz = gz.finish().map_err(|e| Error::io(&trace_json, &e))?;
     write_atomic(&trace_json, &gz)?;
     Ok(ProfileFiles {
-        run_dir,
+        run_dir: run_dir.to_path_buf(),
         xplane,
         trace_json,
     })

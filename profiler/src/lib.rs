@@ -32,11 +32,13 @@
 #![warn(missing_docs)]
 
 mod analysis;
+pub mod client;
 mod export;
 mod names;
 mod png;
 mod reader;
 mod report;
+pub mod server;
 mod session;
 pub mod summary;
 
@@ -51,6 +53,12 @@ pub mod proto {
     #[allow(missing_docs, clippy::all)]
     pub mod event {
         include!(concat!(env!("OUT_DIR"), "/tensorboard.rs"));
+    }
+    /// TF's profiler service (`tensorflow.ProfilerService`) and its messages, with their
+    /// gRPC server and client.
+    #[allow(missing_docs, clippy::all)]
+    pub mod service {
+        include!(concat!(env!("OUT_DIR"), "/tensorflow.rs"));
     }
 }
 

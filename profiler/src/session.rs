@@ -267,7 +267,9 @@ impl TraceSink for Recorder {
 /// The running session.
 struct Running {
     recorder: Arc<Recorder>,
-    logdir: PathBuf,
+    /// Where [`stop`] writes; `None` for a capture by a profiler client (the server sends
+    /// the recording back instead).
+    logdir: Option<PathBuf>,
     begin_wall_ns: u64,
     /// Bytes live per device when the session began (the memory profile's baseline).
     live_at_start: Vec<(Device, u64)>,
@@ -303,14 +305,33 @@ pub(crate) fn wall_ns() -> u64 {
 /// ```
 pub fn start(logdir: impl AsRef<Path>, options: ProfilerOptions) -> Result<()> {
     let logdir = logdir.as_ref().to_path_buf();
-    let mut running = lock(&RUNNING);
-    if running.is_some() {
-        return Err(Error::invalid(
-            "profiler.start",
-            "another profiler is running; stop it first (profiler::stop)",
-        ));
+    if is_running() {
+        return Err(another_is_running());
     }
     check_writable(&logdir)?;
+    begin(Some(logdir), options)
+}
+
+fn another_is_running() -> Error {
+    let capture = lock(&RUNNING).as_ref().is_some_and(|r| r.logdir.is_none());
+    Error::invalid(
+        "profiler.start",
+        if capture {
+            "another profiler is running: a capture by a profiler client (profiler::server); \
+             it ends by itself when its duration is over"
+        } else {
+            "another profiler is running; stop it first (profiler::stop)"
+        },
+    )
+}
+
+/// Starts a session recording into memory, written by [`stop`] when `logdir` is given.
+fn begin(logdir: Option<PathBuf>, options: ProfilerOptions) -> Result<()> {
+    let mut running = lock(&RUNNING);
+    if running.is_some() {
+        drop(running);
+        return Err(another_is_running());
+    }
     let begin = Instant::now();
     let recorder = Arc::new(Recorder {
         session: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
@@ -343,6 +364,67 @@ pub fn start(logdir: impl AsRef<Path>, options: ProfilerOptions) -> Result<()> {
     Ok(())
 }
 
+/// Ends the running session (stops listening) and returns its recording and where it was
+/// to be written.
+fn end(running: Running) -> (Recording, Option<PathBuf>) {
+    let Running {
+        recorder,
+        logdir,
+        begin_wall_ns,
+        live_at_start,
+        _observer,
+        _sink,
+    } = running;
+    // Stop listening before the recording is read.
+    drop(_observer);
+    drop(_sink);
+    let end_ns = recorder.begin.elapsed().as_nanos() as u64;
+    let threads = std::mem::take(&mut *lock(&recorder.threads));
+    let recording = Recording::from_threads(threads, begin_wall_ns, end_ns, live_at_start);
+    (recording, logdir)
+}
+
+/// A capture for a profiler client (the profiler server's `Profile` call): records like
+/// [`start`] but into memory; [`Capture::finish`] returns the recording, and dropping it
+/// unfinished (the client went away) ends the session without writing anything.
+pub(crate) struct Capture {
+    active: bool,
+}
+
+impl Capture {
+    /// Starts recording; the error of [`start`] when another profiler runs.
+    pub(crate) fn start(options: ProfilerOptions) -> Result<Capture> {
+        begin(None, options)?;
+        Ok(Capture { active: true })
+    }
+
+    /// Stops recording and returns what was recorded.
+    pub(crate) fn finish(mut self) -> Option<Recording> {
+        self.active = false;
+        take_capture().map(|r| end(r).0)
+    }
+}
+
+/// The running session if it is a capture.
+fn take_capture() -> Option<Running> {
+    let mut running = lock(&RUNNING);
+    if running.as_ref().is_some_and(|r| r.logdir.is_none()) {
+        running.take()
+    } else {
+        None
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        if self.active {
+            if let Some(r) = take_capture() {
+                drop(end(r));
+            }
+        }
+    }
+}
+
 /// Whether a profiling session is running in this process.
 pub fn is_running() -> bool {
     lock(&RUNNING).is_some()
@@ -363,27 +445,32 @@ pub struct ProfileFiles {
 /// (`tf.profiler.experimental.stop`). Errors: no session is running, or the files could
 /// not be written (the recording is then lost, but nothing else is).
 pub fn stop() -> Result<ProfileFiles> {
-    let running = lock(&RUNNING).take().ok_or_else(|| {
-        Error::invalid(
+    let mut guard = lock(&RUNNING);
+    let running = match guard.take() {
+        Some(r) if r.logdir.is_none() => {
+            *guard = Some(r);
+            return Err(Error::invalid(
+                "profiler.stop",
+                "the running profile is a capture by a profiler client (profiler::server): \
+                 it ends by itself when its duration is over",
+            ));
+        }
+        Some(r) => r,
+        None => {
+            return Err(Error::invalid(
+                "profiler.stop",
+                "no profiler is running (profiler::start it first)",
+            ))
+        }
+    };
+    drop(guard);
+    match end(running) {
+        (recording, Some(logdir)) => crate::export::write_profile(&logdir, &recording),
+        (_, None) => Err(Error::invalid(
             "profiler.stop",
-            "no profiler is running (profiler::start it first)",
-        )
-    })?;
-    let Running {
-        recorder,
-        logdir,
-        begin_wall_ns,
-        live_at_start,
-        _observer,
-        _sink,
-    } = running;
-    // Stop listening before the recording is read.
-    drop(_observer);
-    drop(_sink);
-    let end_ns = recorder.begin.elapsed().as_nanos() as u64;
-    let threads = std::mem::take(&mut *lock(&recorder.threads));
-    let recording = Recording::from_threads(threads, begin_wall_ns, end_ns, live_at_start);
-    crate::export::write_profile(&logdir, &recording)
+            "the session had no log folder",
+        )),
+    }
 }
 
 /// Profiles while alive: starts on [`Profile::start`], stops and writes on drop (or on

@@ -24,6 +24,24 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+/// The span the input pipeline records around fetching each element (TF's name): the
+/// profiler counts time inside it as a step's input time.
+pub const INPUT_SPAN: &str = "IteratorGetNext";
+
+/// The op types (TF's names) of the collectives' spans, which the distribution crate records
+/// as `<scope>/<type>:<type>` around each collective, with stats `algorithm`, `bytes`,
+/// `group_size` and `peers`: the profiler counts time inside them as communication.
+pub const COLLECTIVE_OP_TYPES: &[&str] = &[
+    "CollectiveReduceV2",
+    "CollectiveGatherV2",
+    "CollectiveBcastSendV2",
+    "CollectiveBcastRecvV2",
+];
+
+/// The span a collective records while it waits for a peer's message (stat `peer`): the
+/// part of a collective's time spent waiting for slower peers rather than transferring.
+pub const PEER_WAIT_SPAN: &str = "PeerWait";
+
 /// A value attached to a trace event (TF's `XStat` value kinds).
 #[derive(Debug, Clone, PartialEq)]
 pub enum StatValue {

@@ -1,0 +1,264 @@
+//! The profiler server and client (`tf.profiler.experimental.server` / `client`): a capture
+//! taken on demand while training runs, TensorBoard's own capture client (xprof's, the call
+//! behind the *Capture Profile* dialog) against our server, `monitor`, and bad input: a
+//! closed port, an address that is not a profiler, a duration of 0, a second capture while
+//! one runs; each a clear error while the training goes on.
+
+use ferroflow::profiler::{self, client, server};
+use ferroflow::{DType, Tensor};
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The profiler is one per process: these tests take turns.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A training loop on its own thread (steps marked as Keras marks them) until stopped; its
+/// step count and any error come back from `stop`.
+struct Training {
+    stop: Arc<AtomicBool>,
+    steps: Arc<AtomicI64>,
+    thread: Option<std::thread::JoinHandle<ferroflow::Result<()>>>,
+}
+
+impl Training {
+    fn start() -> Training {
+        ferroflow::init();
+        let stop = Arc::new(AtomicBool::new(false));
+        let steps = Arc::new(AtomicI64::new(0));
+        let (s, n) = (stop.clone(), steps.clone());
+        let thread = std::thread::spawn(move || {
+            let w = Tensor::ones(&[48, 48], DType::F32)?;
+            let end = Instant::now() + Duration::from_secs(120);
+            while !s.load(Ordering::Relaxed) && Instant::now() < end {
+                let step = n.fetch_add(1, Ordering::Relaxed);
+                let _t = profiler::Trace::new("train", step);
+                let _ = w
+                    .matmul(&w)?
+                    .tanh()?
+                    .reduce_sum(Vec::<isize>::new(), false)?;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Ok(())
+        });
+        Training {
+            stop,
+            steps,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) -> i64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .unwrap()
+            .join()
+            .unwrap()
+            .expect("the training failed");
+        self.steps.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Training {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_capture_while_training_writes_the_workers_profile() {
+    let _g = serial();
+    let training = Training::start();
+    let server = server::start(0).unwrap();
+    let addr = format!("grpc://{}", server.local_addr());
+    let dir = tempfile::tempdir().unwrap();
+    let before = training.steps.load(Ordering::Relaxed);
+    let capture = client::trace(&addr, dir.path(), 500, 3, Default::default()).unwrap();
+    assert!(capture.failures.is_empty(), "{:?}", capture.failures);
+    let [(worker, xplane)] = &capture.profiles[..] else {
+        panic!("one profile expected: {:?}", capture.profiles)
+    };
+    assert_eq!(worker, &server.local_addr().to_string());
+    let port = server.local_addr().port();
+    assert_eq!(
+        xplane.file_name().unwrap().to_string_lossy(),
+        format!("127.0.0.1_{port}.xplane.pb")
+    );
+    assert!(xplane.starts_with(dir.path().join("plugins/profile")));
+    assert!(xplane
+        .with_file_name(format!("127.0.0.1_{port}.trace.json.gz"))
+        .exists());
+    // TensorBoard lists the folder as a run: it has an event file.
+    assert!(std::fs::read_dir(dir.path()).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("events.out.tfevents.")));
+    let summary = profiler::summarize(&profiler::read_xspace(xplane).unwrap());
+    assert!(
+        summary.steps.len() >= 5,
+        "{} steps captured",
+        summary.steps.len()
+    );
+    assert!(summary.ops.iter().any(|o| o.op_type == "MatMul"));
+    // The steps captured are the training's, in its numbering.
+    assert!(summary.steps.iter().all(|s| s.step_num >= before));
+    // No capture runs now: the process can profile locally again, and the training went on.
+    assert!(!profiler::is_running());
+    let trained = training.stop();
+    assert!(trained > summary.steps.len() as i64);
+}
+
+#[test]
+fn monitor_reports_the_step_time() {
+    let _g = serial();
+    let training = Training::start();
+    let server = server::start(0).unwrap();
+    let addr = server.local_addr().to_string();
+    let text = client::monitor(&addr, 400, 1).unwrap();
+    assert!(text.starts_with("Steps: "), "{text}");
+    assert!(text.contains("ms avg"), "{text}");
+    let detailed = client::monitor(&addr, 400, 2).unwrap();
+    assert!(detailed.contains("compute"), "{detailed}");
+    assert!(client::monitor(&addr, 400, 3)
+        .unwrap_err()
+        .to_string()
+        .contains("level 3"));
+    training.stop();
+}
+
+#[test]
+fn bad_addresses_durations_and_a_second_capture_are_clear_errors() {
+    let _g = serial();
+    let training = Training::start();
+    let dir = tempfile::tempdir().unwrap();
+    // A closed port: named, within the attempts (no long wait).
+    let closed = ferroflow::cluster::free_loopback_addresses(1)
+        .unwrap()
+        .remove(0);
+    let t = Instant::now();
+    let e = client::trace(&closed, dir.path(), 200, 2, Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&closed) && e.contains("no profiler server answers"),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(30));
+    // A gRPC server that is not a profiler (a cluster task's).
+    let task = ferroflow::cluster::TaskServer::start("127.0.0.1:0", None).unwrap();
+    let e = client::trace(
+        &task.local_addr().to_string(),
+        dir.path(),
+        200,
+        3,
+        Default::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("not a profiler server"), "{e}");
+    // A TCP server that does not speak gRPC at all.
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let plain_addr = plain.local_addr().unwrap().to_string();
+    let talker = std::thread::spawn(move || {
+        use std::io::Write;
+        for s in plain.incoming().take(2) {
+            let _ = s.and_then(|mut s| s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n"));
+        }
+    });
+    let e = client::trace(&plain_addr, dir.path(), 200, 2, Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&plain_addr), "{e}");
+    let _ = std::net::TcpStream::connect(&plain_addr);
+    let _ = std::net::TcpStream::connect(&plain_addr);
+    let _ = talker.join();
+
+    let server = server::start(0).unwrap();
+    let addr = server.local_addr().to_string();
+    let e = client::trace(&addr, dir.path(), 0, 1, Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("duration_ms is 0"), "{e}");
+    // Two captures at once: the second is refused, naming the cause; the first is written.
+    let first = {
+        let (addr, dir) = (addr.clone(), dir.path().to_path_buf());
+        std::thread::spawn(move || client::trace(&addr, dir, 1500, 1, Default::default()))
+    };
+    std::thread::sleep(Duration::from_millis(600));
+    let e = client::trace(&addr, dir.path(), 300, 3, Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another profiler is running"), "{e}");
+    let first = first.join().unwrap().unwrap();
+    assert_eq!(first.profiles.len(), 1);
+    // One good worker and one dead: the good one's profile is written, the dead one named.
+    let both = format!("grpc://{addr},grpc://{closed}");
+    let capture = client::trace(&both, dir.path(), 300, 1, Default::default()).unwrap();
+    assert_eq!(capture.profiles.len(), 1);
+    assert_eq!(capture.failures.len(), 1);
+    assert_eq!(capture.failures[0].0, closed);
+    // A local profile while the server idles works as before.
+    let local = profiler::Profile::start(dir.path().join("local"), Default::default()).unwrap();
+    local.finish().unwrap();
+    assert!(training.stop() > 0);
+}
+
+fn has_xprof() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import xprof.convert._pywrap_profiler_plugin"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        ferroflow::tensor::testing::skip(
+            "FERROFLOW_REQUIRE_TENSORBOARD",
+            "python3 with xprof (TensorBoard's profile plugin and its capture client) is not \
+             installed (pip install xprof; .ci/run does)",
+        );
+    }
+    ok
+}
+
+#[test]
+fn tensorboards_capture_client_captures_a_ferroflow_worker() {
+    if !has_xprof() {
+        return;
+    }
+    let _g = serial();
+    let training = Training::start();
+    let server = server::start(0).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/capture_with_xprof.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(format!("grpc://{}", server.local_addr()))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "xprof's capture failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // What it wrote is our XSpace, with the training's steps in it.
+    let (_, planes) = profiler::latest_profile(dir.path()).unwrap();
+    assert_eq!(planes.len(), 1, "{planes:?}");
+    // Named by TF's client after the address it captured.
+    let port = server.local_addr().port();
+    assert!(
+        planes[0].ends_with(format!("127.0.0.1_{port}.xplane.pb")),
+        "{planes:?}"
+    );
+    let summary = profiler::summarize(&profiler::read_xspace(&planes[0]).unwrap());
+    assert!(!summary.steps.is_empty());
+    training.stop();
+}
