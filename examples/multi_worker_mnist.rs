@@ -19,6 +19,19 @@
 //!
 //! Without either it trains as a single worker.
 //!
+//! Profiling on demand (TF 2.4's multi-worker profiling): with `--profile-ports` the
+//! launcher gives each worker a port, on which it runs a profiler server; capture 2 s from
+//! every worker while they train, then read the Pod viewer:
+//!
+//! ```text
+//! target/release/ferroflow launch --workers 2 --profile-ports -- target/release/examples/multi_worker_mnist
+//! # it prints: profiler servers (...): grpc://127.0.0.1:PORT1,grpc://127.0.0.1:PORT2
+//! target/release/ferroflow profile capture --workers grpc://127.0.0.1:PORT1,grpc://127.0.0.1:PORT2 --duration 2s logs
+//! target/release/ferroflow profile pod logs
+//! ```
+//!
+//! (or give those addresses to TensorBoard's *Capture Profile* dialog).
+//!
 //! Options: `--epochs N` (2), `--per-worker-batch N` (64; the global batch is N × workers,
 //! as in the tutorial), `--steps-per-epoch N`, `--out DIR` (`target/multi_worker_mnist`:
 //! the chief writes the weights there), `--timeout S` (60: how long a collective waits for
@@ -63,6 +76,9 @@ fn main() -> Result<()> {
     }
     // Every worker seeds alike (the chief's initial weights are broadcast anyway).
     ferroflow::random::set_seed(1);
+    // A profiler server when the launcher gave this worker a port (`--profile-ports`):
+    // captures then come on demand, and cost nothing in between.
+    let _profiler = ferroflow::profiler::server::start_from_env()?;
     let strategy = MultiWorkerMirroredStrategy::new(CommunicationOptions {
         timeout: Duration::from_secs(timeout),
         ..Default::default()
@@ -97,6 +113,7 @@ fn main() -> Result<()> {
     if let Some(s) = steps {
         config = config.steps_per_epoch(s);
     }
+    println!("worker {me}: training");
     let history = model.fit(&x_train, &y_train, config)?;
     let secs = start.elapsed().as_secs_f64();
     let test = model.evaluate(&x_test, &y_test, 1000)?;

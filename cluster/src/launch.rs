@@ -34,11 +34,22 @@ pub struct LaunchSpec {
     /// process' stdout and stderr (the launcher); tests leave it off and read
     /// [`LocalCluster::output`].
     pub echo: bool,
+    /// Give each task a free loopback port for its profiler server, in
+    /// [`PROFILER_PORT_ENV`] (`ferroflow launch --profile-ports`); the program starts the
+    /// server with `profiler::server::start_from_env()`, and
+    /// [`LocalCluster::profiler_addresses`] lists where to capture.
+    pub profile_ports: bool,
 }
+
+/// The environment variable that gives a task its profiler server's port (read by
+/// `ferroflow_profiler::server::start_from_env`).
+pub const PROFILER_PORT_ENV: &str = "FERROFLOW_PROFILER_PORT";
 
 /// A task's process and what it printed.
 struct Task {
     id: TaskId,
+    /// Its profiler server's loopback address, when the launch gave it a port.
+    profiler_address: Option<String>,
     child: Child,
     output: Arc<Mutex<String>>,
     relays: Vec<JoinHandle<()>>,
@@ -136,13 +147,22 @@ impl LocalCluster {
             tf_configs: vec![],
             spec: spec.clone(),
         };
+        let mut profiler_addresses = if spec.profile_ports {
+            free_loopback_addresses(ids.len())?
+                .into_iter()
+                .map(Some)
+                .collect()
+        } else {
+            vec![None; ids.len()]
+        }
+        .into_iter();
         for id in ids {
             let tf_config = serde_json::json!({
                 "cluster": cluster,
                 "task": {"type": id.task_type, "index": id.index},
             })
             .to_string();
-            let task = spawn(spec, &id, &tf_config)?;
+            let task = spawn(spec, &id, &tf_config, profiler_addresses.next().flatten())?;
             out.tf_configs.push(tf_config);
             out.tasks.push(task);
         }
@@ -157,6 +177,15 @@ impl LocalCluster {
     /// The `TF_CONFIG` task `i` (start order) was given.
     pub fn tf_config(&self, i: usize) -> &str {
         &self.tf_configs[i]
+    }
+
+    /// Each task's profiler server address (`127.0.0.1:port`), in start order, when the
+    /// launch gave ports ([`LaunchSpec::profile_ports`]).
+    pub fn profiler_addresses(&self) -> Vec<(TaskId, String)> {
+        self.tasks
+            .iter()
+            .filter_map(|t| Some((t.id.clone(), t.profiler_address.clone()?)))
+            .collect()
     }
 
     /// The operating system's process id of task `i`.
@@ -180,7 +209,8 @@ impl LocalCluster {
             self.kill(i)?;
         }
         let id = self.tasks[i].id.clone();
-        let task = spawn(&self.spec, &id, &self.tf_configs[i])?;
+        let profiler = self.tasks[i].profiler_address.clone();
+        let task = spawn(&self.spec, &id, &self.tf_configs[i], profiler)?;
         let old = std::mem::replace(&mut self.tasks[i], task);
         for r in old.relays {
             let _ = r.join();
@@ -299,11 +329,22 @@ fn poll(t: &mut Task) -> Result<Option<i32>> {
     Ok(t.code)
 }
 
-fn spawn(spec: &LaunchSpec, id: &TaskId, tf_config: &str) -> Result<Task> {
+fn spawn(
+    spec: &LaunchSpec,
+    id: &TaskId,
+    tf_config: &str,
+    profiler_address: Option<String>,
+) -> Result<Task> {
     let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .env("TF_CONFIG", tf_config)
-        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    cmd.args(&spec.args).env("TF_CONFIG", tf_config);
+    if let Some(port) = profiler_address
+        .as_deref()
+        .and_then(|a| a.rsplit_once(':'))
+        .map(|(_, p)| p)
+    {
+        cmd.env(PROFILER_PORT_ENV, port);
+    }
+    cmd.envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -338,6 +379,7 @@ fn spawn(spec: &LaunchSpec, id: &TaskId, tf_config: &str) -> Result<Task> {
     }
     Ok(Task {
         id: id.clone(),
+        profiler_address,
         child,
         output,
         relays,

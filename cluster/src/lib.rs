@@ -48,7 +48,9 @@ mod server;
 mod slurm;
 mod spec;
 
-pub use launch::{free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster};
+pub use launch::{
+    free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster, PROFILER_PORT_ENV,
+};
 pub use mpi_env::MpiLaunch;
 pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
 pub use server::{

@@ -36,6 +36,7 @@ pub mod client;
 mod export;
 mod names;
 mod png;
+mod pod;
 mod reader;
 mod report;
 pub mod server;
@@ -65,10 +66,11 @@ pub mod proto {
 pub use analysis::{summarize, MemoryTimeline, OpRow, ProfileSummary, StepBreakdown};
 pub use export::{allocator_name, chrome_trace_json, hostname, HOST_PLANE, TASK_ENVIRONMENT_PLANE};
 pub use names::{cost, tf_datatype, tf_dtype_name, tf_op_type, tf_op_type_of_name};
+pub use pod::{pod_table, pod_view, pod_view_of, PodCell, PodStep, PodView};
 pub use reader::{
     event_runs, latest_profile, read_event_file, read_event_files, read_xspace, EventLog,
 };
-pub use report::{report, report_html, summarize_logdir, summary_text};
+pub use report::{pod_html, report, report_for_step, report_html, summarize_logdir, summary_text};
 pub use session::{is_running, start, stop, Profile, ProfileFiles, ProfilerOptions, Trace};
 
 #[doc(hidden)]

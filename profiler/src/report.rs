@@ -3,6 +3,7 @@
 //! as inline SVG (no JavaScript).
 
 use crate::analysis::{summarize, ProfileSummary};
+use crate::pod::{pod_view, PodCell, PodStep, PodView};
 use crate::reader::{event_runs, latest_profile, read_event_files, read_xspace};
 use ferroflow_tensor::fs::write_atomic;
 use ferroflow_tensor::Result;
@@ -38,6 +39,7 @@ fn step_bars(s: &ProfileSummary) -> String {
         for (v, color, what) in [
             (st.input_us, "#e8710a", "input"),
             (st.compute_us, "#1a73e8", "compute"),
+            (st.communication_us, "#d93025", "communication"),
             (st.other_us, "#9aa0a6", "other"),
         ] {
             let h = v * scale;
@@ -52,7 +54,7 @@ fn step_bars(s: &ProfileSummary) -> String {
     }
     let _ = write!(
         svg,
-        r#"<text x="{PAD}" y="16" font-size="12">max step {:.2} ms · orange input · blue compute · grey other</text><line x1="{PAD}" y1="{}" x2="{}" y2="{}" stroke="black"/></svg>"#,
+        r#"<text x="{PAD}" y="16" font-size="12">max step {:.2} ms · orange input · blue compute · red communication · grey other</text><line x1="{PAD}" y1="{}" x2="{}" y2="{}" stroke="black"/></svg>"#,
         max / 1e3,
         H - PAD,
         W - PAD,
@@ -152,8 +154,149 @@ fn op_table(s: &ProfileSummary, top: usize) -> String {
     t
 }
 
+/// The Pod viewer's section: one step's breakdown per worker as stacked bars, and the step
+/// time of every step on every worker as a heat map (the straggler of each step outlined).
+/// `step`: the step to draw (default: the slowest).
+pub fn pod_html(view: &PodView, step: Option<i64>) -> String {
+    let mut html = String::new();
+    let chosen = match step {
+        Some(n) => view.step(n),
+        None => view.steps.iter().max_by(|a, b| {
+            let slowest = |s: &PodStep| s.workers.iter().map(|c| c.step_us).fold(0.0, f64::max);
+            slowest(a).total_cmp(&slowest(b))
+        }),
+    };
+    let Some(chosen) = chosen else {
+        let _ = write!(
+            html,
+            "<h2>Pod viewer</h2><p>{}</p>",
+            match step {
+                Some(n) => format!("Step {n} is not in every worker's profile."),
+                None => "No step is in every worker's profile.".into(),
+            }
+        );
+        return html;
+    };
+    let parts: [(&str, &str, fn(&PodCell) -> f64); 6] = [
+        ("compute", "#1a73e8", |c| c.compute_us),
+        ("input", "#e8710a", |c| c.input_us),
+        ("waiting for peers", "#d93025", |c| c.communication_wait_us),
+        ("transfer", "#f28b82", |c| c.communication_transfer_us),
+        ("host", "#9aa0a6", |c| c.host_us),
+        ("idle", "#dadce0", |c| c.idle_us),
+    ];
+    let row_h = 22.0;
+    let label_w = 180.0;
+    let h = PAD + row_h * view.workers.len() as f64 + 20.0;
+    let max = chosen
+        .workers
+        .iter()
+        .map(|c| c.step_us)
+        .fold(1e-9, f64::max);
+    let scale = (W - label_w - PAD) / max;
+    let _ = write!(
+        html,
+        r#"<h2>Pod viewer: step {} on {} workers (ms)</h2><svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" role="img" aria-label="pod step">"#,
+        chosen.step_num,
+        view.workers.len()
+    );
+    for (i, (worker, c)) in view.workers.iter().zip(&chosen.workers).enumerate() {
+        let y = PAD / 2.0 + i as f64 * row_h;
+        let mark = if i == chosen.straggler {
+            " (straggler)"
+        } else {
+            ""
+        };
+        let _ = write!(
+            html,
+            r#"<text x="4" y="{:.1}" font-size="12">{}{mark}</text>"#,
+            y + 14.0,
+            escape(worker)
+        );
+        let mut x = label_w;
+        for (what, color, f) in parts {
+            let w = f(c) * scale;
+            let _ = write!(
+                html,
+                r#"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{:.1}" fill="{color}"><title>{} {what}: {:.3} ms</title></rect>"#,
+                row_h - 4.0,
+                escape(worker),
+                f(c) / 1e3
+            );
+            x += w;
+        }
+    }
+    let legend: Vec<String> = parts
+        .iter()
+        .map(|(what, color, _)| format!(r#"<tspan fill="{color}">■</tspan> {what}"#))
+        .collect();
+    let _ = write!(
+        html,
+        r#"<text x="{label_w}" y="{:.1}" font-size="12">{} · longest {:.2} ms</text></svg>"#,
+        h - 6.0,
+        legend.join(" "),
+        max / 1e3
+    );
+    // The heat map: workers × steps.
+    let n = view.steps.len() as f64;
+    let cell_w = ((W - label_w - PAD) / n).clamp(2.0, 24.0);
+    let hh = PAD + row_h * view.workers.len() as f64;
+    let longest = view
+        .steps
+        .iter()
+        .flat_map(|s| s.workers.iter().map(|c| c.step_us))
+        .fold(1e-9, f64::max);
+    let shortest = view
+        .steps
+        .iter()
+        .flat_map(|s| s.workers.iter().map(|c| c.step_us))
+        .fold(f64::INFINITY, f64::min)
+        .min(longest);
+    let _ = write!(
+        html,
+        r#"<h2>Step time by worker and step ({:.2} to {:.2} ms; outlined: the straggler)</h2><svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{hh}" role="img" aria-label="pod heat map">"#,
+        shortest / 1e3,
+        longest / 1e3
+    );
+    for (i, worker) in view.workers.iter().enumerate() {
+        let y = i as f64 * row_h;
+        let _ = write!(
+            html,
+            r#"<text x="4" y="{:.1}" font-size="12">{}</text>"#,
+            y + 14.0,
+            escape(worker)
+        );
+        for (k, st) in view.steps.iter().enumerate() {
+            let c = &st.workers[i];
+            let t = ((c.step_us - shortest) / (longest - shortest).max(1e-9)).clamp(0.0, 1.0);
+            let g = (255.0 * (1.0 - t)) as u8;
+            let stroke = if st.straggler == i {
+                r#" stroke="black" stroke-width="1.5""#
+            } else {
+                ""
+            };
+            let _ = write!(
+                html,
+                r##"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="#ff{g:02x}{g:02x}"{stroke}><title>{} step {}: {:.3} ms</title></rect>"##,
+                label_w + k as f64 * cell_w,
+                cell_w - 1.0,
+                row_h - 4.0,
+                escape(worker),
+                st.step_num,
+                c.step_us / 1e3
+            );
+        }
+    }
+    html.push_str("</svg>");
+    html
+}
+
 /// The report's HTML for a summary.
 pub fn report_html(s: &ProfileSummary, title: &str) -> String {
+    report_page(s, None, title)
+}
+
+fn report_page(s: &ProfileSummary, pod: Option<String>, title: &str) -> String {
     let avg = |f: fn(&crate::analysis::StepBreakdown) -> f64| {
         if s.steps.is_empty() {
             0.0
@@ -165,19 +308,22 @@ pub fn report_html(s: &ProfileSummary, title: &str) -> String {
         r#"<!DOCTYPE html><html><head><meta charset="utf-8"><title>{t}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}</style></head>
 <body><h1>{t}</h1>
-<h2>Step time ({n} steps; mean {st:.2} ms: input {inp:.2}, compute {cmp:.2}, other {oth:.2})</h2>{bars}
+<h2>Step time ({n} steps; mean {st:.2} ms: input {inp:.2}, compute {cmp:.2}, communication {com:.2}, other {oth:.2})</h2>{bars}
 <h2>Memory in use</h2>{mem}
 <h2>Top ops by self time</h2>{table}
+{pod}
 </body></html>"#,
         t = escape(title),
         n = s.steps.len(),
         st = avg(|x| x.total_us) / 1e3,
         inp = avg(|x| x.input_us) / 1e3,
         cmp = avg(|x| x.compute_us) / 1e3,
+        com = avg(|x| x.communication_us) / 1e3,
         oth = avg(|x| x.other_us) / 1e3,
         bars = step_bars(s),
         mem = memory_line(s),
         table = op_table(s, 25),
+        pod = pod.unwrap_or_default(),
     )
 }
 
@@ -188,17 +334,18 @@ pub fn summary_text(s: &ProfileSummary, top: usize) -> String {
     let _ = writeln!(out, "Step-time breakdown ({} steps, ms):", s.steps.len());
     let _ = writeln!(
         out,
-        "{:<16} {:>10} {:>10} {:>10} {:>10}",
-        "step", "total", "input", "compute", "other"
+        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "step", "total", "input", "compute", "comm", "other"
     );
     for st in &s.steps {
         let _ = writeln!(
             out,
-            "{:<16} {:>10.3} {:>10.3} {:>10.3} {:>10.3}",
+            "{:<16} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3}",
             st.name,
             st.total_us / 1e3,
             st.input_us / 1e3,
             st.compute_us / 1e3,
+            st.communication_us / 1e3,
             st.other_us / 1e3
         );
     }
@@ -290,12 +437,24 @@ pub fn summarize_logdir(logdir: impl AsRef<Path>) -> Result<String> {
 }
 
 /// Writes `<run>/report.html` for the newest profile under `logdir` and returns its path
-/// (`ferroflow profile report <logdir>`).
+/// (`ferroflow profile report <logdir>`). A run with several workers' profiles (a
+/// capture by [`crate::client::trace`]) also gets the Pod viewer's section for its slowest
+/// step ([`report_for_step`] chooses another).
 pub fn report(logdir: impl AsRef<Path>) -> Result<PathBuf> {
+    report_for_step(logdir, None)
+}
+
+/// [`report`], with the Pod viewer drawing step `step`.
+pub fn report_for_step(logdir: impl AsRef<Path>, step: Option<i64>) -> Result<PathBuf> {
     let (run, planes) = latest_profile(&logdir)?;
     let merged = summary_of_run(&planes)?;
+    let pod = if planes.len() > 1 {
+        Some(pod_html(&pod_view(&run)?, step))
+    } else {
+        None
+    };
     let title = format!("ferroflow profile {}", run.display());
     let path = run.join("report.html");
-    write_atomic(&path, report_html(&merged, &title).as_bytes())?;
+    write_atomic(&path, report_page(&merged, pod, &title).as_bytes())?;
     Ok(path)
 }

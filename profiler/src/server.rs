@@ -52,7 +52,7 @@ use tonic::{Request, Response, Status};
 
 /// The environment variable `ferroflow launch --profile-ports` sets to each task's profiler
 /// port, read by [`start_from_env`].
-pub const PORT_ENV: &str = "FERROFLOW_PROFILER_PORT";
+pub const PORT_ENV: &str = ferroflow_cluster::PROFILER_PORT_ENV;
 
 /// The longest capture a `Profile` or `Monitor` call may ask for.
 pub const MAX_DURATION_MS: u64 = 3_600_000;

@@ -8,45 +8,152 @@
 //! `ferroflow profile summarize <logdir>` checks a log folder's event files and newest
 //! profile (every CRC, every metadata reference) and prints the scalars, the step-time
 //! breakdown and the top ops; `ferroflow profile report <logdir>` writes the profile's HTML
-//! report (step time, memory, top ops as SVG).
+//! report (step time, memory, top ops as SVG; the Pod viewer for a multi-worker capture);
+//! `ferroflow profile capture --workers grpc://a:6009,grpc://b:6009 --duration 2s <logdir>`
+//! captures from running workers' profiler servers; `ferroflow profile monitor` prints a
+//! worker's step time; `ferroflow profile pod <logdir>` the Pod viewer's table.
 
 use ferroflow::cluster::{LaunchSpec, LocalCluster};
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--timeout SECONDS] -- <program> [args...]
+const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--profile-ports] [--timeout SECONDS] -- <program> [args...]
        ferroflow profile summarize <logdir>
-       ferroflow profile report <logdir>
+       ferroflow profile report [--step N] <logdir>
+       ferroflow profile capture --workers grpc://host:port[,grpc://host:port...] [--duration 2s] [--attempts 3] <logdir>
+       ferroflow profile monitor [--duration 1s] [--level 1|2] grpc://host:port
+       ferroflow profile pod [--step N] <logdir>
 
-  Starts N worker processes (and M parameter servers, and a chief) running <program> with
-  TF_CONFIG filled in on free loopback ports; prefixes their output with the task name;
+  launch: starts N worker processes (and M parameter servers, and a chief) running <program>
+  with TF_CONFIG filled in on free loopback ports; prefixes their output with the task name;
   stops the group when one fails; exits with the first failing task's code. Parameter
   servers are stopped once the chief and workers are done; --ps implies --chief (the chief
-  coordinates a parameter-server job).
+  coordinates a parameter-server job). --profile-ports gives each task a free port for its
+  profiler server (FERROFLOW_PROFILER_PORT, read by profiler::server::start_from_env) and
+  prints the addresses to capture from.
 
   profile summarize: checks the event files and the newest profile under <logdir> and
   prints the scalars, the step-time breakdown and the top ops. profile report: writes
-  report.html beside the newest profile and prints its path.";
+  report.html beside the newest profile (with the Pod viewer for a multi-worker capture)
+  and prints its path. profile capture: captures from running workers' profiler servers
+  into <logdir> (one .xplane.pb per worker; the duration in ms, or with s). profile
+  monitor: a worker's step time over the duration. profile pod: the newest capture's
+  per-worker step breakdown, with each step's straggler.";
+
+/// `2s`, `1500ms` or `1500` (milliseconds).
+fn duration_ms(v: &str) -> Result<u64, String> {
+    let bad = || format!("{v:?} is not a duration (2s, 1500ms, 1500)");
+    if let Some(s) = v.strip_suffix("ms") {
+        s.parse().map_err(|_| bad())
+    } else if let Some(s) = v.strip_suffix('s') {
+        s.parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| (s * 1000.0).round() as u64)
+            .ok_or_else(bad)
+    } else {
+        v.parse().map_err(|_| bad())
+    }
+}
+
+/// The flags (`--name value`) and the one positional argument of a `profile` action.
+fn flags_and_target<'a>(
+    args: &'a [String],
+    known: &[&'static str],
+) -> Result<(Vec<(&'a str, &'a str)>, &'a str), String> {
+    let mut flags = vec![];
+    let mut target = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if let Some(name) = known.iter().find(|k| **k == a.as_str()) {
+            let v = it.next().ok_or_else(|| format!("{name} needs a value"))?;
+            flags.push((*name, v.as_str()));
+        } else if a.starts_with("--") {
+            return Err(format!("unknown option {a:?}"));
+        } else if target.replace(a.as_str()).is_some() {
+            return Err(format!("one target only; also got {a:?}"));
+        }
+    }
+    Ok((flags, target.ok_or("a target is missing")?))
+}
+
+fn profile_action(what: &str, args: &[String]) -> Result<Result<(), ferroflow::Error>, String> {
+    let flag = |flags: &[(&str, &str)], name: &str| {
+        flags
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string())
+    };
+    let step = |flags: &[(&str, &str)]| -> Result<Option<i64>, String> {
+        flag(flags, "--step")
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("--step needs a number, got {v:?}"))
+            })
+            .transpose()
+    };
+    Ok(match what {
+        "summarize" => {
+            let (_, logdir) = flags_and_target(args, &[])?;
+            ferroflow::profiler::summarize_logdir(logdir).map(|s| print!("{s}"))
+        }
+        "report" => {
+            let (flags, logdir) = flags_and_target(args, &["--step"])?;
+            ferroflow::profiler::report_for_step(logdir, step(&flags)?)
+                .map(|p| println!("{}", p.display()))
+        }
+        "pod" => {
+            let (flags, logdir) = flags_and_target(args, &["--step"])?;
+            let step = step(&flags)?;
+            ferroflow::profiler::latest_profile(logdir)
+                .and_then(|(run, _)| ferroflow::profiler::pod_view(run))
+                .map(|view| print!("{}", ferroflow::profiler::pod_table(&view, step)))
+        }
+        "capture" => {
+            let (flags, logdir) =
+                flags_and_target(args, &["--workers", "--duration", "--attempts"])?;
+            let workers = flag(&flags, "--workers").ok_or("--workers is missing")?;
+            let ms = duration_ms(&flag(&flags, "--duration").unwrap_or_else(|| "2s".into()))?;
+            let attempts: u32 = flag(&flags, "--attempts")
+                .unwrap_or_else(|| "3".into())
+                .parse()
+                .map_err(|_| "--attempts needs a number".to_string())?;
+            ferroflow::profiler::client::trace(&workers, logdir, ms, attempts, Default::default())
+                .map(|c| {
+                    for (worker, file) in &c.profiles {
+                        println!("{worker}: {}", file.display());
+                    }
+                    for (worker, e) in &c.failures {
+                        eprintln!("{worker}: no profile: {e}");
+                    }
+                })
+        }
+        "monitor" => {
+            let (flags, addr) = flags_and_target(args, &["--duration", "--level"])?;
+            let ms = duration_ms(&flag(&flags, "--duration").unwrap_or_else(|| "1s".into()))?;
+            let level: i32 = flag(&flags, "--level")
+                .unwrap_or_else(|| "1".into())
+                .parse()
+                .map_err(|_| "--level needs 1 or 2".to_string())?;
+            ferroflow::profiler::client::monitor(addr, ms, level).map(|t| println!("{t}"))
+        }
+        other => return Err(format!("unknown action {other:?}")),
+    })
+}
 
 fn profile(args: &[String]) -> ExitCode {
-    let (what, logdir) = match args {
-        [what, logdir] => (what.as_str(), logdir),
-        _ => {
-            eprintln!("ferroflow profile: give summarize or report and a log folder\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let Some((what, rest)) = args.split_first() else {
+        eprintln!("ferroflow profile: give an action and its target\n\n{USAGE}");
+        return ExitCode::from(2);
     };
-    let result = match what {
-        "summarize" => ferroflow::profiler::summarize_logdir(logdir).map(|s| print!("{s}")),
-        "report" => ferroflow::profiler::report(logdir).map(|p| println!("{}", p.display())),
-        other => {
-            eprintln!("ferroflow profile: unknown action {other:?}\n\n{USAGE}");
-            return ExitCode::from(2);
+    match profile_action(what, rest) {
+        Err(usage) => {
+            eprintln!("ferroflow profile {what}: {usage}\n\n{USAGE}");
+            ExitCode::from(2)
         }
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
             eprintln!("ferroflow profile {what}: {e}");
             ExitCode::from(1)
         }
@@ -75,6 +182,7 @@ fn parse(args: &[String]) -> Result<(LaunchSpec, Option<Duration>), String> {
             "--workers" => spec.workers = number("--workers", it.next())?,
             "--ps" => spec.ps = number("--ps", it.next())?,
             "--chief" => spec.chief = true,
+            "--profile-ports" => spec.profile_ports = true,
             "--timeout" => {
                 timeout = Some(Duration::from_secs(number("--timeout", it.next())? as u64))
             }
@@ -121,7 +229,22 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = LocalCluster::start(&spec).and_then(|mut c| c.wait(timeout));
+    let outcome = LocalCluster::start(&spec).and_then(|mut c| {
+        let profilers: Vec<String> = c
+            .profiler_addresses()
+            .into_iter()
+            .filter(|(t, _)| t.task_type != "ps")
+            .map(|(_, a)| format!("grpc://{a}"))
+            .collect();
+        if !profilers.is_empty() {
+            println!(
+                "ferroflow launch: profiler servers (capture with `ferroflow profile capture \
+                 --workers {0} <logdir>` or TensorBoard's Capture Profile): {0}",
+                profilers.join(",")
+            );
+        }
+        c.wait(timeout)
+    });
     match outcome {
         Ok(o) => match o.first_failure {
             None => ExitCode::SUCCESS,
