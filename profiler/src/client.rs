@@ -5,7 +5,9 @@
 //! wall-clock time) and writes one `<host>_<port>.xplane.pb` (and its Chrome trace) per
 //! worker into one new run folder under `<logdir>/plugins/profile/`, where TensorBoard lists
 //! every host of the run; a worker that does not answer is reported by address and the
-//! others' profiles are still written. [`monitor`] profiles one worker briefly and returns
+//! others' profiles are still written. A TensorFlow worker's server writes its profile into
+//! that folder itself (as TF's servers do: the log folder must be one it can reach, as with
+//! TensorFlow's own client). [`monitor`] profiles one worker briefly and returns
 //! its step-time summary as text.
 
 use crate::export::{new_run_dir, write_run_files};
@@ -153,13 +155,22 @@ fn with_token<T>(message: T) -> std::result::Result<tonic::Request<T>, tonic::St
     Ok(request)
 }
 
-/// One worker's capture: up to `attempts` tries; the XSpace, or why not.
+/// What a worker's server gave.
+enum Captured {
+    /// The profile, sent back (ferroflow's server; TF's newer ones for tool data).
+    Sent(XSpace),
+    /// A non-empty profile the server wrote itself under the request's `repository_root`
+    /// (TensorFlow's servers do: the caller's log folder must be one they share).
+    WrittenByServer,
+}
+
+/// One worker's capture: up to `attempts` tries; the profile, or why not.
 async fn capture_one(
     address: String,
     request: pb::ProfileRequest,
     attempts: u32,
     timeout: Duration,
-) -> std::result::Result<XSpace, Error> {
+) -> std::result::Result<Captured, Error> {
     let mut last = None;
     for _ in 0..attempts.max(1) {
         let answer = async {
@@ -171,20 +182,18 @@ async fn capture_one(
             Ok(response) => {
                 let response = response.into_inner();
                 let data = response.tool_data.iter().find(|t| t.name == "xplane.pb");
-                let Some(data) = data else {
-                    return Err(Error::Unavailable {
-                        op: "profile capture".into(),
-                        peer: address,
-                        msg: "the server answered without a profile (no xplane.pb tool data; \
-                              a TensorFlow server of 2.4 or earlier writes it on its own disk)"
-                            .into(),
-                    });
-                };
-                let space = XSpace::decode(&data.data[..]).map_err(|e| {
-                    Error::format(address.clone(), format!("the profile does not decode: {e}"))
-                })?;
-                if !response.empty_trace {
-                    return Ok(space);
+                match data {
+                    None if !response.empty_trace => return Ok(Captured::WrittenByServer),
+                    Some(data) if !response.empty_trace => {
+                        let space = XSpace::decode(&data.data[..]).map_err(|e| {
+                            Error::format(
+                                address.clone(),
+                                format!("the profile does not decode: {e}"),
+                            )
+                        })?;
+                        return Ok(Captured::Sent(space));
+                    }
+                    _ => {}
                 }
                 last = Some(Error::Unavailable {
                     op: "profile capture".into(),
@@ -252,7 +261,16 @@ pub fn trace(
     }
     std::fs::create_dir_all(logdir).map_err(|e| Error::io(logdir, &e))?;
     let begin = crate::session::wall_ns();
-    let session_id = crate::export::utc_timestamp(begin);
+    // The run folder first: a TensorFlow server writes into it itself (its
+    // `repository_root`/`session_id`), ferroflow's sends the profile back.
+    let run_dir = new_run_dir(logdir, begin)?;
+    let run_dir = run_dir.canonicalize().unwrap_or(run_dir);
+    let session_id = run_dir
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let repository_root = run_dir
+        .parent()
+        .map_or_else(String::new, |p| p.to_string_lossy().into_owned());
     let start_ns =
         begin + (START_DELAY + Duration::from_millis(options.delay_ms)).as_nanos() as u64;
     let timeout = Duration::from_millis(duration_ms)
@@ -263,9 +281,6 @@ pub fn trace(
     let tasks: Vec<_> = list
         .iter()
         .map(|address| {
-            let host = address
-                .rsplit_once(':')
-                .map_or(address.as_str(), |(h, _)| h);
             let request = pb::ProfileRequest {
                 duration_ms,
                 max_events: 0,
@@ -279,9 +294,9 @@ pub fn trace(
                     duration_ms,
                     ..Default::default()
                 }),
-                repository_root: String::new(),
+                repository_root: repository_root.clone(),
                 session_id: session_id.clone(),
-                host_name: host.to_string(),
+                host_name: host_file_name(address),
                 tool_options: Default::default(),
             };
             runtime.spawn(capture_one(
@@ -292,7 +307,11 @@ pub fn trace(
             ))
         })
         .collect();
-    let mut answers = Vec::new();
+    let mut report = CaptureReport {
+        run_dir: run_dir.clone(),
+        profiles: Vec::new(),
+        failures: Vec::new(),
+    };
     for (address, task) in list.iter().zip(tasks) {
         let answer = runtime.block_on(task).unwrap_or_else(|e| {
             Err(Error::invalid(
@@ -300,35 +319,43 @@ pub fn trace(
                 format!("the capture task failed: {e}"),
             ))
         });
-        answers.push((address.clone(), answer));
+        let host = host_file_name(address);
+        let written = answer.and_then(|captured| match captured {
+            Captured::Sent(space) => write_run_files(&run_dir, &host, &space).map(|f| f.xplane),
+            Captured::WrittenByServer => {
+                let path = run_dir.join(format!("{host}.xplane.pb"));
+                if path.exists() {
+                    Ok(path)
+                } else {
+                    Err(Error::Unavailable {
+                        op: "profile capture".into(),
+                        peer: address.clone(),
+                        msg: format!(
+                            "the server saved its profile on its own disk, under {} there \
+                             (TensorFlow's servers do): capture into a folder both machines \
+                             share",
+                            run_dir.display()
+                        ),
+                    })
+                }
+            }
+        });
+        match written {
+            Ok(path) => report.profiles.push((address.clone(), path)),
+            Err(e) => report.failures.push((address.clone(), e)),
+        }
     }
-    if answers.iter().all(|(_, a)| a.is_err()) {
-        let why: Vec<String> = answers
-            .into_iter()
-            .filter_map(|(_, a)| a.err().map(|e| e.to_string()))
-            .collect();
+    if report.profiles.is_empty() {
+        // Nothing to show: no empty run folder left behind.
+        let _ = std::fs::remove_dir(&run_dir);
+        let why: Vec<String> = report.failures.iter().map(|(_, e)| e.to_string()).collect();
         return Err(Error::Unavailable {
             op: "profile capture".into(),
             peer: list.join(", "),
             msg: format!("no worker gave a profile: {}", why.join("; ")),
         });
     }
-    let run_dir = new_run_dir(logdir, begin)?;
     ensure_event_file(logdir)?;
-    let mut report = CaptureReport {
-        run_dir: run_dir.clone(),
-        profiles: Vec::new(),
-        failures: Vec::new(),
-    };
-    for (address, answer) in answers {
-        match answer {
-            Ok(space) => {
-                let files = write_run_files(&run_dir, &host_file_name(&address), &space)?;
-                report.profiles.push((address, files.xplane));
-            }
-            Err(e) => report.failures.push((address, e)),
-        }
-    }
     Ok(report)
 }
 

@@ -262,3 +262,75 @@ fn tensorboards_capture_client_captures_a_ferroflow_worker() {
     assert!(!summary.steps.is_empty());
     training.stop();
 }
+
+/// A child process killed when dropped (also when the test fails).
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn our_client_captures_a_tensorflow_worker() {
+    let has_tf = Command::new("python3")
+        .args(["-c", "import tensorflow"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_tf {
+        ferroflow::tensor::testing::skip(
+            "FERROFLOW_REQUIRE_TENSORFLOW",
+            "python3 with TensorFlow is not installed (pip install tensorflow-cpu), so there is \
+             no TensorFlow profiler server to capture",
+        );
+        return;
+    }
+    let port = ferroflow::cluster::free_loopback_addresses(1)
+        .unwrap()
+        .remove(0);
+    let port = port.rsplit_once(':').unwrap().1.to_string();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tf_profiler_worker.py");
+    let mut child = Child(
+        Command::new("python3")
+            .arg(&script)
+            .arg(&port)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Wait (bounded) for "started".
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if line.is_ok_and(|l| l.contains("started")) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(90))
+        .expect("TensorFlow's profiler server did not start within 90 s");
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("grpc://127.0.0.1:{port}");
+    let capture = client::trace(&addr, dir.path(), 800, 3, Default::default()).unwrap();
+    // TF's server wrote it into our run folder, under the name we gave it.
+    let [(_, xplane)] = &capture.profiles[..] else {
+        panic!("{capture:?}")
+    };
+    assert_eq!(
+        xplane.file_name().unwrap().to_string_lossy(),
+        format!("127.0.0.1_{port}.xplane.pb")
+    );
+    let summary = profiler::summarize(&profiler::read_xspace(xplane).unwrap());
+    assert!(summary.steps.len() >= 5, "{} steps", summary.steps.len());
+    assert!(
+        summary.ops.iter().any(|o| o.op_type == "MatMul"),
+        "{:?}",
+        summary.ops
+    );
+}

@@ -132,8 +132,8 @@ fn the_report_draws_three_pictures() {
     assert!(html.contains("<table>") && html.contains("MatMul"));
     assert_eq!(
         html.matches("<rect").count(),
-        3 * 3,
-        "three bars of three parts"
+        3 * 4,
+        "three bars of four parts (input, compute, communication, other)"
     );
     assert!(!html.contains("<script"));
 }
