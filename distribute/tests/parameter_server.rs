@@ -466,6 +466,7 @@ fn start(mode: &str, workers: usize, ps: usize, env: Vec<(String, String)>) -> L
         .to_vec(),
         env,
         echo: false,
+        profile_ports: false,
     })
     .expect("start the cluster")
 }

@@ -312,37 +312,73 @@ pub fn trace(
         profiles: Vec::new(),
         failures: Vec::new(),
     };
-    for (address, task) in list.iter().zip(tasks) {
-        let answer = runtime.block_on(task).unwrap_or_else(|e| {
-            Err(Error::invalid(
-                "profile capture",
-                format!("the capture task failed: {e}"),
-            ))
-        });
-        let host = host_file_name(address);
-        let written = answer.and_then(|captured| match captured {
-            Captured::Sent(space) => write_run_files(&run_dir, &host, &space).map(|f| f.xplane),
-            Captured::WrittenByServer => {
-                let path = run_dir.join(format!("{host}.xplane.pb"));
-                if path.exists() {
-                    Ok(path)
-                } else {
-                    Err(Error::Unavailable {
-                        op: "profile capture".into(),
-                        peer: address.clone(),
-                        msg: format!(
-                            "the server saved its profile on its own disk, under {} there \
-                             (TensorFlow's servers do): capture into a folder both machines \
-                             share",
-                            run_dir.display()
-                        ),
-                    })
-                }
-            }
-        });
-        match written {
-            Ok(path) => report.profiles.push((address.clone(), path)),
-            Err(e) => report.failures.push((address.clone(), e)),
+    let answers: Vec<(&String, std::result::Result<Captured, Error>)> = list
+        .iter()
+        .zip(tasks)
+        .map(|(address, task)| {
+            let answer = runtime.block_on(task).unwrap_or_else(|e| {
+                Err(Error::invalid(
+                    "profile capture",
+                    format!("the capture task failed: {e}"),
+                ))
+            });
+            (address, answer)
+        })
+        .collect();
+    // Each worker's files written on a thread of their own (the Chrome trace of a large
+    // profile takes a while to make).
+    let written: Vec<(String, Result<PathBuf>)> = std::thread::scope(|scope| {
+        let writers: Vec<_> = answers
+            .into_iter()
+            .map(|(address, answer)| {
+                let run_dir = &run_dir;
+                scope.spawn(move || {
+                    let host = host_file_name(address);
+                    let path = answer.and_then(|captured| match captured {
+                        Captured::Sent(space) => {
+                            write_run_files(run_dir, &host, &space).map(|f| f.xplane)
+                        }
+                        Captured::WrittenByServer => {
+                            let path = run_dir.join(format!("{host}.xplane.pb"));
+                            if path.exists() {
+                                Ok(path)
+                            } else {
+                                Err(Error::Unavailable {
+                                    op: "profile capture".into(),
+                                    peer: address.clone(),
+                                    msg: format!(
+                                        "the server saved its profile on its own disk, under {} \
+                                         there (TensorFlow's servers do): capture into a folder \
+                                         both machines share",
+                                        run_dir.display()
+                                    ),
+                                })
+                            }
+                        }
+                    });
+                    (address.clone(), path)
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    (
+                        String::new(),
+                        Err(Error::invalid(
+                            "profile capture",
+                            "writing a profile panicked",
+                        )),
+                    )
+                })
+            })
+            .collect()
+    });
+    for (address, path) in written {
+        match path {
+            Ok(path) => report.profiles.push((address, path)),
+            Err(e) => report.failures.push((address, e)),
         }
     }
     if report.profiles.is_empty() {

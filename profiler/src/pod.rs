@@ -6,8 +6,8 @@
 
 use crate::analysis::{summarize, StepBreakdown};
 use crate::proto::xplane::XSpace;
-use crate::reader::read_xspace;
-use ferroflow_tensor::{Error, Result};
+use crate::reader::{read_xspace, run_planes};
+use ferroflow_tensor::Result;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -135,19 +135,7 @@ pub fn pod_view_of(profiles: &[(String, XSpace)]) -> PodView {
 
 /// The Pod view of a run folder's profiles (every `<host>.xplane.pb` in it).
 pub fn pod_view(run_dir: impl AsRef<Path>) -> Result<PodView> {
-    let run_dir = run_dir.as_ref();
-    let mut planes: Vec<_> = std::fs::read_dir(run_dir)
-        .map_err(|e| Error::io(run_dir, &e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".xplane.pb"))
-        .collect();
-    planes.sort();
-    if planes.is_empty() {
-        return Err(Error::format(
-            run_dir.display().to_string(),
-            "the run has no .xplane.pb file",
-        ));
-    }
+    let planes = run_planes(run_dir.as_ref())?;
     let profiles = planes
         .iter()
         .map(|p| {

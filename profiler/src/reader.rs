@@ -84,8 +84,15 @@ pub fn latest_profile(logdir: impl AsRef<Path>) -> Result<(PathBuf, Vec<PathBuf>
             "no profile runs here (profile something first)",
         )
     })?;
-    let mut planes: Vec<PathBuf> = std::fs::read_dir(&run)
-        .map_err(|e| Error::io(&run, &e))?
+    let planes = run_planes(&run)?;
+    Ok((run, planes))
+}
+
+/// The `.xplane.pb` files of a profile run folder (one per host), sorted; an error when it
+/// has none.
+pub(crate) fn run_planes(run: &Path) -> Result<Vec<PathBuf>> {
+    let mut planes: Vec<PathBuf> = std::fs::read_dir(run)
+        .map_err(|e| Error::io(run, &e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.to_string_lossy().ends_with(".xplane.pb"))
         .collect();
@@ -96,7 +103,7 @@ pub fn latest_profile(logdir: impl AsRef<Path>) -> Result<(PathBuf, Vec<PathBuf>
             "the run has no .xplane.pb file",
         ));
     }
-    Ok((run, planes))
+    Ok(planes)
 }
 
 /// The events of a run's files, in file order.

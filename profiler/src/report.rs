@@ -154,6 +154,9 @@ fn op_table(s: &ProfileSummary, top: usize) -> String {
     t
 }
 
+/// A part of a worker's step in the Pod viewer's bars: its name, colour and value.
+type PodPart = (&'static str, &'static str, fn(&PodCell) -> f64);
+
 /// The Pod viewer's section: one step's breakdown per worker as stacked bars, and the step
 /// time of every step on every worker as a heat map (the straggler of each step outlined).
 /// `step`: the step to draw (default: the slowest).
@@ -177,7 +180,7 @@ pub fn pod_html(view: &PodView, step: Option<i64>) -> String {
         );
         return html;
     };
-    let parts: [(&str, &str, fn(&PodCell) -> f64); 6] = [
+    let parts: [PodPart; 6] = [
         ("compute", "#1a73e8", |c| c.compute_us),
         ("input", "#e8710a", |c| c.input_us),
         ("waiting for peers", "#d93025", |c| c.communication_wait_us),

@@ -56,11 +56,14 @@ fn duration_ms(v: &str) -> Result<u64, String> {
     }
 }
 
+/// A `profile` action's flags (`--name value`) and its one positional argument.
+type FlagsAndTarget<'a> = (Vec<(&'a str, &'a str)>, &'a str);
+
 /// The flags (`--name value`) and the one positional argument of a `profile` action.
 fn flags_and_target<'a>(
     args: &'a [String],
     known: &[&'static str],
-) -> Result<(Vec<(&'a str, &'a str)>, &'a str), String> {
+) -> Result<FlagsAndTarget<'a>, String> {
     let mut flags = vec![];
     let mut target = None;
     let mut it = args.iter();

@@ -487,8 +487,19 @@ pub(crate) fn run(args: &[String]) -> bool {
         .then(|| crate::bench_distribute::run(rounds, has_tf, &mut figures));
     let ps_table = (only.is_none() || only == Some("ps"))
         .then(|| crate::bench_ps::run(rounds, has_tf, &mut figures));
-    let profiler_table = (only.is_none() || only == Some("profiler"))
-        .then(|| crate::bench_profiler::run(rounds, has_tf, &mut figures));
+    // `profiler-capture`: only the on-demand capture's part of the profiler section.
+    let profiler_table = (only.is_none() || matches!(only, Some("profiler" | "profiler-capture")))
+        .then(|| {
+            let mut md = String::new();
+            if only != Some("profiler-capture") {
+                md.push_str(&crate::bench_profiler::run(rounds, has_tf, &mut figures));
+            }
+            md.push_str(&crate::bench_profiler::capture_section(
+                rounds,
+                &mut figures,
+            ));
+            md
+        });
     let data_table = (only.is_none() || only == Some("data")).then(|| {
         let has_tf_data = has_tf;
         crate::bench_data::run(rounds, has_tf_data)

@@ -228,3 +228,170 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
     }
     md
 }
+
+/// The steps of both workers (`STEP <end ns> <duration ns>` lines of the capture bench's
+/// output).
+fn step_lines(output: &str) -> Vec<(u128, u128)> {
+    output
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("STEP ")?.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// Captures per round, each after a quiet stretch of the same length.
+const CAPTURES_PER_ROUND: usize = 3;
+
+/// One round of the capture section: 2 workers of `capture_bench` (the MNIST MLP under
+/// MultiWorkerMirroredStrategy) with profiler servers; after a second of warm-up, three
+/// times: 2 s of quiet training, then a 2 s capture from both. Returns, per capture, the
+/// median step time (s) of both workers in the quiet 2 s before it, during it, and in the
+/// second after it (from 0.3 s past the capture's return, when the workers have sent their
+/// profiles): each capture compared with its own neighbours, so the machine's drift cancels.
+fn capture_round(worker: &std::path::Path) -> Result<Vec<(f64, f64, f64)>, String> {
+    use ferroflow::cluster::{LaunchSpec, LocalCluster};
+    let mut cluster = LocalCluster::start(&LaunchSpec {
+        workers: 2,
+        program: worker.to_string_lossy().into_owned(),
+        args: vec!["--steps".into(), "12000".into()],
+        profile_ports: true,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let end = Instant::now() + std::time::Duration::from_secs(180);
+    while !(0..2).all(|i| cluster.output(i).contains("training")) {
+        if Instant::now() > end || (0..2).any(|i| cluster.try_code(i).ok().flatten().is_some()) {
+            return Err(format!(
+                "the workers did not start training:\n{}",
+                cluster.output(0)
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let addrs: Vec<String> = cluster
+        .profiler_addresses()
+        .into_iter()
+        .map(|(_, a)| format!("grpc://{a}"))
+        .collect();
+    let dir = std::env::temp_dir().join(format!("ferroflow-bench-capture-{}", std::process::id()));
+    // (quiet from, capture call, capture returned), ns since the epoch.
+    let mut windows = Vec::new();
+    for _ in 0..CAPTURES_PER_ROUND {
+        let quiet = now_ns();
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let t0 = now_ns();
+        let capture =
+            ferroflow::profiler::client::trace(&addrs.join(","), &dir, 2000, 1, Default::default());
+        let t1 = now_ns();
+        let _ = std::fs::remove_dir_all(&dir);
+        let capture = capture.map_err(|e| e.to_string())?;
+        if capture.profiles.len() != 2 {
+            return Err(format!("{} profiles captured", capture.profiles.len()));
+        }
+        windows.push((quiet, t0, t1));
+        std::thread::sleep(std::time::Duration::from_millis(1300));
+    }
+    let outcome = cluster
+        .wait(Some(std::time::Duration::from_secs(300)))
+        .map_err(|e| e.to_string())?;
+    if let Some((task, code)) = outcome.first_failure {
+        return Err(format!("{task} failed with {code}"));
+    }
+    let steps: Vec<(u128, u128)> = (0..2)
+        .flat_map(|i| step_lines(&cluster.output(i)))
+        .collect();
+    let within = |from: u128, to: u128| -> Vec<f64> {
+        steps
+            .iter()
+            .filter(|(end, dur)| end.saturating_sub(*dur) >= from && *end <= to)
+            .map(|(_, d)| *d as f64 / 1e9)
+            .collect()
+    };
+    windows
+        .into_iter()
+        .map(|(quiet, t0, t1)| {
+            // The capture records from 0.2 s after the call (the common start) for 2 s.
+            let before = within(quiet, t0);
+            let during = within(t0 + 250_000_000, t0 + 2_200_000_000);
+            let after = within(t1 + 300_000_000, t1 + 1_300_000_000);
+            match (median(&before), median(&during), median(&after)) {
+                (Some(b), Some(d), Some(a)) => Ok((b, d, a)),
+                _ => Err(format!(
+                    "too few steps: {} before, {} during, {} after a capture (the workers \
+                     finished early?)",
+                    before.len(),
+                    during.len(),
+                    after.len()
+                )),
+            }
+        })
+        .collect()
+}
+
+/// The capture section: what a 2 s on-demand capture costs two training workers, during and
+/// after it (issue #22's goal: ≤ 5% during, nothing after).
+pub(crate) fn capture_section(rounds: usize, figures: &mut Figures) -> String {
+    let target = std::env::var("CARGO_TARGET_DIR").map_or_else(
+        |_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        std::path::PathBuf::from,
+    );
+    let build = [
+        "build",
+        "--quiet",
+        "--release",
+        "-p",
+        "ferroflow-profiler",
+        "--example",
+        "capture_bench",
+    ];
+    if !crate::run("cargo", &build) {
+        return "profiler capture: the benchmark worker did not build\n".into();
+    }
+    let worker = target.join("release/examples/capture_bench");
+    let mut rows = Vec::new();
+    for r in 0..rounds {
+        eprintln!("xtask bench profiler: capture round {}/{rounds}", r + 1);
+        match capture_round(&worker) {
+            Ok(round) => rows.extend(round),
+            Err(e) => return format!("profiler capture: {e}\n"),
+        }
+    }
+    let during: Vec<f64> = rows.iter().map(|(b, d, _)| d / b - 1.0).collect();
+    let after: Vec<f64> = rows.iter().map(|(b, _, a)| a / b - 1.0).collect();
+    let (d, a) = (
+        median(&during).unwrap_or(f64::NAN),
+        median(&after).unwrap_or(f64::NAN),
+    );
+    figures.insert("profiler_capture_slowdown".into(), d);
+    figures.insert("profiler_after_capture_slowdown".into(), a);
+    let mut md = format!(
+        "\n### On-demand capture (2 workers of the MNIST MLP under MultiWorkerMirroredStrategy, batch 64 each, on this machine; {rounds} rounds of {CAPTURES_PER_ROUND} cycles of 2 s of training then a 2 s capture of both with `profiler::client::trace`; step-time medians of both workers in the quiet 2 s before each capture, during it, and in the second after it; slowdowns: the medians of the per-capture ratios)\n\n\
+         | capture | ms per step before | during the capture | after it | slowdown during | after |\n|---|---|---|---|---|---|\n"
+    );
+    for (i, (b, d, a)) in rows.iter().enumerate() {
+        md.push_str(&format!(
+            "| {} | {:.2} | {:.2} | {:.2} | {:+.1}% | {:+.1}% |\n",
+            i + 1,
+            b * 1e3,
+            d * 1e3,
+            a * 1e3,
+            (d / b - 1.0) * 100.0,
+            (a / b - 1.0) * 100.0
+        ));
+    }
+    md.push_str(&format!(
+        "| median | | | | {:+.1}% | {:+.1}% |\n",
+        d * 100.0,
+        a * 100.0
+    ));
+    md
+}
