@@ -4,7 +4,8 @@
 //! - two workers of `examples/multi_worker_mnist` started by the launcher with profiler
 //!   ports; 2 s captured from both with the client while they train: two xplanes with step
 //!   markers for the same steps, collectives on both, a Pod table whose per-worker parts sum
-//!   to each worker's step time, and `ferroflow profile pod|report` reading it;
+//!   to each worker's step time, `ferroflow profile pod|report` reading it, and
+//!   TensorBoard's own Pod viewer (xprof's `pod_viewer` tool) showing both workers;
 //! - a straggler: one worker sleeping in its input pipeline is the one the Pod viewer
 //!   flags, and its peer's time shows as waiting in the all-reduce.
 
@@ -158,6 +159,33 @@ fn two_mnist_workers_captured_while_training() {
     let report = PathBuf::from(cli(&["profile", "report", &logdir_s]).trim());
     let html = std::fs::read_to_string(report).unwrap();
     assert!(html.contains("Pod viewer: step") && html.contains("Step time by worker and step"));
+
+    // TensorBoard's own Pod viewer (xprof's pod_viewer tool) shows both workers' steps.
+    let has_xprof = Command::new("python3")
+        .args(["-c", "import xprof.convert.raw_to_tool_data"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_xprof {
+        ferroflow::tensor::testing::skip(
+            "FERROFLOW_REQUIRE_TENSORBOARD",
+            "python3 with xprof is not installed (pip install xprof; .ci/run does): \
+             TensorBoard's Pod viewer not checked",
+        );
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pod_viewer_check.py");
+    let o = Command::new("python3")
+        .arg(script)
+        .args(capture.profiles.iter().map(|(_, p)| p))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    println!("{stdout}");
+    assert!(
+        o.status.success(),
+        "xprof's pod viewer: {stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]

@@ -193,12 +193,27 @@ fn bad_addresses_durations_and_a_second_capture_are_clear_errors() {
         std::thread::spawn(move || client::trace(&addr, dir, 1500, 1, Default::default()))
     };
     std::thread::sleep(Duration::from_millis(600));
+    // While it runs, the profiler listens to every op and every span.
+    assert!(profiler::is_running());
+    assert_eq!(ferroflow::tensor::dispatch::global_observer_count(), 1);
+    assert!(ferroflow::tensor::trace::is_active());
     let e = client::trace(&addr, dir.path(), 300, 3, Default::default())
         .unwrap_err()
         .to_string();
     assert!(e.contains("another profiler is running"), "{e}");
+    // A local profile cannot start either, nor stop the capture.
+    let e = profiler::start(dir.path().join("local"), Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a capture by a profiler client"), "{e}");
+    assert!(profiler::stop().is_err());
     let first = first.join().unwrap().unwrap();
     assert_eq!(first.profiles.len(), 1);
+    // After it nothing is left listening: the training pays nothing (one atomic load per op
+    // and span, as before the capture).
+    assert!(!profiler::is_running());
+    assert_eq!(ferroflow::tensor::dispatch::global_observer_count(), 0);
+    assert!(!ferroflow::tensor::trace::is_active());
     // One good worker and one dead: the good one's profile is written, the dead one named.
     let both = format!("grpc://{addr},grpc://{closed}");
     let capture = client::trace(&both, dir.path(), 300, 1, Default::default()).unwrap();
@@ -330,4 +345,80 @@ fn our_client_captures_a_tensorflow_worker() {
     assert!(summary.steps.len() >= 5, "{} steps", summary.steps.len());
     // (TF's eager ops are host events of its own naming, `KernelAndDeviceFunc::Run`.)
     assert!(!summary.ops.is_empty());
+}
+
+#[test]
+#[ignore = "a worker process with a cluster token, started by the token test"]
+fn token_worker_child() {
+    let _server = server::start_from_env()
+        .unwrap()
+        .expect("FERROFLOW_PROFILER_PORT");
+    let training = Training::start();
+    println!("started");
+    std::thread::sleep(Duration::from_secs(40));
+    training.stop();
+}
+
+#[test]
+#[ignore = "a client process with a cluster token, started by the token test"]
+fn token_client_child() {
+    let addr = std::env::var("FERROFLOW_TEST_PROFILER_ADDR").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    match client::trace(&addr, dir.path(), 300, 1, Default::default()) {
+        Ok(c) => println!("CAPTURED {}", c.profiles.len()),
+        Err(e) => println!("FAILED {e}"),
+    }
+}
+
+#[test]
+fn a_server_with_the_cluster_token_refuses_clients_without_it() {
+    let exe = std::env::current_exe().unwrap();
+    let addr = ferroflow::cluster::free_loopback_addresses(1)
+        .unwrap()
+        .remove(0);
+    let port = addr.rsplit_once(':').unwrap().1.to_string();
+    let mut worker = Child(
+        Command::new(&exe)
+            .args(["--ignored", "--exact", "token_worker_child", "--nocapture"])
+            .env("FERROFLOW_CLUSTER_TOKEN", "s3cret")
+            .env(server::PORT_ENV, &port)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = worker.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if line.is_ok_and(|l| l.contains("started")) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the worker did not start within 60 s");
+    let client = |token: Option<&str>| {
+        let mut c = Command::new(&exe);
+        c.args(["--ignored", "--exact", "token_client_child", "--nocapture"])
+            .env("FERROFLOW_TEST_PROFILER_ADDR", &addr)
+            .env_remove("FERROFLOW_CLUSTER_TOKEN");
+        if let Some(t) = token {
+            c.env("FERROFLOW_CLUSTER_TOKEN", t);
+        }
+        String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
+    };
+    let without = client(None);
+    assert!(
+        without.contains("FAILED") && without.contains("tokens differ"),
+        "{without}"
+    );
+    let wrong = client(Some("guess"));
+    assert!(
+        wrong.contains("FAILED") && wrong.contains("tokens differ"),
+        "{wrong}"
+    );
+    let with = client(Some("s3cret"));
+    assert!(with.contains("CAPTURED 1"), "{with}");
 }

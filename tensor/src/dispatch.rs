@@ -95,6 +95,16 @@ pub fn add_observer(observer: Arc<dyn OpObserver>) -> ObserverGuard {
     }
 }
 
+/// How many observers of every thread's ops are registered (a running profiler's; 0 while
+/// none runs, when the dispatcher's only cost for them is one atomic load per op).
+///
+/// ```
+/// assert_eq!(ferroflow_tensor::dispatch::global_observer_count(), 0);
+/// ```
+pub fn global_observer_count() -> usize {
+    GLOBAL_COUNT.load(Ordering::Acquire)
+}
+
 /// Adds an observer for ops on this thread only (a gradient tape).
 pub fn push_thread_observer(observer: Arc<dyn OpObserver>) -> ObserverGuard {
     THREAD.with(|t| t.borrow_mut().push(observer.clone()));
