@@ -288,6 +288,33 @@ impl Drop for Child {
     }
 }
 
+impl Child {
+    /// Starts `command` (its stdout read here, its stderr dropped) and waits, at most
+    /// `limit`, until it prints a line containing "started".
+    fn start(command: &mut Command, limit: Duration) -> Child {
+        let mut child = Child(
+            command
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let stdout = child.0.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                if line.is_ok_and(|l| l.contains("started")) {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("{command:?} did not start within {limit:?}"));
+        child
+    }
+}
+
 #[test]
 fn our_client_captures_a_tensorflow_worker() {
     let has_tf = Command::new("python3")
@@ -308,28 +335,10 @@ fn our_client_captures_a_tensorflow_worker() {
         .remove(0);
     let port = port.rsplit_once(':').unwrap().1.to_string();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tf_profiler_worker.py");
-    let mut child = Child(
-        Command::new("python3")
-            .arg(&script)
-            .arg(&port)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
+    let _worker = Child::start(
+        Command::new("python3").arg(&script).arg(&port),
+        Duration::from_secs(90),
     );
-    // Wait (bounded) for "started".
-    let stdout = child.0.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines() {
-            if line.is_ok_and(|l| l.contains("started")) {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(90))
-        .expect("TensorFlow's profiler server did not start within 90 s");
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("grpc://127.0.0.1:{port}");
     let capture = client::trace(&addr, dir.path(), 800, 3, Default::default()).unwrap();
@@ -377,28 +386,13 @@ fn a_server_with_the_cluster_token_refuses_clients_without_it() {
         .unwrap()
         .remove(0);
     let port = addr.rsplit_once(':').unwrap().1.to_string();
-    let mut worker = Child(
+    let _worker = Child::start(
         Command::new(&exe)
             .args(["--ignored", "--exact", "token_worker_child", "--nocapture"])
             .env("FERROFLOW_CLUSTER_TOKEN", "s3cret")
-            .env(server::PORT_ENV, &port)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
+            .env(server::PORT_ENV, &port),
+        Duration::from_secs(60),
     );
-    let stdout = worker.0.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines() {
-            if line.is_ok_and(|l| l.contains("started")) {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("the worker did not start within 60 s");
     let client = |token: Option<&str>| {
         let mut c = Command::new(&exe);
         c.args(["--ignored", "--exact", "token_client_child", "--nocapture"])
