@@ -338,37 +338,91 @@ impl TaskServer {
     /// A client of the task `name` (for errors: `/job:worker/task:1`) at `address`; every
     /// call gives up after `timeout`. Connects on first use.
     pub fn peer(&self, name: &str, address: &str, timeout: Duration) -> Result<Peer> {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        connect(&self.runtime, self.token.clone(), name, address, timeout)
+    }
+}
+
+/// Clients of task servers for a process that serves none (a data-service consumer, a
+/// command-line tool): the runtime its [`Peer`]s run on and the cluster token they send.
+///
+/// ```
+/// use ferroflow_cluster::{Connector, TaskServer};
+/// use std::time::Duration;
+/// let server = TaskServer::start("127.0.0.1:0", None)?;
+/// server.handle("echo", |payload| Ok(payload));
+/// let connector = Connector::new(None)?;
+/// let peer = connector.peer("/job:worker/task:0", &server.local_addr().to_string(), Duration::from_secs(5))?;
+/// assert_eq!(&peer.call("echo", b"hi".to_vec().into())?[..], b"hi");
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub struct Connector {
+    runtime: Arc<tokio::runtime::Runtime>,
+    token: Option<Arc<str>>,
+}
+
+impl Connector {
+    /// A connector whose peers send `token` (the cluster token; `None`: no token).
+    pub fn new(token: Option<&str>) -> Result<Connector> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ferroflow-client")
+            .enable_all()
+            .build()
             .map_err(|e| Error::Unavailable {
-                op: "connect".into(),
-                peer: format!("{name} ({address})"),
+                op: "start the client runtime".into(),
+                peer: String::new(),
                 msg: e.to_string(),
-            })?
-            .connect_timeout(timeout)
-            .timeout(timeout)
-            .tcp_nodelay(true)
-            .max_frame_size(Some(FRAME_BYTES))
-            .initial_stream_window_size(Some(8 << 20))
-            .initial_connection_window_size(Some(16 << 20));
-        let channel = {
-            let _enter = self.runtime.enter();
-            endpoint.connect_lazy()
-        };
-        let tasks = pb::task_client::TaskClient::new(channel.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let client = pb::mailbox_client::MailboxClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Ok(Peer {
-            runtime: self.runtime.clone(),
-            client,
-            tasks,
-            name: format!("{name} ({address})"),
-            token: self.token.clone(),
-            timeout,
+            })?;
+        Ok(Connector {
+            runtime: Arc::new(runtime),
+            token: token.map(Arc::from),
         })
     }
+
+    /// A client of the task `name` at `address`, as [`TaskServer::peer`].
+    pub fn peer(&self, name: &str, address: &str, timeout: Duration) -> Result<Peer> {
+        connect(&self.runtime, self.token.clone(), name, address, timeout)
+    }
+}
+
+/// A [`Peer`] of the task `name` at `address`, its calls run on `runtime`.
+fn connect(
+    runtime: &Arc<tokio::runtime::Runtime>,
+    token: Option<Arc<str>>,
+    name: &str,
+    address: &str,
+    timeout: Duration,
+) -> Result<Peer> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| Error::Unavailable {
+            op: "connect".into(),
+            peer: format!("{name} ({address})"),
+            msg: e.to_string(),
+        })?
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .tcp_nodelay(true)
+        .max_frame_size(Some(FRAME_BYTES))
+        .initial_stream_window_size(Some(8 << 20))
+        .initial_connection_window_size(Some(16 << 20));
+    let channel = {
+        let _enter = runtime.enter();
+        endpoint.connect_lazy()
+    };
+    let tasks = pb::task_client::TaskClient::new(channel.clone())
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let client = pb::mailbox_client::MailboxClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    Ok(Peer {
+        runtime: runtime.clone(),
+        client,
+        tasks,
+        name: format!("{name} ({address})"),
+        token,
+        timeout,
+    })
 }
 
 impl Drop for TaskServer {

@@ -89,6 +89,10 @@ pub struct Dataset<T> {
     iter: Arc<IterFn<T>>,
     cardinality: Cardinality,
     fingerprint: Arc<FingerprintFn>,
+    /// The registered pipeline this dataset is (`service::pipeline`): what the tf.data
+    /// service sends its workers instead of the closures.
+    #[cfg(feature = "service")]
+    pub(crate) pipeline: Option<Arc<crate::service::protocol::DatasetDef>>,
 }
 
 impl<T> Clone for Dataset<T> {
@@ -97,6 +101,8 @@ impl<T> Clone for Dataset<T> {
             iter: self.iter.clone(),
             cardinality: self.cardinality,
             fingerprint: self.fingerprint.clone(),
+            #[cfg(feature = "service")]
+            pipeline: self.pipeline.clone(),
         }
     }
 }
@@ -107,6 +113,18 @@ impl<T> std::fmt::Debug for Dataset<T> {
             .field("element", &std::any::type_name::<T>())
             .field("cardinality", &self.cardinality)
             .finish()
+    }
+}
+
+/// A numbered source's cardinality: its `n` elements, or unknown when it reads the splits of
+/// a distributed epoch (its share is decided as the pass goes).
+pub(crate) fn split_cardinality(
+    n: u64,
+    splits: &Option<Arc<dyn crate::split::SplitProvider>>,
+) -> Cardinality {
+    match splits {
+        None => Cardinality::Finite(n),
+        Some(_) => Cardinality::Unknown,
     }
 }
 
@@ -202,6 +220,8 @@ impl<T: Send + 'static> Dataset<T> {
             iter: Arc::new(iter),
             cardinality,
             fingerprint: Arc::new(fingerprint),
+            #[cfg(feature = "service")]
+            pipeline: None,
         }
     }
 
@@ -814,12 +834,13 @@ impl<T: Structure> Dataset<T> {
         let spec = structure.spec();
         let parts = Arc::new(parts);
         let fp_parts = parts.clone();
+        let splits = crate::split::claim();
         Ok(Dataset::from_parts(
-            Cardinality::Finite(n as u64),
+            split_cardinality(n as u64, &splits),
             move || content_fingerprint("from_tensor_slices", &fp_parts),
             move || {
                 let (parts, spec) = (parts.clone(), spec.clone());
-                Box::new((0..n).map(move |i| {
+                crate::split::source_iter(n as u64, splits.clone(), move |i| {
                     let slices = parts
                         .iter()
                         .map(|t| {
@@ -829,7 +850,7 @@ impl<T: Structure> Dataset<T> {
                         })
                         .collect::<Result<Vec<_>>>()?;
                     T::from_parts(&spec, &mut slices.into_iter())
-                }))
+                })
             },
         ))
     }
@@ -1217,10 +1238,15 @@ impl Dataset<Tensor> {
         } else {
             0
         };
+        let splits = crate::split::claim();
         Dataset::from_parts(
-            Cardinality::Finite(n),
+            split_cardinality(n, &splits),
             move || Ok(format!("range({start},{stop},{step})")),
-            move || Box::new((0..n).map(move |i| Tensor::scalar(start + i as i64 * step))),
+            move || {
+                crate::split::source_iter(n, splits.clone(), move |i| {
+                    Tensor::scalar(start + i as i64 * step)
+                })
+            },
         )
     }
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use ferroflow_tensor::{Error, Result};
 
-use crate::dataset::{Cardinality, Dataset};
+use crate::dataset::Dataset;
 
 impl Dataset<PathBuf> {
     /// The files matching a glob `pattern` (`*`, `?`, `[a-z]`, `**`), sorted by name
@@ -46,8 +46,9 @@ impl Dataset<PathBuf> {
         let n = files.len() as u64;
         let listed = std::sync::Arc::new(files);
         let fp = listed.clone();
+        let splits = crate::split::claim();
         Ok(Dataset::from_parts(
-            Cardinality::Finite(n),
+            crate::dataset::split_cardinality(n, &splits),
             move || {
                 Ok(format!(
                     "list_files({})",
@@ -56,7 +57,7 @@ impl Dataset<PathBuf> {
             },
             move || {
                 let files = listed.clone();
-                Box::new((0..files.len()).map(move |i| Ok(files[i].clone())))
+                crate::split::source_iter(n, splits.clone(), move |i| Ok(files[i as usize].clone()))
             },
         ))
     }

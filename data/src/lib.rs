@@ -51,7 +51,10 @@ mod files;
 pub mod idx;
 pub mod npy;
 mod parallel;
+#[cfg(feature = "service")]
+pub mod service;
 mod snapshot;
+mod split;
 mod structure;
 pub mod tfrecord;
 

@@ -1,0 +1,472 @@
+//! The worker: heartbeats to the dispatcher, runs each task's pipeline on a thread of its
+//! own into a bounded buffer, and hands the elements to the consumers that ask.
+
+use bytes::Bytes;
+use ferroflow_cluster::{Connector, Peer, TaskServer, MAX_MESSAGE_BYTES};
+use ferroflow_tensor::{Error, Result};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::dispatcher::StopHandle;
+use super::protocol::*;
+use super::{Compression, ProcessingMode};
+use crate::split::{with_split_provider, SplitProvider};
+
+/// A [`WorkerServer`]'s settings (TF's `tf.data.experimental.service.WorkerConfig`).
+///
+/// ```
+/// use ferroflow_data::service::WorkerConfig;
+/// let config = WorkerConfig::new("127.0.0.1:5050");
+/// assert_eq!(config.port, 0);
+/// ```
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// The dispatcher's `host:port` (a `grpc://` prefix is accepted).
+    pub dispatcher_address: String,
+    /// The port to listen on; 0 lets the OS pick one.
+    pub port: u16,
+    /// The interface to listen on: loopback by default.
+    pub bind_address: String,
+    /// The address consumers reach this worker at (default: the bound `host:port`).
+    pub worker_address: Option<String>,
+    /// How often the worker tells the dispatcher it is alive (and learns its tasks).
+    pub heartbeat_interval: Duration,
+    /// Each call to the dispatcher gives up after this long.
+    pub dispatcher_timeout: Duration,
+    /// Elements each task keeps ready for its consumers.
+    pub buffer_size: usize,
+    /// The largest encoded element the worker sends: a larger one is an error for that
+    /// element, naming both sizes.
+    pub max_element_bytes: usize,
+    /// The cluster token (default: `FERROFLOW_CLUSTER_TOKEN`).
+    pub token: Option<String>,
+}
+
+impl WorkerConfig {
+    /// The defaults, for a dispatcher at `dispatcher_address`.
+    pub fn new(dispatcher_address: &str) -> WorkerConfig {
+        WorkerConfig {
+            dispatcher_address: dispatcher_address.to_string(),
+            port: 0,
+            bind_address: "127.0.0.1".into(),
+            worker_address: None,
+            heartbeat_interval: Duration::from_millis(200),
+            dispatcher_timeout: Duration::from_secs(10),
+            buffer_size: 8,
+            max_element_bytes: MAX_MESSAGE_BYTES - 4096,
+            token: ferroflow_cluster::token_from_env(),
+        }
+    }
+}
+
+/// `host:port` of a service address, without a `grpc://` scheme.
+pub(crate) fn strip_scheme(address: &str) -> &str {
+    address.strip_prefix("grpc://").unwrap_or(address)
+}
+
+/// A task's buffer of framed replies, filled by its pipeline thread.
+struct TaskRun {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+    stop: AtomicBool,
+}
+
+#[derive(Default)]
+struct Queue {
+    ready: VecDeque<Bytes>,
+    /// The pipeline ended (the reason when it could not run at all).
+    ended: Option<Option<String>>,
+}
+
+impl TaskRun {
+    /// Queues `reply`, waiting while the buffer is full; false once the task is stopped.
+    fn push(&self, reply: Bytes, capacity: usize) -> bool {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        while q.ready.len() >= capacity && !self.stop.load(Ordering::Relaxed) {
+            q = self
+                .changed
+                .wait_timeout(q, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        q.ready.push_back(reply);
+        self.changed.notify_all();
+        true
+    }
+
+    fn end(&self, error: Option<String>) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).ended = Some(error);
+        self.changed.notify_all();
+    }
+
+    /// The next reply for a consumer, waiting up to `wait`; `finished` is set when this
+    /// reply tells the end.
+    fn take(&self, wait: Duration) -> (Bytes, bool) {
+        let end = Instant::now() + wait;
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(r) = q.ready.pop_front() {
+                self.changed.notify_all();
+                return (r, false);
+            }
+            if let Some(error) = &q.ended {
+                let kind = match error {
+                    None => ElementKind::End,
+                    Some(msg) => ElementKind::TaskError(msg.clone()),
+                };
+                return (header_only(kind), true);
+            }
+            let Some(left) = end.checked_duration_since(Instant::now()) else {
+                return (header_only(ElementKind::NotReady), false);
+            };
+            q = self
+                .changed
+                .wait_timeout(q, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+fn header_only(kind: ElementKind) -> Bytes {
+    frame(
+        &ElementHeader {
+            kind,
+            compressed: false,
+            source_read: 0,
+        },
+        &[],
+    )
+}
+
+struct Worker {
+    address: String,
+    config: WorkerConfig,
+    dispatcher: Peer,
+    tasks: Mutex<HashMap<u64, Arc<TaskRun>>>,
+    finished: Mutex<BTreeSet<u64>>,
+}
+
+/// Hands a distributed epoch's splits to the task's source, from the dispatcher.
+struct DispatcherSplits {
+    worker: Arc<Worker>,
+    job_id: u64,
+    task_id: u64,
+    read: Arc<AtomicU64>,
+}
+
+impl SplitProvider for DispatcherSplits {
+    fn next_split(&self, num_elements: u64) -> Result<Option<Range<u64>>> {
+        let reply = self.worker.dispatcher.call(
+            GET_SPLIT,
+            to_bytes(&GetSplitRequest {
+                job_id: self.job_id,
+                task_id: self.task_id,
+                num_elements,
+            }),
+        )?;
+        let reply: GetSplitReply = from_bytes("GetSplit reply", &reply)?;
+        Ok(reply.split.map(|(a, b)| a..b))
+    }
+    fn element_read(&self) {
+        self.read.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Worker {
+    /// Runs task `def`'s pipeline into `run`'s buffer until it ends or is stopped.
+    fn produce(self: &Arc<Self>, def: TaskDef, run: Arc<TaskRun>) {
+        let read = Arc::new(AtomicU64::new(0));
+        let built = match def.mode {
+            ProcessingMode::ParallelEpochs => super::registry::build_encoded(&def.dataset),
+            ProcessingMode::DistributedEpoch => {
+                let provider = Arc::new(DispatcherSplits {
+                    worker: self.clone(),
+                    job_id: def.job_id,
+                    task_id: def.task_id,
+                    read: read.clone(),
+                });
+                match with_split_provider(provider, || {
+                    super::registry::build_encoded(&def.dataset)
+                }) {
+                    (Ok(_), claimed) if claimed != 1 => Err(Error::invalid(
+                        "tf.data service",
+                        format!(
+                            "a distributed epoch splits the one source of a pipeline; \
+                             pipeline {:?} has {claimed} splittable sources \
+                             (from_tensor_slices, range, list_files)",
+                            def.dataset.pipeline
+                        ),
+                    )),
+                    (built, _) => built,
+                }
+            }
+        };
+        let dataset = match built {
+            Ok(d) => d,
+            Err(e) => {
+                run.end(Some(format!(
+                    "worker {} cannot run pipeline {:?}: {e}",
+                    self.address, def.dataset.pipeline
+                )));
+                return;
+            }
+        };
+        let limit = self.config.max_element_bytes;
+        for item in dataset.iter() {
+            let source_read = read.load(Ordering::Relaxed);
+            let reply = match item {
+                Ok(bytes) if bytes.len() > limit => header_with(
+                    ElementKind::ElementError(format!(
+                        "an element of {} bytes is larger than the worker's message limit of \
+                         {limit} bytes (max_element_bytes): batch fewer rows",
+                        bytes.len()
+                    )),
+                    source_read,
+                ),
+                Ok(bytes) => match def.compression {
+                    Compression::None => frame(
+                        &ElementHeader {
+                            kind: ElementKind::Element,
+                            compressed: false,
+                            source_read,
+                        },
+                        &bytes,
+                    ),
+                    Compression::Snappy => {
+                        match snap::raw::Encoder::new().compress_vec(&bytes) {
+                            Ok(c) => frame(
+                                &ElementHeader {
+                                    kind: ElementKind::Element,
+                                    compressed: true,
+                                    source_read,
+                                },
+                                &c,
+                            ),
+                            Err(e) => header_with(
+                                ElementKind::ElementError(format!("cannot compress: {e}")),
+                                source_read,
+                            ),
+                        }
+                    }
+                },
+                Err(e) => header_with(ElementKind::ElementError(e.to_string()), source_read),
+            };
+            if !run.push(reply, self.config.buffer_size) {
+                return;
+            }
+        }
+        run.end(None);
+    }
+
+    /// One heartbeat: reports the finished tasks, starts the new ones, stops those the
+    /// dispatcher no longer lists.
+    fn heartbeat(self: &Arc<Self>) -> Result<()> {
+        let finished: Vec<u64> = {
+            let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut done = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+            for (id, run) in tasks.iter() {
+                let q = run.queue.lock().unwrap_or_else(|e| e.into_inner());
+                if q.ended.is_some() && q.ready.is_empty() {
+                    done.insert(*id);
+                }
+            }
+            done.iter().copied().collect()
+        };
+        let reply = self.dispatcher.call(
+            WORKER_HEARTBEAT,
+            to_bytes(&WorkerHeartbeatRequest {
+                worker_address: self.address.clone(),
+                pipelines: super::registry::registered_pipelines(),
+                finished_tasks: finished,
+            }),
+        )?;
+        let reply: WorkerHeartbeatReply = from_bytes("WorkerHeartbeat reply", &reply)?;
+        let listed: BTreeSet<u64> = reply.tasks.iter().map(|t| t.task_id).collect();
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        let finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        // Tasks the dispatcher dropped (lost, or a dispatcher that forgot them) stop; the
+        // finished ones stay to answer late consumers.
+        tasks.retain(|id, run| {
+            let keep = listed.contains(id) || finished.contains(id);
+            if !keep {
+                run.stop.store(true, Ordering::Relaxed);
+                run.changed.notify_all();
+            }
+            keep
+        });
+        for def in reply.tasks {
+            if tasks.contains_key(&def.task_id) || finished.contains(&def.task_id) {
+                continue;
+            }
+            let run = Arc::new(TaskRun {
+                queue: Mutex::default(),
+                changed: Condvar::new(),
+                stop: AtomicBool::new(false),
+            });
+            tasks.insert(def.task_id, run.clone());
+            let me = self.clone();
+            std::thread::Builder::new()
+                .name(format!("tf.data task {}", def.task_id))
+                .spawn(move || me.produce(def, run))
+                .map_err(|e| Error::invalid("tf.data worker", format!("no thread: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn get_element(&self, payload: Bytes) -> Result<Bytes> {
+        let r: GetElementRequest = from_bytes("GetElement request", &payload)?;
+        let run = self
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&r.task_id)
+            .cloned();
+        let Some(run) = run else {
+            return Ok(header_only(ElementKind::UnknownTask));
+        };
+        let (reply, _) = run.take(Duration::from_millis(250));
+        Ok(reply)
+    }
+}
+
+fn header_with(kind: ElementKind, source_read: u64) -> Bytes {
+    frame(
+        &ElementHeader {
+            kind,
+            compressed: false,
+            source_read,
+        },
+        &[],
+    )
+}
+
+/// A tf.data service worker (TF's `tf.data.experimental.service.WorkerServer`): registers
+/// with the dispatcher, runs the pipelines of the tasks it is given (registered by name in
+/// this program), and serves their elements to the trainers.
+///
+/// ```
+/// use ferroflow_data::service::{DispatchServer, DispatcherConfig, WorkerConfig, WorkerServer};
+/// let mut dispatcher = DispatchServer::new(DispatcherConfig::default());
+/// dispatcher.start()?;
+/// let mut worker = WorkerServer::new(WorkerConfig::new(&dispatcher.target()));
+/// worker.start()?;
+/// assert!(worker.address().starts_with("127.0.0.1:"));
+/// worker.stop();
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub struct WorkerServer {
+    config: WorkerConfig,
+    running: Option<(TaskServer, Arc<Worker>, Arc<AtomicBool>)>,
+    heartbeats: Option<std::thread::JoinHandle<()>>,
+    stopped: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl WorkerServer {
+    /// A worker with `config`, not yet serving ([`start`](Self::start)).
+    pub fn new(config: WorkerConfig) -> WorkerServer {
+        WorkerServer {
+            config,
+            running: None,
+            heartbeats: None,
+            stopped: Arc::new((Mutex::new(false), Condvar::new())),
+        }
+    }
+
+    /// Binds its port and starts heartbeating to the dispatcher (which may not be up yet:
+    /// the worker keeps trying, and registers again after a dispatcher restart).
+    pub fn start(&mut self) -> Result<()> {
+        if self.running.is_some() {
+            return Ok(());
+        }
+        let bind = format!("{}:{}", self.config.bind_address, self.config.port);
+        let server = TaskServer::start(&bind, self.config.token.as_deref())?;
+        let address = self
+            .config
+            .worker_address
+            .clone()
+            .unwrap_or_else(|| server.local_addr().to_string());
+        let connector = Connector::new(self.config.token.as_deref())?;
+        let dispatcher = connector.peer(
+            "the tf.data dispatcher",
+            strip_scheme(&self.config.dispatcher_address),
+            self.config.dispatcher_timeout,
+        )?;
+        let worker = Arc::new(Worker {
+            address,
+            config: self.config.clone(),
+            dispatcher,
+            tasks: Mutex::default(),
+            finished: Mutex::default(),
+        });
+        let w = worker.clone();
+        server.handle(GET_ELEMENT, move |payload| w.get_element(payload));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (w, s, interval) = (worker.clone(), stop.clone(), self.config.heartbeat_interval);
+        self.heartbeats = Some(std::thread::spawn(move || {
+            let _connector = connector;
+            while !s.load(Ordering::Relaxed) {
+                let _ = w.heartbeat();
+                std::thread::sleep(interval);
+            }
+        }));
+        *self.stopped.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.running = Some((server, worker, stop));
+        Ok(())
+    }
+
+    /// The `host:port` consumers reach this worker at (empty before `start`).
+    pub fn address(&self) -> String {
+        self.running
+            .as_ref()
+            .map(|(_, w, _)| w.address.clone())
+            .unwrap_or_default()
+    }
+
+    /// A handle that ends [`join`](Self::join) from another thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.stopped.clone())
+    }
+
+    /// Blocks while the worker serves, until [`stop`](Self::stop) or a [`StopHandle`].
+    pub fn join(&self) {
+        let (lock, cv) = &*self.stopped;
+        let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while !*stopped && self.running.is_some() {
+            stopped = cv.wait(stopped).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Stops the tasks and the heartbeats, and stops serving.
+    pub fn stop(&mut self) {
+        if let Some((server, worker, stop)) = self.running.take() {
+            stop.store(true, Ordering::Relaxed);
+            for run in worker
+                .tasks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+            {
+                run.stop.store(true, Ordering::Relaxed);
+                run.changed.notify_all();
+            }
+            drop(server);
+            if let Some(h) = self.heartbeats.take() {
+                let _ = h.join();
+            }
+        }
+        StopHandle(self.stopped.clone()).stop();
+    }
+}
+
+impl Drop for WorkerServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
