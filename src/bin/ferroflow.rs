@@ -23,6 +23,8 @@ const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--p
        ferroflow profile capture --workers grpc://host:port[,grpc://host:port...] [--duration 2s] [--attempts 3] <logdir>
        ferroflow profile monitor [--duration 1s] [--level 1|2] grpc://host:port
        ferroflow profile pod [--step N] <logdir>
+       ferroflow data-service dispatcher [--port P] [--bind HOST] [--work-dir DIR] [--fault-tolerant]
+       ferroflow data-service worker --dispatcher host:port [--port P] [--bind HOST]
 
   launch: starts N worker processes (and M parameter servers, and a chief) running <program>
   with TF_CONFIG filled in on free loopback ports; prefixes their output with the task name;
@@ -38,7 +40,13 @@ const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--p
   and prints its path. profile capture: captures from running workers' profiler servers
   into <logdir> (one .xplane.pb per worker; the duration in ms, or with s). profile
   monitor: a worker's step time over the duration. profile pod: the newest capture's
-  per-worker step breakdown, with each step's straggler.";
+  per-worker step breakdown, with each step's straggler.
+
+  data-service dispatcher: runs a tf.data service dispatcher (with --fault-tolerant, its
+  journal in --work-dir, resumed on restart). data-service worker: runs a worker serving
+  the built-in pipelines (range, mnist); a program's own pipelines are served by a
+  WorkerServer in that program. Both print `started on grpc://host:port` and serve until
+  killed; the cluster token comes from FERROFLOW_CLUSTER_TOKEN.";
 
 /// `2s`, `1500ms` or `1500` (milliseconds).
 fn duration_ms(v: &str) -> Result<u64, String> {
@@ -211,11 +219,92 @@ fn parse(args: &[String]) -> Result<(LaunchSpec, Option<Duration>), String> {
     Ok((spec, timeout))
 }
 
+/// `ferroflow data-service dispatcher|worker [flags]`: serves until killed.
+fn data_service(args: &[String]) -> ExitCode {
+    use ferroflow::data::service;
+    let fail = |e: String| {
+        eprintln!("ferroflow data-service: {e}\n\n{USAGE}");
+        ExitCode::from(2)
+    };
+    let Some(role) = args.first().map(String::as_str) else {
+        return fail("dispatcher or worker?".into());
+    };
+    let mut port = 0u16;
+    let mut bind = "127.0.0.1".to_string();
+    let mut work_dir = None;
+    let mut fault_tolerant = false;
+    let mut dispatcher = None;
+    let mut it = args[1..].iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().cloned().ok_or(format!("{a} needs a value"));
+        let parsed = match a.as_str() {
+            "--port" => value().and_then(|v| {
+                v.parse()
+                    .map(|p| port = p)
+                    .map_err(|_| format!("--port {v:?} is not a port"))
+            }),
+            "--bind" => value().map(|v| bind = v),
+            "--work-dir" => value().map(|v| work_dir = Some(std::path::PathBuf::from(v))),
+            "--dispatcher" => value().map(|v| dispatcher = Some(v)),
+            "--fault-tolerant" => {
+                fault_tolerant = true;
+                Ok(())
+            }
+            other => Err(format!("unknown option {other:?}")),
+        };
+        if let Err(e) = parsed {
+            return fail(e);
+        }
+    }
+    ferroflow::init();
+    let outcome = match role {
+        "dispatcher" => {
+            let mut d = service::DispatchServer::new(service::DispatcherConfig {
+                port,
+                bind_address: bind,
+                work_dir,
+                fault_tolerant_mode: fault_tolerant,
+                ..Default::default()
+            });
+            d.start().map(|()| {
+                println!("ferroflow data-service dispatcher: started on {}", d.target());
+                d.join();
+            })
+        }
+        "worker" => {
+            let Some(dispatcher) = dispatcher else {
+                return fail("a worker needs --dispatcher host:port".into());
+            };
+            service::register_builtin_pipelines();
+            let mut config = service::WorkerConfig::new(&dispatcher);
+            config.port = port;
+            config.bind_address = bind;
+            let mut w = service::WorkerServer::new(config);
+            w.start().map(|()| {
+                println!(
+                    "ferroflow data-service worker: started on grpc://{}",
+                    w.address()
+                );
+                w.join();
+            })
+        }
+        other => return fail(format!("unknown role {other:?}: dispatcher or worker")),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ferroflow data-service {role}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("launch") => {}
         Some("profile") => return profile(&args[1..]),
+        Some("data-service") => return data_service(&args[1..]),
         Some("--help") | Some("-h") | None => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -235,9 +235,17 @@ fn registered_def<T>(dataset: &Dataset<T>) -> Result<DatasetDef> {
 /// and returns its id, for [`from_dataset_id`] (TF's `register_dataset`); the same pipeline
 /// and parameters give the same id.
 pub fn register_dataset<T: Structure>(service: &str, dataset: &Dataset<T>) -> Result<u64> {
+    register_dataset_with(service, dataset, &DistributeOptions::default())
+}
+
+/// [`register_dataset`] with the token and timeout of `options`.
+pub fn register_dataset_with<T: Structure>(
+    service: &str,
+    dataset: &Dataset<T>,
+    options: &DistributeOptions,
+) -> Result<u64> {
     let address = check_service(service)?;
     let def = registered_def(dataset)?;
-    let options = DistributeOptions::default();
     let connector = Connector::new(options.token.as_deref())?;
     let dispatcher = connector.peer("the tf.data dispatcher", &address, options.timeout)?;
     register(&dispatcher, &def)

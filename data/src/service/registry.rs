@@ -148,3 +148,71 @@ pub(crate) fn build_encoded(def: &super::protocol::DatasetDef) -> Result<Dataset
     })?;
     encoded(&params)
 }
+
+/// Registers the pipelines every worker of the `ferroflow data-service worker` command
+/// serves (a program's own pipelines need a [`WorkerServer`](super::WorkerServer) in that
+/// program):
+/// - `"range"`, `{"start": 0, "stop": n, "step": 1}`: `Dataset::range` (a tensor each);
+/// - `"mnist"`, `{"dir": "datasets/mnist", "split": "train", "batch_size": 128,
+///   "drop_remainder": false}`: MNIST's images (`u8`, `[28, 28, 1]`) and labels (`i64`) from
+///   IDX files, batched when `batch_size` is given (a `(images, labels)` tuple each).
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_data::service;
+/// service::register_builtin_pipelines();
+/// let ds = service::pipeline::<ferroflow_tensor::Tensor>("range", serde_json::json!({"stop": 3}))?;
+/// assert_eq!(ds.iter().count(), 3);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub fn register_builtin_pipelines() {
+    fn int(p: &serde_json::Value, key: &str, default: Option<i64>) -> Result<i64> {
+        match p.get(key) {
+            None | Some(serde_json::Value::Null) => default.ok_or_else(|| {
+                Error::invalid("tf.data service", format!("parameter {key:?} is required"))
+            }),
+            Some(v) => v.as_i64().ok_or_else(|| {
+                Error::invalid(
+                    "tf.data service",
+                    format!("parameter {key:?} must be an integer, got {v}"),
+                )
+            }),
+        }
+    }
+    register_pipeline("range", |p| {
+        Ok(Dataset::range(
+            int(p, "start", Some(0))?,
+            int(p, "stop", None)?,
+            int(p, "step", Some(1))?,
+        ))
+    });
+    register_pipeline("mnist", |p| {
+        let text = |key: &str, default: &str| -> Result<String> {
+            match p.get(key) {
+                None | Some(serde_json::Value::Null) => Ok(default.to_string()),
+                Some(v) => v.as_str().map(str::to_string).ok_or_else(|| {
+                    Error::invalid(
+                        "tf.data service",
+                        format!("parameter {key:?} must be a string, got {v}"),
+                    )
+                }),
+            }
+        };
+        let (x, y) =
+            crate::idx::load_mnist_pixels(text("dir", "datasets/mnist")?, &text("split", "train")?)?;
+        let ds = Dataset::from_tensor_slices((x, y))?;
+        match int(p, "batch_size", Some(0))? {
+            0 => Ok(ds),
+            b if b > 0 => ds.batch(
+                b as usize,
+                p.get("drop_remainder")
+                    .and_then(|v| v.as_bool())
+                    .unwrap_or(false),
+            ),
+            b => Err(Error::invalid(
+                "tf.data service",
+                format!("batch_size must be positive, got {b}"),
+            )),
+        }
+    });
+}

@@ -1,0 +1,426 @@
+//! The tf.data service as processes on loopback: a dispatcher (`ferroflow data-service
+//! dispatcher`), workers (this test binary, serving the pipelines registered below), and
+//! the trainer (the test itself). Workers and dispatchers are killed mid-epoch.
+
+use ferroflow::data::service::{self, DistributeOptions, ProcessingMode, ServiceStats};
+use ferroflow::data::Dataset;
+use ferroflow::{DType, Tensor};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The pipelines every process of these tests registers (workers run this binary).
+fn register_pipelines() {
+    ferroflow::init();
+    // MNIST's test split with each image's index: the trainer checks what arrived.
+    service::register_pipeline("mnist_indexed", |_p: &serde_json::Value| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/mnist");
+        let (x, y) = ferroflow::data::idx::load_mnist_pixels(dir, "t10k")?;
+        let n = x.shape()[0] as i64;
+        let index = Tensor::from_vec((0..n).collect::<Vec<i64>>(), &[n as usize])?;
+        Dataset::from_tensor_slices((index, x, y))
+    });
+    // A slow map, so that a kill lands mid-epoch.
+    service::register_pipeline("slow", |p: &serde_json::Value| {
+        let n = p["n"].as_i64().ok_or_else(|| {
+            ferroflow::Error::invalid("slow", format!("needs an integer n, got {}", p["n"]))
+        })?;
+        let ms = p["ms"].as_u64().unwrap_or(5);
+        Ok(Dataset::range(0, n, 1).map(move |x: Tensor| {
+            std::thread::sleep(Duration::from_millis(ms));
+            Ok(x)
+        }))
+    });
+    // The second element is 2 MiB: more than the small workers' limit.
+    service::register_pipeline("big", |_p: &serde_json::Value| {
+        Ok(Dataset::range(0, 4, 1).map(|x: Tensor| {
+            let rows = if x.item::<i64>()? == 1 { 2 << 20 } else { 4 };
+            Tensor::zeros(&[rows], DType::U8)
+        }))
+    });
+}
+
+/// A child process, killed when dropped (also when the test fails).
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Child {
+    /// Starts `command` and waits (at most 60 s) for it to print a line with "started".
+    fn start(command: &mut Command) -> Child {
+        let mut child = Child(
+            command
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        );
+        let stdout = child.0.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                if line.is_ok_and(|l| l.contains("started")) {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{command:?} did not start within 60 s"));
+        child
+    }
+
+    fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let a = ferroflow::cluster::free_loopback_addresses(1)
+        .unwrap()
+        .remove(0);
+    a.rsplit_once(':').unwrap().1.parse().unwrap()
+}
+
+const TOKEN: &str = "s3cret";
+
+/// A dispatcher process on `port` (journaling to `work_dir` in fault-tolerant mode).
+fn dispatcher(port: u16, work_dir: Option<&Path>) -> Child {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ferroflow"));
+    c.args(["data-service", "dispatcher", "--port", &port.to_string()])
+        .env("FERROFLOW_CLUSTER_TOKEN", TOKEN);
+    if let Some(d) = work_dir {
+        c.arg("--work-dir").arg(d).arg("--fault-tolerant");
+    }
+    Child::start(&mut c)
+}
+
+/// A worker process (this binary's `worker_child`) of the dispatcher on `dispatcher_port`.
+fn worker(dispatcher_port: u16, port: u16, max_element_bytes: Option<usize>) -> Child {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--ignored", "--exact", "worker_child", "--nocapture"])
+        .env("FERROFLOW_CLUSTER_TOKEN", TOKEN)
+        .env("FF_TEST_DISPATCHER", format!("127.0.0.1:{dispatcher_port}"))
+        .env("FF_TEST_WORKER_PORT", port.to_string());
+    if let Some(m) = max_element_bytes {
+        c.env("FF_TEST_MAX_ELEMENT", m.to_string());
+    }
+    Child::start(&mut c)
+}
+
+#[test]
+#[ignore = "a tf.data service worker process, started by the tests below"]
+fn worker_child() {
+    register_pipelines();
+    let mut config = service::WorkerConfig::new(&std::env::var("FF_TEST_DISPATCHER").unwrap());
+    config.port = std::env::var("FF_TEST_WORKER_PORT").unwrap().parse().unwrap();
+    if let Ok(m) = std::env::var("FF_TEST_MAX_ELEMENT") {
+        config.max_element_bytes = m.parse().unwrap();
+    }
+    let mut worker = service::WorkerServer::new(config);
+    worker.start().unwrap();
+    println!("worker started on {}", worker.address());
+    // Bounded: a worker the test forgot ends by itself.
+    std::thread::sleep(Duration::from_secs(180));
+    worker.stop();
+}
+
+fn options(stats: &ServiceStats) -> DistributeOptions {
+    DistributeOptions {
+        token: Some(TOKEN.into()),
+        stats: stats.clone(),
+        timeout: Duration::from_secs(20),
+        ..Default::default()
+    }
+}
+
+fn ints(xs: &[Tensor]) -> Vec<i64> {
+    xs.iter().map(|x| x.item::<i64>().unwrap()).collect()
+}
+
+#[test]
+fn mnist_through_two_workers_distributed_once_and_parallel_twice() {
+    register_pipelines();
+    let dport = free_port();
+    let _d = dispatcher(dport, None);
+    let _w = [worker(dport, free_port(), None), worker(dport, free_port(), None)];
+    let target = format!("grpc://127.0.0.1:{dport}");
+    let (x, y) = ferroflow::data::idx::load_mnist_pixels(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/mnist"),
+        "t10k",
+    )
+    .unwrap();
+    let (pixels, labels) = (x.to_vec::<u8>().unwrap(), y.to_vec::<i64>().unwrap());
+    let local = service::pipeline::<(Tensor, Tensor, Tensor)>("mnist_indexed", serde_json::json!({}))
+        .unwrap();
+    for (mode, copies) in [
+        (ProcessingMode::DistributedEpoch, 1),
+        (ProcessingMode::ParallelEpochs, 2),
+    ] {
+        let stats = ServiceStats::default();
+        let ds = local
+            .apply(service::distribute_with(mode, &target, options(&stats)))
+            .unwrap();
+        let mut seen = vec![0u32; 10_000];
+        for element in &ds {
+            let (i, image, label) = element.unwrap();
+            let i = i.item::<i64>().unwrap() as usize;
+            seen[i] += 1;
+            assert_eq!(image.to_vec::<u8>().unwrap(), &pixels[i * 784..(i + 1) * 784]);
+            assert_eq!(label.item::<i64>().unwrap(), labels[i]);
+        }
+        assert!(
+            seen.iter().all(|&c| c == copies),
+            "{mode:?}: counts {:?}",
+            seen.iter().fold(BTreeMap::new(), |mut m, c| {
+                *m.entry(*c).or_insert(0) += 1;
+                m
+            })
+        );
+        // Both workers served.
+        let by_worker = stats.elements_by_worker();
+        assert_eq!(by_worker.len(), 2, "{by_worker:?}");
+        assert!(by_worker.values().all(|&n| n > 0), "{by_worker:?}");
+        assert_eq!(stats.elements(), 10_000 * copies as u64);
+        assert!(stats.lost_workers().is_empty());
+    }
+}
+
+#[test]
+fn a_worker_killed_mid_epoch_loses_only_what_it_held_and_comes_back() {
+    register_pipelines();
+    let dport = free_port();
+    let _d = dispatcher(dport, None);
+    let (port_a, port_b) = (free_port(), free_port());
+    let _a = worker(dport, port_a, None);
+    let b = worker(dport, port_b, None);
+    let target = format!("grpc://127.0.0.1:{dport}");
+    let n = 600;
+    let slow = service::pipeline::<Tensor>("slow", serde_json::json!({"n": n, "ms": 4})).unwrap();
+    let stats = ServiceStats::default();
+    let ds = slow
+        .apply(service::distribute_with(
+            ProcessingMode::DistributedEpoch,
+            &target,
+            options(&stats),
+        ))
+        .unwrap();
+    let start = Instant::now();
+    let mut got = vec![];
+    let mut b = Some(b);
+    for x in &ds {
+        got.push(x.unwrap());
+        if got.len() == 100 {
+            b.take().unwrap().kill();
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "the epoch never ended");
+    }
+    assert!(b.is_none(), "the epoch ended before the kill");
+    let mut ids = ints(&got);
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), got.len(), "an element arrived twice");
+    let lost = stats.lost_workers();
+    assert_eq!(lost, vec![format!("127.0.0.1:{port_b}")], "{stats}");
+    assert!(stats.lost_elements() > 0 && stats.lost_elements() < 100, "{stats}");
+    assert_eq!(got.len() as u64 + stats.lost_elements(), n, "{stats}");
+    println!("{stats}");
+
+    // The worker comes back on its address and gets work.
+    let _b = worker(dport, port_b, None);
+    let stats = ServiceStats::default();
+    let again = service::pipeline::<Tensor>("slow", serde_json::json!({"n": 50, "ms": 1}))
+        .unwrap()
+        .apply(service::distribute_with(
+            ProcessingMode::ParallelEpochs,
+            &target,
+            options(&stats),
+        ))
+        .unwrap();
+    assert_eq!(again.iter().count(), 100);
+    let by_worker = stats.elements_by_worker();
+    assert_eq!(by_worker.get(&format!("127.0.0.1:{port_b}")), Some(&50), "{by_worker:?}");
+}
+
+#[test]
+fn a_restarted_dispatcher_resumes_the_job_in_fault_tolerant_mode_and_fails_it_clearly_without()
+{
+    register_pipelines();
+    for fault_tolerant in [true, false] {
+        let work_dir = tempfile::tempdir().unwrap();
+        let work_dir = fault_tolerant.then_some(work_dir.path());
+        let dport = free_port();
+        let d = dispatcher(dport, work_dir);
+        let _w = [worker(dport, free_port(), None), worker(dport, free_port(), None)];
+        let target = format!("grpc://127.0.0.1:{dport}");
+        let n = 400;
+        let stats = ServiceStats::default();
+        let ds = service::pipeline::<Tensor>("slow", serde_json::json!({"n": n, "ms": 4}))
+            .unwrap()
+            .apply(service::distribute_with(
+                ProcessingMode::DistributedEpoch,
+                &target,
+                options(&stats),
+            ))
+            .unwrap();
+        let start = Instant::now();
+        let (mut got, mut errors) = (vec![], vec![]);
+        let mut d = Some(d);
+        let mut restarted = None;
+        for x in &ds {
+            match x {
+                Ok(x) => got.push(x),
+                Err(e) => errors.push(e.to_string()),
+            }
+            if got.len() == 60 && d.is_some() {
+                d.take().unwrap().kill();
+                std::thread::sleep(Duration::from_millis(300));
+                restarted = Some(dispatcher(dport, work_dir));
+            }
+            assert!(start.elapsed() < Duration::from_secs(120), "the epoch never ended");
+        }
+        assert!(restarted.is_some(), "the epoch ended before the restart");
+        let mut ids = ints(&got);
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), got.len(), "an element arrived twice");
+        if fault_tolerant {
+            assert!(errors.is_empty(), "{errors:?}");
+            assert_eq!(ids, (0..n).collect::<Vec<_>>(), "{stats}");
+        } else {
+            assert!(
+                errors.iter().any(|e| e.contains("lost its jobs")),
+                "{errors:?}"
+            );
+            assert!((got.len() as i64) < n);
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_the_servers_keep_serving() {
+    register_pipelines();
+    // Registered in the trainer only: the workers cannot build it.
+    service::register_pipeline("trainer_only", |_p: &serde_json::Value| {
+        Ok(Dataset::range(0, 3, 1))
+    });
+    let dport = free_port();
+    let _d = dispatcher(dport, None);
+    let _w = worker(dport, free_port(), Some(1 << 20));
+    let target = format!("grpc://127.0.0.1:{dport}");
+    let stats = ServiceStats::default();
+    let parallel = |ds: &Dataset<Tensor>| {
+        ds.apply(service::distribute_with(
+            ProcessingMode::ParallelEpochs,
+            &target,
+            options(&stats),
+        ))
+        .unwrap()
+    };
+
+    // Names and parameters the trainer can check itself.
+    let e = service::pipeline::<Tensor>("no_such", serde_json::json!({})).unwrap_err();
+    assert!(e.to_string().contains("no pipeline named \"no_such\""), "{e}");
+    let e = service::pipeline::<Tensor>("slow", serde_json::json!({"n": "ten"})).unwrap_err();
+    assert!(e.to_string().contains("needs an integer n"), "{e}");
+    let e = service::pipeline::<(Tensor, Tensor)>("slow", serde_json::json!({"n": 1})).unwrap_err();
+    assert!(e.to_string().contains("yields"), "{e}");
+    let e = Dataset::range(0, 3, 1)
+        .apply(service::distribute(ProcessingMode::ParallelEpochs, &target, None))
+        .unwrap_err();
+    assert!(e.to_string().contains("not a registered pipeline"), "{e}");
+    let e = service::pipeline::<Tensor>("slow", serde_json::json!({"n": 1}))
+        .unwrap()
+        .apply(service::distribute(ProcessingMode::ParallelEpochs, "localhost", None))
+        .unwrap_err();
+    assert!(e.to_string().contains("grpc://host:port"), "{e}");
+
+    // A pipeline the worker lacks: one error naming it, then the job ends.
+    let items: Vec<_> = parallel(&service::pipeline("trainer_only", serde_json::json!({})).unwrap())
+        .iter()
+        .collect();
+    assert_eq!(items.len(), 1, "{items:?}");
+    let e = items[0].as_ref().unwrap_err().to_string();
+    assert!(e.contains("no pipeline named \"trainer_only\""), "{e}");
+
+    // An element over the worker's limit: an error for it, the others arrive.
+    let items: Vec<_> = parallel(&service::pipeline("big", serde_json::json!({})).unwrap())
+        .iter()
+        .collect();
+    assert_eq!(items.len(), 4);
+    let errors: Vec<String> = items
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("larger than the worker's message limit"), "{}", errors[0]);
+
+    // A wrong token: refused, naming the cause.
+    let wrong = DistributeOptions {
+        token: Some("guess".into()),
+        timeout: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let items: Vec<_> = service::pipeline::<Tensor>("slow", serde_json::json!({"n": 2}))
+        .unwrap()
+        .apply(service::distribute_with(ProcessingMode::ParallelEpochs, &target, wrong))
+        .unwrap()
+        .iter()
+        .collect();
+    assert_eq!(items.len(), 1);
+    let e = items[0].as_ref().unwrap_err().to_string();
+    assert!(e.contains("tokens differ"), "{e}");
+
+    // And the servers still serve.
+    let ok: Vec<Tensor> = parallel(
+        &service::pipeline("slow", serde_json::json!({"n": 5, "ms": 0})).unwrap(),
+    )
+    .iter()
+    .collect::<Result<_, _>>()
+    .unwrap();
+    let mut v = ints(&ok);
+    v.sort();
+    assert_eq!(v, vec![0, 1, 2, 3, 4]);
+
+    // register_dataset / from_dataset_id: the same pipeline and parameters, the same id;
+    // an unknown id or another element type is an error.
+    let five = service::pipeline::<Tensor>("slow", serde_json::json!({"n": 5, "ms": 0})).unwrap();
+    let id = service::register_dataset_with(&target, &five, &options(&stats)).unwrap();
+    assert_eq!(
+        service::register_dataset_with(&target, &five, &options(&stats)).unwrap(),
+        id
+    );
+    let by_id = service::from_dataset_id_with::<Tensor>(
+        ProcessingMode::DistributedEpoch,
+        &target,
+        id,
+        options(&stats),
+    )
+    .unwrap();
+    let mut v = ints(&by_id.iter().collect::<Result<Vec<_>, _>>().unwrap());
+    v.sort();
+    assert_eq!(v, vec![0, 1, 2, 3, 4]);
+    let e = service::from_dataset_id_with::<Tensor>(
+        ProcessingMode::DistributedEpoch,
+        &target,
+        id + 1000,
+        options(&stats),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no dataset with id"), "{e}");
+    let e = service::from_dataset_id_with::<(Tensor, Tensor)>(
+        ProcessingMode::DistributedEpoch,
+        &target,
+        id,
+        options(&stats),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("yields"), "{e}");
+}
