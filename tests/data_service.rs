@@ -120,7 +120,10 @@ fn worker(dispatcher_port: u16, port: u16, max_element_bytes: Option<usize>) -> 
 fn worker_child() {
     register_pipelines();
     let mut config = service::WorkerConfig::new(&std::env::var("FF_TEST_DISPATCHER").unwrap());
-    config.port = std::env::var("FF_TEST_WORKER_PORT").unwrap().parse().unwrap();
+    config.port = std::env::var("FF_TEST_WORKER_PORT")
+        .unwrap()
+        .parse()
+        .unwrap();
     if let Ok(m) = std::env::var("FF_TEST_MAX_ELEMENT") {
         config.max_element_bytes = m.parse().unwrap();
     }
@@ -150,7 +153,10 @@ fn mnist_through_two_workers_distributed_once_and_parallel_twice() {
     register_pipelines();
     let dport = free_port();
     let _d = dispatcher(dport, None);
-    let _w = [worker(dport, free_port(), None), worker(dport, free_port(), None)];
+    let _w = [
+        worker(dport, free_port(), None),
+        worker(dport, free_port(), None),
+    ];
     let target = format!("grpc://127.0.0.1:{dport}");
     let (x, y) = ferroflow::data::idx::load_mnist_pixels(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/mnist"),
@@ -158,8 +164,9 @@ fn mnist_through_two_workers_distributed_once_and_parallel_twice() {
     )
     .unwrap();
     let (pixels, labels) = (x.to_vec::<u8>().unwrap(), y.to_vec::<i64>().unwrap());
-    let local = service::pipeline::<(Tensor, Tensor, Tensor)>("mnist_indexed", serde_json::json!({}))
-        .unwrap();
+    let local =
+        service::pipeline::<(Tensor, Tensor, Tensor)>("mnist_indexed", serde_json::json!({}))
+            .unwrap();
     for (mode, copies) in [
         (ProcessingMode::DistributedEpoch, 1),
         (ProcessingMode::ParallelEpochs, 2),
@@ -173,7 +180,10 @@ fn mnist_through_two_workers_distributed_once_and_parallel_twice() {
             let (i, image, label) = element.unwrap();
             let i = i.item::<i64>().unwrap() as usize;
             seen[i] += 1;
-            assert_eq!(image.to_vec::<u8>().unwrap(), &pixels[i * 784..(i + 1) * 784]);
+            assert_eq!(
+                image.to_vec::<u8>().unwrap(),
+                &pixels[i * 784..(i + 1) * 784]
+            );
             assert_eq!(label.item::<i64>().unwrap(), labels[i]);
         }
         assert!(
@@ -220,7 +230,10 @@ fn a_worker_killed_mid_epoch_loses_only_what_it_held_and_comes_back() {
         if got.len() == 100 {
             b.take().unwrap().kill();
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "the epoch never ended");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the epoch never ended"
+        );
     }
     assert!(b.is_none(), "the epoch ended before the kill");
     let mut ids = ints(&got);
@@ -229,7 +242,10 @@ fn a_worker_killed_mid_epoch_loses_only_what_it_held_and_comes_back() {
     assert_eq!(ids.len(), got.len(), "an element arrived twice");
     let lost = stats.lost_workers();
     assert_eq!(lost, vec![format!("127.0.0.1:{port_b}")], "{stats}");
-    assert!(stats.lost_elements() > 0 && stats.lost_elements() < 100, "{stats}");
+    assert!(
+        stats.lost_elements() > 0 && stats.lost_elements() < 100,
+        "{stats}"
+    );
     assert_eq!(got.len() as u64 + stats.lost_elements(), n, "{stats}");
     println!("{stats}");
 
@@ -246,19 +262,25 @@ fn a_worker_killed_mid_epoch_loses_only_what_it_held_and_comes_back() {
         .unwrap();
     assert_eq!(again.iter().count(), 100);
     let by_worker = stats.elements_by_worker();
-    assert_eq!(by_worker.get(&format!("127.0.0.1:{port_b}")), Some(&50), "{by_worker:?}");
+    assert_eq!(
+        by_worker.get(&format!("127.0.0.1:{port_b}")),
+        Some(&50),
+        "{by_worker:?}"
+    );
 }
 
 #[test]
-fn a_restarted_dispatcher_resumes_the_job_in_fault_tolerant_mode_and_fails_it_clearly_without()
-{
+fn a_restarted_dispatcher_resumes_the_job_in_fault_tolerant_mode_and_fails_it_clearly_without() {
     register_pipelines();
     for fault_tolerant in [true, false] {
         let work_dir = tempfile::tempdir().unwrap();
         let work_dir = fault_tolerant.then_some(work_dir.path());
         let dport = free_port();
         let d = dispatcher(dport, work_dir);
-        let _w = [worker(dport, free_port(), None), worker(dport, free_port(), None)];
+        let _w = [
+            worker(dport, free_port(), None),
+            worker(dport, free_port(), None),
+        ];
         let target = format!("grpc://127.0.0.1:{dport}");
         let n = 400;
         let stats = ServiceStats::default();
@@ -284,7 +306,10 @@ fn a_restarted_dispatcher_resumes_the_job_in_fault_tolerant_mode_and_fails_it_cl
                 std::thread::sleep(Duration::from_millis(300));
                 restarted = Some(dispatcher(dport, work_dir));
             }
-            assert!(start.elapsed() < Duration::from_secs(120), "the epoch never ended");
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "the epoch never ended"
+            );
         }
         assert!(restarted.is_some(), "the epoch ended before the restart");
         let mut ids = ints(&got);
@@ -327,25 +352,37 @@ fn bad_input_is_a_clear_error_and_the_servers_keep_serving() {
 
     // Names and parameters the trainer can check itself.
     let e = service::pipeline::<Tensor>("no_such", serde_json::json!({})).unwrap_err();
-    assert!(e.to_string().contains("no pipeline named \"no_such\""), "{e}");
+    assert!(
+        e.to_string().contains("no pipeline named \"no_such\""),
+        "{e}"
+    );
     let e = service::pipeline::<Tensor>("slow", serde_json::json!({"n": "ten"})).unwrap_err();
     assert!(e.to_string().contains("needs an integer n"), "{e}");
     let e = service::pipeline::<(Tensor, Tensor)>("slow", serde_json::json!({"n": 1})).unwrap_err();
     assert!(e.to_string().contains("yields"), "{e}");
     let e = Dataset::range(0, 3, 1)
-        .apply(service::distribute(ProcessingMode::ParallelEpochs, &target, None))
+        .apply(service::distribute(
+            ProcessingMode::ParallelEpochs,
+            &target,
+            None,
+        ))
         .unwrap_err();
     assert!(e.to_string().contains("not a registered pipeline"), "{e}");
     let e = service::pipeline::<Tensor>("slow", serde_json::json!({"n": 1}))
         .unwrap()
-        .apply(service::distribute(ProcessingMode::ParallelEpochs, "localhost", None))
+        .apply(service::distribute(
+            ProcessingMode::ParallelEpochs,
+            "localhost",
+            None,
+        ))
         .unwrap_err();
     assert!(e.to_string().contains("grpc://host:port"), "{e}");
 
     // A pipeline the worker lacks: one error naming it, then the job ends.
-    let items: Vec<_> = parallel(&service::pipeline("trainer_only", serde_json::json!({})).unwrap())
-        .iter()
-        .collect();
+    let items: Vec<_> =
+        parallel(&service::pipeline("trainer_only", serde_json::json!({})).unwrap())
+            .iter()
+            .collect();
     assert_eq!(items.len(), 1, "{items:?}");
     let e = items[0].as_ref().unwrap_err().to_string();
     assert!(e.contains("no pipeline named \"trainer_only\""), "{e}");
@@ -360,7 +397,11 @@ fn bad_input_is_a_clear_error_and_the_servers_keep_serving() {
         .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
         .collect();
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].contains("larger than the worker's message limit"), "{}", errors[0]);
+    assert!(
+        errors[0].contains("larger than the worker's message limit"),
+        "{}",
+        errors[0]
+    );
 
     // A wrong token: refused, naming the cause.
     let wrong = DistributeOptions {
@@ -370,7 +411,11 @@ fn bad_input_is_a_clear_error_and_the_servers_keep_serving() {
     };
     let items: Vec<_> = service::pipeline::<Tensor>("slow", serde_json::json!({"n": 2}))
         .unwrap()
-        .apply(service::distribute_with(ProcessingMode::ParallelEpochs, &target, wrong))
+        .apply(service::distribute_with(
+            ProcessingMode::ParallelEpochs,
+            &target,
+            wrong,
+        ))
         .unwrap()
         .iter()
         .collect();
@@ -379,12 +424,11 @@ fn bad_input_is_a_clear_error_and_the_servers_keep_serving() {
     assert!(e.contains("tokens differ"), "{e}");
 
     // And the servers still serve.
-    let ok: Vec<Tensor> = parallel(
-        &service::pipeline("slow", serde_json::json!({"n": 5, "ms": 0})).unwrap(),
-    )
-    .iter()
-    .collect::<Result<_, _>>()
-    .unwrap();
+    let ok: Vec<Tensor> =
+        parallel(&service::pipeline("slow", serde_json::json!({"n": 5, "ms": 0})).unwrap())
+            .iter()
+            .collect::<Result<_, _>>()
+            .unwrap();
     let mut v = ints(&ok);
     v.sort();
     assert_eq!(v, vec![0, 1, 2, 3, 4]);

@@ -54,8 +54,8 @@ pub use launch::{
 pub use mpi_env::MpiLaunch;
 pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
 pub use server::{
-    token_from_env, Connector, DeferredHandler, Delivery, Handler, Mailbox, Peer, Pending, PendingCall, Reply,
-    TaskServer, TokenCheck, MAX_MESSAGE_BYTES, TOKEN_KEY,
+    token_from_env, Connector, DeferredHandler, Delivery, Handler, Mailbox, Peer, Pending,
+    PendingCall, Reply, TaskServer, TokenCheck, MAX_MESSAGE_BYTES, TOKEN_KEY,
 };
 pub use slurm::{expand_hostlist, SlurmClusterResolver};
 pub use spec::{check_address, ClusterSpec, TaskId};

@@ -219,7 +219,18 @@ fn parse(args: &[String]) -> Result<(LaunchSpec, Option<Duration>), String> {
     Ok((spec, timeout))
 }
 
+/// Without the `data-service` feature: an error naming it.
+#[cfg(not(feature = "data-service"))]
+fn data_service(_args: &[String]) -> ExitCode {
+    eprintln!(
+        "ferroflow data-service: this build has no tf.data service; rebuild with \
+         `--features data-service` (work in progress, issue #25)"
+    );
+    ExitCode::from(2)
+}
+
 /// `ferroflow data-service dispatcher|worker [flags]`: serves until killed.
+#[cfg(feature = "data-service")]
 fn data_service(args: &[String]) -> ExitCode {
     use ferroflow::data::service;
     let fail = |e: String| {
@@ -267,7 +278,10 @@ fn data_service(args: &[String]) -> ExitCode {
                 ..Default::default()
             });
             d.start().map(|()| {
-                println!("ferroflow data-service dispatcher: started on {}", d.target());
+                println!(
+                    "ferroflow data-service dispatcher: started on {}",
+                    d.target()
+                );
                 d.join();
             })
         }

@@ -299,7 +299,12 @@ pub fn from_dataset_id_with<T: Structure>(
             ),
         ));
     }
-    Ok(service_dataset(mode, address, Source::Id(dataset_id), options))
+    Ok(service_dataset(
+        mode,
+        address,
+        Source::Id(dataset_id),
+        options,
+    ))
 }
 
 #[derive(Clone)]
@@ -470,7 +475,10 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
     };
     while !shared.stop.load(Ordering::Relaxed) {
         let reply = dispatcher
-            .call(CLIENT_HEARTBEAT, to_bytes(&ClientHeartbeatRequest { job_id }))
+            .call(
+                CLIENT_HEARTBEAT,
+                to_bytes(&ClientHeartbeatRequest { job_id }),
+            )
             .and_then(|r| from_bytes::<ClientHeartbeatReply>("ClientHeartbeat reply", &r));
         let hb = match reply {
             Ok(hb) => hb,
@@ -492,7 +500,7 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
                 }
             }
         });
-        for t in hb.tasks.iter().filter(|t| t.state == TaskState::Running) {
+        for t in hb.tasks.iter().filter(|t| t.state != TaskState::Lost) {
             if readers.contains_key(&t.task_id) {
                 continue;
             }
@@ -596,7 +604,9 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
             ElementKind::ElementError(msg) => Err(remote(&task.worker_address, msg)),
             ElementKind::TaskError(msg) => {
                 // Every request in flight tells the same: pass it on once.
-                let _ = shared.tx.send(Item::Element(Err(remote(&task.worker_address, msg))));
+                let _ = shared
+                    .tx
+                    .send(Item::Element(Err(remote(&task.worker_address, msg))));
                 drain(&mut in_flight, &shared.permits);
                 break;
             }

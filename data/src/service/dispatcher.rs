@@ -629,11 +629,26 @@ impl DispatchServer {
                 Ok(to_bytes(&f(&d, request)?))
             });
         }
-        serve(&server, &dispatcher, REGISTER_DATASET, Dispatcher::register_dataset);
+        serve(
+            &server,
+            &dispatcher,
+            REGISTER_DATASET,
+            Dispatcher::register_dataset,
+        );
         serve(&server, &dispatcher, GET_DATASET, Dispatcher::dataset);
         serve(&server, &dispatcher, CREATE_JOB, Dispatcher::create_job);
-        serve(&server, &dispatcher, CLIENT_HEARTBEAT, Dispatcher::client_heartbeat);
-        serve(&server, &dispatcher, WORKER_HEARTBEAT, Dispatcher::worker_heartbeat);
+        serve(
+            &server,
+            &dispatcher,
+            CLIENT_HEARTBEAT,
+            Dispatcher::client_heartbeat,
+        );
+        serve(
+            &server,
+            &dispatcher,
+            WORKER_HEARTBEAT,
+            Dispatcher::worker_heartbeat,
+        );
         serve(&server, &dispatcher, GET_SPLIT, Dispatcher::get_split);
         let stop_sweeper = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sweeper = {
@@ -730,7 +745,10 @@ mod tests {
             j.append(&Record::TaskFinished { id: 9 }).unwrap();
         }
         let path = dir.path().join("dispatcher.journal");
-        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
         f.write_all(b"0000abcd {\"Task").unwrap();
         drop(f);
         let (mut j, records) = Journal::open(dir.path()).unwrap();
@@ -748,7 +766,7 @@ mod tests {
     fn splits_cover_the_source_once() {
         for n in [1u64, 7, 255, 256, 257, 60_000, 10_000_000] {
             let s = split_size(n);
-            assert!(s >= 1 && s <= 4096 && n.div_ceil(s) <= 256.max(n.div_ceil(4096)));
+            assert!((1..=4096).contains(&s) && n.div_ceil(s) <= 256.max(n.div_ceil(4096)));
         }
     }
 }

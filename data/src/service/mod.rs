@@ -57,8 +57,7 @@ mod worker;
 
 pub use consumer::{
     distribute, distribute_with, from_dataset_id, from_dataset_id_with, register_dataset,
-    register_dataset_with,
-    DistributeOptions, ServiceStats,
+    register_dataset_with, DistributeOptions, ServiceStats,
 };
 pub use dispatcher::{DispatchServer, DispatcherConfig, StopHandle};
 pub use registry::{pipeline, register_builtin_pipelines, register_pipeline, registered_pipelines};

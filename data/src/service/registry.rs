@@ -50,9 +50,8 @@ where
 {
     let typed: Typed<T> = Arc::new(build);
     let inner = typed.clone();
-    let encoded: Encoded = Arc::new(move |params| {
-        Ok(inner(params)?.map(|element: T| encode_element(&element)))
-    });
+    let encoded: Encoded =
+        Arc::new(move |params| Ok(inner(params)?.map(|element: T| encode_element(&element))));
     registry()
         .write()
         .unwrap_or_else(|e| e.into_inner())
@@ -143,7 +142,10 @@ pub(crate) fn build_encoded(def: &super::protocol::DatasetDef) -> Result<Dataset
     let params: serde_json::Value = serde_json::from_str(&def.params).map_err(|e| {
         Error::invalid(
             "tf.data service",
-            format!("the parameters of pipeline {:?} are not JSON: {e}", def.pipeline),
+            format!(
+                "the parameters of pipeline {:?} are not JSON: {e}",
+                def.pipeline
+            ),
         )
     })?;
     encoded(&params)
@@ -198,8 +200,10 @@ pub fn register_builtin_pipelines() {
                 }),
             }
         };
-        let (x, y) =
-            crate::idx::load_mnist_pixels(text("dir", "datasets/mnist")?, &text("split", "train")?)?;
+        let (x, y) = crate::idx::load_mnist_pixels(
+            text("dir", "datasets/mnist")?,
+            &text("split", "train")?,
+        )?;
         let ds = Dataset::from_tensor_slices((x, y))?;
         match int(p, "batch_size", Some(0))? {
             0 => Ok(ds),

@@ -72,6 +72,8 @@ struct TaskRun {
     queue: Mutex<Queue>,
     changed: Condvar,
     stop: AtomicBool,
+    /// A consumer has been told the end: the task is finished.
+    end_told: AtomicBool,
 }
 
 #[derive(Default)]
@@ -120,6 +122,7 @@ impl TaskRun {
                     None => ElementKind::End,
                     Some(msg) => ElementKind::TaskError(msg.clone()),
                 };
+                self.end_told.store(true, Ordering::Relaxed);
                 return (header_only(kind), true);
             }
             let Some(left) = end.checked_duration_since(Instant::now()) else {
@@ -192,9 +195,8 @@ impl Worker {
                     task_id: def.task_id,
                     read: read.clone(),
                 });
-                match with_split_provider(provider, || {
-                    super::registry::build_encoded(&def.dataset)
-                }) {
+                match with_split_provider(provider, || super::registry::build_encoded(&def.dataset))
+                {
                     (Ok(_), claimed) if claimed != 1 => Err(Error::invalid(
                         "tf.data service",
                         format!(
@@ -239,22 +241,20 @@ impl Worker {
                         },
                         &bytes,
                     ),
-                    Compression::Snappy => {
-                        match snap::raw::Encoder::new().compress_vec(&bytes) {
-                            Ok(c) => frame(
-                                &ElementHeader {
-                                    kind: ElementKind::Element,
-                                    compressed: true,
-                                    source_read,
-                                },
-                                &c,
-                            ),
-                            Err(e) => header_with(
-                                ElementKind::ElementError(format!("cannot compress: {e}")),
+                    Compression::Snappy => match snap::raw::Encoder::new().compress_vec(&bytes) {
+                        Ok(c) => frame(
+                            &ElementHeader {
+                                kind: ElementKind::Element,
+                                compressed: true,
                                 source_read,
-                            ),
-                        }
-                    }
+                            },
+                            &c,
+                        ),
+                        Err(e) => header_with(
+                            ElementKind::ElementError(format!("cannot compress: {e}")),
+                            source_read,
+                        ),
+                    },
                 },
                 Err(e) => header_with(ElementKind::ElementError(e.to_string()), source_read),
             };
@@ -272,8 +272,7 @@ impl Worker {
             let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
             let mut done = self.finished.lock().unwrap_or_else(|e| e.into_inner());
             for (id, run) in tasks.iter() {
-                let q = run.queue.lock().unwrap_or_else(|e| e.into_inner());
-                if q.ended.is_some() && q.ready.is_empty() {
+                if run.end_told.load(Ordering::Relaxed) {
                     done.insert(*id);
                 }
             }
@@ -309,6 +308,7 @@ impl Worker {
                 queue: Mutex::default(),
                 changed: Condvar::new(),
                 stop: AtomicBool::new(false),
+                end_told: AtomicBool::new(false),
             });
             tasks.insert(def.task_id, run.clone());
             let me = self.clone();
