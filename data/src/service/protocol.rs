@@ -158,29 +158,31 @@ pub(crate) fn from_bytes<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Resul
         .map_err(|e| Error::format("tf.data service", format!("malformed {what}: {e}")))
 }
 
-/// A `GetElement` reply: `u32` header length, the header, the element's bytes.
-pub(crate) fn frame(header: &ElementHeader, body: &[u8]) -> Bytes {
+/// A `GetElement` reply: the element's bytes, the header, the header's length as a `u32`
+/// (a trailer, so the element's own buffer takes it without a copy).
+pub(crate) fn frame(header: &ElementHeader, mut body: Vec<u8>) -> Bytes {
     let h = serde_json::to_vec(header).unwrap_or_default();
-    let mut out = Vec::with_capacity(4 + h.len() + body.len());
-    out.extend_from_slice(&(h.len() as u32).to_le_bytes());
-    out.extend_from_slice(&h);
-    out.extend_from_slice(body);
-    Bytes::from(out)
+    body.reserve(h.len() + 4);
+    body.extend_from_slice(&h);
+    body.extend_from_slice(&(h.len() as u32).to_le_bytes());
+    Bytes::from(body)
 }
 
 /// The header and the body of a framed reply.
 pub(crate) fn unframe(bytes: &Bytes) -> Result<(ElementHeader, Bytes)> {
     let bad = |msg: String| Error::format("tf.data service", format!("malformed element: {msg}"));
-    let len = bytes
-        .get(..4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    let n = bytes.len();
+    let len = n
+        .checked_sub(4)
+        .map(|at| {
+            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize
+        })
         .ok_or_else(|| bad("shorter than its header length".into()))?;
-    let end = 4usize
-        .checked_add(len)
-        .filter(|&e| e <= bytes.len())
-        .ok_or_else(|| bad(format!("a header of {len} bytes in {} bytes", bytes.len())))?;
-    let header = from_bytes("element header", &bytes[4..end])?;
-    Ok((header, bytes.slice(end..)))
+    let start = (n - 4)
+        .checked_sub(len)
+        .ok_or_else(|| bad(format!("a header of {len} bytes in {n} bytes")))?;
+    let header = from_bytes("element header", &bytes[start..n - 4])?;
+    Ok((header, bytes.slice(..start)))
 }
 
 #[cfg(test)]
@@ -194,12 +196,12 @@ mod tests {
             compressed: true,
             source_read: 7,
         };
-        let f = frame(&h, b"body");
+        let f = frame(&h, b"body".to_vec());
         let (back, body) = unframe(&f).unwrap();
         assert_eq!(back.kind, h.kind);
         assert_eq!((back.compressed, back.source_read), (true, 7));
         assert_eq!(&body[..], b"body");
         assert!(unframe(&f.slice(..6)).is_err());
-        assert!(unframe(&Bytes::from_static(b"\xff\xff\xff\xff{}")).is_err());
+        assert!(unframe(&Bytes::from_static(b"{}\xff\xff\xff\xff")).is_err());
     }
 }

@@ -107,15 +107,15 @@ impl TaskRun {
         self.changed.notify_all();
     }
 
-    /// The next reply for a consumer, waiting up to `wait`; `finished` is set when this
-    /// reply tells the end.
-    fn take(&self, wait: Duration) -> (Bytes, bool) {
+    /// The next reply for a consumer, waiting up to `wait` (telling the end marks the task
+    /// finished).
+    fn take(&self, wait: Duration) -> Bytes {
         let end = Instant::now() + wait;
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(r) = q.ready.pop_front() {
                 self.changed.notify_all();
-                return (r, false);
+                return r;
             }
             if let Some(error) = &q.ended {
                 let kind = match error {
@@ -123,10 +123,10 @@ impl TaskRun {
                     Some(msg) => ElementKind::TaskError(msg.clone()),
                 };
                 self.end_told.store(true, Ordering::Relaxed);
-                return (header_only(kind), true);
+                return header_only(kind);
             }
             let Some(left) = end.checked_duration_since(Instant::now()) else {
-                return (header_only(ElementKind::NotReady), false);
+                return header_only(ElementKind::NotReady);
             };
             q = self
                 .changed
@@ -138,14 +138,7 @@ impl TaskRun {
 }
 
 fn header_only(kind: ElementKind) -> Bytes {
-    frame(
-        &ElementHeader {
-            kind,
-            compressed: false,
-            source_read: 0,
-        },
-        &[],
-    )
+    header_with(kind, 0)
 }
 
 struct Worker {
@@ -239,7 +232,7 @@ impl Worker {
                             compressed: false,
                             source_read,
                         },
-                        &bytes,
+                        bytes,
                     ),
                     Compression::Snappy => match snap::raw::Encoder::new().compress_vec(&bytes) {
                         Ok(c) => frame(
@@ -248,7 +241,7 @@ impl Worker {
                                 compressed: true,
                                 source_read,
                             },
-                            &c,
+                            c,
                         ),
                         Err(e) => header_with(
                             ElementKind::ElementError(format!("cannot compress: {e}")),
@@ -331,8 +324,7 @@ impl Worker {
         let Some(run) = run else {
             return Ok(header_only(ElementKind::UnknownTask));
         };
-        let (reply, _) = run.take(Duration::from_millis(250));
-        Ok(reply)
+        Ok(run.take(Duration::from_millis(250)))
     }
 }
 
@@ -343,7 +335,7 @@ fn header_with(kind: ElementKind, source_read: u64) -> Bytes {
             compressed: false,
             source_read,
         },
-        &[],
+        Vec::new(),
     )
 }
 
