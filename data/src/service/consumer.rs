@@ -556,6 +556,9 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
     });
     let mut in_flight = VecDeque::new();
     let mut ending = false;
+    // The dispatcher lists a task before its worker's next heartbeat tells the worker of
+    // it: until the worker answers for it once, "no such task" means "not yet".
+    let (started, mut known) = (Instant::now(), false);
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             break;
@@ -589,11 +592,16 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
                 continue;
             }
         };
+        known |= header.kind != ElementKind::UnknownTask;
         let item = match header.kind {
             ElementKind::Element => decode(&body, header.compressed, &task.worker_address),
             ElementKind::NotReady => continue,
             ElementKind::End => {
                 ending = true;
+                continue;
+            }
+            ElementKind::UnknownTask if !known && started.elapsed() < shared.timeout => {
+                std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
             ElementKind::UnknownTask => {
