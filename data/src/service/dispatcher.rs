@@ -103,11 +103,16 @@ struct Task {
     worker: String,
     state: TaskState,
     split_elements: u64,
+    /// The splits handed to this task, in order: a worker that asks again for one it was
+    /// given (its reply lost with a dispatcher that died) gets the same one.
+    splits: Vec<(u64, u64)>,
 }
 
 struct Worker {
     last_seen: Instant,
     alive: bool,
+    /// The process behind the address (0: not yet heard from since a journal replay).
+    incarnation: u64,
 }
 
 #[derive(Default)]
@@ -160,6 +165,7 @@ impl State {
                 self.workers.entry(worker.clone()).or_insert(Worker {
                     last_seen: Instant::now(),
                     alive: true,
+                    incarnation: 0,
                 });
                 self.tasks.insert(
                     id,
@@ -168,6 +174,7 @@ impl State {
                         worker,
                         state: TaskState::Running,
                         split_elements: 0,
+                        splits: vec![],
                     },
                 );
                 self.next_id = self.next_id.max(id);
@@ -192,7 +199,7 @@ impl State {
             Record::Split {
                 job_id,
                 task_id,
-                start: _,
+                start,
                 end,
                 num_elements,
             } => {
@@ -202,6 +209,7 @@ impl State {
                     job.next_split = job.next_split.max(end);
                     if let Some(t) = self.tasks.get_mut(&task_id) {
                         t.split_elements += given;
+                        t.splits.push((start, end));
                     }
                 }
             }
@@ -436,12 +444,28 @@ impl Dispatcher {
     fn worker_heartbeat(&self, r: WorkerHeartbeatRequest) -> Result<WorkerHeartbeatReply> {
         let mut s = self.lock();
         let address = r.worker_address;
+        // A worker restarted at the same address before the timeout noticed: what the
+        // earlier process ran is lost (its consumers stop reading it; the new one joins).
+        let restarted = s
+            .workers
+            .get(&address)
+            .is_some_and(|w| w.incarnation != 0 && w.incarnation != r.incarnation);
+        if restarted {
+            self.commit(
+                &mut s,
+                Record::WorkerLost {
+                    address: address.clone(),
+                },
+            )?;
+        }
         let w = s.workers.entry(address.clone()).or_insert(Worker {
             last_seen: Instant::now(),
             alive: true,
+            incarnation: r.incarnation,
         });
         w.last_seen = Instant::now();
         w.alive = true;
+        w.incarnation = r.incarnation;
         self.sweep(&mut s)?;
         for id in r.finished_tasks {
             let running = s
@@ -515,14 +539,28 @@ impl Dispatcher {
                 r.job_id, r.num_elements
             )));
         }
-        match s.tasks.get(&r.task_id) {
-            Some(t) if t.state == TaskState::Running => {}
+        let given = match s.tasks.get(&r.task_id) {
+            Some(t) if t.state == TaskState::Running => t.splits.len() as u64,
             _ => {
                 return Err(invalid(format!(
                     "task {} is not running (its worker was taken for dead)",
                     r.task_id
                 )))
             }
+        };
+        // Asked again (the reply was lost): the same split.
+        if r.split_index < given {
+            let split = s
+                .tasks
+                .get(&r.task_id)
+                .map(|t| t.splits[r.split_index as usize]);
+            return Ok(GetSplitReply { split });
+        }
+        if r.split_index > given {
+            return Err(invalid(format!(
+                "task {} asks for its split {} but was given {given}",
+                r.task_id, r.split_index
+            )));
         }
         let n = r.num_elements;
         let start = job.next_split;
@@ -760,6 +798,62 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, text.replacen("TaskFinished", "TaskFinishex", 1)).unwrap();
         assert!(Journal::open(dir.path()).is_err());
+    }
+
+    #[test]
+    fn a_split_asked_for_again_is_the_same_split() {
+        let d = Dispatcher {
+            state: Mutex::default(),
+            journal: Mutex::new(None),
+            worker_timeout: Duration::from_secs(60),
+        };
+        let def = DatasetDef {
+            pipeline: "p".into(),
+            params: "{}".into(),
+            element_type: "t".into(),
+        };
+        let dataset_id = d.register_dataset(def).unwrap().dataset_id;
+        d.worker_heartbeat(WorkerHeartbeatRequest {
+            worker_address: "w:1".into(),
+            incarnation: 7,
+            pipelines: vec![],
+            finished_tasks: vec![],
+        })
+        .unwrap();
+        let job_id = d
+            .create_job(CreateJobRequest {
+                dataset_id,
+                mode: ProcessingMode::DistributedEpoch,
+                job_name: None,
+                compression: Compression::None,
+            })
+            .unwrap()
+            .job_id;
+        let task_id = *d.lock().tasks.keys().next().unwrap();
+        let split = |split_index| {
+            d.get_split(GetSplitRequest {
+                job_id,
+                task_id,
+                num_elements: 1000,
+                split_index,
+            })
+            .map(|r| r.split)
+        };
+        let first = split(0).unwrap();
+        assert_eq!(first, Some((0, 4)));
+        assert_eq!(split(0).unwrap(), first);
+        assert!(split(2).unwrap_err().to_string().contains("was given 1"));
+        assert_eq!(split(1).unwrap(), Some((4, 8)));
+        assert_eq!(d.lock().tasks[&task_id].split_elements, 8);
+        // The same address from another process: its tasks are lost.
+        d.worker_heartbeat(WorkerHeartbeatRequest {
+            worker_address: "w:1".into(),
+            incarnation: 8,
+            pipelines: vec![],
+            finished_tasks: vec![],
+        })
+        .unwrap();
+        assert_eq!(d.lock().tasks[&task_id].state, TaskState::Lost);
     }
 
     #[test]

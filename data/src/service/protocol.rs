@@ -85,6 +85,9 @@ pub(crate) struct ClientHeartbeatReply {
 #[derive(Serialize, Deserialize)]
 pub(crate) struct WorkerHeartbeatRequest {
     pub worker_address: String,
+    /// Which start of the worker process this is: another value at the same address is a
+    /// restarted worker, and the tasks the earlier one ran are lost.
+    pub incarnation: u64,
     pub pipelines: Vec<String>,
     pub finished_tasks: Vec<u64>,
 }
@@ -110,6 +113,9 @@ pub(crate) struct GetSplitRequest {
     pub job_id: u64,
     pub task_id: u64,
     pub num_elements: u64,
+    /// Which of the task's splits this is (0, 1, ...): asking again for the same index
+    /// gives the same split, so a worker may retry a call whose reply it lost.
+    pub split_index: u64,
 }
 
 #[derive(Serialize, Deserialize)]

@@ -143,6 +143,8 @@ fn header_only(kind: ElementKind) -> Bytes {
 
 struct Worker {
     address: String,
+    /// This start of the worker (see [`WorkerHeartbeatRequest::incarnation`]).
+    incarnation: u64,
     config: WorkerConfig,
     dispatcher: Peer,
     tasks: Mutex<HashMap<u64, Arc<TaskRun>>>,
@@ -155,19 +157,38 @@ struct DispatcherSplits {
     job_id: u64,
     task_id: u64,
     read: Arc<AtomicU64>,
+    /// Splits received so far (the next request's `split_index`).
+    received: AtomicU64,
+    /// The task (its retries end when it is stopped).
+    run: Arc<TaskRun>,
 }
 
 impl SplitProvider for DispatcherSplits {
+    /// Asks the dispatcher, again while it is unreachable (restarting in fault-tolerant
+    /// mode) for up to the dispatcher timeout: the request names the split by index, so a
+    /// retried one never skips a split.
     fn next_split(&self, num_elements: u64) -> Result<Option<Range<u64>>> {
-        let reply = self.worker.dispatcher.call(
-            GET_SPLIT,
-            to_bytes(&GetSplitRequest {
-                job_id: self.job_id,
-                task_id: self.task_id,
-                num_elements,
-            }),
-        )?;
+        let request = to_bytes(&GetSplitRequest {
+            job_id: self.job_id,
+            task_id: self.task_id,
+            num_elements,
+            split_index: self.received.load(Ordering::Relaxed),
+        });
+        let end = Instant::now() + self.worker.config.dispatcher_timeout;
+        let reply = loop {
+            match self.worker.dispatcher.call(GET_SPLIT, request.clone()) {
+                Err(Error::Unavailable { .. })
+                    if Instant::now() < end && !self.run.stop.load(Ordering::Relaxed) =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                other => break other?,
+            }
+        };
         let reply: GetSplitReply = from_bytes("GetSplit reply", &reply)?;
+        if reply.split.is_some() {
+            self.received.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(reply.split.map(|(a, b)| a..b))
     }
     fn element_read(&self) {
@@ -187,6 +208,8 @@ impl Worker {
                     job_id: def.job_id,
                     task_id: def.task_id,
                     read: read.clone(),
+                    received: AtomicU64::new(0),
+                    run: run.clone(),
                 });
                 match with_split_provider(provider, || super::registry::build_encoded(&def.dataset))
                 {
@@ -275,6 +298,7 @@ impl Worker {
             WORKER_HEARTBEAT,
             to_bytes(&WorkerHeartbeatRequest {
                 worker_address: self.address.clone(),
+                incarnation: self.incarnation,
                 pipelines: super::registry::registered_pipelines(),
                 finished_tasks: finished,
             }),
@@ -326,6 +350,14 @@ impl Worker {
         };
         Ok(run.take(Duration::from_millis(250)))
     }
+}
+
+/// A value that differs between two starts of a worker: the process id and the clock.
+fn incarnation() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (nanos ^ ((std::process::id() as u64) << 32)).max(1)
 }
 
 fn header_with(kind: ElementKind, source_read: u64) -> Bytes {
@@ -392,6 +424,7 @@ impl WorkerServer {
         )?;
         let worker = Arc::new(Worker {
             address,
+            incarnation: incarnation(),
             config: self.config.clone(),
             dispatcher,
             tasks: Mutex::default(),
