@@ -306,15 +306,21 @@ fn dtype_code(d: DType) -> u8 {
 /// the payload of a record in [`cache_file`](crate::Dataset::cache_file) and
 /// [`snapshot`](crate::Dataset::snapshot) files.
 pub fn encode_element<T: Structure>(element: &T) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
+    let tensors = element.flatten();
+    let data: usize = tensors
+        .iter()
+        .map(|t| t.num_elements() * t.dtype().size_in_bytes() + 2 + 8 * t.rank())
+        .sum();
+    let mut out = Vec::with_capacity(data + 64);
     element.spec().encode(&mut out);
-    for t in element.flatten() {
+    for t in tensors {
         out.push(dtype_code(t.dtype()));
         out.push(t.rank() as u8);
         for &d in t.shape() {
             out.extend_from_slice(&(d as u64).to_le_bytes());
         }
-        out.extend_from_slice(&t.to_host()?.to_le_bytes());
+        // The host copy's own bytes where they are the wire's (no second copy).
+        out.extend_from_slice(&t.to_host()?.le_bytes());
     }
     Ok(out)
 }

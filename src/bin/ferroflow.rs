@@ -226,7 +226,7 @@ fn parse(args: &[String]) -> Result<(LaunchSpec, Option<Duration>), String> {
 fn data_service(_args: &[String]) -> ExitCode {
     eprintln!(
         "ferroflow data-service: this build has no tf.data service; rebuild with \
-         `--features data-service` (work in progress, issue #25)"
+         `--features data-service` (a default feature)"
     );
     ExitCode::from(2)
 }

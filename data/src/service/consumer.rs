@@ -536,6 +536,10 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
     let _ = shared.tx.send(Item::End);
 }
 
+/// How many bytes of elements one `GetElement` reply may carry: all the worker has ready,
+/// up to this (a reply per element would cost a round trip per element).
+const REPLY_BYTES: u64 = 4 << 20;
+
 /// Reads task `task`'s elements from its worker until it ends, fails, or the worker dies.
 fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
     let lost = |shared: &Shared<T>| {
@@ -553,13 +557,14 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
     };
     let request = to_bytes(&GetElementRequest {
         task_id: task.task_id,
+        max_bytes: REPLY_BYTES,
     });
     let mut in_flight = VecDeque::new();
     let mut ending = false;
     // The dispatcher lists a task before its worker's next heartbeat tells the worker of
     // it: until the worker answers for it once, "no such task" means "not yet".
     let (started, mut known) = (Instant::now(), false);
-    loop {
+    'reading: loop {
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
@@ -579,7 +584,7 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
         };
         let answer = call.wait();
         shared.permits.give();
-        let (header, body) = match answer.and_then(|b| unframe(&b)) {
+        let frames = match answer.and_then(|b| unframe(&b)) {
             Ok(x) => x,
             Err(Error::Unavailable { .. }) => {
                 lost(&shared);
@@ -592,43 +597,44 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
                 continue;
             }
         };
-        known |= header.kind != ElementKind::UnknownTask;
-        let item = match header.kind {
-            ElementKind::Element => decode(&body, header.compressed, &task.worker_address),
-            ElementKind::NotReady => continue,
-            ElementKind::End => {
-                ending = true;
-                continue;
+        for (header, body) in frames {
+            known |= header.kind != ElementKind::UnknownTask;
+            let item = match header.kind {
+                ElementKind::Element => decode(&body, header.compressed, &task.worker_address),
+                ElementKind::NotReady => continue,
+                ElementKind::End => {
+                    ending = true;
+                    continue;
+                }
+                ElementKind::UnknownTask if !known && started.elapsed() < shared.timeout => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                ElementKind::UnknownTask => {
+                    lost(&shared);
+                    ending = true;
+                    continue;
+                }
+                ElementKind::ElementError(msg) => Err(remote(&task.worker_address, msg)),
+                ElementKind::TaskError(msg) => {
+                    // Every request in flight tells the same: pass it on once.
+                    let _ = shared
+                        .tx
+                        .send(Item::Element(Err(remote(&task.worker_address, msg))));
+                    break 'reading;
+                }
+            };
+            if item.is_ok() {
+                shared.stats.with(|s| {
+                    s.elements += 1;
+                    let t = s.tasks.entry(task.task_id).or_default();
+                    t.elements += 1;
+                    t.source_read = t.source_read.max(header.source_read);
+                });
             }
-            ElementKind::UnknownTask if !known && started.elapsed() < shared.timeout => {
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
+            if shared.tx.send(Item::Element(item)).is_err() {
+                break 'reading;
             }
-            ElementKind::UnknownTask => {
-                lost(&shared);
-                ending = true;
-                continue;
-            }
-            ElementKind::ElementError(msg) => Err(remote(&task.worker_address, msg)),
-            ElementKind::TaskError(msg) => {
-                // Every request in flight tells the same: pass it on once.
-                let _ = shared
-                    .tx
-                    .send(Item::Element(Err(remote(&task.worker_address, msg))));
-                drain(&mut in_flight, &shared.permits);
-                break;
-            }
-        };
-        if item.is_ok() {
-            shared.stats.with(|s| {
-                s.elements += 1;
-                let t = s.tasks.entry(task.task_id).or_default();
-                t.elements += 1;
-                t.source_read = t.source_read.max(header.source_read);
-            });
-        }
-        if shared.tx.send(Item::Element(item)).is_err() {
-            break;
         }
     }
     drain(&mut in_flight, &shared.permits);

@@ -126,6 +126,8 @@ pub(crate) struct GetSplitReply {
 #[derive(Serialize, Deserialize)]
 pub(crate) struct GetElementRequest {
     pub task_id: u64,
+    /// The reply carries every ready element up to about this many bytes (at least one).
+    pub max_bytes: u64,
 }
 
 /// What a `GetElement` reply carries.
@@ -164,31 +166,76 @@ pub(crate) fn from_bytes<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Resul
         .map_err(|e| Error::format("tf.data service", format!("malformed {what}: {e}")))
 }
 
-/// A `GetElement` reply: the element's bytes, the header, the header's length as a `u32`
-/// (a trailer, so the element's own buffer takes it without a copy).
-pub(crate) fn frame(header: &ElementHeader, mut body: Vec<u8>) -> Bytes {
-    let h = serde_json::to_vec(header).unwrap_or_default();
-    body.reserve(h.len() + 4);
-    body.extend_from_slice(&h);
-    body.extend_from_slice(&(h.len() as u32).to_le_bytes());
-    Bytes::from(body)
+/// A `GetElement` reply: one or more framed elements, each its bytes, its header, and the
+/// header's length as a `u32` (a trailer, so the first element's own buffer takes the
+/// reply without a copy), with the body's length in front of that: `body | header |
+/// body_len: u64 | header_len: u32`, read from the end.
+pub(crate) struct Frames(Vec<u8>);
+
+impl Frames {
+    /// A reply whose first element is `body` (its buffer becomes the reply's).
+    pub fn new(header: &ElementHeader, body: Vec<u8>) -> Frames {
+        let mut f = Frames(body);
+        let len = f.0.len();
+        f.trail(header, len);
+        f
+    }
+
+    /// Appends another element.
+    pub fn push(&mut self, header: &ElementHeader, body: &[u8]) {
+        self.0.extend_from_slice(body);
+        self.trail(header, body.len());
+    }
+
+    fn trail(&mut self, header: &ElementHeader, body_len: usize) {
+        let h = serde_json::to_vec(header).unwrap_or_default();
+        self.0.extend_from_slice(&h);
+        self.0.extend_from_slice(&(body_len as u64).to_le_bytes());
+        self.0.extend_from_slice(&(h.len() as u32).to_le_bytes());
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        Bytes::from(self.0)
+    }
 }
 
-/// The header and the body of a framed reply.
-pub(crate) fn unframe(bytes: &Bytes) -> Result<(ElementHeader, Bytes)> {
+/// A reply of one element.
+pub(crate) fn frame(header: &ElementHeader, body: Vec<u8>) -> Bytes {
+    Frames::new(header, body).into_bytes()
+}
+
+/// The elements of a framed reply, in order: each header with its body (a view into
+/// `bytes`, not a copy).
+pub(crate) fn unframe(bytes: &Bytes) -> Result<Vec<(ElementHeader, Bytes)>> {
     let bad = |msg: String| Error::format("tf.data service", format!("malformed element: {msg}"));
-    let n = bytes.len();
-    let len = n
-        .checked_sub(4)
-        .map(|at| {
-            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize
-        })
-        .ok_or_else(|| bad("shorter than its header length".into()))?;
-    let start = (n - 4)
-        .checked_sub(len)
-        .ok_or_else(|| bad(format!("a header of {len} bytes in {n} bytes")))?;
-    let header = from_bytes("element header", &bytes[start..n - 4])?;
-    Ok((header, bytes.slice(..start)))
+    let word = |at: usize, n: usize| -> u64 {
+        let mut w = [0u8; 8];
+        w[..n].copy_from_slice(&bytes[at..at + n]);
+        u64::from_le_bytes(w)
+    };
+    let mut out = vec![];
+    let mut end = bytes.len();
+    while end > 0 {
+        let (header_len, body_len) = match end.checked_sub(12) {
+            Some(at) => (word(at + 8, 4) as usize, word(at, 8)),
+            None => return Err(bad(format!("{end} bytes cannot hold a frame's trailer"))),
+        };
+        let header_at = (end - 12)
+            .checked_sub(header_len)
+            .ok_or_else(|| bad(format!("a header of {header_len} bytes in {end} bytes")))?;
+        let body_at = usize::try_from(body_len)
+            .ok()
+            .and_then(|b| header_at.checked_sub(b))
+            .ok_or_else(|| bad(format!("a body of {body_len} bytes in {header_at} bytes")))?;
+        let header = from_bytes("element header", &bytes[header_at..end - 12])?;
+        out.push((header, bytes.slice(body_at..header_at)));
+        end = body_at;
+    }
+    if out.is_empty() {
+        return Err(bad("an empty reply".into()));
+    }
+    out.reverse();
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -196,18 +243,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_frame_round_trips_and_a_truncated_one_is_an_error() {
-        let h = ElementHeader {
-            kind: ElementKind::ElementError("bad row".into()),
+    fn frames_round_trip_and_a_truncated_one_is_an_error() {
+        let h = |kind: ElementKind, source_read| ElementHeader {
+            kind,
             compressed: true,
-            source_read: 7,
+            source_read,
         };
-        let f = frame(&h, b"body".to_vec());
-        let (back, body) = unframe(&f).unwrap();
-        assert_eq!(back.kind, h.kind);
-        assert_eq!((back.compressed, back.source_read), (true, 7));
-        assert_eq!(&body[..], b"body");
-        assert!(unframe(&f.slice(..6)).is_err());
-        assert!(unframe(&Bytes::from_static(b"{}\xff\xff\xff\xff")).is_err());
+        let mut f = Frames::new(
+            &h(ElementKind::ElementError("bad row".into()), 7),
+            b"body".to_vec(),
+        );
+        f.push(&h(ElementKind::Element, 8), b"");
+        f.push(&h(ElementKind::Element, 9), b"third");
+        let f = f.into_bytes();
+        let back = unframe(&f).unwrap();
+        assert_eq!(back.len(), 3);
+        assert_eq!(back[0].0.kind, ElementKind::ElementError("bad row".into()));
+        assert_eq!((back[0].0.compressed, back[0].0.source_read), (true, 7));
+        assert_eq!(&back[0].1[..], b"body");
+        assert_eq!((&back[1].1[..], back[1].0.source_read), (&b""[..], 8));
+        assert_eq!((&back[2].1[..], back[2].0.source_read), (&b"third"[..], 9));
+        for cut in [1, 6, 12, f.len() - 1] {
+            assert!(unframe(&f.slice(cut..)).is_err() || cut == 0, "cut {cut}");
+            assert!(unframe(&f.slice(..f.len() - cut)).is_err(), "cut {cut}");
+        }
+        assert!(unframe(&Bytes::new()).is_err());
+        assert!(unframe(&Bytes::from_static(
+            b"{}\xff\xff\xff\xff\xff\xff\xff\xff\x02\0\0\0"
+        ))
+        .is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! own into a bounded buffer, and hands the elements to the consumers that ask.
 
 use bytes::Bytes;
-use ferroflow_cluster::{Connector, Peer, TaskServer, MAX_MESSAGE_BYTES};
+use ferroflow_cluster::{Connector, Peer, PendingCall, TaskServer, MAX_MESSAGE_BYTES};
 use ferroflow_tensor::{Error, Result};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ops::Range;
@@ -67,8 +67,11 @@ pub(crate) fn strip_scheme(address: &str) -> &str {
     address.strip_prefix("grpc://").unwrap_or(address)
 }
 
-/// A task's buffer of framed replies, filled by its pipeline thread.
+/// A task's buffer of encoded elements, filled by its pipeline thread.
 struct TaskRun {
+    /// How its elements travel: compressed as they leave (on the serving thread, not the
+    /// pipeline's, which is often the bottleneck).
+    compression: Compression,
     queue: Mutex<Queue>,
     changed: Condvar,
     stop: AtomicBool,
@@ -78,14 +81,16 @@ struct TaskRun {
 
 #[derive(Default)]
 struct Queue {
-    ready: VecDeque<Bytes>,
+    ready: VecDeque<(ElementHeader, Vec<u8>)>,
+    /// A reply is gathering elements: the other requests wait their turn.
+    gathering: bool,
     /// The pipeline ended (the reason when it could not run at all).
     ended: Option<Option<String>>,
 }
 
 impl TaskRun {
-    /// Queues `reply`, waiting while the buffer is full; false once the task is stopped.
-    fn push(&self, reply: Bytes, capacity: usize) -> bool {
+    /// Queues an element, waiting while the buffer is full; false once the task is stopped.
+    fn push(&self, element: (ElementHeader, Vec<u8>), capacity: usize) -> bool {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         while q.ready.len() >= capacity && !self.stop.load(Ordering::Relaxed) {
             q = self
@@ -97,9 +102,32 @@ impl TaskRun {
         if self.stop.load(Ordering::Relaxed) {
             return false;
         }
-        q.ready.push_back(reply);
+        q.ready.push_back(element);
         self.changed.notify_all();
         true
+    }
+
+    /// An element as it travels: snappy-compressed when the job asks for it.
+    fn compress(&self, header: ElementHeader, body: Vec<u8>) -> (ElementHeader, Vec<u8>) {
+        if self.compression != Compression::Snappy || header.kind != ElementKind::Element {
+            return (header, body);
+        }
+        match snap::raw::Encoder::new().compress_vec(&body) {
+            Ok(c) => (
+                ElementHeader {
+                    compressed: true,
+                    ..header
+                },
+                c,
+            ),
+            Err(e) => (
+                status(
+                    ElementKind::ElementError(format!("cannot compress: {e}")),
+                    header.source_read,
+                ),
+                vec![],
+            ),
+        }
     }
 
     fn end(&self, error: Option<String>) {
@@ -107,38 +135,104 @@ impl TaskRun {
         self.changed.notify_all();
     }
 
-    /// The next reply for a consumer, waiting up to `wait` (telling the end marks the task
-    /// finished).
-    fn take(&self, wait: Duration) -> Bytes {
+    /// The next reply for a consumer: the elements ready within a short gathering time,
+    /// up to about `max_bytes` (at least one), waiting up to `wait` for the first; else the
+    /// end (telling it marks the task finished) or "not ready".
+    ///
+    /// One reply gathers at a time, for up to [`GATHER_TIME`] or [`GATHER_BYTES`]: a
+    /// consumer that keeps requests waiting would otherwise get each element in a call of
+    /// its own, and a call costs far more than copying an element.
+    fn take(&self, wait: Duration, max_bytes: usize) -> Bytes {
+        // Each element's framing counted as this many bytes.
+        const FRAMING: usize = 256;
         let end = Instant::now() + wait;
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(r) = q.ready.pop_front() {
-                self.changed.notify_all();
-                return r;
-            }
-            if let Some(error) = &q.ended {
-                let kind = match error {
-                    None => ElementKind::End,
-                    Some(msg) => ElementKind::TaskError(msg.clone()),
-                };
-                self.end_told.store(true, Ordering::Relaxed);
-                return header_only(kind);
-            }
-            let Some(left) = end.checked_duration_since(Instant::now()) else {
-                return header_only(ElementKind::NotReady);
-            };
-            q = self
-                .changed
+        let wait_until = |q, until: Instant| {
+            let left = until.saturating_duration_since(Instant::now());
+            self.changed
                 .wait_timeout(q, left)
                 .unwrap_or_else(|e| e.into_inner())
-                .0;
+                .0
+        };
+        // Our turn, and the first element.
+        loop {
+            if !q.gathering {
+                if !q.ready.is_empty() {
+                    break;
+                }
+                if let Some(error) = &q.ended {
+                    let kind = match error {
+                        None => ElementKind::End,
+                        Some(msg) => ElementKind::TaskError(msg.clone()),
+                    };
+                    self.end_told.store(true, Ordering::Relaxed);
+                    return header_only(kind);
+                }
+            }
+            if Instant::now() >= end || self.stop.load(Ordering::Relaxed) {
+                return header_only(ElementKind::NotReady);
+            }
+            q = wait_until(q, end);
         }
+        q.gathering = true;
+        let gather_end = Instant::now() + GATHER_TIME;
+        let (mut taken, mut bytes, mut full) = (Vec::new(), 0usize, false);
+        loop {
+            while let Some((_, next)) = q.ready.front() {
+                if !taken.is_empty() && bytes + next.len() + FRAMING > max_bytes {
+                    full = true;
+                    break;
+                }
+                bytes += next.len() + FRAMING;
+                taken.extend(q.ready.pop_front());
+            }
+            // Room in the buffer: the pipeline goes on meanwhile.
+            self.changed.notify_all();
+            if full
+                || bytes >= GATHER_BYTES
+                || q.ended.is_some()
+                || Instant::now() >= gather_end
+                || self.stop.load(Ordering::Relaxed)
+            {
+                break;
+            }
+            q = wait_until(q, gather_end);
+        }
+        q.gathering = false;
+        drop(q);
+        self.changed.notify_all();
+        // Compressed and framed outside the lock.
+        let mut taken = taken.into_iter();
+        let Some((header, body)) = taken.next() else {
+            return header_only(ElementKind::NotReady);
+        };
+        let (header, body) = self.compress(header, body);
+        let mut reply = Frames::new(&header, body);
+        for (header, body) in taken {
+            let (header, body) = self.compress(header, body);
+            reply.push(&header, &body);
+        }
+        reply.into_bytes()
     }
 }
 
+/// How long a reply waits for more elements after its first (see [`TaskRun::take`]).
+const GATHER_TIME: Duration = Duration::from_millis(2);
+/// A reply with this many bytes of elements goes at once.
+const GATHER_BYTES: usize = 1 << 20;
+
+/// A reply of one header and no element.
 fn header_only(kind: ElementKind) -> Bytes {
-    header_with(kind, 0)
+    frame(&status(kind, 0), Vec::new())
+}
+
+/// A header without an element body: a per-element error, the end, ...
+fn status(kind: ElementKind, source_read: u64) -> ElementHeader {
+    ElementHeader {
+        kind,
+        compressed: false,
+        source_read,
+    }
 }
 
 struct Worker {
@@ -151,16 +245,31 @@ struct Worker {
     finished: Mutex<BTreeSet<u64>>,
 }
 
-/// Hands a distributed epoch's splits to the task's source, from the dispatcher.
+/// Hands a distributed epoch's splits to the task's source, from the dispatcher. While the
+/// source reads one split, the next is already asked for (the pipeline never waits a round
+/// trip between splits; a worker that dies loses the one it holds ahead too, counted).
 struct DispatcherSplits {
     worker: Arc<Worker>,
     job_id: u64,
     task_id: u64,
     read: Arc<AtomicU64>,
-    /// Splits received so far (the next request's `split_index`).
-    received: AtomicU64,
+    /// Splits received so far (the next request's `split_index`), and the request for it
+    /// already on its way.
+    next: Mutex<(u64, Option<PendingCall>)>,
     /// The task (its retries end when it is stopped).
     run: Arc<TaskRun>,
+}
+
+impl DispatcherSplits {
+    fn request(&self, split_index: u64, num_elements: u64) -> PendingCall {
+        let request = to_bytes(&GetSplitRequest {
+            job_id: self.job_id,
+            task_id: self.task_id,
+            num_elements,
+            split_index,
+        });
+        self.worker.dispatcher.start_call(GET_SPLIT, request, true)
+    }
 }
 
 impl SplitProvider for DispatcherSplits {
@@ -168,26 +277,27 @@ impl SplitProvider for DispatcherSplits {
     /// mode) for up to the dispatcher timeout: the request names the split by index, so a
     /// retried one never skips a split.
     fn next_split(&self, num_elements: u64) -> Result<Option<Range<u64>>> {
-        let request = to_bytes(&GetSplitRequest {
-            job_id: self.job_id,
-            task_id: self.task_id,
-            num_elements,
-            split_index: self.received.load(Ordering::Relaxed),
-        });
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let index = next.0;
         let end = Instant::now() + self.worker.config.dispatcher_timeout;
+        let mut call = next
+            .1
+            .take()
+            .unwrap_or_else(|| self.request(index, num_elements));
         let reply = loop {
-            match self.worker.dispatcher.call(GET_SPLIT, request.clone()) {
+            match call.wait() {
                 Err(Error::Unavailable { .. })
                     if Instant::now() < end && !self.run.stop.load(Ordering::Relaxed) =>
                 {
                     std::thread::sleep(Duration::from_millis(50));
+                    call = self.request(index, num_elements);
                 }
                 other => break other?,
             }
         };
         let reply: GetSplitReply = from_bytes("GetSplit reply", &reply)?;
         if reply.split.is_some() {
-            self.received.fetch_add(1, Ordering::Relaxed);
+            *next = (index + 1, Some(self.request(index + 1, num_elements)));
         }
         Ok(reply.split.map(|(a, b)| a..b))
     }
@@ -208,7 +318,7 @@ impl Worker {
                     job_id: def.job_id,
                     task_id: def.task_id,
                     read: read.clone(),
-                    received: AtomicU64::new(0),
+                    next: Mutex::new((0, None)),
                     run: run.clone(),
                 });
                 match with_split_provider(provider, || super::registry::build_encoded(&def.dataset))
@@ -237,44 +347,43 @@ impl Worker {
             }
         };
         let limit = self.config.max_element_bytes;
+        // The most an element of `n` bytes takes on the wire (snappy may grow it a little).
+        let wire_len = |n: usize| match def.compression {
+            Compression::None => n,
+            // 0: too large for snappy at all.
+            Compression::Snappy => match snap::raw::max_compress_len(n) {
+                0 if n > 0 => usize::MAX,
+                m => m,
+            },
+        };
         for item in dataset.iter() {
             let source_read = read.load(Ordering::Relaxed);
-            let reply = match item {
-                Ok(bytes) if bytes.len() > limit => header_with(
-                    ElementKind::ElementError(format!(
-                        "an element of {} bytes is larger than the worker's message limit of \
-                         {limit} bytes (max_element_bytes): batch fewer rows",
-                        bytes.len()
-                    )),
-                    source_read,
-                ),
-                Ok(bytes) => match def.compression {
-                    Compression::None => frame(
-                        &ElementHeader {
-                            kind: ElementKind::Element,
-                            compressed: false,
-                            source_read,
-                        },
-                        bytes,
+            let element = match item {
+                Ok(bytes) if wire_len(bytes.len()) > limit => (
+                    status(
+                        ElementKind::ElementError(format!(
+                            "an element of {} bytes is larger than the worker's message \
+                             limit of {limit} bytes (max_element_bytes): batch fewer rows",
+                            bytes.len()
+                        )),
+                        source_read,
                     ),
-                    Compression::Snappy => match snap::raw::Encoder::new().compress_vec(&bytes) {
-                        Ok(c) => frame(
-                            &ElementHeader {
-                                kind: ElementKind::Element,
-                                compressed: true,
-                                source_read,
-                            },
-                            c,
-                        ),
-                        Err(e) => header_with(
-                            ElementKind::ElementError(format!("cannot compress: {e}")),
-                            source_read,
-                        ),
+                    vec![],
+                ),
+                Ok(bytes) => (
+                    ElementHeader {
+                        kind: ElementKind::Element,
+                        compressed: false,
+                        source_read,
                     },
-                },
-                Err(e) => header_with(ElementKind::ElementError(e.to_string()), source_read),
+                    bytes,
+                ),
+                Err(e) => (
+                    status(ElementKind::ElementError(e.to_string()), source_read),
+                    vec![],
+                ),
             };
-            if !run.push(reply, self.config.buffer_size) {
+            if !run.push(element, self.config.buffer_size) {
                 return;
             }
         }
@@ -322,6 +431,7 @@ impl Worker {
                 continue;
             }
             let run = Arc::new(TaskRun {
+                compression: def.compression,
                 queue: Mutex::default(),
                 changed: Condvar::new(),
                 stop: AtomicBool::new(false),
@@ -348,7 +458,8 @@ impl Worker {
         let Some(run) = run else {
             return Ok(header_only(ElementKind::UnknownTask));
         };
-        Ok(run.take(Duration::from_millis(250)))
+        let max_bytes = (r.max_bytes as usize).min(self.config.max_element_bytes);
+        Ok(run.take(Duration::from_millis(250), max_bytes))
     }
 }
 
@@ -358,17 +469,6 @@ fn incarnation() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     (nanos ^ ((std::process::id() as u64) << 32)).max(1)
-}
-
-fn header_with(kind: ElementKind, source_read: u64) -> Bytes {
-    frame(
-        &ElementHeader {
-            kind,
-            compressed: false,
-            source_read,
-        },
-        Vec::new(),
-    )
 }
 
 /// A tf.data service worker (TF's `tf.data.experimental.service.WorkerServer`): registers
