@@ -8,6 +8,8 @@
 //! - `ds_local_rate`: batches/s of the pipeline in this process;
 //! - `ds_rate_<N>` (`_none`): batches/s through the service from N workers, a distributed
 //!   epoch (each batch once), with the default snappy compression (without);
+//!   `ds_rate_1_parallel`: one worker, parallel epochs (the worker reads it all: no
+//!   splits);
 //! - `ds_first_<N>`: seconds from the iteration's start to its first batch (the job's
 //!   creation, the workers' learning of their task and building the pipeline);
 //!
@@ -105,20 +107,23 @@ fn main() -> Result<()> {
         }
         // Let the new worker's first heartbeat register it.
         std::thread::sleep(Duration::from_millis(500));
-        for (compression, suffix) in [(Compression::Snappy, ""), (Compression::None, "_none")] {
+        let mut runs = vec![
+            (ProcessingMode::DistributedEpoch, Compression::Snappy, ""),
+            (ProcessingMode::DistributedEpoch, Compression::None, "_none"),
+        ];
+        if n == 1 {
+            runs.push((
+                ProcessingMode::ParallelEpochs,
+                Compression::Snappy,
+                "_parallel",
+            ));
+        }
+        for (mode, compression, suffix) in runs {
             let options = DistributeOptions {
                 compression,
                 ..Default::default()
             };
-            let ds = pipeline.apply(service::distribute_with(
-                if std::env::var("DS_MODE").is_ok() {
-                    ProcessingMode::ParallelEpochs
-                } else {
-                    ProcessingMode::DistributedEpoch
-                },
-                &target,
-                options,
-            ))?;
+            let ds = pipeline.apply(service::distribute_with(mode, &target, options))?;
             let (r, first) = rate(&ds)?;
             println!("ds_rate_{n}{suffix} {r}");
             if suffix.is_empty() {

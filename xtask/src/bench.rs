@@ -500,6 +500,8 @@ pub(crate) fn run(args: &[String]) -> bool {
             ));
             md
         });
+    let data_service_table = (only.is_none() || only == Some("data-service"))
+        .then(|| crate::bench_data_service::run(rounds, has_tf, &mut figures));
     let data_table = (only.is_none() || only == Some("data")).then(|| {
         let has_tf_data = has_tf;
         crate::bench_data::run(rounds, has_tf_data)
@@ -655,6 +657,10 @@ pub(crate) fn run(args: &[String]) -> bool {
         md.push_str(&t);
     }
     if let Some(t) = data_table {
+        md.push('\n');
+        md.push_str(&t);
+    }
+    if let Some(t) = data_service_table {
         md.push('\n');
         md.push_str(&t);
     }

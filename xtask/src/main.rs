@@ -5,7 +5,7 @@
 //!   README's test command, the CPU backend's tests again under `FERROFLOW_CPU_ISA=avx2` and
 //!   `scalar`, the fuzz targets, then the examples (each exits non-zero when its result is
 //!   wrong).
-//! - `bench [kernels|autodiff|optim|keras|data|mixed|numpy|distribute|ps|profiler] [--rounds N] [--check]`:
+//! - `bench [kernels|autodiff|optim|keras|data|data-service|mixed|numpy|distribute|ps|profiler] [--rounds N] [--check]`:
 //!   kernels against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor, all-reduce against Open
 //!   MPI, multi-worker `fit` and parameter-server training against TensorFlow's, the
@@ -19,6 +19,7 @@
 
 mod bench;
 mod bench_data;
+mod bench_data_service;
 mod bench_distribute;
 mod bench_mixed;
 mod bench_numpy;
@@ -100,6 +101,9 @@ fn ci() -> bool {
             // TFRecord shards → interleave → parallel map → cache → shuffle → batch →
             // prefetch → fit; exits non-zero below 97% test accuracy.
             &["data_pipeline"],
+            // The tf.data service: a dispatcher and two worker processes run the pipeline's
+            // augmentation for fit (exits non-zero below 95.5% test accuracy).
+            &["data_service"],
         ]
         .iter()
         .all(|e| {
@@ -242,7 +246,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|mixed|numpy|distribute|ps|profiler] [--rounds N] [--check] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask fuzz [--mutations N] [--seed S] [TARGET..] | cargo xtask numpy-coverage"
+                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|data-service|mixed|numpy|distribute|ps|profiler] [--rounds N] [--check] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask fuzz [--mutations N] [--seed S] [TARGET..] | cargo xtask numpy-coverage"
             );
             false
         }
