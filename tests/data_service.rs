@@ -154,6 +154,28 @@ fn ints(xs: &[Tensor]) -> Vec<i64> {
     xs.iter().map(|x| x.item::<i64>().unwrap()).collect()
 }
 
+/// The `slow` pipeline of `n` elements (`ms` each) as a distributed epoch of the service at
+/// `target`, counted in `stats`.
+fn slow_epoch(target: &str, n: i64, ms: u64, stats: &ServiceStats) -> Dataset<Tensor> {
+    service::pipeline::<Tensor>("slow", serde_json::json!({"n": n, "ms": ms}))
+        .unwrap()
+        .apply(service::distribute_with(
+            ProcessingMode::DistributedEpoch,
+            target,
+            options(stats),
+        ))
+        .unwrap()
+}
+
+/// The elements' values, sorted, after checking that none arrived twice.
+fn unique_sorted(got: &[Tensor]) -> Vec<i64> {
+    let mut ids = ints(got);
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), got.len(), "an element arrived twice");
+    ids
+}
+
 #[test]
 fn mnist_through_two_workers_distributed_once_and_parallel_twice() {
     register_pipelines();
@@ -219,15 +241,8 @@ fn a_worker_killed_mid_epoch_loses_only_what_it_held_and_comes_back() {
     let b = worker(dport, port_b, None);
     let target = format!("grpc://127.0.0.1:{dport}");
     let n = 600;
-    let slow = service::pipeline::<Tensor>("slow", serde_json::json!({"n": n, "ms": 4})).unwrap();
     let stats = ServiceStats::default();
-    let ds = slow
-        .apply(service::distribute_with(
-            ProcessingMode::DistributedEpoch,
-            &target,
-            options(&stats),
-        ))
-        .unwrap();
+    let ds = slow_epoch(&target, n, 4, &stats);
     let start = Instant::now();
     let mut got = vec![];
     let mut b = Some(b);
@@ -242,16 +257,17 @@ fn a_worker_killed_mid_epoch_loses_only_what_it_held_and_comes_back() {
         );
     }
     assert!(b.is_none(), "the epoch ended before the kill");
-    let mut ids = ints(&got);
-    ids.sort();
-    ids.dedup();
-    assert_eq!(ids.len(), got.len(), "an element arrived twice");
+    unique_sorted(&got);
     let lost = stats.lost_workers();
     assert_eq!(lost, vec![format!("127.0.0.1:{port_b}")], "{stats}");
     // What it held: the rest of its current split and what its buffer had not delivered
     // (none, when the kill fell between two splits).
     assert!(stats.lost_elements() < 100, "{stats}");
-    assert_eq!(got.len() as u64 + stats.lost_elements(), n, "{stats}");
+    assert_eq!(
+        got.len() as u64 + stats.lost_elements(),
+        n as u64,
+        "{stats}"
+    );
     println!("{stats}");
 
     // The worker comes back on its address and gets work.
@@ -287,14 +303,7 @@ fn a_worker_restarted_before_the_dispatcher_notices_is_a_new_worker() {
     let b_address = format!("127.0.0.1:{port_b}");
     let n = 600;
     let stats = ServiceStats::default();
-    let ds = service::pipeline::<Tensor>("slow", serde_json::json!({"n": n, "ms": 4}))
-        .unwrap()
-        .apply(service::distribute_with(
-            ProcessingMode::DistributedEpoch,
-            &target,
-            options(&stats),
-        ))
-        .unwrap();
+    let ds = slow_epoch(&target, n, 4, &stats);
     let start = Instant::now();
     let (mut got, mut b, mut restarted, mut from_b_before) = (vec![], Some(b), None, 0);
     for x in &ds {
@@ -314,12 +323,13 @@ fn a_worker_restarted_before_the_dispatcher_notices_is_a_new_worker() {
         );
     }
     assert!(restarted.is_some(), "the epoch ended before the restart");
-    let mut ids = ints(&got);
-    ids.sort();
-    ids.dedup();
-    assert_eq!(ids.len(), got.len(), "an element arrived twice");
+    unique_sorted(&got);
     assert_eq!(stats.lost_workers(), vec![b_address.clone()], "{stats}");
-    assert_eq!(got.len() as u64 + stats.lost_elements(), n, "{stats}");
+    assert_eq!(
+        got.len() as u64 + stats.lost_elements(),
+        n as u64,
+        "{stats}"
+    );
     // The restarted worker joined the epoch and served part of it.
     let from_b = stats
         .elements_by_worker()
@@ -345,14 +355,7 @@ fn a_restarted_dispatcher_resumes_the_job_in_fault_tolerant_mode_and_fails_it_cl
         let target = format!("grpc://127.0.0.1:{dport}");
         let n = 400;
         let stats = ServiceStats::default();
-        let ds = service::pipeline::<Tensor>("slow", serde_json::json!({"n": n, "ms": 4}))
-            .unwrap()
-            .apply(service::distribute_with(
-                ProcessingMode::DistributedEpoch,
-                &target,
-                options(&stats),
-            ))
-            .unwrap();
+        let ds = slow_epoch(&target, n, 4, &stats);
         let start = Instant::now();
         let (mut got, mut errors) = (vec![], vec![]);
         let mut d = Some(d);
@@ -373,10 +376,7 @@ fn a_restarted_dispatcher_resumes_the_job_in_fault_tolerant_mode_and_fails_it_cl
             );
         }
         assert!(restarted.is_some(), "the epoch ended before the restart");
-        let mut ids = ints(&got);
-        ids.sort();
-        ids.dedup();
-        assert_eq!(ids.len(), got.len(), "an element arrived twice");
+        let ids = unique_sorted(&got);
         if fault_tolerant {
             assert!(errors.is_empty(), "{errors:?}");
             assert_eq!(ids, (0..n).collect::<Vec<_>>(), "{stats}");

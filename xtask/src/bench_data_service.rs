@@ -4,55 +4,27 @@
 //! (`data/examples/service_bench.rs`, `bench/tf_data_service.py` where TensorFlow imports).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use crate::bench::Figures;
-use crate::bench_distribute::median;
+use crate::bench_distribute::{build_release_bench, median};
 
 pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String {
-    let target =
-        PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let built = crate::run(
-        "cargo",
-        &[
-            "build",
-            "--quiet",
-            "--release",
-            "--bin",
-            "ferroflow",
-            "-p",
-            "ferroflow",
-        ],
-    ) && crate::run(
-        "cargo",
-        &[
-            "build",
-            "--quiet",
-            "--release",
-            "-p",
-            "ferroflow-data",
-            "--features",
-            "service",
-            "--example",
-            "service_bench",
-        ],
-    );
-    if !built {
+    let Some((binary, bench)) =
+        build_release_bench("ferroflow-data", "service_bench", &["service"])
+    else {
         return "data-service: the servers or the benchmark did not build\n".into();
-    }
-    let binary = target
-        .join("release/ferroflow")
-        .to_string_lossy()
-        .to_string();
+    };
+    let binary = binary.to_string_lossy().to_string();
     let mnist = crate::bench::mnist_dir().to_string_lossy().to_string();
     let tf_script = root.join("xtask/bench/tf_data_service.py");
     let mut series: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for r in 0..rounds {
         eprintln!("xtask bench data-service: round {}/{rounds}", r + 1);
         let ours = crate::bench_distribute::figures_of(
-            Command::new(target.join("release/examples/service_bench")).args([&binary, &mnist]),
+            Command::new(&bench).args([&binary, &mnist]),
             "our tf.data service benchmark",
         );
         for (k, v) in ours.unwrap_or_default() {

@@ -50,7 +50,7 @@ pub(crate) fn figures_of(cmd: &mut Command, what: &str) -> Option<BTreeMap<Strin
             ["allreduce", bytes, secs] => {
                 figures.insert(format!("allreduce {bytes}"), secs.parse().ok()?);
             }
-            [name, value] if name.starts_with("ps_") => {
+            [name, value] if name.starts_with("ps_") || name.starts_with("ds_") => {
                 figures.insert(name.to_string(), value.parse().ok()?);
             }
             [name @ ("fit" | "fit_tf"), value] => {
@@ -89,40 +89,59 @@ pub(crate) fn launch_job(launcher: &Path, tasks: &[&str], program: &[&str]) -> C
     c
 }
 
+/// Builds the release `ferroflow` binary (servers, the launcher) and `example` of `package`
+/// (with `features`): their paths, or `None` when either does not build.
+pub(crate) fn build_release_bench(
+    package: &str,
+    example: &str,
+    features: &[&str],
+) -> Option<(PathBuf, PathBuf)> {
+    let target =
+        PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()));
+    let mut example_build = vec![
+        "build",
+        "--quiet",
+        "--release",
+        "-p",
+        package,
+        "--example",
+        example,
+    ];
+    if !features.is_empty() {
+        example_build.push("--features");
+        example_build.extend(features);
+    }
+    let built = crate::run(
+        "cargo",
+        &[
+            "build",
+            "--quiet",
+            "--release",
+            "--bin",
+            "ferroflow",
+            "-p",
+            "ferroflow",
+        ],
+    ) && crate::run("cargo", &example_build);
+    built.then(|| {
+        (
+            target.join("release/ferroflow"),
+            target.join("release/examples").join(example),
+        )
+    })
+}
+
 pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String {
     let target =
         PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let have_mpi = crate::have_mpi();
-    let mut build = vec![
-        "build",
-        "--quiet",
-        "--release",
-        "--bin",
-        "ferroflow",
-        "-p",
-        "ferroflow",
-    ];
-    if !crate::run("cargo", &build) {
-        return "distribute: the launcher did not build\n".into();
-    }
-    build = vec![
-        "build",
-        "--quiet",
-        "--release",
-        "-p",
-        "ferroflow-distribute",
-        "--example",
-        "collective_bench",
-    ];
-    if have_mpi {
-        build.extend(["--features", "mpi"]);
-    }
-    if !crate::run("cargo", &build) {
-        return "distribute: the benchmark worker did not build\n".into();
-    }
-    let launcher = target.join("release/ferroflow");
-    let worker = target.join("release/examples/collective_bench");
+    let features: &[&str] = if have_mpi { &["mpi"] } else { &[] };
+    let Some((launcher, worker)) =
+        build_release_bench("ferroflow-distribute", "collective_bench", features)
+    else {
+        return "distribute: the launcher or the benchmark worker did not build\n".into();
+    };
     let worker_s = worker.to_string_lossy().to_string();
     let reference = target.join("release/mpi_allreduce");
     let have_reference = have_mpi

@@ -10,48 +10,21 @@
 //!   push/pull of a 1 MiB variable between the chief and a ps.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::bench::Figures;
-use crate::bench_distribute::{figures_of, launch_job, median};
+use crate::bench_distribute::{build_release_bench, figures_of, launch_job, median};
 
 const WORKERS: [usize; 3] = [1, 2, 4];
 const STEPS: &str = "400";
 
 pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String {
-    let target =
-        PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    if !crate::run(
-        "cargo",
-        &[
-            "build",
-            "--quiet",
-            "--release",
-            "--bin",
-            "ferroflow",
-            "-p",
-            "ferroflow",
-        ],
-    ) || !crate::run(
-        "cargo",
-        &[
-            "build",
-            "--quiet",
-            "--release",
-            "-p",
-            "ferroflow-distribute",
-            "--example",
-            "ps_bench",
-        ],
-    ) {
+    let Some((launcher, program)) = build_release_bench("ferroflow-distribute", "ps_bench", &[])
+    else {
         return "ps: the launcher or the benchmark tasks did not build\n".into();
-    }
-    let launcher = target.join("release/ferroflow");
-    let program = target
-        .join("release/examples/ps_bench")
-        .to_string_lossy()
-        .to_string();
+    };
+    let program = program.to_string_lossy().to_string();
     let mnist = crate::bench::mnist_dir().to_string_lossy().to_string();
     let tf_script = root.join("xtask/bench/tf_ps_mnist.py");
     // "ours N ps_steps" / "tf N ps_tf_steps" / "ours N ps_roundtrip" ... → per-round values
