@@ -341,6 +341,51 @@ fn a_worker_restarted_before_the_dispatcher_notices_is_a_new_worker() {
 }
 
 #[test]
+fn a_consumer_whose_tasks_all_stopped_says_so_before_the_dispatcher_notices() {
+    register_pipelines();
+    // The dispatcher would take a minute to call the worker dead; the consumer's own
+    // timeout (3 s) ends the wait with an error naming it.
+    let dport = free_port();
+    let _d = dispatcher_with(dport, None, &["--worker-timeout", "60"]);
+    let w = worker(dport, free_port(), None);
+    let target = format!("grpc://127.0.0.1:{dport}");
+    let stats = ServiceStats::default();
+    let ds = service::pipeline::<Tensor>("slow", serde_json::json!({"n": 400, "ms": 4}))
+        .unwrap()
+        .apply(service::distribute_with(
+            ProcessingMode::DistributedEpoch,
+            &target,
+            DistributeOptions {
+                timeout: Duration::from_secs(3),
+                ..options(&stats)
+            },
+        ))
+        .unwrap();
+    let (mut got, mut errors, mut w) = (0, vec![], Some(w));
+    let start = Instant::now();
+    for x in &ds {
+        match x {
+            Ok(_) => got += 1,
+            Err(e) => errors.push(e.to_string()),
+        }
+        if got == 20 {
+            if let Some(w) = w.take() {
+                w.kill();
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "never ended");
+    }
+    assert!(w.is_none(), "the epoch ended before the kill");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("no task of the job has been read")),
+        "{errors:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
 fn a_restarted_dispatcher_resumes_the_job_in_fault_tolerant_mode_and_fails_it_clearly_without() {
     register_pipelines();
     for fault_tolerant in [true, false] {

@@ -469,6 +469,7 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
     let mut readers: BTreeMap<u64, std::thread::JoinHandle<()>> = BTreeMap::new();
     let mut last_answer = Instant::now();
     let mut last_worker = Instant::now();
+    let mut last_read = Instant::now();
     let fail = |e: Error| {
         let _ = shared.tx.send(Item::Element(Err(e)));
         let _ = shared.tx.send(Item::End);
@@ -524,6 +525,21 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
                 peer: "the tf.data workers".into(),
                 msg: format!(
                     "no worker has been alive for {:?} and the job is not finished",
+                    shared.timeout
+                ),
+            });
+        }
+        if reading {
+            last_read = Instant::now();
+        } else if last_read.elapsed() > shared.timeout {
+            // Every reader ended (a task's error, a worker gone) and the dispatcher still
+            // counts a task running: say so rather than wait for ever.
+            return fail(Error::Unavailable {
+                op: format!("read job {job_id}"),
+                peer: "the tf.data workers".into(),
+                msg: format!(
+                    "no task of the job has been read for {:?} and the dispatcher does not \
+                     count it finished",
                     shared.timeout
                 ),
             });
