@@ -12,8 +12,8 @@
 //! Run: `cargo run --release --example data_service [--workers N]`. Exits non-zero when the
 //! test accuracy ends below 95.5% after its two epochs.
 
-use std::io::{BufRead, Read};
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use ferroflow::keras::losses::SparseCategoricalCrossentropy;
 use ferroflow::keras::{applications, FitConfig, Model};
 use ferroflow::optim::Adam;
 use ferroflow::random::Philox;
+use ferroflow::tensor::testing::ChildProcess;
 use ferroflow::{DType, Error, Result, Tensor};
 
 mod common;
@@ -73,39 +74,18 @@ fn run_worker(dispatcher: &str) -> Result<()> {
     Ok(())
 }
 
-/// A worker process, killed when dropped.
-struct WorkerProcess(Child);
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_worker(dispatcher: &str) -> Result<WorkerProcess> {
-    let bad = |m: String| Error::invalid("data_service", m);
-    let exe = std::env::current_exe().map_err(|e| bad(e.to_string()))?;
-    let mut child = WorkerProcess(
+/// This program as a worker process of the dispatcher at `dispatcher` (killed when dropped,
+/// and ending by itself when this process ends: its stdin closes).
+fn start_worker(dispatcher: &str) -> Result<ChildProcess> {
+    let exe = std::env::current_exe().map_err(|e| Error::invalid("data_service", e.to_string()))?;
+    let (child, line) = ChildProcess::start(
         Command::new(exe)
             .args(["--worker", dispatcher])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| bad(format!("cannot start a worker: {e}")))?,
-    );
-    let stdout = child.0.stdout.take();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout?).lines() {
-            let line = line.ok()?;
-            println!("  {line}");
-            let _ = tx.send(());
-        }
-        Some(())
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .map_err(|_| bad("a worker did not start within 60 s".into()))?;
+            .stdin(Stdio::piped()),
+        "started",
+        Duration::from_secs(60),
+    )?;
+    println!("  {line}");
     Ok(child)
 }
 

@@ -4,6 +4,7 @@
 
 use ferroflow::data::service::{self, DistributeOptions, ProcessingMode, ServiceStats};
 use ferroflow::data::Dataset;
+use ferroflow::tensor::testing::ChildProcess;
 use ferroflow::{DType, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -41,45 +42,13 @@ fn register_pipelines() {
     });
 }
 
-/// A child process, killed when dropped (also when the test fails).
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Child {
-    /// Starts `command` and waits (at most 60 s) for it to print a line with "started".
-    fn start(command: &mut Command) -> Child {
-        let mut child = Child(
-            command
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap(),
-        );
-        let stdout = child.0.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout).lines() {
-                if line.is_ok_and(|l| l.contains("started")) {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("{command:?} did not start within 60 s"));
-        child
-    }
-
-    fn kill(mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Starts a server process (its errors on this test's stderr) and waits, at most 60 s, for
+/// it to say it started.
+fn start(command: &mut Command) -> ChildProcess {
+    command.stderr(Stdio::inherit());
+    ChildProcess::start(command, "started", Duration::from_secs(60))
+        .unwrap()
+        .0
 }
 
 fn free_port() -> u16 {
@@ -92,12 +61,12 @@ fn free_port() -> u16 {
 const TOKEN: &str = "s3cret";
 
 /// A dispatcher process on `port` (journaling to `work_dir` in fault-tolerant mode).
-fn dispatcher(port: u16, work_dir: Option<&Path>) -> Child {
+fn dispatcher(port: u16, work_dir: Option<&Path>) -> ChildProcess {
     dispatcher_with(port, work_dir, &[])
 }
 
 /// [`dispatcher`] with more command-line flags.
-fn dispatcher_with(port: u16, work_dir: Option<&Path>, flags: &[&str]) -> Child {
+fn dispatcher_with(port: u16, work_dir: Option<&Path>, flags: &[&str]) -> ChildProcess {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ferroflow"));
     c.args(["data-service", "dispatcher", "--port", &port.to_string()])
         .args(flags)
@@ -105,11 +74,11 @@ fn dispatcher_with(port: u16, work_dir: Option<&Path>, flags: &[&str]) -> Child 
     if let Some(d) = work_dir {
         c.arg("--work-dir").arg(d).arg("--fault-tolerant");
     }
-    Child::start(&mut c)
+    start(&mut c)
 }
 
 /// A worker process (this binary's `worker_child`) of the dispatcher on `dispatcher_port`.
-fn worker(dispatcher_port: u16, port: u16, max_element_bytes: Option<usize>) -> Child {
+fn worker(dispatcher_port: u16, port: u16, max_element_bytes: Option<usize>) -> ChildProcess {
     let mut c = Command::new(std::env::current_exe().unwrap());
     c.args(["--ignored", "--exact", "worker_child", "--nocapture"])
         .env("FERROFLOW_CLUSTER_TOKEN", TOKEN)
@@ -118,7 +87,7 @@ fn worker(dispatcher_port: u16, port: u16, max_element_bytes: Option<usize>) -> 
     if let Some(m) = max_element_bytes {
         c.env("FF_TEST_MAX_ELEMENT", m.to_string());
     }
-    Child::start(&mut c)
+    start(&mut c)
 }
 
 #[test]

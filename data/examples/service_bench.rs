@@ -19,48 +19,26 @@
 //! Usage: `service_bench FERROFLOW_BINARY MNIST_DIR`.
 
 use ferroflow_data::service::{self, Compression, DistributeOptions, ProcessingMode};
+use ferroflow_tensor::testing::ChildProcess;
 use ferroflow_tensor::{Error, Result, Tensor};
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A server process, killed when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `ferroflow data-service ARGS` and returns it with the address it printed.
-fn server(binary: &str, args: &[&str]) -> Result<(Server, String)> {
-    let mut child = Server(
+/// Starts `ferroflow data-service ARGS` and returns it (killed when dropped) with the
+/// address it printed.
+fn server(binary: &str, args: &[&str]) -> Result<(ChildProcess, String)> {
+    let (child, line) = ChildProcess::start(
         Command::new(binary)
             .arg("data-service")
             .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| Error::invalid("service_bench", format!("cannot start {binary}: {e}")))?,
-    );
-    let stdout = child.0.stdout.take();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout?).lines() {
-            if let Some((_, address)) = line.ok()?.split_once("started on ") {
-                let _ = tx.send(address.trim().to_string());
-            }
-        }
-        Some(())
-    });
-    let address = rx.recv_timeout(Duration::from_secs(60)).map_err(|_| {
-        Error::invalid(
-            "service_bench",
-            format!("{binary} data-service {args:?} did not start"),
-        )
-    })?;
+            .stderr(Stdio::inherit()),
+        "started on ",
+        Duration::from_secs(60),
+    )?;
+    let address = line
+        .split_once("started on ")
+        .map(|(_, a)| a.trim().to_string())
+        .unwrap_or_default();
     Ok((child, address))
 }
 

@@ -5,15 +5,15 @@
 //! The child is the ignored test `crash_child`, started by the tests below as this same
 //! test binary with `FERROFLOW_CRASH_CHILD` set; it is not meant to be run on its own.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ferroflow_keras::layers::Dense;
 use ferroflow_keras::losses::MeanSquaredError;
 use ferroflow_keras::{sequential, FitConfig, Model};
 use ferroflow_optim::Adam;
+use ferroflow_tensor::testing::ChildProcess;
 use ferroflow_tensor::{DType, Tensor};
 
 const CHILD_ENV: &str = "FERROFLOW_CRASH_CHILD";
@@ -112,21 +112,11 @@ fn crash_child() {
     }
 }
 
-/// Kills the child when dropped, also when an assertion fails first.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts the child for `spec`, waits for its first save to begin (bounded), then kills it
 /// after `delay`.
 fn run_and_kill(spec: &str, delay: Duration) {
     let exe = std::env::current_exe().unwrap();
-    let mut child = Killed(
+    let (mut child, _) = ChildProcess::start(
         Command::new(exe)
             .args([
                 "--exact",
@@ -136,26 +126,14 @@ fn run_and_kill(spec: &str, delay: Duration) {
                 "--test-threads=1",
             ])
             .env(CHILD_ENV, spec)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let stdout = child.0.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if line.contains("FERROFLOW_CHILD_READY") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("the child never became ready");
+            .stderr(Stdio::inherit()),
+        "FERROFLOW_CHILD_READY",
+        Duration::from_secs(60),
+    )
+    .expect("the child never became ready");
     std::thread::sleep(delay);
     assert!(
-        child.0.try_wait().unwrap().is_none(),
+        child.try_wait().unwrap().is_none(),
         "the child exited before it was killed (a failed save?)"
     );
     drop(child); // SIGKILL

@@ -5,6 +5,7 @@
 //! one runs; each a clear error while the training goes on.
 
 use ferroflow::profiler::{self, client, server};
+use ferroflow::tensor::testing::ChildProcess;
 use ferroflow::{DType, Tensor};
 use std::path::Path;
 use std::process::Command;
@@ -278,41 +279,11 @@ fn tensorboards_capture_client_captures_a_ferroflow_worker() {
     training.stop();
 }
 
-/// A child process killed when dropped (also when the test fails).
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Child {
-    /// Starts `command` (its stdout read here, its stderr dropped) and waits, at most
-    /// `limit`, until it prints a line containing "started".
-    fn start(command: &mut Command, limit: Duration) -> Child {
-        let mut child = Child(
-            command
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let stdout = child.0.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout).lines() {
-                if line.is_ok_and(|l| l.contains("started")) {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(limit)
-            .unwrap_or_else(|_| panic!("{command:?} did not start within {limit:?}"));
-        child
-    }
+/// Starts `command` (its stderr dropped) and waits, at most `limit`, until it prints a line
+/// containing "started"; killed when dropped.
+fn start_child(command: &mut Command, limit: Duration) -> ChildProcess {
+    command.stderr(std::process::Stdio::null());
+    ChildProcess::start(command, "started", limit).unwrap().0
 }
 
 #[test]
@@ -335,7 +306,7 @@ fn our_client_captures_a_tensorflow_worker() {
         .remove(0);
     let port = port.rsplit_once(':').unwrap().1.to_string();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tf_profiler_worker.py");
-    let _worker = Child::start(
+    let _worker = start_child(
         Command::new("python3").arg(&script).arg(&port),
         Duration::from_secs(90),
     );
@@ -386,7 +357,7 @@ fn a_server_with_the_cluster_token_refuses_clients_without_it() {
         .unwrap()
         .remove(0);
     let port = addr.rsplit_once(':').unwrap().1.to_string();
-    let _worker = Child::start(
+    let _worker = start_child(
         Command::new(&exe)
             .args(["--ignored", "--exact", "token_worker_child", "--nocapture"])
             .env("FERROFLOW_CLUSTER_TOKEN", "s3cret")

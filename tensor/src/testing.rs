@@ -1,4 +1,5 @@
-//! Test-suite support shared by every ferroflow crate: one rule for skipping.
+//! Test-suite support shared by every ferroflow crate: one rule for skipping, and child
+//! processes that never outlive their test ([`ChildProcess`]).
 //!
 //! A test that cannot run here (no GPU, no NumPy, no AVX-512) calls [`skip`] with the
 //! switch that would require it. Without the switch set it prints one loud `SKIPPED:` line
@@ -31,4 +32,87 @@ pub fn skip(switch: &str, missing: &str) {
         panic!("{switch}=1 requires this test to run, but {missing}");
     }
     eprintln!("SKIPPED: {missing} (set {switch}=1 to make this a failure)");
+}
+
+/// A child process of a multi-process test or benchmark, killed and reaped when dropped —
+/// also when the test fails first — so no run leaves a process behind.
+///
+/// ```no_run
+/// use ferroflow_tensor::testing::ChildProcess;
+/// use std::process::Command;
+/// use std::time::Duration;
+/// let (child, line) = ChildProcess::start(
+///     Command::new("sh").args(["-c", "echo server started on 127.0.0.1:5050; sleep 30"]),
+///     "started",
+///     Duration::from_secs(10),
+/// )?;
+/// assert_eq!(line, "server started on 127.0.0.1:5050");
+/// child.kill(); // or let it drop
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub struct ChildProcess(std::process::Child);
+
+impl ChildProcess {
+    /// Starts `command` with its standard output read here (its standard error as the
+    /// command sets it) and waits, at most `limit`, for a line containing `marker`: the
+    /// process and that line. Later lines are read and dropped, so the child never blocks
+    /// on a full pipe. An error names the command when it cannot start, or ends or stays
+    /// silent past `limit` (the process is killed then).
+    pub fn start(
+        command: &mut std::process::Command,
+        marker: &str,
+        limit: std::time::Duration,
+    ) -> crate::Result<(ChildProcess, String)> {
+        use std::io::BufRead;
+        let what = format!("{command:?}");
+        let fail = |msg: String| crate::Error::invalid("start a child process", msg);
+        let mut child = ChildProcess(
+            command
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| fail(format!("{what} cannot start: {e}")))?,
+        );
+        let stdout = child.0.stdout.take();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let marker = marker.to_string();
+        std::thread::spawn(move || {
+            let mut told = false;
+            for line in std::io::BufReader::new(stdout?).lines() {
+                let line = line.ok()?;
+                if !told && line.contains(&marker) {
+                    told = true;
+                    let _ = tx.send(line);
+                }
+            }
+            Some(())
+        });
+        let line = rx.recv_timeout(limit).map_err(|_| {
+            fail(format!(
+                "{what} ended or printed no line with the marker within {limit:?}"
+            ))
+        })?;
+        Ok((child, line))
+    }
+
+    /// The child's process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// The child's exit status if it has ended, without waiting.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.0.try_wait()
+    }
+
+    /// Kills the child (SIGKILL) and reaps it.
+    pub fn kill(self) {
+        drop(self);
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
