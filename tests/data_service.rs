@@ -270,9 +270,11 @@ fn a_worker_restarted_before_the_dispatcher_notices_is_a_new_worker() {
     let b = worker(dport, port_b, None);
     let target = format!("grpc://127.0.0.1:{dport}");
     let b_address = format!("127.0.0.1:{port_b}");
-    let n = 600;
+    // Long enough (~5 s left at the restart) for the new process to start and join, also
+    // on a loaded machine.
+    let n = 1000;
     let stats = ServiceStats::default();
-    let ds = slow_epoch(&target, n, 4, &stats);
+    let ds = slow_epoch(&target, n, 6, &stats);
     let start = Instant::now();
     let (mut got, mut b, mut restarted, mut from_b_before) = (vec![], Some(b), None, 0);
     for x in &ds {
