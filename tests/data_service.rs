@@ -90,6 +90,14 @@ fn worker(dispatcher_port: u16, port: u16, max_element_bytes: Option<usize>) -> 
     start(&mut c)
 }
 
+/// Two worker processes of the dispatcher on `dispatcher_port`, on ports the OS picked.
+fn two_workers(dispatcher_port: u16) -> [ChildProcess; 2] {
+    [
+        worker(dispatcher_port, free_port(), None),
+        worker(dispatcher_port, free_port(), None),
+    ]
+}
+
 #[test]
 #[ignore = "a tf.data service worker process, started by the tests below"]
 fn worker_child() {
@@ -150,10 +158,7 @@ fn mnist_through_two_workers_distributed_once_and_parallel_twice() {
     register_pipelines();
     let dport = free_port();
     let _d = dispatcher(dport, None);
-    let _w = [
-        worker(dport, free_port(), None),
-        worker(dport, free_port(), None),
-    ];
+    let _w = two_workers(dport);
     let target = format!("grpc://127.0.0.1:{dport}");
     let (x, y) = ferroflow::data::idx::load_mnist_pixels(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/mnist"),
@@ -264,7 +269,7 @@ fn a_worker_restarted_before_the_dispatcher_notices_is_a_new_worker() {
     register_pipelines();
     // Silence alone would take a minute to count: only the restart itself can tell.
     let dport = free_port();
-    let _d = dispatcher_with(dport, None, &["--worker-timeout", "60"]);
+    let _d = dispatcher_with(dport, None, &["--worker-timeout", "60s"]);
     let (port_a, port_b) = (free_port(), free_port());
     let _a = worker(dport, port_a, None);
     let b = worker(dport, port_b, None);
@@ -317,7 +322,7 @@ fn a_consumer_whose_tasks_all_stopped_says_so_before_the_dispatcher_notices() {
     // The dispatcher would take a minute to call the worker dead; the consumer's own
     // timeout (3 s) ends the wait with an error naming it.
     let dport = free_port();
-    let _d = dispatcher_with(dport, None, &["--worker-timeout", "60"]);
+    let _d = dispatcher_with(dport, None, &["--worker-timeout", "60s"]);
     let w = worker(dport, free_port(), None);
     let target = format!("grpc://127.0.0.1:{dport}");
     let stats = ServiceStats::default();
@@ -364,10 +369,7 @@ fn a_restarted_dispatcher_resumes_the_job_in_fault_tolerant_mode_and_fails_it_cl
         let work_dir = fault_tolerant.then_some(work_dir.path());
         let dport = free_port();
         let d = dispatcher(dport, work_dir);
-        let _w = [
-            worker(dport, free_port(), None),
-            worker(dport, free_port(), None),
-        ];
+        let _w = two_workers(dport);
         let target = format!("grpc://127.0.0.1:{dport}");
         let n = 400;
         let stats = ServiceStats::default();

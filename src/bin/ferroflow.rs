@@ -24,7 +24,7 @@ const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--p
        ferroflow profile monitor [--duration 1s] [--level 1|2] grpc://host:port
        ferroflow profile pod [--step N] <logdir>
        ferroflow data-service dispatcher [--port P] [--bind HOST] [--work-dir DIR] [--fault-tolerant]
-                                         [--worker-timeout SECS]
+                                         [--worker-timeout DURATION]
        ferroflow data-service worker --dispatcher host:port [--port P] [--bind HOST]
 
   launch: starts N worker processes (and M parameter servers, and a chief) running <program>
@@ -44,8 +44,8 @@ const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--p
   per-worker step breakdown, with each step's straggler.
 
   data-service dispatcher: runs a tf.data service dispatcher (with --fault-tolerant, its
-  journal in --work-dir, resumed on restart; a worker silent for --worker-timeout seconds,
-  2 by default, is taken for dead). data-service worker: runs a worker serving
+  journal in --work-dir, resumed on restart; a worker silent for --worker-timeout, 2s by
+  default, is taken for dead). data-service worker: runs a worker serving
   the built-in pipelines (range, mnist); a program's own pipelines are served by a
   WorkerServer in that program. Both print `started on grpc://host:port` and serve until
   killed; the cluster token comes from FERROFLOW_CLUSTER_TOKEN.";
@@ -260,14 +260,12 @@ fn data_service(args: &[String]) -> ExitCode {
             "--bind" => value().map(|v| bind = v),
             "--work-dir" => value().map(|v| work_dir = Some(std::path::PathBuf::from(v))),
             "--dispatcher" => value().map(|v| dispatcher = Some(v)),
-            "--worker-timeout" => value().and_then(|v| {
-                v.parse::<f64>()
-                    .ok()
-                    .filter(|s| s.is_finite() && *s > 0.0)
-                    .map(|s| worker_timeout = std::time::Duration::from_secs_f64(s))
-                    .ok_or(format!(
-                        "--worker-timeout {v:?} is not a positive number of seconds"
-                    ))
+            "--worker-timeout" => value().and_then(|v| match duration_ms(&v)? {
+                0 => Err("--worker-timeout must be longer than 0".into()),
+                ms => {
+                    worker_timeout = std::time::Duration::from_millis(ms);
+                    Ok(())
+                }
             }),
             "--fault-tolerant" => {
                 fault_tolerant = true;

@@ -517,32 +517,27 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
         if hb.finished && !reading {
             break;
         }
-        if hb.live_workers > 0 || reading {
-            last_worker = Instant::now();
-        } else if last_worker.elapsed() > shared.timeout {
-            return fail(Error::Unavailable {
+        let stalled = |what: &str| {
+            fail(Error::Unavailable {
                 op: format!("read job {job_id}"),
                 peer: "the tf.data workers".into(),
                 msg: format!(
-                    "no worker has been alive for {:?} and the job is not finished",
+                    "{what} for {:?} and the job is not finished",
                     shared.timeout
                 ),
-            });
+            })
+        };
+        if hb.live_workers > 0 || reading {
+            last_worker = Instant::now();
+        } else if last_worker.elapsed() > shared.timeout {
+            return stalled("no worker has been alive");
         }
         if reading {
             last_read = Instant::now();
         } else if last_read.elapsed() > shared.timeout {
             // Every reader ended (a task's error, a worker gone) and the dispatcher still
             // counts a task running: say so rather than wait for ever.
-            return fail(Error::Unavailable {
-                op: format!("read job {job_id}"),
-                peer: "the tf.data workers".into(),
-                msg: format!(
-                    "no task of the job has been read for {:?} and the dispatcher does not \
-                     count it finished",
-                    shared.timeout
-                ),
-            });
+            return stalled("no task of the job has been read");
         }
         std::thread::sleep(Duration::from_millis(50));
     }

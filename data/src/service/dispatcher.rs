@@ -102,17 +102,26 @@ struct Task {
     job_id: u64,
     worker: String,
     state: TaskState,
-    split_elements: u64,
     /// The splits handed to this task, in order: a worker that asks again for one it was
     /// given (its reply lost with a dispatcher that died) gets the same one.
     splits: Vec<(u64, u64)>,
 }
 
+impl Task {
+    /// Source elements of the splits handed to this task.
+    fn split_elements(&self) -> u64 {
+        self.splits
+            .iter()
+            .map(|(start, end)| end.saturating_sub(*start))
+            .sum()
+    }
+}
+
 struct Worker {
     last_seen: Instant,
     alive: bool,
-    /// The process behind the address (0: not yet heard from since a journal replay).
-    incarnation: u64,
+    /// The process behind the address (`None`: not heard from since a journal replay).
+    incarnation: Option<u64>,
 }
 
 #[derive(Default)]
@@ -165,7 +174,7 @@ impl State {
                 self.workers.entry(worker.clone()).or_insert(Worker {
                     last_seen: Instant::now(),
                     alive: true,
-                    incarnation: 0,
+                    incarnation: None,
                 });
                 self.tasks.insert(
                     id,
@@ -173,7 +182,6 @@ impl State {
                         job_id,
                         worker,
                         state: TaskState::Running,
-                        split_elements: 0,
                         splits: vec![],
                     },
                 );
@@ -205,10 +213,8 @@ impl State {
             } => {
                 if let Some(job) = self.jobs.get_mut(&job_id) {
                     job.num_elements = Some(num_elements);
-                    let given = end.saturating_sub(job.next_split);
                     job.next_split = job.next_split.max(end);
                     if let Some(t) = self.tasks.get_mut(&task_id) {
-                        t.split_elements += given;
                         t.splits.push((start, end));
                     }
                 }
@@ -430,7 +436,7 @@ impl Dispatcher {
                     task_id: *id,
                     worker_address: t.worker.clone(),
                     state: t.state,
-                    split_elements: t.split_elements,
+                    split_elements: t.split_elements(),
                 })
             })
             .collect();
@@ -449,7 +455,8 @@ impl Dispatcher {
         let restarted = s
             .workers
             .get(&address)
-            .is_some_and(|w| w.incarnation != 0 && w.incarnation != r.incarnation);
+            .and_then(|w| w.incarnation)
+            .is_some_and(|known| known != r.incarnation);
         if restarted {
             self.commit(
                 &mut s,
@@ -461,11 +468,11 @@ impl Dispatcher {
         let w = s.workers.entry(address.clone()).or_insert(Worker {
             last_seen: Instant::now(),
             alive: true,
-            incarnation: r.incarnation,
+            incarnation: None,
         });
         w.last_seen = Instant::now();
         w.alive = true;
-        w.incarnation = r.incarnation;
+        w.incarnation = Some(r.incarnation);
         self.sweep(&mut s)?;
         for id in r.finished_tasks {
             let running = s
@@ -844,7 +851,7 @@ mod tests {
         assert_eq!(split(0).unwrap(), first);
         assert!(split(2).unwrap_err().to_string().contains("was given 1"));
         assert_eq!(split(1).unwrap(), Some((4, 8)));
-        assert_eq!(d.lock().tasks[&task_id].split_elements, 8);
+        assert_eq!(d.lock().tasks[&task_id].split_elements(), 8);
         // The same address from another process: its tasks are lost.
         d.worker_heartbeat(WorkerHeartbeatRequest {
             worker_address: "w:1".into(),

@@ -107,12 +107,18 @@ impl TaskRun {
         true
     }
 
-    /// An element as it travels: snappy-compressed when the job asks for it.
-    fn compress(&self, header: ElementHeader, body: Vec<u8>) -> (ElementHeader, Vec<u8>) {
+    /// An element as it travels: snappy-compressed (by `encoder`, one per reply) when the
+    /// job asks for it.
+    fn compress(
+        &self,
+        encoder: &mut snap::raw::Encoder,
+        header: ElementHeader,
+        body: Vec<u8>,
+    ) -> (ElementHeader, Vec<u8>) {
         if self.compression != Compression::Snappy || header.kind != ElementKind::Element {
             return (header, body);
         }
-        match snap::raw::Encoder::new().compress_vec(&body) {
+        match encoder.compress_vec(&body) {
             Ok(c) => (
                 ElementHeader {
                     compressed: true,
@@ -206,10 +212,11 @@ impl TaskRun {
         let Some((header, body)) = taken.next() else {
             return header_only(ElementKind::NotReady);
         };
-        let (header, body) = self.compress(header, body);
+        let mut encoder = snap::raw::Encoder::new();
+        let (header, body) = self.compress(&mut encoder, header, body);
         let mut reply = Frames::new(&header, body);
         for (header, body) in taken {
-            let (header, body) = self.compress(header, body);
+            let (header, body) = self.compress(&mut encoder, header, body);
             reply.push(&header, &body);
         }
         reply.into_bytes()
@@ -268,7 +275,9 @@ impl DispatcherSplits {
             num_elements,
             split_index,
         });
-        self.worker.dispatcher.start_call(GET_SPLIT, request, true)
+        // Not retried inside the call: `next_split` retries every kind of unavailability
+        // (refused, reset mid-call) against one deadline.
+        self.worker.dispatcher.start_call(GET_SPLIT, request, false)
     }
 }
 
@@ -279,7 +288,7 @@ impl SplitProvider for DispatcherSplits {
     fn next_split(&self, num_elements: u64) -> Result<Option<Range<u64>>> {
         let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
         let index = next.0;
-        let end = Instant::now() + self.worker.config.dispatcher_timeout;
+        let started = Instant::now();
         let mut call = next
             .1
             .take()
@@ -287,7 +296,8 @@ impl SplitProvider for DispatcherSplits {
         let reply = loop {
             match call.wait() {
                 Err(Error::Unavailable { .. })
-                    if Instant::now() < end && !self.run.stop.load(Ordering::Relaxed) =>
+                    if started.elapsed() < self.worker.config.dispatcher_timeout
+                        && !self.run.stop.load(Ordering::Relaxed) =>
                 {
                     std::thread::sleep(Duration::from_millis(50));
                     call = self.request(index, num_elements);
@@ -468,7 +478,7 @@ fn incarnation() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    (nanos ^ ((std::process::id() as u64) << 32)).max(1)
+    nanos ^ ((std::process::id() as u64) << 32)
 }
 
 /// A tf.data service worker (TF's `tf.data.experimental.service.WorkerServer`): registers
