@@ -5,6 +5,9 @@
 //! `nanargmax`, `nanargmin`, `nancumsum`, `nancumprod`, `nanmedian`, `nanpercentile`,
 //! `nanquantile`.
 //!
+//! NumPy's `initial=` and `where=` keywords: the `_with` forms ([`sum_with`], [`amax_with`],
+//! ...) taking [`ReduceArgs`].
+//!
 //! Dtypes follow NumPy: `sum`/`prod` of booleans and small integers accumulate in int64,
 //! `mean`/`var`/`std` of integers are floats, `argmax` gives int64.
 //!
@@ -190,6 +193,296 @@ pub fn max(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<T
 /// `numpy.min` (same as [`amin`]).
 pub fn min(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     amin(a, axis, keepdims)
+}
+
+/// NumPy's keyword arguments of a reduction: `axis`, `keepdims`, `initial` and `where`,
+/// for [`sum_with`], [`prod_with`], [`amax_with`] / [`max_with`], [`amin_with`] /
+/// [`min_with`], [`mean_with`], [`any_with`] and [`all_with`]. The defaults are NumPy's:
+/// every axis, no kept dimensions, no initial value, no mask.
+///
+/// ```
+/// use ferroflow_numpy as np;
+/// ferroflow::init();
+/// let a = np::asarray([[1.0, 5.0], [3.0, 2.0]])?;
+/// // np.max(a, axis=1, initial=4.0) and np.sum(a, where=[[True, False], [True, True]])
+/// let m = np::max_with(&a, np::ReduceArgs::new().axis(1).initial(4.0))?;
+/// assert_eq!(m.to_vec::<f64>()?, vec![5.0, 4.0]);
+/// let mask = np::asarray([[true, false], [true, true]])?;
+/// assert_eq!(np::sum_with(&a, np::ReduceArgs::new().where_(&mask))?.item::<f64>()?, 6.0);
+/// // An empty reduction with an initial value is that value.
+/// let empty = np::zeros(&[0], None)?;
+/// assert_eq!(np::amax_with(&empty, np::ReduceArgs::new().initial(-1.0))?.item::<f64>()?, -1.0);
+/// # Ok::<(), np::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReduceArgs {
+    /// The axes reduced (`axis=`; default every axis).
+    pub axis: Axes,
+    /// Keep the reduced axes as length 1 (`keepdims=`).
+    pub keepdims: bool,
+    /// The reduction's starting value (`initial=`): added for sums, multiplied for products,
+    /// the floor or ceiling for max and min. Needed by max and min with a mask.
+    pub initial: Option<f64>,
+    /// The elements to include (`where=`): a bool array broadcast to the input's shape.
+    pub where_: Option<Tensor>,
+}
+
+impl Default for ReduceArgs {
+    fn default() -> ReduceArgs {
+        ReduceArgs {
+            axis: Axes::All,
+            keepdims: false,
+            initial: None,
+            where_: None,
+        }
+    }
+}
+
+impl ReduceArgs {
+    /// NumPy's defaults.
+    pub fn new() -> ReduceArgs {
+        ReduceArgs::default()
+    }
+    /// `axis=`.
+    pub fn axis(mut self, axis: impl Into<Axes>) -> ReduceArgs {
+        self.axis = axis.into();
+        self
+    }
+    /// `keepdims=`.
+    pub fn keepdims(mut self, keepdims: bool) -> ReduceArgs {
+        self.keepdims = keepdims;
+        self
+    }
+    /// `initial=`.
+    pub fn initial(mut self, initial: f64) -> ReduceArgs {
+        self.initial = Some(initial);
+        self
+    }
+    /// `where=`: a bool mask broadcast to the input's shape.
+    pub fn where_(mut self, mask: &Tensor) -> ReduceArgs {
+        self.where_ = Some(mask.clone());
+        self
+    }
+}
+
+/// The input with the elements `where=` excludes replaced by `fill` (the reduction's
+/// identity); the mask must be bool (NumPy's "safe" casting) and broadcast to the input.
+fn masked(op: &'static str, a: &Tensor, args: &ReduceArgs, fill: f64) -> Result<Tensor> {
+    let Some(mask) = &args.where_ else {
+        return Ok(a.clone());
+    };
+    if mask.dtype() != DType::Bool {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "where= needs a bool array: cannot cast array data from dtype('{}') to \
+                 dtype('bool') according to the rule 'safe'",
+                mask.dtype()
+            ),
+        ));
+    }
+    let mask = mask.broadcast_to(a.shape()).map_err(|_| {
+        Error::invalid(
+            op,
+            format!(
+                "where= of shape {:?} does not broadcast to the input's shape {:?}",
+                mask.shape(),
+                a.shape()
+            ),
+        )
+    })?;
+    Tensor::select(&mask, a, &a.scalar_like(fill)?)
+}
+
+/// `initial` as a value of `dtype`, refused where NumPy refuses it (out of an integer
+/// type's range).
+fn initial_in(op: &'static str, initial: f64, dtype: DType) -> Result<f64> {
+    if dtype.is_int() {
+        let (lo, hi) = int_range(dtype);
+        let v = initial.trunc();
+        if !(v >= lo && v <= hi) {
+            return Err(Error::invalid(
+                op,
+                format!("initial={initial} is out of bounds for {dtype}"),
+            ));
+        }
+        return Ok(v);
+    }
+    Ok(initial)
+}
+
+/// The smallest and largest value of an integer dtype.
+fn int_range(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::I8 => (i8::MIN as f64, i8::MAX as f64),
+        DType::U8 => (0.0, u8::MAX as f64),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        _ => (i64::MIN as f64, i64::MAX as f64),
+    }
+}
+
+/// The shape a reduction over `ax` leaves.
+fn reduced_shape(a: &Tensor, ax: &[usize], keepdims: bool) -> Vec<usize> {
+    let mut out = vec![];
+    for (i, &d) in a.shape().iter().enumerate() {
+        if !ax.contains(&i) {
+            out.push(d);
+        } else if keepdims {
+            out.push(1);
+        }
+    }
+    out
+}
+
+/// `numpy.sum(a, axis, keepdims, initial, where)`.
+pub fn sum_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+    let a = arr(a)?;
+    let ax = axes_of("sum", &args.axis, a.rank())?;
+    let a = a.cast(accumulate_dtype(a.dtype()))?;
+    let total = masked("sum", &a, &args, 0.0)?.reduce_sum(as_isize(&ax), args.keepdims)?;
+    match args.initial {
+        Some(i) => total.add(&total.scalar_like(initial_in("sum", i, total.dtype())?)?),
+        None => Ok(total),
+    }
+}
+
+/// `numpy.prod(a, axis, keepdims, initial, where)`.
+pub fn prod_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+    let a = arr(a)?;
+    let ax = axes_of("prod", &args.axis, a.rank())?;
+    let a = a.cast(accumulate_dtype(a.dtype()))?;
+    let total = masked("prod", &a, &args, 1.0)?.reduce_prod(as_isize(&ax), args.keepdims)?;
+    match args.initial {
+        Some(i) => total.mul(&total.scalar_like(initial_in("prod", i, total.dtype())?)?),
+        None => Ok(total),
+    }
+}
+
+/// max (`largest`) or min with `initial` and `where`.
+fn extreme_with(
+    op: &'static str,
+    a: impl ArrayLike,
+    args: ReduceArgs,
+    largest: bool,
+) -> Result<Tensor> {
+    let a = arr(a)?;
+    let ax = axes_of(op, &args.axis, a.rank())?;
+    let Some(initial) = args.initial else {
+        if args.where_.is_some() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "reduction operation '{op}' does not have an identity, so to use a where \
+                     mask one has to specify 'initial'"
+                ),
+            ));
+        }
+        return if largest {
+            amax(&a, args.axis, args.keepdims)
+        } else {
+            amin(&a, args.axis, args.keepdims)
+        };
+    };
+    let initial = initial_in(op, initial, a.dtype())?;
+    if count(&a, &ax) == 0 {
+        return crate::full(
+            &reduced_shape(&a, &ax, args.keepdims),
+            a.scalar_like(initial)?,
+            Some(a.dtype()),
+        );
+    }
+    // Excluded elements become the identity: the other end of the type's range.
+    let identity = match (a.dtype(), largest) {
+        (DType::Bool, l) => (!l) as u8 as f64,
+        (d, l) if d.is_int() => {
+            let (lo, hi) = int_range(d);
+            if l {
+                lo
+            } else {
+                hi
+            }
+        }
+        (_, true) => f64::NEG_INFINITY,
+        (_, false) => f64::INFINITY,
+    };
+    let a = masked(op, &a, &args, identity)?;
+    let reduced = if largest {
+        amax(&a, args.axis.clone(), args.keepdims)?
+    } else {
+        amin(&a, args.axis.clone(), args.keepdims)?
+    };
+    let floor = reduced.scalar_like(initial)?;
+    if largest {
+        crate::maximum(&reduced, &floor)
+    } else {
+        crate::minimum(&reduced, &floor)
+    }
+}
+
+/// `numpy.amax(a, axis, keepdims, initial, where)`: `where=` needs `initial=`; an empty
+/// reduction with `initial=` is `initial`.
+pub fn amax_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+    extreme_with("maximum", a, args, true)
+}
+/// `numpy.amin(a, axis, keepdims, initial, where)`.
+pub fn amin_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+    extreme_with("minimum", a, args, false)
+}
+/// `numpy.max(a, axis, keepdims, initial, where)` (same as [`amax_with`]).
+pub fn max_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+    amax_with(a, args)
+}
+/// `numpy.min(a, axis, keepdims, initial, where)` (same as [`amin_with`]).
+pub fn min_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+    amin_with(a, args)
+}
+
+/// Refuses `initial=` for the reductions NumPy gives none (`mean`, `any`, `all`).
+fn no_initial(op: &'static str, args: &ReduceArgs) -> Result<()> {
+    match args.initial {
+        Some(_) => Err(Error::invalid(
+            op,
+            format!("{op}() got an unexpected keyword argument 'initial'"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `numpy.mean(a, axis, keepdims, where)`: the mean of the included elements (NaN where a
+/// slice includes none, as NumPy's).
+pub fn mean_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+    no_initial("mean", &args)?;
+    let a = arr(a)?;
+    if args.where_.is_none() {
+        return mean(&a, args.axis, args.keepdims);
+    }
+    let ax = axes_of("mean", &args.axis, a.rank())?;
+    let d = if a.dtype().is_float() {
+        a.dtype()
+    } else {
+        default_float()
+    };
+    let a = a.cast(d)?;
+    let total = masked("mean", &a, &args, 0.0)?.reduce_sum(as_isize(&ax), args.keepdims)?;
+    let n =
+        masked("mean", &a.ones_like()?, &args, 0.0)?.reduce_sum(as_isize(&ax), args.keepdims)?;
+    total.div(&n)
+}
+
+/// `numpy.any(a, axis, keepdims, where)`.
+pub fn any_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+    no_initial("any", &args)?;
+    let a = arr(a)?.cast(DType::Bool)?;
+    let a = masked("any", &a, &args, 0.0)?;
+    any(&a, args.axis, args.keepdims)
+}
+
+/// `numpy.all(a, axis, keepdims, where)`.
+pub fn all_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+    no_initial("all", &args)?;
+    let a = arr(a)?.cast(DType::Bool)?;
+    let a = masked("all", &a, &args, 1.0)?;
+    all(&a, args.axis, args.keepdims)
 }
 
 /// `numpy.ptp(a, axis=None, keepdims=False)`: max - min.

@@ -700,6 +700,38 @@ with open(os.path.join(OUT, "corrupt.npz"), "wb") as fh:
     fh.write(b"PK\x03\x04 this is not a zip archive")
 cases.append({"fn": "load_npz", "args": [{"s": "corrupt.npz"}], "cmp": "close", "error": "BadZipFile"})
 
+# ---------------------------------------------------------------- reductions' keywords
+# (last, so the cases above keep drawing the same random values)
+# initial= and where= (the Rust `_with` forms): [a, axis, keepdims, initial, where]
+def with_kw(f):
+    def call(a, ax, k, init, wh):
+        kw = {}
+        if init is not None:
+            kw["initial"] = init
+        if wh is not None:
+            kw["where"] = wh
+        return f(a, axis=ax, keepdims=k, **kw)
+    return call
+for name in ["sum", "prod", "amax", "amin", "max", "min", "mean", "any", "all"]:
+    f = with_kw(getattr(np, name))
+    a = rnd((3, 4), lo=-2, hi=2)
+    mask = rnd((3, 4), np.bool_)
+    row_mask = rnd((4,), np.bool_)
+    case(name + "_with", [a, None, False, 1.5, None], f)
+    case(name + "_with", [a, 1, False, -0.5, mask], f)
+    case(name + "_with", [a, 0, True, 3.0, row_mask], f)
+    case(name + "_with", [a, Ints(0, 1), False, None, mask], f)
+    case(name + "_with", [View(rnd((4, 3), lo=-2, hi=2)), -1, False, 0.25, None], f)
+    case(name + "_with", [rnd((3, 4), np.int32, -5, 5), 1, False, 2.0, mask], f)
+    case(name + "_with", [np.zeros((0, 3)), 0, False, 2.0, None], f)  # empty: initial or error
+    case(name + "_with", [np.zeros((0, 3)), 1, False, None, None], f)
+    case(name + "_with", [np.array([1.0, np.nan, 3.0]), None, False, 5.0, np.array([True, True, False])], f)
+    case(name + "_with", [a, None, False, None, np.ones((2, 3, 4), bool)], f)  # mask too large
+    case(name + "_with", [a, None, False, None, rnd((3, 4), np.int64, 0, 1)], f)  # int mask
+case("amax_with", [rnd((4,), np.uint8, 0, 9), None, False, -1.0, None], with_kw(np.amax))
+case("sum_with", [rnd((4,), np.int8, -5, 5), None, False, 2.75, None], with_kw(np.sum))
+case("amin_with", [rnd((5,), np.bool_), None, False, 1.0, rnd((5,), np.bool_)], with_kw(np.amin))
+
 with open(os.path.join(OUT, "cases.json"), "w") as fh:
     json.dump({"numpy": np.__version__, "cases": cases}, fh, allow_nan=False)
 print("%d cases for numpy %s" % (len(cases), np.__version__))

@@ -229,6 +229,28 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
         logical_and, logical_or, logical_xor, matmul, dot, inner, outer, vdot, kron);
     reduce_axes!(name, a; sum, prod, mean, amax, amin, max, min, ptp, any, all, count_nonzero,
         nansum, nanprod, nanmean, nanmax, nanmin);
+    if let Some(base) = name.strip_suffix("_with") {
+        let mut args = np::ReduceArgs::new().axis(a.axes(1)).keepdims(a.b(2));
+        if !matches!(a.0[3], Arg::None) {
+            args = args.initial(a.f(3));
+        }
+        if let Arg::A(mask) = &a.0[4] {
+            args = args.where_(mask);
+        }
+        let x = a.a(0);
+        return Ok(Some(t(match base {
+            "sum" => np::sum_with(x, args)?,
+            "prod" => np::prod_with(x, args)?,
+            "amax" => np::amax_with(x, args)?,
+            "amin" => np::amin_with(x, args)?,
+            "max" => np::max_with(x, args)?,
+            "min" => np::min_with(x, args)?,
+            "mean" => np::mean_with(x, args)?,
+            "any" => np::any_with(x, args)?,
+            "all" => np::all_with(x, args)?,
+            _ => return Ok(None),
+        })));
+    }
     Ok(Some(match name {
         "mod" => t(np::mod_(a.v(0), a.v(1))?),
         "divmod" => {

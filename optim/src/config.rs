@@ -22,22 +22,19 @@ const FLAGS: [&str; 3] = ["amsgrad", "nesterov", "centered"];
 /// # Ok::<(), ferroflow::Error>(())
 /// ```
 pub fn get_config(opt: &dyn Optimizer) -> Result<Value> {
-    if let Some(inner) = opt.inner_optimizer() {
-        // TF 2.4's LossScaleOptimizer config: the inner optimizer and the scale's mode.
-        let h = opt.hyperparameters();
-        let value = |k: &str| {
-            h.iter().find(|(n, _)| *n == k).map(|(_, v)| match v {
-                Hyper::Const(c) => *c,
-                Hyper::Schedule(s) => s.at(0),
-            })
+    if let (Some(inner), Some(mode)) = (opt.inner_optimizer(), opt.loss_scale_mode()) {
+        // TF 2.4's LossScaleOptimizer config: the inner optimizer and the scale's mode (the
+        // current scale is state, in the optimizer's weights).
+        let growth = match mode {
+            crate::LossScale::Dynamic { growth_steps, .. } => json!(growth_steps),
+            crate::LossScale::Fixed(_) => Value::Null,
         };
-        let growth = value("dynamic_growth_steps").unwrap_or(0.0);
         return Ok(json!({
             "name": opt.name(),
             "inner_optimizer": get_config(inner)?,
-            "dynamic": growth > 0.0,
-            "initial_scale": value("loss_scale").unwrap_or(1.0),
-            "dynamic_growth_steps": growth as u64,
+            "dynamic": matches!(mode, crate::LossScale::Dynamic { .. }),
+            "initial_scale": mode.initial_scale(),
+            "dynamic_growth_steps": growth,
         }));
     }
     let mut m = Map::new();
@@ -57,6 +54,9 @@ pub fn get_config(opt: &dyn Optimizer) -> Result<Value> {
         m.insert(k.into(), v);
     }
     let core = opt.core();
+    if !m.contains_key("decay") {
+        m.insert("decay".into(), json!(core.decay));
+    }
     for (k, v) in [
         ("clipvalue", core.clipvalue),
         ("clipnorm", core.clipnorm),
@@ -88,6 +88,41 @@ pub fn from_config(cfg: &Value) -> Result<Box<dyn Optimizer>> {
         .get("name")
         .and_then(Value::as_str)
         .ok_or_else(|| bad("missing \"name\"".into()))?;
+    if name == "LossScaleOptimizer" {
+        // TF 2.4's arguments: `dynamic` (default true), `initial_scale` (2^15 when dynamic,
+        // required otherwise), `dynamic_growth_steps` (2000; must be absent when fixed).
+        let inner = from_config(&cfg["inner_optimizer"])?;
+        let num = |k: &str, default: f64| cfg.get(k).and_then(Value::as_f64).unwrap_or(default);
+        let given = |k: &str| cfg.get(k).filter(|v| !v.is_null());
+        let dynamic = cfg.get("dynamic").and_then(Value::as_bool).unwrap_or(true);
+        let mode = if dynamic {
+            let growth = num("dynamic_growth_steps", 2000.0);
+            if !(growth >= 1.0 && growth <= u32::MAX as f64 && growth.fract() == 0.0) {
+                return Err(bad(format!(
+                    "dynamic_growth_steps must be a whole number ≥ 1, got {}",
+                    cfg["dynamic_growth_steps"]
+                )));
+            }
+            crate::LossScale::Dynamic {
+                initial_scale: num("initial_scale", 32768.0),
+                growth_steps: growth as u32,
+            }
+        } else {
+            if given("dynamic_growth_steps").is_some() {
+                return Err(bad(format!(
+                    "\"dynamic_growth_steps\" must be None if \"dynamic\" is False, but got: {}",
+                    cfg["dynamic_growth_steps"]
+                )));
+            }
+            let Some(scale) = given("initial_scale").and_then(Value::as_f64) else {
+                return Err(bad(
+                    "\"initial_scale\" must be specified if \"dynamic\" is False".into(),
+                ));
+            };
+            crate::LossScale::Fixed(scale)
+        };
+        return Ok(Box::new(crate::LossScaleOptimizer::new(inner, mode)?));
+    }
     let lr: Hyper = match cfg.get("learning_rate") {
         Some(Value::Number(n)) => n.as_f64().unwrap_or(0.001).into(),
         Some(v @ Value::Object(_)) => schedule_from_config(v)
@@ -105,20 +140,6 @@ pub fn from_config(cfg: &Value) -> Result<Box<dyn Optimizer>> {
         }
     };
     let flag = |k: &str| cfg.get(k).and_then(Value::as_bool).unwrap_or(false);
-    if name == "LossScaleOptimizer" {
-        let inner = from_config(&cfg["inner_optimizer"])?;
-        let scale = num("initial_scale", 32768.0);
-        let mode = if flag("dynamic") {
-            crate::LossScale::Dynamic {
-                growth_steps: num("dynamic_growth_steps", 2000.0) as u32,
-            }
-        } else {
-            crate::LossScale::Fixed(scale)
-        };
-        let mut lso = crate::LossScaleOptimizer::new(inner, mode)?;
-        lso.set_state(scale, 0);
-        return Ok(Box::new(lso));
-    }
     let mut opt: Box<dyn Optimizer> = match name {
         "SGD" => Box::new(Sgd::new(lr).with_momentum(hyp("momentum", 0.0)?, flag("nesterov"))),
         "Adam" | "AdamW" => {
@@ -164,6 +185,8 @@ pub fn from_config(cfg: &Value) -> Result<Box<dyn Optimizer>> {
         }
         "Nadam" => {
             let mut a = Nadam::new(lr);
+            // TF 2.4's Nadam keeps its momentum schedule's decay as `decay`.
+            a.schedule_decay = num("decay", 0.004);
             (a.beta_1, a.beta_2, a.epsilon) = (
                 hyp("beta_1", 0.9)?,
                 hyp("beta_2", 0.999)?,
@@ -184,8 +207,13 @@ pub fn from_config(cfg: &Value) -> Result<Box<dyn Optimizer>> {
         other => return Err(bad(format!("unknown optimizer {other:?}"))),
     };
     let core = opt.core_mut();
+    if name != "Nadam" {
+        core.decay = num("decay", 0.0);
+    }
     core.clipvalue = cfg.get("clipvalue").and_then(Value::as_f64);
     core.clipnorm = cfg.get("clipnorm").and_then(Value::as_f64);
     core.global_clipnorm = cfg.get("global_clipnorm").and_then(Value::as_f64);
+    core.check_options()
+        .map_err(|e| bad(format!("{name}: {e}")))?;
     Ok(opt)
 }

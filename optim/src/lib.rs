@@ -3,14 +3,16 @@
 //!
 //! # Overview
 //! - [`Optimizer`]: `minimize(loss, var_list, tape)` and `apply_gradients(grads_and_vars,
-//!   aggregate)`; gradients pass the aggregator, then the user's gradient transformers, then
-//!   the built-in clipvalue / clipnorm / global_clipnorm, then each optimizer's update.
+//!   aggregate)`; gradients pass the aggregator, then the built-in clipvalue / clipnorm /
+//!   global_clipnorm or the user's gradient transformers (TF 2.4 refuses both at once),
+//!   then each optimizer's update, whose scalars are computed in the variable's dtype as
+//!   TF's are (so float32 slots match TF's to the last bits).
 //! - Optimizers: [`Sgd`] (momentum, Nesterov), [`Adam`] (AMSGrad, and AdamW through
 //!   `weight_decay`), [`RmsProp`] (momentum, centered), [`Adagrad`], [`Adadelta`],
 //!   [`Adamax`], [`Nadam`], [`Ftrl`].
 //! - Schedules implement [`LearningRateSchedule`]; every hyperparameter is a [`Hyper`]: a
 //!   constant or a schedule of the step (TF accepts a callable for any of them).
-//! - [`LossScaleOptimizer`] wraps any optimizer with TF's dynamic loss scale.
+//! - [`LossScaleOptimizer`] wraps any optimizer with TF's dynamic or a fixed loss scale.
 //!
 //! ```
 //! ferroflow::init();
@@ -34,6 +36,7 @@
 #![warn(missing_docs)]
 
 mod config;
+mod dtype_scalar;
 mod loss_scale;
 mod more;
 mod optimizer;

@@ -1,21 +1,48 @@
 //! `LossScaleOptimizer` (TF 2.4 mixed precision): scales the loss up so small f16 gradients
-//! do not flush to zero, unscales the gradients, and skips steps whose gradients overflowed.
+//! do not flush to zero, unscales the gradients, and, under a dynamic scale, skips steps
+//! whose gradients overflowed.
 
 use crate::optimizer::{Optimizer, OptimizerCore};
 use ferroflow_autodiff::{GradientTape, Source};
 use ferroflow_tensor::{Axes, Error, Result, Tensor, Variable};
 
-/// How the loss scale moves.
+/// How the loss scale moves (TF 2.4's `dynamic`, `initial_scale`, `dynamic_growth_steps`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum LossScale {
-    /// TF's dynamic scale: starts at 2^15, doubles after `growth_steps` finite steps in a
-    /// row, halves (never below 1) on any non-finite gradient.
+    /// TF's dynamic scale: starts at `initial_scale`, doubles after `growth_steps` finite
+    /// steps in a row, and on any non-finite gradient halves (never below 1) and skips the
+    /// step.
     Dynamic {
+        /// The first scale (TF: 2^15).
+        initial_scale: f64,
         /// Finite steps between doublings (TF: 2000).
         growth_steps: u32,
     },
-    /// A constant scale.
+    /// A constant scale. Every step is applied, even one whose gradients are not finite (TF
+    /// 2.4 skips steps only under a dynamic scale).
     Fixed(f64),
+}
+
+impl LossScale {
+    /// TF 2.4's default: dynamic, starting at 2^15, doubling after 2000 finite steps.
+    ///
+    /// ```
+    /// use ferroflow::optim::LossScale;
+    /// assert_eq!(LossScale::dynamic(), LossScale::Dynamic { initial_scale: 32768.0, growth_steps: 2000 });
+    /// ```
+    pub fn dynamic() -> LossScale {
+        LossScale::Dynamic {
+            initial_scale: 32768.0,
+            growth_steps: 2000,
+        }
+    }
+    /// The scale the optimizer starts with.
+    pub fn initial_scale(&self) -> f64 {
+        match *self {
+            LossScale::Dynamic { initial_scale, .. } => initial_scale,
+            LossScale::Fixed(s) => s,
+        }
+    }
 }
 
 /// Wraps an optimizer with loss scaling (`tf.keras.mixed_precision.LossScaleOptimizer`).
@@ -38,26 +65,38 @@ pub struct LossScaleOptimizer {
 impl LossScaleOptimizer {
     /// Dynamic loss scaling with TF 2.4's defaults (2^15, growth every 2000 finite steps).
     pub fn dynamic(inner: Box<dyn Optimizer>) -> Result<LossScaleOptimizer> {
-        LossScaleOptimizer::new(inner, LossScale::Dynamic { growth_steps: 2000 })
+        LossScaleOptimizer::new(inner, LossScale::dynamic())
     }
-    /// Any mode. Refuses to wrap a LossScaleOptimizer (TF does too).
+    /// Any mode. Refuses to wrap a LossScaleOptimizer (TF does too), a scale that is not
+    /// positive and finite, and a dynamic scale that grows after 0 steps.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow::optim::{LossScale, LossScaleOptimizer, Sgd};
+    /// let opt = LossScaleOptimizer::new(
+    ///     Box::new(Sgd::new(0.1)),
+    ///     LossScale::Dynamic { initial_scale: 1024.0, growth_steps: 100 },
+    /// )?;
+    /// assert_eq!(opt.current_loss_scale(), 1024.0);
+    /// # Ok::<(), ferroflow::Error>(())
+    /// ```
     pub fn new(inner: Box<dyn Optimizer>, mode: LossScale) -> Result<LossScaleOptimizer> {
+        let bad = |msg: String| Err(Error::invalid("LossScaleOptimizer", msg));
         if inner.name() == "LossScaleOptimizer" {
-            return Err(Error::invalid(
-                "LossScaleOptimizer",
-                "cannot wrap a LossScaleOptimizer in another",
+            return bad("cannot wrap a LossScaleOptimizer in another".into());
+        }
+        let scale = mode.initial_scale();
+        if !(scale > 0.0 && scale.is_finite()) {
+            return bad(format!(
+                "the loss scale must be positive and finite, got initial_scale {scale}"
             ));
         }
-        let scale = match mode {
-            LossScale::Dynamic { .. } => 32768.0,
-            LossScale::Fixed(s) if s > 0.0 && s.is_finite() => s,
-            LossScale::Fixed(s) => {
-                return Err(Error::invalid(
-                    "LossScaleOptimizer",
-                    format!("a fixed loss scale must be positive and finite, got {s}"),
-                ))
-            }
-        };
+        if let LossScale::Dynamic {
+            growth_steps: 0, ..
+        } = mode
+        {
+            return bad("dynamic_growth_steps must be at least 1, got 0".into());
+        }
         Ok(LossScaleOptimizer {
             inner,
             mode,
@@ -69,6 +108,10 @@ impl LossScaleOptimizer {
     /// The current scale (`loss_scale`).
     pub fn current_loss_scale(&self) -> f64 {
         self.scale
+    }
+    /// How the scale moves (`dynamic`, `initial_scale`, `dynamic_growth_steps`).
+    pub fn mode(&self) -> LossScale {
+        self.mode
     }
     /// Consecutive finite steps since the last change (TF's `good_steps`; checkpointed).
     pub fn good_steps(&self) -> u32 {
@@ -152,6 +195,9 @@ impl Optimizer for LossScaleOptimizer {
     fn inner_optimizer(&self) -> Option<&dyn Optimizer> {
         Some(self.inner.as_ref())
     }
+    fn loss_scale_mode(&self) -> Option<LossScale> {
+        Some(self.mode)
+    }
     fn get_weights(&self) -> Result<Vec<(String, Tensor)>> {
         LossScaleOptimizer::weights(self)
     }
@@ -167,21 +213,15 @@ impl Optimizer for LossScaleOptimizer {
     fn hyperparameters(&self) -> Vec<(&'static str, crate::schedule::Hyper)> {
         let mut h = self.inner.hyperparameters();
         h.push(("loss_scale", crate::schedule::Hyper::Const(self.scale)));
-        let growth = match self.mode {
-            LossScale::Dynamic { growth_steps } => growth_steps as f64,
-            LossScale::Fixed(_) => 0.0,
-        };
-        h.push((
-            "dynamic_growth_steps",
-            crate::schedule::Hyper::Const(growth),
-        ));
         h
     }
     fn update(&mut self, grad: &Tensor, var: &Variable, t: i64) -> Result<()> {
         self.inner.update(grad, var, t)
     }
-    /// Takes unscaled gradients: applies them when all are finite, otherwise skips the
-    /// update (iterations still advance) and, for a dynamic scale, halves it.
+    /// Takes unscaled gradients. Under a dynamic scale: applies them when all are finite,
+    /// otherwise skips the update (iterations still advance) and halves the scale. Under a
+    /// fixed scale every step is applied (TF 2.4: a non-finite gradient reaches the
+    /// variables).
     fn apply_gradients(
         &mut self,
         grads_and_vars: Vec<(Option<Tensor>, Variable)>,
@@ -197,24 +237,23 @@ impl Optimizer for LossScaleOptimizer {
         };
         let _cross_replica = ferroflow_tensor::distribution::cross_replica_scope();
         let aggregate = aggregate && (!gathered || custom);
+        let LossScale::Dynamic { growth_steps, .. } = self.mode else {
+            return self.inner.apply_gradients(grads_and_vars, aggregate);
+        };
         if !all_finite(&grads_and_vars)? {
-            if let LossScale::Dynamic { .. } = self.mode {
-                self.scale = (self.scale / 2.0).max(1.0);
-                self.good_steps = 0;
-            }
+            self.scale = (self.scale / 2.0).max(1.0);
+            self.good_steps = 0;
             self.inner.core_mut().iterations += 1;
             return Ok(());
         }
         self.inner.apply_gradients(grads_and_vars, aggregate)?;
-        if let LossScale::Dynamic { growth_steps } = self.mode {
-            self.good_steps += 1;
-            if self.good_steps >= growth_steps {
-                let doubled = self.scale * 2.0;
-                if doubled.is_finite() {
-                    self.scale = doubled;
-                }
-                self.good_steps = 0;
+        self.good_steps += 1;
+        if self.good_steps >= growth_steps {
+            let doubled = self.scale * 2.0;
+            if doubled.is_finite() {
+                self.scale = doubled;
             }
+            self.good_steps = 0;
         }
         Ok(())
     }

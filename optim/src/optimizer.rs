@@ -1,11 +1,12 @@
-//! The TF 2.4 optimizer pipeline: `minimize` → `apply_gradients` → aggregator → gradient
-//! transformers (user ones, then clipvalue / clipnorm / global_clipnorm) → per-variable update.
+//! The TF 2.4 optimizer pipeline: `minimize` → `apply_gradients` → aggregator → clipvalue /
+//! clipnorm / global_clipnorm, or the user's gradient transformers → per-variable update.
 
+use crate::dtype_scalar::DtypeScalar;
 use crate::schedule::Hyper;
 use ferroflow_autodiff::{GradientTape, Source};
 use ferroflow_tensor::distribution::{cross_replica_scope, replica_context, RemoteUpdate};
 use ferroflow_tensor::{
-    device_has_fused, Axes, Error, FusedKernel, Result, Tensor, UpdateRule, Variable,
+    device_has_fused, Axes, DType, Error, FusedKernel, Result, Tensor, UpdateRule, Variable,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,8 +29,14 @@ pub struct OptimizerCore {
     pub clipnorm: Option<f64>,
     /// Clip all gradients together to this global L2 norm.
     pub global_clipnorm: Option<f64>,
-    /// User transformers, run after aggregation and before the built-in clipping.
+    /// User transformers, run after aggregation (TF 2.4 refuses them together with a clip
+    /// option: use a transformer that clips).
     pub gradient_transformers: Vec<GradientTransformer>,
+    /// TF 2.4's legacy `decay`: the learning rate of step `t` (from 0) is
+    /// `lr / (1 + decay · t)` (time-based decay, computed in the variable's dtype). 0 turns
+    /// it off; [`Nadam`](crate::Nadam) keeps its own `schedule_decay` instead, as TF 2.4's
+    /// does.
+    pub decay: f64,
     /// Cross-replica aggregation; `None` is the identity (no distribution strategy).
     pub gradient_aggregator: Option<GradientTransformer>,
     /// Restored slot values waiting for their slot to be created (TF's deferred restore).
@@ -243,6 +250,59 @@ impl OptimizerCore {
         }
         Ok(())
     }
+    /// TF 2.4's checks of the pipeline's options: `decay` ≥ 0, clip thresholds ≥ 0, not
+    /// both `clipnorm` and `global_clipnorm`, and no clip option beside
+    /// `gradient_transformers`. `apply_gradients` calls it before touching anything.
+    pub fn check_options(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::invalid("apply_gradients", msg));
+        if !(self.decay >= 0.0 && self.decay.is_finite()) {
+            return bad(format!(
+                "decay cannot be less than 0 (or non-finite): {}",
+                self.decay
+            ));
+        }
+        let clips = [
+            ("clipvalue", self.clipvalue),
+            ("clipnorm", self.clipnorm),
+            ("global_clipnorm", self.global_clipnorm),
+        ];
+        for (name, value) in clips {
+            if let Some(v) = value {
+                if v.is_nan() || v < 0.0 {
+                    return bad(format!("`{name}` must be a number ≥ 0, got {v}"));
+                }
+                if !self.gradient_transformers.is_empty() {
+                    return bad(format!(
+                        "`{name}` cannot be set when `gradient_transformers` is set; use the \
+                         `gradient_transformers` to specify clipping and other transformations \
+                         (TF 2.4 refuses both)"
+                    ));
+                }
+            }
+        }
+        if self.clipnorm.is_some() && self.global_clipnorm.is_some() {
+            return bad(format!(
+                "cannot accept both `clipnorm` and `global_clipnorm`, passed clipnorm {:?}, \
+                 global_clipnorm {:?}",
+                self.clipnorm, self.global_clipnorm
+            ));
+        }
+        Ok(())
+    }
+    /// A hyperparameter's value at this step in `dtype` (TF's `_get_hyper(name, var_dtype)`).
+    pub(crate) fn hyper(&self, h: &Hyper, dtype: DType) -> DtypeScalar {
+        DtypeScalar::new(h.at(self.iterations), dtype)
+    }
+    /// The learning rate of this step in `dtype`, with the legacy `decay` (TF 2.4's
+    /// `_decayed_lr`: `lr / (1 + decay · iterations)`).
+    pub(crate) fn decayed_lr(&self, lr: &Hyper, dtype: DType) -> DtypeScalar {
+        let lr_t = self.hyper(lr, dtype);
+        if self.decay > 0.0 {
+            lr_t / (1.0 + DtypeScalar::new(self.decay, dtype) * self.iterations as f64)
+        } else {
+            lr_t
+        }
+    }
     /// An existing slot (`get_slot`).
     pub fn get_slot(&self, var: &Variable, name: &'static str) -> Option<Variable> {
         self.slots.get(&(var.id(), name)).cloned()
@@ -278,6 +338,10 @@ pub trait Optimizer: Send {
     fn inner_optimizer(&self) -> Option<&dyn Optimizer> {
         None
     }
+    /// How a wrapper's loss scale moves; `None` for an optimizer that does not scale losses.
+    fn loss_scale_mode(&self) -> Option<crate::LossScale> {
+        None
+    }
     /// Everything a checkpoint needs to resume bit-identically (Keras' optimizer
     /// `get_weights`): the step count and every slot, by name.
     fn get_weights(&self) -> Result<Vec<(String, Tensor)>> {
@@ -308,6 +372,7 @@ pub trait Optimizer: Send {
     ) -> Result<()> {
         // The profiler names the update's ops `<Optimizer>/...` (inert when not profiling).
         let _name_scope = ferroflow_tensor::trace::NameScope::enter(self.name());
+        self.core().check_options()?;
         let custom = self.core().gradient_aggregator.is_some();
         let Some((grads_and_vars, gathered)) =
             self.core_mut()
@@ -349,10 +414,12 @@ pub trait Optimizer: Send {
                 pairs = agg(pairs)?;
             }
         }
+        // TF 2.4's `_transform_gradients`: the clip options, then the transformers (a
+        // configuration has one or the other: `check_options`).
+        pairs = clip(self.core(), pairs)?;
         for t in self.core().gradient_transformers.clone() {
             pairs = t(pairs)?;
         }
-        pairs = clip(self.core(), pairs)?;
         let t = self.core().iterations + 1;
         for (g, v) in &pairs {
             self.update(g, v, t)?;
@@ -489,10 +556,6 @@ pub(crate) fn try_fused(
     Ok(true)
 }
 
-fn lr_of(h: &Hyper, core: &OptimizerCore) -> f64 {
-    h.at(core.iterations)
-}
-
 /// Gradient descent with momentum (TF 2.4 `SGD`: learning_rate 0.01, momentum 0,
 /// nesterov false): `v = m·v - lr·g; w += v` (nesterov: `w += m·v - lr·g`).
 pub struct Sgd {
@@ -532,9 +595,14 @@ impl Optimizer for Sgd {
             ("nesterov", Hyper::Const(self.nesterov as u8 as f64)),
         ]
     }
+    /// TF 2.4: `w -= g·lr` (`ResourceApplyGradientDescent`), or with momentum
+    /// `a = a·m - g·lr; w += a` (nesterov: `w += a·m - g·lr`; `ResourceApplyKerasMomentum`).
     fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
-        let lr = lr_of(&self.learning_rate, &self.core);
-        if matches!(self.momentum, Hyper::Const(m) if m == 0.0) {
+        let dtype = var.dtype();
+        let lr = self.core.decayed_lr(&self.learning_rate, dtype).get();
+        // As TF: a momentum given as a schedule always keeps the velocity slot.
+        let plain = matches!(self.momentum, Hyper::Const(m) if m == 0.0);
+        if plain {
             if let Some(applied) =
                 var.apply_remote_update(&RemoteUpdate::GradientDescent { lr }, g, &[])
             {
@@ -542,25 +610,25 @@ impl Optimizer for Sgd {
             }
         }
         let w = var.peek();
-        let lr_g = g.mul(&g.scalar_like(lr_of(&self.learning_rate, &self.core))?)?;
-        // As TF: a momentum given as a schedule always keeps the velocity slot.
-        if matches!(self.momentum, Hyper::Const(m) if m == 0.0) {
-            return var.assign(&w.sub(&lr_g)?);
+        let g_lr = g.mul(&g.scalar_like(lr)?)?;
+        if plain {
+            return var.assign(&w.sub(&g_lr)?);
         }
         let velocity = self.core.slot(var, "momentum", || w.zeros_like())?;
+        let momentum = self.core.hyper(&self.momentum, dtype).get();
         let rule = UpdateRule::SgdMomentum {
-            lr: lr_of(&self.learning_rate, &self.core),
-            momentum: self.momentum.at(self.core.iterations),
+            lr,
+            momentum,
             nesterov: self.nesterov,
         };
         if try_fused(&self.core, rule, var, g, &[&velocity])? {
             return Ok(());
         }
-        let m = g.scalar_like(self.momentum.at(self.core.iterations))?;
-        let v = velocity.peek().mul(&m)?.sub(&lr_g)?;
+        let m = g.scalar_like(momentum)?;
+        let v = velocity.peek().mul(&m)?.sub(&g_lr)?;
         velocity.assign(&v)?;
         let step = if self.nesterov {
-            v.mul(&m)?.sub(&lr_g)?
+            v.mul(&m)?.sub(&g_lr)?
         } else {
             v
         };
@@ -629,35 +697,41 @@ impl Optimizer for Adam {
             ("weight_decay", self.weight_decay.clone()),
         ]
     }
+    /// TF 2.4 (`ResourceApplyAdam`, `...WithAmsgrad`): `α = lr·√(1-β2^t)/(1-β1^t)`,
+    /// `m += (g - m)(1-β1); v += (g² - v)(1-β2); w -= m·α/(√v̂ + ε)`.
     fn update(&mut self, g: &Tensor, var: &Variable, t: i64) -> Result<()> {
+        let dtype = var.dtype();
         let w = var.peek();
-        let lr = lr_of(&self.learning_rate, &self.core);
+        let core = &self.core;
+        let lr = core.decayed_lr(&self.learning_rate, dtype);
         let (b1, b2) = (
-            self.beta_1.at(self.core.iterations),
-            self.beta_2.at(self.core.iterations),
+            core.hyper(&self.beta_1, dtype),
+            core.hyper(&self.beta_2, dtype),
         );
+        let epsilon = core.hyper(&self.epsilon, dtype).get();
+        let weight_decay = self.weight_decay.at(core.iterations);
+        let decay = (lr * weight_decay).get();
+        let local_step = t as f64;
+        let alpha = lr * (1.0 - b2.pow(local_step)).sqrt() / (1.0 - b1.pow(local_step));
         let m_slot = self.core.slot(var, "m", || w.zeros_like())?;
         let v_slot = self.core.slot(var, "v", || w.zeros_like())?;
-        let s = |x: f64| g.scalar_like(x);
-        let tf = t as f64;
-        let lr_t = lr * (1.0 - b2.powf(tf)).sqrt() / (1.0 - b1.powf(tf));
         if !self.amsgrad {
             let rule = UpdateRule::Adam {
-                lr_t,
-                beta_1: b1,
-                beta_2: b2,
-                epsilon: self.epsilon.at(self.core.iterations),
-                decay: lr * self.weight_decay.at(self.core.iterations),
+                lr_t: alpha.get(),
+                beta_1: b1.get(),
+                beta_2: b2.get(),
+                epsilon,
+                decay,
             };
             if try_fused(&self.core, rule, var, g, &[&m_slot, &v_slot])? {
                 return Ok(());
             }
         }
-        let m = m_slot.peek().mul(&s(b1)?)?.add(&g.mul(&s(1.0 - b1)?)?)?;
-        let v = v_slot
-            .peek()
-            .mul(&s(b2)?)?
-            .add(&g.square()?.mul(&s(1.0 - b2)?)?)?;
+        let s = |x: f64| g.scalar_like(x);
+        let m = m_slot.peek();
+        let m = m.add(&g.sub(&m)?.mul(&s((1.0 - b1).get())?)?)?;
+        let v = v_slot.peek();
+        let v = v.add(&g.square()?.sub(&v)?.mul(&s((1.0 - b2).get())?)?)?;
         m_slot.assign(&m)?;
         v_slot.assign(&v)?;
         let v_hat = if self.amsgrad {
@@ -669,14 +743,12 @@ impl Optimizer for Adam {
             v
         };
         let mut w_new = w.clone();
-        if self.weight_decay.at(self.core.iterations) > 0.0 {
-            w_new = w_new.sub(&w.mul(&s(lr * self.weight_decay.at(self.core.iterations))?)?)?;
+        if weight_decay > 0.0 {
+            w_new = w_new.sub(&w.mul(&s(decay)?)?)?;
         }
-        let step = m.mul(&s(lr_t)?)?.div(
-            &v_hat
-                .sqrt()?
-                .add(&s(self.epsilon.at(self.core.iterations))?)?,
-        )?;
+        let step = m
+            .mul(&s(alpha.get())?)?
+            .div(&v_hat.sqrt()?.add(&s(epsilon)?)?)?;
         var.assign(&w_new.sub(&step)?)
     }
 }
@@ -723,58 +795,75 @@ impl Optimizer for RmsProp {
             ("centered", Hyper::Const(self.centered as u8 as f64)),
         ]
     }
+    /// TF 2.4. Without momentum (its Python update): `ms = ρ·ms + (1-ρ)·g²` (centered:
+    /// `mg = ρ·mg + (1-ρ)·g`, denominator `ms - mg²`), `w -= lr·g/(√denom + ε)`. With
+    /// momentum (`ResourceApply[Centered]RMSProp`): `ms += (g² - ms)(1-ρ)` (`mg += (g -
+    /// mg)(1-ρ)`), `mom = mom·μ + g·lr/√(denom + ε)`, `w -= mom`.
     fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
+        let dtype = var.dtype();
         let w = var.peek();
-        let lr = lr_of(&self.learning_rate, &self.core);
+        let core = &self.core;
+        let lr = core.decayed_lr(&self.learning_rate, dtype).get();
+        let rho = core.hyper(&self.rho, dtype);
+        let one_minus_rho = (1.0 - rho).get();
+        let epsilon = core.hyper(&self.epsilon, dtype).get();
+        let momentum = core.hyper(&self.momentum, dtype).get();
         let s = |x: f64| g.scalar_like(x);
-        let rho = self.rho.at(self.core.iterations);
         let ms_slot = self.core.slot(var, "rms", || w.zeros_like())?;
+        let mg_slot = if self.centered {
+            Some(self.core.slot(var, "mg", || w.zeros_like())?)
+        } else {
+            None
+        };
         if matches!(self.momentum, Hyper::Const(m) if m == 0.0) {
             let rule = UpdateRule::RmsProp {
                 lr,
-                rho,
-                epsilon: self.epsilon.at(self.core.iterations),
+                rho: rho.get(),
+                epsilon,
                 centered: self.centered,
-            };
-            let mg_slot = if self.centered {
-                Some(self.core.slot(var, "mg", || w.zeros_like())?)
-            } else {
-                None
             };
             let slots: Vec<&Variable> = std::iter::once(&ms_slot).chain(mg_slot.as_ref()).collect();
             if try_fused(&self.core, rule, var, g, &slots)? {
                 return Ok(());
             }
-        }
-        let ms = ms_slot
-            .peek()
-            .mul(&s(rho)?)?
-            .add(&g.square()?.mul(&s(1.0 - rho)?)?)?;
-        ms_slot.assign(&ms)?;
-        let denom = if self.centered {
-            let mg_slot = self.core.slot(var, "mg", || w.zeros_like())?;
-            let mg = mg_slot.peek().mul(&s(rho)?)?.add(&g.mul(&s(1.0 - rho)?)?)?;
-            mg_slot.assign(&mg)?;
-            ms.sub(&mg.square()?)?
-        } else {
-            ms
-        };
-        let step = g.mul(&s(lr)?)?.div(
-            &denom
-                .add(&s(self.epsilon.at(self.core.iterations))?)?
-                .sqrt()?,
-        )?;
-        if !matches!(self.momentum, Hyper::Const(m) if m == 0.0) {
-            let mom_slot = self.core.slot(var, "momentum", || w.zeros_like())?;
-            let mom = mom_slot
+            let ms = ms_slot
                 .peek()
-                .mul(&s(self.momentum.at(self.core.iterations))?)?
-                .add(&step)?;
-            mom_slot.assign(&mom)?;
-            var.assign(&w.sub(&mom)?)
-        } else {
-            var.assign(&w.sub(&step)?)
+                .mul(&s(rho.get())?)?
+                .add(&g.square()?.mul(&s(one_minus_rho)?)?)?;
+            ms_slot.assign(&ms)?;
+            let denom = match &mg_slot {
+                Some(mg_slot) => {
+                    let mg = mg_slot
+                        .peek()
+                        .mul(&s(rho.get())?)?
+                        .add(&g.mul(&s(one_minus_rho)?)?)?;
+                    mg_slot.assign(&mg)?;
+                    ms.sub(&mg.square()?)?
+                }
+                None => ms,
+            };
+            let step = g.mul(&s(lr)?)?.div(&denom.sqrt()?.add(&s(epsilon)?)?)?;
+            return var.assign(&w.sub(&step)?);
         }
+        let ms = ms_slot.peek();
+        let ms = ms.add(&g.square()?.sub(&ms)?.mul(&s(one_minus_rho)?)?)?;
+        ms_slot.assign(&ms)?;
+        let denom = match &mg_slot {
+            Some(mg_slot) => {
+                let mg = mg_slot.peek();
+                let mg = mg.add(&g.sub(&mg)?.mul(&s(one_minus_rho)?)?)?;
+                mg_slot.assign(&mg)?;
+                ms.sub(&mg.square()?)?.add(&s(epsilon)?)?
+            }
+            None => ms.add(&s(epsilon)?)?,
+        };
+        let mom_slot = self.core.slot(var, "momentum", || w.zeros_like())?;
+        let mom = mom_slot
+            .peek()
+            .mul(&s(momentum)?)?
+            .add(&g.mul(&s(lr)?)?.div(&denom.sqrt()?)?)?;
+        mom_slot.assign(&mom)?;
+        var.assign(&w.sub(&mom)?)
     }
 }
 
@@ -814,24 +903,23 @@ impl Optimizer for Adagrad {
             ("epsilon", self.epsilon.clone()),
         ]
     }
+    /// TF 2.4 (`ResourceApplyAdagradV2`): `acc += g²; w -= g·lr/(√acc + ε)`.
     fn update(&mut self, g: &Tensor, var: &Variable, _t: i64) -> Result<()> {
+        let dtype = var.dtype();
         let w = var.peek();
-        let lr = lr_of(&self.learning_rate, &self.core);
+        let lr = self.core.decayed_lr(&self.learning_rate, dtype).get();
+        let epsilon = self.core.hyper(&self.epsilon, dtype).get();
         let init = self.initial_accumulator_value;
         let acc_slot = self.core.slot(var, "accumulator", || w.full_like(init))?;
-        let rule = UpdateRule::Adagrad {
-            lr,
-            epsilon: self.epsilon.at(self.core.iterations),
-        };
+        let rule = UpdateRule::Adagrad { lr, epsilon };
         if try_fused(&self.core, rule, var, g, &[&acc_slot])? {
             return Ok(());
         }
         let acc = acc_slot.peek().add(&g.square()?)?;
         acc_slot.assign(&acc)?;
-        let step = g.mul(&g.scalar_like(lr)?)?.div(
-            &acc.sqrt()?
-                .add(&g.scalar_like(self.epsilon.at(self.core.iterations))?)?,
-        )?;
+        let step = g
+            .mul(&g.scalar_like(lr)?)?
+            .div(&acc.sqrt()?.add(&g.scalar_like(epsilon)?)?)?;
         var.assign(&w.sub(&step)?)
     }
 }

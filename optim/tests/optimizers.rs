@@ -128,12 +128,13 @@ fn rmsprop_plain_centered_and_momentum_follow_tf_equations() {
                 } else {
                     ms[i]
                 };
-                let step = lr * g[i] / (denom + eps).sqrt();
+                // TF 2.4: ε inside the root in the momentum kernels, outside it in the
+                // Python update without momentum.
                 if momentum > 0.0 {
-                    mom[i] = momentum * mom[i] + step;
+                    mom[i] = momentum * mom[i] + lr * g[i] / (denom + eps).sqrt();
                     w[i] -= mom[i];
                 } else {
-                    w[i] -= step;
+                    w[i] -= lr * g[i] / (denom.sqrt() + eps);
                 }
             }
         }
@@ -164,19 +165,21 @@ fn adagrad_follows_tf_equations_with_its_initial_accumulator() {
 }
 
 #[test]
-fn pipeline_aggregates_then_transforms_then_clips() {
+fn pipeline_aggregates_then_clips_or_transforms() {
     ferroflow::init();
     let order = Arc::new(Mutex::new(Vec::<String>::new()));
+    let doubling_aggregator = |order: Arc<Mutex<Vec<String>>>| -> GradientTransformer {
+        // Doubles (standing in for a sum over two replicas).
+        Arc::new(move |pairs| {
+            order.lock().unwrap().push("aggregate".into());
+            pairs
+                .into_iter()
+                .map(|(g, v)| Ok((g.mul(&g.scalar_like(2.0)?)?, v)))
+                .collect()
+        })
+    };
     let mut opt = Sgd::new(1.0);
-    let o1 = order.clone();
-    // The aggregator doubles (standing in for a sum over two replicas).
-    opt.core_mut().gradient_aggregator = Some(Arc::new(move |pairs| {
-        o1.lock().unwrap().push("aggregate".into());
-        pairs
-            .into_iter()
-            .map(|(g, v)| Ok((g.mul(&g.scalar_like(2.0)?)?, v)))
-            .collect()
-    }));
+    opt.core_mut().gradient_aggregator = Some(doubling_aggregator(order.clone()));
     let o2 = order.clone();
     opt.core_mut()
         .gradient_transformers
@@ -187,17 +190,9 @@ fn pipeline_aggregates_then_transforms_then_clips() {
             ));
             Ok(pairs)
         }));
-    // clipvalue acts after aggregation: 2·[0.3, -4] = [0.6, -8] clips to [0.6, -1].
-    opt.core_mut().clipvalue = Some(1.0);
     let v = Variable::new("w", Tensor::from_slice(&[0.0f64, 0.0]).unwrap());
-    opt.apply_gradients(
-        vec![(
-            Some(Tensor::from_slice(&[0.3f64, -4.0]).unwrap()),
-            v.clone(),
-        )],
-        true,
-    )
-    .unwrap();
+    let g = || Some(Tensor::from_slice(&[0.3f64, -4.0]).unwrap());
+    opt.apply_gradients(vec![(g(), v.clone())], true).unwrap();
     assert_eq!(
         *order.lock().unwrap(),
         vec![
@@ -205,6 +200,27 @@ fn pipeline_aggregates_then_transforms_then_clips() {
             "transform sees [0.6, -8.0]".to_string()
         ]
     );
+    assert_eq!(v.peek().to_vec::<f64>().unwrap(), vec![-0.6, 8.0]);
+    // A clip option beside transformers is refused, as TF 2.4 refuses it; nothing moves.
+    opt.core_mut().clipvalue = Some(1.0);
+    let err = opt
+        .apply_gradients(vec![(g(), v.clone())], true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("clipvalue") && err.contains("gradient_transformers"),
+        "{err}"
+    );
+    assert_eq!(
+        (v.peek().to_vec::<f64>().unwrap(), opt.iterations()),
+        (vec![-0.6, 8.0], 1)
+    );
+    // clipvalue acts after aggregation: 2·[0.3, -4] = [0.6, -8] clips to [0.6, -1].
+    let mut opt = Sgd::new(1.0);
+    opt.core_mut().gradient_aggregator = Some(doubling_aggregator(order.clone()));
+    opt.core_mut().clipvalue = Some(1.0);
+    let v = Variable::new("w", Tensor::from_slice(&[0.0f64, 0.0]).unwrap());
+    opt.apply_gradients(vec![(g(), v.clone())], true).unwrap();
     assert_eq!(v.peek().to_vec::<f64>().unwrap(), vec![-0.6, 1.0]);
     // aggregate = false skips the aggregator (the caller already reduced).
     opt.apply_gradients(
@@ -217,6 +233,50 @@ fn pipeline_aggregates_then_transforms_then_clips() {
         &v.peek().to_vec::<f64>().unwrap(),
         &[-0.6 - 0.3, 1.0],
     );
+    // TF 2.4's other refusals: clipnorm with global_clipnorm, a negative decay or clip.
+    for (bad, what) in [
+        (
+            serde_json::json!({"name": "SGD", "learning_rate": 0.1, "clipnorm": 1.0, "global_clipnorm": 1.0}),
+            "global_clipnorm",
+        ),
+        (
+            serde_json::json!({"name": "Adam", "learning_rate": 0.1, "decay": -0.5}),
+            "decay",
+        ),
+        (
+            serde_json::json!({"name": "SGD", "learning_rate": 0.1, "clipvalue": -1.0}),
+            "clipvalue",
+        ),
+    ] {
+        let err = from_config(&bad).err().expect("refused").to_string();
+        assert!(err.contains(what), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn legacy_decay_divides_the_learning_rate_by_one_plus_decay_times_the_step() {
+    ferroflow::init();
+    // SGD, lr 1, decay 0.5, gradient 1: steps subtract 1/(1+0), 1/(1+0.5), 1/(1+1).
+    let mut opt = Sgd::new(1.0);
+    opt.core_mut().decay = 0.5;
+    let v = Variable::new("w", Tensor::from_slice(&[0.0f64]).unwrap());
+    let mut want = 0.0;
+    for step in 0..3 {
+        opt.apply_gradients(
+            vec![(Some(Tensor::from_slice(&[1.0f64]).unwrap()), v.clone())],
+            true,
+        )
+        .unwrap();
+        want -= 1.0 / (1.0 + 0.5 * step as f64);
+        assert_eq!(v.peek().to_vec::<f64>().unwrap(), vec![want]);
+    }
+    // Part of the config, both ways; Nadam's `decay` is its momentum schedule's.
+    let cfg = get_config(&opt).unwrap();
+    assert_eq!(cfg["decay"], 0.5);
+    assert_eq!(from_config(&cfg).unwrap().core().decay, 0.5);
+    let nadam = get_config(&Nadam::new(0.1)).unwrap();
+    assert_eq!(nadam["decay"], 0.004);
+    assert_eq!(from_config(&nadam).unwrap().core().decay, 0.0);
 }
 
 #[test]
@@ -372,7 +432,10 @@ fn loss_scale_state_machine_step_by_step() {
     let v = Variable::new("w", Tensor::from_slice(&[1.0f32]).unwrap());
     let mut opt = LossScaleOptimizer::new(
         Box::new(Sgd::new(1.0)),
-        LossScale::Dynamic { growth_steps: 3 },
+        LossScale::Dynamic {
+            initial_scale: 32768.0,
+            growth_steps: 3,
+        },
     )
     .unwrap();
     assert_eq!(opt.current_loss_scale(), 32768.0);
@@ -395,11 +458,7 @@ fn loss_scale_state_machine_step_by_step() {
     assert_eq!((opt.current_loss_scale(), opt.iterations()), (32768.0, 4));
     assert_eq!(v.peek().to_vec::<f32>().unwrap(), vec![-0.5]);
     // NaN also halves; the scale never goes below 1.
-    let mut tiny = LossScaleOptimizer::new(
-        Box::new(Sgd::new(1.0)),
-        LossScale::Dynamic { growth_steps: 2000 },
-    )
-    .unwrap();
+    let mut tiny = LossScaleOptimizer::new(Box::new(Sgd::new(1.0)), LossScale::dynamic()).unwrap();
     tiny.set_state(1.0, 5);
     tiny.apply_gradients(
         vec![(Some(Tensor::from_slice(&[f32::NAN]).unwrap()), v.clone())],
@@ -407,19 +466,69 @@ fn loss_scale_state_machine_step_by_step() {
     )
     .unwrap();
     assert_eq!((tiny.current_loss_scale(), tiny.good_steps()), (1.0, 0));
-    // A fixed scale never moves; wrapping a LossScaleOptimizer is refused.
+    // A fixed scale never moves and applies every step, even a non-finite one (TF 2.4
+    // skips only under a dynamic scale); wrapping a LossScaleOptimizer is refused.
     let mut fixed =
         LossScaleOptimizer::new(Box::new(Sgd::new(1.0)), LossScale::Fixed(128.0)).unwrap();
+    let u = Variable::new("u", Tensor::from_slice(&[1.0f32]).unwrap());
     fixed
-        .apply_gradients(vec![(overflow(), v.clone())], true)
+        .apply_gradients(vec![(finite(), u.clone())], true)
         .unwrap();
-    assert_eq!(fixed.current_loss_scale(), 128.0);
+    assert_eq!(u.peek().to_vec::<f32>().unwrap(), vec![0.5]);
+    fixed
+        .apply_gradients(vec![(overflow(), u.clone())], true)
+        .unwrap();
+    assert_eq!((fixed.current_loss_scale(), fixed.iterations()), (128.0, 2));
+    assert_eq!(u.peek().to_vec::<f32>().unwrap(), vec![f32::NEG_INFINITY]);
     assert!(LossScaleOptimizer::dynamic(Box::new(fixed)).is_err());
+    // The dynamic scale starts where asked and grows after the steps asked.
+    let mut custom = LossScaleOptimizer::new(
+        Box::new(Sgd::new(1.0)),
+        LossScale::Dynamic {
+            initial_scale: 4.0,
+            growth_steps: 2,
+        },
+    )
+    .unwrap();
+    assert_eq!(custom.current_loss_scale(), 4.0);
+    for _ in 0..2 {
+        custom
+            .apply_gradients(vec![(finite(), u.clone())], true)
+            .unwrap();
+    }
+    assert_eq!(custom.current_loss_scale(), 8.0);
+    // Bad arguments are errors naming them.
+    for (mode, what) in [
+        (LossScale::Fixed(0.0), "initial_scale"),
+        (
+            LossScale::Dynamic {
+                initial_scale: f64::INFINITY,
+                growth_steps: 5,
+            },
+            "initial_scale",
+        ),
+        (
+            LossScale::Dynamic {
+                initial_scale: 2.0,
+                growth_steps: 0,
+            },
+            "dynamic_growth_steps",
+        ),
+    ] {
+        let err = LossScaleOptimizer::new(Box::new(Sgd::new(1.0)), mode)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains(what), "{mode:?}: {err}");
+    }
     // The scale state is part of the checkpoint.
     let saved = opt.weights().unwrap();
     let mut restored = LossScaleOptimizer::new(
         Box::new(Sgd::new(1.0)),
-        LossScale::Dynamic { growth_steps: 3 },
+        LossScale::Dynamic {
+            initial_scale: 32768.0,
+            growth_steps: 3,
+        },
     )
     .unwrap();
     opt.apply_gradients(vec![(overflow(), v.clone())], true)
@@ -433,6 +542,63 @@ fn loss_scale_state_machine_step_by_step() {
         ),
         (32768.0, 0, 4)
     );
+}
+
+#[test]
+fn loss_scale_config_has_tf_2_4_arguments() {
+    ferroflow::init();
+    let lso = LossScaleOptimizer::new(
+        Box::new(Sgd::new(0.1)),
+        LossScale::Dynamic {
+            initial_scale: 256.0,
+            growth_steps: 10,
+        },
+    )
+    .unwrap();
+    let cfg = get_config(&lso).unwrap();
+    assert_eq!(
+        (
+            &cfg["dynamic"],
+            &cfg["initial_scale"],
+            &cfg["dynamic_growth_steps"]
+        ),
+        (
+            &serde_json::json!(true),
+            &serde_json::json!(256.0),
+            &serde_json::json!(10)
+        )
+    );
+    assert_eq!(
+        get_config(from_config(&cfg).unwrap().as_ref()).unwrap(),
+        cfg
+    );
+    let fixed = LossScaleOptimizer::new(Box::new(Sgd::new(0.1)), LossScale::Fixed(64.0)).unwrap();
+    let cfg = get_config(&fixed).unwrap();
+    assert_eq!(cfg["dynamic_growth_steps"], serde_json::Value::Null);
+    assert_eq!(from_config(&cfg).unwrap().loss_scale(), Some(64.0));
+    // TF's defaults and refusals.
+    let inner = get_config(&Sgd::new(0.1)).unwrap();
+    let dynamic =
+        from_config(&serde_json::json!({"name": "LossScaleOptimizer", "inner_optimizer": inner}))
+            .unwrap();
+    assert_eq!(dynamic.loss_scale_mode(), Some(LossScale::dynamic()));
+    for (bad, what) in [
+        (
+            serde_json::json!({"name": "LossScaleOptimizer", "inner_optimizer": inner, "dynamic": false}),
+            "initial_scale",
+        ),
+        (
+            serde_json::json!({"name": "LossScaleOptimizer", "inner_optimizer": inner, "dynamic": false, "initial_scale": 8.0, "dynamic_growth_steps": 5}),
+            "dynamic_growth_steps",
+        ),
+        (
+            serde_json::json!({"name": "LossScaleOptimizer", "inner_optimizer": inner, "dynamic_growth_steps": 0}),
+            "dynamic_growth_steps",
+        ),
+    ] {
+        let err = from_config(&bad).err().expect("refused").to_string();
+        assert!(err.contains(what), "{bad}: {err}");
+    }
 }
 
 #[test]
@@ -489,14 +655,18 @@ fn adamax_follows_tf_equations() {
 #[test]
 fn nadam_follows_keras_equations_with_the_momentum_schedule() {
     let (lr, b1, b2, eps): (f64, f64, f64, f64) = (0.01, 0.9, 0.999, 1e-7);
-    let mu = |t: f64| b1 * (1.0 - 0.5 * 0.96f64.powf(0.004 * t));
+    // TF 2.4's `cast(0.96, var_dtype)` goes through float32 even for float64 variables.
+    let mu = |t: f64| b1 * (1.0 - 0.5 * (0.96f32 as f64).powf(0.004 * t));
     let mut w = W0.to_vec();
     let (mut m, mut v) = ([0.0; 3], [0.0; 3]);
-    let mut sched = 1.0;
+    // The running product S_t is kept in TF's float32 `momentum_cache`; each step uses the
+    // cache times μ_t in the variable's dtype.
+    let mut cache = 1.0f32;
     for s in 0..5 {
         let g = grads(s);
         let t = (s + 1) as f64;
-        sched *= mu(t);
+        let sched = cache as f64 * mu(t);
+        cache = sched as f32;
         let next = sched * mu(t + 1.0);
         for i in 0..3 {
             let g_prime = g[i] / (1.0 - sched);

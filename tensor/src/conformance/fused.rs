@@ -7,7 +7,8 @@ use super::reference::RefArray;
 use crate::{device_has_fused, DType, Device, Error, FusedKernel, Tensor, UpdateRule};
 use proptest::prelude::*;
 
-/// One element of a rule in f64: returns w' and updates the slots.
+/// One element of a rule in f64, evaluated as TensorFlow's kernels evaluate it (the order of
+/// operations of `ferroflow-optim`'s rules): returns w' and updates the slots.
 fn reference(rule: &UpdateRule, w: f64, g: f64, s: &mut [f64]) -> f64 {
     match *rule {
         UpdateRule::SgdMomentum {
@@ -15,9 +16,9 @@ fn reference(rule: &UpdateRule, w: f64, g: f64, s: &mut [f64]) -> f64 {
             momentum,
             nesterov,
         } => {
-            s[0] = momentum * s[0] - lr * g;
+            s[0] = s[0] * momentum - g * lr;
             if nesterov {
-                w + momentum * s[0] - lr * g
+                w + (s[0] * momentum - g * lr)
             } else {
                 w + s[0]
             }
@@ -29,9 +30,9 @@ fn reference(rule: &UpdateRule, w: f64, g: f64, s: &mut [f64]) -> f64 {
             epsilon,
             decay,
         } => {
-            s[0] = beta_1 * s[0] + (1.0 - beta_1) * g;
-            s[1] = beta_2 * s[1] + (1.0 - beta_2) * g * g;
-            w - decay * w - lr_t * s[0] / (s[1].sqrt() + epsilon)
+            s[0] += (g - s[0]) * (1.0 - beta_1);
+            s[1] += (g * g - s[1]) * (1.0 - beta_2);
+            (w - decay * w) - (s[0] * lr_t) / (s[1].sqrt() + epsilon)
         }
         UpdateRule::RmsProp {
             lr,
@@ -39,24 +40,24 @@ fn reference(rule: &UpdateRule, w: f64, g: f64, s: &mut [f64]) -> f64 {
             epsilon,
             centered,
         } => {
-            s[0] = rho * s[0] + (1.0 - rho) * g * g;
+            s[0] = rho * s[0] + (1.0 - rho) * (g * g);
             let denom = if centered {
                 s[1] = rho * s[1] + (1.0 - rho) * g;
                 s[0] - s[1] * s[1]
             } else {
                 s[0]
             };
-            w - lr * g / (denom + epsilon).sqrt()
+            w - (lr * g) / (denom.sqrt() + epsilon)
         }
         UpdateRule::Adagrad { lr, epsilon } => {
             s[0] += g * g;
-            w - lr * g / (s[0].sqrt() + epsilon)
+            w - (g * lr) / (s[0].sqrt() + epsilon)
         }
         UpdateRule::Adadelta { lr, rho, epsilon } => {
-            s[0] = rho * s[0] + (1.0 - rho) * g * g;
-            let u = (s[1] + epsilon).sqrt() / (s[0] + epsilon).sqrt() * g;
-            s[1] = rho * s[1] + (1.0 - rho) * u * u;
-            w - lr * u
+            s[0] = s[0] * rho + (g * g) * (1.0 - rho);
+            let u = (s[1] + epsilon).sqrt() * (1.0 / (s[0] + epsilon).sqrt()) * g;
+            s[1] = s[1] * rho + (u * u) * (1.0 - rho);
+            w - u * lr
         }
         UpdateRule::Adamax {
             lr_t,
@@ -64,9 +65,9 @@ fn reference(rule: &UpdateRule, w: f64, g: f64, s: &mut [f64]) -> f64 {
             beta_2,
             epsilon,
         } => {
-            s[0] = beta_1 * s[0] + (1.0 - beta_1) * g;
+            s[0] += (g - s[0]) * (1.0 - beta_1);
             s[1] = (beta_2 * s[1]).max(g.abs());
-            w - lr_t * s[0] / (s[1] + epsilon)
+            w - lr_t * (s[0] / (s[1] + epsilon))
         }
     }
 }

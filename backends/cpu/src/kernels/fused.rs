@@ -122,6 +122,8 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
 ) -> (Vec<T>, Vec<Vec<T>>) {
     let c = |x: f64| T::from(x).unwrap_or(T::zero());
     let one = T::one();
+    // Each rule is evaluated as TensorFlow's kernel (or TF 2.4's Python update) evaluates it,
+    // operation by operation, so float32 results match TF's to the last bits.
     match *rule {
         UpdateRule::SgdMomentum {
             lr,
@@ -129,14 +131,14 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             nesterov,
         } => {
             let (lr, m) = (c(lr), c(momentum));
-            run(w, g, [s[0]], |w, g, [s0]| {
-                let s0 = m * s0 - lr * g;
+            run(w, g, [s[0]], |w, g, [a]| {
+                let a = a * m - g * lr;
                 let w = if nesterov {
-                    w + m * s0 - lr * g
+                    w + (a * m - g * lr)
                 } else {
-                    w + s0
+                    w + a
                 };
-                (w, [s0])
+                (w, [a])
             })
         }
         UpdateRule::Adam {
@@ -146,11 +148,12 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             epsilon,
             decay,
         } => {
-            let (lr_t, b1, b2, eps, decay) = (c(lr_t), c(beta_1), c(beta_2), c(epsilon), c(decay));
-            run(w, g, [s[0], s[1]], |w, g, [s0, s1]| {
-                let s0 = b1 * s0 + (one - b1) * g;
-                let s1 = b2 * s1 + (one - b2) * g * g;
-                (w - decay * w - lr_t * s0 / (s1.sqrt() + eps), [s0, s1])
+            let (alpha, b1, b2, eps, decay) = (c(lr_t), c(beta_1), c(beta_2), c(epsilon), c(decay));
+            let (one_minus_b1, one_minus_b2) = (one - b1, one - b2);
+            run(w, g, [s[0], s[1]], |w, g, [m, v]| {
+                let m = m + (g - m) * one_minus_b1;
+                let v = v + (g * g - v) * one_minus_b2;
+                ((w - decay * w) - (m * alpha) / (v.sqrt() + eps), [m, v])
             })
         }
         UpdateRule::RmsProp {
@@ -160,9 +163,10 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             centered: false,
         } => {
             let (lr, rho, eps) = (c(lr), c(rho), c(epsilon));
-            run(w, g, [s[0]], |w, g, [s0]| {
-                let s0 = rho * s0 + (one - rho) * g * g;
-                (w - lr * g / (s0 + eps).sqrt(), [s0])
+            let one_minus_rho = one - rho;
+            run(w, g, [s[0]], |w, g, [ms]| {
+                let ms = rho * ms + one_minus_rho * (g * g);
+                (w - (lr * g) / (ms.sqrt() + eps), [ms])
             })
         }
         UpdateRule::RmsProp {
@@ -172,26 +176,28 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             centered: true,
         } => {
             let (lr, rho, eps) = (c(lr), c(rho), c(epsilon));
-            run(w, g, [s[0], s[1]], |w, g, [s0, s1]| {
-                let s0 = rho * s0 + (one - rho) * g * g;
-                let s1 = rho * s1 + (one - rho) * g;
-                (w - lr * g / (s0 - s1 * s1 + eps).sqrt(), [s0, s1])
+            let one_minus_rho = one - rho;
+            run(w, g, [s[0], s[1]], |w, g, [ms, mg]| {
+                let ms = rho * ms + one_minus_rho * (g * g);
+                let mg = rho * mg + one_minus_rho * g;
+                (w - (lr * g) / ((ms - mg * mg).sqrt() + eps), [ms, mg])
             })
         }
         UpdateRule::Adagrad { lr, epsilon } => {
             let (lr, eps) = (c(lr), c(epsilon));
-            run(w, g, [s[0]], |w, g, [s0]| {
-                let s0 = s0 + g * g;
-                (w - lr * g / (s0.sqrt() + eps), [s0])
+            run(w, g, [s[0]], |w, g, [acc]| {
+                let acc = acc + g * g;
+                (w - (g * lr) / (acc.sqrt() + eps), [acc])
             })
         }
         UpdateRule::Adadelta { lr, rho, epsilon } => {
             let (lr, rho, eps) = (c(lr), c(rho), c(epsilon));
-            run(w, g, [s[0], s[1]], |w, g, [s0, s1]| {
-                let s0 = rho * s0 + (one - rho) * g * g;
-                let u = (s1 + eps).sqrt() / (s0 + eps).sqrt() * g;
-                let s1 = rho * s1 + (one - rho) * u * u;
-                (w - lr * u, [s0, s1])
+            let one_minus_rho = one - rho;
+            run(w, g, [s[0], s[1]], |w, g, [acc, acc_u]| {
+                let acc = acc * rho + (g * g) * one_minus_rho;
+                let u = (acc_u + eps).sqrt() * (one / (acc + eps).sqrt()) * g;
+                let acc_u = acc_u * rho + (u * u) * one_minus_rho;
+                (w - u * lr, [acc, acc_u])
             })
         }
         UpdateRule::Adamax {
@@ -201,10 +207,11 @@ fn update_typed<T: num_traits::Float + Default + Send + Sync>(
             epsilon,
         } => {
             let (lr_t, b1, b2, eps) = (c(lr_t), c(beta_1), c(beta_2), c(epsilon));
-            run(w, g, [s[0], s[1]], |w, g, [s0, s1]| {
-                let s0 = b1 * s0 + (one - b1) * g;
-                let s1 = (b2 * s1).max(g.abs());
-                (w - lr_t * s0 / (s1 + eps), [s0, s1])
+            let one_minus_b1 = one - b1;
+            run(w, g, [s[0], s[1]], |w, g, [m, u]| {
+                let m = m + (g - m) * one_minus_b1;
+                let u = (b2 * u).max(g.abs());
+                (w - lr_t * (m / (u + eps)), [m, u])
             })
         }
     }

@@ -1,5 +1,6 @@
 //! The fused optimizer update (`Backend::optimizer_update`): each rule's formula in one
-//! kernel over float32 variables, gradients and slots.
+//! kernel over float32 variables, gradients and slots, in the order of operations of
+//! TensorFlow's kernels (as the CPU backend's).
 
 use super::movement::copy;
 use super::{map_source, output, run_map, same_gpu, In};
@@ -18,9 +19,9 @@ fn rule_parts(rule: &UpdateRule) -> (&'static str, [f64; 5], &'static str) {
         } => (
             "sgd",
             [lr, momentum, nesterov as u8 as f64, 0.0, 0.0],
-            "let s0n = p1 * s0 - p0 * g;
+            "let s0n = s0 * p1 - g * p0;
     Z[i] = s0n;
-    Y[i] = select(w + s0n, w + p1 * s0n - p0 * g, p2 != 0.0);",
+    Y[i] = select(w + s0n, w + (s0n * p1 - g * p0), p2 != 0.0);",
         ),
         UpdateRule::Adam {
             lr_t,
@@ -31,11 +32,11 @@ fn rule_parts(rule: &UpdateRule) -> (&'static str, [f64; 5], &'static str) {
         } => (
             "adam",
             [lr_t, beta_1, beta_2, epsilon, decay],
-            "let s0n = p1 * s0 + (1.0 - p1) * g;
-    let s1n = p2 * s1 + (1.0 - p2) * g * g;
+            "let s0n = s0 + (g - s0) * (1.0 - p1);
+    let s1n = s1 + (g * g - s1) * (1.0 - p2);
     Z[i] = s0n;
     K[i] = s1n;
-    Y[i] = w - p4 * w - p0 * s0n / (sqrt(s1n) + p3);",
+    Y[i] = (w - p4 * w) - (s0n * p0) / (sqrt(s1n) + p3);",
         ),
         UpdateRule::RmsProp {
             lr,
@@ -45,9 +46,9 @@ fn rule_parts(rule: &UpdateRule) -> (&'static str, [f64; 5], &'static str) {
         } => (
             "rmsprop",
             [lr, rho, epsilon, 0.0, 0.0],
-            "let s0n = p1 * s0 + (1.0 - p1) * g * g;
+            "let s0n = p1 * s0 + (1.0 - p1) * (g * g);
     Z[i] = s0n;
-    Y[i] = w - p0 * g / f_sqrt(s0n + p2);",
+    Y[i] = w - (p0 * g) / (f_sqrt(s0n) + p2);",
         ),
         UpdateRule::RmsProp {
             lr,
@@ -57,27 +58,27 @@ fn rule_parts(rule: &UpdateRule) -> (&'static str, [f64; 5], &'static str) {
         } => (
             "rmsprop_centered",
             [lr, rho, epsilon, 0.0, 0.0],
-            "let s0n = p1 * s0 + (1.0 - p1) * g * g;
+            "let s0n = p1 * s0 + (1.0 - p1) * (g * g);
     let s1n = p1 * s1 + (1.0 - p1) * g;
     Z[i] = s0n;
     K[i] = s1n;
-    Y[i] = w - p0 * g / f_sqrt(s0n - s1n * s1n + p2);",
+    Y[i] = w - (p0 * g) / (f_sqrt(s0n - s1n * s1n) + p2);",
         ),
         UpdateRule::Adagrad { lr, epsilon } => (
             "adagrad",
             [lr, epsilon, 0.0, 0.0, 0.0],
             "let s0n = s0 + g * g;
     Z[i] = s0n;
-    Y[i] = w - p0 * g / (sqrt(s0n) + p1);",
+    Y[i] = w - (g * p0) / (sqrt(s0n) + p1);",
         ),
         UpdateRule::Adadelta { lr, rho, epsilon } => (
             "adadelta",
             [lr, rho, epsilon, 0.0, 0.0],
-            "let s0n = p1 * s0 + (1.0 - p1) * g * g;
-    let u = f_sqrt(s1 + p2) / f_sqrt(s0n + p2) * g;
+            "let s0n = s0 * p1 + (g * g) * (1.0 - p1);
+    let u = f_sqrt(s1 + p2) * (1.0 / f_sqrt(s0n + p2)) * g;
     Z[i] = s0n;
-    K[i] = p1 * s1 + (1.0 - p1) * u * u;
-    Y[i] = w - p0 * u;",
+    K[i] = s1 * p1 + (u * u) * (1.0 - p1);
+    Y[i] = w - u * p0;",
         ),
         UpdateRule::Adamax {
             lr_t,
@@ -87,11 +88,11 @@ fn rule_parts(rule: &UpdateRule) -> (&'static str, [f64; 5], &'static str) {
         } => (
             "adamax",
             [lr_t, beta_1, beta_2, epsilon, 0.0],
-            "let s0n = p1 * s0 + (1.0 - p1) * g;
+            "let s0n = s0 + (g - s0) * (1.0 - p1);
     let s1n = max(p2 * s1, abs(g));
     Z[i] = s0n;
     K[i] = s1n;
-    Y[i] = w - p0 * s0n / (s1n + p3);",
+    Y[i] = w - p0 * (s0n / (s1n + p3));",
         ),
     }
 }
