@@ -149,6 +149,10 @@ fn parse_field(text: &str, column: &CsvColumn, na: &str) -> std::result::Result<
         DType::I64 => HostData::I64(vec![text.parse::<i64>().map_err(|_| bad())?]),
         DType::I8 => HostData::I8(vec![text.parse::<i8>().map_err(|_| bad())?]),
         DType::U8 => HostData::U8(vec![text.parse::<u8>().map_err(|_| bad())?]),
+        DType::I16 => HostData::I16(vec![text.parse::<i16>().map_err(|_| bad())?]),
+        DType::U16 => HostData::U16(vec![text.parse::<u16>().map_err(|_| bad())?]),
+        DType::U32 => HostData::U32(vec![text.parse::<u32>().map_err(|_| bad())?]),
+        DType::U64 => HostData::U64(vec![text.parse::<u64>().map_err(|_| bad())?]),
         DType::Bool => HostData::Bool(vec![match text.to_ascii_lowercase().as_str() {
             "true" | "1" => true,
             "false" | "0" => false,

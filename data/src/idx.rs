@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | 0x08 | unsigned byte | `U8` |
 //! | 0x09 | signed byte | `I8` |
-//! | 0x0B | i16 | `I32` (widened: ferroflow has no 16-bit integer) |
+//! | 0x0B | i16 | `I16` |
 //! | 0x0C | i32 | `I32` |
 //! | 0x0D | f32 | `F32` |
 //! | 0x0E | f64 | `F64` |
@@ -58,9 +58,9 @@ pub fn parse(bytes: &[u8]) -> std::result::Result<Tensor, String> {
     let data = match code {
         0x08 => HostData::U8(body.to_vec()),
         0x09 => HostData::I8(body.iter().map(|&b| b as i8).collect()),
-        0x0B => HostData::I32(
+        0x0B => HostData::I16(
             body.chunks_exact(2)
-                .map(|c| i16::from_be_bytes([c[0], c[1]]) as i32)
+                .map(|c| i16::from_be_bytes([c[0], c[1]]))
                 .collect(),
         ),
         0x0C => HostData::I32(
@@ -125,12 +125,13 @@ fn split_idx(bytes: &[u8]) -> std::result::Result<(u8, Vec<usize>, &[u8]), Strin
     Ok((code, shape, body))
 }
 
-/// Writes `tensor` as a plain IDX file (u8, i8, i32, f32 and f64 tensors).
+/// Writes `tensor` as a plain IDX file (u8, i8, i16, i32, f32 and f64 tensors).
 pub fn write(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
     let path = path.as_ref();
     let (code, body): (u8, Vec<u8>) = match tensor.to_host()? {
         HostData::U8(v) => (0x08, v),
         HostData::I8(v) => (0x09, v.iter().map(|&b| b as u8).collect()),
+        HostData::I16(v) => (0x0B, v.iter().flat_map(|x| x.to_be_bytes()).collect()),
         HostData::I32(v) => (0x0C, v.iter().flat_map(|x| x.to_be_bytes()).collect()),
         HostData::F32(v) => (0x0D, v.iter().flat_map(|x| x.to_be_bytes()).collect()),
         HostData::F64(v) => (0x0E, v.iter().flat_map(|x| x.to_be_bytes()).collect()),
@@ -138,7 +139,7 @@ pub fn write(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
             return Err(Error::UnsupportedDType {
                 op: "idx::write",
                 dtype: tensor.dtype(),
-                expected: "uint8, int8, int32, float32 or float64 (the IDX types)",
+                expected: "uint8, int8, int16, int32, float32 or float64 (the IDX types)",
             })
         }
     };

@@ -4,10 +4,9 @@
 //! | NumPy `descr` | ferroflow dtype |
 //! |---|---|
 //! | `<f2` `<f4` `<f8` | `F16` `F32` `F64` |
-//! | `\|i1` `<i4` `<i8` | `I8` `I32` `I64` |
-//! | `<i2` `<u2` | `I32` (widened: ferroflow has no 16-bit integers) |
-//! | `<u4` | `I64` (widened) |
-//! | `\|u1` `\|b1` | `U8` `Bool` |
+//! | `\|i1` `<i2` `<i4` `<i8` | `I8` `I16` `I32` `I64` |
+//! | `\|u1` `<u2` `<u4` `<u8` | `U8` `U16` `U32` `U64` |
+//! | `\|b1` | `Bool` |
 //!
 //! Big-endian (`>`) data is swapped on reading; Fortran-ordered arrays are transposed into
 //! row-major tensors. `bfloat16` has no NumPy dtype: writing it is an error that says to cast.
@@ -53,9 +52,13 @@ pub fn to_bytes(tensor: &Tensor) -> Result<Vec<u8>> {
         DType::F32 => "<f4",
         DType::F64 => "<f8",
         DType::I8 => "|i1",
+        DType::I16 => "<i2",
         DType::I32 => "<i4",
         DType::I64 => "<i8",
         DType::U8 => "|u1",
+        DType::U16 => "<u2",
+        DType::U32 => "<u4",
+        DType::U64 => "<u8",
         DType::Bool => "|b1",
         DType::BF16 => {
             return Err(Error::UnsupportedDType {
@@ -190,23 +193,6 @@ pub fn parse(bytes: &[u8]) -> std::result::Result<Tensor, String> {
     let host = |dtype: DType, size: usize| -> std::result::Result<HostData, String> {
         HostData::from_le_bytes(dtype, &item(size)?).ok_or_else(|| format!("bad {descr} data"))
     };
-    let widen = |size: usize, signed: bool, to: DType| -> std::result::Result<HostData, String> {
-        let d = item(size)?;
-        let vals: Vec<f64> = d
-            .chunks_exact(size)
-            .map(|c| {
-                let mut b = [0u8; 8];
-                b[..size].copy_from_slice(c);
-                let u = u64::from_le_bytes(b);
-                if signed {
-                    (((u << (64 - 8 * size)) as i64) >> (64 - 8 * size)) as f64
-                } else {
-                    u as f64
-                }
-            })
-            .collect();
-        Ok(HostData::from_f64_slice(to, &vals))
-    };
     let data = match kind {
         "f2" => host(DType::F16, 2)?,
         "f4" => host(DType::F32, 4)?,
@@ -214,14 +200,15 @@ pub fn parse(bytes: &[u8]) -> std::result::Result<Tensor, String> {
         "i1" => host(DType::I8, 1)?,
         "i4" => host(DType::I32, 4)?,
         "i8" => host(DType::I64, 8)?,
+        "i2" => host(DType::I16, 2)?,
         "u1" => host(DType::U8, 1)?,
+        "u2" => host(DType::U16, 2)?,
+        "u4" => host(DType::U32, 4)?,
+        "u8" => host(DType::U64, 8)?,
         "b1" => host(DType::Bool, 1)?,
-        "i2" => widen(2, true, DType::I32)?,
-        "u2" => widen(2, false, DType::I32)?,
-        "u4" => widen(4, false, DType::I64)?,
         _ => {
             return Err(format!(
-                "dtype {descr:?} has no ferroflow equivalent (supported: f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 b1)"
+                "dtype {descr:?} has no ferroflow equivalent (supported: f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 u8 b1)"
             ))
         }
     };

@@ -299,6 +299,10 @@ fn dtype_code(d: DType) -> u8 {
         DType::I64 => 6,
         DType::U8 => 7,
         DType::Bool => 8,
+        DType::I16 => 9,
+        DType::U16 => 10,
+        DType::U32 => 11,
+        DType::U64 => 12,
     }
 }
 

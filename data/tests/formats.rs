@@ -310,6 +310,10 @@ fn sample_tensors() -> Vec<Tensor> {
         Tensor::from_vec(vec![i32::MIN, 0, i32::MAX], &[3]).unwrap(),
         Tensor::from_vec(vec![i64::MIN, 1 << 40], &[1, 2]).unwrap(),
         Tensor::from_vec(vec![0u8, 255, 17], &[3]).unwrap(),
+        Tensor::from_vec(vec![i16::MIN, -1, i16::MAX], &[3]).unwrap(),
+        Tensor::from_vec(vec![0u16, u16::MAX], &[2]).unwrap(),
+        Tensor::from_vec(vec![0u32, u32::MAX, 7], &[3, 1]).unwrap(),
+        Tensor::from_vec(vec![0u64, u64::MAX, 1 << 60], &[3]).unwrap(),
         Tensor::from_vec(vec![true, false, true, true], &[4]).unwrap(),
         Tensor::scalar(42i64).unwrap(),
         Tensor::zeros(&[0, 3], DType::F32).unwrap(),
@@ -390,6 +394,10 @@ fn npy_files_agree_with_real_numpy_both_ways() {
             DType::I32 => "<i4",
             DType::I64 => "<i8",
             DType::U8 => "|u1",
+            DType::I16 => "<i2",
+            DType::U16 => "<u2",
+            DType::U32 => "<u4",
+            DType::U64 => "<u8",
             DType::Bool => "|b1",
             DType::BF16 => unreachable!(),
         };
@@ -418,6 +426,8 @@ cases = {
   "i2": np.array([-32768, -1, 0, 32767], dtype="<i2"),
   "u2": np.array([0, 65535], dtype="<u2"),
   "u4": np.array([0, 4294967295], dtype="<u4"),
+  "u8": np.array([0, 2**64 - 1, 2**60], dtype="<u8"),
+  "u2be": np.array([1, 65534], dtype=">u2"),
   "i8be": np.array([[-5, 6]], dtype=">i8"),
   "b1": np.array([True, False]),
   "scalar": np.float32(2.5).reshape(()),
@@ -433,6 +443,18 @@ for name, a in cases.items():
         let (name, rest) = line.split_once(' ').unwrap();
         let (shape, values) = rest.split_once(']').unwrap();
         let t = npy::read(dir.join(format!("{name}.npy"))).unwrap();
+        // Every integer type reads as itself (no widening).
+        let want_dtype = match name {
+            "i2" => Some(DType::I16),
+            "u2" | "u2be" => Some(DType::U16),
+            "u4" => Some(DType::U32),
+            "u8" => Some(DType::U64),
+            "i8be" => Some(DType::I64),
+            _ => None,
+        };
+        if let Some(d) = want_dtype {
+            assert_eq!(t.dtype(), d, "{name}");
+        }
         assert_eq!(
             format!("{:?}", t.shape()),
             format!("{shape}]").replace(' ', "").replace(",", ", "),
@@ -444,7 +466,7 @@ for name, a in cases.items():
             .collect();
         assert_eq!(t.to_f64_vec().unwrap(), want, "{name}");
     }
-    assert_eq!(out.lines().count(), 11);
+    assert_eq!(out.lines().count(), 13);
 }
 
 #[test]

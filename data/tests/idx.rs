@@ -77,7 +77,7 @@ proptest! {
     #[test]
     fn write_then_read_round_trips(
         shape in prop::collection::vec(0usize..5, 0..4),
-        kind in 0usize..5,
+        kind in 0usize..6,
         seed in any::<u64>(),
     ) {
         ferroflow::init();
@@ -89,6 +89,7 @@ proptest! {
             1 => Tensor::from_vec((0..n).map(|_| next() as i8).collect::<Vec<_>>(), &shape),
             2 => Tensor::from_vec((0..n).map(|_| next() as i32).collect::<Vec<_>>(), &shape),
             3 => Tensor::from_vec((0..n).map(|_| f32::from_bits(next() & 0x7f7f_ffff)).collect::<Vec<_>>(), &shape),
+            4 => Tensor::from_vec((0..n).map(|_| next() as i16).collect::<Vec<_>>(), &shape),
             _ => Tensor::from_vec((0..n).map(|_| next() as f64 / 7.0 - 1e5).collect::<Vec<_>>(), &shape),
         }.unwrap();
         let file = tempfile::Builder::new().prefix("ferroflow-idx-rt-").tempfile().unwrap();

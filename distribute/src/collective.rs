@@ -297,7 +297,8 @@ impl CollectiveGroup {
     /// The sum (or mean) of `tensors` over every task of the group, on every task: tensor
     /// `i` of the result combines tensor `i` of each task, which must agree in shape and
     /// dtype. Results keep each input's device. Float dtypes reduce in f32 (f16, bf16, f32)
-    /// or f64; int32 and int64 wrap as TF's do; bool and 8-bit ints are an error.
+    /// or f64; int32 and int64 wrap as TF's do; bool and the other integer types are an
+    /// error, as in TF.
     ///
     /// Each pack travels the gRPC ring (reduce-scatter then all-gather) or, over MPI, one
     /// `MPI_Allreduce`; either way every task ends with identical bits.
@@ -311,7 +312,7 @@ impl CollectiveGroup {
         let _span = self.span("allreduce/CollectiveReduceV2:CollectiveReduceV2", bytes);
         let mut host: Vec<HostData> = tensors.iter().map(|t| t.to_host()).collect::<Result<_>>()?;
         for (i, h) in host.iter().enumerate() {
-            if matches!(h.dtype(), DType::Bool | DType::I8 | DType::U8) {
+            if !(h.dtype().is_float() || matches!(h.dtype(), DType::I32 | DType::I64)) {
                 return Err(Error::UnsupportedDType {
                     op: "all_reduce",
                     dtype: h.dtype(),

@@ -22,6 +22,10 @@ fn st_dtype(d: DType) -> StDtype {
         DType::I32 => StDtype::I32,
         DType::I64 => StDtype::I64,
         DType::U8 => StDtype::U8,
+        DType::I16 => StDtype::I16,
+        DType::U16 => StDtype::U16,
+        DType::U32 => StDtype::U32,
+        DType::U64 => StDtype::U64,
         DType::Bool => StDtype::BOOL,
     }
 }
@@ -36,6 +40,10 @@ fn from_st_dtype(d: StDtype) -> Option<DType> {
         StDtype::I32 => DType::I32,
         StDtype::I64 => DType::I64,
         StDtype::U8 => DType::U8,
+        StDtype::I16 => DType::I16,
+        StDtype::U16 => DType::U16,
+        StDtype::U32 => DType::U32,
+        StDtype::U64 => DType::U64,
         StDtype::BOOL => DType::Bool,
         _ => return None,
     })

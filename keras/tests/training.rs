@@ -429,6 +429,92 @@ fn safetensors_files_open_in_python() {
 }
 
 #[test]
+fn every_integer_dtype_round_trips_through_safetensors_and_python() {
+    ferroflow::init();
+    let scratch = tmp("int-dtypes");
+    let path = scratch.path().join("ints.safetensors");
+    let tensors = vec![
+        (
+            "i16".to_string(),
+            Tensor::from_vec(vec![i16::MIN, -1, i16::MAX], &[3]).unwrap(),
+        ),
+        (
+            "u16".to_string(),
+            Tensor::from_vec(vec![0u16, u16::MAX], &[2, 1]).unwrap(),
+        ),
+        (
+            "u32".to_string(),
+            Tensor::from_vec(vec![7u32, u32::MAX], &[2]).unwrap(),
+        ),
+        (
+            "u64".to_string(),
+            Tensor::from_vec(vec![u64::MAX, 1 << 60], &[1, 2]).unwrap(),
+        ),
+    ];
+    ferroflow::keras::saving::save_tensors(&path, &tensors).unwrap();
+    let back = ferroflow::keras::saving::load_tensors(&path).unwrap();
+    assert_eq!(back.len(), tensors.len());
+    for ((n, t), (bn, b)) in tensors.iter().zip(&back) {
+        assert_eq!((n, t.dtype(), t.shape()), (bn, b.dtype(), b.shape()));
+        assert_eq!(t.to_host().unwrap(), b.to_host().unwrap(), "{n}");
+    }
+    let has = std::process::Command::new("python3")
+        .args(["-c", "import safetensors.numpy, numpy"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !has {
+        return ferroflow_tensor::testing::skip(
+            "FERROFLOW_REQUIRE_NUMPY",
+            "python3 with `safetensors` and `numpy` is not installed (pip install safetensors numpy; .ci/run does)",
+        );
+    }
+    // Python reads each with its own dtype and values, and writes them back for us.
+    let again = scratch.path().join("from_python.safetensors");
+    let script = "import sys, safetensors.numpy as s\nd = s.load_file(sys.argv[1])\nfor k in sorted(d): print(k, str(d[k].dtype), [int(v) for v in d[k].ravel()])\ns.save_file(d, sys.argv[2])";
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            script,
+            path.to_str().unwrap(),
+            again.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut want: Vec<String> = tensors
+        .iter()
+        .map(|(n, t)| {
+            let host = t.to_host().unwrap();
+            let values: Vec<String> = match &host {
+                ferroflow::HostData::I16(v) => v.iter().map(|x| x.to_string()).collect(),
+                ferroflow::HostData::U16(v) => v.iter().map(|x| x.to_string()).collect(),
+                ferroflow::HostData::U32(v) => v.iter().map(|x| x.to_string()).collect(),
+                ferroflow::HostData::U64(v) => v.iter().map(|x| x.to_string()).collect(),
+                other => panic!("{other:?}"),
+            };
+            format!("{n} {} [{}]", t.dtype(), values.join(", "))
+        })
+        .collect();
+    want.sort();
+    assert_eq!(text.lines().collect::<Vec<_>>(), want);
+    let from_python = ferroflow::keras::saving::load_tensors(&again).unwrap();
+    for (n, t) in &tensors {
+        let (_, b) = from_python.iter().find(|(bn, _)| bn == n).unwrap();
+        assert_eq!(
+            t.to_host().unwrap(),
+            b.to_host().unwrap(),
+            "{n} from Python"
+        );
+    }
+}
+
+#[test]
 fn summary_lists_layers_and_parameter_counts() {
     ferroflow::init();
     let mut m = Model::from(sequential![

@@ -60,6 +60,9 @@ value_from!(
     bool => Scalar::Bool,
     i8 => |v| Scalar::Int(v as i64, DType::I8),
     u8 => |v| Scalar::Int(v as i64, DType::U8),
+    i16 => |v| Scalar::Int(v as i64, DType::I16),
+    u16 => |v| Scalar::Int(v as i64, DType::U16),
+    u32 => |v| Scalar::Int(v as i64, DType::U32),
     i32 => |v| Scalar::Int(v as i64, DType::I32),
     i64 => |v| Scalar::Int(v, DType::I64),
     usize => |v| Scalar::Int(v as i64, DType::I64),
@@ -142,7 +145,7 @@ macro_rules! scalar_like {
         }
     )*};
 }
-scalar_like!(bool, i8, u8, i32, i64, usize, f32, f64);
+scalar_like!(bool, i8, u8, i16, u16, u32, i32, i64, usize, f32, f64);
 
 /// Host data for a Rust element type, with `f64` data in the default float dtype.
 fn host_tensor<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
@@ -180,6 +183,10 @@ nested_elem!(
     i32,
     i8,
     u8,
+    i16,
+    u16,
+    u32,
+    u64,
     bool,
     ferroflow_tensor::f16,
     ferroflow_tensor::bf16

@@ -11,21 +11,22 @@
 //!   [`set_prefer_float32`]`(true)` (TF's `prefer_float32` switch). Rust integers default to
 //!   `int64`, as NumPy's do on 64-bit Linux.
 //!
-//! ferroflow has no 16-bit, unsigned 16/32/64-bit integers or complex types; a promotion that
-//! lands on one is widened to the next ferroflow type that holds every value (`int16`,
-//! `uint16 → int32`, `uint32 → int64`), and `bfloat16` (not a NumPy type) promotes like a
-//! float with 8 significant bits.
+//! Every NumPy integer and float type but complex has a ferroflow dtype, so promotion lands
+//! where NumPy's does (`uint64 + int64 → float64` included); `bfloat16` (not a NumPy type)
+//! promotes like a float with 8 significant bits.
 //!
 //! ```
 //! use ferroflow_numpy::{promote_types, DType};
 //! assert_eq!(promote_types(DType::I32, DType::F32), DType::F64);
-//! assert_eq!(promote_types(DType::U8, DType::I8), DType::I32); // NumPy: int16, widened
+//! assert_eq!(promote_types(DType::U8, DType::I8), DType::I16);
+//! assert_eq!(promote_types(DType::U32, DType::I32), DType::I64);
+//! assert_eq!(promote_types(DType::U64, DType::I64), DType::F64);
 //! assert_eq!(promote_types(DType::F16, DType::I8), DType::F16);
 //! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ferroflow_tensor::{DType, Error, Result};
+use ferroflow_tensor::{DType, Result};
 
 use crate::array::{Scalar, Value};
 
@@ -64,8 +65,7 @@ pub fn default_int() -> DType {
     DType::I64
 }
 
-/// NumPy's type lattice: ferroflow's dtypes plus the integer widths ferroflow lacks, so
-/// promotion follows NumPy exactly before the result is widened to a ferroflow dtype.
+/// NumPy's type lattice over ferroflow's dtypes, in NumPy's order of type numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NpType {
     Bool,
@@ -108,31 +108,35 @@ impl NpType {
             DType::Bool => T::Bool,
             DType::I8 => T::I8,
             DType::U8 => T::U8,
+            DType::I16 => T::I16,
+            DType::U16 => T::U16,
             DType::I32 => T::I32,
+            DType::U32 => T::U32,
             DType::I64 => T::I64,
+            DType::U64 => T::U64,
             DType::F16 => T::F16,
             DType::BF16 => T::BF16,
             DType::F32 => T::F32,
             DType::F64 => T::F64,
         }
     }
-    /// The ferroflow dtype holding every value of this type.
-    fn widen(self) -> Result<DType> {
-        Ok(match self {
+    /// The ferroflow dtype.
+    fn dtype(self) -> DType {
+        match self {
             T::Bool => DType::Bool,
             T::I8 => DType::I8,
             T::U8 => DType::U8,
-            T::I16 | T::U16 | T::I32 => DType::I32,
-            T::U32 | T::I64 => DType::I64,
-            T::U64 => return Err(Error::invalid(
-                "result_type",
-                "the value needs uint64, which ferroflow does not have (largest integer: int64)",
-            )),
+            T::I16 => DType::I16,
+            T::U16 => DType::U16,
+            T::I32 => DType::I32,
+            T::U32 => DType::U32,
+            T::I64 => DType::I64,
+            T::U64 => DType::U64,
             T::F16 => DType::F16,
             T::BF16 => DType::BF16,
             T::F32 => DType::F32,
             T::F64 => DType::F64,
-        })
+        }
     }
     /// (kind, bits): kind 0 bool, 1 unsigned, 2 signed, 3 float.
     fn kind_bits(self) -> (u8, u32) {
@@ -200,8 +204,7 @@ fn promote_np(a: NpType, b: NpType) -> NpType {
         .unwrap_or(T::F64)
 }
 
-/// NumPy's `promote_types(a, b)`: the smallest dtype both cast to safely, widened to a
-/// ferroflow dtype (see the module docs).
+/// NumPy's `promote_types(a, b)`: the smallest dtype both cast to safely.
 ///
 /// ```
 /// use ferroflow_numpy::{promote_types, DType};
@@ -209,10 +212,7 @@ fn promote_np(a: NpType, b: NpType) -> NpType {
 /// assert_eq!(promote_types(DType::Bool, DType::U8), DType::U8);
 /// ```
 pub fn promote_types(a: DType, b: DType) -> DType {
-    // every promotion of two ferroflow dtypes is at most int64/float64
-    promote_np(NpType::of(a), NpType::of(b))
-        .widen()
-        .unwrap_or(DType::F64)
+    promote_np(NpType::of(a), NpType::of(b)).dtype()
 }
 
 /// NumPy's `can_cast(from, to, casting='safe')`.
@@ -349,27 +349,29 @@ pub fn result_type(values: &[&Value]) -> Result<DType> {
         add((NpType::of(*d), false));
     }
     match acc {
-        Some((t, _)) => t.widen(),
+        Some((t, _)) => Ok(t.dtype()),
         None => Ok(default_float()),
     }
 }
 
 /// The float dtype NumPy computes a float-only ufunc (`exp`, `sqrt`, `true_divide`, ...) in
-/// for an input dtype: floats keep theirs; `bool`, `int8` and `uint8` give `float16`; wider
-/// integers give the default float.
+/// for an input dtype: floats keep theirs; `bool`, `int8` and `uint8` give `float16`,
+/// `int16` and `uint16` `float32`; wider integers give the default float.
 pub fn float_result(d: DType) -> DType {
     match d {
         d if d.is_float() => d,
         DType::Bool | DType::I8 | DType::U8 => DType::F16,
+        DType::I16 | DType::U16 => DType::F32,
         _ => default_float(),
     }
 }
 
 /// The dtype NumPy accumulates `sum`/`prod`/`cumsum` in: booleans and narrower integers
-/// widen to the default integer (`int64`), unsigned bytes too (NumPy: `uint64`).
+/// widen to the default integer (`int64`), narrower unsigned integers to `uint64`.
 pub(crate) fn accumulate_dtype(d: DType) -> DType {
     match d {
-        DType::Bool | DType::I8 | DType::U8 | DType::I32 => default_int(),
+        DType::Bool | DType::I8 | DType::I16 | DType::I32 => default_int(),
+        DType::U8 | DType::U16 | DType::U32 => DType::U64,
         d => d,
     }
 }
@@ -381,11 +383,22 @@ mod tests {
 
     #[test]
     fn array_promotion_matches_numpys_table() {
-        // (a, b, NumPy's np.promote_types, widened where ferroflow lacks the type)
+        // (a, b, NumPy's np.promote_types)
         let cases = [
             (Bool, Bool, Bool),
             (Bool, I8, I8),
-            (U8, I8, I32), // int16
+            (U8, I8, I16),
+            (U16, I16, I32),
+            (U16, I8, I32),
+            (U32, I32, I64),
+            (U32, I8, I64),
+            (U64, I64, F64),
+            (U64, I8, F64),
+            (U64, U8, U64),
+            (U16, U32, U32),
+            (I16, F16, F32),
+            (U16, F16, F32),
+            (U32, F32, F64),
             (U8, I32, I32),
             (I32, I64, I64),
             (U8, F16, F16),
@@ -416,10 +429,12 @@ mod tests {
         // the examples of NumPy 1.16's result_type documentation and value-based casting
         assert_eq!(rt(&arr(I8), &int(3)), I8);
         assert_eq!(rt(&arr(U8), &int(3)), U8);
-        assert_eq!(rt(&arr(U8), &int(300)), I32); // uint16, widened
-        assert_eq!(rt(&arr(I8), &int(200)), I32); // int16, widened
+        assert_eq!(rt(&arr(U8), &int(300)), U16);
+        assert_eq!(rt(&arr(I8), &int(200)), I16);
         assert_eq!(rt(&arr(I8), &int(-3)), I8);
-        assert_eq!(rt(&arr(U8), &int(-3)), I32); // int16, widened
+        assert_eq!(rt(&arr(U8), &int(-3)), I16);
+        assert_eq!(rt(&arr(U16), &int(70000)), U32);
+        assert_eq!(rt(&arr(U32), &int(-1)), I64);
         assert_eq!(rt(&arr(I32), &float(1.5)), F64);
         assert_eq!(rt(&arr(F32), &float(1.5)), F32);
         assert_eq!(rt(&arr(F16), &float(1e6)), F32);

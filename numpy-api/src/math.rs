@@ -22,7 +22,7 @@
 use ferroflow_tensor::{BinaryOp, DType, Error, Result, Tensor, UnaryOp};
 
 use crate::array::{arr, cast_all, promote2, ArrayLike, Scalar, Value};
-use crate::dtypes::{accumulate_dtype, float_result};
+use crate::dtypes::{accumulate_dtype, default_float, float_result};
 use crate::util::{axis_or_flat, broadcast_shape, norm_axis};
 
 /// Two arguments promoted, with their broadcast shape checked (NumPy's wording).
@@ -101,7 +101,11 @@ pub fn multiply(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
 }
 /// `numpy.true_divide` / `numpy.divide`: always a float (integers in the default float).
 pub fn true_divide(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
-    float_binary("true_divide", a, b, |a, b| a.div(b))
+    // NumPy divides integers (and booleans) of every width in the default float, not in
+    // the float the unary ufuncs pick (`int8 / int8` is float64, `sqrt(int8)` float16).
+    let (a, b, d) = binary_args("true_divide", a, b)?;
+    let fd = if d.is_float() { d } else { default_float() };
+    a.cast(fd)?.div(&b.cast(fd)?)
 }
 /// `numpy.divide` (same as [`true_divide`]).
 pub fn divide(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
@@ -474,6 +478,10 @@ pub fn negative(x: impl ArrayLike) -> Result<Tensor> {
     let x = arr(x)?;
     if x.dtype() == DType::Bool {
         return Err(Error::invalid("negative", "The numpy boolean negative, the `-` operator, is not supported, use the `~` operator or the logical_not function instead."));
+    }
+    if !x.dtype().is_signed() {
+        // NumPy wraps: -1 as uint16 is 65535.
+        return x.zeros_like()?.sub(&x);
     }
     x.neg()
 }

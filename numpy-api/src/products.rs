@@ -20,10 +20,12 @@ use crate::array::{arr, promote2, promote_all, ArrayLike, Value};
 use crate::math::{multiply, subtract};
 use crate::util::{broadcast_shape, i64_tensor, norm_axis, py_shape};
 
-/// Integer and boolean products run in a dtype the matmul kernel has, then cast back.
+/// Integer and boolean products run in a dtype the matmul kernel has, then cast back
+/// (wrapping products agree modulo the narrower type's width).
 fn matmul_dtype(d: DType) -> DType {
     match d {
-        DType::Bool | DType::I8 | DType::U8 => DType::I32,
+        DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::U16 => DType::I32,
+        DType::U32 | DType::U64 => DType::I64,
         d => d,
     }
 }

@@ -101,6 +101,10 @@ pub fn tf_dtype_name(dtype: DType) -> &'static str {
         DType::I32 => "int32",
         DType::I64 => "int64",
         DType::U8 => "uint8",
+        DType::I16 => "int16",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
         DType::Bool => "bool",
     }
 }
@@ -117,6 +121,10 @@ pub fn tf_datatype(dtype: DType) -> i32 {
         DType::Bool => 10,
         DType::BF16 => 14,
         DType::F16 => 19,
+        DType::I16 => 5,
+        DType::U16 => 17,
+        DType::U32 => 22,
+        DType::U64 => 23,
     }
 }
 

@@ -19,36 +19,48 @@ pub enum DType {
     F64,
     /// Signed 8-bit integer.
     I8,
+    /// Signed 16-bit integer.
+    I16,
     /// Signed 32-bit integer.
     I32,
     /// Signed 64-bit integer.
     I64,
     /// Unsigned 8-bit integer.
     U8,
+    /// Unsigned 16-bit integer.
+    U16,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Unsigned 64-bit integer.
+    U64,
     /// Boolean.
     Bool,
 }
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 9] = [
+    pub const ALL: [DType; 13] = [
         DType::F16,
         DType::BF16,
         DType::F32,
         DType::F64,
         DType::I8,
+        DType::I16,
         DType::I32,
         DType::I64,
         DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
         DType::Bool,
     ];
 
     /// Bytes per element.
     pub fn size_in_bytes(self) -> usize {
         match self {
-            DType::F16 | DType::BF16 => 2,
-            DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
             DType::I8 | DType::U8 | DType::Bool => 1,
         }
     }
@@ -58,11 +70,24 @@ impl DType {
     }
     /// True for the integer types.
     pub fn is_int(self) -> bool {
-        matches!(self, DType::I8 | DType::I32 | DType::I64 | DType::U8)
+        matches!(
+            self,
+            DType::I8
+                | DType::I16
+                | DType::I32
+                | DType::I64
+                | DType::U8
+                | DType::U16
+                | DType::U32
+                | DType::U64
+        )
     }
     /// True for signed integers and floats.
     pub fn is_signed(self) -> bool {
-        !matches!(self, DType::U8 | DType::Bool)
+        !matches!(
+            self,
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool
+        )
     }
     /// TensorFlow's name (`float32`, `bfloat16`, `int64`, `bool`, ...).
     pub fn as_str(self) -> &'static str {
@@ -72,9 +97,13 @@ impl DType {
             DType::F32 => "float32",
             DType::F64 => "float64",
             DType::I8 => "int8",
+            DType::I16 => "int16",
             DType::I32 => "int32",
             DType::I64 => "int64",
             DType::U8 => "uint8",
+            DType::U16 => "uint16",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
             DType::Bool => "bool",
         }
     }
@@ -86,9 +115,13 @@ impl DType {
             "float32" | "f32" | "float" => DType::F32,
             "float64" | "f64" | "double" => DType::F64,
             "int8" | "i8" => DType::I8,
+            "int16" | "i16" => DType::I16,
             "int32" | "i32" => DType::I32,
             "int64" | "i64" => DType::I64,
             "uint8" | "u8" => DType::U8,
+            "uint16" | "u16" => DType::U16,
+            "uint32" | "u32" => DType::U32,
+            "uint64" | "u64" => DType::U64,
             "bool" => DType::Bool,
             _ => return Err(Error::invalid("dtype", format!("unknown dtype {s:?}"))),
         })
@@ -154,9 +187,13 @@ element!(bf16, BF16, |x| x.to_f64(), bf16::from_f64);
 element!(f32, F32, |x| x as f64, |v| v as f32);
 element!(f64, F64, |x| x, |v| v);
 element!(i8, I8, |x| x as f64, |v| v as i8);
+element!(i16, I16, |x| x as f64, |v| v as i16);
 element!(i32, I32, |x| x as f64, |v| v as i32);
 element!(i64, I64, |x| x as f64, |v| v as i64);
 element!(u8, U8, |x| x as f64, |v| v as u8);
+element!(u16, U16, |x| x as f64, |v| v as u16);
+element!(u32, U32, |x| x as f64, |v| v as u32);
+element!(u64, U64, |x| x as f64, |v| v as u64);
 element!(bool, Bool, |x| x as u8 as f64, |v| v != 0.0);
 
 /// A contiguous, typed host buffer: how data enters and leaves a device, and the CPU
@@ -169,9 +206,13 @@ pub enum HostData {
     F32(Vec<f32>),
     F64(Vec<f64>),
     I8(Vec<i8>),
+    I16(Vec<i16>),
     I32(Vec<i32>),
     I64(Vec<i64>),
     U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
     Bool(Vec<bool>),
 }
 
@@ -185,9 +226,13 @@ macro_rules! with_host_data {
             $crate::HostData::F32($v) => $body,
             $crate::HostData::F64($v) => $body,
             $crate::HostData::I8($v) => $body,
+            $crate::HostData::I16($v) => $body,
             $crate::HostData::I32($v) => $body,
             $crate::HostData::I64($v) => $body,
             $crate::HostData::U8($v) => $body,
+            $crate::HostData::U16($v) => $body,
+            $crate::HostData::U32($v) => $body,
+            $crate::HostData::U64($v) => $body,
             $crate::HostData::Bool($v) => $body,
         }
     };
@@ -202,9 +247,13 @@ impl HostData {
             HostData::F32(_) => DType::F32,
             HostData::F64(_) => DType::F64,
             HostData::I8(_) => DType::I8,
+            HostData::I16(_) => DType::I16,
             HostData::I32(_) => DType::I32,
             HostData::I64(_) => DType::I64,
             HostData::U8(_) => DType::U8,
+            HostData::U16(_) => DType::U16,
+            HostData::U32(_) => DType::U32,
+            HostData::U64(_) => DType::U64,
             HostData::Bool(_) => DType::Bool,
         }
     }
@@ -220,7 +269,7 @@ impl HostData {
     pub fn get_f64(&self, i: usize) -> f64 {
         with_host_data!(self, v => v[i].to_f64())
     }
-    /// All elements as f64 (lossless for every dtype except i64 beyond 2^53).
+    /// All elements as f64 (lossless for every dtype except i64 and u64 beyond 2^53).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         with_host_data!(self, v => v.iter().map(|x| x.to_f64()).collect())
     }
@@ -235,9 +284,13 @@ impl HostData {
             DType::F32 => conv::<f32>(values),
             DType::F64 => conv::<f64>(values),
             DType::I8 => conv::<i8>(values),
+            DType::I16 => conv::<i16>(values),
             DType::I32 => conv::<i32>(values),
             DType::I64 => conv::<i64>(values),
             DType::U8 => conv::<u8>(values),
+            DType::U16 => conv::<u16>(values),
+            DType::U32 => conv::<u32>(values),
+            DType::U64 => conv::<u64>(values),
             DType::Bool => conv::<bool>(values),
         }
     }
@@ -252,9 +305,13 @@ impl HostData {
             DType::F32 => fill::<f32>(n, value),
             DType::F64 => fill::<f64>(n, value),
             DType::I8 => fill::<i8>(n, value),
+            DType::I16 => fill::<i16>(n, value),
             DType::I32 => fill::<i32>(n, value),
             DType::I64 => fill::<i64>(n, value),
             DType::U8 => fill::<u8>(n, value),
+            DType::U16 => fill::<u16>(n, value),
+            DType::U32 => fill::<u32>(n, value),
+            DType::U64 => fill::<u64>(n, value),
             DType::Bool => fill::<bool>(n, value),
         }
     }
@@ -276,7 +333,7 @@ impl HostData {
         self.le_bytes().into_owned()
     }
     /// [`HostData::to_le_bytes`] without a copy where the memory already is those bytes
-    /// (4- and 8-byte elements, and `uint8`, on little-endian machines), for writers that
+    /// (2-, 4- and 8-byte numbers, and `uint8`, on little-endian machines), for writers that
     /// append them to a larger buffer.
     ///
     /// ```
@@ -293,6 +350,10 @@ impl HostData {
             HostData::F64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
             HostData::I32(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
             HostData::I64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
+            HostData::I16(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
+            HostData::U16(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
+            HostData::U32(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
+            HostData::U64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
             _ => {}
         }
         if let HostData::U8(v) = self {
@@ -304,9 +365,13 @@ impl HostData {
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I8(v) => v.iter().map(|&x| x as u8).collect(),
+            HostData::I16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::U8(v) => v.clone(),
+            HostData::U16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::U64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
         })
     }
@@ -338,6 +403,10 @@ impl HostData {
                 DType::F64 => return pod(b).map(HostData::F64),
                 DType::I32 => return pod(b).map(HostData::I32),
                 DType::I64 => return pod(b).map(HostData::I64),
+                DType::I16 => return pod(b).map(HostData::I16),
+                DType::U16 => return pod(b).map(HostData::U16),
+                DType::U32 => return pod(b).map(HostData::U32),
+                DType::U64 => return pod(b).map(HostData::U64),
                 _ => {}
             }
         }
@@ -347,9 +416,13 @@ impl HostData {
             DType::F32 => HostData::F32(chunks(b, f32::from_le_bytes)?),
             DType::F64 => HostData::F64(chunks(b, f64::from_le_bytes)?),
             DType::I8 => HostData::I8(b.iter().map(|&x| x as i8).collect()),
+            DType::I16 => HostData::I16(chunks(b, i16::from_le_bytes)?),
             DType::I32 => HostData::I32(chunks(b, i32::from_le_bytes)?),
             DType::I64 => HostData::I64(chunks(b, i64::from_le_bytes)?),
             DType::U8 => HostData::U8(b.to_vec()),
+            DType::U16 => HostData::U16(chunks(b, u16::from_le_bytes)?),
+            DType::U32 => HostData::U32(chunks(b, u32::from_le_bytes)?),
+            DType::U64 => HostData::U64(chunks(b, u64::from_le_bytes)?),
             DType::Bool => HostData::Bool(
                 b.iter()
                     .map(|&x| (x <= 1).then_some(x == 1))

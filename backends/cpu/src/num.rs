@@ -19,8 +19,6 @@ pub(crate) trait Num:
     fn wsub(self, o: Self) -> Self;
     fn wmul(self, o: Self) -> Self;
     fn isnan(self) -> bool;
-    fn to_i64(self) -> i64;
-    fn from_i64(v: i64) -> Self;
 }
 
 macro_rules! num_float {
@@ -45,14 +43,6 @@ macro_rules! num_float {
             #[inline(always)]
             fn isnan(self) -> bool {
                 <$t>::is_nan(self)
-            }
-            #[inline(always)]
-            fn to_i64(self) -> i64 {
-                self as i64
-            }
-            #[inline(always)]
-            fn from_i64(v: i64) -> Self {
-                v as $t
             }
         }
     };
@@ -80,23 +70,81 @@ macro_rules! num_int {
             fn isnan(self) -> bool {
                 false
             }
-            #[inline(always)]
-            fn to_i64(self) -> i64 {
-                self as i64
-            }
-            #[inline(always)]
-            fn from_i64(v: i64) -> Self {
-                v as $t
-            }
         }
     };
 }
 num_float!(f32);
 num_float!(f64);
 num_int!(i8);
+num_int!(i16);
 num_int!(i32);
 num_int!(i64);
 num_int!(u8);
+num_int!(u16);
+num_int!(u32);
+num_int!(u64);
+
+/// Integer division, its relatives and powers in the type's own arithmetic, so unsigned
+/// values beyond i64's range divide correctly (TF's `truncatediv`, `floordiv`, `floormod`
+/// and `pow`, wrapping where the type does).
+pub(crate) trait IntOps: Num {
+    /// Below zero (never for unsigned types).
+    fn is_negative(self) -> bool;
+    /// Truncating division; `MIN / -1` wraps.
+    fn trunc_div(self, o: Self) -> Self;
+    /// ⌊x / y⌋.
+    fn floor_div(self, o: Self) -> Self;
+    /// x - ⌊x / y⌋·y (the sign of y).
+    fn floor_mod(self, o: Self) -> Self;
+    /// x^e for e ≥ 0, wrapping.
+    fn wrapping_pow_of(self, e: Self) -> Self;
+}
+
+macro_rules! int_ops {
+    ($($t:ty),*) => {$(
+        impl IntOps for $t {
+            #[inline(always)]
+            fn is_negative(self) -> bool {
+                (self as i128) < 0
+            }
+            #[inline(always)]
+            fn trunc_div(self, o: Self) -> Self {
+                self.wrapping_div(o)
+            }
+            #[inline(always)]
+            fn floor_div(self, o: Self) -> Self {
+                let q = self.wrapping_div(o);
+                if self.wrapping_rem(o) != 0 && (self.is_negative() != o.is_negative()) {
+                    q.wrapping_sub(1)
+                } else {
+                    q
+                }
+            }
+            #[inline(always)]
+            fn floor_mod(self, o: Self) -> Self {
+                let r = self.wrapping_rem(o);
+                if r != 0 && (r.is_negative() != o.is_negative()) {
+                    r.wrapping_add(o)
+                } else {
+                    r
+                }
+            }
+            #[inline(always)]
+            fn wrapping_pow_of(self, e: Self) -> Self {
+                let (mut base, mut e, mut acc) = (self, e as u64, 1 as $t);
+                while e > 0 {
+                    if e & 1 == 1 {
+                        acc = acc.wrapping_mul(base);
+                    }
+                    base = base.wrapping_mul(base);
+                    e >>= 1;
+                }
+                acc
+            }
+        }
+    )*};
+}
+int_ops!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 /// f32 and f64: the transcendental functions.
 pub(crate) trait FloatMath: Num + num_traits::Float + Send + Sync {

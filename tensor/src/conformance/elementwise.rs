@@ -6,7 +6,16 @@ use crate::{BinaryOp, DType, Device, Tensor, UnaryOp};
 use proptest::prelude::*;
 
 const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
-const INTS: [DType; 4] = [DType::I8, DType::I32, DType::I64, DType::U8];
+const INTS: [DType; 8] = [
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+];
 
 fn round_half_even(x: f64) -> f64 {
     let r = x.round();
@@ -125,8 +134,8 @@ pub fn unary_int_ops(device: &Device) {
                 let a = quantized(dtype, &a);
                 let x = ok("input", make_tensor(device, dtype, &a, view))?;
                 let got = x.unary(op);
-                if dtype == DType::U8 && op == UnaryOp::Neg {
-                    prop_assert!(got.is_err(), "neg of uint8 must be an error");
+                if !dtype.is_signed() && op == UnaryOp::Neg {
+                    prop_assert!(got.is_err(), "neg of {dtype} must be an error");
                     return Ok(());
                 }
                 let want = a.map(|v| wrap_int(dtype, f(v)));
@@ -336,7 +345,7 @@ pub fn binary_int_ops(device: &Device) {
             (broadcast_pair(lo, hi), 0..ints.len(), view_kind()),
             |((a, b), di, va)| {
                 let dtype = ints[di];
-                let unsigned = dtype == DType::U8;
+                let unsigned = !dtype.is_signed();
                 let fix = |v: &RefArray, nonzero: bool| {
                     quantized(
                         dtype,
@@ -495,14 +504,14 @@ pub fn clip_scalar(device: &Device) {
         ),
         |(a, di, view, lo, hi)| {
             let dtype = dtypes[di];
-            let a = if dtype == DType::U8 {
+            let a = if !dtype.is_signed() {
                 a.map(|v| v.abs())
             } else {
                 a
             };
             let x = quantized(dtype, &a);
             let (lo, hi) = (lo as f64, hi as f64);
-            let (lo, hi) = if dtype == DType::U8 {
+            let (lo, hi) = if !dtype.is_signed() {
                 (lo.abs(), hi.abs())
             } else {
                 (lo, hi)

@@ -315,7 +315,11 @@ pub fn wrap_int(dtype: DType, v: f64) -> f64 {
     let i = v as i64;
     match dtype {
         DType::I8 => i as i8 as f64,
+        DType::I16 => i as i16 as f64,
         DType::U8 => i as u8 as f64,
+        DType::U16 => i as u16 as f64,
+        DType::U32 => i as u32 as f64,
+        DType::U64 => i as u64 as f64,
         DType::I32 => i as i32 as f64,
         DType::I64 => i as f64,
         DType::Bool => (i != 0) as u8 as f64,

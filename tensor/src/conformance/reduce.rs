@@ -5,7 +5,7 @@ use super::reference::RefArray;
 use crate::{Axes, DType, Device, ReduceOp};
 use proptest::prelude::*;
 
-const NUMERIC: [DType; 7] = [
+const NUMERIC: [DType; 11] = [
     DType::F32,
     DType::F64,
     DType::F16,
@@ -13,6 +13,10 @@ const NUMERIC: [DType; 7] = [
     DType::I32,
     DType::I64,
     DType::I8,
+    DType::I16,
+    DType::U16,
+    DType::U32,
+    DType::U64,
 ];
 
 fn axes_strategy() -> impl Strategy<Value = (RefArray, Option<Vec<isize>>)> {
@@ -200,16 +204,21 @@ pub fn reductions(device: &Device) {
 fn int_max(d: DType) -> f64 {
     match d {
         DType::I8 => i8::MAX as f64,
+        DType::I16 => i16::MAX as f64,
         DType::I32 => i32::MAX as f64,
         DType::U8 => u8::MAX as f64,
+        DType::U16 => u16::MAX as f64,
+        DType::U32 => u32::MAX as f64,
+        DType::U64 => u64::MAX as f64,
         _ => i64::MAX as f64,
     }
 }
 fn int_min(d: DType) -> f64 {
     match d {
         DType::I8 => i8::MIN as f64,
+        DType::I16 => i16::MIN as f64,
         DType::I32 => i32::MIN as f64,
-        DType::U8 => 0.0,
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => 0.0,
         _ => i64::MIN as f64,
     }
 }

@@ -5,7 +5,17 @@ use super::reference::{unravel, RefArray};
 use crate::{DType, Device};
 use proptest::prelude::*;
 
-const DTYPES: [DType; 5] = [DType::F32, DType::F64, DType::F16, DType::I32, DType::I64];
+const DTYPES: [DType; 9] = [
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::I32,
+    DType::I64,
+    DType::I16,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+];
 
 fn lanes(shape: &[usize], axis: usize) -> Vec<Vec<Vec<usize>>> {
     // Every 1-D lane along `axis`, as lists of multi-indices.

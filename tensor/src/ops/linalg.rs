@@ -24,7 +24,7 @@ impl Tensor {
                 rhs: rhs.dtype(),
             });
         }
-        if matches!(self.dtype(), DType::Bool | DType::U8 | DType::I8) {
+        if !(self.dtype().is_float() || matches!(self.dtype(), DType::I32 | DType::I64)) {
             return Err(Error::UnsupportedDType {
                 op: "matmul",
                 dtype: self.dtype(),

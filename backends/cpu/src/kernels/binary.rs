@@ -3,7 +3,7 @@
 //! vectorised fast paths.
 
 use crate::buffer::{dense, half_chunked, host, narrow, widen, widen_range, Half};
-use crate::num::{FloatMath, Num};
+use crate::num::{FloatMath, IntOps, Num};
 use crate::simd::{map, zip, zip_rows, PAR_THRESHOLD};
 use ferroflow_tensor::{
     backend::unsupported, BinaryOp, Element, Error, HostData, Layout, Operand, Result,
@@ -234,6 +234,10 @@ pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>) -> Result<Hos
         (HostData::I32(x), HostData::I32(y)) => binary_int(op, x, la, y, lb)?,
         (HostData::I64(x), HostData::I64(y)) => binary_int(op, x, la, y, lb)?,
         (HostData::U8(x), HostData::U8(y)) => binary_int(op, x, la, y, lb)?,
+        (HostData::I16(x), HostData::I16(y)) => binary_int(op, x, la, y, lb)?,
+        (HostData::U16(x), HostData::U16(y)) => binary_int(op, x, la, y, lb)?,
+        (HostData::U32(x), HostData::U32(y)) => binary_int(op, x, la, y, lb)?,
+        (HostData::U64(x), HostData::U64(y)) => binary_int(op, x, la, y, lb)?,
         (HostData::Bool(x), HostData::Bool(y)) => {
             let f = match op {
                 BinaryOp::LogicalAnd => |p: bool, q: bool| p & q,
@@ -323,7 +327,7 @@ fn any_zero<T: Num>(b: &[T], lb: &Layout) -> bool {
     dense(b, lb).contains(&T::ZERO)
 }
 
-fn binary_int<T: Num + Sync + Send>(
+fn binary_int<T: IntOps + Sync + Send>(
     op: BinaryOp,
     a: &[T],
     la: &Layout,
@@ -334,15 +338,13 @@ fn binary_int<T: Num + Sync + Send>(
     if let Some(c) = compare(op, a, la, b, lb) {
         return Ok(c);
     }
-    let i = |v: T| v.to_i64();
-    let t = T::from_i64;
     if matches!(op, Div | FloorDiv | FloorMod) && any_zero(b, lb) {
         return Err(Error::Arithmetic {
             op: op.name(),
             msg: "integer division by zero",
         });
     }
-    if op == Pow && dense(b, lb).iter().any(|&v| v.to_i64() < 0) {
+    if op == Pow && dense(b, lb).iter().any(|&v| v.is_negative()) {
         return Err(Error::Arithmetic {
             op: "pow",
             msg: "integers to negative integer powers are not allowed",
@@ -352,36 +354,10 @@ fn binary_int<T: Num + Sync + Send>(
         Add => apply(a, la, b, lb, |x: T, y: T| x.wadd(y)),
         Sub => apply(a, la, b, lb, |x: T, y: T| x.wsub(y)),
         Mul => apply(a, la, b, lb, |x: T, y: T| x.wmul(y)),
-        Div => apply(a, la, b, lb, |x: T, y: T| t(i(x).wrapping_div(i(y)))),
-        FloorDiv => apply(a, la, b, lb, |x: T, y: T| {
-            let (x, y) = (i(x), i(y));
-            let q = x.wrapping_div(y);
-            t(if x.wrapping_rem(y) != 0 && ((x < 0) != (y < 0)) {
-                q - 1
-            } else {
-                q
-            })
-        }),
-        FloorMod => apply(a, la, b, lb, |x: T, y: T| {
-            let (x, y) = (i(x), i(y));
-            let r = x.wrapping_rem(y);
-            t(if r != 0 && ((r < 0) != (y < 0)) {
-                r + y
-            } else {
-                r
-            })
-        }),
-        Pow => apply(a, la, b, lb, |x: T, y: T| {
-            let (mut base, mut e, mut acc) = (i(x), i(y) as u64, 1i64);
-            while e > 0 {
-                if e & 1 == 1 {
-                    acc = acc.wrapping_mul(base);
-                }
-                base = base.wrapping_mul(base);
-                e >>= 1;
-            }
-            t(acc)
-        }),
+        Div => apply(a, la, b, lb, |x: T, y: T| x.trunc_div(y)),
+        FloorDiv => apply(a, la, b, lb, |x: T, y: T| x.floor_div(y)),
+        FloorMod => apply(a, la, b, lb, |x: T, y: T| x.floor_mod(y)),
+        Pow => apply(a, la, b, lb, |x: T, y: T| x.wrapping_pow_of(y)),
         Maximum => apply(a, la, b, lb, |x: T, y: T| if x > y { x } else { y }),
         Minimum => apply(a, la, b, lb, |x: T, y: T| if x < y { x } else { y }),
         SquaredDifference => apply(a, la, b, lb, |x: T, y: T| {

@@ -23,7 +23,7 @@ macro_rules! convert_int {
         }
     )*};
 }
-convert_int!(i8, i32, i64, u8);
+convert_int!(i8, i16, i32, i64, u8, u16, u32, u64);
 macro_rules! convert_float {
     ($($t:ty),*) => {$(
         impl Convert for $t {
@@ -63,9 +63,13 @@ fn cast_to<T: Convert>(src: &[T], to: DType) -> HostData {
         DType::F32 => HostData::F32(convert(src)),
         DType::F64 => HostData::F64(convert(src)),
         DType::I8 => HostData::I8(convert(src)),
+        DType::I16 => HostData::I16(convert(src)),
         DType::I32 => HostData::I32(convert(src)),
         DType::I64 => HostData::I64(convert(src)),
         DType::U8 => HostData::U8(convert(src)),
+        DType::U16 => HostData::U16(convert(src)),
+        DType::U32 => HostData::U32(convert(src)),
+        DType::U64 => HostData::U64(convert(src)),
         DType::Bool => HostData::Bool(convert(src)),
     }
 }

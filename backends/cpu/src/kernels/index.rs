@@ -110,6 +110,10 @@ pub(crate) fn scatter_add(
         HostData::I32(v) => HostData::I32(scatter_typed(&dense(v, l), shape, &idx, axis)?),
         HostData::I64(v) => HostData::I64(scatter_typed(&dense(v, l), shape, &idx, axis)?),
         HostData::U8(v) => HostData::U8(scatter_typed(&dense(v, l), shape, &idx, axis)?),
+        HostData::I16(v) => HostData::I16(scatter_typed(&dense(v, l), shape, &idx, axis)?),
+        HostData::U16(v) => HostData::U16(scatter_typed(&dense(v, l), shape, &idx, axis)?),
+        HostData::U32(v) => HostData::U32(scatter_typed(&dense(v, l), shape, &idx, axis)?),
+        HostData::U64(v) => HostData::U64(scatter_typed(&dense(v, l), shape, &idx, axis)?),
         _ => return Err(unsupported("cpu", "scatter_add", updates.dtype)),
     })
 }

@@ -198,6 +198,10 @@ pub(crate) fn reduce(op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<Hos
         HostData::I32(v) => HostData::I32(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
         HostData::I64(v) => HostData::I64(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
         HostData::U8(v) => HostData::U8(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::I16(v) => HostData::I16(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::U16(v) => HostData::U16(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::U32(v) => HostData::U32(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::U64(v) => HostData::U64(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
         HostData::Bool(v) => HostData::Bool(match op {
             ReduceOp::ReduceAny => reduce_with(v, x.layout, axes, false, |a, b| a | b),
             ReduceOp::ReduceAll => reduce_with(v, x.layout, axes, true, |a, b| a & b),
@@ -305,6 +309,10 @@ pub(crate) fn arg_reduce(op: ArgReduceOp, x: Operand<'_>, axis: usize) -> Result
         HostData::I32(v) => arg_typed(op, v, x.layout, axis),
         HostData::I64(v) => arg_typed(op, v, x.layout, axis),
         HostData::U8(v) => arg_typed(op, v, x.layout, axis),
+        HostData::I16(v) => arg_typed(op, v, x.layout, axis),
+        HostData::U16(v) => arg_typed(op, v, x.layout, axis),
+        HostData::U32(v) => arg_typed(op, v, x.layout, axis),
+        HostData::U64(v) => arg_typed(op, v, x.layout, axis),
         _ => return Err(unsupported("cpu", op.name(), x.dtype)),
     }))
 }

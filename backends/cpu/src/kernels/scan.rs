@@ -128,6 +128,10 @@ pub(crate) fn cumulative(
         HostData::I32(v) => HostData::I32(scan_typed(v, l, axis, prod, exclusive, reverse)),
         HostData::I64(v) => HostData::I64(scan_typed(v, l, axis, prod, exclusive, reverse)),
         HostData::U8(v) => HostData::U8(scan_typed(v, l, axis, prod, exclusive, reverse)),
+        HostData::I16(v) => HostData::I16(scan_typed(v, l, axis, prod, exclusive, reverse)),
+        HostData::U16(v) => HostData::U16(scan_typed(v, l, axis, prod, exclusive, reverse)),
+        HostData::U32(v) => HostData::U32(scan_typed(v, l, axis, prod, exclusive, reverse)),
+        HostData::U64(v) => HostData::U64(scan_typed(v, l, axis, prod, exclusive, reverse)),
         _ => return Err(unsupported("cpu", op.name(), x.dtype)),
     })
 }
@@ -183,13 +187,18 @@ macro_rules! int_key {
         }
     )*};
 }
-int_key!(i8, i32, i64);
-impl SortKey for u8 {
-    #[inline(always)]
-    fn key(self) -> u64 {
-        self as u64
-    }
+int_key!(i8, i16, i32, i64);
+macro_rules! uint_key {
+    ($($t:ty),*) => {$(
+        impl SortKey for $t {
+            #[inline(always)]
+            fn key(self) -> u64 {
+                self as u64
+            }
+        }
+    )*};
 }
+uint_key!(u8, u16, u32, u64);
 
 /// Stable LSD radix sort of (key, index) pairs by key, `BITS` bits per pass (16 for long
 /// lanes, 8 for short ones, so the histogram stays small beside the data); passes where
@@ -309,6 +318,10 @@ pub(crate) fn sort(x: Operand<'_>, axis: usize, descending: bool) -> Result<(Hos
         HostData::I32(v) => go!(v),
         HostData::I64(v) => go!(v),
         HostData::U8(v) => go!(v),
+        HostData::I16(v) => go!(v),
+        HostData::U16(v) => go!(v),
+        HostData::U32(v) => go!(v),
+        HostData::U64(v) => go!(v),
         HostData::Bool(_) => return Err(unsupported("cpu", "sort", x.dtype)),
     })
 }

@@ -57,6 +57,22 @@ pub(crate) fn unary(op: UnaryOp, x: Operand<'_>) -> Result<HostData> {
             unary_int(op, &dense(v, x.layout))
                 .ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?,
         ),
+        HostData::I16(v) => HostData::I16(
+            unary_int(op, &dense(v, x.layout))
+                .ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?,
+        ),
+        HostData::U16(v) => HostData::U16(
+            unary_int(op, &dense(v, x.layout))
+                .ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?,
+        ),
+        HostData::U32(v) => HostData::U32(
+            unary_int(op, &dense(v, x.layout))
+                .ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?,
+        ),
+        HostData::U64(v) => HostData::U64(
+            unary_int(op, &dense(v, x.layout))
+                .ok_or_else(|| unsupported("cpu", op.name(), x.dtype))?,
+        ),
         HostData::Bool(v) if op == UnaryOp::LogicalNot => {
             HostData::Bool(map(&dense(v, x.layout), |b: bool| !b))
         }
@@ -169,6 +185,10 @@ pub(crate) fn clip_scalar(x: Operand<'_>, lo: f64, hi: f64) -> Result<HostData> 
         HostData::I32(v) => HostData::I32(go(v, &x, lo, hi)),
         HostData::I64(v) => HostData::I64(go(v, &x, lo, hi)),
         HostData::U8(v) => HostData::U8(go(v, &x, lo, hi)),
+        HostData::I16(v) => HostData::I16(go(v, &x, lo, hi)),
+        HostData::U16(v) => HostData::U16(go(v, &x, lo, hi)),
+        HostData::U32(v) => HostData::U32(go(v, &x, lo, hi)),
+        HostData::U64(v) => HostData::U64(go(v, &x, lo, hi)),
         HostData::Bool(_) => return Err(unsupported("cpu", "clip_scalar", x.dtype)),
     })
 }
