@@ -11,7 +11,10 @@
 //!   `weight_decay`), [`RmsProp`] (momentum, centered), [`Adagrad`], [`Adadelta`],
 //!   [`Adamax`], [`Nadam`], [`Ftrl`].
 //! - Schedules implement [`LearningRateSchedule`]; every hyperparameter is a [`Hyper`]: a
-//!   constant or a schedule of the step (TF accepts a callable for any of them).
+//!   constant or a schedule of the step (TF accepts a callable for any of them), set by a
+//!   builder method of its TF name (`Adam::new(1e-3).beta_1(0.8).amsgrad(true)`); the
+//!   options all optimizers share (`clipnorm`, `clipvalue`, `global_clipnorm`, `decay`,
+//!   transformers) through [`OptimizerBuilder`]. Slots by TF's names: `get_slot(var, "m")`.
 //! - [`LossScaleOptimizer`] wraps any optimizer with TF's dynamic or a fixed loss scale.
 //!
 //! ```
@@ -46,8 +49,8 @@ pub use config::{from_config, get_config};
 pub use loss_scale::{LossScale, LossScaleOptimizer};
 pub use more::{Adadelta, Adamax, Ftrl, Nadam};
 pub use optimizer::{
-    minimize_fn, Adagrad, Adam, GradientTransformer, Optimizer, OptimizerCore, ReplicaGradients,
-    RmsProp, Sgd,
+    minimize_fn, Adagrad, Adam, GradientTransformer, Optimizer, OptimizerBuilder, OptimizerCore,
+    ReplicaGradients, RmsProp, Sgd,
 };
 pub use schedule::{
     CosineDecay, CosineDecayRestarts, ExponentialDecay, Hyper, InverseTimeDecay,

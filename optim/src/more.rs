@@ -1,7 +1,7 @@
 //! Adadelta, Adamax, Nadam and Ftrl with TF 2.4's update rules and defaults.
 
 use crate::dtype_scalar::DtypeScalar;
-use crate::optimizer::{core_impl, try_fused, Optimizer, OptimizerCore};
+use crate::optimizer::{core_impl, hyper_setters, try_fused, Optimizer, OptimizerCore};
 use crate::schedule::Hyper;
 use ferroflow_tensor::{Result, Tensor, UpdateRule, Variable};
 
@@ -362,5 +362,40 @@ impl Optimizer for Ftrl {
         n_slot.assign(&n_new)?;
         z_slot.assign(&z)?;
         var.assign(&w_new)
+    }
+}
+
+hyper_setters!(Adadelta { rho, epsilon });
+hyper_setters!(Adamax {
+    beta_1,
+    beta_2,
+    epsilon
+});
+hyper_setters!(Nadam {
+    beta_1,
+    beta_2,
+    epsilon
+});
+hyper_setters!(Ftrl {
+    learning_rate_power,
+    l1,
+    l2,
+    l2_shrinkage,
+    beta
+});
+
+impl Nadam {
+    /// Sets the momentum schedule's decay (TF 2.4's `schedule_decay`, default 0.004).
+    pub fn schedule_decay(mut self, value: f64) -> Nadam {
+        self.schedule_decay = value;
+        self
+    }
+}
+
+impl Ftrl {
+    /// Sets the accumulators' starting value (TF's `initial_accumulator_value`).
+    pub fn initial_accumulator_value(mut self, value: f64) -> Ftrl {
+        self.initial_accumulator_value = value;
+        self
     }
 }

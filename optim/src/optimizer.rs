@@ -303,9 +303,19 @@ impl OptimizerCore {
             lr_t
         }
     }
-    /// An existing slot (`get_slot`).
-    pub fn get_slot(&self, var: &Variable, name: &'static str) -> Option<Variable> {
-        self.slots.get(&(var.id(), name)).cloned()
+    /// An existing slot (`get_slot`), by TF's slot name (`"m"`, `"momentum"`, ...).
+    pub fn get_slot(&self, var: &Variable, name: &str) -> Option<Variable> {
+        self.slots
+            .iter()
+            .find(|((id, n), _)| *id == var.id() && *n == name)
+            .map(|(_, v)| v.clone())
+    }
+    /// The names of the slots created so far, sorted (`get_slot_names`).
+    pub fn get_slot_names(&self) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = self.slots.keys().map(|(_, n)| *n).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
     }
 }
 
@@ -355,6 +365,14 @@ pub trait Optimizer: Send {
     /// Steps applied so far.
     fn iterations(&self) -> i64 {
         self.core().iterations
+    }
+    /// The slot `name` of `var` once created (TF's `get_slot(var, "m")`).
+    fn get_slot(&self, var: &Variable, name: &str) -> Option<Variable> {
+        self.core().get_slot(var, name)
+    }
+    /// The names of the slots this optimizer has created (TF's `get_slot_names()`).
+    fn get_slot_names(&self) -> Vec<&'static str> {
+        self.core().get_slot_names()
     }
 
     /// TF 2.4's `apply_gradients(grads_and_vars, experimental_aggregate_gradients)`.
@@ -501,6 +519,89 @@ fn clip(core: &OptimizerCore, pairs: Vec<(Tensor, Variable)>) -> Result<Vec<(Ten
 fn scale_to_norm(g: &Tensor, norm: &Tensor, c: f64) -> Result<Tensor> {
     let cap = norm.scalar_like(c)?;
     g.mul(&cap)?.div(&norm.maximum(&cap)?)
+}
+
+/// The options every optimizer shares, as builder methods (TF's keyword arguments
+/// `clipnorm=`, `clipvalue=`, `global_clipnorm=`, `decay=`, `gradient_transformers=`,
+/// `gradient_aggregator=`), for any optimizer.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow::optim::{Adam, Optimizer, OptimizerBuilder};
+/// let adam = Adam::new(1e-3).beta_1(0.8).amsgrad(true).clipnorm(1.0);
+/// assert_eq!(adam.core().clipnorm, Some(1.0));
+/// # Ok::<(), ferroflow::Error>(())
+/// ```
+pub trait OptimizerBuilder: Optimizer + Sized {
+    /// Clips each gradient to this L2 norm.
+    fn clipnorm(mut self, clipnorm: f64) -> Self {
+        self.core_mut().clipnorm = Some(clipnorm);
+        self
+    }
+    /// Clips each gradient element to `[-clipvalue, clipvalue]`.
+    fn clipvalue(mut self, clipvalue: f64) -> Self {
+        self.core_mut().clipvalue = Some(clipvalue);
+        self
+    }
+    /// Clips all gradients together to this global L2 norm.
+    fn global_clipnorm(mut self, global_clipnorm: f64) -> Self {
+        self.core_mut().global_clipnorm = Some(global_clipnorm);
+        self
+    }
+    /// TF 2.4's legacy time-based decay: `lr / (1 + decay · iterations)`.
+    fn decay(mut self, decay: f64) -> Self {
+        self.core_mut().decay = decay;
+        self
+    }
+    /// Appends a gradient transformer (run after aggregation; not together with a clip).
+    fn gradient_transformer(mut self, transformer: GradientTransformer) -> Self {
+        self.core_mut().gradient_transformers.push(transformer);
+        self
+    }
+    /// Replaces the cross-replica gradient aggregator.
+    fn gradient_aggregator(mut self, aggregator: GradientTransformer) -> Self {
+        self.core_mut().gradient_aggregator = Some(aggregator);
+        self
+    }
+}
+
+impl<T: Optimizer + Sized> OptimizerBuilder for T {}
+
+/// Builder methods for an optimizer's own hyperparameters (each a constant or a schedule)
+/// and flags.
+macro_rules! hyper_setters {
+    ($ty:ident { $($field:ident),* } $(flags { $($flag:ident),* })?) => {
+        impl $ty {
+            $(
+                #[doc = concat!("Sets `", stringify!($field), "` (a constant or a schedule).")]
+                pub fn $field(mut self, value: impl Into<Hyper>) -> $ty {
+                    self.$field = value.into();
+                    self
+                }
+            )*
+            $($(
+                #[doc = concat!("Sets `", stringify!($flag), "`.")]
+                pub fn $flag(mut self, on: bool) -> $ty {
+                    self.$flag = on;
+                    self
+                }
+            )*)?
+        }
+    };
+}
+pub(crate) use hyper_setters;
+
+hyper_setters!(Sgd { momentum } flags { nesterov });
+hyper_setters!(Adam { beta_1, beta_2, epsilon, weight_decay } flags { amsgrad });
+hyper_setters!(RmsProp { rho, momentum, epsilon } flags { centered });
+hyper_setters!(Adagrad { epsilon });
+
+impl Adagrad {
+    /// Sets the accumulators' starting value (TF's `initial_accumulator_value`).
+    pub fn initial_accumulator_value(mut self, value: f64) -> Adagrad {
+        self.initial_accumulator_value = value;
+        self
+    }
 }
 
 /// The accessors every optimizer implements the same way: its core state, its learning

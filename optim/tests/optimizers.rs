@@ -913,3 +913,77 @@ impl ferroflow::dispatch::OpObserver for FusedUpdates {
         }
     }
 }
+
+#[test]
+fn builders_set_every_hyperparameter_and_slots_are_found_by_name() {
+    ferroflow::init();
+    let adam = Adam::new(1e-3)
+        .beta_1(0.8)
+        .beta_2(0.99)
+        .epsilon(1e-6)
+        .amsgrad(true)
+        .clipnorm(1.0)
+        .decay(0.01);
+    let cfg = get_config(&adam).unwrap();
+    for (k, v) in [
+        ("beta_1", serde_json::json!(0.8)),
+        ("beta_2", serde_json::json!(0.99)),
+        ("epsilon", serde_json::json!(1e-6)),
+        ("amsgrad", serde_json::json!(true)),
+        ("clipnorm", serde_json::json!(1.0)),
+        ("decay", serde_json::json!(0.01)),
+    ] {
+        assert_eq!(cfg[k], v, "{k}");
+    }
+    let sgd = Sgd::new(0.1).momentum(0.9).nesterov(true).clipvalue(0.5);
+    let cfg = get_config(&sgd).unwrap();
+    assert_eq!(
+        (&cfg["momentum"], &cfg["nesterov"], &cfg["clipvalue"]),
+        (
+            &serde_json::json!(0.9),
+            &serde_json::json!(true),
+            &serde_json::json!(0.5)
+        )
+    );
+    let rms = RmsProp::new(0.1).rho(0.8).momentum(0.5).centered(true);
+    let cfg = get_config(&rms).unwrap();
+    assert_eq!(
+        (&cfg["rho"], &cfg["centered"]),
+        (&serde_json::json!(0.8), &serde_json::json!(true))
+    );
+    let ftrl = Ftrl::new(0.1)
+        .l1(0.01)
+        .l2(0.02)
+        .beta(0.5)
+        .learning_rate_power(-0.7);
+    let cfg = get_config(&ftrl).unwrap();
+    assert_eq!(cfg["l1_regularization_strength"], 0.01);
+    assert_eq!(cfg["learning_rate_power"], -0.7);
+    // A schedule through a builder too.
+    let scheduled = Adam::new(0.1).beta_1(ExponentialDecay {
+        initial_learning_rate: 0.9,
+        decay_steps: 10.0,
+        decay_rate: 0.5,
+        staircase: true,
+    });
+    assert_eq!(
+        get_config(&scheduled).unwrap()["beta_1"]["class_name"],
+        "ExponentialDecay"
+    );
+    // Slots by TF's names.
+    let mut adam = Adam::new(0.1);
+    let v = var();
+    assert!(adam.get_slot(&v, "m").is_none());
+    adam.apply_gradients(
+        vec![(
+            Some(Tensor::from_slice(&[1.0f64, 1.0, 1.0]).unwrap()),
+            v.clone(),
+        )],
+        true,
+    )
+    .unwrap();
+    let name = String::from("m");
+    assert_eq!(adam.get_slot(&v, &name).unwrap().name(), "w/m");
+    assert_eq!(adam.get_slot_names(), vec!["m", "v"]);
+    assert!(adam.get_slot(&v, "momentum").is_none());
+}
