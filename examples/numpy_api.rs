@@ -1,12 +1,15 @@
 //! TensorFlow's "NumPy API on TensorFlow" guide (`tf.experimental.numpy`), in ferroflow:
 //! arrays that are tensors, NumPy type promotion, broadcasting, indexing, a gradient through
-//! NumPy code, interop with `.npy` files and `ndarray`, and the array on another device.
+//! NumPy code, the guide's `tf.data` pipeline over a NumPy array and its gradient of
+//! `sum(sigmoid(dot(x, w)))`, interop with `.npy` files and `ndarray`, and the array on
+//! another device.
 //!
 //! Run: `cargo run --release --example numpy_api` (well under a second).
 //! Every result is compared with what NumPy 1.x prints for the same code (the literals
 //! below); the example exits non-zero on the first difference.
 
 use ferroflow::autodiff::{GradientTape, Source};
+use ferroflow::data::Dataset;
 use ferroflow::numpy::{self as np, idx, DType};
 
 /// `got` must equal NumPy's `want` (shape and values within `tol`; NaN matches NaN).
@@ -118,6 +121,52 @@ fn main() -> Result<(), ferroflow::Error> {
         &[4],
         &[2.640_012_62, 3.396_469_52, 4.152_926_42, 4.909_383_32],
         1e-8,
+    )?;
+
+    // The guide's interoperability section, NumPy names as it writes them:
+    //   ds = tf.data.Dataset.from_tensor_slices(np.random.randn(1000, 1024))
+    //            .map(lambda z: z.clip(-1, 1)).batch(100)
+    //   with tf.GradientTape() as tape: tape.watch(w); y = np.sum(tf.sigmoid(np.dot(x, w)))
+    np::random::seed(1);
+    let ds = Dataset::from_tensor_slices(np::random::randn(&[1000, 1024])?)?
+        .map(|z| np::clip(&z, -1.0, 1.0))
+        .batch(100, false)?;
+    let mut batches = 0;
+    let mut first = None;
+    for batch in ds.iter() {
+        let batch = batch?;
+        check(
+            "batch of clipped rows",
+            batch.shape() == [100, 1024]
+                && np::all(np::less_equal(np::absolute(&batch)?, 1.0)?, None, false)?
+                    .item::<bool>()?,
+        )?;
+        first.get_or_insert(batch);
+        batches += 1;
+    }
+    check("10 batches of 100", batches == 10)?;
+    let xb = first.ok_or_else(|| ferroflow::Error::invalid("numpy_api example", "no batch"))?;
+    let wb = np::multiply(np::random::randn(&[1024, 8])?, 0.05)?;
+    let tape = GradientTape::new();
+    tape.watch(&wb);
+    let y = np::sum(np::dot(&xb, &wb)?.sigmoid()?, None, false)?;
+    let dw = tape.gradient(&y, &[Source::from(&wb)])?[0]
+        .clone()
+        .ok_or_else(|| ferroflow::Error::invalid("numpy_api example", "no gradient for w"))?;
+    // d/dw Σ σ(xw) = xᵀ σ(xw)(1 - σ(xw)), written in NumPy names.
+    let s = np::dot(&xb, &wb)?.sigmoid()?;
+    let by_hand = np::dot(
+        np::transpose(&xb, None)?,
+        np::multiply(&s, np::subtract(1.0, &s)?)?,
+    )?;
+    println!(
+        "tf.data: {batches} batches of {:?}; dy/dw {:?}",
+        xb.shape(),
+        dw.shape()
+    );
+    check(
+        "gradient of sum(sigmoid(dot(x, w)))",
+        dw.shape() == [1024, 8] && np::allclose(&dw, &by_hand, 1e-12, 1e-12, false)?,
     )?;
 
     // Files NumPy reads, and the Rust array crates.
