@@ -6,7 +6,9 @@ mod core;
 mod merge;
 mod more_conv;
 mod norm;
+mod preprocessing;
 mod recurrent;
+mod reshaping;
 
 pub use self::conv::{
     AveragePooling2D, Conv2D, GlobalAveragePooling2D, GlobalMaxPooling2D, MaxPooling2D,
@@ -15,7 +17,11 @@ pub use self::core::{Activation, Dense, Dropout, Flatten, Rescaling, Reshape};
 pub use self::merge::{Add, Concatenate, Multiply};
 pub use self::more_conv::{Conv1D, Conv2DTranspose, DepthwiseConv2D, Embedding};
 pub use self::norm::{BatchNormalization, LayerNormalization};
+pub use self::preprocessing::{CategoryEncoding, CategoryOutput, Discretization, Normalization};
 pub use self::recurrent::{Gru, Lstm, MultiHeadAttention, SimpleRNN};
+pub use self::reshaping::{
+    resize_images, CenterCrop, Cropping2D, Interpolation, Resizing, UpSampling2D, ZeroPadding2D,
+};
 
 use ferroflow_tensor::{Error, Result};
 use serde_json::Value;
@@ -54,6 +60,14 @@ pub fn deserialize(v: &Value) -> Result<Box<dyn Layer>> {
         "MultiHeadAttention" => Box::new(MultiHeadAttention::from_config(c)?),
         "Multiply" => Box::new(Multiply::from_config(c)?),
         "Concatenate" => Box::new(Concatenate::from_config(c)?),
+        "ZeroPadding2D" => Box::new(ZeroPadding2D::from_config(c)?),
+        "Cropping2D" => Box::new(Cropping2D::from_config(c)?),
+        "UpSampling2D" => Box::new(UpSampling2D::from_config(c)?),
+        "Resizing" => Box::new(Resizing::from_config(c)?),
+        "CenterCrop" => Box::new(CenterCrop::from_config(c)?),
+        "Normalization" => Box::new(Normalization::from_config(c)?),
+        "Discretization" => Box::new(Discretization::from_config(c)?),
+        "CategoryEncoding" => Box::new(CategoryEncoding::from_config(c)?),
         "Sequential" => Box::new(crate::model::Sequential::from_config(c)?),
         "Functional" => Box::new(crate::functional::Functional::from_config(c)?),
         other => {
