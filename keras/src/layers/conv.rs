@@ -340,3 +340,177 @@ global_pool_layer!(
     reduce_max,
     "`tf.keras.layers.GlobalMaxPooling2D`: the maximum over height and width."
 );
+
+/// `[batch, steps, channels]`, or an error naming the layer.
+fn nwc<'a>(class: &'static str, inputs: &'a [Tensor]) -> Result<&'a Tensor> {
+    let x = &inputs[0];
+    if x.rank() != 3 {
+        return Err(Error::invalid(
+            class,
+            format!(
+                "expects [batch, steps, channels] input (rank 3), got shape {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    Ok(x)
+}
+
+macro_rules! pool1d_layer {
+    ($name:ident, $class:literal, $prefix:literal, $method:ident, $doc:literal) => {
+        #[doc = $doc]
+        pub struct $name {
+            base: LayerBase,
+            /// Window length.
+            pub pool_size: usize,
+            /// Stride (Keras' default: the pool size).
+            pub strides: usize,
+            /// Padding.
+            pub padding: Padding,
+        }
+
+        impl $name {
+            /// A `pool_size` window with a stride equal to it and valid padding.
+            pub fn new(pool_size: usize) -> $name {
+                $name {
+                    base: LayerBase::new($prefix, None),
+                    pool_size,
+                    strides: pool_size,
+                    padding: Padding::Valid,
+                }
+            }
+            /// Sets the stride.
+            pub fn strides(mut self, s: usize) -> $name {
+                self.strides = s;
+                self
+            }
+            /// Sets the padding.
+            pub fn padding(mut self, p: Padding) -> $name {
+                self.padding = p;
+                self
+            }
+            /// Rebuilds from [`Layer::get_config`] (or Keras' own config).
+            pub fn from_config(c: &Value) -> Result<$name> {
+                check_channels_last(c, $class)?;
+                let one = |key: &str| -> Result<usize> {
+                    let v = cfg(c, $class, key)?;
+                    v.as_u64()
+                        .or_else(|| v.as_array().filter(|a| a.len() == 1).and_then(|a| a[0].as_u64()))
+                        .map(|x| x as usize)
+                        .ok_or_else(|| {
+                            Error::format(
+                                format!("{} config", $class),
+                                format!("{key:?} must be an integer, got {v}"),
+                            )
+                        })
+                };
+                let mut l = $name::new(one("pool_size")?);
+                l.strides = match c.get("strides") {
+                    None | Some(Value::Null) => l.pool_size,
+                    Some(_) => one("strides")?,
+                };
+                l.padding = padding_from(c, $class)?;
+                Ok(l)
+            }
+        }
+
+        impl Layer for $name {
+            layer_base!($class);
+            fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
+                expect_inputs(self, inputs, 1)?;
+                let x = nwc($class, inputs)?;
+                // [batch, steps, channels] pooled as an image one row high.
+                let y = x.expand_dims(1)?.$method(
+                    [1, self.pool_size],
+                    [1, self.strides],
+                    self.padding,
+                )?;
+                Ok(vec![y.squeeze(&[1])?])
+            }
+            fn get_config(&self) -> Value {
+                json!({
+                    "pool_size": [self.pool_size],
+                    "strides": [self.strides],
+                    "padding": padding_name(self.padding),
+                    "data_format": "channels_last",
+                })
+            }
+        }
+    };
+}
+
+pool1d_layer!(
+    MaxPooling1D,
+    "MaxPooling1D",
+    "max_pooling1d",
+    max_pool2d,
+    "`tf.keras.layers.MaxPooling1D` over `[batch, steps, channels]`."
+);
+pool1d_layer!(
+    AveragePooling1D,
+    "AveragePooling1D",
+    "average_pooling1d",
+    avg_pool2d,
+    "`tf.keras.layers.AveragePooling1D` over `[batch, steps, channels]` (padding excluded from the mean)."
+);
+
+macro_rules! global_pool1d_layer {
+    ($name:ident, $class:literal, $prefix:literal, $method:ident, $doc:literal) => {
+        #[doc = $doc]
+        pub struct $name {
+            base: LayerBase,
+            /// Keep the steps axis as size 1.
+            pub keepdims: bool,
+        }
+
+        impl $name {
+            /// The layer (`keepdims` false).
+            pub fn new() -> $name {
+                $name {
+                    base: LayerBase::new($prefix, None),
+                    keepdims: false,
+                }
+            }
+            /// Rebuilds from [`Layer::get_config`] (or Keras' own config).
+            pub fn from_config(c: &Value) -> Result<$name> {
+                check_channels_last(c, $class)?;
+                let mut l = $name::new();
+                l.keepdims = c["keepdims"].as_bool().unwrap_or(false);
+                Ok(l)
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name::new()
+            }
+        }
+
+        impl Layer for $name {
+            layer_base!($class);
+            fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
+                expect_inputs(self, inputs, 1)?;
+                let x = nwc($class, inputs)?;
+                Ok(vec![x.$method(Axes::from(1), self.keepdims)?])
+            }
+            fn get_config(&self) -> Value {
+                json!({ "data_format": "channels_last", "keepdims": self.keepdims })
+            }
+        }
+    };
+}
+
+global_pool1d_layer!(
+    GlobalAveragePooling1D,
+    "GlobalAveragePooling1D",
+    "global_average_pooling1d",
+    reduce_mean,
+    "`tf.keras.layers.GlobalAveragePooling1D`: the mean over the steps."
+);
+global_pool1d_layer!(
+    GlobalMaxPooling1D,
+    "GlobalMaxPooling1D",
+    "global_max_pooling1d",
+    reduce_max,
+    "`tf.keras.layers.GlobalMaxPooling1D`: the maximum over the steps."
+);

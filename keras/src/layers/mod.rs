@@ -9,19 +9,22 @@ mod norm;
 mod preprocessing;
 mod recurrent;
 mod reshaping;
+mod wrappers;
 
 pub use self::conv::{
-    AveragePooling2D, Conv2D, GlobalAveragePooling2D, GlobalMaxPooling2D, MaxPooling2D,
+    AveragePooling1D, AveragePooling2D, Conv2D, GlobalAveragePooling1D, GlobalAveragePooling2D,
+    GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling1D, MaxPooling2D,
 };
 pub use self::core::{Activation, Dense, Dropout, Flatten, Rescaling, Reshape};
 pub use self::merge::{Add, Concatenate, Multiply};
-pub use self::more_conv::{Conv1D, Conv2DTranspose, DepthwiseConv2D, Embedding};
+pub use self::more_conv::{Conv1D, Conv2DTranspose, DepthwiseConv2D, Embedding, SeparableConv2D};
 pub use self::norm::{BatchNormalization, LayerNormalization};
 pub use self::preprocessing::{CategoryEncoding, CategoryOutput, Discretization, Normalization};
 pub use self::recurrent::{Gru, Lstm, MultiHeadAttention, SimpleRNN};
 pub use self::reshaping::{
     resize_images, CenterCrop, Cropping2D, Interpolation, Resizing, UpSampling2D, ZeroPadding2D,
 };
+pub use self::wrappers::{Bidirectional, MergeMode, TimeDistributed};
 
 use ferroflow_tensor::{Error, Result};
 use serde_json::Value;
@@ -68,6 +71,13 @@ pub fn deserialize(v: &Value) -> Result<Box<dyn Layer>> {
         "Normalization" => Box::new(Normalization::from_config(c)?),
         "Discretization" => Box::new(Discretization::from_config(c)?),
         "CategoryEncoding" => Box::new(CategoryEncoding::from_config(c)?),
+        "SeparableConv2D" => Box::new(SeparableConv2D::from_config(c)?),
+        "MaxPooling1D" => Box::new(MaxPooling1D::from_config(c)?),
+        "AveragePooling1D" => Box::new(AveragePooling1D::from_config(c)?),
+        "GlobalMaxPooling1D" => Box::new(GlobalMaxPooling1D::from_config(c)?),
+        "GlobalAveragePooling1D" => Box::new(GlobalAveragePooling1D::from_config(c)?),
+        "TimeDistributed" => Box::new(TimeDistributed::from_config(c)?),
+        "Bidirectional" => Box::new(Bidirectional::from_config(c)?),
         "Sequential" => Box::new(crate::model::Sequential::from_config(c)?),
         "Functional" => Box::new(crate::functional::Functional::from_config(c)?),
         other => {

@@ -378,95 +378,285 @@ impl Layer for DepthwiseConv2D {
     }
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;
-        let x = &inputs[0];
-        let [n, h, w, c] = match *x.shape() {
-            [n, h, w, c] => [n, h, w, c],
-            _ => {
-                return Err(Error::invalid(
-                    "DepthwiseConv2D",
-                    format!("expects NHWC input, got {:?}", x.shape()),
-                ))
-            }
-        };
-        let ([kh, kw], [sh, sw], m) = (self.kernel_size, self.strides, self.depth_multiplier);
-        if h == 0 || w == 0 || kh == 0 || kw == 0 || sh == 0 || sw == 0 {
-            return Err(Error::invalid(
-                "DepthwiseConv2D",
-                format!(
-                    "needs non-empty input {:?}, kernel {:?} and strides {:?}",
-                    x.shape(),
-                    self.kernel_size,
-                    self.strides
-                ),
-            ));
-        }
         let k = built_weight(&self.kernel, "DepthwiseConv2D")?;
-        // TF's geometry: output sizes and the padding split (extra at the bottom/right).
-        let geom = |i: usize, k: usize, s: usize| -> Result<(usize, usize, usize)> {
-            match self.padding {
-                Padding::Valid if i >= k => Ok(((i - k) / s + 1, 0, 0)),
-                Padding::Valid => Err(Error::invalid(
-                    "DepthwiseConv2D",
-                    format!("input size {i} is smaller than the kernel {k}"),
-                )),
-                Padding::Same => {
-                    let o = i.div_ceil(s);
-                    let total = ((o - 1) * s + k).saturating_sub(i);
-                    Ok((o, total / 2, total - total / 2))
-                }
-            }
-        };
-        let (oh, pt, pb) = geom(h, kh, sh)?;
-        let (ow, pl, pr) = geom(w, kw, sw)?;
-        let xp = if pt + pb + pl + pr > 0 {
-            x.pad(&[(0, 0), (pt, pb), (pl, pr), (0, 0)], 0.0)?
-        } else {
-            x.clone()
-        };
-        let mut acc: Option<Tensor> = None;
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let tap = xp.strided_slice(&[
-                    SliceSpec::Range {
-                        start: None,
-                        stop: None,
-                        step: 1,
-                    },
-                    SliceSpec::Range {
-                        start: Some(ky as isize),
-                        stop: Some((ky + (oh - 1) * sh + 1) as isize),
-                        step: sh as isize,
-                    },
-                    SliceSpec::Range {
-                        start: Some(kx as isize),
-                        stop: Some((kx + (ow - 1) * sw + 1) as isize),
-                        step: sw as isize,
-                    },
-                    SliceSpec::Range {
-                        start: None,
-                        stop: None,
-                        step: 1,
-                    },
-                ])?;
-                let wk = k.strided_slice(&[
-                    SliceSpec::Index(ky as isize),
-                    SliceSpec::Index(kx as isize),
-                ])?; // [c, m]
-                let term = tap.expand_dims(-1)?.mul(&wk)?; // [n, oh, ow, c, m]
-                acc = Some(match acc {
-                    Some(a) => a.add(&term)?,
-                    None => term,
-                });
-            }
-        }
-        let y = acc
-            .ok_or_else(|| Error::invalid("DepthwiseConv2D", "empty kernel"))?
-            .reshape_to(&[n, oh, ow, c * m])?;
+        let y = depthwise_conv2d(
+            "DepthwiseConv2D",
+            &inputs[0],
+            &k,
+            self.strides,
+            self.padding,
+        )?;
         Ok(vec![bias_and_activation(y, &self.bias, self.activation)?])
     }
     fn get_config(&self) -> Value {
         json!({"kernel_size": self.kernel_size, "strides": self.strides, "padding": padding_name(self.padding),
                "depth_multiplier": self.depth_multiplier, "activation": self.activation.name(),
                "depthwise_initializer": self.depthwise_initializer.to_config()})
+    }
+}
+
+/// The depthwise convolution of NHWC `x` with kernel `[kh, kw, in, multiplier]` (TF's
+/// `depthwise_conv2d`, output channels `in · multiplier`, channel-major), as a sum over the
+/// window's taps so gradients come from the tape.
+pub(crate) fn depthwise_conv2d(
+    class: &'static str,
+    x: &Tensor,
+    k: &Tensor,
+    strides: [usize; 2],
+    padding: Padding,
+) -> Result<Tensor> {
+    let [n, h, w, c] = match *x.shape() {
+        [n, h, w, c] => [n, h, w, c],
+        _ => {
+            return Err(Error::invalid(
+                class,
+                format!("expects NHWC input, got {:?}", x.shape()),
+            ))
+        }
+    };
+    let (kh, kw, kc, m) = match *k.shape() {
+        [kh, kw, kc, m] => (kh, kw, kc, m),
+        _ => {
+            return Err(Error::invalid(
+                class,
+                format!(
+                    "the depthwise kernel must be [kh, kw, in, multiplier], got {:?}",
+                    k.shape()
+                ),
+            ))
+        }
+    };
+    let [sh, sw] = strides;
+    if kc != c {
+        return Err(Error::invalid(
+            class,
+            format!("the kernel is for {kc} channels, the input has {c}"),
+        ));
+    }
+    if h == 0 || w == 0 || kh == 0 || kw == 0 || sh == 0 || sw == 0 {
+        return Err(Error::invalid(
+            class,
+            format!(
+                "needs non-empty input {:?}, kernel {:?} and strides {:?}",
+                x.shape(),
+                [kh, kw],
+                strides
+            ),
+        ));
+    }
+    // TF's geometry: output sizes and the padding split (extra at the bottom/right).
+    let geom = |i: usize, k: usize, s: usize| -> Result<(usize, usize, usize)> {
+        match padding {
+            Padding::Valid if i >= k => Ok(((i - k) / s + 1, 0, 0)),
+            Padding::Valid => Err(Error::invalid(
+                class,
+                format!("input size {i} is smaller than the kernel {k}"),
+            )),
+            Padding::Same => {
+                let o = i.div_ceil(s);
+                let total = ((o - 1) * s + k).saturating_sub(i);
+                Ok((o, total / 2, total - total / 2))
+            }
+        }
+    };
+    let (oh, pt, pb) = geom(h, kh, sh)?;
+    let (ow, pl, pr) = geom(w, kw, sw)?;
+    let xp = if pt + pb + pl + pr > 0 {
+        x.pad(&[(0, 0), (pt, pb), (pl, pr), (0, 0)], 0.0)?
+    } else {
+        x.clone()
+    };
+    let mut acc: Option<Tensor> = None;
+    for ky in 0..kh {
+        for kx in 0..kw {
+            let tap = xp.strided_slice(&[
+                SliceSpec::Range {
+                    start: None,
+                    stop: None,
+                    step: 1,
+                },
+                SliceSpec::Range {
+                    start: Some(ky as isize),
+                    stop: Some((ky + (oh - 1) * sh + 1) as isize),
+                    step: sh as isize,
+                },
+                SliceSpec::Range {
+                    start: Some(kx as isize),
+                    stop: Some((kx + (ow - 1) * sw + 1) as isize),
+                    step: sw as isize,
+                },
+                SliceSpec::Range {
+                    start: None,
+                    stop: None,
+                    step: 1,
+                },
+            ])?;
+            let wk =
+                k.strided_slice(&[SliceSpec::Index(ky as isize), SliceSpec::Index(kx as isize)])?; // [c, m]
+            let term = tap.expand_dims(-1)?.mul(&wk)?; // [n, oh, ow, c, m]
+            acc = Some(match acc {
+                Some(a) => a.add(&term)?,
+                None => term,
+            });
+        }
+    }
+    acc.ok_or_else(|| Error::invalid(class, "empty kernel"))?
+        .reshape_to(&[n, oh, ow, c * m])
+}
+
+/// `tf.keras.layers.SeparableConv2D` (NHWC): a depthwise convolution (`depth_multiplier`
+/// filters per input channel) followed by a 1×1 convolution to `filters` channels, then
+/// bias and activation. Weights `depthwise_kernel [kh, kw, in, multiplier]`,
+/// `pointwise_kernel [1, 1, in · multiplier, filters]`, `bias [filters]`, as Keras.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_keras::{layers::SeparableConv2D, Layer};
+/// use ferroflow_tensor::{DType, Padding, Tensor};
+/// let mut conv = SeparableConv2D::new(8, [3, 3]).padding(Padding::Same);
+/// let y = conv.forward(&Tensor::ones(&[2, 5, 5, 3], DType::F32)?, false)?;
+/// assert_eq!(y.shape(), &[2, 5, 5, 8]);
+/// assert_eq!(conv.count_params(), 3 * 3 * 3 + 3 * 8 + 8);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub struct SeparableConv2D {
+    base: LayerBase,
+    /// Output channels.
+    pub filters: usize,
+    /// Kernel size of the depthwise step.
+    pub kernel_size: [usize; 2],
+    /// Strides of the depthwise step.
+    pub strides: [usize; 2],
+    /// Padding of the depthwise step.
+    pub padding: Padding,
+    /// Depthwise filters per input channel.
+    pub depth_multiplier: usize,
+    /// Activation.
+    pub activation: Act,
+    /// Whether there is a bias.
+    pub use_bias: bool,
+    /// Initializer of both kernels.
+    pub kernel_initializer: Initializer,
+    depthwise: Option<Variable>,
+    pointwise: Option<Variable>,
+    bias: Option<Variable>,
+}
+
+impl SeparableConv2D {
+    /// `filters` outputs from a `kernel_size` window, multiplier 1, stride 1, valid padding.
+    pub fn new(filters: usize, kernel_size: [usize; 2]) -> SeparableConv2D {
+        SeparableConv2D {
+            base: LayerBase::new("separable_conv2d", None),
+            filters,
+            kernel_size,
+            strides: [1, 1],
+            padding: Padding::Valid,
+            depth_multiplier: 1,
+            activation: Act::Linear,
+            use_bias: true,
+            kernel_initializer: Initializer::GlorotUniform { seed: None },
+            depthwise: None,
+            pointwise: None,
+            bias: None,
+        }
+    }
+    /// Sets the padding.
+    pub fn padding(mut self, p: Padding) -> SeparableConv2D {
+        self.padding = p;
+        self
+    }
+    /// Sets the strides.
+    pub fn strides(mut self, s: [usize; 2]) -> SeparableConv2D {
+        self.strides = s;
+        self
+    }
+    /// Sets the depth multiplier.
+    pub fn depth_multiplier(mut self, m: usize) -> SeparableConv2D {
+        self.depth_multiplier = m;
+        self
+    }
+    /// Sets the activation.
+    pub fn activation(mut self, a: Act) -> SeparableConv2D {
+        self.activation = a;
+        self
+    }
+    /// Rebuilds from [`Layer::get_config`] (or Keras' own config).
+    pub fn from_config(c: &Value) -> Result<SeparableConv2D> {
+        const CLASS: &str = "SeparableConv2D";
+        let mut l = SeparableConv2D::new(
+            cfg_usize(c, CLASS, "filters")?,
+            cfg_pair(c, CLASS, "kernel_size")?,
+        );
+        l.strides = cfg_pair(c, CLASS, "strides")?;
+        l.padding = padding_from(c, CLASS)?;
+        l.depth_multiplier = cfg_usize(c, CLASS, "depth_multiplier")?;
+        l.activation = activation_of(c)?;
+        l.use_bias = c["use_bias"].as_bool().unwrap_or(true);
+        if let Some(d) = c.get("dilation_rate") {
+            if cfg_pair(c, CLASS, "dilation_rate")? != [1, 1] {
+                return Err(Error::format(
+                    "SeparableConv2D config",
+                    format!("dilation_rate {d} is not supported (1 only)"),
+                ));
+            }
+        }
+        if let Some(init) = c.get("depthwise_initializer").filter(|v| !v.is_null()) {
+            l.kernel_initializer = Initializer::from_config(init)?;
+        }
+        Ok(l)
+    }
+}
+
+impl Layer for SeparableConv2D {
+    layer_base!("SeparableConv2D");
+    fn build(&mut self, s: &[Vec<usize>]) -> Result<()> {
+        let ch = nhwc_channels(s, "SeparableConv2D")?;
+        let [kh, kw] = self.kernel_size;
+        let mid = ch * self.depth_multiplier;
+        let init = self.kernel_initializer.clone();
+        self.depthwise = Some(self.base.add_weight(
+            "depthwise_kernel",
+            &[kh, kw, ch, self.depth_multiplier],
+            &init,
+            true,
+            None,
+        )?);
+        self.pointwise = Some(self.base.add_weight(
+            "pointwise_kernel",
+            &[1, 1, mid, self.filters],
+            &init,
+            true,
+            None,
+        )?);
+        if self.use_bias {
+            self.bias = Some(self.base.add_weight(
+                "bias",
+                &[self.filters],
+                &Initializer::Zeros,
+                true,
+                None,
+            )?);
+        }
+        Ok(())
+    }
+    fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
+        expect_inputs(self, inputs, 1)?;
+        let dk = built_weight(&self.depthwise, "SeparableConv2D")?;
+        let pk = built_weight(&self.pointwise, "SeparableConv2D")?;
+        let mid = depthwise_conv2d(
+            "SeparableConv2D",
+            &inputs[0],
+            &dk,
+            self.strides,
+            self.padding,
+        )?;
+        let y = mid.conv2d(&pk, [1, 1], Padding::Valid, [1, 1])?;
+        Ok(vec![bias_and_activation(y, &self.bias, self.activation)?])
+    }
+    fn get_config(&self) -> Value {
+        json!({"filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,
+               "padding": padding_name(self.padding), "depth_multiplier": self.depth_multiplier,
+               "activation": self.activation.name(), "use_bias": self.use_bias,
+               "depthwise_initializer": self.kernel_initializer.to_config()})
     }
 }

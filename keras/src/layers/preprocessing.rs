@@ -119,12 +119,15 @@ impl Normalization {
         kept.dedup();
         Ok(kept)
     }
-    /// The statistics' shape for inputs of `shape`: the kept axes' sizes, 1 elsewhere.
-    fn stat_shape(&self, shape: &[usize]) -> Result<Vec<usize>> {
+    /// The statistics' shape for inputs of `shape` (the kept axes' sizes, as Keras stores
+    /// them) and the shape they broadcast as (1 on the other axes).
+    fn stat_shape(&self, shape: &[usize]) -> Result<(Vec<usize>, Vec<usize>)> {
         let kept = self.kept_axes(shape.len())?;
-        Ok((0..shape.len())
+        let stored = kept.iter().map(|&i| shape[i]).collect();
+        let broadcast = (0..shape.len())
             .map(|i| if kept.contains(&i) { shape[i] } else { 1 })
-            .collect())
+            .collect();
+        Ok((stored, broadcast))
     }
     /// Learns the mean and (population) variance of `data` over every axis but `axis`
     /// (Keras' `adapt`), building the layer for data of that shape.
@@ -184,10 +187,10 @@ impl Normalization {
             return Err(Error::invalid("Normalization.adapt", "no data to adapt to"));
         };
         let variance = m2.div(&m2.scalar_like(count)?)?;
-        let shape = mean.shape().to_vec();
-        let (m, v, c) = self.weights_for(&shape)?;
-        m.assign(&mean.cast(m.dtype())?)?;
-        v.assign(&variance.cast(v.dtype())?)?;
+        let (stored, _) = self.stat_shape(mean.shape())?;
+        let (m, v, c) = self.weights_for(&stored)?;
+        m.assign(&mean.reshape_to(&stored)?.cast(m.dtype())?)?;
+        v.assign(&variance.reshape_to(&stored)?.cast(v.dtype())?)?;
         c.assign(&Tensor::scalar_of(count, c.dtype())?)?;
         Ok(())
     }
@@ -246,22 +249,26 @@ impl Layer for Normalization {
         let shape = input_shapes
             .first()
             .ok_or_else(|| Error::invalid("Normalization", "needs an input shape to build"))?;
-        let stat = self.stat_shape(shape)?;
-        self.weights_for(&stat).map(|_| ())
+        let (stored, _) = self.stat_shape(shape)?;
+        self.weights_for(&stored).map(|_| ())
     }
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;
         let x = &inputs[0];
-        let stat = self.stat_shape(x.shape())?;
-        let (m, v, _) = self.weights_for(&stat)?;
+        let (stored, broadcast) = self.stat_shape(x.shape())?;
+        let (m, v, _) = self.weights_for(&stored)?;
         let dtype = if x.dtype().is_float() {
             x.dtype()
         } else {
             self.base.compute_dtype()
         };
         let x = x.cast(dtype)?;
-        let mean = crate::mixed_precision::read_variable(&m)?.cast(dtype)?;
-        let var = crate::mixed_precision::read_variable(&v)?.cast(dtype)?;
+        let mean = crate::mixed_precision::read_variable(&m)?
+            .cast(dtype)?
+            .reshape_to(&broadcast)?;
+        let var = crate::mixed_precision::read_variable(&v)?
+            .cast(dtype)?
+            .reshape_to(&broadcast)?;
         let std = var.sqrt()?.maximum(&var.scalar_like(EPSILON)?)?;
         Ok(vec![x.sub(&mean)?.div(&std)?])
     }

@@ -34,6 +34,7 @@ struct Recurrent {
     cell: Cell,
     units: usize,
     return_sequences: bool,
+    go_backwards: bool,
     activation: Act,
     kernel: Option<Variable>,
     recurrent: Option<Variable>,
@@ -47,6 +48,7 @@ impl Recurrent {
             cell,
             units,
             return_sequences: false,
+            go_backwards: false,
             activation: Act::Tanh,
             kernel: None,
             recurrent: None,
@@ -132,7 +134,11 @@ impl Recurrent {
             .matmul(&k)?
             .add(&b_in)?
             .reshape_to(&[n, t, g])?;
-        let steps = xw.unstack(1)?;
+        let mut steps = xw.unstack(1)?;
+        if self.go_backwards {
+            // Keras: the sequence is read from the end; the outputs come in that order.
+            steps.reverse();
+        }
         let mut h = Tensor::zeros(&[n, u], x.dtype())?;
         let mut c = h.clone();
         let mut outs = Vec::with_capacity(t);
@@ -174,12 +180,50 @@ impl Recurrent {
     }
 
     fn config(&self) -> Value {
-        json!({"units": self.units, "return_sequences": self.return_sequences, "activation": self.activation.name()})
+        json!({"units": self.units, "return_sequences": self.return_sequences,
+               "go_backwards": self.go_backwards, "activation": self.activation.name()})
     }
 
     fn from_config(prefix: &str, cell: Cell, c: &Value, class: &str) -> Result<Recurrent> {
         let mut r = Recurrent::new(prefix, cell, cfg_usize(c, class, "units")?);
         r.return_sequences = c["return_sequences"].as_bool().unwrap_or(false);
+        r.go_backwards = c["go_backwards"].as_bool().unwrap_or(false);
+        for unsupported in ["return_state", "stateful", "unroll"] {
+            if c[unsupported].as_bool() == Some(true) {
+                return Err(Error::format(
+                    format!("{class} config"),
+                    format!("{unsupported}=True is not supported"),
+                ));
+            }
+        }
+        if c["use_bias"].as_bool() == Some(false) {
+            return Err(Error::format(
+                format!("{class} config"),
+                "use_bias=False is not supported",
+            ));
+        }
+        if let Some(ra) = c["recurrent_activation"].as_str() {
+            if ra != "sigmoid" {
+                return Err(Error::format(
+                    format!("{class} config"),
+                    format!("recurrent_activation {ra:?} is not supported (sigmoid only)"),
+                ));
+            }
+        }
+        for rate in ["dropout", "recurrent_dropout"] {
+            if c[rate].as_f64().is_some_and(|r| r > 0.0) {
+                return Err(Error::format(
+                    format!("{class} config"),
+                    format!("{rate} > 0 is not supported; put a Dropout layer before the RNN"),
+                ));
+            }
+        }
+        if cell == Cell::Gru && c["reset_after"].as_bool() == Some(false) {
+            return Err(Error::format(
+                format!("{class} config"),
+                "reset_after=False is not supported (TF 2's default, True, is)",
+            ));
+        }
         if let Some(a) = c["activation"].as_str() {
             r.activation = Act::parse(a)?;
         }
@@ -200,6 +244,11 @@ macro_rules! recurrent_layer {
             /// Return the output of every step (`[batch, timesteps, units]`).
             pub fn return_sequences(mut self, r: bool) -> $name {
                 self.0.return_sequences = r;
+                self
+            }
+            /// Read the sequence from its end (Keras' `go_backwards`; outputs in that order).
+            pub fn go_backwards(mut self, b: bool) -> $name {
+                self.0.go_backwards = b;
                 self
             }
             /// The activation (tanh by default).
