@@ -217,4 +217,18 @@ fn bad_inputs_are_errors_naming_the_layer() {
         err(n.forward(&Tensor::ones(&[2, 2], DType::F32).unwrap(), false)).contains("3 values")
     );
     assert!(deserialize(&json!({"class_name": "Resizing", "config": {"height": 2, "width": 2, "interpolation": "lanczos5"}})).is_err());
+    assert!(err(Hashing::new(4).unwrap().forward(&img, false)).contains("integer"));
+    assert!(Hashing::with_mask(1, Some(0)).is_err());
+    assert!(
+        IntegerLookup::new(&[3, 0]).is_err(),
+        "the mask value in the vocabulary"
+    );
+    assert!(IntegerLookup::new(&[3, 3]).is_err(), "a repeated value");
+    let mut strict = IntegerLookup::with_options(&[5], None, 0, -1, false).unwrap();
+    let unknown = Tensor::from_vec(vec![5i64, 6], &[2]).unwrap();
+    assert!(err(strict.forward(&unknown, false)).contains("not in the vocabulary"));
+    assert!(deserialize(
+        &json!({"class_name": "Hashing", "config": {"num_bins": 3, "salt": [1, 2]}})
+    )
+    .is_err());
 }

@@ -3,6 +3,7 @@
 
 mod conv;
 mod core;
+mod lookup;
 mod merge;
 mod more_conv;
 mod norm;
@@ -16,6 +17,7 @@ pub use self::conv::{
     GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling1D, MaxPooling2D,
 };
 pub use self::core::{Activation, Dense, Dropout, Flatten, Rescaling, Reshape};
+pub use self::lookup::{Hashing, IntegerLookup};
 pub use self::merge::{Add, Concatenate, Multiply};
 pub use self::more_conv::{Conv1D, Conv2DTranspose, DepthwiseConv2D, Embedding, SeparableConv2D};
 pub use self::norm::{BatchNormalization, LayerNormalization};
@@ -78,6 +80,8 @@ pub fn deserialize(v: &Value) -> Result<Box<dyn Layer>> {
         "GlobalAveragePooling1D" => Box::new(GlobalAveragePooling1D::from_config(c)?),
         "TimeDistributed" => Box::new(TimeDistributed::from_config(c)?),
         "Bidirectional" => Box::new(Bidirectional::from_config(c)?),
+        "IntegerLookup" => Box::new(IntegerLookup::from_config(c)?),
+        "Hashing" => Box::new(Hashing::from_config(c)?),
         "Sequential" => Box::new(crate::model::Sequential::from_config(c)?),
         "Functional" => Box::new(crate::functional::Functional::from_config(c)?),
         other => {
@@ -104,7 +108,12 @@ fn apply_common(layer: &mut dyn Layer, c: &Value) -> Result<()> {
     let policy = c["dtype"]
         .as_str()
         .or_else(|| c["dtype"]["config"]["name"].as_str());
-    if let Some(name) = policy {
+    // An integer dtype (Keras 3 gives Hashing and the lookups `int64`) is what those layers
+    // output anyway: no float policy to set.
+    let integer = policy
+        .and_then(|n| ferroflow_tensor::DType::parse(n).ok())
+        .is_some_and(|d| !d.is_float());
+    if let (Some(name), false) = (policy, integer) {
         b.dtype_policy = crate::mixed_precision::Policy::new(name)?;
     }
     Ok(())
