@@ -232,3 +232,147 @@ fn bad_inputs_are_errors_naming_the_layer() {
     )
     .is_err());
 }
+
+#[test]
+fn image_transforms_match_tensorflows_kernel_in_every_fill_mode() {
+    ferroflow::init();
+    use ferroflow_keras::layers::*;
+    let fixture: Value = serde_json::from_str(include_str!("fixtures/tf_layers.json")).unwrap();
+    let e = &fixture["image_transforms"];
+    let images = Tensor::from_vec(floats(&e["images"]["data"]), &shape(&e["images"]["shape"]))
+        .unwrap()
+        .cast(DType::F32)
+        .unwrap();
+    let (h, w) = (images.shape()[1], images.shape()[2]);
+    let matrix = |v: &Value| -> Vec<[f32; 8]> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                let r = floats(row);
+                std::array::from_fn(|i| r[i] as f32)
+            })
+            .collect()
+    };
+    // TF 2.4's rotation and zoom matrices.
+    let angles: Vec<f32> = floats(&e["angles"]).iter().map(|&a| a as f32).collect();
+    let zooms: Vec<(f32, f32)> = e["zooms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|z| (z[0].as_f64().unwrap() as f32, z[1].as_f64().unwrap() as f32))
+        .collect();
+    let mut checked = 0;
+    for t in e["transforms"].as_array().unwrap() {
+        let kind = t["kind"].as_str().unwrap();
+        let theirs = matrix(&t["transforms"]);
+        let ours = match kind {
+            "rotation" => rotation_matrices(&angles, h, w),
+            "zoom" => zoom_matrices(&zooms, h, w),
+            _ => theirs.clone(),
+        };
+        for (a, b) in ours.iter().flatten().zip(theirs.iter().flatten()) {
+            assert!(
+                (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                "{kind} matrix: {ours:?} vs {theirs:?}"
+            );
+        }
+        let fill = match t["fill_mode"].as_str().unwrap() {
+            "reflect" => FillMode::Reflect,
+            "wrap" => FillMode::Wrap,
+            "constant" => FillMode::Constant,
+            _ => FillMode::Nearest,
+        };
+        let interp = match t["interpolation"].as_str().unwrap() {
+            "bilinear" => Interpolation::Bilinear,
+            _ => Interpolation::Nearest,
+        };
+        let y = transform_images(&images, &theirs, interp, fill, 0.5).unwrap();
+        let what = format!("{kind} {fill:?} {interp:?}");
+        assert_close(&what, &y, images.shape(), &floats(&t["y"]));
+        checked += 1;
+    }
+    assert_eq!(checked, 24);
+    let contrast = adjust_contrast(&images, &images.scalar_like(1.7).unwrap()).unwrap();
+    assert_close(
+        "adjust_contrast",
+        &contrast,
+        images.shape(),
+        &floats(&e["contrast_1_7"]),
+    );
+}
+
+#[test]
+fn random_augmentations_are_the_identity_in_inference_and_their_transform_in_training() {
+    ferroflow::init();
+    use ferroflow_keras::layers::*;
+    let x =
+        ferroflow_tensor::random::stateless_uniform(&[4, 6, 5, 2], [9, 9], 0.0, 1.0, DType::F32)
+            .unwrap();
+    let layers: Vec<Box<dyn Layer>> = vec![
+        Box::new(RandomFlip::new("horizontal_and_vertical").unwrap()),
+        Box::new(RandomRotation::new(0.2).seed(1)),
+        Box::new(RandomZoom::new(0.3).width_factor(-0.1, 0.4).seed(2)),
+        Box::new(RandomContrast::new(0.5).unwrap()),
+    ];
+    for mut l in layers {
+        let name = l.class_name();
+        let same = l.forward(&x, false).unwrap();
+        assert_eq!(
+            same.to_f64_vec().unwrap(),
+            x.to_f64_vec().unwrap(),
+            "{name} in inference"
+        );
+        let y = l.forward(&x, true).unwrap();
+        assert_eq!(y.shape(), x.shape(), "{name}");
+        assert_ne!(
+            y.to_f64_vec().unwrap(),
+            x.to_f64_vec().unwrap(),
+            "{name} in training"
+        );
+        // Gradients reach the input.
+        let tape = GradientTape::new();
+        tape.watch(&x);
+        let y = l.forward(&x, true).unwrap();
+        let s = y.reduce_sum(ferroflow_tensor::Axes::All, false).unwrap();
+        let g = tape.gradient(&s, &[Source::from(&x)]).unwrap()[0].clone();
+        assert!(g.is_some(), "{name}: no gradient");
+        // Our config rebuilds it.
+        assert!(deserialize(&l.config()).is_ok(), "{name} config");
+    }
+    // A flip is a flip: each image is itself or its mirror.
+    let mut flip = RandomFlip::new("horizontal").unwrap();
+    let y = flip.forward(&x, true).unwrap();
+    let mirror = x.reverse(&[2]).unwrap();
+    for i in 0..4 {
+        let row = |t: &Tensor| {
+            t.slice(&[i, 0, 0, 0], &[1, -1, -1, -1])
+                .unwrap()
+                .to_f64_vec()
+                .unwrap()
+        };
+        assert!(row(&y) == row(&x) || row(&y) == row(&mirror), "image {i}");
+    }
+    // A rotation by the layer's own draw: the transform of TF 2.4's rotation matrix.
+    ferroflow_tensor::random::set_seed(5);
+    let mut rot = RandomRotation::new(0.25).fill_mode(FillMode::Constant);
+    let y = rot.forward(&x, true).unwrap();
+    ferroflow_tensor::random::set_seed(5);
+    let turn = 2.0 * std::f64::consts::PI;
+    let angles =
+        ferroflow_tensor::random::uniform(&[4], -0.25 * turn, 0.25 * turn, DType::F32, None)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+    let want = transform_images(
+        &x,
+        &rotation_matrices(&angles, 6, 5),
+        Interpolation::Bilinear,
+        FillMode::Constant,
+        0.0,
+    )
+    .unwrap();
+    assert_eq!(y.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
+    assert!(RandomFlip::new("diagonal").is_err());
+    assert!(RandomContrast::new(1.5).is_err());
+}

@@ -3,6 +3,7 @@
 
 mod conv;
 mod core;
+mod image_random;
 mod lookup;
 mod merge;
 mod more_conv;
@@ -17,6 +18,10 @@ pub use self::conv::{
     GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling1D, MaxPooling2D,
 };
 pub use self::core::{Activation, Dense, Dropout, Flatten, Rescaling, Reshape};
+pub use self::image_random::{
+    adjust_contrast, rotation_matrices, transform_images, zoom_matrices, FillMode, RandomContrast,
+    RandomFlip, RandomRotation, RandomZoom,
+};
 pub use self::lookup::{Hashing, IntegerLookup};
 pub use self::merge::{Add, Concatenate, Multiply};
 pub use self::more_conv::{Conv1D, Conv2DTranspose, DepthwiseConv2D, Embedding, SeparableConv2D};
@@ -82,6 +87,10 @@ pub fn deserialize(v: &Value) -> Result<Box<dyn Layer>> {
         "Bidirectional" => Box::new(Bidirectional::from_config(c)?),
         "IntegerLookup" => Box::new(IntegerLookup::from_config(c)?),
         "Hashing" => Box::new(Hashing::from_config(c)?),
+        "RandomFlip" => Box::new(RandomFlip::from_config(c)?),
+        "RandomRotation" => Box::new(RandomRotation::from_config(c)?),
+        "RandomZoom" => Box::new(RandomZoom::from_config(c)?),
+        "RandomContrast" => Box::new(RandomContrast::from_config(c)?),
         "Sequential" => Box::new(crate::model::Sequential::from_config(c)?),
         "Functional" => Box::new(crate::functional::Functional::from_config(c)?),
         other => {
