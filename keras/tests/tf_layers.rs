@@ -195,6 +195,31 @@ fn sequence_layers_save_and_load_with_the_model() {
 }
 
 #[test]
+fn volume_layers_save_and_load_with_the_model() {
+    ferroflow::init();
+    use ferroflow_keras::layers::*;
+    let mut model = Model::from(sequential![
+        Conv3D::new(3, [2, 2, 2]).padding(ferroflow_tensor::Padding::Same),
+        MaxPooling3D::new([1, 2, 2]),
+        AveragePooling3D::new([2, 1, 1]).padding(ferroflow_tensor::Padding::Same),
+        GlobalAveragePooling3D::new(),
+        Dense::new(2)
+    ]);
+    let x =
+        ferroflow_tensor::random::stateless_normal(&[2, 3, 4, 4, 2], [6, 7], 0.0, 1.0, DType::F32)
+            .unwrap();
+    let before = model.predict(x.clone(), 2).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("ferroflow-vol-")
+        .tempdir()
+        .unwrap();
+    model.save(dir.path()).unwrap();
+    let after = Model::load(dir.path()).unwrap().predict(x, 2).unwrap();
+    assert_eq!(before.shape(), &[2, 2]);
+    assert_eq!(before.to_f64_vec().unwrap(), after.to_f64_vec().unwrap());
+}
+
+#[test]
 fn bad_inputs_are_errors_naming_the_layer() {
     ferroflow::init();
     use ferroflow_keras::layers::*;

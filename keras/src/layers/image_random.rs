@@ -298,12 +298,14 @@ impl RandomFlip {
             "horizontal" => (true, false),
             "vertical" => (false, true),
             "horizontal_and_vertical" => (true, true),
-            other => return Err(Error::invalid(
-                "RandomFlip",
-                format!(
+            other => {
+                return Err(Error::invalid(
+                    "RandomFlip",
+                    format!(
                     "mode must be horizontal, vertical or horizontal_and_vertical, got {other:?}"
                 ),
-            )),
+                ))
+            }
         };
         Ok(RandomFlip {
             base: LayerBase::new("random_flip", None),

@@ -2,6 +2,7 @@
 //! from its config.
 
 mod conv;
+mod conv3d;
 mod core;
 mod image_random;
 mod lookup;
@@ -16,6 +17,9 @@ mod wrappers;
 pub use self::conv::{
     AveragePooling1D, AveragePooling2D, Conv2D, GlobalAveragePooling1D, GlobalAveragePooling2D,
     GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling1D, MaxPooling2D,
+};
+pub use self::conv3d::{
+    AveragePooling3D, Conv3D, GlobalAveragePooling3D, GlobalMaxPooling3D, MaxPooling3D,
 };
 pub use self::core::{Activation, Dense, Dropout, Flatten, Rescaling, Reshape};
 pub use self::image_random::{
@@ -91,6 +95,11 @@ pub fn deserialize(v: &Value) -> Result<Box<dyn Layer>> {
         "RandomRotation" => Box::new(RandomRotation::from_config(c)?),
         "RandomZoom" => Box::new(RandomZoom::from_config(c)?),
         "RandomContrast" => Box::new(RandomContrast::from_config(c)?),
+        "Conv3D" => Box::new(Conv3D::from_config(c)?),
+        "MaxPooling3D" => Box::new(MaxPooling3D::from_config(c)?),
+        "AveragePooling3D" => Box::new(AveragePooling3D::from_config(c)?),
+        "GlobalMaxPooling3D" => Box::new(GlobalMaxPooling3D::from_config(c)?),
+        "GlobalAveragePooling3D" => Box::new(GlobalAveragePooling3D::from_config(c)?),
         "Sequential" => Box::new(crate::model::Sequential::from_config(c)?),
         "Functional" => Box::new(crate::functional::Functional::from_config(c)?),
         other => {
