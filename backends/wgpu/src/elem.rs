@@ -11,6 +11,8 @@ pub(crate) enum Elem {
     /// Needs the adapter's `SHADER_F16`.
     F16,
     I32,
+    /// Unsigned 32-bit integers (WGSL's `u32`: wrapping arithmetic).
+    U32,
     /// One `u32` (0 or 1) per element.
     Bool,
     /// Two `u32` words (low, high) per element: storage, movement, casts, equality and
@@ -25,6 +27,7 @@ impl Elem {
             DType::F32 => Elem::F32,
             DType::F16 if gpu.f16 => Elem::F16,
             DType::I32 => Elem::I32,
+            DType::U32 => Elem::U32,
             DType::Bool => Elem::Bool,
             DType::I64 => Elem::I64,
             _ => return Err(unsupported_on(gpu, op, dtype)),
@@ -35,6 +38,7 @@ impl Elem {
             Elem::F32 => DType::F32,
             Elem::F16 => DType::F16,
             Elem::I32 => DType::I32,
+            Elem::U32 => DType::U32,
             Elem::Bool => DType::Bool,
             Elem::I64 => DType::I64,
         }
@@ -53,7 +57,7 @@ impl Elem {
             Elem::F32 => "f32",
             Elem::F16 => "f16",
             Elem::I32 => "i32",
-            Elem::Bool => "u32",
+            Elem::U32 | Elem::Bool => "u32",
             Elem::I64 => "vec2<u32>",
         }
     }
@@ -70,7 +74,7 @@ impl Elem {
         match self {
             Elem::F32 | Elem::F16 => Some("f32"),
             Elem::I32 => Some("i32"),
-            Elem::Bool => Some("u32"),
+            Elem::U32 | Elem::Bool => Some("u32"),
             Elem::I64 => None,
         }
     }

@@ -271,7 +271,7 @@ impl Backend for WgpuBackend {
     }
     fn supports_dtype(&self, ordinal: usize, dtype: DType) -> bool {
         match dtype {
-            DType::F32 | DType::I32 | DType::Bool => true,
+            DType::F32 | DType::I32 | DType::U32 | DType::Bool => true,
             DType::F16 => self.slots.get(ordinal).is_some_and(|s| s.info.shader_f16),
             _ => false,
         }

@@ -14,7 +14,14 @@ use crate::elem::Elem;
 use ferroflow_tensor::{ArgReduceOp, BinaryOp, CumulativeOp, DType, PoolKind, ReduceOp, UnaryOp};
 
 /// Every storage type a kernel can see.
-const ELEMS: [Elem; 5] = [Elem::F32, Elem::F16, Elem::I32, Elem::Bool, Elem::I64];
+const ELEMS: [Elem; 6] = [
+    Elem::F32,
+    Elem::F16,
+    Elem::I32,
+    Elem::U32,
+    Elem::Bool,
+    Elem::I64,
+];
 
 /// The element type of `dtype` (the backend's mapping, without a device).
 fn elem(dtype: DType) -> Option<Elem> {

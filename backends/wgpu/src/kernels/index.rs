@@ -92,9 +92,9 @@ pub(crate) fn gather(x: &In<'_>, idx: &In<'_>, axis: usize) -> Result<WgpuBuffer
     Ok(out)
 }
 
-/// scatter_add of elements `e` (float32, float16, int32) with indices of `ie`, or `None`.
+/// scatter_add of elements `e` (float32, float16, int32, uint32) with indices of `ie`, or `None`.
 pub(crate) fn scatter_add_source(e: Elem, ie: Elem) -> Option<String> {
-    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
         return None;
     }
     let body = fill(
@@ -129,7 +129,7 @@ pub(crate) fn scatter_add(
     let gpu = upd.gpu();
     let e = upd.elem();
     let ie = idx.elem();
-    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
         return Err(unsupported_on(gpu, "scatter_add", e.dtype()));
     }
     if index_load(ie).is_none() {

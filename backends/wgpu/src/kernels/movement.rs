@@ -163,6 +163,7 @@ fn fill_words(e: Elem, value: f64) -> [u32; 2] {
     match e {
         Elem::F32 | Elem::F16 => [(value as f32).to_bits(), 0],
         Elem::I32 => [value as i32 as u32, 0],
+        Elem::U32 => [value as u32, 0],
         Elem::Bool => [(value != 0.0) as u32, 0],
         Elem::I64 => {
             let v = value as i64 as u64;

@@ -26,6 +26,10 @@ fn reduce_parts(e: Elem, op: ReduceOp) -> Option<(&'static str, &'static str)> {
         (Elem::I32, ReduceProd) => ("1", "a * b"),
         (Elem::I32, ReduceMax) => ("(-2147483647 - 1)", "max(a, b)"),
         (Elem::I32, ReduceMin) => ("2147483647", "min(a, b)"),
+        (Elem::U32, ReduceSum) => ("0u", "a + b"),
+        (Elem::U32, ReduceProd) => ("1u", "a * b"),
+        (Elem::U32, ReduceMax) => ("0u", "max(a, b)"),
+        (Elem::U32, ReduceMin) => ("4294967295u", "min(a, b)"),
         (Elem::Bool, ReduceAny | ReduceMax) => ("0u", "a | b"),
         (Elem::Bool, ReduceAll | ReduceMin) => ("1u", "a & b"),
         _ => return None,
@@ -148,16 +152,17 @@ pub(crate) fn reduce(op: ReduceOp, x: &In<'_>, axes: &[usize]) -> Result<WgpuBuf
     Ok(out)
 }
 
-/// argmax/argmin of elements `e` (float32, float16, int32), or `None`.
+/// argmax/argmin of elements `e` (float32, float16, int32, uint32), or `None`.
 pub(crate) fn arg_reduce_source(op: ArgReduceOp, e: Elem) -> Option<String> {
-    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
         return None;
     }
+    let never_nan = if e == Elem::U32 { "no_nan_u" } else { "no_nan" };
     let (better, nan) = match (op, e.is_float()) {
         (ArgReduceOp::ArgMax, true) => ("f_lt(vb, va)", "is_nan"),
         (ArgReduceOp::ArgMin, true) => ("f_lt(va, vb)", "is_nan"),
-        (ArgReduceOp::ArgMax, false) => ("va > vb", "no_nan"),
-        (ArgReduceOp::ArgMin, false) => ("va < vb", "no_nan"),
+        (ArgReduceOp::ArgMax, false) => ("va > vb", never_nan),
+        (ArgReduceOp::ArgMin, false) => ("va < vb", never_nan),
     };
     let body = fill(
         include_str!("../wgsl/arg_reduce.wgsl"),
@@ -181,7 +186,7 @@ pub(crate) fn arg_reduce_source(op: ArgReduceOp, e: Elem) -> Option<String> {
 pub(crate) fn arg_reduce(op: ArgReduceOp, x: &In<'_>, axis: usize) -> Result<WgpuBuffer> {
     let gpu = x.gpu();
     let e = x.elem();
-    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
         return Err(unsupported_on(gpu, op.name(), e.dtype()));
     }
     let k = gpu.kernel(&format!("{}_{e:?}", op.name()), 1, 1, || {

@@ -7,9 +7,9 @@ use crate::elem::{unsupported_on, Elem, Params};
 use crate::shaders::fill;
 use ferroflow_tensor::{CumulativeOp, Result};
 
-/// A running sum or product of elements `e` (float32, float16, int32), or `None`.
+/// A running sum or product of elements `e` (float32, float16, int32, uint32), or `None`.
 pub(crate) fn cumulative_source(op: CumulativeOp, e: Elem) -> Option<String> {
-    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
         return None;
     }
     let (init, comb) = match (op, e.is_float()) {
@@ -41,7 +41,7 @@ pub(crate) fn cumulative(
 ) -> Result<WgpuBuffer> {
     let gpu = x.gpu();
     let e = x.elem();
-    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
         return Err(unsupported_on(gpu, op.name(), e.dtype()));
     }
     let k = gpu.kernel(&format!("{}_{e:?}", op.name()), 1, 1, || {
@@ -63,10 +63,10 @@ pub(crate) fn cumulative(
     Ok(out)
 }
 
-/// A stable sort of elements `e` (float32, float16, int32; NaN last ascending, first
+/// A stable sort of elements `e` (float32, float16, int32, uint32; NaN last ascending, first
 /// descending), or `None`.
 pub(crate) fn sort_source(e: Elem, descending: bool) -> Option<String> {
-    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
         return None;
     }
     let before = match (descending, e.is_float()) {
@@ -97,7 +97,7 @@ pub(crate) fn sort_source(e: Elem, descending: bool) -> Option<String> {
 pub(crate) fn sort(x: &In<'_>, axis: usize, descending: bool) -> Result<(WgpuBuffer, WgpuBuffer)> {
     let gpu = x.gpu();
     let e = x.elem();
-    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32) {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
         return Err(unsupported_on(gpu, "sort", e.dtype()));
     }
     let k = gpu.kernel(&format!("sort_{e:?}_{descending}"), 1, 4, || {

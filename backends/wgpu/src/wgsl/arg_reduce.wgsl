@@ -2,6 +2,7 @@
 var<workgroup> sv: array<$C, 256>;
 var<workgroup> si: array<u32, 256>;
 fn no_nan(v: i32) -> bool { return false; }
+fn no_nan_u(v: u32) -> bool { return false; }
 // Does (va, ia) beat (vb, ib)? A NaN wins, then the better value, then the lower index.
 fn wins(va: $C, ia: u32, vb: $C, ib: u32) -> bool {
     if ib == 0xffffffffu { return true; }

@@ -4,6 +4,11 @@ fn f_to_i32(x: f32) -> i32 {
     if x <= -2147483648.0 { return -2147483647 - 1; }
     return i32(x);
 }
+fn f_to_u32(x: f32) -> u32 {
+    if is_nan(x) || x <= 0.0 { return 0u; }
+    if x >= 4294967295.0 { return 4294967295u; }
+    return u32(x);
+}
 fn f_to_i64(x: f32) -> vec2<u32> {
     if is_nan(x) { return vec2<u32>(0u, 0u); }
     if x >= 9.223372e18 { return vec2<u32>(0xffffffffu, 0x7fffffffu); }

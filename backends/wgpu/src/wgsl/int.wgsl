@@ -21,3 +21,14 @@ fn i_floormod(a: i32, b: i32) -> i32 {
     if r != 0 && ((r < 0) != (b < 0)) { return r + b; }
     return r;
 }
+fn u_pow(a: u32, b: u32) -> u32 {
+    var base = a;
+    var e = b;
+    var acc = 1u;
+    while e > 0u {
+        if (e & 1u) == 1u { acc = acc * base; }
+        base = base * base;
+        e = e >> 1u;
+    }
+    return acc;
+}
