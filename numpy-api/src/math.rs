@@ -19,11 +19,11 @@
 //! # Ok::<(), np::Error>(())
 //! ```
 
-use ferroflow_tensor::{BinaryOp, DType, Error, Result, Tensor, UnaryOp};
+use ferroflow_tensor::{Axes, BinaryOp, DType, Error, Result, Tensor, UnaryOp};
 
 use crate::array::{arr, cast_all, promote2, ArrayLike, Scalar, Value};
 use crate::dtypes::{accumulate_dtype, default_float, float_result};
-use crate::util::{axis_or_flat, broadcast_shape, norm_axis};
+use crate::util::{axis_or_flat, broadcast_shape, norm_axis, one_axis, required_axis};
 
 /// Two arguments promoted, with their broadcast shape checked (NumPy's wording).
 fn binary_args(
@@ -492,11 +492,13 @@ pub fn positive(x: impl ArrayLike) -> Result<Tensor> {
 
 /// `numpy.cumsum(a, axis=None)`: running sums (`None`: over the flattened array); small
 /// integers and booleans accumulate in int64.
-pub fn cumsum(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn cumsum(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("cumsum", axis.into())?;
     cumulative("cumsum", a, axis, false)
 }
 /// `numpy.cumprod(a, axis=None)`.
-pub fn cumprod(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn cumprod(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("cumprod", axis.into())?;
     cumulative("cumprod", a, axis, true)
 }
 fn cumulative(
@@ -515,7 +517,8 @@ fn cumulative(
 }
 
 /// `numpy.diff(a, n=1, axis=-1)`: `n`-th differences along `axis` (booleans: `!=`).
-pub fn diff(a: impl ArrayLike, n: usize, axis: isize) -> Result<Tensor> {
+pub fn diff(a: impl ArrayLike, n: usize, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = required_axis("diff", axis.into())?;
     let mut a = arr(a)?;
     if a.rank() == 0 {
         return Err(Error::invalid(
@@ -585,7 +588,13 @@ pub fn ediff1d(ary: impl ArrayLike) -> Result<Tensor> {
 
 /// `numpy.trapezoid(y, x=None, dx=1.0, axis=-1)`: the trapezoidal-rule integral along
 /// `axis`, at sample points `x` (1-D, or `y`'s shape) or spacing `dx`.
-pub fn trapezoid(y: impl ArrayLike, x: Option<&Tensor>, dx: f64, axis: isize) -> Result<Tensor> {
+pub fn trapezoid(
+    y: impl ArrayLike,
+    x: Option<&Tensor>,
+    dx: f64,
+    axis: impl Into<Axes>,
+) -> Result<Tensor> {
+    let axis = required_axis("trapezoid", axis.into())?;
     let y = arr(y)?;
     let ax = norm_axis("trapezoid", axis, y.rank())?;
     let n = y.shape()[ax] as isize;

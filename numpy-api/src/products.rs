@@ -14,11 +14,11 @@
 //! # Ok::<(), np::Error>(())
 //! ```
 
-use ferroflow_tensor::{DType, Error, Result, SliceSpec, Tensor};
+use ferroflow_tensor::{Axes, DType, Error, Result, SliceSpec, Tensor};
 
 use crate::array::{arr, promote2, promote_all, ArrayLike, Value};
 use crate::math::{multiply, subtract};
-use crate::util::{broadcast_shape, i64_tensor, norm_axis, py_shape};
+use crate::util::{broadcast_shape, i64_tensor, norm_axis, py_shape, required_axis};
 
 /// Integer and boolean products run in a dtype the matmul kernel has, then cast back
 /// (wrapping products agree modulo the narrower type's width).
@@ -273,7 +273,8 @@ fn component(t: &Tensor, i: isize) -> Result<Tensor> {
 
 /// `numpy.cross(a, b, axis=-1)`: cross products of 3-vectors (2-vectors have z = 0; two
 /// 2-vectors give the z component alone) along `axis`.
-pub fn cross(a: impl ArrayLike, b: impl ArrayLike, axis: isize) -> Result<Tensor> {
+pub fn cross(a: impl ArrayLike, b: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = required_axis("cross", axis.into())?;
     let (a, b, _) = promote2(a, b)?;
     let (aa, ab) = (
         norm_axis("cross", axis, a.rank())?,
@@ -321,7 +322,14 @@ pub fn cross(a: impl ArrayLike, b: impl ArrayLike, axis: isize) -> Result<Tensor
 
 /// `numpy.diagonal(a, offset=0, axis1=0, axis2=1)`: the diagonal of the (axis1, axis2)
 /// planes, as the last axis of the result.
-pub fn diagonal(a: impl ArrayLike, offset: isize, axis1: isize, axis2: isize) -> Result<Tensor> {
+pub fn diagonal(
+    a: impl ArrayLike,
+    offset: isize,
+    axis1: impl Into<Axes>,
+    axis2: impl Into<Axes>,
+) -> Result<Tensor> {
+    let axis1 = required_axis("diagonal", axis1.into())?;
+    let axis2 = required_axis("diagonal", axis2.into())?;
     let a = arr(a)?;
     if a.rank() < 2 {
         return Err(Error::invalid(
@@ -362,7 +370,14 @@ pub fn diagonal(a: impl ArrayLike, offset: isize, axis1: isize, axis2: isize) ->
 }
 
 /// `numpy.trace(a, offset=0, axis1=0, axis2=1)`: sums of diagonals.
-pub fn trace(a: impl ArrayLike, offset: isize, axis1: isize, axis2: isize) -> Result<Tensor> {
+pub fn trace(
+    a: impl ArrayLike,
+    offset: isize,
+    axis1: impl Into<Axes>,
+    axis2: impl Into<Axes>,
+) -> Result<Tensor> {
+    let axis1 = required_axis("trace", axis1.into())?;
+    let axis2 = required_axis("trace", axis2.into())?;
     let d = diagonal(a, offset, axis1, axis2)?;
     crate::reductions::sum(&d, Some(-1), false)
 }

@@ -26,7 +26,7 @@ use ferroflow_tensor::{Axes, DType, Error, Result, Tensor};
 
 use crate::array::{arr, ArrayLike};
 use crate::dtypes::{accumulate_dtype, default_float, float_result};
-use crate::util::{axis_error, axis_or_flat, i64_tensor, norm_axis};
+use crate::util::{axis_error, axis_or_flat, i64_tensor, norm_axis, one_axis};
 
 /// Axes checked with NumPy's wording, as a list (empty list: nothing reduced).
 fn axes_of(op: &'static str, axis: &Axes, ndim: usize) -> Result<Vec<usize>> {
@@ -117,7 +117,12 @@ pub fn std(
 }
 /// `numpy.average(a, axis=None, weights=None)`: the (weighted) mean; 1-D weights apply along
 /// the one `axis`, otherwise they have `a`'s shape.
-pub fn average(a: impl ArrayLike, axis: Option<isize>, weights: Option<&Tensor>) -> Result<Tensor> {
+pub fn average(
+    a: impl ArrayLike,
+    axis: impl Into<Axes>,
+    weights: Option<&Tensor>,
+) -> Result<Tensor> {
+    let axis = one_axis("average", axis.into())?;
     let a = arr(a)?;
     let Some(w) = weights else {
         return mean(&a, axis, false);
@@ -519,11 +524,13 @@ fn arg_reduce(
     r.cast(DType::I64)
 }
 /// `numpy.argmax(a, axis=None)`: int64 positions (of the flattened array for `None`).
-pub fn argmax(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn argmax(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("argmax", axis.into())?;
     arg_reduce("argmax", a, axis, true)
 }
 /// `numpy.argmin(a, axis=None)`.
-pub fn argmin(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn argmin(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("argmin", axis.into())?;
     arg_reduce("argmin", a, axis, false)
 }
 /// `numpy.any(a, axis=None, keepdims=False)`: is any element non-zero.
@@ -691,19 +698,23 @@ fn nan_arg(op: &'static str, a: impl ArrayLike, axis: Option<isize>, max: bool) 
     r.cast(DType::I64)
 }
 /// `numpy.nanargmax`: position of the maximum ignoring NaNs (an all-NaN lane is an error).
-pub fn nanargmax(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn nanargmax(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("nanargmax", axis.into())?;
     nan_arg("nanargmax", a, axis, true)
 }
 /// `numpy.nanargmin`.
-pub fn nanargmin(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn nanargmin(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("nanargmin", axis.into())?;
     nan_arg("nanargmin", a, axis, false)
 }
 /// `numpy.nancumsum`: running sums with NaNs as zero.
-pub fn nancumsum(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn nancumsum(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("nancumsum", axis.into())?;
     crate::math::cumsum(nan_to(&arr(a)?, 0.0)?, axis)
 }
 /// `numpy.nancumprod`: running products with NaNs as one.
-pub fn nancumprod(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn nancumprod(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("nancumprod", axis.into())?;
     crate::math::cumprod(nan_to(&arr(a)?, 1.0)?, axis)
 }
 
@@ -811,9 +822,10 @@ fn q_list(q: impl ArrayLike, scale: f64) -> Result<(Vec<f64>, bool)> {
 pub fn quantile(
     a: impl ArrayLike,
     q: impl ArrayLike,
-    axis: Option<isize>,
+    axis: impl Into<Axes>,
     keepdims: bool,
 ) -> Result<Tensor> {
+    let axis = one_axis("quantile", axis.into())?;
     let (q, s) = q_list(q, 1.0)?;
     quantile_impl("quantile", a, &q, s, axis, keepdims, false)
 }
@@ -821,23 +833,26 @@ pub fn quantile(
 pub fn percentile(
     a: impl ArrayLike,
     q: impl ArrayLike,
-    axis: Option<isize>,
+    axis: impl Into<Axes>,
     keepdims: bool,
 ) -> Result<Tensor> {
+    let axis = one_axis("percentile", axis.into())?;
     let (q, s) = q_list(q, 100.0)?;
     quantile_impl("percentile", a, &q, s, axis, keepdims, false)
 }
 /// `numpy.median(a, axis=None, keepdims=False)`.
-pub fn median(a: impl ArrayLike, axis: Option<isize>, keepdims: bool) -> Result<Tensor> {
+pub fn median(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+    let axis = one_axis("median", axis.into())?;
     quantile_impl("median", a, &[0.5], true, axis, keepdims, false)
 }
 /// `numpy.nanquantile`: quantiles of the non-NaN elements.
 pub fn nanquantile(
     a: impl ArrayLike,
     q: impl ArrayLike,
-    axis: Option<isize>,
+    axis: impl Into<Axes>,
     keepdims: bool,
 ) -> Result<Tensor> {
+    let axis = one_axis("nanquantile", axis.into())?;
     let (q, s) = q_list(q, 1.0)?;
     quantile_impl("nanquantile", a, &q, s, axis, keepdims, true)
 }
@@ -845,14 +860,16 @@ pub fn nanquantile(
 pub fn nanpercentile(
     a: impl ArrayLike,
     q: impl ArrayLike,
-    axis: Option<isize>,
+    axis: impl Into<Axes>,
     keepdims: bool,
 ) -> Result<Tensor> {
+    let axis = one_axis("nanpercentile", axis.into())?;
     let (q, s) = q_list(q, 100.0)?;
     quantile_impl("nanpercentile", a, &q, s, axis, keepdims, true)
 }
 /// `numpy.nanmedian`.
-pub fn nanmedian(a: impl ArrayLike, axis: Option<isize>, keepdims: bool) -> Result<Tensor> {
+pub fn nanmedian(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+    let axis = one_axis("nanmedian", axis.into())?;
     quantile_impl("nanmedian", a, &[0.5], true, axis, keepdims, true)
 }
 

@@ -21,7 +21,8 @@ use ferroflow_tensor::{Axes, DType, Error, Result, SliceSpec, Tensor};
 
 use crate::array::{arr, cast_all, promote_all, ArrayLike, Value};
 use crate::util::{
-    axis_or_flat, broadcast_shape, host_i64, i64_tensor, norm_axes, norm_axis, py_shape,
+    axis_or_flat, broadcast_shape, host_i64, i64_tensor, norm_axes, norm_axis, one_axis, py_shape,
+    required_axis,
 };
 
 /// `numpy.reshape(a, newshape)` (C order; one entry may be -1).
@@ -57,22 +58,28 @@ pub fn ravel(a: impl ArrayLike) -> Result<Tensor> {
 }
 
 /// `numpy.transpose(a, axes=None)`: reverses the axes, or permutes them as `axes` says.
-pub fn transpose(a: impl ArrayLike, axes: Option<&[isize]>) -> Result<Tensor> {
+pub fn transpose(a: impl ArrayLike, axes: impl Into<Axes>) -> Result<Tensor> {
     let a = arr(a)?;
-    let perm: Vec<usize> = match axes {
-        None => (0..a.rank()).rev().collect(),
-        Some(ax) => {
+    let perm: Vec<usize> = match axes.into() {
+        Axes::All => (0..a.rank()).rev().collect(),
+        Axes::List(ax) => {
             if ax.len() != a.rank() {
                 return Err(Error::invalid("transpose", "axes don't match array"));
             }
-            norm_axes("transpose", ax, a.rank())?
+            norm_axes("transpose", &ax, a.rank())?
         }
     };
     a.transpose(&perm)
 }
 
 /// `numpy.swapaxes(a, axis1, axis2)`.
-pub fn swapaxes(a: impl ArrayLike, axis1: isize, axis2: isize) -> Result<Tensor> {
+pub fn swapaxes(
+    a: impl ArrayLike,
+    axis1: impl Into<Axes>,
+    axis2: impl Into<Axes>,
+) -> Result<Tensor> {
+    let axis1 = required_axis("swapaxes", axis1.into())?;
+    let axis2 = required_axis("swapaxes", axis2.into())?;
     let a = arr(a)?;
     let (i, j) = (
         norm_axis("swapaxes", axis1, a.rank())?,
@@ -85,16 +92,31 @@ pub fn swapaxes(a: impl ArrayLike, axis1: isize, axis2: isize) -> Result<Tensor>
 
 /// `numpy.moveaxis(a, source, destination)`: the `source` axes moved to `destination`,
 /// the others keep their order.
-pub fn moveaxis(a: impl ArrayLike, source: &[isize], destination: &[isize]) -> Result<Tensor> {
+pub fn moveaxis(
+    a: impl ArrayLike,
+    source: impl Into<Axes>,
+    destination: impl Into<Axes>,
+) -> Result<Tensor> {
     let a = arr(a)?;
+    let listed = |axes: Axes, what: &str| match axes {
+        Axes::List(v) => Ok(v),
+        Axes::All => Err(Error::invalid(
+            "moveaxis",
+            format!("`{what}` must name axes, got None"),
+        )),
+    };
+    let (source, destination) = (
+        listed(source.into(), "source")?,
+        listed(destination.into(), "destination")?,
+    );
     if source.len() != destination.len() {
         return Err(Error::invalid(
             "moveaxis",
             "`source` and `destination` arguments must have the same number of elements",
         ));
     }
-    let src = norm_axes("moveaxis", source, a.rank())?;
-    let dst = norm_axes("moveaxis", destination, a.rank())?;
+    let src = norm_axes("moveaxis", &source, a.rank())?;
+    let dst = norm_axes("moveaxis", &destination, a.rank())?;
     let mut order: Vec<usize> = (0..a.rank()).filter(|i| !src.contains(i)).collect();
     let mut pairs: Vec<(usize, usize)> = dst.into_iter().zip(src).collect();
     pairs.sort();
@@ -105,14 +127,16 @@ pub fn moveaxis(a: impl ArrayLike, source: &[isize], destination: &[isize]) -> R
 }
 
 /// `numpy.expand_dims(a, axis)`: a new size-1 axis at `axis` (of the result).
-pub fn expand_dims(a: impl ArrayLike, axis: isize) -> Result<Tensor> {
+pub fn expand_dims(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = required_axis("expand_dims", axis.into())?;
     let a = arr(a)?;
     let ax = norm_axis("expand_dims", axis, a.rank() + 1)?;
     a.expand_dims(ax as isize)
 }
 
 /// `numpy.squeeze(a, axis=None)`: removes size-1 axes (all, or the one named).
-pub fn squeeze(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn squeeze(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("squeeze", axis.into())?;
     let a = arr(a)?;
     match axis {
         None => {
@@ -152,7 +176,8 @@ fn promoted<A: ArrayLike>(op: &'static str, arrays: &[A]) -> Result<Vec<Tensor>>
 }
 
 /// `numpy.concatenate(arrays, axis=0)`: `None` flattens them first. Dtypes promote.
-pub fn concatenate<A: ArrayLike>(arrays: &[A], axis: Option<isize>) -> Result<Tensor> {
+pub fn concatenate<A: ArrayLike>(arrays: &[A], axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("concatenate", axis.into())?;
     let ts = promoted("concatenate", arrays)?;
     let (ts, axis) = match axis {
         None => (
@@ -187,7 +212,8 @@ pub fn concatenate<A: ArrayLike>(arrays: &[A], axis: Option<isize>) -> Result<Te
 }
 
 /// `numpy.stack(arrays, axis=0)`: joins same-shaped arrays along a new axis.
-pub fn stack<A: ArrayLike>(arrays: &[A], axis: isize) -> Result<Tensor> {
+pub fn stack<A: ArrayLike>(arrays: &[A], axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = required_axis("stack", axis.into())?;
     let ts = promoted("stack", arrays)?;
     if ts.iter().any(|t| t.shape() != ts[0].shape()) {
         return Err(Error::invalid(
@@ -306,7 +332,12 @@ fn split_impl(
 
 /// `numpy.split(a, indices_or_sections, axis=0)`: equal parts (an error when they cannot be
 /// equal) or pieces between the given indices.
-pub fn split(a: impl ArrayLike, sections: impl Into<Sections>, axis: isize) -> Result<Vec<Tensor>> {
+pub fn split(
+    a: impl ArrayLike,
+    sections: impl Into<Sections>,
+    axis: impl Into<Axes>,
+) -> Result<Vec<Tensor>> {
+    let axis = required_axis("split", axis.into())?;
     split_impl("split", arr(a)?, sections.into(), axis, true)
 }
 /// `numpy.array_split`: as [`split`], but `n` parts need not be equal (the first ones are one
@@ -314,8 +345,9 @@ pub fn split(a: impl ArrayLike, sections: impl Into<Sections>, axis: isize) -> R
 pub fn array_split(
     a: impl ArrayLike,
     sections: impl Into<Sections>,
-    axis: isize,
+    axis: impl Into<Axes>,
 ) -> Result<Vec<Tensor>> {
+    let axis = required_axis("array_split", axis.into())?;
     split_impl("array_split", arr(a)?, sections.into(), axis, false)
 }
 
@@ -334,7 +366,8 @@ pub fn tile(a: impl ArrayLike, reps: &[usize]) -> Result<Tensor> {
 
 /// `numpy.repeat(a, repeats, axis=None)`: each element (or slice along `axis`) repeated;
 /// `repeats` is one count or one per element. `None` works on the flattened array.
-pub fn repeat(a: impl ArrayLike, repeats: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn repeat(a: impl ArrayLike, repeats: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("repeat", axis.into())?;
     let (a, ax) = axis_or_flat("repeat", arr(a)?, axis)?;
     let n = a.shape()[ax];
     let reps = host_i64("repeat", &arr(repeats)?)?;
@@ -419,7 +452,8 @@ pub fn flipud(m: impl ArrayLike) -> Result<Tensor> {
 
 /// `numpy.roll(a, shift, axis=None)`: elements shifted cyclically (`None`: over the flattened
 /// array, keeping the shape).
-pub fn roll(a: impl ArrayLike, shift: isize, axis: Option<isize>) -> Result<Tensor> {
+pub fn roll(a: impl ArrayLike, shift: isize, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("roll", axis.into())?;
     let a = arr(a)?;
     match axis {
         None => roll(a.reshape(&[-1])?, shift, Some(0))?.reshape_to(a.shape()),
@@ -447,7 +481,16 @@ pub fn roll(a: impl ArrayLike, shift: isize, axis: Option<isize>) -> Result<Tens
 
 /// `numpy.rot90(m, k=1, axes=(0, 1))`: rotates by 90° `k` times in the plane of `axes`,
 /// from the first axis towards the second.
-pub fn rot90(m: impl ArrayLike, k: isize, axes: (isize, isize)) -> Result<Tensor> {
+pub fn rot90(m: impl ArrayLike, k: isize, axes: impl Into<Axes>) -> Result<Tensor> {
+    let axes = match axes.into() {
+        Axes::List(v) if v.len() == 2 => (v[0], v[1]),
+        other => {
+            return Err(Error::invalid(
+                "rot90",
+                format!("len(axes) must be 2, got {other:?}"),
+            ))
+        }
+    };
     let m = arr(m)?;
     if m.rank() < 2 {
         return Err(Error::invalid(
@@ -579,7 +622,8 @@ fn checked_indices(idx: &Tensor, n: usize, axis: usize) -> Result<Tensor> {
 
 /// `numpy.take(a, indices, axis=None)`: elements (or slices along `axis`) at `indices`;
 /// negative indices count from the end, out-of-range ones are an `IndexError`.
-pub fn take(a: impl ArrayLike, indices: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn take(a: impl ArrayLike, indices: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("take", axis.into())?;
     let (a, ax) = axis_or_flat("take", arr(a)?, axis)?;
     let idx = checked_indices(&arr(indices)?, a.shape()[ax], ax)?;
     a.gather(&idx, ax as isize)
@@ -587,7 +631,12 @@ pub fn take(a: impl ArrayLike, indices: impl ArrayLike, axis: Option<isize>) -> 
 
 /// `numpy.take_along_axis(arr, indices, axis)`: picks along `axis` with an index array of the
 /// same rank (other axes broadcast), as `argsort` results are used.
-pub fn take_along_axis(a: impl ArrayLike, indices: impl ArrayLike, axis: isize) -> Result<Tensor> {
+pub fn take_along_axis(
+    a: impl ArrayLike,
+    indices: impl ArrayLike,
+    axis: impl Into<Axes>,
+) -> Result<Tensor> {
+    let axis = required_axis("take_along_axis", axis.into())?;
     let a = arr(a)?;
     let idx = arr(indices)?;
     if idx.rank() != a.rank() {
@@ -707,8 +756,9 @@ pub fn select<C: ArrayLike, V: ArrayLike>(
 pub fn compress(
     condition: impl ArrayLike,
     a: impl ArrayLike,
-    axis: Option<isize>,
+    axis: impl Into<Axes>,
 ) -> Result<Tensor> {
+    let axis = one_axis("compress", axis.into())?;
     let c = truth(&arr(condition)?)?;
     if c.rank() != 1 {
         return Err(Error::invalid("compress", "condition must be a 1-d array"));
@@ -811,14 +861,16 @@ pub fn column_stack<A: ArrayLike>(arrays: &[A]) -> Result<Tensor> {
 
 /// `numpy.append(arr, values, axis=None)`: `values` joined after `arr` (`None`: both
 /// flattened).
-pub fn append(a: impl ArrayLike, values: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn append(a: impl ArrayLike, values: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("append", axis.into())?;
     let vals = [a.to_value()?, values.to_value()?];
     concatenate(&vals, axis)
 }
 
 /// `numpy.delete(arr, indices, axis=None)`: the slices at `indices` removed (`None`: from the
 /// flattened array); negative indices count from the end.
-pub fn delete(a: impl ArrayLike, indices: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn delete(a: impl ArrayLike, indices: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("delete", axis.into())?;
     let (a, ax) = axis_or_flat("delete", arr(a)?, axis)?;
     let n = a.shape()[ax] as i64;
     let mut drop = vec![false; n as usize];
@@ -838,7 +890,8 @@ pub fn delete(a: impl ArrayLike, indices: impl ArrayLike, axis: Option<isize>) -
 }
 
 /// `numpy.rollaxis(a, axis, start=0)`: `axis` moved to sit before `start`.
-pub fn rollaxis(a: impl ArrayLike, axis: isize, start: isize) -> Result<Tensor> {
+pub fn rollaxis(a: impl ArrayLike, axis: impl Into<Axes>, start: isize) -> Result<Tensor> {
+    let axis = required_axis("rollaxis", axis.into())?;
     let a = arr(a)?;
     let n = a.rank() as isize;
     let ax = norm_axis("rollaxis", axis, a.rank())?;

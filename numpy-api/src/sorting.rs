@@ -16,10 +16,11 @@
 
 use std::cmp::Ordering;
 
-use ferroflow_tensor::{DType, Element, Error, HostData, Result, Tensor};
+use ferroflow_tensor::{Axes, DType, Element, Error, HostData, Result, Tensor};
 
 use crate::array::{arr, promote2, ArrayLike};
 use crate::util::i64_tensor;
+use crate::util::one_axis;
 
 fn lanes(op: &'static str, a: impl ArrayLike, axis: Option<isize>) -> Result<(Tensor, isize)> {
     let (a, ax) = crate::util::axis_or_flat(op, arr(a)?, axis)?;
@@ -36,7 +37,8 @@ fn sortable(a: &Tensor) -> Result<Tensor> {
 }
 
 /// `numpy.sort(a, axis=-1)`: sorted along `axis` (`None`: the flattened array), NaN last.
-pub fn sort(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn sort(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("sort", axis.into())?;
     let (a, ax) = lanes("sort", a, axis)?;
     if a.rank() == 0 {
         return Ok(a);
@@ -45,7 +47,8 @@ pub fn sort(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
     s.cast(a.dtype())
 }
 /// `numpy.argsort(a, axis=-1)`: the (stable) sorting permutation, int64.
-pub fn argsort(a: impl ArrayLike, axis: Option<isize>) -> Result<Tensor> {
+pub fn argsort(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
+    let axis = one_axis("argsort", axis.into())?;
     let (a, ax) = lanes("argsort", a, axis)?;
     sortable(&a)?.argsort(ax, false)?.cast(DType::I64)
 }

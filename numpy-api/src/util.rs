@@ -1,6 +1,6 @@
 //! Argument checks with NumPy's wording, shared by every module.
 
-use ferroflow_tensor::{Error, HostData, Result, Tensor};
+use ferroflow_tensor::{Axes, Error, HostData, Result, Tensor};
 
 /// NumPy's `AxisError`: "axis 3 is out of bounds for array of dimension 2".
 pub(crate) fn axis_error(op: &'static str, axis: isize, ndim: usize) -> Error {
@@ -8,6 +8,24 @@ pub(crate) fn axis_error(op: &'static str, axis: isize, ndim: usize) -> Error {
         op,
         format!("AxisError: axis {axis} is out of bounds for array of dimension {ndim}"),
     )
+}
+
+/// One axis from the API's one axis argument type ([`Axes`]): `None` (every axis: for
+/// these functions, the flattened array) or a single axis; several are an error.
+pub(crate) fn one_axis(op: &'static str, axis: Axes) -> Result<Option<isize>> {
+    match axis {
+        Axes::All => Ok(None),
+        Axes::List(v) if v.len() == 1 => Ok(Some(v[0])),
+        Axes::List(v) => Err(Error::invalid(
+            op,
+            format!("takes one axis (or None), got {v:?}"),
+        )),
+    }
+}
+
+/// Exactly one axis (`None` is an error: this function has no flattened form).
+pub(crate) fn required_axis(op: &'static str, axis: Axes) -> Result<isize> {
+    one_axis(op, axis)?.ok_or_else(|| Error::invalid(op, "needs an axis (an integer), got None"))
 }
 
 /// A possibly negative axis of an array of rank `ndim`, NumPy's way.

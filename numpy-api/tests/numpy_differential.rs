@@ -346,13 +346,7 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
         "meshgrid" => ts(np::meshgrid(&a.arrays(0), &a.s(1))?),
         "indices" => t(np::indices(&a.shape(0), a.dtype(1))?),
         "reshape" => t(np::reshape(a.a(0), &a.ints(1))?),
-        "transpose" => {
-            let axes = match &a.0[1] {
-                Arg::None => None,
-                _ => Some(a.ints(1)),
-            };
-            t(np::transpose(a.a(0), axes.as_deref())?)
-        }
+        "transpose" => t(np::transpose(a.a(0), a.axes(1))?),
         "swapaxes" => t(np::swapaxes(a.a(0), a.i(1) as isize, a.i(2) as isize)?),
         "moveaxis" => t(np::moveaxis(a.a(0), &a.ints(1), &a.ints(2))?),
         "expand_dims" => t(np::expand_dims(a.a(0), a.i(1) as isize)?),

@@ -42,9 +42,25 @@ impl From<&[isize]> for Axes {
         Axes::List(a.to_vec())
     }
 }
+impl From<&Vec<isize>> for Axes {
+    fn from(a: &Vec<isize>) -> Axes {
+        Axes::List(a.clone())
+    }
+}
+/// A pair of axes (NumPy's `axes=(0, 1)`).
+impl From<(isize, isize)> for Axes {
+    fn from((a, b): (isize, isize)) -> Axes {
+        Axes::List(vec![a, b])
+    }
+}
 impl From<Vec<isize>> for Axes {
     fn from(a: Vec<isize>) -> Axes {
         Axes::List(a)
+    }
+}
+impl<const N: usize> From<&[isize; N]> for Axes {
+    fn from(a: &[isize; N]) -> Axes {
+        Axes::List(a.to_vec())
     }
 }
 impl<const N: usize> From<[isize; N]> for Axes {
