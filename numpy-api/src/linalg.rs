@@ -595,7 +595,7 @@ pub fn norm(
                         .reduce_min(vec![other(c, r)], false)?,
                 ),
                 NormOrd::P(p) if p == 2.0 || p == -2.0 => {
-                    let m = crate::shape::moveaxis(&x, &[r, c], &[-2, -1])?;
+                    let m = crate::shape::moveaxis(&x, [r, c], [-2, -1])?;
                     let s = svd(&m, false)?.1;
                     keep(if p > 0.0 {
                         s.reduce_max(vec![-1], false)?
@@ -604,7 +604,7 @@ pub fn norm(
                     })
                 }
                 NormOrd::Nuc => {
-                    let m = crate::shape::moveaxis(&x, &[r, c], &[-2, -1])?;
+                    let m = crate::shape::moveaxis(&x, [r, c], [-2, -1])?;
                     keep(svd(&m, false)?.1.reduce_sum(vec![-1], false)?)
                 }
                 NormOrd::P(_) => Err(Error::invalid("norm", "Invalid norm order for matrices.")),

@@ -280,8 +280,8 @@ pub fn cross(a: impl ArrayLike, b: impl ArrayLike, axis: impl Into<Axes>) -> Res
         norm_axis("cross", axis, a.rank())?,
         norm_axis("cross", axis, b.rank())?,
     );
-    let a = crate::shape::moveaxis(&a, &[aa as isize], &[-1])?;
-    let b = crate::shape::moveaxis(&b, &[ab as isize], &[-1])?;
+    let a = crate::shape::moveaxis(&a, [aa as isize], [-1])?;
+    let b = crate::shape::moveaxis(&b, [ab as isize], [-1])?;
     let (na, nb) = (a.shape()[a.rank() - 1], b.shape()[b.rank() - 1]);
     if !matches!(na, 2 | 3) || !matches!(nb, 2 | 3) {
         return Err(Error::invalid(
@@ -317,7 +317,7 @@ pub fn cross(a: impl ArrayLike, b: impl ArrayLike, axis: impl Into<Axes>) -> Res
     let out = Tensor::stack(&parts, -1)?;
     let r = out.rank() as isize;
     let axis = if axis < 0 { axis + r } else { axis.min(r - 1) };
-    crate::shape::moveaxis(&out, &[-1], &[axis])
+    crate::shape::moveaxis(&out, [-1], [axis])
 }
 
 /// `numpy.diagonal(a, offset=0, axis1=0, axis2=1)`: the diagonal of the (axis1, axis2)

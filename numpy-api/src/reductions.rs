@@ -738,7 +738,7 @@ fn quantile_impl(
         None => (a.reshape(&[-1])?, 0usize),
         Some(ax) => {
             let ax = norm_axis(op, ax, a.rank())?;
-            (crate::shape::moveaxis(&a, &[ax as isize], &[-1])?, ax)
+            (crate::shape::moveaxis(&a, [ax as isize], [-1])?, ax)
         }
     };
     let x = x.cast(float_result(x.dtype()))?;

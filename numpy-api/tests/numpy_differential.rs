@@ -348,7 +348,7 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
         "reshape" => t(np::reshape(a.a(0), &a.ints(1))?),
         "transpose" => t(np::transpose(a.a(0), a.axes(1))?),
         "swapaxes" => t(np::swapaxes(a.a(0), a.i(1) as isize, a.i(2) as isize)?),
-        "moveaxis" => t(np::moveaxis(a.a(0), &a.ints(1), &a.ints(2))?),
+        "moveaxis" => t(np::moveaxis(a.a(0), a.ints(1), a.ints(2))?),
         "expand_dims" => t(np::expand_dims(a.a(0), a.i(1) as isize)?),
         "squeeze" => t(np::squeeze(a.a(0), a.axis(1))?),
         "concatenate" => t(np::concatenate(&a.arrays(0), a.axis(1))?),
