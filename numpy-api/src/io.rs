@@ -68,19 +68,84 @@ pub fn savez_compressed(path: impl AsRef<Path>, arrays: &[(&str, &Tensor)]) -> R
 /// sets another.
 pub const NPZ_MEMBER_LIMIT: u64 = 16 << 30;
 
-/// `numpy.load` of an `.npz` archive: its arrays in archive order, named without `.npy`.
-/// A corrupt archive or member is an error naming the file and member. Sizes in the archive
-/// are claims: memory grows with the bytes a member really holds, and a member larger than
-/// [`NPZ_MEMBER_LIMIT`] is an error.
-pub fn load_npz(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>> {
+/// The arrays of an `.npz` archive by name (NumPy's `NpzFile`): [`NpzFile::array`] (NumPy's
+/// `npz["x"]`), [`NpzFile::get`], [`NpzFile::files`] and iteration in archive order.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_numpy as np;
+/// let path = std::env::temp_dir().join("ferroflow-npzfile-doc.npz");
+/// np::savez(&path, &[("x", &np::arange(0, 3, 1, None)?), ("y", &np::ones(&[2], None)?)])?;
+/// let npz = np::load_npz(&path)?;
+/// assert_eq!(npz.files(), vec!["x", "y"]);
+/// assert_eq!(npz.array("x")?.to_vec::<i64>()?, vec![0, 1, 2]);
+/// assert!(npz.get("z").is_none() && npz.array("z").is_err());
+/// # std::fs::remove_file(&path).ok();
+/// # Ok::<(), np::Error>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct NpzFile {
+    arrays: Vec<(String, Tensor)>,
+}
+
+impl NpzFile {
+    /// The array named `name`.
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.arrays.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+    /// The array named `name` (NumPy's `npz[name]`), or an error naming the ones there are
+    /// (NumPy's `KeyError`).
+    pub fn array(&self, name: &str) -> Result<&Tensor> {
+        self.get(name).ok_or_else(|| {
+            Error::invalid(
+                "load_npz",
+                format!(
+                    "{name} is not a file in the archive (files: {:?})",
+                    self.files()
+                ),
+            )
+        })
+    }
+    /// The names, in archive order (NumPy's `files`).
+    pub fn files(&self) -> Vec<&str> {
+        self.arrays.iter().map(|(n, _)| n.as_str()).collect()
+    }
+    /// How many arrays.
+    pub fn len(&self) -> usize {
+        self.arrays.len()
+    }
+    /// No arrays.
+    pub fn is_empty(&self) -> bool {
+        self.arrays.is_empty()
+    }
+    /// (name, array) in archive order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.arrays.iter().map(|(n, t)| (n.as_str(), t))
+    }
+    /// The (name, array) pairs, in archive order.
+    pub fn into_vec(self) -> Vec<(String, Tensor)> {
+        self.arrays
+    }
+}
+
+impl IntoIterator for NpzFile {
+    type Item = (String, Tensor);
+    type IntoIter = std::vec::IntoIter<(String, Tensor)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.arrays.into_iter()
+    }
+}
+
+/// `numpy.load` of an `.npz` archive: its arrays by name (named without `.npy`), in archive
+/// order. A corrupt archive or member is an error naming the file and member. Sizes in the
+/// archive are claims: memory grows with the bytes a member really holds, and a member larger
+/// than [`NPZ_MEMBER_LIMIT`] is an error.
+pub fn load_npz(path: impl AsRef<Path>) -> Result<NpzFile> {
     load_npz_with_limit(path, NPZ_MEMBER_LIMIT)
 }
 
 /// [`load_npz`] refusing members that decompress to more than `max_member_bytes`.
-pub fn load_npz_with_limit(
-    path: impl AsRef<Path>,
-    max_member_bytes: u64,
-) -> Result<Vec<(String, Tensor)>> {
+pub fn load_npz_with_limit(path: impl AsRef<Path>, max_member_bytes: u64) -> Result<NpzFile> {
     let path = path.as_ref();
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, &e))?;
     let what = path.display().to_string();
@@ -112,5 +177,5 @@ pub fn load_npz_with_limit(
         let t = npy::parse(&bytes).map_err(|m| Error::format(format!("{what}: {name}"), m))?;
         out.push((name.strip_suffix(".npy").unwrap_or(&name).to_string(), t));
     }
-    Ok(out)
+    Ok(NpzFile { arrays: out })
 }

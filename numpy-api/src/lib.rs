@@ -64,7 +64,7 @@ pub use dtypes::{
 pub use indexing::{getitem, step, Index, ELLIPSIS, NEWAXIS};
 pub use interop::{from_dmatrix, from_ndarray, to_dmatrix, to_ndarray};
 pub use io::{
-    load, load_npz, load_npz_with_limit, save, savez, savez_compressed, NPZ_MEMBER_LIMIT,
+    load, load_npz, load_npz_with_limit, save, savez, savez_compressed, NpzFile, NPZ_MEMBER_LIMIT,
 };
 pub use logic::*;
 pub use math::*;

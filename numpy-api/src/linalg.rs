@@ -15,7 +15,7 @@
 //! let x = np::linalg::solve(&a, [1.0, 2.0])?;
 //! assert!(np::allclose(np::dot(&a, &x)?, [1.0, 2.0], 1e-12, 1e-12, false)?);
 //! assert!((np::linalg::det(&a)?.item::<f64>()? - 10.0).abs() < 1e-12);
-//! let n = np::linalg::norm([3.0, 4.0], np::linalg::NormOrd::Default, None, false)?;
+//! let n = np::linalg::norm([3.0, 4.0])?;
 //! assert_eq!(n.item::<f64>()?, 5.0);
 //! # Ok::<(), np::Error>(())
 //! ```
@@ -497,17 +497,27 @@ impl From<f64> for NormOrd {
     }
 }
 
+/// `numpy.linalg.norm(x)`: the 2-norm of the flattened array (Frobenius for a matrix);
+/// [`norm_with`] takes `ord`, `axis` and `keepdims`.
+pub fn norm(x: impl ArrayLike) -> Result<Tensor> {
+    norm_with(x, NormOrd::Default, None, false)
+}
+
+/// `numpy.linalg.norm(x, ord=None, axis=None, keepdims=False)`: vector norms over one axis,
+/// matrix norms over two (`axis`: `None`, `i` or `[i, j]`). Norms without singular values
+/// are tensor ops (differentiable, on any device).
 // guards on `p` read as the NumPy docs' table (inf, -inf, 0, 1, 2, other p)
 #[allow(clippy::redundant_guards)]
-/// `numpy.linalg.norm(x, ord=None, axis=None, keepdims=False)`: vector norms over one axis,
-/// matrix norms over two (`axis`: `None`, `[i]` or `[i, j]`). Norms without singular values
-/// are tensor ops (differentiable, on any device).
-pub fn norm(
+pub fn norm_with(
     x: impl ArrayLike,
     ord: NormOrd,
-    axis: Option<&[isize]>,
+    axis: impl Into<ferroflow_tensor::Axes>,
     keepdims: bool,
 ) -> Result<Tensor> {
+    let axis: Option<Vec<isize>> = match axis.into() {
+        ferroflow_tensor::Axes::All => None,
+        ferroflow_tensor::Axes::List(v) => Some(v),
+    };
     let x = arr(x)?;
     let x = x.cast(out_dtype(x.dtype()))?;
     let axes: Vec<usize> = match axis {
@@ -525,7 +535,7 @@ pub fn norm(
             }
             (0..x.rank()).collect()
         }
-        Some(a) => crate::util::norm_axes("norm", a, x.rank())?,
+        Some(a) => crate::util::norm_axes("norm", &a, x.rank())?,
     };
     let ax: Vec<isize> = axes.iter().map(|a| *a as isize).collect();
     match axes.len() {

@@ -122,9 +122,24 @@ pub fn isneginf(a: impl ArrayLike) -> Result<Tensor> {
     isinf(&a)?.logical_and(&less(&a, 0)?)
 }
 
-/// `numpy.isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False)`:
-/// `|a - b| <= atol + rtol·|b|`, infinities equal only to themselves.
-pub fn isclose(
+/// `numpy.isclose(a, b)` with NumPy's defaults (`rtol=1e-05, atol=1e-08, equal_nan=False`);
+/// [`isclose_with`] takes them.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_numpy as np;
+/// let close = np::isclose(np::asarray([1.0, 2.0])?, np::asarray([1.0 + 1e-9, 2.1])?)?;
+/// assert_eq!(close.to_vec::<bool>()?, vec![true, false]);
+/// assert!(np::allclose([1.0, 2.0], [1.0, 2.0])?);
+/// # Ok::<(), np::Error>(())
+/// ```
+pub fn isclose(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
+    isclose_with(a, b, 1e-5, 1e-8, false)
+}
+
+/// `numpy.isclose(a, b, rtol, atol, equal_nan)`: `|a - b| <= atol + rtol·|b|`, infinities
+/// equal only to themselves.
+pub fn isclose_with(
     a: impl ArrayLike,
     b: impl ArrayLike,
     rtol: f64,
@@ -153,15 +168,20 @@ pub fn isclose(
         Ok(close)
     }
 }
-/// `numpy.allclose`: whether [`isclose`] holds everywhere.
-pub fn allclose(
+/// `numpy.allclose(a, b)` with NumPy's defaults; [`allclose_with`] takes them.
+pub fn allclose(a: impl ArrayLike, b: impl ArrayLike) -> Result<bool> {
+    allclose_with(a, b, 1e-5, 1e-8, false)
+}
+
+/// `numpy.allclose(a, b, rtol, atol, equal_nan)`: whether [`isclose_with`] holds everywhere.
+pub fn allclose_with(
     a: impl ArrayLike,
     b: impl ArrayLike,
     rtol: f64,
     atol: f64,
     equal_nan: bool,
 ) -> Result<bool> {
-    isclose(a, b, rtol, atol, equal_nan)?
+    isclose_with(a, b, rtol, atol, equal_nan)?
         .reduce_all(ferroflow_tensor::Axes::All, false)?
         .item::<bool>()
 }

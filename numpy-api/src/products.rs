@@ -320,9 +320,15 @@ pub fn cross(a: impl ArrayLike, b: impl ArrayLike, axis: impl Into<Axes>) -> Res
     crate::shape::moveaxis(&out, [-1], [axis])
 }
 
+/// `numpy.diagonal(a)`: the main diagonal of the first two axes; [`diagonal_with`] takes
+/// `offset`, `axis1` and `axis2`.
+pub fn diagonal(a: impl ArrayLike) -> Result<Tensor> {
+    diagonal_with(a, 0, 0, 1)
+}
+
 /// `numpy.diagonal(a, offset=0, axis1=0, axis2=1)`: the diagonal of the (axis1, axis2)
 /// planes, as the last axis of the result.
-pub fn diagonal(
+pub fn diagonal_with(
     a: impl ArrayLike,
     offset: isize,
     axis1: impl Into<Axes>,
@@ -369,8 +375,21 @@ pub fn diagonal(
     t.reshape(&flat)?.gather(&i64_tensor(idx, &[len], &a)?, -1)
 }
 
+/// `numpy.trace(a)`: the sum of the main diagonal of the first two axes; [`trace_with`]
+/// takes `offset`, `axis1` and `axis2`.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_numpy as np;
+/// assert_eq!(np::trace(np::eye(3, None, 0, None)?)?.item::<f64>()?, 3.0);
+/// # Ok::<(), np::Error>(())
+/// ```
+pub fn trace(a: impl ArrayLike) -> Result<Tensor> {
+    trace_with(a, 0, 0, 1)
+}
+
 /// `numpy.trace(a, offset=0, axis1=0, axis2=1)`: sums of diagonals.
-pub fn trace(
+pub fn trace_with(
     a: impl ArrayLike,
     offset: isize,
     axis1: impl Into<Axes>,
@@ -378,7 +397,7 @@ pub fn trace(
 ) -> Result<Tensor> {
     let axis1 = required_axis("trace", axis1.into())?;
     let axis2 = required_axis("trace", axis2.into())?;
-    let d = diagonal(a, offset, axis1, axis2)?;
+    let d = diagonal_with(a, offset, axis1, axis2)?;
     crate::reductions::sum(&d, Some(-1), false)
 }
 
@@ -417,7 +436,7 @@ fn dedupe(mut term: Term) -> Result<Term> {
         });
         let Some((i, j)) = dup else { return Ok(term) };
         let l = term.labels[i];
-        term.t = diagonal(&term.t, 0, i as isize, j as isize)?;
+        term.t = diagonal_with(&term.t, 0, i as isize, j as isize)?;
         term.labels.remove(j);
         term.labels.remove(i);
         term.labels.push(l);

@@ -904,7 +904,7 @@ pub fn corrcoef(x: impl ArrayLike, rowvar: bool) -> Result<Tensor> {
     if c.rank() == 0 {
         return c.div(&c);
     }
-    let d = crate::products::diagonal(&c, 0, 0, 1)?.sqrt()?;
+    let d = crate::products::diagonal(&c)?.sqrt()?;
     let r = c.div(&d.reshape(&[-1, 1])?)?.div(&d.reshape(&[1, -1])?)?;
     r.clip_scalar(-1.0, 1.0)
 }

@@ -85,12 +85,12 @@ fn linalg_under_a_tape_says_it_has_no_gradient() {
     // norm is tensor ops: differentiable
     let tape = GradientTape::new();
     tape.watch(&a);
-    let n = np::linalg::norm(&a, np::linalg::NormOrd::Fro, None, false).unwrap();
+    let n = np::linalg::norm_with(&a, np::linalg::NormOrd::Fro, None, false).unwrap();
     let g = tape.gradient(&n, &[Source::from(&a)]).unwrap()[0]
         .clone()
         .unwrap();
     let want = np::true_divide(&a, &n).unwrap();
-    assert!(np::allclose(&g, &want, 1e-12, 1e-12, false).unwrap());
+    assert!(np::allclose_with(&g, &want, 1e-12, 1e-12, false).unwrap());
 }
 
 #[test]

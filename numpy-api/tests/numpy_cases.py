@@ -280,11 +280,11 @@ for name in ["isfinite", "isinf", "isnan", "isposinf", "isneginf"]:
 x = rnd((3, 4))
 y = x + rng.normal(0, 1e-6, size=x.shape)
 y[0, 0] = x[0, 0] + 1.0
-case("isclose", [x, y, 1e-5, 1e-8, False], np.isclose)
-case("isclose", [special, special, 1e-5, 1e-8, True], np.isclose)
-case("isclose", [special, special, 1e-5, 1e-8, False], np.isclose)
-case("allclose", [x, y, 1e-5, 1e-8, False], np.allclose)
-case("allclose", [x, x + 1e-9, 1e-5, 1e-8, False], np.allclose)
+case("isclose_with", [x, y, 1e-5, 1e-8, False], np.isclose)
+case("isclose_with", [special, special, 1e-5, 1e-8, True], np.isclose)
+case("isclose_with", [special, special, 1e-5, 1e-8, False], np.isclose)
+case("allclose_with", [x, y, 1e-5, 1e-8, False], np.allclose)
+case("allclose_with", [x, x + 1e-9, 1e-5, 1e-8, False], np.allclose)
 case("array_equal", [x, x.copy()], np.array_equal)
 case("array_equal", [x, y], np.array_equal)
 case("array_equal", [x, x[:2]], np.array_equal)
@@ -528,8 +528,8 @@ for sa, sb in [((3,), (3,)), ((4, 3), (3,)), ((2,), (2,)), ((5, 2), (5, 3)), ((3
     case("cross", [rnd(sa), rnd(sb), -1], lambda a, b, ax: np.cross(a, b, axis=ax))
 case("cross", [rnd((3, 4)), rnd((3, 4)), 0], lambda a, b, ax: np.cross(a, b, axis=ax))
 for off, a1, a2 in [(0, 0, 1), (1, 0, 1), (-1, 1, 2), (0, 2, 0)]:
-    case("trace", [rnd((3, 4, 5)), off, a1, a2], np.trace)
-    case("diagonal", [rnd((3, 4, 5)), off, a1, a2], np.diagonal)
+    case("trace_with", [rnd((3, 4, 5)), off, a1, a2], np.trace)
+    case("diagonal_with", [rnd((3, 4, 5)), off, a1, a2], np.diagonal)
 
 # ---------------------------------------------------------------- sorting and searching
 for x in [rnd((3, 5)), np.array([3.0, np.nan, 1.0, 2.0, np.nan, -1.0]), rnd((6,), np.int32, -3, 3)]:
@@ -608,9 +608,9 @@ v = rnd((3, 4))
 for ordv, ax in [(None, None), (None, Ints(1)), (1.0, Ints(0)), (math.inf, Ints(1)), (-math.inf, Ints(1)),
                  (0.0, Ints(1)), (3.0, Ints(0)), ("fro", None), ("nuc", None), (1.0, None), (-1.0, None),
                  (math.inf, None), (-math.inf, None), (2.0, None), (-2.0, None), (2.0, Ints(1, 0))]:
-    case("linalg.norm", [v, ordv, ax, False], lambda x, o, ax, k: np.linalg.norm(x, ord=o, axis=ax, keepdims=k))
-case("linalg.norm", [rnd((5,)), None, None, True], lambda x, o, ax, k: np.linalg.norm(x, ord=o, axis=ax, keepdims=k))
-case("linalg.norm", [rnd((2, 3, 4)), "fro", Ints(2, 0), True], lambda x, o, ax, k: np.linalg.norm(x, ord=o, axis=ax, keepdims=k))
+    case("linalg.norm_with", [v, ordv, ax, False], lambda x, o, ax, k: np.linalg.norm(x, ord=o, axis=ax, keepdims=k))
+case("linalg.norm_with", [rnd((5,)), None, None, True], lambda x, o, ax, k: np.linalg.norm(x, ord=o, axis=ax, keepdims=k))
+case("linalg.norm_with", [rnd((2, 3, 4)), "fro", Ints(2, 0), True], lambda x, o, ax, k: np.linalg.norm(x, ord=o, axis=ax, keepdims=k))
 for n in [0, 1, 3, 6, -2]:
     case("linalg.matrix_power", [rnd((3, 3)) + 2 * np.eye(3), n], np.linalg.matrix_power)
 case("linalg.matrix_power", [rnd((2, 3, 3)), 2], np.linalg.matrix_power)
@@ -767,6 +767,18 @@ case("multiply", [np.array([60000], np.uint16), np.array([3], np.uint16)], np.mu
 case("add", [np.array([1, 2], np.uint16), 60000], np.add)
 case("add", [np.array([1, 2], np.int16), -30000], np.add)
 case("true_divide", [rnd((3,), np.int8, 1, 9), rnd((3,), np.uint8, 1, 9)], np.true_divide)
+
+# ---------------------------------------------------------------- NumPy's defaults, no keywords
+xs, ys = rnd((3, 4)), rnd((3, 4))
+case("isclose", [xs, xs + 1e-9], np.isclose)
+case("isclose", [xs, ys], np.isclose)
+case("allclose", [xs, xs * (1 + 1e-7)], np.allclose)
+case("allclose", [xs, ys], np.allclose)
+case("trace", [rnd((4, 4))], np.trace)
+case("trace", [rnd((3, 4, 2))], np.trace)
+case("diagonal", [rnd((3, 5))], np.diagonal)
+case("linalg.norm", [rnd((3, 4))], np.linalg.norm)
+case("linalg.norm", [rnd((2, 3, 2))], np.linalg.norm)
 
 with open(os.path.join(OUT, "cases.json"), "w") as fh:
     json.dump({"numpy": np.__version__, "cases": cases}, fh, allow_nan=False)

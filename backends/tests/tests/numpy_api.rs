@@ -32,7 +32,7 @@ fn program() -> Result<Vec<Tensor>> {
         np::eye(3, None, 0, None)?,
     )?;
     let inv = np::linalg::inv(&sq)?;
-    let n = np::linalg::norm(&x, np::linalg::NormOrd::Fro, None, false)?;
+    let n = np::linalg::norm_with(&x, np::linalg::NormOrd::Fro, None, false)?;
     Ok(vec![
         x, e, s, m, mm, es, sorted, order, picked, masked, sliced, clipped, w, c, am, inv, n,
     ])
