@@ -173,7 +173,7 @@ fn main() -> Result<(), ferroflow::Error> {
     let path = std::env::temp_dir().join("ferroflow-numpy-example.npz");
     np::savez_compressed(&path, &[("x", &x), ("grad", &grad)])?;
     let back = np::load_npz(&path)?;
-    check("npz", np::array_equal(&back.array("x")?, &x)?)?;
+    check("npz", np::array_equal(back.array("x")?, &x)?)?;
     let nd: ferroflow::numpy::ndarray::ArrayD<i64> = np::to_ndarray(&x)?;
     check("ndarray", nd[[2, 3]] == 11)?;
 

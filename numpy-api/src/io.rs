@@ -11,8 +11,8 @@
 //! let path = dir.join("ferroflow-doc.npz");
 //! np::savez(&path, &[("a", &a), ("b", &b)])?;
 //! let back = np::load_npz(&path)?;
-//! assert_eq!(back[0].0, "a");
-//! assert_eq!(back[1].1.to_vec::<f32>()?, vec![1.0; 4]);
+//! assert_eq!(back.files(), vec!["a", "b"]);
+//! assert_eq!(back.array("b")?.to_vec::<f32>()?, vec![1.0; 4]);
 //! # Ok::<(), np::Error>(())
 //! ```
 

@@ -33,7 +33,7 @@
 //! // d/dw Σ σ(xw) = xᵀ σ'(xw)
 //! let s = np::true_divide(1.0, np::add(1.0, np::exp(np::negative(&z)?)?)?)?;
 //! let ds = np::multiply(&s, np::subtract(1.0, &s)?)?;
-//! assert!(np::allclose(&g, np::dot(np::transpose(&x, None)?, &ds)?, 1e-6, 1e-6, false)?);
+//! assert!(np::allclose_with(&g, np::dot(np::transpose(&x, None)?, &ds)?, 1e-6, 1e-6, false)?);
 //! # Ok::<(), np::Error>(())
 //! ```
 

@@ -13,7 +13,7 @@
 //! ferroflow::init();
 //! let a = np::asarray([[4.0, 1.0], [2.0, 3.0]])?;
 //! let x = np::linalg::solve(&a, [1.0, 2.0])?;
-//! assert!(np::allclose(np::dot(&a, &x)?, [1.0, 2.0], 1e-12, 1e-12, false)?);
+//! assert!(np::allclose_with(np::dot(&a, &x)?, [1.0, 2.0], 1e-12, 1e-12, false)?);
 //! assert!((np::linalg::det(&a)?.item::<f64>()? - 10.0).abs() < 1e-12);
 //! let n = np::linalg::norm([3.0, 4.0])?;
 //! assert_eq!(n.item::<f64>()?, 5.0);

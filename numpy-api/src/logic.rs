@@ -8,7 +8,7 @@
 //! let a = np::asarray([1.0, 2.0, f64::NAN])?;
 //! assert_eq!(np::less(&a, 2)?.to_vec::<bool>()?, vec![true, false, false]);
 //! assert_eq!(np::isnan(&a)?.to_vec::<bool>()?, vec![false, false, true]);
-//! assert!(np::allclose(&a, &a, 1e-5, 1e-8, true)?);
+//! assert!(np::allclose_with(&a, &a, 1e-5, 1e-8, true)?);
 //! # Ok::<(), np::Error>(())
 //! ```
 

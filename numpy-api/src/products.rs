@@ -10,7 +10,7 @@
 //! assert_eq!(np::dot(&a, &v)?.to_vec::<f64>()?, vec![3.0, 7.0]);
 //! let t = np::einsum("ij,j->i", &[&a, &v])?;
 //! assert_eq!(t.to_vec::<f64>()?, vec![3.0, 7.0]);
-//! assert_eq!(np::trace(&a, 0, 0, 1)?.item::<f64>()?, 5.0);
+//! assert_eq!(np::trace(&a)?.item::<f64>()?, 5.0);
 //! # Ok::<(), np::Error>(())
 //! ```
 
