@@ -28,7 +28,7 @@ pub(crate) fn padding_from(c: &Value, class: &str) -> Result<Padding> {
     }
 }
 
-fn check_channels_last(c: &Value, class: &str) -> Result<()> {
+pub(crate) fn check_channels_last(c: &Value, class: &str) -> Result<()> {
     match c.get("data_format").and_then(Value::as_str) {
         None | Some("channels_last") => Ok(()),
         Some(f) => Err(Error::format(
@@ -274,8 +274,10 @@ pool_layer!(
     "`tf.keras.layers.AveragePooling2D` over NHWC input (padding excluded from the mean)."
 );
 
+/// A global pooling layer: `$method` over the `$axes` of a rank-`$rank` input (`$layout`
+/// names it in errors), with Keras' `keepdims`. The 1-D, 2-D and 3-D layers are all this.
 macro_rules! global_pool_layer {
-    ($name:ident, $class:literal, $prefix:literal, $method:ident, $doc:literal) => {
+    ($name:ident, $class:literal, $prefix:literal, $method:ident, $rank:literal, $axes:expr, $layout:literal, $doc:literal) => {
         #[doc = $doc]
         pub struct $name {
             base: LayerBase,
@@ -291,9 +293,9 @@ macro_rules! global_pool_layer {
                     keepdims: false,
                 }
             }
-            /// Rebuilds from [`Layer::get_config`].
+            /// Rebuilds from [`Layer::get_config`] (or Keras' own config).
             pub fn from_config(c: &Value) -> Result<$name> {
-                check_channels_last(c, $class)?;
+                $crate::layers::conv::check_channels_last(c, $class)?;
                 let mut l = $name::new();
                 l.keepdims = c["keepdims"].as_bool().unwrap_or(false);
                 Ok(l)
@@ -311,13 +313,19 @@ macro_rules! global_pool_layer {
             fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
                 expect_inputs(self, inputs, 1)?;
                 let x = &inputs[0];
-                if x.rank() != 4 {
+                if x.rank() != $rank {
                     return Err(Error::invalid(
                         $class,
-                        format!("expects NHWC input (rank 4), got shape {:?}", x.shape()),
+                        format!(
+                            "expects {} input (rank {}), got shape {:?}",
+                            $layout,
+                            $rank,
+                            x.shape()
+                        ),
                     ));
                 }
-                Ok(vec![x.$method(Axes::from(&[1isize, 2][..]), self.keepdims)?])
+                let axes: &[isize] = &$axes;
+                Ok(vec![x.$method(Axes::from(axes), self.keepdims)?])
             }
             fn get_config(&self) -> Value {
                 json!({ "data_format": "channels_last", "keepdims": self.keepdims })
@@ -325,12 +333,16 @@ macro_rules! global_pool_layer {
         }
     };
 }
+pub(crate) use global_pool_layer;
 
 global_pool_layer!(
     GlobalAveragePooling2D,
     "GlobalAveragePooling2D",
     "global_average_pooling2d",
     reduce_mean,
+    4,
+    [1, 2],
+    "NHWC",
     "`tf.keras.layers.GlobalAveragePooling2D`: the mean over height and width."
 );
 global_pool_layer!(
@@ -338,6 +350,9 @@ global_pool_layer!(
     "GlobalMaxPooling2D",
     "global_max_pooling2d",
     reduce_max,
+    4,
+    [1, 2],
+    "NHWC",
     "`tf.keras.layers.GlobalMaxPooling2D`: the maximum over height and width."
 );
 
@@ -454,63 +469,23 @@ pool1d_layer!(
     "`tf.keras.layers.AveragePooling1D` over `[batch, steps, channels]` (padding excluded from the mean)."
 );
 
-macro_rules! global_pool1d_layer {
-    ($name:ident, $class:literal, $prefix:literal, $method:ident, $doc:literal) => {
-        #[doc = $doc]
-        pub struct $name {
-            base: LayerBase,
-            /// Keep the steps axis as size 1.
-            pub keepdims: bool,
-        }
-
-        impl $name {
-            /// The layer (`keepdims` false).
-            pub fn new() -> $name {
-                $name {
-                    base: LayerBase::new($prefix, None),
-                    keepdims: false,
-                }
-            }
-            /// Rebuilds from [`Layer::get_config`] (or Keras' own config).
-            pub fn from_config(c: &Value) -> Result<$name> {
-                check_channels_last(c, $class)?;
-                let mut l = $name::new();
-                l.keepdims = c["keepdims"].as_bool().unwrap_or(false);
-                Ok(l)
-            }
-        }
-
-        impl Default for $name {
-            fn default() -> Self {
-                $name::new()
-            }
-        }
-
-        impl Layer for $name {
-            layer_base!($class);
-            fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
-                expect_inputs(self, inputs, 1)?;
-                let x = nwc($class, inputs)?;
-                Ok(vec![x.$method(Axes::from(1), self.keepdims)?])
-            }
-            fn get_config(&self) -> Value {
-                json!({ "data_format": "channels_last", "keepdims": self.keepdims })
-            }
-        }
-    };
-}
-
-global_pool1d_layer!(
+global_pool_layer!(
     GlobalAveragePooling1D,
     "GlobalAveragePooling1D",
     "global_average_pooling1d",
     reduce_mean,
+    3,
+    [1],
+    "[batch, steps, channels]",
     "`tf.keras.layers.GlobalAveragePooling1D`: the mean over the steps."
 );
-global_pool1d_layer!(
+global_pool_layer!(
     GlobalMaxPooling1D,
     "GlobalMaxPooling1D",
     "global_max_pooling1d",
     reduce_max,
+    3,
+    [1],
+    "[batch, steps, channels]",
     "`tf.keras.layers.GlobalMaxPooling1D`: the maximum over the steps."
 );

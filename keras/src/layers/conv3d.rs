@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::activations::Activation as Act;
 use crate::initializers::Initializer;
 use crate::layer::{cfg, cfg_usize, Layer, LayerBase};
-use crate::layers::conv::{padding_from, padding_name};
+use crate::layers::conv::{check_channels_last, global_pool_layer, padding_from, padding_name};
 use crate::layers::core::layer_base;
 use crate::layers::{add_kernel_and_bias, bias_and_activation, built_weight, expect_inputs};
 
@@ -29,16 +29,6 @@ fn cfg_triple(c: &Value, class: &str, key: &str) -> Result<[usize; 3]> {
         _ => Err(Error::format(
             format!("{class} config"),
             format!("{key:?} must be an integer or three integers, got {v}"),
-        )),
-    }
-}
-
-fn check_channels_last(c: &Value, class: &str) -> Result<()> {
-    match c.get("data_format").and_then(Value::as_str) {
-        None | Some("channels_last") => Ok(()),
-        Some(f) => Err(Error::format(
-            format!("{class} config"),
-            format!("data_format {f:?} is not supported; ferroflow layers are channels_last"),
         )),
     }
 }
@@ -399,64 +389,23 @@ pool3d_layer!(
     "`tf.keras.layers.AveragePooling3D` over NDHWC input (padding excluded from the mean)."
 );
 
-macro_rules! global_pool3d_layer {
-    ($name:ident, $class:literal, $prefix:literal, $method:ident, $doc:literal) => {
-        #[doc = $doc]
-        pub struct $name {
-            base: LayerBase,
-            /// Keep the pooled axes as size 1.
-            pub keepdims: bool,
-        }
-
-        impl $name {
-            /// The layer (`keepdims` false).
-            pub fn new() -> $name {
-                $name {
-                    base: LayerBase::new($prefix, None),
-                    keepdims: false,
-                }
-            }
-            /// Rebuilds from [`Layer::get_config`] (or Keras' own config).
-            pub fn from_config(c: &Value) -> Result<$name> {
-                check_channels_last(c, $class)?;
-                let mut l = $name::new();
-                l.keepdims = c["keepdims"].as_bool().unwrap_or(false);
-                Ok(l)
-            }
-        }
-
-        impl Default for $name {
-            fn default() -> Self {
-                $name::new()
-            }
-        }
-
-        impl Layer for $name {
-            layer_base!($class);
-            fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
-                expect_inputs(self, inputs, 1)?;
-                let x = &inputs[0];
-                ndhwc($class, x)?;
-                Ok(vec![x.$method(Axes::from(&[1isize, 2, 3][..]), self.keepdims)?])
-            }
-            fn get_config(&self) -> Value {
-                json!({ "data_format": "channels_last", "keepdims": self.keepdims })
-            }
-        }
-    };
-}
-
-global_pool3d_layer!(
+global_pool_layer!(
     GlobalAveragePooling3D,
     "GlobalAveragePooling3D",
     "global_average_pooling3d",
     reduce_mean,
+    5,
+    [1, 2, 3],
+    "NDHWC",
     "`tf.keras.layers.GlobalAveragePooling3D`: the mean over depth, height and width."
 );
-global_pool3d_layer!(
+global_pool_layer!(
     GlobalMaxPooling3D,
     "GlobalMaxPooling3D",
     "global_max_pooling3d",
     reduce_max,
+    5,
+    [1, 2, 3],
+    "NDHWC",
     "`tf.keras.layers.GlobalMaxPooling3D`: the maximum over depth, height and width."
 );

@@ -6,6 +6,7 @@ use ferroflow_tensor::{DType, Error, Result, Tensor};
 use serde_json::{json, Value};
 
 use crate::layer::{cfg, cfg_pair, cfg_usize, Layer, LayerBase};
+use crate::layers::conv::check_channels_last;
 use crate::layers::core::layer_base;
 use crate::layers::expect_inputs;
 
@@ -51,16 +52,6 @@ fn pairs_from(v: &Value, class: &str, key: &str) -> Result<[(usize, usize); 2]> 
         }
     };
     Ok([axis(&a[0])?, axis(&a[1])?])
-}
-
-fn check_channels_last(c: &Value, class: &str) -> Result<()> {
-    match c.get("data_format").and_then(Value::as_str) {
-        None | Some("channels_last") => Ok(()),
-        Some(f) => Err(Error::format(
-            format!("{class} config"),
-            format!("data_format {f:?} is not supported; ferroflow layers are channels_last"),
-        )),
-    }
 }
 
 /// `tf.keras.layers.ZeroPadding2D`: zeros around height and width.
