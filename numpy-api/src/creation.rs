@@ -6,7 +6,7 @@
 //! ```
 //! use ferroflow_numpy as np;
 //! ferroflow::init();
-//! let x = np::linspace(0.0, 1.0, 5, true, None)?;
+//! let x = np::linspace(0.0, 1.0, 5)?;
 //! assert_eq!(x.to_vec::<f64>()?, vec![0.0, 0.25, 0.5, 0.75, 1.0]);
 //! let i = np::arange(0, 6, 2, None)?;
 //! assert_eq!((i.dtype(), i.to_vec::<i64>()?), (np::DType::I64, vec![0, 2, 4]));
@@ -186,70 +186,171 @@ pub(crate) fn linspace_f64(start: f64, stop: f64, num: usize, endpoint: bool) ->
     v
 }
 
+/// Endpoints as array-likes (Rust numbers, 0-d or n-d tensors), broadcast together on the
+/// host (exact float64, on any device): their values and the broadcast shape.
+fn endpoints(
+    op: &'static str,
+    start: impl ArrayLike,
+    stop: impl ArrayLike,
+) -> Result<(Vec<f64>, Vec<f64>, Vec<usize>)> {
+    let host = |x: Value| -> Result<(Vec<f64>, Vec<usize>)> {
+        Ok(match x {
+            Value::Scalar(Scalar::Float(v, _)) => (vec![v], vec![]),
+            Value::Scalar(Scalar::Int(v, _)) => (vec![v as f64], vec![]),
+            Value::Scalar(Scalar::Bool(v)) => (vec![v as u8 as f64], vec![]),
+            Value::Array(t) => (t.to_host()?.to_f64_vec(), t.shape().to_vec()),
+        })
+    };
+    let (a, sa) = host(start.to_value()?)?;
+    let (b, sb) = host(stop.to_value()?)?;
+    let shape = crate::util::broadcast_shape(op, &[&sa, &sb])?;
+    let spread = |v: &[f64], s: &[usize]| -> Vec<f64> {
+        let n: usize = shape.iter().product();
+        (0..n)
+            .map(|mut flat| {
+                // The source element of output element `flat` (size-1 axes repeat).
+                let (mut src, mut stride) = (0usize, 1usize);
+                for (axis, &dim) in shape.iter().enumerate().rev() {
+                    let i = flat % dim;
+                    flat /= dim;
+                    let offset = shape.len() - s.len();
+                    if axis >= offset {
+                        let d = s[axis - offset];
+                        src += if d == 1 { 0 } else { i } * stride;
+                        stride *= d;
+                    }
+                }
+                v[src]
+            })
+            .collect()
+    };
+    Ok((spread(&a, &sa), spread(&b, &sb), shape))
+}
+
+/// `num` samples per pair of endpoints, `f(start, stop)` giving one pair's, laid out as
+/// NumPy does: the samples along a new first axis, the endpoints' shape after it.
+fn sampled(
+    starts: &[f64],
+    stops: &[f64],
+    shape: &[usize],
+    num: usize,
+    dtype: DType,
+    f: impl Fn(f64, f64) -> Result<Vec<f64>>,
+) -> Result<Tensor> {
+    let m = starts.len();
+    let mut out = vec![0.0; num * m];
+    for (j, (&a, &b)) in starts.iter().zip(stops).enumerate() {
+        for (i, v) in f(a, b)?.into_iter().enumerate() {
+            out[i * m + j] = v;
+        }
+    }
+    let mut full = vec![num];
+    full.extend_from_slice(shape);
+    host_array(&out, &full, dtype)
+}
+
+/// `numpy.linspace(start, stop, num)`: `num` evenly spaced values from `start` to `stop`
+/// included, in the default float dtype; the endpoints may be arrays (the samples then run
+/// along a new first axis). [`linspace_with`] takes `endpoint` and `dtype`.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_numpy as np;
+/// assert_eq!(np::linspace(0.0, 1.0, 5)?.to_vec::<f64>()?, vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+/// let ends = np::linspace(np::asarray([0.0, 10.0])?, 1.0, 3)?;
+/// assert_eq!(ends.shape(), &[3, 2]);
+/// # Ok::<(), np::Error>(())
+/// ```
+pub fn linspace(start: impl ArrayLike, stop: impl ArrayLike, num: usize) -> Result<Tensor> {
+    linspace_with(start, stop, num, true, None)
+}
+
 /// `numpy.linspace(start, stop, num=50, endpoint=True, dtype=None)`: evenly spaced values
 /// (default float dtype).
-pub fn linspace(
-    start: f64,
-    stop: f64,
+pub fn linspace_with(
+    start: impl ArrayLike,
+    stop: impl ArrayLike,
     num: usize,
     endpoint: bool,
     dtype: impl Into<Option<DType>>,
 ) -> Result<Tensor> {
-    let v = linspace_f64(start, stop, num, endpoint);
-    host_array(&v, &[num], dtype_or(dtype, default_float()))
+    let (a, b, shape) = endpoints("linspace", start, stop)?;
+    let dtype = dtype_or(dtype, default_float());
+    sampled(&a, &b, &shape, num, dtype, |a, b| {
+        Ok(linspace_f64(a, b, num, endpoint))
+    })
+}
+
+/// `numpy.logspace(start, stop, num)`: `10 ** linspace(start, stop, num)`;
+/// [`logspace_with`] takes `endpoint`, `base` and `dtype`.
+pub fn logspace(start: impl ArrayLike, stop: impl ArrayLike, num: usize) -> Result<Tensor> {
+    logspace_with(start, stop, num, true, 10.0, None)
 }
 
 /// `numpy.logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None)`:
 /// `base ** linspace(start, stop)`.
-pub fn logspace(
-    start: f64,
-    stop: f64,
+pub fn logspace_with(
+    start: impl ArrayLike,
+    stop: impl ArrayLike,
     num: usize,
     endpoint: bool,
     base: f64,
     dtype: impl Into<Option<DType>>,
 ) -> Result<Tensor> {
-    let v: Vec<f64> = linspace_f64(start, stop, num, endpoint)
-        .into_iter()
-        .map(|e| base.powf(e))
-        .collect();
-    host_array(&v, &[num], dtype_or(dtype, default_float()))
+    let (a, b, shape) = endpoints("logspace", start, stop)?;
+    let dtype = dtype_or(dtype, default_float());
+    sampled(&a, &b, &shape, num, dtype, |a, b| {
+        Ok(linspace_f64(a, b, num, endpoint)
+            .into_iter()
+            .map(|e| base.powf(e))
+            .collect())
+    })
+}
+
+/// `numpy.geomspace(start, stop, num)`: a geometric sequence with the exact endpoints;
+/// [`geomspace_with`] takes `endpoint` and `dtype`.
+pub fn geomspace(start: impl ArrayLike, stop: impl ArrayLike, num: usize) -> Result<Tensor> {
+    geomspace_with(start, stop, num, true, None)
 }
 
 /// `numpy.geomspace(start, stop, num=50, endpoint=True, dtype=None)`: a geometric sequence
 /// with the exact endpoints; both ends must be non-zero and of one sign.
-pub fn geomspace(
-    start: f64,
-    stop: f64,
+pub fn geomspace_with(
+    start: impl ArrayLike,
+    stop: impl ArrayLike,
     num: usize,
     endpoint: bool,
     dtype: impl Into<Option<DType>>,
 ) -> Result<Tensor> {
-    if start == 0.0 || stop == 0.0 {
-        return Err(Error::invalid(
-            "geomspace",
-            "Geometric sequence cannot include zero",
-        ));
-    }
-    let sign = if start < 0.0 && stop < 0.0 { -1.0 } else { 1.0 };
-    if start.signum() != stop.signum() {
-        return Err(Error::invalid(
-            "geomspace",
-            "geomspace of a negative and a positive end needs complex numbers, which ferroflow does not have",
-        ));
-    }
-    let (s, e) = ((start * sign).log10(), (stop * sign).log10());
-    let mut v: Vec<f64> = linspace_f64(s, e, num, endpoint)
-        .into_iter()
-        .map(|x| sign * 10f64.powf(x))
-        .collect();
-    if num > 0 {
-        v[0] = start;
-        if endpoint && num > 1 {
-            v[num - 1] = stop;
+    let (a, b, shape) = endpoints("geomspace", start, stop)?;
+    let dtype = dtype_or(dtype, default_float());
+    sampled(&a, &b, &shape, num, dtype, |start, stop| {
+        if start == 0.0 || stop == 0.0 {
+            return Err(Error::invalid(
+                "geomspace",
+                "Geometric sequence cannot include zero",
+            ));
         }
-    }
-    host_array(&v, &[num], dtype_or(dtype, default_float()))
+        if start.signum() != stop.signum() {
+            return Err(Error::invalid(
+                "geomspace",
+                "geomspace of a negative and a positive end needs complex numbers, which ferroflow does not have",
+            ));
+        }
+        let sign = if start < 0.0 { -1.0 } else { 1.0 };
+        let (s, e) = ((start * sign).log10(), (stop * sign).log10());
+        let mut v: Vec<f64> = linspace_f64(s, e, num, endpoint)
+            .into_iter()
+            .map(|x| sign * 10f64.powf(x))
+            .collect();
+        if num > 0 {
+            v[0] = start;
+            if endpoint && num > 1 {
+                v[num - 1] = stop;
+            }
+        }
+        Ok(v)
+    })
 }
 
 /// `numpy.diag(v, k=0)`: a 1-D `v` becomes a square matrix with `v` on diagonal `k`; a 2-D

@@ -11,7 +11,7 @@ fn prefer_float32_switches_the_default_float() {
     init();
     np::set_prefer_float32(true);
     let a = np::asarray([1.0, 2.0]).unwrap();
-    let l = np::linspace(0.0, 1.0, 3, true, None).unwrap();
+    let l = np::linspace(0.0, 1.0, 3).unwrap();
     let m = np::mean(np::asarray([1i64, 2]).unwrap(), None, false).unwrap();
     let d = np::true_divide(np::asarray([1i64, 2]).unwrap(), 2).unwrap();
     np::set_prefer_float32(false);

@@ -396,12 +396,12 @@ for args in [(0, 10, 3), (2, -5, -2), (0.5, 3.0, 0.25), (0, 1, 0.1)]:
     case("arange", list(args) + [None], lambda a, b, c, d: np.arange(a, b, c))
 case("arange", [0, 5, 0, None], lambda a, b, c, d: np.arange(a, b, c))
 for s, e, n, ep in [(0.0, 1.0, 5, True), (-2.0, 3.0, 7, False), (1.0, 1.0, 3, True), (0.0, 10.0, 1, True)]:
-    case("linspace", [s, e, n, ep, None], lambda s, e, n, ep, d: np.linspace(s, e, n, endpoint=ep))
-case("logspace", [0.0, 3.0, 4, True, 10.0, None], lambda s, e, n, ep, b, d: np.logspace(s, e, n, endpoint=ep, base=b))
-case("logspace", [1.0, 2.0, 5, False, 2.0, None], lambda s, e, n, ep, b, d: np.logspace(s, e, n, endpoint=ep, base=b))
-case("geomspace", [1.0, 1000.0, 4, True, None], lambda s, e, n, ep, d: np.geomspace(s, e, n, endpoint=ep))
-case("geomspace", [-1.0, -16.0, 5, False, None], lambda s, e, n, ep, d: np.geomspace(s, e, n, endpoint=ep))
-case("geomspace", [0.0, 16.0, 5, True, None], lambda s, e, n, ep, d: np.geomspace(s, e, n, endpoint=ep))
+    case("linspace_with", [s, e, n, ep, None], lambda s, e, n, ep, d: np.linspace(s, e, n, endpoint=ep))
+case("logspace_with", [0.0, 3.0, 4, True, 10.0, None], lambda s, e, n, ep, b, d: np.logspace(s, e, n, endpoint=ep, base=b))
+case("logspace_with", [1.0, 2.0, 5, False, 2.0, None], lambda s, e, n, ep, b, d: np.logspace(s, e, n, endpoint=ep, base=b))
+case("geomspace_with", [1.0, 1000.0, 4, True, None], lambda s, e, n, ep, d: np.geomspace(s, e, n, endpoint=ep))
+case("geomspace_with", [-1.0, -16.0, 5, False, None], lambda s, e, n, ep, d: np.geomspace(s, e, n, endpoint=ep))
+case("geomspace_with", [0.0, 16.0, 5, True, None], lambda s, e, n, ep, d: np.geomspace(s, e, n, endpoint=ep))
 for k in [0, 1, -2]:
     case("diag", [rnd((4,)), k], np.diag)
     case("diag", [rnd((3, 5)), k], np.diag)
@@ -779,6 +779,14 @@ case("trace", [rnd((3, 4, 2))], np.trace)
 case("diagonal", [rnd((3, 5))], np.diagonal)
 case("linalg.norm", [rnd((3, 4))], np.linalg.norm)
 case("linalg.norm", [rnd((2, 3, 2))], np.linalg.norm)
+
+# ---------------------------------------------------------------- creation from array-likes
+case("linspace", [0.0, 1.0, 7], np.linspace)
+case("linspace", [np.array(2.0), np.array([0.0, 10.0, -4.0]), 5], np.linspace)
+case("linspace", [rnd((2, 1)), rnd((3,)), 4], np.linspace)
+case("logspace", [0.0, np.array([1.0, 2.0]), 4], np.logspace)
+case("geomspace", [np.array([1.0, -2.0]), np.array([1000.0, -64.0]), 4], np.geomspace)
+case("geomspace", [np.array([-1.0, -2.0]), -8.0, 3], np.geomspace)
 
 with open(os.path.join(OUT, "cases.json"), "w") as fh:
     json.dump({"numpy": np.__version__, "cases": cases}, fh, allow_nan=False)

@@ -322,14 +322,17 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
         )?),
         "identity" => t(np::identity(a.i(0) as usize, a.dtype(1))?),
         "arange" => t(np::arange(a.v(0), a.v(1), a.v(2), a.dtype(3))?),
-        "linspace" => t(np::linspace(
+        "linspace" => t(np::linspace(a.v(0), a.v(1), a.i(2) as usize)?),
+        "logspace" => t(np::logspace(a.v(0), a.v(1), a.i(2) as usize)?),
+        "geomspace" => t(np::geomspace(a.v(0), a.v(1), a.i(2) as usize)?),
+        "linspace_with" => t(np::linspace_with(
             a.f(0),
             a.f(1),
             a.i(2) as usize,
             a.b(3),
             a.dtype(4),
         )?),
-        "logspace" => t(np::logspace(
+        "logspace_with" => t(np::logspace_with(
             a.f(0),
             a.f(1),
             a.i(2) as usize,
@@ -337,7 +340,7 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
             a.f(4),
             a.dtype(5),
         )?),
-        "geomspace" => t(np::geomspace(
+        "geomspace_with" => t(np::geomspace_with(
             a.f(0),
             a.f(1),
             a.i(2) as usize,

@@ -286,6 +286,13 @@ impl Layer for Hashing {
         expect_inputs(self, inputs, 1)?;
         let x = &inputs[0];
         let values = int_values("Hashing", x)?;
+        let least = 1 + self.mask_value.is_some() as usize;
+        if self.num_bins < least {
+            return Err(Error::invalid(
+                "Hashing",
+                format!("num_bins must be at least {least}, got {}", self.num_bins),
+            ));
+        }
         let out = values
             .iter()
             .map(|&v| {
