@@ -79,8 +79,21 @@ pub fn full_like(
     v.broadcast_to(a.shape())?.contiguous()
 }
 
+/// `numpy.eye(N)`: the `N × N` identity in the default float dtype; [`eye_with`] takes `M`,
+/// `k` and `dtype`.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow_numpy as np;
+/// assert_eq!(np::eye(2)?.to_vec::<f64>()?, vec![1.0, 0.0, 0.0, 1.0]);
+/// # Ok::<(), np::Error>(())
+/// ```
+pub fn eye(n: usize) -> Result<Tensor> {
+    eye_with(n, None, 0, None)
+}
+
 /// `numpy.eye(N, M=None, k=0, dtype=float64)`: ones on the `k`-th diagonal.
-pub fn eye(
+pub fn eye_with(
     n: usize,
     m: impl Into<Option<usize>>,
     k: isize,
@@ -99,7 +112,7 @@ pub fn eye(
 }
 /// `numpy.identity(n, dtype=float64)`.
 pub fn identity(n: usize, dtype: impl Into<Option<DType>>) -> Result<Tensor> {
-    eye(n, None, 0, dtype)
+    eye_with(n, None, 0, dtype)
 }
 
 fn scalar_f64(op: &'static str, v: &Value) -> Result<f64> {

@@ -635,7 +635,7 @@ pub fn matrix_power(a: impl ArrayLike, n: i64) -> Result<Tensor> {
     let mut base = if n < 0 { inv(&a)? } else { a.clone() };
     let mut e = n.unsigned_abs();
     if e == 0 {
-        let eye = crate::creation::eye(m, None, 0, a.dtype())?.to_device(a.device())?;
+        let eye = crate::creation::eye_with(m, None, 0, a.dtype())?.to_device(a.device())?;
         return eye.broadcast_to(a.shape())?.contiguous();
     }
     let mut result: Option<Tensor> = None;

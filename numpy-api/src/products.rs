@@ -381,7 +381,7 @@ pub fn diagonal_with(
 /// ```
 /// ferroflow::init();
 /// use ferroflow_numpy as np;
-/// assert_eq!(np::trace(np::eye(3, None, 0, None)?)?.item::<f64>()?, 3.0);
+/// assert_eq!(np::trace(np::eye(3)?)?.item::<f64>()?, 3.0);
 /// # Ok::<(), np::Error>(())
 /// ```
 pub fn trace(a: impl ArrayLike) -> Result<Tensor> {

@@ -390,7 +390,7 @@ for name in ["zeros_like", "ones_like", "empty_like"]:
 case("full_like", [rnd((2, 3), np.int32), 2.7, None], lambda a, v, d: np.full_like(a, v))
 case("full_like", [rnd((2, 3)), 5, "float32"], lambda a, v, d: np.full_like(a, v, dtype=d))
 for n, m, k in [(3, None, 0), (3, 5, 1), (4, 2, -1)]:
-    case("eye", [n, m, k, None], lambda n, m, k, d: np.eye(n, m, k))
+    case("eye_with", [n, m, k, None], lambda n, m, k, d: np.eye(n, m, k))
 case("identity", [4, "int32"], lambda n, d: np.identity(n, dtype=d))
 for args in [(0, 10, 3), (2, -5, -2), (0.5, 3.0, 0.25), (0, 1, 0.1)]:
     case("arange", list(args) + [None], lambda a, b, c, d: np.arange(a, b, c))
@@ -787,6 +787,8 @@ case("linspace", [rnd((2, 1)), rnd((3,)), 4], np.linspace)
 case("logspace", [0.0, np.array([1.0, 2.0]), 4], np.logspace)
 case("geomspace", [np.array([1.0, -2.0]), np.array([1000.0, -64.0]), 4], np.geomspace)
 case("geomspace", [np.array([-1.0, -2.0]), -8.0, 3], np.geomspace)
+
+case("eye", [4], np.eye)
 
 with open(os.path.join(OUT, "cases.json"), "w") as fh:
     json.dump({"numpy": np.__version__, "cases": cases}, fh, allow_nan=False)

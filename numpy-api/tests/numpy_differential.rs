@@ -314,7 +314,8 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
         "ones_like" => t(np::ones_like(a.a(0), a.dtype(1))?),
         "empty_like" => t(np::empty_like(a.a(0), a.dtype(1))?),
         "full_like" => t(np::full_like(a.a(0), a.v(1), a.dtype(2))?),
-        "eye" => t(np::eye(
+        "eye" => t(np::eye(a.i(0) as usize)?),
+        "eye_with" => t(np::eye_with(
             a.i(0) as usize,
             a.opt_usize(1),
             a.i(2) as isize,

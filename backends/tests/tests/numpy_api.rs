@@ -27,10 +27,7 @@ fn program() -> Result<Vec<Tensor>> {
     let w = np::where_(np::less(&x, 0.0)?, &x, 0.0)?;
     let c = np::cumsum(&x, Some(1))?;
     let am = np::argmax(&x, Some(1))?;
-    let sq = np::add(
-        np::matmul(&x, np::transpose(&x, None)?)?,
-        np::eye(3, None, 0, None)?,
-    )?;
+    let sq = np::add(np::matmul(&x, np::transpose(&x, None)?)?, np::eye(3)?)?;
     let inv = np::linalg::inv(&sq)?;
     let n = np::linalg::norm_with(&x, np::linalg::NormOrd::Fro, None, false)?;
     Ok(vec![
