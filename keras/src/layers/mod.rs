@@ -115,6 +115,7 @@ pub fn deserialize(v: &Value) -> Result<Box<dyn Layer>> {
 
 /// Applies the common config keys (name, trainable, dtype) to a freshly made layer.
 fn apply_common(layer: &mut dyn Layer, c: &Value) -> Result<()> {
+    let class = layer.class_name();
     let b = layer.base_mut();
     if let Some(n) = c["name"].as_str() {
         b.set_name(n);
@@ -126,12 +127,17 @@ fn apply_common(layer: &mut dyn Layer, c: &Value) -> Result<()> {
     let policy = c["dtype"]
         .as_str()
         .or_else(|| c["dtype"]["config"]["name"].as_str());
-    // An integer dtype (Keras 3 gives Hashing and the lookups `int64`) is what those layers
-    // output anyway: no float policy to set.
+    // Keras 3 gives the layers that output integers (Hashing, IntegerLookup,
+    // Discretization) an integer dtype such as `int64`: what they output anyway, no float
+    // policy to set. Elsewhere an integer policy is an error, as before.
+    const INTEGER_OUTPUT: [&str; 3] = ["Hashing", "IntegerLookup", "Discretization"];
     let integer = policy
         .and_then(|n| ferroflow_tensor::DType::parse(n).ok())
         .is_some_and(|d| !d.is_float());
-    if let (Some(name), false) = (policy, integer) {
+    if integer && INTEGER_OUTPUT.contains(&class) {
+        return Ok(());
+    }
+    if let Some(name) = policy {
         b.dtype_policy = crate::mixed_precision::Policy::new(name)?;
     }
     Ok(())
