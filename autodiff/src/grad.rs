@@ -3,6 +3,10 @@
 //!
 //! Non-differentiable ops (comparisons, logical ops, argmax, floor/ceil/round/sign, integer
 //! outputs) give `None`: no gradient, never a made-up number.
+//!
+//! Complex numbers follow TF's convention: the gradient of a real loss L with respect to
+//! z = x + iy is ∂L/∂x + i·∂L/∂y, so a holomorphic f passes back g·conj(f'(z)). The rules
+//! written for real numbers serve holomorphic ops as conj(rule(conj(g))) (`holomorphic`).
 
 use ferroflow_tensor::{
     Axes, BinaryOp, CumulativeOp, DType, Error, FusedActivation, HostData, Op, PoolKind, ReduceOp,
@@ -105,7 +109,7 @@ pub(crate) fn backward(
     Ok(match op {
         Op::Constant => vec![],
         Op::Unary(u) => vec![unary(*u, &inputs[0], y, &g)?],
-        Op::Binary(b) => binary(*b, &inputs[0], &inputs[1], y, &g, [need(0), need(1)])?,
+        Op::Binary(b) => binary(*b, &inputs[0], &inputs[1], &g, [need(0), need(1)])?,
         Op::Reduce { op, axes, keepdims } => vec![reduce(*op, &inputs[0], y, &g, axes, *keepdims)?],
         Op::ArgReduce { .. } => vec![None],
         // the gradient passes where min <= x <= max (TF's ClipByValue gradient)
@@ -116,8 +120,9 @@ pub(crate) fn backward(
                 .logical_and(&x.less_equal(&x.scalar_like(*max)?)?)?;
             vec![Some(g.mul(&inside.cast(g.dtype())?)?)]
         }
-        // d cast(x) = cast(g) back to x's dtype, for float x only.
-        Op::Cast { .. } => vec![if inputs[0].dtype().is_float() {
+        // d cast(x) = cast(g) back to x's dtype, for float and complex x only (a complex
+        // gradient reaching a real input keeps its real part, as TF's).
+        Op::Cast { .. } => vec![if differentiable(inputs[0].dtype()) {
             Some(g.cast(inputs[0].dtype())?)
         } else {
             None
@@ -262,6 +267,15 @@ pub(crate) fn backward(
         }
         // avg_pool_grad is linear in dy; its adjoint is avg_pool.
         Op::AvgPoolGrad(w) => vec![Some(g.avg_pool2d(w.kernel, w.strides, pool_padding(w))?)],
+        // fft: the adjoint of the unscaled transform is n·ifft; of ifft, fft/n (TF's FFTGrad)
+        Op::Fft { inverse } => {
+            let n = scalar(&g, *inputs[0].shape().last().unwrap_or(&1) as f64)?;
+            vec![Some(if *inverse {
+                g.fft()?.div(&n)?
+            } else {
+                g.ifft()?.mul(&n)?
+            })]
+        }
         Op::MaxPoolGrad(_) => {
             return Err(Error::NoGradient {
                 op: "max_pool_grad",
@@ -307,14 +321,52 @@ fn pool_padding(w: &ferroflow_tensor::Window2d) -> ferroflow_tensor::Padding {
     padding_of(w, [w.kernel[0], w.kernel[1], 0, 0])
 }
 
+/// `rule(conj(g))` conjugated: a rule written for real numbers, applied to a holomorphic op
+/// of complex numbers (the conjugations are free on real ones).
+fn holomorphic<const N: usize>(
+    g: &Tensor,
+    rule: impl FnOnce(&Tensor) -> Result<[Option<Tensor>; N]>,
+) -> Result<[Option<Tensor>; N]> {
+    if !g.dtype().is_complex() {
+        return rule(g);
+    }
+    let mut out = rule(&g.conj()?)?;
+    for t in out.iter_mut().flatten() {
+        *t = t.conj()?;
+    }
+    Ok(out)
+}
+
 fn unary(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
+    use UnaryOp::*;
+    match op {
+        // d conj = conj (as TF: the gradient conjugated)
+        Conj => return Ok(Some(g.conj()?)),
+        // d re(z) = 1 on the real axis: g as the real part
+        Real => return Ok(Some(Tensor::complex(g, &g.zeros_like()?)?)),
+        // d im(z): g as the imaginary part
+        Imag => return Ok(Some(Tensor::complex(&g.zeros_like()?, g)?)),
+        // d arg(z) = (-y + ix)/|z|² (TF's AngleGrad)
+        Angle => {
+            let z = Tensor::complex(&x.imag()?, &x.real()?)?.reciprocal()?;
+            let gc = Tensor::complex(g, &g.zeros_like()?)?;
+            return Ok(Some(gc.mul(&z)?.neg()?));
+        }
+        // d|z| = z/|z| (0 at 0; sign(x) for real x)
+        Abs => return Ok(Some(g.cast(x.dtype())?.mul(&x.sign()?)?)),
+        _ => {}
+    }
+    let [grad] = holomorphic(g, |g| Ok([real_unary(op, x, y, g)?]))?;
+    Ok(grad)
+}
+
+/// The gradient of a unary op of real numbers (and, through [`holomorphic`], complex ones).
+fn real_unary(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
     use UnaryOp::*;
     let one = || scalar(x, 1.0);
     Ok(Some(match op {
         // d(-x) = -1
         Neg => g.neg()?,
-        // d|x| = sign(x)
-        Abs => g.mul(&x.sign()?)?,
         // d eˣ = eˣ
         Exp => g.mul(y)?,
         // d(eˣ - 1) = eˣ = y + 1
@@ -362,6 +414,8 @@ fn unary(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Option<Tenso
         Relu => g.relu_grad(x)?,
         // piecewise constant or boolean: no gradient
         Sign | Floor | Ceil | Round | IsFinite | IsNan | LogicalNot => return Ok(None),
+        // handled in `unary`
+        Abs | Conj | Real | Imag | Angle => return Ok(None),
     }))
 }
 
@@ -369,15 +423,35 @@ fn binary(
     op: BinaryOp,
     a: &Tensor,
     b: &Tensor,
-    _y: &Tensor,
+    g: &Tensor,
+    needs: [bool; 2],
+) -> Result<Vec<Option<Tensor>>> {
+    if op == BinaryOp::Complex {
+        // complex(a, b): a gets the real part of g, b the imaginary part
+        return Ok(vec![
+            when(needs[0], || unbroadcast(g.real()?, a.shape()))?,
+            when(needs[1], || unbroadcast(g.imag()?, b.shape()))?,
+        ]);
+    }
+    if !differentiable(a.dtype()) {
+        return Ok(vec![None, None]);
+    }
+    if a.dtype().is_complex() {
+        return complex_binary(op, a, b, g, needs);
+    }
+    real_binary(op, a, b, g, needs)
+}
+
+/// The gradients of a binary op of real numbers (and, through [`holomorphic`], of the
+/// holomorphic ones of complex numbers).
+fn real_binary(
+    op: BinaryOp,
+    a: &Tensor,
+    b: &Tensor,
     g: &Tensor,
     needs: [bool; 2],
 ) -> Result<Vec<Option<Tensor>>> {
     use BinaryOp::*;
-    if !a.dtype().is_float() {
-        return Ok(vec![None, None]);
-    }
-
     let (da, db) = match op {
         // d(a+b) = (1, 1)
         Add => (g.clone(), g.clone()),
@@ -435,12 +509,52 @@ fn binary(
         }
         // floor division, comparisons and logic are piecewise constant
         FloorDiv | Equal | NotEqual | Less | LessEqual | Greater | GreaterEqual | LogicalAnd
-        | LogicalOr | LogicalXor => return Ok(vec![None, None]),
+        | LogicalOr | LogicalXor | Complex => return Ok(vec![None, None]),
     };
     Ok(vec![
         Some(unbroadcast(da, a.shape())?),
         Some(unbroadcast(db, b.shape())?),
     ])
+}
+
+/// The binary ops of complex numbers: the holomorphic ones by their real rules, conjugated;
+/// (a-b)·conj(a-b) is real-valued, so its gradient is 2·re(g)·(a-b).
+fn complex_binary(
+    op: BinaryOp,
+    a: &Tensor,
+    b: &Tensor,
+    g: &Tensor,
+    needs: [bool; 2],
+) -> Result<Vec<Option<Tensor>>> {
+    use BinaryOp::*;
+    let [da, db] = match op {
+        Add | Sub | Mul | Div => holomorphic(g, |g| {
+            let v = real_binary(op, a, b, g, needs)?;
+            Ok([v[0].clone(), v[1].clone()])
+        })?,
+        // d aᵇ = (b a^(b-1), ln(a) aᵇ) on the principal branch
+        Pow => holomorphic(g, |g| {
+            let one = scalar(a, 1.0)?;
+            Ok([
+                when(needs[0], || {
+                    unbroadcast(g.mul(&b.mul(&a.pow(&b.sub(&one)?)?)?)?, a.shape())
+                })?,
+                when(needs[1], || {
+                    unbroadcast(g.mul(&a.log()?.mul(&a.pow(b)?)?)?, b.shape())
+                })?,
+            ])
+        })?,
+        SquaredDifference => {
+            let d = a.sub(b)?.mul(&g.real()?.cast(a.dtype())?)?;
+            let d = d.mul(&scalar(a, 2.0)?)?;
+            [
+                Some(unbroadcast(d.clone(), a.shape())?),
+                Some(unbroadcast(d.neg()?, b.shape())?),
+            ]
+        }
+        _ => [None, None],
+    };
+    Ok(vec![da, db])
 }
 
 fn broadcast_shape(a: &Tensor, b: &Tensor) -> Result<Vec<usize>> {
@@ -469,7 +583,7 @@ fn reduce(
     axes: &[usize],
     keepdims: bool,
 ) -> Result<Option<Tensor>> {
-    if !x.dtype().is_float() {
+    if !differentiable(x.dtype()) {
         return Ok(None);
     }
     let gk = keep_reduced(g, x, axes, keepdims)?;
@@ -500,7 +614,8 @@ fn prod_grad(x: &Tensor, gk: &Tensor, axes: &[usize]) -> Result<Tensor> {
     let flat = x.transpose(&perm)?.reshape_to(&[k, r])?;
     let left = flat.cumprod(1, true, false)?;
     let right = flat.cumprod(1, true, true)?;
-    let others = left.mul(&right)?;
+    // conj: the products are the derivative, passed back conjugated (complex numbers)
+    let others = left.mul(&right)?.conj()?;
     let mut permuted_shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
     if permuted_shape.is_empty() {
         permuted_shape = vec![];
@@ -521,9 +636,11 @@ fn matmul(
     tb: bool,
     needs: [bool; 2],
 ) -> Result<Vec<Option<Tensor>>> {
-    if !a.dtype().is_float() {
+    if !differentiable(a.dtype()) {
         return Ok(vec![None, None]);
     }
+    // Complex matrices: the adjoints (conjugate transposes) take the transposes' place.
+    let (a, b) = (&a.conj()?, &b.conj()?);
     // C = op(A) op(B): dA = g op(B)ᵀ (transposed back if A was), dB likewise.
     let da = when(needs[0], || {
         let da = match (ta, tb) {
@@ -581,16 +698,20 @@ fn cumulative(
     exclusive: bool,
     reverse: bool,
 ) -> Result<Option<Tensor>> {
-    if !x.dtype().is_float() {
+    if !differentiable(x.dtype()) {
         return Ok(None);
     }
     let a = axis as isize;
-    Ok(Some(match op {
-        // cumsum's adjoint is the cumsum running the other way.
-        CumulativeOp::Cumsum => g.cumsum(a, exclusive, !reverse)?,
-        // cumprod: Σ_{j ≥ i} g_j y_j / x_i (TF's formula; inputs with zeros give inf/NaN, as in TF)
-        CumulativeOp::Cumprod => g.mul(y)?.cumsum(a, exclusive, !reverse)?.div(x)?,
-    }))
+    let [grad] = holomorphic(g, |g| {
+        Ok([Some(match op {
+            // cumsum's adjoint is the cumsum running the other way.
+            CumulativeOp::Cumsum => g.cumsum(a, exclusive, !reverse)?,
+            // cumprod: Σ_{j ≥ i} g_j y_j / x_i (TF's formula; inputs with zeros give inf/NaN,
+            // as in TF)
+            CumulativeOp::Cumprod => g.mul(y)?.cumsum(a, exclusive, !reverse)?.div(x)?,
+        })])
+    })?;
+    Ok(grad)
 }
 
 /// Inverse of a per-lane permutation: `out[.., idx[.., j, ..], ..] = g[.., j, ..]` along `axis`.
@@ -619,5 +740,5 @@ fn unpermute(g: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
 
 /// True for dtypes that carry gradients.
 pub(crate) fn differentiable(d: DType) -> bool {
-    d.is_float()
+    d.is_float() || d.is_complex()
 }

@@ -158,6 +158,11 @@ fn parse_field(text: &str, column: &CsvColumn, na: &str) -> std::result::Result<
             "false" | "0" => false,
             _ => return Err(bad()),
         }]),
+        DType::C64 | DType::C128 => {
+            return Err(format!(
+                "{dtype} columns are not read from CSV (TF's CsvDataset has none either)"
+            ))
+        }
     };
     Tensor::from_host(data, &[]).map_err(|e| e.to_string())
 }

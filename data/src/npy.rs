@@ -7,6 +7,7 @@
 //! | `\|i1` `<i2` `<i4` `<i8` | `I8` `I16` `I32` `I64` |
 //! | `\|u1` `<u2` `<u4` `<u8` | `U8` `U16` `U32` `U64` |
 //! | `\|b1` | `Bool` |
+//! | `<c8`, `<c16` | `C64`, `C128` |
 //!
 //! Big-endian (`>`) data is swapped on reading; Fortran-ordered arrays are transposed into
 //! row-major tensors. `bfloat16` has no NumPy dtype: writing it is an error that says to cast.
@@ -60,6 +61,8 @@ pub fn to_bytes(tensor: &Tensor) -> Result<Vec<u8>> {
         DType::U32 => "<u4",
         DType::U64 => "<u8",
         DType::Bool => "|b1",
+        DType::C64 => "<c8",
+        DType::C128 => "<c16",
         DType::BF16 => {
             return Err(Error::UnsupportedDType {
                 op: "npy::write",
@@ -185,8 +188,14 @@ pub fn parse(bytes: &[u8]) -> std::result::Result<Tensor, String> {
             ));
         }
         let mut d = data[..need].to_vec();
-        if big && size > 1 {
-            d.chunks_exact_mut(size).for_each(|c| c.reverse());
+        // A complex number is two floats, each swapped on its own.
+        let number = if kind.starts_with('c') {
+            size / 2
+        } else {
+            size
+        };
+        if big && number > 1 {
+            d.chunks_exact_mut(number).for_each(|c| c.reverse());
         }
         Ok(d)
     };
@@ -206,9 +215,11 @@ pub fn parse(bytes: &[u8]) -> std::result::Result<Tensor, String> {
         "u4" => host(DType::U32, 4)?,
         "u8" => host(DType::U64, 8)?,
         "b1" => host(DType::Bool, 1)?,
+        "c8" => host(DType::C64, 8)?,
+        "c16" => host(DType::C128, 16)?,
         _ => {
             return Err(format!(
-                "dtype {descr:?} has no ferroflow equivalent (supported: f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 u8 b1)"
+                "dtype {descr:?} has no ferroflow equivalent (supported: f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 u8 b1 c8 c16)"
             ))
         }
     };

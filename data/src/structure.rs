@@ -303,6 +303,8 @@ fn dtype_code(d: DType) -> u8 {
         DType::U16 => 10,
         DType::U32 => 11,
         DType::U64 => 12,
+        DType::C64 => 13,
+        DType::C128 => 14,
     }
 }
 

@@ -11,7 +11,7 @@ use ferroflow_data::tfrecord::{
     crc32c, masked_crc32c, Compression, TfRecordReader, TfRecordWriter,
 };
 use ferroflow_data::{npy, Dataset, SnapshotOptions};
-use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
+use ferroflow_tensor::{Complex32, Complex64, DType, Error, HostData, Result, Tensor};
 
 fn init() {
     ferroflow::init();
@@ -357,7 +357,7 @@ fn npy_round_trips_every_numpy_dtype() {
     }
     let mut swapped = good.clone();
     let at = swapped.windows(3).position(|w| w == b"<f4").unwrap();
-    swapped[at..at + 3].copy_from_slice(b"<c8");
+    swapped[at..at + 3].copy_from_slice(b"<m8");
     assert!(npy::parse(&swapped)
         .unwrap_err()
         .contains("no ferroflow equivalent"));
@@ -399,6 +399,8 @@ fn npy_files_agree_with_real_numpy_both_ways() {
             DType::U32 => "<u4",
             DType::U64 => "<u8",
             DType::Bool => "|b1",
+            DType::C64 => "<c8",
+            DType::C128 => "<c16",
             DType::BF16 => unreachable!(),
         };
         assert_eq!(descr, want_descr);
@@ -758,4 +760,48 @@ fn snapshot_metadata_with_an_impossible_shard_count_is_an_error() {
         let e = summarize(&snapshot_pipeline(dir.path(), options)).unwrap_err();
         assert!(e.to_string().contains("num_shards"), "{claim}: {e}");
     }
+}
+
+#[test]
+fn npy_complex_numbers_round_trip_with_real_numpy() {
+    init();
+    if !has_numpy() {
+        return;
+    }
+    let scratch = tmp("npy-complex");
+    let dir = scratch.path();
+    // NumPy writes complex64 (little-endian) and complex128 (big-endian: each part swapped
+    // on its own), we read; we write them back and NumPy compares.
+    let script = r#"
+import sys, numpy as np
+d = sys.argv[1]
+a = (np.arange(6).reshape(2, 3) + 1j * np.arange(6, 12).reshape(2, 3)).astype("<c8")
+b = np.array([1.5 - 2.25j, -0.0 + 3e300j], dtype=">c16")
+np.save(f"{d}/c8.npy", a)
+np.save(f"{d}/c16be.npy", b)
+"#;
+    python(script, &[&dir.display().to_string()]);
+    let a = npy::read(dir.join("c8.npy")).unwrap();
+    assert_eq!((a.dtype(), a.shape()), (DType::C64, &[2usize, 3][..]));
+    let want: Vec<Complex32> = (0..6)
+        .map(|i| Complex32::new(i as f32, (i + 6) as f32))
+        .collect();
+    assert_eq!(a.to_vec::<Complex32>().unwrap(), want);
+    let b = npy::read(dir.join("c16be.npy")).unwrap();
+    assert_eq!(b.dtype(), DType::C128);
+    assert_eq!(
+        b.to_vec::<Complex64>().unwrap(),
+        [Complex64::new(1.5, -2.25), Complex64::new(-0.0, 3e300)]
+    );
+    npy::write(dir.join("ours_c8.npy"), &a).unwrap();
+    npy::write(dir.join("ours_c16.npy"), &b).unwrap();
+    let check = r#"
+import sys, numpy as np
+d = sys.argv[1]
+a, b = np.load(f"{d}/ours_c8.npy"), np.load(f"{d}/ours_c16.npy")
+assert a.dtype == np.complex64 and b.dtype == np.complex128, (a.dtype, b.dtype)
+assert (a == np.load(f"{d}/c8.npy")).all() and (b == np.load(f"{d}/c16be.npy")).all()
+print("ok")
+"#;
+    assert_eq!(python(check, &[&dir.display().to_string()]).trim(), "ok");
 }

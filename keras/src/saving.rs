@@ -12,8 +12,8 @@ use std::path::Path;
 use ferroflow_tensor::{DType, Error, HostData, Result, Tensor, Variable};
 use safetensors::tensor::{Dtype as StDtype, TensorView};
 
-fn st_dtype(d: DType) -> StDtype {
-    match d {
+fn st_dtype(d: DType) -> Result<StDtype> {
+    Ok(match d {
         DType::F16 => StDtype::F16,
         DType::BF16 => StDtype::BF16,
         DType::F32 => StDtype::F32,
@@ -27,7 +27,14 @@ fn st_dtype(d: DType) -> StDtype {
         DType::U32 => StDtype::U32,
         DType::U64 => StDtype::U64,
         DType::Bool => StDtype::BOOL,
-    }
+        DType::C64 | DType::C128 => {
+            return Err(Error::UnsupportedDType {
+                op: "save_weights",
+                dtype: d,
+                expected: "a real dtype (safetensors has no complex numbers)",
+            })
+        }
+    })
 }
 
 fn from_st_dtype(d: StDtype) -> Option<DType> {
@@ -77,7 +84,7 @@ pub fn save_tensors(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Res
     let views = bytes
         .iter()
         .map(|(n, d, s, b)| {
-            TensorView::new(st_dtype(*d), s.clone(), b)
+            TensorView::new(st_dtype(*d)?, s.clone(), b)
                 .map(|v| (n.clone(), v))
                 .map_err(|e| Error::format(path.display().to_string(), e.to_string()))
         })

@@ -11,9 +11,9 @@
 //!   [`set_prefer_float32`]`(true)` (TF's `prefer_float32` switch). Rust integers default to
 //!   `int64`, as NumPy's do on 64-bit Linux.
 //!
-//! Every NumPy integer and float type but complex has a ferroflow dtype, so promotion lands
-//! where NumPy's does (`uint64 + int64 → float64` included); `bfloat16` (not a NumPy type)
-//! promotes like a float with 8 significant bits.
+//! Every NumPy integer, float and complex type has a ferroflow dtype, so promotion lands
+//! where NumPy's does (`uint64 + int64 → float64`, `complex64 + float64 → complex128`
+//! included); `bfloat16` (not a NumPy type) promotes like a float with 8 significant bits.
 //!
 //! ```
 //! use ferroflow_numpy::{promote_types, DType};
@@ -81,12 +81,14 @@ pub(crate) enum NpType {
     BF16,
     F32,
     F64,
+    C64,
+    C128,
 }
 
 use NpType as T;
 
 /// NumPy's order of type numbers: promotion picks the first type both cast to safely.
-const ORDER: [NpType; 13] = [
+const ORDER: [NpType; 15] = [
     T::Bool,
     T::I8,
     T::U8,
@@ -100,6 +102,8 @@ const ORDER: [NpType; 13] = [
     T::BF16,
     T::F32,
     T::F64,
+    T::C64,
+    T::C128,
 ];
 
 impl NpType {
@@ -118,6 +122,8 @@ impl NpType {
             DType::BF16 => T::BF16,
             DType::F32 => T::F32,
             DType::F64 => T::F64,
+            DType::C64 => T::C64,
+            DType::C128 => T::C128,
         }
     }
     /// The ferroflow dtype.
@@ -136,9 +142,11 @@ impl NpType {
             T::BF16 => DType::BF16,
             T::F32 => DType::F32,
             T::F64 => DType::F64,
+            T::C64 => DType::C64,
+            T::C128 => DType::C128,
         }
     }
-    /// (kind, bits): kind 0 bool, 1 unsigned, 2 signed, 3 float.
+    /// (kind, bits): kind 0 bool, 1 unsigned, 2 signed, 3 float, 4 complex.
     fn kind_bits(self) -> (u8, u32) {
         match self {
             T::Bool => (0, 1),
@@ -154,6 +162,8 @@ impl NpType {
             T::BF16 => (3, 16),
             T::F32 => (3, 32),
             T::F64 => (3, 64),
+            T::C64 => (4, 64),
+            T::C128 => (4, 128),
         }
     }
     /// Significant bits of a float type (integers up to 2^this convert exactly).
@@ -161,7 +171,7 @@ impl NpType {
         match self {
             T::F16 => 11,
             T::BF16 => 8,
-            T::F32 => 24,
+            T::F32 | T::C64 => 24,
             _ => 53,
         }
     }
@@ -182,6 +192,11 @@ impl NpType {
                 // float16 and bfloat16 do not hold each other
                 b2 > b1 && !(self == T::BF16 && to == T::F16)
             }
+            // integers to complex numbers as to their part type
+            (1 | 2, 4) => to == T::C128 || b1 + u32::from(k1 == 1) <= to.mantissa(),
+            // every float but float64 fits complex64's parts
+            (3, 4) => to == T::C128 || self != T::F64,
+            (4, 4) => b2 > b1,
             _ => false,
         }
     }
@@ -295,6 +310,7 @@ fn kind_rank(d: DType) -> u8 {
     match d {
         DType::Bool => 0,
         d if d.is_int() => 1,
+        d if d.is_complex() => 3,
         _ => 2,
     }
 }
@@ -359,7 +375,7 @@ pub fn result_type(values: &[&Value]) -> Result<DType> {
 /// `int16` and `uint16` `float32`; wider integers give the default float.
 pub fn float_result(d: DType) -> DType {
     match d {
-        d if d.is_float() => d,
+        d if d.is_float() || d.is_complex() => d,
         DType::Bool | DType::I8 | DType::U8 => DType::F16,
         DType::I16 | DType::U16 => DType::F32,
         _ => default_float(),
@@ -412,6 +428,17 @@ mod tests {
             (F16, BF16, F32),
             (I8, BF16, BF16),
             (I32, BF16, F64),
+            (C64, F32, C64),
+            (C64, F64, C128),
+            (C64, I8, C64),
+            (C64, I16, C64),
+            (C64, U16, C64),
+            (C64, I32, C128),
+            (C64, I64, C128),
+            (C64, F16, C64),
+            (C64, C128, C128),
+            (Bool, C64, C64),
+            (U64, C64, C128),
         ];
         for (a, b, want) in cases {
             assert_eq!(promote_types(a, b), want, "{a} + {b}");

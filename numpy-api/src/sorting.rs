@@ -64,7 +64,7 @@ pub enum Side {
 
 /// NumPy's sort order on typed values (exact for int64, unlike a trip through f64): numbers
 /// ascending, NaN last, all NaNs equal.
-fn numpy_order<T: Element>(a: &T, b: &T) -> Ordering {
+fn numpy_order<T: Element + PartialOrd>(a: &T, b: &T) -> Ordering {
     match a.partial_cmp(b) {
         Some(o) => o,
         #[allow(clippy::eq_op)] // x != x is the NaN test for any float element type
@@ -72,7 +72,7 @@ fn numpy_order<T: Element>(a: &T, b: &T) -> Ordering {
     }
 }
 
-fn search_typed<T: Element>(a: &[T], v: &[T], side: Side) -> Vec<i64> {
+fn search_typed<T: Element + PartialOrd>(a: &[T], v: &[T], side: Side) -> Vec<i64> {
     v.iter()
         .map(|x| {
             a.partition_point(|y| match side {
@@ -164,12 +164,12 @@ pub fn unique_all(ar: impl ArrayLike) -> Result<Unique> {
 }
 
 /// For values visited in `order`, whether each begins a new run of equal values.
+/// (NaNs are all one value, as NumPy's order has them.)
 fn run_starts<T: Element>(v: &[T], order: &[i64]) -> Vec<bool> {
+    #[allow(clippy::eq_op)] // x != x is the NaN test for any element type
+    let same = |x: &T, y: &T| x == y || (x != x && y != y);
     (0..order.len())
-        .map(|k| {
-            k == 0
-                || numpy_order(&v[order[k - 1] as usize], &v[order[k] as usize]) != Ordering::Equal
-        })
+        .map(|k| k == 0 || !same(&v[order[k - 1] as usize], &v[order[k] as usize]))
         .collect()
 }
 

@@ -106,6 +106,8 @@ pub fn tf_dtype_name(dtype: DType) -> &'static str {
         DType::U32 => "uint32",
         DType::U64 => "uint64",
         DType::Bool => "bool",
+        DType::C64 => "complex64",
+        DType::C128 => "complex128",
     }
 }
 
@@ -119,6 +121,8 @@ pub fn tf_datatype(dtype: DType) -> i32 {
         DType::I8 => 6,
         DType::I64 => 9,
         DType::Bool => 10,
+        DType::C64 => 8,
+        DType::C128 => 18,
         DType::BF16 => 14,
         DType::F16 => 19,
         DType::I16 => 5,

@@ -224,6 +224,17 @@ pub trait Backend: Send + Sync + 'static {
         })
     }
 
+    /// The discrete Fourier transform of each row along the last axis of a dense or strided
+    /// complex view (TF's `FFT`: unscaled), or with `inverse` its inverse (`IFFT`: scaled
+    /// by 1/n). Backends without complex kernels keep this default, an error naming them.
+    fn fft(&self, x: Operand<'_>, inverse: bool) -> Result<BufferBox> {
+        Err(unsupported(
+            self.name(),
+            if inverse { "ifft" } else { "fft" },
+            x.dtype,
+        ))
+    }
+
     /// Fused optimizer step over same-shaped `w`, `g` and the rule's slots (one pass instead
     /// of a chain of temporaries), returning `(w', slots')`; called where
     /// [`Backend::has_fused`] says so, elsewhere optimizers compose primitives.

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use half::{bf16, f16};
+pub use num_complex::{Complex32, Complex64};
 use std::fmt;
 
 /// The element type of a tensor. TensorFlow's rule holds: ops never promote implicitly,
@@ -35,11 +36,16 @@ pub enum DType {
     U64,
     /// Boolean.
     Bool,
+    /// Complex number of two f32 (real, imaginary): TF's and NumPy's `complex64`
+    /// ([`Complex32`]).
+    C64,
+    /// Complex number of two f64: `complex128` ([`Complex64`]).
+    C128,
 }
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 15] = [
         DType::F16,
         DType::BF16,
         DType::F32,
@@ -53,6 +59,8 @@ impl DType {
         DType::U32,
         DType::U64,
         DType::Bool,
+        DType::C64,
+        DType::C128,
     ];
 
     /// Bytes per element.
@@ -60,8 +68,37 @@ impl DType {
         match self {
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F64 | DType::I64 | DType::U64 | DType::C64 => 8,
             DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::C128 => 16,
+        }
+    }
+    /// True for complex64 and complex128.
+    pub fn is_complex(self) -> bool {
+        matches!(self, DType::C64 | DType::C128)
+    }
+    /// The type of a complex dtype's parts (complex64: float32, complex128: float64); other
+    /// dtypes are their own.
+    ///
+    /// ```
+    /// use ferroflow_tensor::DType;
+    /// assert_eq!(DType::C64.real_dtype(), DType::F32);
+    /// assert_eq!(DType::F16.real_dtype(), DType::F16);
+    /// ```
+    pub fn real_dtype(self) -> DType {
+        match self {
+            DType::C64 => DType::F32,
+            DType::C128 => DType::F64,
+            other => other,
+        }
+    }
+    /// The complex dtype whose parts are this float dtype (float32: complex64, float64:
+    /// complex128); `None` for the others (TF has no complex type of half precision).
+    pub fn complex_dtype(self) -> Option<DType> {
+        match self {
+            DType::F32 | DType::C64 => Some(DType::C64),
+            DType::F64 | DType::C128 => Some(DType::C128),
+            _ => None,
         }
     }
     /// True for f16, bf16, f32, f64.
@@ -82,7 +119,7 @@ impl DType {
                 | DType::U64
         )
     }
-    /// True for signed integers and floats.
+    /// True for signed integers, floats and complex numbers.
     pub fn is_signed(self) -> bool {
         !matches!(
             self,
@@ -105,6 +142,8 @@ impl DType {
             DType::U32 => "uint32",
             DType::U64 => "uint64",
             DType::Bool => "bool",
+            DType::C64 => "complex64",
+            DType::C128 => "complex128",
         }
     }
     /// Parses TF names and short names (`"float32"`, `"f32"`, `"half"`, `"int64"`, ...).
@@ -123,6 +162,8 @@ impl DType {
             "uint32" | "u32" => DType::U32,
             "uint64" | "u64" => DType::U64,
             "bool" => DType::Bool,
+            "complex64" | "c64" => DType::C64,
+            "complex128" | "c128" => DType::C128,
             _ => return Err(Error::invalid("dtype", format!("unknown dtype {s:?}"))),
         })
     }
@@ -135,12 +176,17 @@ impl fmt::Display for DType {
 }
 
 /// A Rust type that is the element of a dtype.
-pub trait Element: Copy + Send + Sync + PartialOrd + fmt::Debug + Default + 'static {
+///
+/// Complex numbers are elements too, but not ordered: code that compares elements asks for
+/// `PartialOrd` besides.
+pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + Default + 'static {
     /// The dtype this type stores.
     const DTYPE: DType;
-    /// Lossy conversion to f64 (bool: 0 or 1).
+    /// Lossy conversion to f64 (bool: 0 or 1; complex: the real part, as a cast to a real
+    /// type takes it).
     fn to_f64(self) -> f64;
-    /// Conversion from f64 with Rust `as` semantics (saturating, NaN to 0 for ints).
+    /// Conversion from f64 with Rust `as` semantics (saturating, NaN to 0 for ints; complex:
+    /// a zero imaginary part).
     fn from_f64(v: f64) -> Self;
     /// Wraps a vector as [`HostData`].
     fn into_host(v: Vec<Self>) -> HostData;
@@ -195,6 +241,10 @@ element!(u16, U16, |x| x as f64, |v| v as u16);
 element!(u32, U32, |x| x as f64, |v| v as u32);
 element!(u64, U64, |x| x as f64, |v| v as u64);
 element!(bool, Bool, |x| x as u8 as f64, |v| v != 0.0);
+element!(Complex32, C64, |x| x.re as f64, |v| Complex32::new(
+    v as f32, 0.0
+));
+element!(Complex64, C128, |x| x.re, |v| Complex64::new(v, 0.0));
 
 /// A contiguous, typed host buffer: how data enters and leaves a device, and the CPU
 /// backend's storage.
@@ -214,6 +264,8 @@ pub enum HostData {
     U32(Vec<u32>),
     U64(Vec<u64>),
     Bool(Vec<bool>),
+    C64(Vec<Complex32>),
+    C128(Vec<Complex64>),
 }
 
 /// Runs `$body` with `$v` bound to the typed vector inside a [`HostData`] (any variant).
@@ -234,6 +286,8 @@ macro_rules! with_host_data {
             $crate::HostData::U32($v) => $body,
             $crate::HostData::U64($v) => $body,
             $crate::HostData::Bool($v) => $body,
+            $crate::HostData::C64($v) => $body,
+            $crate::HostData::C128($v) => $body,
         }
     };
 }
@@ -255,6 +309,8 @@ impl HostData {
             HostData::U32(_) => DType::U32,
             HostData::U64(_) => DType::U64,
             HostData::Bool(_) => DType::Bool,
+            HostData::C64(_) => DType::C64,
+            HostData::C128(_) => DType::C128,
         }
     }
     /// Number of elements.
@@ -269,7 +325,8 @@ impl HostData {
     pub fn get_f64(&self, i: usize) -> f64 {
         with_host_data!(self, v => v[i].to_f64())
     }
-    /// All elements as f64 (lossless for every dtype except i64 and u64 beyond 2^53).
+    /// All elements as f64 (lossless for every dtype except i64 and u64 beyond 2^53; complex:
+    /// the real parts).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         with_host_data!(self, v => v.iter().map(|x| x.to_f64()).collect())
     }
@@ -292,6 +349,8 @@ impl HostData {
             DType::U32 => conv::<u32>(values),
             DType::U64 => conv::<u64>(values),
             DType::Bool => conv::<bool>(values),
+            DType::C64 => conv::<Complex32>(values),
+            DType::C128 => conv::<Complex64>(values),
         }
     }
     /// `n` copies of `value` converted to `dtype`.
@@ -313,6 +372,8 @@ impl HostData {
             DType::U32 => fill::<u32>(n, value),
             DType::U64 => fill::<u64>(n, value),
             DType::Bool => fill::<bool>(n, value),
+            DType::C64 => fill::<Complex32>(n, value),
+            DType::C128 => fill::<Complex64>(n, value),
         }
     }
     /// Size in bytes.
@@ -354,6 +415,8 @@ impl HostData {
             HostData::U16(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
             HostData::U32(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
             HostData::U64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
+            HostData::C64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
+            HostData::C128(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
             _ => {}
         }
         if let HostData::U8(v) = self {
@@ -373,6 +436,16 @@ impl HostData {
             HostData::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::U64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+            HostData::C64(v) => v
+                .iter()
+                .flat_map(|x| [x.re.to_le_bytes(), x.im.to_le_bytes()])
+                .flatten()
+                .collect(),
+            HostData::C128(v) => v
+                .iter()
+                .flat_map(|x| [x.re.to_le_bytes(), x.im.to_le_bytes()])
+                .flatten()
+                .collect(),
         })
     }
     /// Elements of `dtype` from little-endian bytes; `None` when the length is not a multiple
@@ -407,6 +480,8 @@ impl HostData {
                 DType::U16 => return pod(b).map(HostData::U16),
                 DType::U32 => return pod(b).map(HostData::U32),
                 DType::U64 => return pod(b).map(HostData::U64),
+                DType::C64 => return pod(b).map(HostData::C64),
+                DType::C128 => return pod(b).map(HostData::C128),
                 _ => {}
             }
         }
@@ -428,6 +503,20 @@ impl HostData {
                     .map(|&x| (x <= 1).then_some(x == 1))
                     .collect::<Option<_>>()?,
             ),
+            DType::C64 => HostData::C64(chunks(b, |c: [u8; 8]| {
+                let (re, im) = c.split_at(4);
+                Complex32::new(
+                    f32::from_le_bytes(re.try_into().expect("4 bytes")),
+                    f32::from_le_bytes(im.try_into().expect("4 bytes")),
+                )
+            })?),
+            DType::C128 => HostData::C128(chunks(b, |c: [u8; 16]| {
+                let (re, im) = c.split_at(8);
+                Complex64::new(
+                    f64::from_le_bytes(re.try_into().expect("8 bytes")),
+                    f64::from_le_bytes(im.try_into().expect("8 bytes")),
+                )
+            })?),
         })
     }
 }

@@ -64,7 +64,7 @@ pub use device::{
     register_backend, synchronize, with_device, Device, DeviceKind, DeviceSpec,
 };
 pub use dispatch::{add_observer, push_thread_observer, OpEvent, OpObserver};
-pub use dtype::{DType, Element, HostData};
+pub use dtype::{Complex32, Complex64, DType, Element, HostData};
 pub use error::{Error, Result};
 pub use fused::{FusedActivation, FusedKernel, UpdateRule};
 pub use layout::Layout;

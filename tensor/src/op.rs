@@ -84,6 +84,15 @@ op_enum!(
         IsNan => "is_nan",
         /// !x (bool)
         LogicalNot => "logical_not",
+        /// the complex conjugate (the identity on real numbers)
+        Conj => "conj",
+        /// the real part (complex in, its float type out; the identity on real numbers)
+        Real => "real",
+        /// the imaginary part (complex in, its float type out; zeros for real numbers)
+        Imag => "imag",
+        /// the argument atan2(im, re) (complex in, float out; real numbers: 0, or π where
+        /// negative, as TF's `angle`)
+        Angle => "angle",
     }
 );
 
@@ -95,10 +104,43 @@ impl UnaryOp {
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Square | UnaryOp::Relu
         )
     }
+    /// Ops defined on complex numbers (CPU backend). Abs of a complex number is its
+    /// modulus (a float), as TF's `ComplexAbs`.
+    pub fn accepts_complex(self) -> bool {
+        use UnaryOp::*;
+        matches!(
+            self,
+            Neg | Abs
+                | Sign
+                | Exp
+                | Expm1
+                | Log
+                | Log1p
+                | Sqrt
+                | Rsqrt
+                | Square
+                | Reciprocal
+                | Sin
+                | Cos
+                | Tan
+                | Asin
+                | Acos
+                | Atan
+                | Sinh
+                | Cosh
+                | Tanh
+                | Sigmoid
+                | Conj
+                | Real
+                | Imag
+                | Angle
+        )
+    }
     /// The output dtype for an input dtype.
     pub fn output_dtype(self, input: DType) -> DType {
         match self {
             UnaryOp::IsFinite | UnaryOp::IsNan => DType::Bool,
+            UnaryOp::Abs | UnaryOp::Real | UnaryOp::Imag | UnaryOp::Angle => input.real_dtype(),
             _ => input,
         }
     }
@@ -150,6 +192,8 @@ op_enum!(
         LogicalOr => "logical_or",
         /// a ^ b
         LogicalXor => "logical_xor",
+        /// a + bi from two floats of one type (TF's `complex`: float32 parts make complex64)
+        Complex => "complex",
     }
 );
 
@@ -177,10 +221,20 @@ impl BinaryOp {
     pub fn float_only(self) -> bool {
         matches!(self, BinaryOp::Atan2 | BinaryOp::ReluGrad)
     }
+    /// Ops defined on complex numbers (CPU backend): arithmetic, powers, equality.
+    pub fn accepts_complex(self) -> bool {
+        use BinaryOp::*;
+        matches!(
+            self,
+            Add | Sub | Mul | Div | Pow | SquaredDifference | Equal | NotEqual
+        )
+    }
     /// The output dtype for the input dtype.
     pub fn output_dtype(self, input: DType) -> DType {
         if self.is_comparison() || self.is_logical() {
             DType::Bool
+        } else if self == BinaryOp::Complex {
+            input.complex_dtype().unwrap_or(input)
         } else {
             input
         }
@@ -510,6 +564,12 @@ pub enum Op {
         /// Upper bound.
         max: f64,
     },
+    /// The discrete Fourier transform of each vector along the last axis of a complex
+    /// tensor (TF's `FFT`, unscaled) or its inverse (`IFFT`, scaled by 1/n); input `[x]`.
+    Fft {
+        /// The inverse transform.
+        inverse: bool,
+    },
     /// A function computed on the host by a library outside the op set (the NumPy API's
     /// `linalg` through nalgebra); tapes record it and report that it has no gradient.
     HostFunction {
@@ -553,6 +613,8 @@ impl Op {
             Op::AvgPoolGrad(_) => "avg_pool_grad",
             Op::OptimizerUpdate(_) => "optimizer_update",
             Op::ClipScalar { .. } => "clip_scalar",
+            Op::Fft { inverse: false } => "fft",
+            Op::Fft { inverse: true } => "ifft",
             Op::HostFunction { name } => name,
         }
     }

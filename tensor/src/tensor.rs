@@ -453,26 +453,39 @@ impl fmt::Display for Tensor {
 }
 
 fn format_elem(data: &HostData, i: usize) -> String {
+    // NumPy's form: (re+imj) with each part printed as a float
+    let complex = |re: f64, im: f64| {
+        let im_text = format_float(im.abs());
+        let sign = if im < 0.0 || (im == 0.0 && im.is_sign_negative()) {
+            '-'
+        } else {
+            '+'
+        };
+        format!("({}{sign}{im_text}j)", format_float(re))
+    };
     match data {
         HostData::Bool(v) => if v[i] { "True" } else { "False" }.to_string(),
-        d if d.dtype().is_float() => {
-            let x = d.get_f64(i);
-            if x.is_nan() {
-                "nan".into()
-            } else if x.is_infinite() {
-                if x > 0.0 {
-                    "inf".into()
-                } else {
-                    "-inf".into()
-                }
-            } else if x == x.trunc() && x.abs() < 1e16 {
-                format!("{x:.0}.")
-            } else {
-                let s = format!("{:.7}", x);
-                s.trim_end_matches('0').to_string()
-            }
-        }
+        HostData::C64(v) => complex(v[i].re as f64, v[i].im as f64),
+        HostData::C128(v) => complex(v[i].re, v[i].im),
+        d if d.dtype().is_float() => format_float(d.get_f64(i)),
         d => format!("{}", d.get_f64(i) as i64),
+    }
+}
+
+fn format_float(x: f64) -> String {
+    if x.is_nan() {
+        "nan".into()
+    } else if x.is_infinite() {
+        if x > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        }
+    } else if x == x.trunc() && x.abs() < 1e16 {
+        format!("{x:.0}.")
+    } else {
+        let s = format!("{:.7}", x);
+        s.trim_end_matches('0').to_string()
     }
 }
 

@@ -277,6 +277,19 @@ impl Backend for CpuBackend {
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         out(kernels::conv::avg_pool_grad(dy, w)?)
     }
+    fn fft(&self, x: Operand<'_>, inverse: bool) -> Result<BufferBox> {
+        out(match buffer::host(&x)? {
+            HostData::C64(v) => kernels::complex::fft(v, x.layout, inverse),
+            HostData::C128(v) => kernels::complex::fft(v, x.layout, inverse),
+            _ => {
+                return Err(ferroflow_tensor::backend::unsupported(
+                    "cpu",
+                    if inverse { "ifft" } else { "fft" },
+                    x.dtype,
+                ))
+            }
+        })
+    }
     fn clip_scalar(&self, x: Operand<'_>, min: f64, max: f64) -> Result<BufferBox> {
         out(kernels::unary::clip_scalar(x, min, max)?)
     }

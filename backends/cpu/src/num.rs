@@ -7,7 +7,7 @@ use ferroflow_tensor::Element;
 /// A numeric type with native kernels: f32, f64, i8, i32, i64, u8. Integer arithmetic wraps
 /// (as TF's does).
 pub(crate) trait Num:
-    Element + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
+    Element + PartialOrd + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
 {
     const ZERO: Self;
     const ONE: Self;

@@ -92,12 +92,27 @@ pub fn make_tensor(
     a: &RefArray,
     view: ViewKind,
 ) -> crate::Result<Tensor> {
+    make_view(a, view, 7.0, |shape, data| {
+        upload(device, dtype, shape, data)
+    })
+}
+
+/// The layout work of [`make_tensor`] for any element type: `upload` places a dense
+/// buffer of `a`'s values (or `filler` in the gaps a view skips) on the device, the view
+/// is then taken there. Complex tensors pass an array of element indices and a negative
+/// filler, and upload the elements the indices name.
+pub fn make_view(
+    a: &RefArray,
+    view: ViewKind,
+    filler: f64,
+    upload: impl Fn(&[usize], &[f64]) -> crate::Result<Tensor>,
+) -> crate::Result<Tensor> {
     let rank = a.shape.len();
     match view {
         ViewKind::Transposed if rank >= 2 => {
             let perm: Vec<usize> = (0..rank).rev().collect();
             let t = a.transpose(&perm);
-            upload(device, dtype, &t.shape, &t.data)?.transpose(&perm)
+            upload(&t.shape, &t.data)?.transpose(&perm)
         }
         ViewKind::Reversed if rank >= 1 => {
             let n0 = a.shape[0];
@@ -106,7 +121,7 @@ pub fn make_tensor(
             for i in (0..n0).rev() {
                 data.extend_from_slice(&a.data[i * inner..(i + 1) * inner]);
             }
-            upload(device, dtype, &a.shape, &data)?.reverse(&[0])
+            upload(&a.shape, &data)?.reverse(&[0])
         }
         ViewKind::Strided if rank >= 1 => {
             let last = a.shape[rank - 1];
@@ -115,13 +130,13 @@ pub fn make_tensor(
             let mut data = Vec::with_capacity(a.data.len() * 2);
             for row in a.data.chunks(last.max(1)) {
                 for &x in row {
-                    data.extend([x, 7.0]);
+                    data.extend([x, filler]);
                 }
             }
             if last == 0 {
                 data.clear();
             }
-            let t = upload(device, dtype, &shape, &data)?;
+            let t = upload(&shape, &data)?;
             let mut specs = vec![SliceSpec::ALL; rank - 1];
             specs.push(SliceSpec::Range {
                 start: None,
@@ -131,13 +146,13 @@ pub fn make_tensor(
             t.strided_slice(&specs)
         }
         ViewKind::Offset => {
-            let mut data = vec![3.0; 5];
+            let mut data = vec![filler; 5];
             data.extend_from_slice(&a.data);
-            let t = upload(device, dtype, &[data.len()], &data)?;
+            let t = upload(&[data.len()], &data)?;
             t.slice(&[5], &[a.data.len() as isize])?
                 .reshape_to(&a.shape)
         }
-        _ => upload(device, dtype, &a.shape, &a.data),
+        _ => upload(&a.shape, &a.data),
     }
 }
 

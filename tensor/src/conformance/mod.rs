@@ -15,6 +15,7 @@ pub mod elementwise;
 pub mod harness;
 pub mod reference;
 
+pub mod complex;
 pub mod creation;
 pub mod fused;
 pub mod index;
@@ -69,6 +70,12 @@ macro_rules! conformance_tests {
             random_statistics => creation::random_statistics,
             variables => creation::variables,
             optimizer_update => fused::optimizer_update,
+            complex_unary_ops => complex::complex_unary_ops,
+            complex_binary_ops => complex::complex_binary_ops,
+            complex_parts_and_casts => complex::complex_parts_and_casts,
+            complex_reductions_and_scans => complex::complex_reductions_and_scans,
+            complex_matmul => complex::complex_matmul,
+            complex_fft => complex::complex_fft,
             declared_fused_kernels => fused::declared_fused_kernels,
             never_panics => robustness::never_panics,
             hostile_arguments => robustness::hostile_arguments,

@@ -11,6 +11,21 @@ use crate::op::{BinaryOp, Op, UnaryOp};
 use crate::tensor::Tensor;
 
 fn check_unary_dtype(op: UnaryOp, dtype: DType) -> Result<()> {
+    if dtype.is_complex() || matches!(op, UnaryOp::Conj | UnaryOp::Real | UnaryOp::Imag) {
+        return if dtype.is_complex() && op.accepts_complex() {
+            Ok(())
+        } else {
+            Err(Error::UnsupportedDType {
+                op: op.name(),
+                dtype,
+                expected: if dtype.is_complex() {
+                    "a real dtype (TF has no complex kernel for it)"
+                } else {
+                    "a complex dtype"
+                },
+            })
+        };
+    }
     let ok = match op {
         UnaryOp::LogicalNot => dtype == DType::Bool,
         _ if op.accepts_int() => {
@@ -35,7 +50,17 @@ fn check_unary_dtype(op: UnaryOp, dtype: DType) -> Result<()> {
 }
 
 fn check_binary_dtype(op: BinaryOp, dtype: DType) -> Result<()> {
-    let (ok, expected) = if op.is_logical() {
+    let (ok, expected) = if op == BinaryOp::Complex {
+        (
+            matches!(dtype, DType::F32 | DType::F64),
+            "float32 or float64 parts",
+        )
+    } else if dtype.is_complex() {
+        (
+            op.accepts_complex(),
+            "a real dtype (complex numbers take +, -, *, /, pow, squared_difference, ==, !=)",
+        )
+    } else if op.is_logical() {
         (dtype == DType::Bool, "bool")
     } else if matches!(op, BinaryOp::Equal | BinaryOp::NotEqual) {
         (true, "any dtype")
@@ -224,11 +249,11 @@ impl Tensor {
     /// # Ok::<(), ferroflow_tensor::Error>(())
     /// ```
     pub fn clip_scalar(&self, min: f64, max: f64) -> Result<Tensor> {
-        if self.dtype() == DType::Bool {
+        if self.dtype() == DType::Bool || self.dtype().is_complex() {
             return Err(Error::UnsupportedDType {
                 op: "clip_scalar",
                 dtype: self.dtype(),
-                expected: "a numeric dtype",
+                expected: "a real numeric dtype",
             });
         }
         if !device_has_fused(self.device(), FusedKernel::ClipScalar, self.dtype()) {

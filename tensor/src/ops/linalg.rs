@@ -24,11 +24,14 @@ impl Tensor {
                 rhs: rhs.dtype(),
             });
         }
-        if !(self.dtype().is_float() || matches!(self.dtype(), DType::I32 | DType::I64)) {
+        if !(self.dtype().is_float()
+            || self.dtype().is_complex()
+            || matches!(self.dtype(), DType::I32 | DType::I64))
+        {
             return Err(Error::UnsupportedDType {
                 op: "matmul",
                 dtype: self.dtype(),
-                expected: "a float dtype, int32 or int64",
+                expected: "a float or complex dtype, int32 or int64",
             });
         }
         if self.rank() < 2 || rhs.rank() < 2 {

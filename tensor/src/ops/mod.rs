@@ -4,6 +4,7 @@
 //! and dtype, and runs the kernel through [`crate::dispatch::dispatch`] so observers see it.
 //! Composite ops (softmax, one_hot, gather_nd, top_k, tile, ...) call primitives only.
 
+mod complex;
 mod elementwise;
 mod fused;
 mod index;

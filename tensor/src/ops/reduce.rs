@@ -98,11 +98,17 @@ impl Tensor {
         let dtype = self.dtype();
         let ok = match op {
             ReduceOp::ReduceAny | ReduceOp::ReduceAll => dtype == DType::Bool,
+            // complex numbers have sums and products, no order
+            ReduceOp::ReduceMax | ReduceOp::ReduceMin => {
+                dtype != DType::Bool && !dtype.is_complex()
+            }
             _ => dtype != DType::Bool,
         };
         if !ok {
             let expected = if matches!(op, ReduceOp::ReduceAny | ReduceOp::ReduceAll) {
                 "bool"
+            } else if dtype.is_complex() {
+                "a real dtype (complex numbers have no order)"
             } else {
                 "a numeric dtype"
             };
@@ -214,11 +220,11 @@ impl Tensor {
     }
     fn arg_reduce(&self, op: ArgReduceOp, axis: isize) -> Result<Tensor> {
         let axis = normalize_axis(op.name(), axis, self.rank())?;
-        if self.dtype() == DType::Bool {
+        if self.dtype() == DType::Bool || self.dtype().is_complex() {
             return Err(Error::UnsupportedDType {
                 op: op.name(),
-                dtype: DType::Bool,
-                expected: "a numeric dtype",
+                dtype: self.dtype(),
+                expected: "a real numeric dtype",
             });
         }
         if self.shape()[axis] == 0 {

@@ -63,11 +63,11 @@ impl Tensor {
     /// Stable sort along `axis`: (values, int32 indices). NaN sorts above every number.
     pub fn sort_with_indices(&self, axis: isize, descending: bool) -> Result<(Tensor, Tensor)> {
         let axis = normalize_axis("sort", axis, self.rank())?;
-        if self.dtype() == DType::Bool {
+        if self.dtype() == DType::Bool || self.dtype().is_complex() {
             return Err(Error::UnsupportedDType {
                 op: "sort",
-                dtype: DType::Bool,
-                expected: "a numeric dtype",
+                dtype: self.dtype(),
+                expected: "a real numeric dtype",
             });
         }
         dispatch(

@@ -2,6 +2,7 @@
 //! have stride 0), so one strided loop serves every broadcast; dense and scalar cases take
 //! vectorised fast paths.
 
+use super::complex;
 use crate::buffer::{dense, half_chunked, host, narrow, widen, widen_range, Half};
 use crate::num::{FloatMath, IntOps, Num};
 use crate::simd::{map, zip, zip_rows, PAR_THRESHOLD};
@@ -141,7 +142,7 @@ enum HalfRhs<'a, H> {
 /// A binary op on half-precision data without widening whole buffers: comparisons run on
 /// the half values themselves; arithmetic runs chunk by chunk in f32 when the first operand
 /// is dense and the second dense, a scalar or a last-axis vector. `None`: the general path.
-fn binary_half<H: Half + Element>(
+fn binary_half<H: Half + Element + PartialOrd>(
     op: BinaryOp,
     a: &[H],
     la: &Layout,
@@ -213,6 +214,18 @@ fn binary_half<H: Half + Element>(
 pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>) -> Result<HostData> {
     let (da, db) = (host(&a)?, host(&b)?);
     let (la, lb) = (a.layout, b.layout);
+    match (op, da, db) {
+        (BinaryOp::Complex, HostData::F32(x), HostData::F32(y)) => {
+            return Ok(complex::make(x, la, y, lb))
+        }
+        (BinaryOp::Complex, HostData::F64(x), HostData::F64(y)) => {
+            return Ok(complex::make(x, la, y, lb))
+        }
+        (BinaryOp::Complex, ..) => return Err(unsupported("cpu", op.name(), a.dtype)),
+        (_, HostData::C64(x), HostData::C64(y)) => return complex::binary(op, x, la, y, lb),
+        (_, HostData::C128(x), HostData::C128(y)) => return complex::binary(op, x, la, y, lb),
+        _ => {}
+    }
     let chunked = match (da, db) {
         (HostData::F16(x), HostData::F16(y)) => binary_half(op, x, la, y, lb),
         (HostData::BF16(x), HostData::BF16(y)) => binary_half(op, x, la, y, lb),
@@ -252,7 +265,7 @@ pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>) -> Result<Hos
     })
 }
 
-fn compare<T: Element>(
+fn compare<T: Element + PartialOrd>(
     op: BinaryOp,
     a: &[T],
     la: &Layout,

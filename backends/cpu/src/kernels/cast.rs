@@ -2,7 +2,9 @@
 
 use crate::buffer::{dense, dense_owned, host, narrow, narrow_from, widen};
 use crate::simd::map;
-use ferroflow_tensor::{bf16, f16, with_host_data, DType, Element, HostData, Operand, Result};
+use ferroflow_tensor::{
+    bf16, f16, with_host_data, Complex32, Complex64, DType, Element, HostData, Operand, Result,
+};
 
 /// How an element converts: integers (and bool) go through i64 so int-to-int casts wrap
 /// like C's, everything else through f64 (Rust `as`: saturating, NaN to 0).
@@ -36,6 +38,9 @@ macro_rules! convert_float {
     )*};
 }
 convert_float!(f16, bf16, f32, f64);
+// Complex numbers convert through their real part (real targets drop the imaginary part,
+// as TF's cast does); complex-to-complex and complex-to-bool casts are handled in `cast`.
+convert_float!(Complex32, Complex64);
 impl Convert for bool {
     const INT: bool = true;
     #[inline(always)]
@@ -71,11 +76,37 @@ fn cast_to<T: Convert>(src: &[T], to: DType) -> HostData {
         DType::U32 => HostData::U32(convert(src)),
         DType::U64 => HostData::U64(convert(src)),
         DType::Bool => HostData::Bool(convert(src)),
+        DType::C64 => HostData::C64(convert(src)),
+        DType::C128 => HostData::C128(convert(src)),
     }
 }
 
 pub(crate) fn cast(x: Operand<'_>, to: DType) -> Result<HostData> {
     let data = host(&x)?;
+    // Between complex types both parts convert; to bool a complex number is `z != 0`.
+    match (data, to) {
+        (HostData::C64(v), DType::C128) => {
+            return Ok(HostData::C128(map(&dense(v, x.layout), |z: Complex32| {
+                Complex64::new(z.re as f64, z.im as f64)
+            })))
+        }
+        (HostData::C128(v), DType::C64) => {
+            return Ok(HostData::C64(map(&dense(v, x.layout), |z: Complex64| {
+                Complex32::new(z.re as f32, z.im as f32)
+            })))
+        }
+        (HostData::C64(v), DType::Bool) => {
+            return Ok(HostData::Bool(map(&dense(v, x.layout), |z: Complex32| {
+                z.re != 0.0 || z.im != 0.0
+            })))
+        }
+        (HostData::C128(v), DType::Bool) => {
+            return Ok(HostData::Bool(map(&dense(v, x.layout), |z: Complex64| {
+                z.re != 0.0 || z.im != 0.0
+            })))
+        }
+        _ => {}
+    }
     // Vectorised half <-> f32 conversions (F16C where the CPU has it, via `half`).
     if let (Some(w), DType::F32) = (widen(data), to) {
         return Ok(HostData::F32(dense_owned(w, x.layout)));

@@ -53,6 +53,8 @@ pub(crate) trait NativeGemm: Sized {
 }
 
 impl NativeGemm for f64 {}
+impl NativeGemm for ferroflow_tensor::Complex32 {}
+impl NativeGemm for ferroflow_tensor::Complex64 {}
 impl NativeGemm for half::f16 {}
 
 impl NativeGemm for f32 {

@@ -5,7 +5,9 @@
 
 use super::f32_gemm::NativeGemm;
 use crate::buffer::{host, narrow, widen};
-use ferroflow_tensor::{backend::unsupported, DType, HostData, Layout, Operand, Result};
+use ferroflow_tensor::{
+    backend::unsupported, Complex32, Complex64, DType, HostData, Layout, Operand, Result,
+};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -319,6 +321,24 @@ pub(crate) fn matmul(a: Operand<'_>, b: Operand<'_>) -> Result<HostData> {
             let (wx, wy) = (widen(da).unwrap_or_default(), widen(db).unwrap_or_default());
             narrow(gemm_batched(&wx, la, &wy, lb, 0.0, 1.0, None), DType::BF16)
         }
+        (HostData::C64(x), HostData::C64(y)) => HostData::C64(gemm_batched(
+            x,
+            la,
+            y,
+            lb,
+            Complex32::new(0.0, 0.0),
+            Complex32::new(1.0, 0.0),
+            None,
+        )),
+        (HostData::C128(x), HostData::C128(y)) => HostData::C128(gemm_batched(
+            x,
+            la,
+            y,
+            lb,
+            Complex64::new(0.0, 0.0),
+            Complex64::new(1.0, 0.0),
+            None,
+        )),
         (HostData::I32(x), HostData::I32(y)) => HostData::I32(matmul_int(x, la, y, lb)),
         (HostData::I64(x), HostData::I64(y)) => HostData::I64(matmul_int(x, la, y, lb)),
         _ => return Err(unsupported("cpu", "matmul", a.dtype)),

@@ -4,6 +4,7 @@ pub(crate) mod bf16_gemm;
 pub(crate) mod bias;
 pub(crate) mod binary;
 pub(crate) mod cast;
+pub(crate) mod complex;
 pub(crate) mod conv;
 pub(crate) mod f32_conv;
 pub(crate) mod f32_gemm;

@@ -12,7 +12,7 @@ use ferroflow_tensor::{
 };
 use rayon::prelude::*;
 
-fn reduce_with<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(
+pub(crate) fn reduce_with<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(
     data: &[T],
     layout: &Layout,
     axes: &[usize],
@@ -202,6 +202,8 @@ pub(crate) fn reduce(op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<Hos
         HostData::U16(v) => HostData::U16(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
         HostData::U32(v) => HostData::U32(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
         HostData::U64(v) => HostData::U64(reduce_num(op, v, x.layout, axes).ok_or_else(none)?),
+        HostData::C64(v) => super::complex::reduce(op, v, x.layout, axes)?,
+        HostData::C128(v) => super::complex::reduce(op, v, x.layout, axes)?,
         HostData::Bool(v) => HostData::Bool(match op {
             ReduceOp::ReduceAny => reduce_with(v, x.layout, axes, false, |a, b| a | b),
             ReduceOp::ReduceAll => reduce_with(v, x.layout, axes, true, |a, b| a & b),

@@ -33,7 +33,29 @@ fn scan_typed<T: Num + Send + Sync>(
     }
 }
 
-fn scan_with<T: Num + Send + Sync, F: Fn(T, T) -> T + Sync + Copy>(
+/// Running sums and products of complex numbers.
+fn scan_complex<P: super::complex::Part>(
+    v: &[num_complex::Complex<P>],
+    layout: &Layout,
+    axis: usize,
+    prod: bool,
+    exclusive: bool,
+    reverse: bool,
+) -> Vec<num_complex::Complex<P>>
+where
+    num_complex::Complex<P>: Element,
+{
+    use num_traits::{One, Zero};
+    if prod {
+        let one = num_complex::Complex::one();
+        scan_with(v, layout, axis, exclusive, reverse, one, |a, b| a * b)
+    } else {
+        let zero = num_complex::Complex::zero();
+        scan_with(v, layout, axis, exclusive, reverse, zero, |a, b| a + b)
+    }
+}
+
+fn scan_with<T: Element, F: Fn(T, T) -> T + Sync + Copy>(
     v: &[T],
     layout: &Layout,
     axis: usize,
@@ -132,6 +154,8 @@ pub(crate) fn cumulative(
         HostData::U16(v) => HostData::U16(scan_typed(v, l, axis, prod, exclusive, reverse)),
         HostData::U32(v) => HostData::U32(scan_typed(v, l, axis, prod, exclusive, reverse)),
         HostData::U64(v) => HostData::U64(scan_typed(v, l, axis, prod, exclusive, reverse)),
+        HostData::C64(v) => HostData::C64(scan_complex(v, l, axis, prod, exclusive, reverse)),
+        HostData::C128(v) => HostData::C128(scan_complex(v, l, axis, prod, exclusive, reverse)),
         _ => return Err(unsupported("cpu", op.name(), x.dtype)),
     })
 }
@@ -322,6 +346,8 @@ pub(crate) fn sort(x: Operand<'_>, axis: usize, descending: bool) -> Result<(Hos
         HostData::U16(v) => go!(v),
         HostData::U32(v) => go!(v),
         HostData::U64(v) => go!(v),
-        HostData::Bool(_) => return Err(unsupported("cpu", "sort", x.dtype)),
+        HostData::Bool(_) | HostData::C64(_) | HostData::C128(_) => {
+            return Err(unsupported("cpu", "sort", x.dtype))
+        }
     })
 }

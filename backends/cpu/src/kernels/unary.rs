@@ -24,6 +24,11 @@ fn unary_half<H: Half>(op: UnaryOp, v: &[H], x: &Operand<'_>) -> Option<HostData
 
 pub(crate) fn unary(op: UnaryOp, x: Operand<'_>) -> Result<HostData> {
     let data = host(&x)?;
+    match data {
+        HostData::C64(v) => return super::complex::unary(op, v, x.layout),
+        HostData::C128(v) => return super::complex::unary(op, v, x.layout),
+        _ => {}
+    }
     let chunked = match data {
         HostData::F16(v) => unary_half(op, v, &x),
         HostData::BF16(v) => unary_half(op, v, &x),
@@ -135,6 +140,14 @@ fn unary_float<T: FloatMath>(op: UnaryOp, x: &[T]) -> HostData {
         IsFinite => return HostData::Bool(map(x, |v: T| v.is_finite())),
         IsNan => return HostData::Bool(map(x, |v: T| v.isnan())),
         LogicalNot => return HostData::Bool(map(x, |v: T| v == zero)),
+        // The complex ops on real numbers (TF: conj and real are the identity, imag zero,
+        // angle π where negative).
+        Conj | Real => x.to_vec(),
+        Imag => map(x, |_: T| zero),
+        Angle => {
+            let pi = T::from_f64(std::f64::consts::PI);
+            map(x, |v: T| if v < zero { pi } else { zero })
+        }
     };
     T::into_host(v)
 }
@@ -189,6 +202,8 @@ pub(crate) fn clip_scalar(x: Operand<'_>, lo: f64, hi: f64) -> Result<HostData> 
         HostData::U16(v) => HostData::U16(go(v, &x, lo, hi)),
         HostData::U32(v) => HostData::U32(go(v, &x, lo, hi)),
         HostData::U64(v) => HostData::U64(go(v, &x, lo, hi)),
-        HostData::Bool(_) => return Err(unsupported("cpu", "clip_scalar", x.dtype)),
+        HostData::Bool(_) | HostData::C64(_) | HostData::C128(_) => {
+            return Err(unsupported("cpu", "clip_scalar", x.dtype))
+        }
     })
 }

@@ -39,7 +39,8 @@ fn unary_expr(op: UnaryOp, e: Elem) -> Option<&'static str> {
             Relu => "select(x, 0.0, x < 0.0)",
             IsFinite => "u32(is_finite(x))",
             IsNan => "u32(is_nan(x))",
-            LogicalNot => return None,
+            // complex numbers live on the CPU backend; on real ones these are composed
+            LogicalNot | Conj | Real | Imag | Angle => return None,
         },
         Elem::I32 => match op {
             Neg => "-x",
@@ -120,7 +121,7 @@ fn binary_expr(op: BinaryOp, e: Elem) -> Option<(&'static str, bool, bool)> {
             LessEqual => plain("u32(f_le(a, b))"),
             Greater => plain("u32(f_lt(b, a))"),
             GreaterEqual => plain("u32(f_le(b, a))"),
-            LogicalAnd | LogicalOr | LogicalXor => None,
+            LogicalAnd | LogicalOr | LogicalXor | Complex => None,
         },
         Elem::I32 => match op {
             Add => plain("a + b"),
@@ -139,7 +140,7 @@ fn binary_expr(op: BinaryOp, e: Elem) -> Option<(&'static str, bool, bool)> {
             LessEqual => plain("u32(a <= b)"),
             Greater => plain("u32(a > b)"),
             GreaterEqual => plain("u32(a >= b)"),
-            Atan2 | ReluGrad | LogicalAnd | LogicalOr | LogicalXor => None,
+            Atan2 | ReluGrad | LogicalAnd | LogicalOr | LogicalXor | Complex => None,
         },
         Elem::U32 => match op {
             Add => plain("a + b"),
@@ -158,7 +159,7 @@ fn binary_expr(op: BinaryOp, e: Elem) -> Option<(&'static str, bool, bool)> {
             LessEqual => plain("u32(a <= b)"),
             Greater => plain("u32(a > b)"),
             GreaterEqual => plain("u32(a >= b)"),
-            Atan2 | ReluGrad | LogicalAnd | LogicalOr | LogicalXor => None,
+            Atan2 | ReluGrad | LogicalAnd | LogicalOr | LogicalXor | Complex => None,
         },
         Elem::Bool => match op {
             LogicalAnd => plain("a & b"),
