@@ -762,3 +762,235 @@ fn fused_conv2d_bias_second_derivative_matches_finite_differences() {
         );
     }
 }
+
+/// A complex128 tensor from parts.
+fn ct(shape: &[usize], re: &[f64], im: &[f64]) -> Tensor {
+    let v = re
+        .iter()
+        .zip(im)
+        .map(|(&a, &b)| ferroflow::Complex64::new(a, b))
+        .collect();
+    Tensor::from_host(HostData::C128(v), shape).unwrap()
+}
+
+/// A real loss of a complex or real result: Σ re(y)·w + im(y)·w' (w' a second pattern).
+fn complex_loss(y: &Tensor, w: &Tensor) -> Tensor {
+    let w2 = w
+        .reverse(&[])
+        .unwrap()
+        .mul(&w.scalar_like(-0.7).unwrap())
+        .unwrap();
+    let re = y.real().unwrap().cast(DType::F64).unwrap();
+    let im = y.imag().unwrap().cast(DType::F64).unwrap();
+    let s = re.mul(w).unwrap().add(&im.mul(&w2).unwrap()).unwrap();
+    s.reduce_sum(Axes::All, false).unwrap()
+}
+
+/// One input of a complex gradient check: its shape, real and imaginary parts, and whether
+/// it is complex128 (else float64, the imaginary parts unused).
+type ComplexInput = (Vec<usize>, Vec<f64>, Vec<f64>, bool);
+
+/// The tape's gradient of a real loss of `f` against finite differences in TF's convention:
+/// for a complex input z = x + iy the gradient is ∂L/∂x + i·∂L/∂y.
+fn check_complex(
+    name: &str,
+    f: &dyn Fn(&[Tensor]) -> ferroflow::Result<Tensor>,
+    inputs: &[ComplexInput],
+) {
+    ferroflow::init();
+    let make = |(s, re, im, complex): &ComplexInput| {
+        if *complex {
+            ct(s, re, im)
+        } else {
+            t(s, re)
+        }
+    };
+    let xs: Vec<Tensor> = inputs.iter().map(make).collect();
+    let tape = GradientTape::new();
+    for x in &xs {
+        tape.watch(x);
+    }
+    let y = f(&xs).unwrap_or_else(|e| panic!("{name}: forward failed: {e}"));
+    let w = weights(y.shape());
+    let l = complex_loss(&y, &w);
+    let sources: Vec<Source> = xs.iter().map(Source::from).collect();
+    let grads = tape
+        .gradient(&l, &sources)
+        .unwrap_or_else(|e| panic!("{name}: gradient failed: {e}"));
+    let eps = 1e-6;
+    for (k, input) in inputs.iter().enumerate() {
+        let (shape, re, im, complex) = input;
+        let g = grads[k]
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: no gradient for input {k}"));
+        assert_eq!(g.shape(), shape.as_slice(), "{name}: gradient {k} shape");
+        assert_eq!(g.dtype(), xs[k].dtype(), "{name}: gradient {k} dtype");
+        let (g_re, g_im) = (
+            g.real().unwrap().to_vec::<f64>().unwrap(),
+            g.imag().unwrap().to_vec::<f64>().unwrap(),
+        );
+        let parts: &[(bool, &Vec<f64>)] = if *complex {
+            &[(false, &g_re), (true, &g_im)]
+        } else {
+            &[(false, &g_re)]
+        };
+        for &(imaginary, analytic) in parts {
+            for i in 0..re.len() {
+                let eval = |d: f64| {
+                    let mut vs = xs.clone();
+                    let (mut r, mut m) = (re.clone(), im.clone());
+                    if imaginary {
+                        m[i] += d;
+                    } else {
+                        r[i] += d;
+                    }
+                    vs[k] = make(&(shape.clone(), r, m, *complex));
+                    complex_loss(&f(&vs).unwrap(), &w).item::<f64>().unwrap()
+                };
+                let numeric = (eval(eps) - eval(-eps)) / (2.0 * eps);
+                let a = analytic[i];
+                assert!(
+                    (a - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()),
+                    "{name}: d/d{}(x{k}[{i}]) tape {a}, finite difference {numeric}",
+                    if imaginary { "im" } else { "re" }
+                );
+            }
+        }
+    }
+}
+
+fn complex_input(shape: &[usize], seed: u64, lo: f64, hi: f64) -> ComplexInput {
+    let n = shape.iter().product();
+    (
+        shape.to_vec(),
+        vals(n, seed, lo, hi),
+        vals(n, seed + 1000, lo, hi),
+        true,
+    )
+}
+
+#[test]
+fn complex_unary_ops_match_finite_differences_in_tfs_convention() {
+    use ferroflow::UnaryOp;
+    for &op in UnaryOp::ALL.iter().filter(|o| o.accepts_complex()) {
+        // away from branch cuts, poles and |z| = 0 where the ops are not differentiable
+        let (lo, hi) = match op {
+            UnaryOp::Asin | UnaryOp::Acos | UnaryOp::Atan => (0.1, 0.6),
+            UnaryOp::Tan | UnaryOp::Tanh | UnaryOp::Sigmoid => (-1.0, 1.0),
+            UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => (0.3, 2.0),
+            UnaryOp::Abs | UnaryOp::Angle => (0.2, 2.0),
+            _ => (-1.5, 1.5),
+        };
+        runner(cases() / 4)
+            .run(&(shapes(), 0..1000u64), |(shape, seed)| {
+                let x = complex_input(&shape, seed, lo, hi);
+                match op {
+                    // piecewise constant: no gradient, as for real numbers
+                    UnaryOp::Sign => {}
+                    _ => check_complex(op.name(), &|v| v[0].unary(op), &[x]),
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+}
+
+#[test]
+fn complex_binary_ops_match_finite_differences_with_broadcasting() {
+    use ferroflow::BinaryOp;
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::SquaredDifference,
+    ] {
+        let (lo, hi) = if matches!(op, BinaryOp::Pow | BinaryOp::Div) {
+            (0.3, 1.5)
+        } else {
+            (-1.5, 1.5)
+        };
+        let a = complex_input(&[2, 3], 1, lo, hi);
+        let b = complex_input(&[3], 2, lo, hi);
+        check_complex(
+            op.name(),
+            &|v| v[0].binary(op, &v[1]),
+            &[a.clone(), b.clone()],
+        );
+        check_complex(op.name(), &|v| v[1].binary(op, &v[0]), &[a, b]);
+    }
+    // complex(re, im) from real parts: their gradients are the parts of the gradient
+    let (re, im) = (input(&[2, 3], 3, -1.0, 1.0), input(&[3], 4, -1.0, 1.0));
+    check_complex(
+        "complex",
+        &|v| Tensor::complex(&v[0], &v[1]),
+        &[
+            (re.0, re.1, vec![0.0; 6], false),
+            (im.0, im.1, vec![0.0; 3], false),
+        ],
+    );
+}
+
+#[test]
+fn complex_reductions_scans_matmul_casts_and_ffts_match_finite_differences() {
+    let x = complex_input(&[2, 3, 4], 5, -1.0, 1.0);
+    let r = |f: fn(&Tensor) -> ferroflow::Result<Tensor>| move |v: &[Tensor]| f(&v[0]);
+    check_complex(
+        "reduce_sum",
+        &r(|x| x.reduce_sum(Axes::from(&[0, 2][..]), false)),
+        &[x.clone()],
+    );
+    check_complex("reduce_prod", &r(|x| x.reduce_prod(1, true)), &[x.clone()]);
+    check_complex(
+        "reduce_mean",
+        &r(|x| x.reduce_mean(Axes::All, false)),
+        &[x.clone()],
+    );
+    check_complex("cumsum", &r(|x| x.cumsum(2, true, false)), &[x.clone()]);
+    check_complex("cumprod", &r(|x| x.cumprod(1, false, true)), &[x.clone()]);
+    check_complex("fft", &r(|x| x.fft()), &[x.clone()]);
+    check_complex("ifft", &r(|x| x.ifft()), &[x.clone()]);
+    check_complex("irfft", &r(|x| x.irfft(Some(6))), &[x.clone()]);
+    check_complex("irfft odd", &r(|x| x.irfft(Some(5))), &[x.clone()]);
+    check_complex(
+        "fft of a prime length",
+        &r(|x| x.fft()),
+        &[complex_input(&[7], 6, -1.0, 1.0)],
+    );
+    check_complex(
+        "complex to real cast",
+        &r(|x| x.cast(DType::F64)),
+        &[x.clone()],
+    );
+    let real = input(&[2, 5], 7, -1.0, 1.0);
+    let real = (real.0, real.1, vec![0.0; 10], false);
+    check_complex("rfft", &r(|x| x.rfft(None)), &[real.clone()]);
+    check_complex("rfft padded", &r(|x| x.rfft(Some(8))), &[real.clone()]);
+    check_complex("real to complex cast", &r(|x| x.cast(DType::C128)), &[real]);
+    let (a, b) = (
+        complex_input(&[2, 3, 4], 8, -1.0, 1.0),
+        complex_input(&[4, 2], 9, -1.0, 1.0),
+    );
+    check_complex("matmul", &|v| v[0].matmul(&v[1]), &[a.clone(), b.clone()]);
+    let bt = complex_input(&[2, 4], 10, -1.0, 1.0);
+    check_complex("matmul_t", &|v| v[0].matmul_t(&v[1], false, true), &[a, bt]);
+}
+
+#[test]
+fn complex_second_derivatives_match_finite_differences() {
+    // d/dz of the gradient of L(z) = Σ re(w·z³): the inner gradient is itself differentiated
+    let x = complex_input(&[4], 11, -1.0, 1.0);
+    check_complex(
+        "gradient of cube",
+        &|v| {
+            let inner = GradientTape::new();
+            inner.watch(&v[0]);
+            let y = v[0].mul(&v[0])?.mul(&v[0])?;
+            let l = complex_loss(&y, &weights(y.shape()));
+            let g = inner.gradient(&l, &[Source::from(&v[0])])?;
+            Ok(g[0].clone().expect("connected"))
+        },
+        &[x],
+    );
+}

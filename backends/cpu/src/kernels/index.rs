@@ -69,8 +69,19 @@ pub(crate) fn gather(x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Resul
 }
 
 fn scatter_typed<T: Num>(upd: &[T], shape: &[usize], idx: &[i64], axis: usize) -> Result<Vec<T>> {
+    scatter_with(upd, shape, idx, axis, T::ZERO, |a, b| a.wadd(b))
+}
+
+fn scatter_with<T: Element>(
+    upd: &[T],
+    shape: &[usize],
+    idx: &[i64],
+    axis: usize,
+    zero: T,
+    add: impl Fn(T, T) -> T,
+) -> Result<Vec<T>> {
     let (outer, n, inner) = split_at_axis(shape, axis);
-    let mut out = vec![T::ZERO; outer * n * inner];
+    let mut out = vec![zero; outer * n * inner];
     let checked = idx
         .iter()
         .map(|&i| check_index("scatter_add", i, n))
@@ -81,7 +92,7 @@ fn scatter_typed<T: Num>(upd: &[T], shape: &[usize], idx: &[i64], axis: usize) -
             let src = &upd[(o * m + j) * inner..(o * m + j + 1) * inner];
             let dst = &mut out[(o * n + i) * inner..(o * n + i + 1) * inner];
             for (d, &s) in dst.iter_mut().zip(src) {
-                *d = d.wadd(s);
+                *d = add(*d, s);
             }
         }
     }
@@ -114,6 +125,28 @@ pub(crate) fn scatter_add(
         HostData::U16(v) => HostData::U16(scatter_typed(&dense(v, l), shape, &idx, axis)?),
         HostData::U32(v) => HostData::U32(scatter_typed(&dense(v, l), shape, &idx, axis)?),
         HostData::U64(v) => HostData::U64(scatter_typed(&dense(v, l), shape, &idx, axis)?),
+        HostData::C64(v) => {
+            let zero = ferroflow_tensor::Complex32::new(0.0, 0.0);
+            HostData::C64(scatter_with(
+                &dense(v, l),
+                shape,
+                &idx,
+                axis,
+                zero,
+                |a, b| a + b,
+            )?)
+        }
+        HostData::C128(v) => {
+            let zero = ferroflow_tensor::Complex64::new(0.0, 0.0);
+            HostData::C128(scatter_with(
+                &dense(v, l),
+                shape,
+                &idx,
+                axis,
+                zero,
+                |a, b| a + b,
+            )?)
+        }
         _ => return Err(unsupported("cpu", "scatter_add", updates.dtype)),
     })
 }
