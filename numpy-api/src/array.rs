@@ -189,7 +189,9 @@ nested_elem!(
     u64,
     bool,
     ferroflow_tensor::f16,
-    ferroflow_tensor::bf16
+    ferroflow_tensor::bf16,
+    ferroflow_tensor::Complex32,
+    ferroflow_tensor::Complex64
 );
 
 fn seq_shape<A: Nested>(items: &[A]) -> Option<Vec<usize>> {

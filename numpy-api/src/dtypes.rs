@@ -382,6 +382,16 @@ pub fn float_result(d: DType) -> DType {
     }
 }
 
+/// The dtype NumPy averages and divides in: inexact types (floats and complex numbers) keep
+/// theirs, integers and booleans take the default float.
+pub(crate) fn inexact_result(d: DType) -> DType {
+    if d.is_float() || d.is_complex() {
+        d
+    } else {
+        default_float()
+    }
+}
+
 /// The dtype NumPy accumulates `sum`/`prod`/`cumsum` in: booleans and narrower integers
 /// widen to the default integer (`int64`), narrower unsigned integers to `uint64`.
 pub(crate) fn accumulate_dtype(d: DType) -> DType {

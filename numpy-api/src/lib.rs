@@ -42,6 +42,7 @@
 mod array;
 pub mod creation;
 pub mod dtypes;
+pub mod fft;
 pub mod indexing;
 pub mod interop;
 pub mod io;
@@ -73,6 +74,6 @@ pub use reductions::*;
 pub use shape::*;
 pub use sorting::*;
 
-pub use ferroflow_tensor::{Axes, DType, Error, Result, Tensor};
+pub use ferroflow_tensor::{Axes, Complex32, Complex64, DType, Error, Result, Tensor};
 pub use nalgebra;
 pub use ndarray;

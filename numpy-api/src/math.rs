@@ -22,7 +22,7 @@
 use ferroflow_tensor::{Axes, BinaryOp, DType, Error, Result, Tensor, UnaryOp};
 
 use crate::array::{arr, cast_all, promote2, ArrayLike, Scalar, Value};
-use crate::dtypes::{accumulate_dtype, default_float, float_result};
+use crate::dtypes::{accumulate_dtype, float_result, inexact_result};
 use crate::util::{axis_or_flat, broadcast_shape, norm_axis, one_axis, required_axis};
 
 /// Two arguments promoted, with their broadcast shape checked (NumPy's wording).
@@ -104,7 +104,7 @@ pub fn true_divide(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
     // NumPy divides integers (and booleans) of every width in the default float, not in
     // the float the unary ufuncs pick (`int8 / int8` is float64, `sqrt(int8)` float16).
     let (a, b, d) = binary_args("true_divide", a, b)?;
-    let fd = if d.is_float() { d } else { default_float() };
+    let fd = inexact_result(d);
     a.cast(fd)?.div(&b.cast(fd)?)
 }
 /// `numpy.divide` (same as [`true_divide`]).
@@ -334,7 +334,7 @@ pub fn cbrt(x: impl ArrayLike) -> Result<Tensor> {
 /// `numpy.reciprocal`: `1/x` (integers divide as integers, as in NumPy).
 pub fn reciprocal(x: impl ArrayLike) -> Result<Tensor> {
     let x = arr(x)?;
-    if x.dtype().is_float() {
+    if x.dtype().is_float() || x.dtype().is_complex() {
         x.reciprocal()
     } else {
         x.scalar_like(1.0)?.div(&x)
@@ -641,4 +641,72 @@ pub fn ldexp(x1: impl ArrayLike, x2: impl ArrayLike) -> Result<Tensor> {
     let m = m.cast(float_result(m.dtype()))?;
     let two = m.scalar_like(2.0)?;
     multiply(&m, two.pow(&e.cast(m.dtype())?)?)
+}
+
+/// `numpy.real(val)`: the real part; a real array is returned as it is.
+///
+/// ```
+/// use ferroflow_numpy as np;
+/// ferroflow::init();
+/// let z = np::asarray([np::Complex64::new(1.0, 2.0), np::Complex64::new(-3.0, 0.5)])?;
+/// assert_eq!(np::real(&z)?.to_vec::<f64>()?, [1.0, -3.0]);
+/// assert_eq!(np::imag(&z)?.to_vec::<f64>()?, [2.0, 0.5]);
+/// assert_eq!(np::absolute(np::asarray([np::Complex64::new(3.0, 4.0)])?)?.to_vec::<f64>()?, [5.0]);
+/// # Ok::<(), np::Error>(())
+/// ```
+pub fn real(val: impl ArrayLike) -> Result<Tensor> {
+    arr(val)?.real()
+}
+/// `numpy.imag(val)`: the imaginary part; zeros of the same dtype for a real array.
+pub fn imag(val: impl ArrayLike) -> Result<Tensor> {
+    arr(val)?.imag()
+}
+/// `numpy.conjugate(x)`: the complex conjugate (a real array as it is).
+pub fn conjugate(x: impl ArrayLike) -> Result<Tensor> {
+    arr(x)?.conj()
+}
+/// `numpy.conj` (same as [`conjugate`]).
+pub fn conj(x: impl ArrayLike) -> Result<Tensor> {
+    conjugate(x)
+}
+/// `numpy.angle(z)`: the argument in radians, `arctan2(imag, real)` (float64 for real
+/// input, as NumPy: π for negative numbers and for -0.0).
+pub fn angle(z: impl ArrayLike) -> Result<Tensor> {
+    angle_with(z, false)
+}
+/// `numpy.angle(z, deg)`: [`angle`], in degrees when `deg`.
+pub fn angle_with(z: impl ArrayLike, deg: bool) -> Result<Tensor> {
+    let z = arr(z)?;
+    let a = if z.dtype().is_complex() {
+        z.angle()?
+    } else {
+        let x = z.cast(float_result(z.dtype()))?;
+        x.zeros_like()?.binary(BinaryOp::Atan2, &x)?
+    };
+    if deg {
+        a.mul(&a.scalar_like(180.0 / std::f64::consts::PI)?)
+    } else {
+        Ok(a)
+    }
+}
+/// `numpy.iscomplex(x)`: where the imaginary part is not zero (all false for real arrays).
+pub fn iscomplex(x: impl ArrayLike) -> Result<Tensor> {
+    let x = arr(x)?;
+    if !x.dtype().is_complex() {
+        return Tensor::zeros(x.shape(), DType::Bool);
+    }
+    let im = x.imag()?;
+    im.not_equal(&im.scalar_like(0.0)?)
+}
+/// `numpy.isreal(x)`: where the imaginary part is zero (all true for real arrays).
+pub fn isreal(x: impl ArrayLike) -> Result<Tensor> {
+    iscomplex(x)?.logical_not()
+}
+/// `numpy.iscomplexobj(x)`: whether the dtype is complex.
+pub fn iscomplexobj(x: impl ArrayLike) -> Result<bool> {
+    Ok(arr(x)?.dtype().is_complex())
+}
+/// `numpy.isrealobj(x)`: whether the dtype is not complex.
+pub fn isrealobj(x: impl ArrayLike) -> Result<bool> {
+    Ok(!iscomplexobj(x)?)
 }

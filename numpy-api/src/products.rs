@@ -237,9 +237,10 @@ pub fn outer(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
     multiply(&a.reshape(&[-1, 1])?, &b.reshape(&[1, -1])?)
 }
 
-/// `numpy.vdot(a, b)`: the dot product of the flattened arrays.
+/// `numpy.vdot(a, b)`: the dot product of the flattened arrays, the first conjugated.
 pub fn vdot(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
     let (a, b, _) = promote2(a, b)?;
+    let a = a.conj()?;
     if a.num_elements() != b.num_elements() {
         return Err(Error::invalid(
             "vdot",

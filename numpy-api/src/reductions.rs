@@ -25,7 +25,7 @@
 use ferroflow_tensor::{Axes, DType, Error, Result, Tensor};
 
 use crate::array::{arr, ArrayLike};
-use crate::dtypes::{accumulate_dtype, default_float, float_result};
+use crate::dtypes::{accumulate_dtype, default_float, float_result, inexact_result};
 use crate::util::{axis_error, axis_or_flat, i64_tensor, norm_axis, one_axis};
 
 /// Axes checked with NumPy's wording, as a list (empty list: nothing reduced).
@@ -78,12 +78,8 @@ pub fn prod(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<
 pub fn mean(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let ax = axes_of("mean", &axis.into(), a.rank())?;
-    let d = if a.dtype().is_float() {
-        a.dtype()
-    } else {
-        default_float()
-    };
-    a.cast(d)?.reduce_mean(as_isize(&ax), keepdims)
+    a.cast(inexact_result(a.dtype()))?
+        .reduce_mean(as_isize(&ax), keepdims)
 }
 /// `numpy.var(a, axis=None, ddof=0, keepdims=False)`: mean squared deviation, divided by
 /// `N - ddof`.
@@ -95,15 +91,17 @@ pub fn var(
 ) -> Result<Tensor> {
     let a = arr(a)?;
     let ax = axes_of("var", &axis.into(), a.rank())?;
-    let d = if a.dtype().is_float() {
-        a.dtype()
-    } else {
-        default_float()
-    };
-    let x = a.cast(d)?;
+    let x = a.cast(inexact_result(a.dtype()))?;
     let m = x.reduce_mean(as_isize(&ax), true)?;
     let n = count(&x, &ax) as f64 - ddof as f64;
-    let ss = x.sub(&m)?.square()?.reduce_sum(as_isize(&ax), keepdims)?;
+    let dev = x.sub(&m)?;
+    // |x - mean|²: a real number for complex input, as NumPy's
+    let squared = if dev.dtype().is_complex() {
+        dev.mul(&dev.conj()?)?.real()?
+    } else {
+        dev.square()?
+    };
+    let ss = squared.reduce_sum(as_isize(&ax), keepdims)?;
     ss.div(&ss.scalar_like(n.max(0.0))?)
 }
 /// `numpy.std(a, axis=None, ddof=0, keepdims=False)`: `√var`.
@@ -462,12 +460,7 @@ pub fn mean_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
         return mean(&a, args.axis, args.keepdims);
     }
     let ax = axes_of("mean", &args.axis, a.rank())?;
-    let d = if a.dtype().is_float() {
-        a.dtype()
-    } else {
-        default_float()
-    };
-    let a = a.cast(d)?;
+    let a = a.cast(inexact_result(a.dtype()))?;
     let total = masked("mean", &a, &args, 0.0)?.reduce_sum(as_isize(&ax), args.keepdims)?;
     let n =
         masked("mean", &a.ones_like()?, &args, 0.0)?.reduce_sum(as_isize(&ax), args.keepdims)?;

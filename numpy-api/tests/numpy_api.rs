@@ -356,3 +356,43 @@ fn linalg_and_creation_edge_cases_are_errors_not_hangs_or_panics() {
     .is_err());
     assert!(np::concatenate(&Vec::<Tensor>::new(), Some(0)).is_err());
 }
+
+#[test]
+fn complex_numbers_have_no_order_and_differentiate_through_the_fft() {
+    use ferroflow_autodiff::{GradientTape, Source};
+    ferroflow::init();
+    let z = np::asarray([np::Complex64::new(1.0, 2.0), np::Complex64::new(-1.0, 0.5)]).unwrap();
+    // TF's rule: complex numbers have no order (NumPy orders them lexicographically)
+    for e in [
+        np::maximum(&z, &z).unwrap_err(),
+        np::sort(&z, -1).unwrap_err(),
+        np::argmax(&z, None).unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("complex128"), "{e}");
+    }
+    // Parseval: Σ |fft(x)|² = n·Σ x², so its gradient through the tape is 2·n·x
+    let x = np::asarray([0.5, -1.0, 2.0, 0.25]).unwrap();
+    let tape = GradientTape::new();
+    tape.watch(&x);
+    let y = np::fft::fft(&x).unwrap();
+    let power = np::sum(
+        np::real(np::multiply(&y, np::conj(&y).unwrap()).unwrap()).unwrap(),
+        None,
+        false,
+    )
+    .unwrap();
+    let g = tape.gradient(&power, &[Source::from(&x)]).unwrap()[0]
+        .clone()
+        .expect("connected");
+    let want: Vec<f64> = x
+        .to_vec::<f64>()
+        .unwrap()
+        .iter()
+        .map(|v| 2.0 * 4.0 * v)
+        .collect();
+    let got = g.to_vec::<f64>().unwrap();
+    assert!(
+        got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-12),
+        "{got:?} vs {want:?}"
+    );
+}

@@ -790,6 +790,86 @@ case("geomspace", [np.array([-1.0, -2.0]), -8.0, 3], np.geomspace)
 
 case("eye", [4], np.eye)
 
+
+
+# ---------------------------------------------------------------- complex numbers and np.fft
+def crnd(shp, dtype=np.complex128, lo=-2.0, hi=2.0):
+    return (rng.uniform(lo, hi, size=shp) + 1j * rng.uniform(lo, hi, size=shp)).astype(dtype)
+
+
+for dt in (np.complex64, np.complex128):
+    z, w = crnd((2, 3), dt), crnd((3,), dt)
+    for name in ("add", "subtract", "multiply", "divide", "true_divide", "equal", "not_equal"):
+        case(name, [z, w], getattr(np, name))
+    case("power", [crnd((4,), dt, 0.5, 1.5), crnd((4,), dt, -1, 1)], np.power)
+    for name in ("exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "sinh", "cosh",
+                 "tanh", "arcsin", "arccos", "arctan", "square", "negative", "reciprocal", "sign"):
+        lo, hi = (0.1, 0.8) if name.startswith("arc") else (-1.5, 1.5)
+        case(name, [crnd((5,), dt, lo, hi)], getattr(np, name))
+    case("absolute", [z], np.absolute)
+    case("abs", [View(crnd((2, 3), dt))], np.abs)
+    case("real", [z], np.real)
+    case("imag", [View(crnd((3, 2), dt))], np.imag)
+    case("conj", [z], np.conj)
+    case("conjugate", [View(crnd((2, 3), dt))], np.conjugate)
+    case("angle", [z], np.angle)
+    case("angle_with", [z, True], lambda a, d: np.angle(a, deg=d))
+    case("sum", [z, 1, False], lambda a, ax, k: np.sum(a, axis=ax, keepdims=k))
+    case("prod", [z, None, False], lambda a, ax, k: np.prod(a, axis=ax, keepdims=k))
+    case("mean", [z, 0, True], lambda a, ax, k: np.mean(a, axis=ax, keepdims=k))
+    case("cumsum", [z, 1], lambda a, ax: np.cumsum(a, axis=ax))
+    case("matmul", [crnd((2, 3), dt), crnd((3, 4), dt)], np.matmul)
+    case("dot", [crnd((4,), dt), crnd((4,), dt)], np.dot)
+    case("vdot", [z, crnd((2, 3), dt)], np.vdot)
+    case("iscomplex", [np.array([1 + 0j, 2 + 1j, -0j], dt)], np.iscomplex)
+    case("isreal", [np.array([1 + 0j, 2 + 1j], dt)], np.isreal)
+    case("iscomplexobj", [z], np.iscomplexobj)
+    case("isrealobj", [z], np.isrealobj)
+    case("var", [z, 1, 0, False], lambda a, ax, dd, k: np.var(a, axis=ax, ddof=dd, keepdims=k))
+case("angle", [np.array([-1.0, -0.0, 0.0, 2.0])], np.angle)
+case("angle", [np.array([-3, 4], np.int32)], np.angle)
+case("real", [rnd((3,))], np.real)
+case("imag", [rnd((3,), np.int32)], np.imag)
+case("conj", [rnd((3,), np.int32)], np.conj)
+case("iscomplex", [rnd((3,))], np.iscomplex)
+case("isrealobj", [rnd((3,))], np.isrealobj)
+case("add", [crnd((3,), np.complex64), rnd((3,), np.float64)], np.add)
+case("add", [crnd((3,), np.complex64), rnd((3,), np.int16, -5, 5)], np.add)
+case("multiply", [crnd((3,), np.complex64), rnd((3,), np.int32, -5, 5)], np.multiply)
+case("add", [crnd((3,), np.complex64), 1.5], np.add)
+
+for dt in (np.complex64, np.complex128, np.float32, np.float64, np.int32):
+    x = crnd((3, 8), dt) if np.issubdtype(dt, np.complexfloating) else rnd((3, 8), dt, -3, 3)
+    case("fft.fft", [x], np.fft.fft)
+    case("fft.ifft", [x], np.fft.ifft)
+for shp in [(2, 97), (1000,), (1024,), (3, 1), (12,)]:
+    case("fft.fft", [crnd(shp)], np.fft.fft, tol=[1e-9, 1e-9])
+for n, axis, norm in [(None, -1, "backward"), (5, 0, "ortho"), (12, 1, "forward"), (7, -2, "backward"),
+                      (1, 1, "ortho"), (0, -1, "backward"), (None, 2, "backward"), (4, -1, "unitary")]:
+    args = (n, axis, norm)
+    case("fft.fft_with", [View(crnd((6, 7))), *args], lambda a, n, ax, nm: np.fft.fft(a, n, ax, nm))
+    case("fft.ifft_with", [crnd((6, 7)), *args], lambda a, n, ax, nm: np.fft.ifft(a, n, ax, nm))
+    case("fft.rfft_with", [rnd((6, 7)), *args], lambda a, n, ax, nm: np.fft.rfft(a, n, ax, nm))
+    case("fft.irfft_with", [crnd((6, 7)), *args], lambda a, n, ax, nm: np.fft.irfft(a, n, ax, nm))
+case("fft.rfft", [rnd((4, 9))], np.fft.rfft)
+case("fft.rfft", [rnd((10,), np.float32)], np.fft.rfft)
+case("fft.rfft", [rnd((5,), np.int32, -3, 3)], np.fft.rfft)
+case("fft.rfft", [crnd((3,))], np.fft.rfft)  # complex input: NumPy 2's TypeError
+case("fft.irfft", [crnd((4, 5))], np.fft.irfft)
+case("fft.irfft", [crnd((6,), np.complex64)], np.fft.irfft)
+case("fft.irfft", [rnd((5,))], np.fft.irfft)
+case("fft.fft2", [crnd((3, 4, 5))], np.fft.fft2)
+case("fft.fft2", [rnd((4, 6))], np.fft.fft2)
+case("fft.ifft2", [crnd((2, 5, 3))], np.fft.ifft2)
+case("fft.fftfreq", [8, 0.1], np.fft.fftfreq)
+case("fft.fftfreq", [7, 1.0], np.fft.fftfreq)
+case("fft.rfftfreq", [8, 0.5], np.fft.rfftfreq)
+case("fft.rfftfreq", [7, 2.0], np.fft.rfftfreq)
+case("fft.fftshift", [rnd((4, 5))], np.fft.fftshift)
+case("fft.ifftshift", [rnd((4, 5))], np.fft.ifftshift)
+case("fft.fftshift_with", [rnd((4, 5)), 1], lambda a, ax: np.fft.fftshift(a, axes=ax))
+case("fft.ifftshift_with", [rnd((3, 5)), Ints(0, 1)], lambda a, ax: np.fft.ifftshift(a, axes=ax))
+
 with open(os.path.join(OUT, "cases.json"), "w") as fh:
     json.dump({"numpy": np.__version__, "cases": cases}, fh, allow_nan=False)
 print("%d cases for numpy %s" % (len(cases), np.__version__))

@@ -315,6 +315,38 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
         "empty_like" => t(np::empty_like(a.a(0), a.dtype(1))?),
         "full_like" => t(np::full_like(a.a(0), a.v(1), a.dtype(2))?),
         "eye" => t(np::eye(a.i(0) as usize)?),
+        "real" => t(np::real(a.a(0))?),
+        "imag" => t(np::imag(a.a(0))?),
+        "conj" => t(np::conj(a.a(0))?),
+        "conjugate" => t(np::conjugate(a.a(0))?),
+        "angle" => t(np::angle(a.a(0))?),
+        "angle_with" => t(np::angle_with(a.a(0), a.b(1))?),
+        "iscomplex" => t(np::iscomplex(a.a(0))?),
+        "isreal" => t(np::isreal(a.a(0))?),
+        "iscomplexobj" => vec![Out::Bool(np::iscomplexobj(a.a(0))?)],
+        "isrealobj" => vec![Out::Bool(np::isrealobj(a.a(0))?)],
+        "fft.fft" => t(np::fft::fft(a.a(0))?),
+        "fft.ifft" => t(np::fft::ifft(a.a(0))?),
+        "fft.rfft" => t(np::fft::rfft(a.a(0))?),
+        "fft.irfft" => t(np::fft::irfft(a.a(0))?),
+        "fft.fft_with" | "fft.ifft_with" | "fft.rfft_with" | "fft.irfft_with" => {
+            let norm = np::fft::Norm::parse(&a.s(3))?;
+            let (x, n, axis) = (a.a(0), a.opt_usize(1), a.i(2) as isize);
+            t(match name {
+                "fft.fft_with" => np::fft::fft_with(x, n, axis, norm)?,
+                "fft.ifft_with" => np::fft::ifft_with(x, n, axis, norm)?,
+                "fft.rfft_with" => np::fft::rfft_with(x, n, axis, norm)?,
+                _ => np::fft::irfft_with(x, n, axis, norm)?,
+            })
+        }
+        "fft.fft2" => t(np::fft::fft2(a.a(0))?),
+        "fft.ifft2" => t(np::fft::ifft2(a.a(0))?),
+        "fft.fftfreq" => t(np::fft::fftfreq(a.i(0) as usize, a.f(1))?),
+        "fft.rfftfreq" => t(np::fft::rfftfreq(a.i(0) as usize, a.f(1))?),
+        "fft.fftshift" => t(np::fft::fftshift(a.a(0))?),
+        "fft.ifftshift" => t(np::fft::ifftshift(a.a(0))?),
+        "fft.fftshift_with" => t(np::fft::fftshift_with(a.a(0), a.axes(1))?),
+        "fft.ifftshift_with" => t(np::fft::ifftshift_with(a.a(0), a.axes(1))?),
         "eye_with" => t(np::eye_with(
             a.i(0) as usize,
             a.opt_usize(1),
@@ -732,6 +764,30 @@ fn compare(
     }
     if got.dtype() != expected_dtype(want.dtype()) {
         return Err(format!("dtype {}, NumPy {}", got.dtype(), want.dtype()));
+    }
+    if want.dtype().is_complex() {
+        // each part within the tolerance of the part type, relative to the modulus
+        let (rtol, atol) = tol.unwrap_or_else(|| tolerance(want.dtype().real_dtype()));
+        let parts = |t: &Tensor| -> std::result::Result<Vec<(f64, f64)>, String> {
+            let re = t
+                .real()
+                .and_then(|r| r.to_f64_vec())
+                .map_err(|e| e.to_string())?;
+            let im = t
+                .imag()
+                .and_then(|r| r.to_f64_vec())
+                .map_err(|e| e.to_string())?;
+            Ok(re.into_iter().zip(im).collect())
+        };
+        for (i, (x, y)) in parts(got)?.iter().zip(parts(want)?).enumerate() {
+            let err = (x.0 - y.0).hypot(x.1 - y.1);
+            if !(err <= atol + rtol * y.0.hypot(y.1) || (x.0.is_nan() && y.0.is_nan())) {
+                return Err(format!(
+                    "element {i}: {x:?}, NumPy {y:?} (rtol {rtol}, atol {atol})"
+                ));
+            }
+        }
+        return Ok(());
     }
     if want.dtype() == DType::I64 {
         // exact, beyond the integers f64 holds

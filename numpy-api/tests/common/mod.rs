@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// The public functions of `src/`, by NumPy name (`where_` is `where`; `linalg` and
-/// `random` functions are `linalg.name` / `random.name`), with their module. Functions a
+/// The public functions of `src/`, by NumPy name (`where_` is `where`; `linalg`, `random`
+/// and `fft` functions are `linalg.name` / `random.name` / `fft.name`), with their module. Functions a
 /// macro defines are its invocation's `name => Op` entries.
 pub fn public_functions() -> BTreeMap<String, String> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -48,7 +48,7 @@ pub fn public_functions() -> BTreeMap<String, String> {
             };
             let name = name.trim_end_matches('_').to_string();
             let key = match module.as_str() {
-                "linalg" | "random" => format!("{module}.{name}"),
+                "linalg" | "random" | "fft" => format!("{module}.{name}"),
                 _ => name,
             };
             out.insert(key, module.clone());

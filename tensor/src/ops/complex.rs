@@ -123,7 +123,16 @@ impl Tensor {
 
     /// The last axis cut or zero-padded to `n` (the `n` / `fft_length` of the FFT
     /// functions).
-    pub(crate) fn fit_last_axis(&self, op: &'static str, n: usize) -> Result<Tensor> {
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// let x = ferroflow_tensor::Tensor::from_slice(&[1.0f32, 2.0, 3.0])?;
+    /// assert_eq!(x.fit_last_axis(5)?.to_vec::<f32>()?, [1.0, 2.0, 3.0, 0.0, 0.0]);
+    /// assert_eq!(x.fit_last_axis(2)?.to_vec::<f32>()?, [1.0, 2.0]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn fit_last_axis(&self, n: usize) -> Result<Tensor> {
+        let op = "fit_last_axis";
         let Some(&len) = self.shape().last() else {
             return Err(Error::invalid(
                 op,
@@ -174,8 +183,8 @@ impl Tensor {
         if n == 0 {
             return Err(Error::invalid("rfft", "fft_length must be at least 1"));
         }
-        let spectrum = self.fit_last_axis("rfft", n)?.cast(complex)?.fft()?;
-        spectrum.fit_last_axis("rfft", n / 2 + 1)
+        let spectrum = self.fit_last_axis(n)?.cast(complex)?.fft()?;
+        spectrum.fit_last_axis(n / 2 + 1)
     }
 
     /// The inverse of [`Tensor::rfft`]: a real signal of `fft_length` samples (default
@@ -201,7 +210,7 @@ impl Tensor {
                 format!("fft_length must be at least 1 (from {m} frequencies)"),
             ));
         }
-        let half = self.fit_last_axis("irfft", n / 2 + 1)?;
+        let half = self.fit_last_axis(n / 2 + 1)?;
         // X[k] for k > n/2 is conj(X[n - k]): indices n - (n/2 + 1) down to 1.
         let mirrored: Vec<i64> = (n / 2 + 1..n).map(|k| (n - k) as i64).collect();
         let full = if mirrored.is_empty() {
