@@ -9,8 +9,8 @@
 //!   device strings (`"/GPU:0"`) and [`with_device`] scopes.
 //! - [`dispatch()`](dispatch::dispatch): the one function every op runs through; it informs
 //!   [`OpObserver`]s (gradient tapes, the profiler, tracers) of each op.
-//! - [`Op`]: the primitive op vocabulary as data. There are 20 primitive kernels (the
-//!   [`Backend`] methods every backend implements) covering 29 unary, 21 binary, 6 reduce,
+//! - [`Op`]: the primitive op vocabulary as data. There are 21 primitive kernels (the
+//!   [`Backend`] methods every backend implements) covering 33 unary, 22 binary, 6 reduce,
 //!   2 arg-reduce, 2 scan and 2 pool variants; every other op is composed from them. Beside
 //!   them, 4 fused kernels ([`fused`]: the fused convolution, its bias gradient, `clip_scalar`
 //!   and the optimizer update) are optional: a backend declares them with

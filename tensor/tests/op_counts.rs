@@ -98,7 +98,8 @@ fn the_op_counts_in_the_crate_doc_are_current() {
 }
 
 /// The sources that define `Tensor`'s op methods.
-const OP_METHODS: [&str; 8] = [
+const OP_METHODS: [&str; 9] = [
+    include_str!("../src/ops/complex.rs"),
     include_str!("../src/ops/elementwise.rs"),
     include_str!("../src/ops/fused.rs"),
     include_str!("../src/ops/index.rs"),

@@ -136,7 +136,7 @@ impl Backend for CpuBackend {
     fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
         match kernel {
             FusedKernel::FusedConv2d | FusedKernel::BiasActivationGrad => dtype.is_float(),
-            FusedKernel::ClipScalar => dtype != DType::Bool,
+            FusedKernel::ClipScalar => dtype != DType::Bool && !dtype.is_complex(),
             FusedKernel::OptimizerUpdate => matches!(dtype, DType::F32 | DType::F64),
         }
     }

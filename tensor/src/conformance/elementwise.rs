@@ -471,7 +471,9 @@ pub fn cast_all_pairs(device: &Device) {
                 .data
                 .iter()
                 .map(|&v| {
-                    if !from.is_float() && !to.is_float() {
+                    // complex numbers convert through their real part, as floats do
+                    let inexact = |d: DType| d.is_float() || d.is_complex();
+                    if !inexact(from) && !inexact(to) {
                         wrap_int(to, v)
                     } else {
                         quantize(to, &[v])[0]

@@ -285,7 +285,8 @@ pub fn declared_fused_kernels(device: &Device) {
         }
     }
     for dtype in DType::ALL {
-        if !crate::device_supports(*device, dtype) || dtype == DType::Bool {
+        // clip_scalar compares: bool and complex numbers have no order
+        if !crate::device_supports(*device, dtype) || dtype == DType::Bool || dtype.is_complex() {
             continue;
         }
         let t = Tensor::from_host_on(
