@@ -17,7 +17,7 @@ impl Tensor {
     /// ```no_run
     /// // A backend registered first: `ferroflow::init()` (the facade).
     /// use ferroflow_tensor::{Complex32, Tensor};
-    /// let z = Tensor::complex(&Tensor::from_slice(&[1.0f32, 2.0])?, &Tensor::scalar(-1.0f32))?;
+    /// let z = Tensor::complex(&Tensor::from_slice(&[1.0f32, 2.0])?, &Tensor::scalar(-1.0f32)?)?;
     /// assert_eq!(z.to_vec::<Complex32>()?, [Complex32::new(1.0, -1.0), Complex32::new(2.0, -1.0)]);
     /// # Ok::<(), ferroflow_tensor::Error>(())
     /// ```
