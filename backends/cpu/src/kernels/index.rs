@@ -72,6 +72,17 @@ fn scatter_typed<T: Num>(upd: &[T], shape: &[usize], idx: &[i64], axis: usize) -
     scatter_with(upd, shape, idx, axis, T::ZERO, |a, b| a.wadd(b))
 }
 
+/// Scatter-add for types whose `Default` is zero and whose `+` does not wrap (complex
+/// numbers).
+fn scatter_sum<T: Element + std::ops::Add<Output = T>>(
+    upd: &[T],
+    shape: &[usize],
+    idx: &[i64],
+    axis: usize,
+) -> Result<Vec<T>> {
+    scatter_with(upd, shape, idx, axis, T::default(), |a, b| a + b)
+}
+
 fn scatter_with<T: Element>(
     upd: &[T],
     shape: &[usize],
@@ -125,28 +136,8 @@ pub(crate) fn scatter_add(
         HostData::U16(v) => HostData::U16(scatter_typed(&dense(v, l), shape, &idx, axis)?),
         HostData::U32(v) => HostData::U32(scatter_typed(&dense(v, l), shape, &idx, axis)?),
         HostData::U64(v) => HostData::U64(scatter_typed(&dense(v, l), shape, &idx, axis)?),
-        HostData::C64(v) => {
-            let zero = ferroflow_tensor::Complex32::new(0.0, 0.0);
-            HostData::C64(scatter_with(
-                &dense(v, l),
-                shape,
-                &idx,
-                axis,
-                zero,
-                |a, b| a + b,
-            )?)
-        }
-        HostData::C128(v) => {
-            let zero = ferroflow_tensor::Complex64::new(0.0, 0.0);
-            HostData::C128(scatter_with(
-                &dense(v, l),
-                shape,
-                &idx,
-                axis,
-                zero,
-                |a, b| a + b,
-            )?)
-        }
+        HostData::C64(v) => HostData::C64(scatter_sum(&dense(v, l), shape, &idx, axis)?),
+        HostData::C128(v) => HostData::C128(scatter_sum(&dense(v, l), shape, &idx, axis)?),
         _ => return Err(unsupported("cpu", "scatter_add", updates.dtype)),
     })
 }
