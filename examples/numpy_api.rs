@@ -67,7 +67,10 @@ fn main() -> Result<(), ferroflow::Error> {
 
     // Broadcasting, reductions, and NumPy's defaults (mean of integers is float64).
     let x = np::reshape(np::arange(0, 12, 1, None)?, &[3, 4])?;
-    let centred = np::subtract(&x, np::mean(&x, 0, true)?)?;
+    let centred = np::subtract(
+        &x,
+        np::mean_with(&x, np::ReduceArgs::new().axis(0).keepdims(true))?,
+    )?;
     println!("centred columns {centred}");
     check("mean of int64 is float64", centred.dtype() == DType::F64)?;
     expect(
@@ -101,7 +104,7 @@ fn main() -> Result<(), ferroflow::Error> {
     let w = np::asarray([0.1, -0.2, 0.3, -0.4])?;
     let tape = GradientTape::new();
     tape.watch(&w);
-    let loss = np::sum(np::tanh(np::dot(&data, &w)?)?, None, false)?;
+    let loss = np::sum(np::tanh(np::dot(&data, &w)?)?)?;
     let grad = tape.gradient(&loss, &[Source::from(&w)])?[0]
         .clone()
         .ok_or_else(|| ferroflow::Error::invalid("numpy_api example", "no gradient"))?;
@@ -138,8 +141,7 @@ fn main() -> Result<(), ferroflow::Error> {
         check(
             "batch of clipped rows",
             batch.shape() == [100, 1024]
-                && np::all(np::less_equal(np::absolute(&batch)?, 1.0)?, None, false)?
-                    .item::<bool>()?,
+                && np::all(np::less_equal(np::absolute(&batch)?, 1.0)?)?.item::<bool>()?,
         )?;
         first.get_or_insert(batch);
         batches += 1;
@@ -149,7 +151,7 @@ fn main() -> Result<(), ferroflow::Error> {
     let wb = np::multiply(np::random::randn(&[1024, 8])?, 0.05)?;
     let tape = GradientTape::new();
     tape.watch(&wb);
-    let y = np::sum(np::dot(&xb, &wb)?.sigmoid()?, None, false)?;
+    let y = np::sum(np::dot(&xb, &wb)?.sigmoid()?)?;
     let dw = tape.gradient(&y, &[Source::from(&wb)])?[0]
         .clone()
         .ok_or_else(|| ferroflow::Error::invalid("numpy_api example", "no gradient for w"))?;

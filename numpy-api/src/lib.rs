@@ -28,7 +28,7 @@
 //! let tape = GradientTape::new();
 //! tape.watch(&w);
 //! let z = np::dot(&x, &w)?;
-//! let y = np::sum(np::true_divide(1.0, np::add(1.0, np::exp(np::negative(&z)?)?)?)?, None, false)?;
+//! let y = np::sum(np::true_divide(1.0, np::add(1.0, np::exp(np::negative(&z)?)?)?)?)?;
 //! let g = tape.gradient(&y, &[Source::from(&w)])?[0].clone().expect("w is watched");
 //! // d/dw Σ σ(xw) = xᵀ σ'(xw)
 //! let s = np::true_divide(1.0, np::add(1.0, np::exp(np::negative(&z)?)?)?)?;

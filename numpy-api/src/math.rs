@@ -615,7 +615,10 @@ pub fn trapezoid(
         Some(x) => diff(x, 1, axis)?,
     };
     let areas = true_divide(multiply(&pairs, &widths)?, 2.0)?;
-    crate::reductions::sum(&areas, ax as isize, false)
+    crate::reductions::sum_with(
+        &areas,
+        crate::reductions::ReduceArgs::new().axis(ax as isize),
+    )
 }
 
 /// `numpy.modf(x)`: `(fractional part, integral part)`, both with `x`'s sign.

@@ -399,7 +399,7 @@ pub fn trace_with(
     let axis1 = required_axis("trace", axis1.into())?;
     let axis2 = required_axis("trace", axis2.into())?;
     let d = diagonal_with(a, offset, axis1, axis2)?;
-    crate::reductions::sum(&d, Some(-1), false)
+    crate::reductions::sum_with(&d, crate::reductions::ReduceArgs::new().axis(-1))
 }
 
 /// One operand of an einsum with its labels.

@@ -5,8 +5,9 @@
 //! `nanargmax`, `nanargmin`, `nancumsum`, `nancumprod`, `nanmedian`, `nanpercentile`,
 //! `nanquantile`.
 //!
-//! NumPy's `initial=` and `where=` keywords: the `_with` forms ([`sum_with`], [`amax_with`],
-//! ...) taking [`ReduceArgs`].
+//! Each reduction's short form has NumPy's defaults (`np::sum(&a)`: every axis); its `_with`
+//! form takes the keywords from [`ReduceArgs`] (`axis=`, `keepdims=`, and where NumPy has
+//! them `initial=`, `where=`, `ddof=`): `np::sum_with(&a, ReduceArgs::new().axis(1))`.
 //!
 //! Dtypes follow NumPy: `sum`/`prod` of booleans and small integers accumulate in int64,
 //! `mean`/`var`/`std` of integers are floats, `argmax` gives int64.
@@ -15,10 +16,10 @@
 //! use ferroflow_numpy as np;
 //! ferroflow::init();
 //! let a = np::asarray([[1.0, 2.0], [3.0, 4.0]])?;
-//! assert_eq!(np::sum(&a, None, false)?.item::<f64>()?, 10.0);
-//! assert_eq!(np::mean(&a, 0, false)?.to_vec::<f64>()?, vec![2.0, 3.0]);
-//! assert_eq!(np::median(&a, None, false)?.item::<f64>()?, 2.5);
-//! assert_eq!(np::nanmax(np::asarray([1.0, f64::NAN, 3.0])?, None, false)?.item::<f64>()?, 3.0);
+//! assert_eq!(np::sum(&a)?.item::<f64>()?, 10.0);
+//! assert_eq!(np::mean_with(&a, np::ReduceArgs::new().axis(0))?.to_vec::<f64>()?, vec![2.0, 3.0]);
+//! assert_eq!(np::median(&a)?.item::<f64>()?, 2.5);
+//! assert_eq!(np::nanmax(np::asarray([1.0, f64::NAN, 3.0])?)?.item::<f64>()?, 3.0);
 //! # Ok::<(), np::Error>(())
 //! ```
 
@@ -61,21 +62,21 @@ fn count(t: &Tensor, axes: &[usize]) -> usize {
 }
 
 /// `numpy.sum(a, axis=None, keepdims=False)`.
-pub fn sum(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn sum_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let ax = axes_of("sum", &axis.into(), a.rank())?;
     a.cast(accumulate_dtype(a.dtype()))?
         .reduce_sum(as_isize(&ax), keepdims)
 }
 /// `numpy.prod(a, axis=None, keepdims=False)`.
-pub fn prod(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn prod_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let ax = axes_of("prod", &axis.into(), a.rank())?;
     a.cast(accumulate_dtype(a.dtype()))?
         .reduce_prod(as_isize(&ax), keepdims)
 }
 /// `numpy.mean(a, axis=None, keepdims=False)`: integers average in the default float.
-pub fn mean(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn mean_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let ax = axes_of("mean", &axis.into(), a.rank())?;
     a.cast(inexact_result(a.dtype()))?
@@ -83,7 +84,7 @@ pub fn mean(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<
 }
 /// `numpy.var(a, axis=None, ddof=0, keepdims=False)`: mean squared deviation, divided by
 /// `N - ddof`.
-pub fn var(
+fn var_axes(
     a: impl ArrayLike,
     axis: impl Into<Axes>,
     ddof: usize,
@@ -105,17 +106,17 @@ pub fn var(
     ss.div(&ss.scalar_like(n.max(0.0))?)
 }
 /// `numpy.std(a, axis=None, ddof=0, keepdims=False)`: `√var`.
-pub fn std(
+fn std_axes(
     a: impl ArrayLike,
     axis: impl Into<Axes>,
     ddof: usize,
     keepdims: bool,
 ) -> Result<Tensor> {
-    var(a, axis, ddof, keepdims)?.sqrt()
+    var_axes(a, axis, ddof, keepdims)?.sqrt()
 }
 /// `numpy.average(a, axis=None, weights=None)`: the (weighted) mean; 1-D weights apply along
 /// the one `axis`, otherwise they have `a`'s shape.
-pub fn average(
+fn average_full(
     a: impl ArrayLike,
     axis: impl Into<Axes>,
     weights: Option<&Tensor>,
@@ -123,7 +124,7 @@ pub fn average(
     let axis = one_axis("average", axis.into())?;
     let a = arr(a)?;
     let Some(w) = weights else {
-        return mean(&a, axis, false);
+        return mean_axes(&a, axis, false);
     };
     let d = crate::promote_types(float_result(a.dtype()), float_result(w.dtype()));
     let (x, mut w) = (a.cast(d)?, w.cast(d)?);
@@ -147,8 +148,8 @@ pub fn average(
     }
     let axes: Axes = axis.into();
     let num = crate::math::multiply(&x, &w)?;
-    let num = sum(&num, axes.clone(), false)?;
-    let den = sum(w.broadcast_to(x.shape())?, axes, false)?;
+    let num = sum_axes(&num, axes.clone(), false)?;
+    let den = sum_axes(w.broadcast_to(x.shape())?, axes, false)?;
     if den.to_f64_vec()?.contains(&0.0) {
         return Err(Error::invalid(
             "average",
@@ -169,7 +170,7 @@ fn check_nonempty(op: &'static str, a: &Tensor, ax: &[usize]) -> Result<()> {
 }
 
 /// `numpy.amax(a, axis=None, keepdims=False)` (NaN propagates; empty input is an error).
-pub fn amax(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn amax_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let ax = axes_of("maximum", &axis.into(), a.rank())?;
     check_nonempty("maximum", &a, &ax)?;
@@ -180,7 +181,7 @@ pub fn amax(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<
     a.reduce_max(as_isize(&ax), keepdims)
 }
 /// `numpy.amin(a, axis=None, keepdims=False)`.
-pub fn amin(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn amin_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let ax = axes_of("minimum", &axis.into(), a.rank())?;
     check_nonempty("minimum", &a, &ax)?;
@@ -190,12 +191,12 @@ pub fn amin(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<
     a.reduce_min(as_isize(&ax), keepdims)
 }
 /// `numpy.max` (same as [`amax`]).
-pub fn max(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-    amax(a, axis, keepdims)
+fn max_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+    amax_axes(a, axis, keepdims)
 }
 /// `numpy.min` (same as [`amin`]).
-pub fn min(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-    amin(a, axis, keepdims)
+fn min_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+    amin_axes(a, axis, keepdims)
 }
 
 /// NumPy's keyword arguments of a reduction: `axis`, `keepdims`, `initial` and `where`,
@@ -228,6 +229,9 @@ pub struct ReduceArgs {
     pub initial: Option<f64>,
     /// The elements to include (`where=`): a bool array broadcast to the input's shape.
     pub where_: Option<Tensor>,
+    /// Delta degrees of freedom (`ddof=`) of [`var_with`], [`std_with`], [`nanvar_with`]
+    /// and [`nanstd_with`]: the divisor is `N - ddof`.
+    pub ddof: usize,
 }
 
 impl Default for ReduceArgs {
@@ -237,6 +241,7 @@ impl Default for ReduceArgs {
             keepdims: false,
             initial: None,
             where_: None,
+            ddof: 0,
         }
     }
 }
@@ -265,6 +270,31 @@ impl ReduceArgs {
     pub fn where_(mut self, mask: &Tensor) -> ReduceArgs {
         self.where_ = Some(mask.clone());
         self
+    }
+    /// `ddof=` (variances and standard deviations).
+    pub fn ddof(mut self, ddof: usize) -> ReduceArgs {
+        self.ddof = ddof;
+        self
+    }
+    /// Refuses the keywords `op` does not take (`initial=` and `where=`; `ddof=` unless
+    /// `takes_ddof`), in NumPy's words.
+    fn only_axis(&self, op: &'static str, takes_ddof: bool) -> Result<()> {
+        let unexpected = if self.initial.is_some() {
+            Some("initial")
+        } else if self.where_.is_some() {
+            Some("where")
+        } else if self.ddof != 0 && !takes_ddof {
+            Some("ddof")
+        } else {
+            None
+        };
+        match unexpected {
+            Some(k) => Err(Error::invalid(
+                op,
+                format!("{op}() got an unexpected keyword argument '{k}'"),
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -381,9 +411,9 @@ fn extreme_with(
             ));
         }
         return if largest {
-            amax(&a, args.axis, args.keepdims)
+            amax_axes(&a, args.axis, args.keepdims)
         } else {
-            amin(&a, args.axis, args.keepdims)
+            amin_axes(&a, args.axis, args.keepdims)
         };
     };
     let initial = initial_in(op, initial, a.dtype())?;
@@ -410,9 +440,9 @@ fn extreme_with(
     };
     let a = masked(op, &a, &args, identity)?;
     let reduced = if largest {
-        amax(&a, args.axis.clone(), args.keepdims)?
+        amax_axes(&a, args.axis.clone(), args.keepdims)?
     } else {
-        amin(&a, args.axis.clone(), args.keepdims)?
+        amin_axes(&a, args.axis.clone(), args.keepdims)?
     };
     let floor = reduced.scalar_like(initial)?;
     if largest {
@@ -457,7 +487,7 @@ pub fn mean_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
     no_initial("mean", &args)?;
     let a = arr(a)?;
     if args.where_.is_none() {
-        return mean(&a, args.axis, args.keepdims);
+        return mean_axes(&a, args.axis, args.keepdims);
     }
     let ax = axes_of("mean", &args.axis, a.rank())?;
     let a = a.cast(inexact_result(a.dtype()))?;
@@ -472,7 +502,7 @@ pub fn any_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
     no_initial("any", &args)?;
     let a = arr(a)?.cast(DType::Bool)?;
     let a = masked("any", &a, &args, 0.0)?;
-    any(&a, args.axis, args.keepdims)
+    any_axes(&a, args.axis, args.keepdims)
 }
 
 /// `numpy.all(a, axis, keepdims, where)`.
@@ -480,14 +510,17 @@ pub fn all_with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
     no_initial("all", &args)?;
     let a = arr(a)?.cast(DType::Bool)?;
     let a = masked("all", &a, &args, 1.0)?;
-    all(&a, args.axis, args.keepdims)
+    all_axes(&a, args.axis, args.keepdims)
 }
 
 /// `numpy.ptp(a, axis=None, keepdims=False)`: max - min.
-pub fn ptp(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn ptp_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let axis = axis.into();
-    crate::math::subtract(amax(&a, axis.clone(), keepdims)?, amin(&a, axis, keepdims)?)
+    crate::math::subtract(
+        amax_axes(&a, axis.clone(), keepdims)?,
+        amin_axes(&a, axis, keepdims)?,
+    )
 }
 
 fn arg_reduce(
@@ -527,19 +560,19 @@ pub fn argmin(a: impl ArrayLike, axis: impl Into<Axes>) -> Result<Tensor> {
     arg_reduce("argmin", a, axis, false)
 }
 /// `numpy.any(a, axis=None, keepdims=False)`: is any element non-zero.
-pub fn any(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn any_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let ax = axes_of("any", &axis.into(), a.rank())?;
     a.cast(DType::Bool)?.reduce_any(as_isize(&ax), keepdims)
 }
 /// `numpy.all(a, axis=None, keepdims=False)`: is every element non-zero.
-pub fn all(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn all_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let ax = axes_of("all", &axis.into(), a.rank())?;
     a.cast(DType::Bool)?.reduce_all(as_isize(&ax), keepdims)
 }
 /// `numpy.count_nonzero(a, axis=None, keepdims=False)` (int64).
-pub fn count_nonzero(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn count_nonzero_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let ax = axes_of("count_nonzero", &axis.into(), a.rank())?;
     a.cast(DType::Bool)?
@@ -556,12 +589,12 @@ fn nan_to(a: &Tensor, fill: f64) -> Result<Tensor> {
 }
 
 /// `numpy.nansum`: NaNs count as zero.
-pub fn nansum(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-    sum(nan_to(&arr(a)?, 0.0)?, axis, keepdims)
+fn nansum_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+    sum_axes(nan_to(&arr(a)?, 0.0)?, axis, keepdims)
 }
 /// `numpy.nanprod`: NaNs count as one.
-pub fn nanprod(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-    prod(nan_to(&arr(a)?, 1.0)?, axis, keepdims)
+fn nanprod_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+    prod_axes(nan_to(&arr(a)?, 1.0)?, axis, keepdims)
 }
 /// Non-NaN count over axes.
 fn valid_count(a: &Tensor, ax: &[usize], keepdims: bool) -> Result<Tensor> {
@@ -573,7 +606,7 @@ fn valid_count(a: &Tensor, ax: &[usize], keepdims: bool) -> Result<Tensor> {
     valid.cast(a.dtype())?.reduce_sum(as_isize(ax), keepdims)
 }
 /// `numpy.nanmean`: the mean of the non-NaN elements (NaN for all-NaN lanes).
-pub fn nanmean(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn nanmean_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let a = arr(a)?;
     let a = a.cast(if a.dtype().is_float() {
         a.dtype()
@@ -585,7 +618,7 @@ pub fn nanmean(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Resu
     s.div(&valid_count(&a, &ax, keepdims)?)
 }
 /// `numpy.nanvar(a, axis=None, ddof=0, keepdims=False)`.
-pub fn nanvar(
+fn nanvar_axes(
     a: impl ArrayLike,
     axis: impl Into<Axes>,
     ddof: usize,
@@ -598,7 +631,7 @@ pub fn nanvar(
         default_float()
     })?;
     let ax = axes_of("nanvar", &axis.into(), a.rank())?;
-    let m = nanmean(&a, ax.iter().map(|x| *x as isize).collect::<Vec<_>>(), true)?;
+    let m = nanmean_axes(&a, ax.iter().map(|x| *x as isize).collect::<Vec<_>>(), true)?;
     let dev = nan_to(&a.sub(&m)?, 0.0)?
         .square()?
         .reduce_sum(as_isize(&ax), keepdims)?;
@@ -607,13 +640,13 @@ pub fn nanvar(
     dev.div(&n)
 }
 /// `numpy.nanstd`.
-pub fn nanstd(
+fn nanstd_axes(
     a: impl ArrayLike,
     axis: impl Into<Axes>,
     ddof: usize,
     keepdims: bool,
 ) -> Result<Tensor> {
-    nanvar(a, axis, ddof, keepdims)?.sqrt()
+    nanvar_axes(a, axis, ddof, keepdims)?.sqrt()
 }
 fn nan_extreme(
     op: &'static str,
@@ -625,9 +658,9 @@ fn nan_extreme(
     let a = arr(a)?;
     if !a.dtype().is_float() {
         return if max {
-            amax(a, axis, keepdims)
+            amax_axes(a, axis, keepdims)
         } else {
-            amin(a, axis, keepdims)
+            amin_axes(a, axis, keepdims)
         };
     }
     let ax = axes_of(op, &axis.into(), a.rank())?;
@@ -647,11 +680,11 @@ fn nan_extreme(
     Tensor::select(&all_nan, &m.scalar_like(f64::NAN)?, &m)
 }
 /// `numpy.nanmax`: the maximum ignoring NaNs (NaN for all-NaN lanes).
-pub fn nanmax(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn nanmax_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     nan_extreme("nanmax", a, axis, keepdims, true)
 }
 /// `numpy.nanmin`.
-pub fn nanmin(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn nanmin_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     nan_extreme("nanmin", a, axis, keepdims, false)
 }
 fn nan_arg(op: &'static str, a: impl ArrayLike, axis: Option<isize>, max: bool) -> Result<Tensor> {
@@ -812,7 +845,7 @@ fn q_list(q: impl ArrayLike, scale: f64) -> Result<(Vec<f64>, bool)> {
 
 /// `numpy.quantile(a, q, axis=None, keepdims=False)` (linear interpolation; `q` a scalar
 /// or a 1-D list, which becomes the first axis of the result).
-pub fn quantile(
+fn quantile_axes(
     a: impl ArrayLike,
     q: impl ArrayLike,
     axis: impl Into<Axes>,
@@ -823,7 +856,7 @@ pub fn quantile(
     quantile_impl("quantile", a, &q, s, axis, keepdims, false)
 }
 /// `numpy.percentile(a, q, axis=None, keepdims=False)`: quantiles with `q` in percent.
-pub fn percentile(
+fn percentile_axes(
     a: impl ArrayLike,
     q: impl ArrayLike,
     axis: impl Into<Axes>,
@@ -834,12 +867,12 @@ pub fn percentile(
     quantile_impl("percentile", a, &q, s, axis, keepdims, false)
 }
 /// `numpy.median(a, axis=None, keepdims=False)`.
-pub fn median(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn median_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let axis = one_axis("median", axis.into())?;
     quantile_impl("median", a, &[0.5], true, axis, keepdims, false)
 }
 /// `numpy.nanquantile`: quantiles of the non-NaN elements.
-pub fn nanquantile(
+fn nanquantile_axes(
     a: impl ArrayLike,
     q: impl ArrayLike,
     axis: impl Into<Axes>,
@@ -850,7 +883,7 @@ pub fn nanquantile(
     quantile_impl("nanquantile", a, &q, s, axis, keepdims, true)
 }
 /// `numpy.nanpercentile`.
-pub fn nanpercentile(
+fn nanpercentile_axes(
     a: impl ArrayLike,
     q: impl ArrayLike,
     axis: impl Into<Axes>,
@@ -861,14 +894,14 @@ pub fn nanpercentile(
     quantile_impl("nanpercentile", a, &q, s, axis, keepdims, true)
 }
 /// `numpy.nanmedian`.
-pub fn nanmedian(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
+fn nanmedian_axes(a: impl ArrayLike, axis: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
     let axis = one_axis("nanmedian", axis.into())?;
     quantile_impl("nanmedian", a, &[0.5], true, axis, keepdims, true)
 }
 
 /// `numpy.cov(m, rowvar=True, ddof=None)`: the covariance matrix of the variables (rows, or
 /// columns when `rowvar` is false), normalised by `N - ddof` (default `N - 1`).
-pub fn cov(m: impl ArrayLike, rowvar: bool, ddof: Option<usize>) -> Result<Tensor> {
+fn cov_full(m: impl ArrayLike, rowvar: bool, ddof: Option<usize>) -> Result<Tensor> {
     let m = arr(m)?;
     if m.rank() > 2 {
         return Err(Error::invalid("cov", "m has more than 2 dimensions"));
@@ -893,11 +926,181 @@ pub fn cov(m: impl ArrayLike, rowvar: bool, ddof: Option<usize>) -> Result<Tenso
 
 /// `numpy.corrcoef(x, rowvar=True)`: Pearson correlation coefficients, clipped to [-1, 1].
 pub fn corrcoef(x: impl ArrayLike, rowvar: bool) -> Result<Tensor> {
-    let c = cov(x, rowvar, None)?;
+    let c = cov_full(x, rowvar, None)?;
     if c.rank() == 0 {
         return c.div(&c);
     }
     let d = crate::products::diagonal(&c)?.sqrt()?;
     let r = c.div(&d.reshape(&[-1, 1])?)?.div(&d.reshape(&[1, -1])?)?;
     r.clip_scalar(-1.0, 1.0)
+}
+
+/// Each reduction's short form with NumPy's defaults (every axis, no kept dimensions).
+macro_rules! short_reductions {
+    ($($(#[$m:meta])* $name:ident => $imp:ident),* $(,)?) => {$(
+        $(#[$m])*
+        pub fn $name(a: impl ArrayLike) -> Result<Tensor> {
+            $imp(a, Axes::All, false)
+        }
+    )*};
+}
+short_reductions!(
+    /// `numpy.sum(a)`: the sum of every element (bools and narrow integers accumulate in
+    /// int64, narrow unsigned ones in uint64); `axis=`, `keepdims=`, `initial=`, `where=`
+    /// through [`sum_with`].
+    ///
+    /// ```
+    /// use ferroflow_numpy as np;
+    /// ferroflow::init();
+    /// let a = np::asarray([[1, 2], [3, 4]])?;
+    /// assert_eq!(np::sum(&a)?.item::<i64>()?, 10);
+    /// let rows = np::sum_with(&a, np::ReduceArgs::new().axis(1))?;
+    /// assert_eq!(rows.to_vec::<i64>()?, [3, 7]);
+    /// # Ok::<(), np::Error>(())
+    /// ```
+    sum => sum_axes,
+    /// `numpy.prod(a)`; keywords through [`prod_with`].
+    prod => prod_axes,
+    /// `numpy.mean(a)`: integers average in the default float; keywords through
+    /// [`mean_with`].
+    mean => mean_axes,
+    /// `numpy.amax(a)` (NaN propagates; empty input is an error); keywords through
+    /// [`amax_with`].
+    amax => amax_axes,
+    /// `numpy.amin(a)`; keywords through [`amin_with`].
+    amin => amin_axes,
+    /// `numpy.max` (same as [`amax`]).
+    max => max_axes,
+    /// `numpy.min` (same as [`amin`]).
+    min => min_axes,
+    /// `numpy.any(a)`; keywords through [`any_with`].
+    any => any_axes,
+    /// `numpy.all(a)`; keywords through [`all_with`].
+    all => all_axes,
+);
+
+/// Reductions whose keywords are `axis` and `keepdims` only: the short form with NumPy's
+/// defaults and the `_with` form taking them from [`ReduceArgs`] (other keywords refused).
+macro_rules! axis_reductions {
+    ($($(#[$m:meta])* $name:ident / $with:ident => $imp:ident),* $(,)?) => {$(
+        $(#[$m])*
+        pub fn $name(a: impl ArrayLike) -> Result<Tensor> {
+            $imp(a, Axes::All, false)
+        }
+        #[doc = concat!("[`", stringify!($name), "`] with `axis=` and `keepdims=` from `args`.")]
+        pub fn $with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+            args.only_axis(stringify!($name), false)?;
+            $imp(a, args.axis, args.keepdims)
+        }
+    )*};
+}
+axis_reductions!(
+    /// `numpy.ptp(a)`: max - min.
+    ptp / ptp_with => ptp_axes,
+    /// `numpy.count_nonzero(a)` (int64).
+    count_nonzero / count_nonzero_with => count_nonzero_axes,
+    /// `numpy.nansum(a)`: the sum with NaNs as zero.
+    nansum / nansum_with => nansum_axes,
+    /// `numpy.nanprod(a)`: the product with NaNs as one.
+    nanprod / nanprod_with => nanprod_axes,
+    /// `numpy.nanmean(a)`: the mean of the non-NaN elements.
+    nanmean / nanmean_with => nanmean_axes,
+    /// `numpy.nanmax(a)`: the maximum ignoring NaNs.
+    nanmax / nanmax_with => nanmax_axes,
+    /// `numpy.nanmin(a)`: the minimum ignoring NaNs.
+    nanmin / nanmin_with => nanmin_axes,
+    /// `numpy.median(a)` (one axis or every axis).
+    median / median_with => median_axes,
+    /// `numpy.nanmedian(a)`: the median of the non-NaN elements.
+    nanmedian / nanmedian_with => nanmedian_axes,
+);
+
+/// Variances and standard deviations: the short form (every axis, `ddof=0`) and the `_with`
+/// form taking `axis`, `ddof` and `keepdims` from [`ReduceArgs`].
+macro_rules! ddof_reductions {
+    ($($(#[$m:meta])* $name:ident / $with:ident => $imp:ident),* $(,)?) => {$(
+        $(#[$m])*
+        pub fn $name(a: impl ArrayLike) -> Result<Tensor> {
+            $imp(a, Axes::All, 0, false)
+        }
+        #[doc = concat!("[`", stringify!($name), "()`] with `axis=`, `ddof=` and `keepdims=` from `args`.")]
+        pub fn $with(a: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+            args.only_axis(stringify!($name), true)?;
+            $imp(a, args.axis, args.ddof, args.keepdims)
+        }
+    )*};
+}
+ddof_reductions!(
+    /// `numpy.var(a)`: the mean squared deviation (|x - mean|² for complex input), divided
+    /// by `N - ddof`.
+    ///
+    /// ```
+    /// use ferroflow_numpy as np;
+    /// ferroflow::init();
+    /// let a = np::asarray([1.0, 2.0, 3.0, 4.0])?;
+    /// assert_eq!(np::var(&a)?.item::<f64>()?, 1.25);
+    /// let sample = np::var_with(&a, np::ReduceArgs::new().ddof(1))?;
+    /// assert!((sample.item::<f64>()? - 5.0 / 3.0).abs() < 1e-15);
+    /// # Ok::<(), np::Error>(())
+    /// ```
+    var / var_with => var_axes,
+    /// `numpy.std(a)`: `√var`.
+    std / std_with => std_axes,
+    /// `numpy.nanvar(a)`: the variance of the non-NaN elements.
+    nanvar / nanvar_with => nanvar_axes,
+    /// `numpy.nanstd(a)`: `√nanvar`.
+    nanstd / nanstd_with => nanstd_axes,
+);
+
+/// Quantiles: the short form (`q` over every element) and the `_with` form taking `axis`
+/// (one) and `keepdims` from [`ReduceArgs`].
+macro_rules! quantile_reductions {
+    ($($(#[$m:meta])* $name:ident / $with:ident => $imp:ident),* $(,)?) => {$(
+        $(#[$m])*
+        pub fn $name(a: impl ArrayLike, q: impl ArrayLike) -> Result<Tensor> {
+            $imp(a, q, Axes::All, false)
+        }
+        #[doc = concat!("[`", stringify!($name), "`] with `axis=` and `keepdims=` from `args`.")]
+        pub fn $with(a: impl ArrayLike, q: impl ArrayLike, args: ReduceArgs) -> Result<Tensor> {
+            args.only_axis(stringify!($name), false)?;
+            $imp(a, q, args.axis, args.keepdims)
+        }
+    )*};
+}
+quantile_reductions!(
+    /// `numpy.quantile(a, q)` (linear interpolation; `q` a scalar or a 1-D list, which
+    /// becomes the first axis of the result).
+    quantile / quantile_with => quantile_axes,
+    /// `numpy.percentile(a, q)`: quantiles with `q` in percent.
+    percentile / percentile_with => percentile_axes,
+    /// `numpy.nanquantile(a, q)`: quantiles of the non-NaN elements.
+    nanquantile / nanquantile_with => nanquantile_axes,
+    /// `numpy.nanpercentile(a, q)`.
+    nanpercentile / nanpercentile_with => nanpercentile_axes,
+);
+
+/// `numpy.average(a)`: the mean of every element; `axis` and `weights` through
+/// [`average_with`].
+pub fn average(a: impl ArrayLike) -> Result<Tensor> {
+    average_full(a, Axes::All, None)
+}
+/// `numpy.average(a, axis, weights)`: the (weighted) mean; 1-D weights apply along the one
+/// `axis`, otherwise they have `a`'s shape.
+pub fn average_with(
+    a: impl ArrayLike,
+    axis: impl Into<Axes>,
+    weights: Option<&Tensor>,
+) -> Result<Tensor> {
+    average_full(a, axis, weights)
+}
+
+/// `numpy.cov(m)`: the covariance matrix of the variables in the rows, normalised by
+/// `N - 1`; `rowvar` and `ddof` through [`cov_with`].
+pub fn cov(m: impl ArrayLike) -> Result<Tensor> {
+    cov_full(m, true, None)
+}
+/// `numpy.cov(m, rowvar, ddof)`: the variables in the columns when `rowvar` is false, the
+/// divisor `N - ddof` (default `N - 1`).
+pub fn cov_with(m: impl ArrayLike, rowvar: bool, ddof: Option<usize>) -> Result<Tensor> {
+    cov_full(m, rowvar, ddof)
 }

@@ -12,7 +12,7 @@ fn prefer_float32_switches_the_default_float() {
     np::set_prefer_float32(true);
     let a = np::asarray([1.0, 2.0]).unwrap();
     let l = np::linspace(0.0, 1.0, 3).unwrap();
-    let m = np::mean(np::asarray([1i64, 2]).unwrap(), None, false).unwrap();
+    let m = np::mean(np::asarray([1i64, 2]).unwrap()).unwrap();
     let d = np::true_divide(np::asarray([1i64, 2]).unwrap(), 2).unwrap();
     np::set_prefer_float32(false);
     assert_eq!(
@@ -31,8 +31,8 @@ fn random_numbers_have_the_right_distribution_and_seeding() {
     assert!((mean - 1.0).abs() < 0.05, "uniform mean {mean}");
     let n = np::random::standard_normal(&[20000]).unwrap();
     let (m, s) = (
-        np::mean(&n, None, false).unwrap().item::<f64>().unwrap(),
-        np::std(&n, None, 0, false).unwrap().item::<f64>().unwrap(),
+        np::mean(&n).unwrap().item::<f64>().unwrap(),
+        np::std(&n).unwrap().item::<f64>().unwrap(),
     );
     assert!(
         m.abs() < 0.03 && (s - 1.0).abs() < 0.03,

@@ -870,6 +870,13 @@ case("fft.ifftshift", [rnd((4, 5))], np.fft.ifftshift)
 case("fft.fftshift_with", [rnd((4, 5)), 1], lambda a, ax: np.fft.fftshift(a, axes=ax))
 case("fft.ifftshift_with", [rnd((3, 5)), Ints(0, 1)], lambda a, ax: np.fft.ifftshift(a, axes=ax))
 
+# ---------------------------------------------------------------- keyword forms
+xs = rnd((3, 4))
+case("average_with", [xs, 1, rnd((4,), np.float64, 0.1, 2)], lambda a, ax, w: np.average(a, axis=ax, weights=w))
+case("average_with", [xs, None, None], lambda a, ax, w: np.average(a, axis=ax, weights=w))
+case("cov_with", [xs, False, 0], lambda m, r, d: np.cov(m, rowvar=r, ddof=d))
+case("cov_with", [xs, True, None], lambda m, r, d: np.cov(m, rowvar=r, ddof=d))
+
 with open(os.path.join(OUT, "cases.json"), "w") as fh:
     json.dump({"numpy": np.__version__, "cases": cases}, fh, allow_nan=False)
 print("%d cases for numpy %s" % (len(cases), np.__version__))

@@ -206,10 +206,26 @@ macro_rules! binary {
         }
     };
 }
+/// A case's `axis`, `keepdims` (and `ddof`) as [`np::ReduceArgs`], and whether they are
+/// NumPy's defaults (then the short form runs, else the `_with` form).
+fn reduce_args(axis: Axes, keepdims: bool, ddof: usize) -> (np::ReduceArgs, bool) {
+    let default = matches!(axis, Axes::All) && !keepdims && ddof == 0;
+    (
+        np::ReduceArgs::new()
+            .axis(axis)
+            .keepdims(keepdims)
+            .ddof(ddof),
+        default,
+    )
+}
+
 macro_rules! reduce_axes {
-    ($name:expr, $a:expr; $($n:ident),*) => {
+    ($name:expr, $a:expr; $($n:ident / $w:ident),*) => {
         match $name {
-            $(stringify!($n) => return Ok(Some(t(np::$n(&$a.a(0), $a.axes(1), $a.b(2))?))),)*
+            $(stringify!($n) => {
+                let (args, default) = reduce_args($a.axes(1), $a.b(2), 0);
+                return Ok(Some(t(if default { np::$n(&$a.a(0))? } else { np::$w(&$a.a(0), args)? })));
+            })*
             _ => {}
         }
     };
@@ -227,8 +243,7 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
         power, float_power, maximum, minimum, fmax, fmin, arctan2, hypot, logaddexp, logaddexp2,
         heaviside, copysign, equal, not_equal, less, less_equal, greater, greater_equal,
         logical_and, logical_or, logical_xor, matmul, dot, inner, outer, vdot, kron);
-    reduce_axes!(name, a; sum, prod, mean, amax, amin, max, min, ptp, any, all, count_nonzero,
-        nansum, nanprod, nanmean, nanmax, nanmin);
+    reduce_axes!(name, a; sum / sum_with, prod / prod_with, mean / mean_with, amax / amax_with, amin / amin_with, max / max_with, min / min_with, ptp / ptp_with, any / any_with, all / all_with, count_nonzero / count_nonzero_with, nansum / nansum_with, nanprod / nanprod_with, nanmean / nanmean_with, nanmax / nanmax_with, nanmin / nanmin_with);
     const REDUCE_WITH: [&str; 9] = [
         "sum", "prod", "amax", "amin", "max", "min", "mean", "any", "all",
     ];
@@ -280,26 +295,59 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
             a.b(4),
         )?)],
         "array_equal" => vec![Out::Bool(np::array_equal(a.v(0), a.v(1))?)],
-        "std" => t(np::std(a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
-        "var" => t(np::var(a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
-        "nanstd" => t(np::nanstd(a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
-        "nanvar" => t(np::nanvar(a.a(0), a.axes(1), a.i(2) as usize, a.b(3))?),
+        "std" | "var" | "nanstd" | "nanvar" => {
+            let (args, default) = reduce_args(a.axes(1), a.b(3), a.i(2) as usize);
+            let x = a.a(0);
+            t(match (name, default) {
+                ("std", true) => np::std(x)?,
+                ("std", false) => np::std_with(x, args)?,
+                ("var", true) => np::var(x)?,
+                ("var", false) => np::var_with(x, args)?,
+                ("nanstd", true) => np::nanstd(x)?,
+                ("nanstd", false) => np::nanstd_with(x, args)?,
+                (_, true) => np::nanvar(x)?,
+                (_, false) => np::nanvar_with(x, args)?,
+            })
+        }
         "argmax" => t(np::argmax(a.a(0), a.axis(1))?),
         "argmin" => t(np::argmin(a.a(0), a.axis(1))?),
         "nanargmax" => t(np::nanargmax(a.a(0), a.axis(1))?),
         "nanargmin" => t(np::nanargmin(a.a(0), a.axis(1))?),
-        "median" => t(np::median(a.a(0), a.axis(1), a.b(2))?),
-        "nanmedian" => t(np::nanmedian(a.a(0), a.axis(1), a.b(2))?),
-        "quantile" => t(np::quantile(a.a(0), a.q(1), a.axis(2), a.b(3))?),
-        "percentile" => t(np::percentile(a.a(0), a.q(1), a.axis(2), a.b(3))?),
-        "nanquantile" => t(np::nanquantile(a.a(0), a.q(1), a.axis(2), a.b(3))?),
-        "nanpercentile" => t(np::nanpercentile(a.a(0), a.q(1), a.axis(2), a.b(3))?),
+        "median" | "nanmedian" => {
+            let (args, default) = reduce_args(a.axes(1), a.b(2), 0);
+            let x = a.a(0);
+            t(match (name, default) {
+                ("median", true) => np::median(x)?,
+                ("median", false) => np::median_with(x, args)?,
+                (_, true) => np::nanmedian(x)?,
+                (_, false) => np::nanmedian_with(x, args)?,
+            })
+        }
+        "quantile" | "percentile" | "nanquantile" | "nanpercentile" => {
+            let (args, default) = reduce_args(a.axes(2), a.b(3), 0);
+            let (x, q) = (a.a(0), a.q(1));
+            t(match (name, default) {
+                ("quantile", true) => np::quantile(x, q)?,
+                ("quantile", false) => np::quantile_with(x, q, args)?,
+                ("percentile", true) => np::percentile(x, q)?,
+                ("percentile", false) => np::percentile_with(x, q, args)?,
+                ("nanquantile", true) => np::nanquantile(x, q)?,
+                ("nanquantile", false) => np::nanquantile_with(x, q, args)?,
+                (_, true) => np::nanpercentile(x, q)?,
+                (_, false) => np::nanpercentile_with(x, q, args)?,
+            })
+        }
         "average" => {
             let w = match &a.0[2] {
                 Arg::A(w) => Some(w.clone()),
                 _ => None,
             };
-            t(np::average(a.a(0), a.axis(1), w.as_ref())?)
+            let axis = a.axes(1);
+            t(if matches!(axis, Axes::All) && w.is_none() {
+                np::average(a.a(0))?
+            } else {
+                np::average_with(a.a(0), axis, w.as_ref())?
+            })
         }
         "cumsum" => t(np::cumsum(a.a(0), a.axis(1))?),
         "cumprod" => t(np::cumprod(a.a(0), a.axis(1))?),
@@ -616,7 +664,15 @@ fn call(name: &str, a: &Args, dir: &Path) -> Result<Option<Vec<Out>>> {
             };
             t(np::interp(a.a(0), a.a(1), a.a(2), opt(3), opt(4))?)
         }
-        "cov" => t(np::cov(a.a(0), a.b(1), a.opt_usize(2))?),
+        "cov" if a.b(1) && matches!(a.0[2], Arg::None) => t(np::cov(a.a(0))?),
+        "cov" | "cov_with" => t(np::cov_with(a.a(0), a.b(1), a.opt_usize(2))?),
+        "average_with" => {
+            let w = match &a.0[2] {
+                Arg::A(w) => Some(w.clone()),
+                _ => None,
+            };
+            t(np::average_with(a.a(0), a.axes(1), w.as_ref())?)
+        }
         "corrcoef" => t(np::corrcoef(a.a(0), a.b(1))?),
         "load_npz" => ts(np::load_npz(dir.join(a.s(0)))?
             .into_iter()

@@ -14,8 +14,8 @@ fn program() -> Result<Vec<Tensor>> {
     let b = np::asarray([[1.0f32, -2.0, 0.5, 3.0]])?;
     let x = np::add(np::multiply(&a, 0.25)?, &b)?; // broadcasting and a scalar
     let e = np::exp(np::negative(&x)?)?;
-    let s = np::sum(&e, 1, false)?;
-    let m = np::mean(&x, None, true)?;
+    let s = np::sum_with(&e, np::ReduceArgs::new().axis(1))?;
+    let m = np::mean_with(&x, np::ReduceArgs::new().keepdims(true))?;
     let mm = np::matmul(&x, np::transpose(&x, None)?)?;
     let es = np::einsum("ij,kj->ik", &[&x, &x])?;
     let sorted = np::sort(&x, Some(-1))?;
