@@ -1,5 +1,5 @@
 """NumPy side of `cargo xtask bench numpy`: the NumPy-API kernels of the issue on a 1M float64
-vector and a 1000x1000 float64 matrix, median of repeats, printed as `name seconds` lines."""
+vector and a 1000x1000 float64 matrix (and the FFT of each, rows for the matrix), median of repeats, printed as `name seconds` lines."""
 import sys
 
 import numpy as np
@@ -20,6 +20,8 @@ def main():
         out.append((f"argmax_{label}", median_time(lambda: np.argmax(x), reps)))
         out.append((f"sort_{label}", median_time(lambda: np.sort(x), 5)))
         out.append((f"cumsum_{label}", median_time(lambda: np.cumsum(x, axis=0), reps)))
+        out.append((f"fft_{label}", median_time(lambda: np.fft.fft(x), 5)))
+        out.append((f"rfft_{label}", median_time(lambda: np.fft.rfft(x), 5)))
     for name, secs in out:
         print(f"{name} {secs:.9e}")
     sys.stdout.flush()

@@ -1,6 +1,6 @@
 //! `cargo xtask bench numpy`: the NumPy API (`ferroflow::numpy`) against NumPy on a 1M
 //! float64 vector and a 1000×1000 float64 matrix: sum, mean over axis 0, exp, clip, dot,
-//! argmax, sort, cumsum. Each round runs ours, then `bench/numpy_api.py`; figures are the
+//! argmax, sort, cumsum, and the FFT (complex and real input; the matrix row by row). Each round runs ours, then `bench/numpy_api.py`; figures are the
 //! median over rounds of each side's median of repeats.
 
 use std::collections::BTreeMap;
@@ -47,6 +47,8 @@ fn ours() -> ferroflow::Result<BTreeMap<String, f64>> {
         time("argmax", reps, &|| np::argmax(x, None))?;
         time("sort", 5, &|| np::sort(x, Some(-1)))?;
         time("cumsum", reps, &|| np::cumsum(x, Some(0)))?;
+        time("fft", 5, &|| np::fft::fft(x))?;
+        time("rfft", 5, &|| np::fft::rfft(x))?;
     }
     Ok(out)
 }

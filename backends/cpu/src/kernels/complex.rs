@@ -143,106 +143,185 @@ where
     Complex::<F>::into_host(apply(re, lre, im, lim, |x: F, y: F| Complex::new(x, y)))
 }
 
-/// The transform of one row in place: iterative radix-2 for powers of two, Bluestein's
-/// chirp-z (three power-of-two transforms) for other lengths; computed in f64.
-struct Plan {
-    n: usize,
-    /// e^(∓2πi·k/m) for k < m/2 of the power-of-two size m the rows run at.
-    twiddles: Vec<Complex64>,
-    /// Bluestein: the chirp e^(∓πi·k²/n) for k < n, and the transformed filter of size m.
-    chirp: Option<(Vec<Complex64>, Vec<Complex64>)>,
+/// Radix-2 butterflies of a power-of-two buffer in place: `twiddles[k]` = e^(±2πi·k/m) for
+/// k < m/2, m the buffer's length.
+fn radix2(buf: &mut [Complex64], twiddles: &[Complex64]) {
+    let m = buf.len();
+    if m <= 1 {
+        return;
+    }
+    let bits = m.trailing_zeros();
+    for i in 0..m {
+        let j = i.reverse_bits() >> (usize::BITS - bits);
+        if i < j {
+            buf.swap(i, j);
+        }
+    }
+    let mut len = 2;
+    while len <= m {
+        let step = m / len;
+        for start in (0..m).step_by(len) {
+            for j in 0..len / 2 {
+                let w = twiddles[j * step];
+                let u = buf[start + j];
+                let v = buf[start + j + len / 2] * w;
+                buf[start + j] = u + v;
+                buf[start + j + len / 2] = u - v;
+            }
+        }
+        len <<= 1;
+    }
+}
+
+/// e^(sign·2πi·k/n) for k < count.
+fn unit_roots(n: usize, count: usize, sign: f64) -> Vec<Complex64> {
+    (0..count)
+        .map(|k| {
+            Complex64::from_polar(1.0, sign * 2.0 * std::f64::consts::PI * k as f64 / n as f64)
+        })
+        .collect()
+}
+
+/// The largest prime factor the mixed-radix path takes; lengths with a larger one go through
+/// Bluestein's algorithm.
+const MAX_RADIX: usize = 13;
+
+/// The prime factors of `n` (smallest first), or `None` when one exceeds [`MAX_RADIX`].
+fn small_factors(mut n: usize) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for p in [2, 3, 5, 7, 11, 13] {
+        while n % p == 0 {
+            out.push(p);
+            n /= p;
+        }
+    }
+    (n == 1).then_some(out)
+}
+
+/// Decimation in time over the factors: the `p` interleaved subsequences of `x` (read with
+/// `stride`) transformed into consecutive blocks of `out`, then combined with the twiddles
+/// (`roots[t]` = e^(±2πi·t/N), this level's n = N/`root_step`). O(n·Σ factors).
+fn mixed_radix(
+    x: &[Complex64],
+    stride: usize,
+    out: &mut [Complex64],
+    factors: &[usize],
+    roots: &[Complex64],
+    root_step: usize,
+) {
+    let n = out.len();
+    let Some((&p, rest)) = factors.split_first() else {
+        out[0] = x[0];
+        return;
+    };
+    let m = n / p;
+    for q in 0..p {
+        mixed_radix(
+            &x[q * stride..],
+            stride * p,
+            &mut out[q * m..(q + 1) * m],
+            rest,
+            roots,
+            root_step * p,
+        );
+    }
+    let big_n = roots.len();
+    let mut y = [Complex64::zero(); MAX_RADIX];
+    for k in 0..m {
+        for q in 0..p {
+            y[q] = out[q * m + k] * roots[(q * k * root_step) % big_n];
+        }
+        for s in 0..p {
+            let mut acc = Complex64::zero();
+            for (q, &v) in y[..p].iter().enumerate() {
+                acc += v * roots[((q * s) % p) * m * root_step];
+            }
+            out[k + s * m] = acc;
+        }
+    }
+}
+
+/// How rows of one length are transformed (unscaled), computed in f64.
+enum Plan {
+    /// Powers of two: iterative radix-2; the twiddles of the row length.
+    Radix2(Vec<Complex64>),
+    /// Lengths whose prime factors are at most [`MAX_RADIX`]: recursive mixed radix; the
+    /// factors and every n-th root of unity.
+    Mixed(Vec<usize>, Vec<Complex64>),
+    /// Other lengths: Bluestein's chirp-z, a convolution of power-of-two size m; the chirp
+    /// e^(±πi·k²/n) for k < n, the transformed filter, and the size-m twiddles.
+    Bluestein {
+        chirp: Vec<Complex64>,
+        filter: Vec<Complex64>,
+        twiddles: Vec<Complex64>,
+    },
 }
 
 impl Plan {
     fn new(n: usize, inverse: bool) -> Plan {
         let sign = if inverse { 1.0 } else { -1.0 };
-        let m = if n.is_power_of_two() {
-            n
-        } else {
-            (2 * n - 1).next_power_of_two()
-        };
-        let twiddles = (0..m / 2)
+        if n.is_power_of_two() {
+            return Plan::Radix2(unit_roots(n, n / 2, sign));
+        }
+        if let Some(factors) = small_factors(n) {
+            return Plan::Mixed(factors, unit_roots(n, n, sign));
+        }
+        let m = (2 * n - 1).next_power_of_two();
+        let twiddles = unit_roots(m, m / 2, sign);
+        // k² mod 2n keeps the angle exact for large k.
+        let chirp: Vec<Complex64> = (0..n)
             .map(|k| {
-                Complex64::from_polar(1.0, sign * 2.0 * std::f64::consts::PI * k as f64 / m as f64)
+                let k2 = (k as u128 * k as u128 % (2 * n as u128)) as f64;
+                Complex64::from_polar(1.0, sign * std::f64::consts::PI * k2 / n as f64)
             })
             .collect();
-        let mut plan = Plan {
-            n,
-            twiddles,
-            chirp: None,
-        };
-        if m != n {
-            // k² mod 2n keeps the angle exact for large k.
-            let chirp: Vec<Complex64> = (0..n)
-                .map(|k| {
-                    let k2 = (k as u128 * k as u128 % (2 * n as u128)) as f64;
-                    Complex64::from_polar(1.0, sign * std::f64::consts::PI * k2 / n as f64)
-                })
-                .collect();
-            let mut filter = vec![Complex64::zero(); m];
-            filter[0] = chirp[0].conj();
-            for k in 1..n {
-                filter[k] = chirp[k].conj();
-                filter[m - k] = chirp[k].conj();
-            }
-            plan.radix2(&mut filter);
-            plan.chirp = Some((chirp, filter));
+        let mut filter = vec![Complex64::zero(); m];
+        filter[0] = chirp[0].conj();
+        for k in 1..n {
+            filter[k] = chirp[k].conj();
+            filter[m - k] = chirp[k].conj();
         }
-        plan
+        radix2(&mut filter, &twiddles);
+        Plan::Bluestein {
+            chirp,
+            filter,
+            twiddles,
+        }
     }
 
-    /// The unscaled transform of `buf` (length m, a power of two) with the plan's sign.
-    fn radix2(&self, buf: &mut [Complex64]) {
-        let m = buf.len();
-        if m <= 1 {
-            return;
-        }
-        let bits = m.trailing_zeros();
-        for i in 0..m {
-            let j = i.reverse_bits() >> (usize::BITS - bits);
-            if i < j {
-                buf.swap(i, j);
+    /// The transform of one row of n values (unscaled), in place.
+    fn run(&self, row: &mut [Complex64], scratch: &mut Vec<Complex64>) {
+        match self {
+            Plan::Radix2(twiddles) => radix2(row, twiddles),
+            Plan::Mixed(factors, roots) => {
+                scratch.clear();
+                scratch.resize(row.len(), Complex64::zero());
+                mixed_radix(row, 1, scratch, factors, roots, 1);
+                row.copy_from_slice(scratch);
             }
-        }
-        let mut len = 2;
-        while len <= m {
-            let step = m / len;
-            for start in (0..m).step_by(len) {
-                for j in 0..len / 2 {
-                    let w = self.twiddles[j * step];
-                    let u = buf[start + j];
-                    let v = buf[start + j + len / 2] * w;
-                    buf[start + j] = u + v;
-                    buf[start + j + len / 2] = u - v;
+            Plan::Bluestein {
+                chirp,
+                filter,
+                twiddles,
+            } => {
+                let m = filter.len();
+                // conv = ifft(fft(a)·fft(b)) = conj(fft(conj(fft(a)·fft(b)))) / m, with the
+                // same-direction twiddles.
+                scratch.clear();
+                scratch.resize(m, Complex64::zero());
+                for (s, (&v, &c)) in scratch.iter_mut().zip(row.iter().zip(chirp)) {
+                    *s = v * c;
+                }
+                radix2(scratch, twiddles);
+                for (s, f) in scratch.iter_mut().zip(filter) {
+                    *s = (*s * f).conj();
+                }
+                radix2(scratch, twiddles);
+                let scale = 1.0 / m as f64;
+                for (k, v) in row.iter_mut().enumerate() {
+                    *v = scratch[k].conj() * scale * chirp[k];
                 }
             }
-            len <<= 1;
-        }
-    }
-
-    /// The transform of one row of n values (unscaled).
-    fn run(&self, row: &mut [Complex64], scratch: &mut Vec<Complex64>) {
-        let Some((chirp, filter)) = &self.chirp else {
-            self.radix2(row);
-            return;
-        };
-        let m = filter.len();
-        let n = self.n;
-        // The transform of the inverse direction reuses the forward twiddles conjugated:
-        // conv = ifft(fft(a)·fft(b)) = conj(fft(conj(fft(a)·fft(b)))) / m.
-        scratch.clear();
-        scratch.resize(m, Complex64::zero());
-        for k in 0..n {
-            scratch[k] = row[k] * chirp[k];
-        }
-        self.radix2(scratch);
-        for (s, f) in scratch.iter_mut().zip(filter) {
-            *s = (*s * f).conj();
-        }
-        self.radix2(scratch);
-        let scale = 1.0 / m as f64;
-        for k in 0..n {
-            row[k] = scratch[k].conj() * scale * chirp[k];
         }
     }
 }
