@@ -190,7 +190,7 @@ const MAX_RADIX: usize = 13;
 fn small_factors(mut n: usize) -> Option<Vec<usize>> {
     let mut out = Vec::new();
     for p in [2, 3, 5, 7, 11, 13] {
-        while n % p == 0 {
+        while n.is_multiple_of(p) {
             out.push(p);
             n /= p;
         }
