@@ -485,6 +485,9 @@ impl HostData {
                 _ => {}
             }
         }
+        if !b.len().is_multiple_of(dtype.size_in_bytes()) {
+            return None;
+        }
         Some(match dtype {
             DType::F16 => HostData::F16(chunks(b, half::f16::from_le_bytes)?),
             DType::BF16 => HostData::BF16(chunks(b, half::bf16::from_le_bytes)?),
@@ -503,20 +506,19 @@ impl HostData {
                     .map(|&x| (x <= 1).then_some(x == 1))
                     .collect::<Option<_>>()?,
             ),
-            DType::C64 => HostData::C64(chunks(b, |c: [u8; 8]| {
-                let (re, im) = c.split_at(4);
-                Complex32::new(
-                    f32::from_le_bytes(re.try_into().expect("4 bytes")),
-                    f32::from_le_bytes(im.try_into().expect("4 bytes")),
-                )
-            })?),
-            DType::C128 => HostData::C128(chunks(b, |c: [u8; 16]| {
-                let (re, im) = c.split_at(8);
-                Complex64::new(
-                    f64::from_le_bytes(re.try_into().expect("8 bytes")),
-                    f64::from_le_bytes(im.try_into().expect("8 bytes")),
-                )
-            })?),
+            // a complex number is its two parts in a row
+            DType::C64 => HostData::C64(
+                chunks(b, f32::from_le_bytes)?
+                    .chunks_exact(2)
+                    .map(|p| Complex32::new(p[0], p[1]))
+                    .collect(),
+            ),
+            DType::C128 => HostData::C128(
+                chunks(b, f64::from_le_bytes)?
+                    .chunks_exact(2)
+                    .map(|p| Complex64::new(p[0], p[1]))
+                    .collect(),
+            ),
         })
     }
 }

@@ -11,7 +11,14 @@ use crate::op::{BinaryOp, Op, UnaryOp};
 use crate::tensor::Tensor;
 
 fn check_unary_dtype(op: UnaryOp, dtype: DType) -> Result<()> {
-    if dtype.is_complex() || matches!(op, UnaryOp::Conj | UnaryOp::Real | UnaryOp::Imag) {
+    // conj, real, imag and angle of real numbers are the methods' compositions
+    // (`ops/complex.rs`); as primitives they take complex numbers only
+    if dtype.is_complex()
+        || matches!(
+            op,
+            UnaryOp::Conj | UnaryOp::Real | UnaryOp::Imag | UnaryOp::Angle
+        )
+    {
         return if dtype.is_complex() && op.accepts_complex() {
             Ok(())
         } else {

@@ -346,18 +346,25 @@ where
         )
     };
     let mut out = vec![Complex::<F>::zero(); x.len()];
-    let row = |(dst, src): (&mut [Complex<F>], &[Complex<F>])| {
-        let mut buf: Vec<Complex64> = src.iter().map(to64).collect();
-        let mut scratch = Vec::new();
-        plan.run(&mut buf, &mut scratch);
-        for (d, z) in dst.iter_mut().zip(buf) {
+    // one row buffer and one scratch buffer per thread, reused across its rows
+    type Buffers = (Vec<Complex64>, Vec<Complex64>);
+    let row = |(buf, scratch): &mut Buffers, (dst, src): (&mut [Complex<F>], &[Complex<F>])| {
+        buf.clear();
+        buf.extend(src.iter().map(to64));
+        plan.run(buf, scratch);
+        for (d, &z) in dst.iter_mut().zip(buf.iter()) {
             *d = back(z);
         }
     };
     if x.len() * (usize::BITS - n.leading_zeros()) as usize >= 1 << 16 {
-        out.par_chunks_mut(n).zip(x.par_chunks(n)).for_each(row);
+        out.par_chunks_mut(n)
+            .zip(x.par_chunks(n))
+            .for_each_init(Buffers::default, row);
     } else {
-        out.chunks_mut(n).zip(x.chunks(n)).for_each(row);
+        let mut buffers = Buffers::default();
+        out.chunks_mut(n)
+            .zip(x.chunks(n))
+            .for_each(|pair| row(&mut buffers, pair));
     }
     Complex::<F>::into_host(out)
 }

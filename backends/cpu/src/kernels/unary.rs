@@ -27,6 +27,13 @@ pub(crate) fn unary(op: UnaryOp, x: Operand<'_>) -> Result<HostData> {
     match data {
         HostData::C64(v) => return super::complex::unary(op, v, x.layout),
         HostData::C128(v) => return super::complex::unary(op, v, x.layout),
+        _ if matches!(
+            op,
+            UnaryOp::Conj | UnaryOp::Real | UnaryOp::Imag | UnaryOp::Angle
+        ) =>
+        {
+            return Err(unsupported("cpu", op.name(), x.dtype))
+        }
         _ => {}
     }
     let chunked = match data {
@@ -140,14 +147,8 @@ fn unary_float<T: FloatMath>(op: UnaryOp, x: &[T]) -> HostData {
         IsFinite => return HostData::Bool(map(x, |v: T| v.is_finite())),
         IsNan => return HostData::Bool(map(x, |v: T| v.isnan())),
         LogicalNot => return HostData::Bool(map(x, |v: T| v == zero)),
-        // The complex ops on real numbers (TF: conj and real are the identity, imag zero,
-        // angle π where negative).
-        Conj | Real => x.to_vec(),
-        Imag => map(x, |_: T| zero),
-        Angle => {
-            let pi = T::from_f64(std::f64::consts::PI);
-            map(x, |v: T| if v < zero { pi } else { zero })
-        }
+        // complex numbers only: refused in `unary` before any real kernel
+        Conj | Real | Imag | Angle => x.to_vec(),
     };
     T::into_host(v)
 }
