@@ -52,6 +52,10 @@ pub use ferroflow_distribute as distribute;
 /// op stats and memory profiles in TensorFlow's file formats, which TensorBoard opens.
 pub use ferroflow_profiler as profiler;
 
+/// Graph functions (`ferroflow-function`, `tf.function`): closures traced into optimised
+/// graphs, one per input signature.
+pub use ferroflow_function as function;
+
 /// The tensor core crate (`ferroflow-tensor`).
 pub use ferroflow_tensor as tensor;
 

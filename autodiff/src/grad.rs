@@ -54,10 +54,10 @@ fn conv2d_grads(
     let fs = shape4(f.shape());
     Ok(vec![
         when(needs[0], || {
-            Tensor::conv2d_backprop_input(w.input, f, g, w.strides, padding_of(w, fs), w.dilations)
+            Tensor::conv2d_backprop_input(w.input, f, g, w.strides, w.padding(), w.dilations)
         })?,
         when(needs[1], || {
-            x.conv2d_backprop_filter(fs, g, w.strides, padding_of(w, fs), w.dilations)
+            x.conv2d_backprop_filter(fs, g, w.strides, w.padding(), w.dilations)
         })?,
     ])
 }
@@ -107,7 +107,7 @@ pub(crate) fn backward(
     };
     let y = &outputs[0];
     Ok(match op {
-        Op::Constant => vec![],
+        Op::Constant | Op::RandomStateful { .. } => vec![],
         Op::Unary(u) => vec![unary(*u, &inputs[0], y, &g)?],
         Op::Binary(b) => binary(*b, &inputs[0], &inputs[1], &g, [need(0), need(1)])?,
         Op::Reduce { op, axes, keepdims } => vec![reduce(*op, &inputs[0], y, &g, axes, *keepdims)?],
@@ -232,41 +232,34 @@ pub(crate) fn backward(
             let (f, dy) = (&inputs[0], &inputs[1]);
             let fs = shape4(f.shape());
             vec![
-                Some(g.conv2d_backprop_filter(
-                    fs,
-                    dy,
-                    w.strides,
-                    padding_of(w, fs),
-                    w.dilations,
-                )?),
-                Some(g.conv2d(f, w.strides, padding_of(w, fs), w.dilations)?),
+                Some(g.conv2d_backprop_filter(fs, dy, w.strides, w.padding(), w.dilations)?),
+                Some(g.conv2d(f, w.strides, w.padding(), w.dilations)?),
             ]
         }
         // backprop_filter(x, dy): d/dx = backprop_input(g, dy), d/ddy = conv2d(x, g).
         Op::Conv2dBackpropFilter(w) => {
             let (xx, dy) = (&inputs[0], &inputs[1]);
-            let fs = shape4(g.shape());
             vec![
                 Some(Tensor::conv2d_backprop_input(
                     w.input,
                     &g,
                     dy,
                     w.strides,
-                    padding_of(w, fs),
+                    w.padding(),
                     w.dilations,
                 )?),
-                Some(xx.conv2d(&g, w.strides, padding_of(w, fs), w.dilations)?),
+                Some(xx.conv2d(&g, w.strides, w.padding(), w.dilations)?),
             ]
         }
         Op::Pool2d(kind, w) => {
-            let p = pool_padding(w);
+            let p = w.padding();
             vec![Some(match kind {
                 PoolKind::MaxPool2d => inputs[0].max_pool_grad(&g, w.kernel, w.strides, p)?,
                 PoolKind::AvgPool2d => Tensor::avg_pool_grad(w.input, &g, w.kernel, w.strides, p)?,
             })]
         }
         // avg_pool_grad is linear in dy; its adjoint is avg_pool.
-        Op::AvgPoolGrad(w) => vec![Some(g.avg_pool2d(w.kernel, w.strides, pool_padding(w))?)],
+        Op::AvgPoolGrad(w) => vec![Some(g.avg_pool2d(w.kernel, w.strides, w.padding())?)],
         // fft: the adjoint of the unscaled transform is n·ifft; of ifft, fft/n (TF's FFTGrad)
         Op::Fft { inverse } => {
             let n = scalar(&g, *inputs[0].shape().last().unwrap_or(&1) as f64)?;
@@ -297,28 +290,6 @@ pub(crate) fn backward(
 
 fn shape4(s: &[usize]) -> [usize; 4] {
     [s[0], s[1], s[2], s[3]]
-}
-
-/// The TF padding that produced a window: SAME when the output is ⌈in/stride⌉ and padding
-/// was applied or needed, VALID otherwise (the two agree whenever both fit).
-fn padding_of(w: &ferroflow_tensor::Window2d, f: [usize; 4]) -> ferroflow_tensor::Padding {
-    let valid = ferroflow_tensor::Window2d::resolve(
-        "conv2d",
-        w.input,
-        [f[0], f[1]],
-        w.strides,
-        w.dilations,
-        ferroflow_tensor::Padding::Valid,
-    );
-    if valid.is_ok_and(|v| v.output == w.output && v.pad_before == w.pad_before) {
-        ferroflow_tensor::Padding::Valid
-    } else {
-        ferroflow_tensor::Padding::Same
-    }
-}
-
-fn pool_padding(w: &ferroflow_tensor::Window2d) -> ferroflow_tensor::Padding {
-    padding_of(w, [w.kernel[0], w.kernel[1], 0, 0])
 }
 
 /// `rule(conj(g))` conjugated: a rule written for real numbers, applied to a holomorphic op

@@ -421,20 +421,15 @@ impl Loss for SparseCategoricalCrossentropy {
         check_float(self.name(), y_pred)?;
         let ids = class_ids(y_true, y_pred)?;
         let classes = *y_pred.shape().last().unwrap_or(&0);
-        // TF rejects a label outside [0, classes); one_hot would silently give a zero row.
-        // One read of the (small, integer) labels checks them all.
-        if let Some(&bad) = ids
-            .to_f64_vec()?
-            .iter()
-            .find(|&&l| l < 0.0 || l >= classes as f64)
-        {
-            return Err(Error::IndexOutOfRange {
-                op: "sparse_categorical_crossentropy",
-                index: bad as i64,
-                bound: classes,
-            });
-        }
-        let y = Tensor::one_hot(&ids, classes, 1.0, 0.0, y_pred.dtype())?;
+        // TF's kernel rejects a label outside [0, classes), where one_hot would silently give
+        // a zero row. A gather of the labels from `classes` zeros checks them on the device
+        // (no read to the host, so a traced step keeps the check); adding its zeros to the
+        // targets keeps it in the graph.
+        let check = Tensor::zeros(&[classes], y_pred.dtype())?
+            .to_device(ids.device())?
+            .gather(&ids, 0)?;
+        let y = Tensor::one_hot(&ids, classes, 1.0, 0.0, y_pred.dtype())?
+            .add(&check.expand_dims(-1)?)?;
         crossentropy_with(&y, y_pred, self.from_logits)
     }
     fn reduction(&self) -> Reduction {

@@ -227,6 +227,7 @@ impl Optimizer for LossScaleOptimizer {
         grads_and_vars: Vec<(Option<Tensor>, Variable)>,
         aggregate: bool,
     ) -> Result<()> {
+        crate::optimizer::refuse_inside_function()?;
         // Under a strategy: the finiteness check and the scale see all replicas' gradients.
         let custom = self.inner.core().gradient_aggregator.is_some();
         let Some((grads_and_vars, gathered)) =

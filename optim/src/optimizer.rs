@@ -390,6 +390,7 @@ pub trait Optimizer: Send {
     ) -> Result<()> {
         // The profiler names the update's ops `<Optimizer>/...` (inert when not profiling).
         let _name_scope = ferroflow_tensor::trace::NameScope::enter(self.name());
+        refuse_inside_function()?;
         self.core().check_options()?;
         let custom = self.core().gradient_aggregator.is_some();
         let Some((grads_and_vars, gathered)) =
@@ -1023,4 +1024,16 @@ impl Optimizer for Adagrad {
             .div(&acc.sqrt()?.add(&g.scalar_like(epsilon)?)?)?;
         var.assign(&w.sub(&step)?)
     }
+}
+
+/// Optimizers keep their step counter (`iterations`) and learning-rate schedule on the host,
+/// so a traced function would replay the first step's hyperparameters forever: refused, with
+/// what to do instead.
+pub(crate) fn refuse_inside_function() -> Result<()> {
+    ferroflow_tensor::dispatch::refuse_while_tracing(
+        "apply_gradients",
+        "an optimizer's step counter (iterations) and learning-rate schedule live on the \
+         host; return the gradients from the function and apply them outside it (Keras' \
+         compiled train step does this)",
+    )
 }

@@ -43,6 +43,15 @@ pub trait OpObserver: Send + Sync {
     fn on_op(&self, event: &OpEvent<'_>);
     /// Called when a variable's value is read (tapes watch trainable variables this way).
     fn on_variable_read(&self, _variable: &Variable, _value: &Tensor) {}
+    /// Called after a variable was written (`assign`, `assign_add`, `assign_sub` with
+    /// `value`); a graph tracer records the write as an effect of its function.
+    fn on_variable_write(
+        &self,
+        _variable: &Variable,
+        _kind: crate::distribution::VariableWrite,
+        _value: &Tensor,
+    ) {
+    }
 }
 
 static GLOBAL: RwLock<Vec<Arc<dyn OpObserver>>> = RwLock::new(Vec::new());
@@ -52,6 +61,52 @@ thread_local! {
     static THREAD: RefCell<Vec<Arc<dyn OpObserver>>> = const { RefCell::new(Vec::new()) };
     static THREAD_COUNT: Cell<usize> = const { Cell::new(0) };
     static NOTIFYING: Cell<bool> = const { Cell::new(false) };
+    static TRACING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// While alive, this thread is tracing a graph function: ops run and are recorded, and
+/// what a graph cannot record (a tensor's value read on the host) is refused with
+/// [`Error::NotTraceable`] instead of baking one call's value into every later call.
+#[must_use = "tracing ends when the guard is dropped"]
+pub struct TracingGuard(());
+
+impl Drop for TracingGuard {
+    fn drop(&mut self) {
+        let _ = TRACING.try_with(|t| t.set(t.get().saturating_sub(1)));
+    }
+}
+
+/// Enters tracing mode on this thread (a graph function's tracer; nests).
+pub fn enter_tracing() -> TracingGuard {
+    TRACING.with(|t| t.set(t.get() + 1));
+    TracingGuard(())
+}
+
+/// Whether this thread is tracing a graph function.
+///
+/// ```
+/// use ferroflow_tensor::dispatch::{enter_tracing, is_tracing};
+/// assert!(!is_tracing());
+/// let guard = enter_tracing();
+/// assert!(is_tracing());
+/// drop(guard);
+/// assert!(!is_tracing());
+/// ```
+pub fn is_tracing() -> bool {
+    TRACING.with(|t| t.get() > 0)
+}
+
+/// `Err(NotTraceable)` for `op` while tracing: for host-side work whose result a graph
+/// would bake in (`msg` says what to do instead).
+pub fn refuse_while_tracing(op: &'static str, msg: &str) -> Result<()> {
+    if is_tracing() {
+        Err(Error::NotTraceable {
+            op,
+            msg: msg.to_string(),
+        })
+    } else {
+        Ok(())
+    }
 }
 
 /// Removes its observer when dropped.
@@ -145,6 +200,16 @@ fn notify(f: impl Fn(&dyn OpObserver)) {
 pub(crate) fn notify_variable_read(variable: &Variable, value: &Tensor) {
     if observed() {
         notify(|o| o.on_variable_read(variable, value));
+    }
+}
+
+pub(crate) fn notify_variable_write(
+    variable: &Variable,
+    kind: crate::distribution::VariableWrite,
+    value: &Tensor,
+) {
+    if observed() {
+        notify(|o| o.on_variable_write(variable, kind, value));
     }
 }
 

@@ -233,6 +233,16 @@ pub enum Error {
         /// What happened.
         msg: &'static str,
     },
+    /// Something a graph function cannot record: a value read on the host while tracing
+    /// (Python-style control flow on a tensor's value; use `cond`/`while_loop`), a host
+    /// library call, an optimizer's host-side step counter.
+    #[error("{op}: cannot run inside a traced function: {msg}")]
+    NotTraceable {
+        /// The op or call.
+        op: &'static str,
+        /// Why, and what to do instead.
+        msg: String,
+    },
 }
 
 impl Error {

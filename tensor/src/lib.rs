@@ -69,7 +69,8 @@ pub use error::{Error, Result};
 pub use fused::{FusedActivation, FusedKernel, UpdateRule};
 pub use layout::Layout;
 pub use op::{
-    ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, ReduceOp, UnaryOp, Window2d,
+    ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, RandomDistribution, ReduceOp,
+    UnaryOp, Window2d,
 };
 pub use ops::{Axes, SliceSpec};
 pub use tensor::{live_tensor_bytes, peak_tensor_bytes, reset_peak_tensor_bytes, Tensor, TensorId};

@@ -391,6 +391,32 @@ impl Window2d {
 }
 
 impl Window2d {
+    /// The TF padding that resolved to this window: SAME when the output is ⌈in/stride⌉ and
+    /// padding was applied or needed, VALID otherwise (the two agree whenever both fit).
+    /// Gradients and graph replay call the public ops with it.
+    ///
+    /// ```
+    /// use ferroflow_tensor::{Padding, Window2d};
+    /// let w = Window2d::resolve("conv2d", [1, 5, 5, 1], [3, 3], [1, 1], [1, 1], Padding::Same)?;
+    /// assert_eq!(w.padding(), Padding::Same);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn padding(&self) -> Padding {
+        let valid = Window2d::resolve(
+            "conv2d",
+            self.input,
+            self.kernel,
+            self.strides,
+            self.dilations,
+            Padding::Valid,
+        );
+        if valid.is_ok_and(|v| v.output == self.output && v.pad_before == self.pad_before) {
+            Padding::Valid
+        } else {
+            Padding::Same
+        }
+    }
+
     /// The smallest pooling window (dilation 1) that covers the same input positions for
     /// every output as this one: taps that can only ever fall into the padding are cut off,
     /// so a window far larger than its input (legal with SAME padding) costs what the input
@@ -414,6 +440,43 @@ impl Window2d {
             w.kernel[i] = k.min(n.saturating_add(p)).max(1);
         }
         w
+    }
+}
+
+/// The distribution of a stateful random op ([`Op::RandomStateful`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RandomDistribution {
+    /// Uniform in `[minval, maxval)` (integers: `maxval` exclusive).
+    Uniform {
+        /// Lower bound.
+        minval: f64,
+        /// Upper bound (exclusive).
+        maxval: f64,
+    },
+    /// Normal.
+    Normal {
+        /// Mean.
+        mean: f64,
+        /// Standard deviation.
+        stddev: f64,
+    },
+    /// Normal with draws beyond two standard deviations redrawn.
+    TruncatedNormal {
+        /// Mean.
+        mean: f64,
+        /// Standard deviation.
+        stddev: f64,
+    },
+}
+
+impl RandomDistribution {
+    /// TF's op name (`"random_uniform"`).
+    pub fn op_name(self) -> &'static str {
+        match self {
+            RandomDistribution::Uniform { .. } => "random_uniform",
+            RandomDistribution::Normal { .. } => "random_normal",
+            RandomDistribution::TruncatedNormal { .. } => "truncated_normal",
+        }
     }
 }
 
@@ -570,6 +633,19 @@ pub enum Op {
         /// The inverse transform.
         inverse: bool,
     },
+    /// New numbers from the global random generator (`tf.random.uniform`, `normal`,
+    /// `truncated_normal`); no inputs. Drawn on the host and uploaded; a graph function
+    /// replays it as a new draw.
+    RandomStateful {
+        /// What is drawn.
+        distribution: RandomDistribution,
+        /// Output shape.
+        shape: Vec<usize>,
+        /// Output dtype.
+        dtype: DType,
+        /// The op seed (`None`: the global seed and the op counter decide).
+        seed: Option<u64>,
+    },
     /// A function computed on the host by a library outside the op set (the NumPy API's
     /// `linalg` through nalgebra); tapes record it and report that it has no gradient.
     HostFunction {
@@ -615,6 +691,7 @@ impl Op {
             Op::ClipScalar { .. } => "clip_scalar",
             Op::Fft { inverse: false } => "fft",
             Op::Fft { inverse: true } => "ifft",
+            Op::RandomStateful { distribution, .. } => distribution.op_name(),
             Op::HostFunction { name } => name,
         }
     }

@@ -13,8 +13,11 @@
 //! # Ok::<(), ferroflow_tensor::Error>(())
 //! ```
 
+use crate::device::current_device;
+use crate::dispatch::dispatch_on;
 use crate::dtype::{DType, HostData};
 use crate::error::{Error, Result};
+use crate::op::{Op, RandomDistribution};
 use crate::tensor::Tensor;
 use std::sync::Mutex;
 
@@ -159,8 +162,69 @@ fn check_float(op: &'static str, dtype: DType) -> Result<()> {
     }
 }
 
-fn make(shape: &[usize], dtype: DType, values: Vec<f64>) -> Result<Tensor> {
-    Tensor::from_host(HostData::from_f64_slice(dtype, &values), shape)
+fn host(dtype: DType, values: Vec<f64>) -> HostData {
+    HostData::from_f64_slice(dtype, &values)
+}
+
+/// The numbers of `distribution` for `seed`, on the host.
+fn draw(
+    distribution: RandomDistribution,
+    shape: &[usize],
+    seed: [u64; 2],
+    dtype: DType,
+) -> Result<HostData> {
+    let op = distribution.op_name();
+    match distribution {
+        RandomDistribution::Uniform { minval, maxval } => {
+            if maxval.partial_cmp(&minval) != Some(std::cmp::Ordering::Greater) {
+                return Err(Error::invalid(
+                    op,
+                    format!("needs minval < maxval, got {minval} and {maxval}"),
+                ));
+            }
+            if dtype == DType::Bool || dtype.is_complex() {
+                return Err(Error::UnsupportedDType {
+                    op,
+                    dtype,
+                    expected: "a float or integer dtype",
+                });
+            }
+            let n = crate::tensor::check_new(op, shape, DType::F64)?;
+            let mut g = Philox::new(seed);
+            let v = if dtype.is_int() {
+                let (lo, span) = (minval.ceil(), (maxval.ceil() - minval.ceil()).max(1.0));
+                (0..n).map(|_| lo + (g.next_f64() * span).floor()).collect()
+            } else {
+                (0..n)
+                    .map(|_| minval + (maxval - minval) * g.next_f64())
+                    .collect()
+            };
+            Ok(host(dtype, v))
+        }
+        RandomDistribution::Normal { mean, stddev } => {
+            check_float(op, dtype)?;
+            let n = crate::tensor::check_new(op, shape, DType::F64)?;
+            let mut g = Philox::new(seed);
+            Ok(host(
+                dtype,
+                (0..n).map(|_| mean + stddev * g.next_normal()).collect(),
+            ))
+        }
+        RandomDistribution::TruncatedNormal { mean, stddev } => {
+            check_float(op, dtype)?;
+            let n = crate::tensor::check_new(op, shape, DType::F64)?;
+            let mut g = Philox::new(seed);
+            let v = (0..n)
+                .map(|_| loop {
+                    let x = g.next_normal();
+                    if x.abs() <= 2.0 {
+                        break mean + stddev * x;
+                    }
+                })
+                .collect();
+            Ok(host(dtype, v))
+        }
+    }
 }
 
 /// Uniform in `[minval, maxval)`; integer dtypes draw integers (`maxval` exclusive).
@@ -171,30 +235,8 @@ pub fn stateless_uniform(
     maxval: f64,
     dtype: DType,
 ) -> Result<Tensor> {
-    if maxval.partial_cmp(&minval) != Some(std::cmp::Ordering::Greater) {
-        return Err(Error::invalid(
-            "random_uniform",
-            format!("needs minval < maxval, got {minval} and {maxval}"),
-        ));
-    }
-    if dtype == DType::Bool {
-        return Err(Error::UnsupportedDType {
-            op: "random_uniform",
-            dtype,
-            expected: "a float or integer dtype",
-        });
-    }
-    let n = crate::tensor::check_new("random_uniform", shape, DType::F64)?;
-    let mut g = Philox::new(seed);
-    let v = if dtype.is_int() {
-        let (lo, span) = (minval.ceil(), (maxval.ceil() - minval.ceil()).max(1.0));
-        (0..n).map(|_| lo + (g.next_f64() * span).floor()).collect()
-    } else {
-        (0..n)
-            .map(|_| minval + (maxval - minval) * g.next_f64())
-            .collect()
-    };
-    make(shape, dtype, v)
+    let d = RandomDistribution::Uniform { minval, maxval };
+    Tensor::from_host(draw(d, shape, seed, dtype)?, shape)
 }
 
 /// Normal with `mean` and `stddev`.
@@ -205,11 +247,8 @@ pub fn stateless_normal(
     stddev: f64,
     dtype: DType,
 ) -> Result<Tensor> {
-    check_float("random_normal", dtype)?;
-    let n = crate::tensor::check_new("random_normal", shape, DType::F64)?;
-    let mut g = Philox::new(seed);
-    let v = (0..n).map(|_| mean + stddev * g.next_normal()).collect();
-    make(shape, dtype, v)
+    let d = RandomDistribution::Normal { mean, stddev };
+    Tensor::from_host(draw(d, shape, seed, dtype)?, shape)
 }
 
 /// Normal with values beyond two standard deviations redrawn (`tf.random.truncated_normal`).
@@ -220,18 +259,50 @@ pub fn stateless_truncated_normal(
     stddev: f64,
     dtype: DType,
 ) -> Result<Tensor> {
-    check_float("truncated_normal", dtype)?;
-    let n = crate::tensor::check_new("truncated_normal", shape, DType::F64)?;
-    let mut g = Philox::new(seed);
-    let v = (0..n)
-        .map(|_| loop {
-            let x = g.next_normal();
-            if x.abs() <= 2.0 {
-                break mean + stddev * x;
-            }
-        })
-        .collect();
-    make(shape, dtype, v)
+    let d = RandomDistribution::TruncatedNormal { mean, stddev };
+    Tensor::from_host(draw(d, shape, seed, dtype)?, shape)
+}
+
+/// New numbers of `distribution` from the global generator on the current device: one
+/// [`Op::RandomStateful`] that observers see, so a traced function draws again on every
+/// call instead of replaying the numbers of its trace. [`uniform`], [`normal`] and
+/// [`truncated_normal`] are this op.
+///
+/// ```no_run
+/// // A backend registered first: `ferroflow::init()` (the facade).
+/// use ferroflow_tensor::{random, DType, RandomDistribution};
+/// let d = RandomDistribution::Normal { mean: 0.0, stddev: 1.0 };
+/// let a = random::stateful(d, &[4], DType::F32, None)?;
+/// let b = random::stateful(d, &[4], DType::F32, None)?;
+/// assert_ne!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub fn stateful(
+    distribution: RandomDistribution,
+    shape: &[usize],
+    dtype: DType,
+    seed: Option<u64>,
+) -> Result<Tensor> {
+    let device = current_device();
+    dispatch_on(
+        || Op::RandomStateful {
+            distribution,
+            shape: shape.to_vec(),
+            dtype,
+            seed,
+        },
+        device,
+        |p| {
+            let data = draw(distribution, shape, stateful_seed(seed), dtype)?;
+            Ok(Tensor::from_buffer(
+                p.backend.upload(device.index(), data)?,
+                shape,
+                dtype,
+                p.backend,
+                device,
+            ))
+        },
+    )
 }
 
 /// Stateful uniform (`tf.random.uniform`): each call draws new numbers; reproducible after
@@ -243,7 +314,12 @@ pub fn uniform(
     dtype: DType,
     seed: Option<u64>,
 ) -> Result<Tensor> {
-    stateless_uniform(shape, stateful_seed(seed), minval, maxval, dtype)
+    stateful(
+        RandomDistribution::Uniform { minval, maxval },
+        shape,
+        dtype,
+        seed,
+    )
 }
 
 /// Stateful normal (`tf.random.normal`).
@@ -254,7 +330,12 @@ pub fn normal(
     dtype: DType,
     seed: Option<u64>,
 ) -> Result<Tensor> {
-    stateless_normal(shape, stateful_seed(seed), mean, stddev, dtype)
+    stateful(
+        RandomDistribution::Normal { mean, stddev },
+        shape,
+        dtype,
+        seed,
+    )
 }
 
 /// Stateful truncated normal (`tf.random.truncated_normal`).
@@ -265,7 +346,12 @@ pub fn truncated_normal(
     dtype: DType,
     seed: Option<u64>,
 ) -> Result<Tensor> {
-    stateless_truncated_normal(shape, stateful_seed(seed), mean, stddev, dtype)
+    stateful(
+        RandomDistribution::TruncatedNormal { mean, stddev },
+        shape,
+        dtype,
+        seed,
+    )
 }
 
 #[cfg(test)]

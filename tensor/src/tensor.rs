@@ -325,7 +325,16 @@ impl Tensor {
 
     /// Reads the elements back to the host, dense and row-major (observers see a
     /// [`Op::ToHost`]).
+    ///
+    /// Inside a traced function this is [`Error::NotTraceable`]: the value of one call would
+    /// be baked into the graph.
     pub fn to_host(&self) -> Result<HostData> {
+        crate::dispatch::refuse_while_tracing(
+            "to_host",
+            "a tensor's value read on the host (to_host, to_vec, item) would be fixed at \
+             its value in the trace; keep the computation in tensor ops (select, cond, \
+             while_loop) or read the value outside the function",
+        )?;
         dispatch(
             || Op::ToHost,
             &[self],

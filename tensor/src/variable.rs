@@ -387,6 +387,12 @@ impl Variable {
     }
 
     fn write(&self, kind: VariableWrite, value: &Tensor) -> Result<()> {
+        self.write_unobserved(kind, value)?;
+        crate::dispatch::notify_variable_write(self, kind, value);
+        Ok(())
+    }
+
+    fn write_unobserved(&self, kind: VariableWrite, value: &Tensor) -> Result<()> {
         if let Some(remote) = &self.0.remote {
             check_write(kind, &self.last_known(), value)?;
             return remote.write(kind, value);

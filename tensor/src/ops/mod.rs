@@ -6,6 +6,7 @@
 
 mod complex;
 mod elementwise;
+mod execute;
 mod fused;
 mod index;
 mod linalg;

@@ -218,7 +218,7 @@ impl Tensor {
     pub fn argmin(&self, axis: isize) -> Result<Tensor> {
         self.arg_reduce(ArgReduceOp::ArgMin, axis)
     }
-    fn arg_reduce(&self, op: ArgReduceOp, axis: isize) -> Result<Tensor> {
+    pub(crate) fn arg_reduce(&self, op: ArgReduceOp, axis: isize) -> Result<Tensor> {
         let axis = normalize_axis(op.name(), axis, self.rank())?;
         if self.dtype() == DType::Bool || self.dtype().is_complex() {
             return Err(Error::UnsupportedDType {

@@ -260,7 +260,12 @@ impl Tensor {
         Ok(out)
     }
 
-    fn slice_view(&self, begin: Vec<usize>, len: Vec<usize>, step: Vec<isize>) -> Result<Tensor> {
+    pub(crate) fn slice_view(
+        &self,
+        begin: Vec<usize>,
+        len: Vec<usize>,
+        step: Vec<isize>,
+    ) -> Result<Tensor> {
         let layout = self.layout().slice_steps(&begin, &len, &step);
         self.view_op(|| Op::StridedSlice { begin, len, step }, layout)
     }

@@ -1,0 +1,397 @@
+//! [`Function`]: a closure traced into graphs, one per input signature (TF's
+//! `tf.function` and its `ConcreteFunction`s).
+
+use crate::graph::{Graph, GraphStats, ValueRef};
+use crate::passes::{eliminate_common_subexpressions, eliminate_dead_code};
+use crate::trace::trace;
+use ferroflow_tensor::{DType, Device, Error, Result, Tensor};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Traces after which [`Function`] warns that it keeps retracing (TF warns after 5).
+const RETRACE_WARNING: usize = 5;
+
+/// The shape and dtype an argument must have (TF's `tf.TensorSpec`); `None` dimensions
+/// accept any size.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorSpec {
+    /// Per dimension: a size, or `None` for any.
+    pub shape: Vec<Option<usize>>,
+    /// The dtype.
+    pub dtype: DType,
+}
+
+impl TensorSpec {
+    /// A spec from sizes (`None`: any) and a dtype.
+    ///
+    /// ```
+    /// use ferroflow_function::TensorSpec;
+    /// use ferroflow_tensor::DType;
+    /// let images = TensorSpec::new(&[None, Some(784)], DType::F32);
+    /// assert_eq!(images.to_string(), "TensorSpec(shape=(None, 784), dtype=float32)");
+    /// ```
+    pub fn new(shape: &[Option<usize>], dtype: DType) -> TensorSpec {
+        TensorSpec {
+            shape: shape.to_vec(),
+            dtype,
+        }
+    }
+
+    /// Whether `t` fits.
+    pub fn accepts(&self, t: &Tensor) -> bool {
+        t.dtype() == self.dtype
+            && t.rank() == self.shape.len()
+            && self
+                .shape
+                .iter()
+                .zip(t.shape())
+                .all(|(s, &d)| s.is_none_or(|s| s == d))
+    }
+}
+
+impl std::fmt::Display for TensorSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dims: Vec<String> = self
+            .shape
+            .iter()
+            .map(|d| d.map_or("None".to_string(), |d| d.to_string()))
+            .collect();
+        let trailing = if dims.len() == 1 { "," } else { "" };
+        write!(
+            f,
+            "TensorSpec(shape=({}{trailing}), dtype={})",
+            dims.join(", "),
+            self.dtype
+        )
+    }
+}
+
+/// What a graph is specialised to: each argument's dtype, shape and device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Signature(Vec<(DType, Vec<usize>, Device)>);
+
+impl Signature {
+    fn of(args: &[Tensor]) -> Signature {
+        Signature(
+            args.iter()
+                .map(|t| (t.dtype(), t.shape().to_vec(), t.device()))
+                .collect(),
+        )
+    }
+}
+
+/// One traced, optimised graph for one signature (TF's `ConcreteFunction`).
+#[derive(Debug)]
+pub struct ConcreteFunction {
+    graph: Graph,
+    frees: Vec<Vec<ValueRef>>,
+    stats: GraphStats,
+}
+
+impl ConcreteFunction {
+    fn new(mut graph: Graph, folded: usize) -> ConcreteFunction {
+        let traced_nodes = graph.nodes.len() + folded;
+        let merged = eliminate_common_subexpressions(&mut graph);
+        let dead = eliminate_dead_code(&mut graph);
+        let frees = graph.last_uses();
+        let stats = GraphStats {
+            traced_nodes,
+            folded,
+            merged,
+            dead,
+            nodes: graph.nodes.len(),
+            ops: graph
+                .nodes
+                .iter()
+                .filter(|n| matches!(n.kind, crate::graph::NodeKind::Op(_)))
+                .count(),
+            peak_bytes: graph.peak_bytes(),
+        };
+        ConcreteFunction {
+            graph,
+            frees,
+            stats,
+        }
+    }
+
+    /// Runs the graph.
+    pub fn call(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.graph.run(args, &self.frees)
+    }
+
+    /// The optimised graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// What tracing and the passes did.
+    pub fn stats(&self) -> &GraphStats {
+        &self.stats
+    }
+}
+
+type Body<'f> = dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'f;
+
+/// The graphs of one traced computation, one per input signature, each with a value `T`
+/// the trace returned beside its tensors (which of a step's gradients exist, say). The body
+/// is handed over on every call and runs only when a signature is new; so it may borrow
+/// mutably what the caller owns (a Keras model), which a stored closure could not.
+/// [`Function`] is this cache with a stored closure.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow::{function::TraceCache, Tensor};
+/// let cache: TraceCache<usize> = TraceCache::new("double");
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?;
+/// let mut runs = 0;
+/// for _ in 0..3 {
+///     let (y, n) = cache.call_with(&[x.clone()], |a| {
+///         runs += 1;
+///         Ok((vec![a[0].add(&a[0])?], a.len()))
+///     })?;
+///     assert_eq!((y[0].to_vec::<f32>()?, n), (vec![2.0, 4.0], 1));
+/// }
+/// assert_eq!((runs, cache.tracing_count()), (1, 1));
+/// # Ok::<(), ferroflow::Error>(())
+/// ```
+pub struct TraceCache<T = ()> {
+    name: String,
+    input_signature: Option<Vec<TensorSpec>>,
+    graphs: Mutex<HashMap<Signature, (Arc<ConcreteFunction>, T)>>,
+    traces: AtomicUsize,
+    warned: AtomicUsize,
+}
+
+impl<T> std::fmt::Debug for TraceCache<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceCache")
+            .field("name", &self.name)
+            .field("input_signature", &self.input_signature)
+            .field("traces", &self.tracing_count())
+            .finish()
+    }
+}
+
+impl<T> TraceCache<T> {
+    /// How many times a body was traced (TF's `experimental_get_tracing_count`).
+    pub fn tracing_count(&self) -> usize {
+        self.traces.load(Ordering::Relaxed)
+    }
+}
+
+impl<T: Clone> TraceCache<T> {
+    /// An empty cache; `name` names the computation in warnings and errors.
+    pub fn new(name: impl Into<String>) -> TraceCache<T> {
+        TraceCache {
+            name: name.into(),
+            input_signature: None,
+            graphs: Mutex::new(HashMap::new()),
+            traces: AtomicUsize::new(0),
+            warned: AtomicUsize::new(0),
+        }
+    }
+
+    /// Fixes the arguments' dtypes and ranks (TF's `input_signature`): a call that does not
+    /// fit is an error naming the argument. A `None` dimension accepts any size; each size
+    /// met gets its own graph (as XLA specialises), and those traces are not retraces.
+    pub fn with_input_signature(mut self, specs: Vec<TensorSpec>) -> TraceCache<T> {
+        self.input_signature = Some(specs);
+        self
+    }
+
+    fn check_signature(&self, args: &[Tensor]) -> Result<()> {
+        let Some(specs) = &self.input_signature else {
+            return Ok(());
+        };
+        if specs.len() != args.len() {
+            return Err(Error::invalid(
+                "function",
+                format!(
+                    "{}: takes {} arguments (its input_signature), got {}",
+                    self.name,
+                    specs.len(),
+                    args.len()
+                ),
+            ));
+        }
+        for (i, (spec, t)) in specs.iter().zip(args).enumerate() {
+            if !spec.accepts(t) {
+                return Err(Error::invalid(
+                    "function",
+                    format!(
+                        "{}: argument {i} (shape {:?}, dtype {}) is incompatible with its input_signature {spec}",
+                        self.name,
+                        t.shape(),
+                        t.dtype()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The graph for `args`' signature, tracing `body` on `args` when the signature is new:
+    /// returns the graph, its value, and when it was traced now, the call's results.
+    #[allow(clippy::type_complexity)]
+    fn concrete(
+        &self,
+        args: &[Tensor],
+        body: impl FnOnce(&[Tensor]) -> Result<(Vec<Tensor>, T)>,
+    ) -> Result<(Arc<ConcreteFunction>, T, Option<Vec<Tensor>>)> {
+        self.check_signature(args)?;
+        let signature = Signature::of(args);
+        let graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((c, value)) = graphs.get(&signature) {
+            return Ok((c.clone(), value.clone(), None));
+        }
+        let earlier: Vec<Signature> = graphs.keys().cloned().collect();
+        drop(graphs);
+        let mut value = None;
+        let traced = trace(args, |a| {
+            let (outputs, v) = body(a)?;
+            value = Some(v);
+            Ok(outputs)
+        })?;
+        let value =
+            value.ok_or_else(|| Error::invalid("function", "the trace returned no value"))?;
+        let concrete = Arc::new(ConcreteFunction::new(traced.graph, traced.folded));
+        let traces = self.traces.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.input_signature.is_none()
+            && traces > RETRACE_WARNING
+            && self.warned.fetch_add(1, Ordering::Relaxed) == 0
+        {
+            eprintln!(
+                "WARNING: {} was traced {traces} times: its arguments' signature changed ({}). \
+                 Tracing is expensive; pass arguments of fixed shapes, or give an \
+                 input_signature with None for the sizes that vary.",
+                self.name,
+                describe_change(&earlier, &signature)
+            );
+        }
+        self.graphs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(signature, (concrete.clone(), value.clone()));
+        Ok((concrete, value, Some(traced.outputs)))
+    }
+
+    /// Runs the graph for `args`' signature, or, when the signature is new, traces `body`
+    /// on `args` (that trace is this call) and keeps its graph and value.
+    pub fn call_with(
+        &self,
+        args: &[Tensor],
+        body: impl FnOnce(&[Tensor]) -> Result<(Vec<Tensor>, T)>,
+    ) -> Result<(Vec<Tensor>, T)> {
+        match self.concrete(args, body)? {
+            (_, value, Some(traced)) => Ok((traced, value)),
+            (graph, value, None) => Ok((graph.call(args)?, value)),
+        }
+    }
+
+    /// The graph for `args`' signature (TF's `get_concrete_function`), tracing `body` on
+    /// `args` if the signature is new.
+    pub fn get_concrete_function(
+        &self,
+        args: &[Tensor],
+        body: impl FnOnce(&[Tensor]) -> Result<(Vec<Tensor>, T)>,
+    ) -> Result<Arc<ConcreteFunction>> {
+        Ok(self.concrete(args, body)?.0)
+    }
+}
+
+/// A closure run as graphs (TF's `tf.function`): the first call with a new signature
+/// (argument dtypes, shapes, devices) runs the closure once while recording its ops into a
+/// graph, optimises it (constant folding, common subexpressions, dead code, values freed
+/// after their last use) and keeps it; later calls with that signature run the graph.
+///
+/// What runs only at trace time: everything in the closure that is not a tensor op or a
+/// variable read or write (printing, counters, Rust control flow, which is decided by the
+/// trace's values). Variables are captured by reference: a call sees their current values
+/// and its writes are visible outside. Tensors from outside the closure are captured as
+/// they are. Reading a tensor's value on the host inside the closure is an error
+/// (`Error::NotTraceable`): it would fix one call's value in every later call. Random ops
+/// draw new numbers on every call. Ops run on other threads (a strategy's replicas) are not
+/// recorded.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow::{function::Function, Tensor, Variable};
+/// let w = Variable::new("w", Tensor::from_vec(vec![2.0f32], &[1])?);
+/// let f = Function::new(|args: &[Tensor]| {
+///     let y = args[0].mul(&w.value())?.add(&args[0].scalar_like(1.0)?)?;
+///     Ok(vec![y])
+/// });
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?;
+/// assert_eq!(f.call(&[x.clone()])?[0].to_vec::<f32>()?, vec![3.0, 5.0]); // traced
+/// w.assign(&Tensor::from_vec(vec![3.0f32], &[1])?)?;
+/// assert_eq!(f.call(&[x])?[0].to_vec::<f32>()?, vec![4.0, 7.0]); // the graph, new w
+/// assert_eq!(f.tracing_count(), 1);
+/// # Ok::<(), ferroflow::Error>(())
+/// ```
+pub struct Function<'f> {
+    body: Box<Body<'f>>,
+    cache: TraceCache<()>,
+}
+
+impl std::fmt::Debug for Function<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.cache.fmt(f)
+    }
+}
+
+impl<'f> Function<'f> {
+    /// A function from a closure over argument tensors returning tensors; it may borrow
+    /// what it uses (a model, variables) for the function's life.
+    pub fn new(body: impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'f) -> Function<'f> {
+        Function {
+            body: Box::new(body),
+            cache: TraceCache::new("function"),
+        }
+    }
+
+    /// Names the function in warnings and errors.
+    pub fn with_name(mut self, name: impl Into<String>) -> Function<'f> {
+        self.cache.name = name.into();
+        self
+    }
+
+    /// Fixes the arguments' dtypes and ranks ([`TraceCache::with_input_signature`]).
+    pub fn with_input_signature(mut self, specs: Vec<TensorSpec>) -> Function<'f> {
+        self.cache = self.cache.with_input_signature(specs);
+        self
+    }
+
+    /// How many times the closure was traced (TF's `experimental_get_tracing_count`).
+    pub fn tracing_count(&self) -> usize {
+        self.cache.tracing_count()
+    }
+
+    /// Calls the function: the graph for these arguments' signature, traced first if new.
+    pub fn call(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        Ok(self.cache.call_with(args, |a| Ok(((self.body)(a)?, ())))?.0)
+    }
+
+    /// The graph for `args`' signature (TF's `get_concrete_function`), traced if new (which
+    /// runs the closure once on `args`).
+    pub fn get_concrete_function(&self, args: &[Tensor]) -> Result<Arc<ConcreteFunction>> {
+        self.cache
+            .get_concrete_function(args, |a| Ok(((self.body)(a)?, ())))
+    }
+}
+
+/// What differs between a new signature and the nearest earlier one.
+fn describe_change(earlier: &[Signature], new: &Signature) -> String {
+    let Some(last) = earlier.iter().find(|s| s.0.len() == new.0.len()) else {
+        return format!("{} arguments", new.0.len());
+    };
+    for (i, (a, b)) in last.0.iter().zip(&new.0).enumerate() {
+        if a != b {
+            return format!(
+                "argument {i}: {} {:?} on {} after {} {:?} on {}",
+                b.0, b.1, b.2, a.0, a.1, a.2
+            );
+        }
+    }
+    "the same signature".into()
+}

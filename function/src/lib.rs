@@ -1,0 +1,38 @@
+//! Graph functions for ferroflow: TensorFlow 2.4's `tf.function`.
+//!
+//! # Overview
+//! - [`Function`] wraps a closure over tensors. Its first call with a new input signature
+//!   traces the closure (runs it once while a thread observer of the dispatcher records every
+//!   op, variable read and variable write) into a [`Graph`]; later calls run the graph.
+//! - Passes: constant folding while tracing (ops on constants made inside the function),
+//!   common-subexpression elimination, dead-code elimination, values freed after their last
+//!   reader ([`GraphStats::peak_bytes`]).
+//! - Graphs run their ops through the dispatcher: a `GradientTape` around a call records
+//!   them (gradients and higher-order gradients work unchanged), the profiler sees them.
+//!
+//! ```
+//! ferroflow::init();
+//! use ferroflow::{function::Function, Tensor};
+//! let gelu = Function::new(|a: &[Tensor]| Ok(vec![a[0].gelu()?]));
+//! let x = Tensor::from_vec(vec![-1.0f32, 0.0, 1.0], &[3])?;
+//! let y = gelu.call(&[x.clone()])?;
+//! assert_eq!(y[0].to_vec::<f32>()?, x.gelu()?.to_vec::<f32>()?);
+//! # Ok::<(), ferroflow::Error>(())
+//! ```
+//!
+//! # Design
+//! Tracing by execution (the trace is the first call): no symbolic tensor type, so every op
+//! (composites, the NumPy API) records itself as the primitives it dispatches, and
+//! `ferroflow_tensor::Op::execute` replays each one. What a graph cannot hold is refused
+//! while tracing (`Error::NotTraceable`). Sibling crates: `ferroflow-tensor` (ops, the
+//! dispatcher's tracing mode), `ferroflow-autodiff` (tapes record replayed graphs).
+
+#![warn(missing_docs)]
+
+mod function;
+mod graph;
+mod passes;
+mod trace;
+
+pub use function::{ConcreteFunction, Function, TensorSpec, TraceCache};
+pub use graph::{Graph, GraphStats, Node, NodeKind, ValueRef, ValueType};

@@ -1,0 +1,381 @@
+//! Graph functions against eager execution: the same results (bit for bit: the graph runs
+//! the same kernels), variables by reference, fresh random numbers per call, retracing,
+//! the passes, gradients through a replayed graph, and what tracing refuses.
+
+use ferroflow::autodiff::GradientTape;
+use ferroflow::function::{Function, TensorSpec};
+use ferroflow::{random, Axes, BinaryOp, DType, Error, Tensor, UnaryOp, Variable};
+use proptest::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.cast(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+fn f32s(shape: &[usize], seed: u64) -> Tensor {
+    random::stateless_normal(shape, [seed, 7], 0.0, 2.0, DType::F32).unwrap()
+}
+
+const UNARY: [UnaryOp; 9] = [
+    UnaryOp::Neg,
+    UnaryOp::Abs,
+    UnaryOp::Tanh,
+    UnaryOp::Sigmoid,
+    UnaryOp::Sin,
+    UnaryOp::Square,
+    UnaryOp::Relu,
+    UnaryOp::Exp,
+    UnaryOp::Erf,
+];
+const BINARY: [BinaryOp; 7] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Maximum,
+    BinaryOp::Minimum,
+    BinaryOp::SquaredDifference,
+];
+
+/// One step of a random elementwise program: a unary op of an earlier value, a binary op
+/// of two, or a constant combined with one; the last value may be reduced.
+#[derive(Debug, Clone)]
+enum Step {
+    Unary(usize, usize),
+    Binary(usize, usize, usize),
+    Constant(usize, f64),
+}
+
+fn run_program(args: &[Tensor], program: &[Step], reduce: bool) -> ferroflow::Result<Vec<Tensor>> {
+    let mut values: Vec<Tensor> = args.to_vec();
+    for step in program {
+        let v = match *step {
+            Step::Unary(op, a) => values[a % values.len()].unary(UNARY[op])?,
+            Step::Binary(op, a, b) => {
+                let n = values.len();
+                values[a % n].binary(BINARY[op], &values[b % n])?
+            }
+            Step::Constant(a, c) => {
+                let x = &values[a % values.len()];
+                x.mul(&x.scalar_like(c)?)?
+            }
+        };
+        values.push(v);
+    }
+    let last = values.last().unwrap().clone();
+    Ok(if reduce {
+        vec![
+            last.reduce_sum(Axes::List(vec![0]), true)?,
+            values[values.len() / 2].clone(),
+        ]
+    } else {
+        vec![last]
+    })
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0..UNARY.len(), 0..64usize).prop_map(|(o, a)| Step::Unary(o, a)),
+        (0..BINARY.len(), 0..64usize, 0..64usize).prop_map(|(o, a, b)| Step::Binary(o, a, b)),
+        (0..64usize, -3.0..3.0f64).prop_map(|(a, c)| Step::Constant(a, c)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Random graphs of elementwise ops with broadcasting: the traced call, and the graph
+    /// replayed on new values, equal eager execution bit for bit.
+    #[test]
+    fn random_elementwise_graphs_equal_eager(
+        dims in proptest::collection::vec(1..5usize, 1..4),
+        keep in proptest::collection::vec(any::<bool>(), 3),
+        program in proptest::collection::vec(step(), 1..12),
+        reduce in any::<bool>(),
+        seed in 0..1000u64,
+    ) {
+        ferroflow::init();
+        // Three arguments that broadcast: the full shape, one with some dims 1, one of
+        // lower rank.
+        let full = dims.clone();
+        let ones: Vec<usize> = dims.iter().zip(&keep).map(|(&d, &k)| if k { d } else { 1 }).collect();
+        let low = dims[dims.len() - 1..].to_vec();
+        let shapes = [full, ones, low];
+        let args = |s: u64| -> Vec<Tensor> {
+            shapes.iter().enumerate().map(|(i, sh)| f32s(sh, s * 3 + i as u64)).collect()
+        };
+        let p = program.clone();
+        let f = Function::new(move |a: &[Tensor]| run_program(a, &p, reduce));
+        for s in [seed, seed + 1000, seed + 2000] {
+            let a = args(s);
+            let eager = run_program(&a, &program, reduce).unwrap();
+            let traced = f.call(&a).unwrap();
+            prop_assert_eq!(eager.len(), traced.len());
+            for (e, t) in eager.iter().zip(&traced) {
+                prop_assert_eq!(e.shape(), t.shape());
+                prop_assert_eq!(bits(e), bits(t));
+            }
+        }
+        prop_assert_eq!(f.tracing_count(), 1);
+    }
+}
+
+#[test]
+fn variables_are_captured_by_reference_and_writes_replay() {
+    ferroflow::init();
+    let counter = Variable::new("counter", Tensor::scalar(0.0f32).unwrap());
+    let w = Variable::new("w", Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap());
+    let side_effects = AtomicUsize::new(0);
+    let f = Function::new(|a: &[Tensor]| {
+        side_effects.fetch_add(1, Ordering::Relaxed);
+        counter.assign_add(&Tensor::scalar(1.0f32)?)?;
+        let y = a[0].mul(&w.value())?;
+        w.assign(&w.value().mul(&w.value().scalar_like(2.0)?)?)?;
+        // A read after the write sees the new value.
+        Ok(vec![y, w.value().add(&a[0])?])
+    });
+    let x = Tensor::from_vec(vec![1.0f32, 1.0], &[2]).unwrap();
+    for call in 0..4 {
+        let out = f.call(std::slice::from_ref(&x)).unwrap();
+        let scale = 2f32.powi(call);
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![scale, 2.0 * scale]);
+        assert_eq!(
+            out[1].to_vec::<f32>().unwrap(),
+            vec![2.0 * scale + 1.0, 4.0 * scale + 1.0]
+        );
+        assert_eq!(counter.value().item::<f32>().unwrap(), (call + 1) as f32);
+    }
+    // Rust side effects run at trace time only.
+    assert_eq!(side_effects.load(Ordering::Relaxed), 1);
+    assert_eq!(f.tracing_count(), 1);
+}
+
+#[test]
+fn random_ops_draw_new_numbers_on_every_call() {
+    ferroflow::init();
+    let f = Function::new(|a: &[Tensor]| {
+        let noise = random::normal(a[0].shape(), 0.0, 1.0, DType::F32, None)?;
+        Ok(vec![a[0].add(&noise)?])
+    });
+    let x = Tensor::zeros(&[64], DType::F32).unwrap();
+    let draws: Vec<Vec<u32>> = (0..3)
+        .map(|_| bits(&f.call(std::slice::from_ref(&x)).unwrap()[0]))
+        .collect();
+    assert_ne!(draws[0], draws[1]);
+    assert_ne!(draws[1], draws[2]);
+    // Under a global seed, the graph draws what eager execution draws.
+    let eager = || -> Vec<Vec<u32>> {
+        random::set_seed(11);
+        (0..3)
+            .map(|_| bits(&random::normal(&[64], 0.0, 1.0, DType::F32, None).unwrap()))
+            .collect()
+    };
+    let expected = eager();
+    random::set_seed(11);
+    let traced: Vec<Vec<u32>> = (0..3)
+        .map(|_| bits(&f.call(std::slice::from_ref(&x)).unwrap()[0]))
+        .collect();
+    assert_eq!(traced, expected);
+}
+
+#[test]
+fn new_signatures_retrace_and_input_signatures_are_checked() {
+    ferroflow::init();
+    let f = Function::new(|a: &[Tensor]| Ok(vec![a[0].reduce_sum(Axes::All, false)?]));
+    f.call(&[Tensor::ones(&[2], DType::F32).unwrap()]).unwrap();
+    f.call(&[Tensor::ones(&[2], DType::F32).unwrap()]).unwrap();
+    assert_eq!(f.tracing_count(), 1);
+    let s = f.call(&[Tensor::ones(&[3], DType::F32).unwrap()]).unwrap();
+    assert_eq!(s[0].item::<f32>().unwrap(), 3.0);
+    f.call(&[Tensor::ones(&[3], DType::F64).unwrap()]).unwrap();
+    assert_eq!(f.tracing_count(), 3);
+
+    let g = Function::new(|a: &[Tensor]| Ok(vec![a[0].reduce_sum(Axes::All, false)?]))
+        .with_name("total")
+        .with_input_signature(vec![TensorSpec::new(&[None, Some(2)], DType::F32)]);
+    for rows in [1, 4, 1] {
+        let s = g
+            .call(&[Tensor::ones(&[rows, 2], DType::F32).unwrap()])
+            .unwrap();
+        assert_eq!(s[0].item::<f32>().unwrap(), 2.0 * rows as f32);
+    }
+    assert_eq!(g.tracing_count(), 2);
+    let err = g
+        .call(&[Tensor::ones(&[4, 3], DType::F32).unwrap()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("argument 0") && err.contains("TensorSpec(shape=(None, 2), dtype=float32)"),
+        "{err}"
+    );
+    let err = g
+        .call(&[Tensor::ones(&[4, 2], DType::F64).unwrap()])
+        .unwrap_err();
+    assert!(err.to_string().contains("incompatible"), "{err}");
+    assert!(g.call(&[]).is_err());
+}
+
+#[test]
+fn reading_a_value_on_the_host_while_tracing_is_refused() {
+    ferroflow::init();
+    let f = Function::new(|a: &[Tensor]| {
+        let s = a[0].reduce_sum(Axes::All, false)?;
+        // Rust control flow on a tensor's value: fixed at trace time, so refused.
+        if s.item::<f32>()? > 0.0 {
+            Ok(vec![a[0].clone()])
+        } else {
+            Ok(vec![a[0].neg()?])
+        }
+    });
+    let err = f
+        .call(&[Tensor::ones(&[2], DType::F32).unwrap()])
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::NotTraceable { op: "to_host", .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("cond"), "{err}");
+    // Tracing mode ends with the failed trace.
+    assert_eq!(
+        Tensor::ones(&[1], DType::F32)
+            .unwrap()
+            .item::<f32>()
+            .unwrap(),
+        1.0
+    );
+}
+
+#[test]
+fn an_optimizer_step_inside_a_function_is_refused() {
+    use ferroflow::optim::{Optimizer, Sgd};
+    ferroflow::init();
+    let w = Variable::new("w", Tensor::ones(&[2], DType::F32).unwrap());
+    let opt = std::sync::Mutex::new(Sgd::new(0.1));
+    let f = Function::new(|a: &[Tensor]| {
+        opt.lock()
+            .unwrap()
+            .apply_gradients(vec![(Some(a[0].clone()), w.clone())], true)?;
+        Ok(vec![])
+    });
+    let err = f
+        .call(&[Tensor::ones(&[2], DType::F32).unwrap()])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotTraceable {
+                op: "apply_gradients",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(w.value().to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
+}
+
+#[test]
+fn passes_fold_constants_merge_duplicates_and_drop_dead_code() {
+    ferroflow::init();
+    let f = Function::new(|a: &[Tensor]| {
+        let x = &a[0];
+        // Folded: an expression of constants made inside the function.
+        let c = Tensor::scalar(2.0f32)?
+            .add(&Tensor::scalar(3.0f32)?)?
+            .sqrt()?;
+        // Merged: the same op on the same input twice.
+        let e1 = x.exp()?;
+        let e2 = x.exp()?;
+        // Dead: nothing uses it.
+        let _unused = x.tanh()?.sin()?;
+        Ok(vec![e1.add(&e2)?.mul(&c)?])
+    });
+    let x = Tensor::from_vec(vec![0.0f32, 1.0], &[2]).unwrap();
+    let eager = x
+        .exp()
+        .unwrap()
+        .add(&x.exp().unwrap())
+        .unwrap()
+        .mul(&Tensor::scalar(5.0f32).unwrap().sqrt().unwrap())
+        .unwrap();
+    let c = f.get_concrete_function(std::slice::from_ref(&x)).unwrap();
+    let stats = c.stats().clone();
+    assert_eq!(stats.folded, 2, "{stats:?}\n{}", c.graph().listing());
+    assert_eq!(stats.merged, 1, "{stats:?}\n{}", c.graph().listing());
+    assert!(stats.dead >= 2, "{stats:?}\n{}", c.graph().listing());
+    // exp, add, mul remain.
+    assert_eq!(stats.ops, 3, "{}", c.graph().listing());
+    let out = f.call(std::slice::from_ref(&x)).unwrap();
+    assert_eq!(bits(&out[0]), bits(&eager));
+}
+
+#[test]
+fn tapes_differentiate_a_replayed_graph_to_second_order() {
+    ferroflow::init();
+    let w = Variable::new(
+        "w",
+        Tensor::from_vec(vec![0.5f32, -1.5, 2.0], &[3]).unwrap(),
+    );
+    let f = Function::new(|a: &[Tensor]| {
+        let y = a[0].mul(&w.value())?.tanh()?.square()?;
+        Ok(vec![y.reduce_sum(Axes::All, false)?])
+    });
+    let x = Tensor::from_vec(vec![1.0f32, 0.5, -0.25], &[3]).unwrap();
+    let grads = |use_function: bool| -> (Vec<u32>, Vec<u32>) {
+        let outer = GradientTape::new();
+        outer.watch(&x);
+        let inner = GradientTape::new();
+        inner.watch(&x);
+        let loss = if use_function {
+            f.call(std::slice::from_ref(&x)).unwrap().remove(0)
+        } else {
+            x.mul(&w.value())
+                .unwrap()
+                .tanh()
+                .unwrap()
+                .square()
+                .unwrap()
+                .reduce_sum(Axes::All, false)
+                .unwrap()
+        };
+        let g = inner.gradient(&loss, &[(&x).into(), (&w).into()]).unwrap();
+        let gx = g[0].clone().unwrap();
+        let gw = g[1].clone().unwrap();
+        let gg = outer
+            .gradient(&gx.reduce_sum(Axes::All, false).unwrap(), &[(&x).into()])
+            .unwrap();
+        let _ = gw;
+        (bits(&gx), bits(gg[0].as_ref().unwrap()))
+    };
+    let eager = grads(false);
+    let traced = grads(true); // the trace itself
+    let replayed = grads(true); // the graph
+    assert_eq!(traced, eager);
+    assert_eq!(replayed, eager);
+    assert_eq!(f.tracing_count(), 1);
+}
+
+#[test]
+fn one_tensor_passed_twice_is_two_arguments() {
+    ferroflow::init();
+    let f = Function::new(|a: &[Tensor]| Ok(vec![a[0].sub(&a[1].mul(&a[1].scalar_like(2.0)?)?)?]));
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
+    let tape = GradientTape::new();
+    tape.watch(&x);
+    let y = f.call(&[x.clone(), x.clone()]).unwrap().remove(0);
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![-1.0, -2.0]);
+    let g = tape.gradient(&y, &[(&x).into()]).unwrap();
+    assert_eq!(
+        g[0].as_ref().unwrap().to_vec::<f32>().unwrap(),
+        vec![-1.0, -1.0]
+    );
+    let z = Tensor::from_vec(vec![5.0f32, 5.0], &[2]).unwrap();
+    assert_eq!(
+        f.call(&[x, z]).unwrap()[0].to_vec::<f32>().unwrap(),
+        vec![-9.0, -8.0]
+    );
+}
