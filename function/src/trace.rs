@@ -116,6 +116,9 @@ impl OpObserver for Recorder {
             )
         });
     }
+    fn on_variable_peek(&self, variable: &Variable, value: &Tensor) {
+        self.on_variable_read(variable, value);
+    }
     fn on_variable_write(&self, variable: &Variable, kind: VariableWrite, value: &Tensor) {
         self.with(|r| {
             let v = r.value_of(value);

@@ -177,6 +177,12 @@ pub trait Layer: Send {
     fn output_names(&self) -> Option<Vec<String>> {
         None
     }
+    /// Whether `call` can run inside a traced graph (a model's default steps run as graphs).
+    /// Layers that compute on the host (reading tensor values: the random image layers,
+    /// lookups) answer false, and a model holding one runs its steps eagerly.
+    fn traceable(&self) -> bool {
+        true
+    }
     /// Layers this one contains (their weights are this layer's weights too).
     fn sublayers(&self) -> Vec<&dyn Layer> {
         vec![]
@@ -199,6 +205,8 @@ pub trait Layer: Send {
         let _name_scope = ferroflow_tensor::trace::NameScope::enter(self.name());
         if !self.base().built {
             let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+            // Variables are made once, eagerly, even inside a traced step (TF's init_scope).
+            let _init = ferroflow_tensor::dispatch::init_scope();
             self.build(&shapes)?;
             self.base_mut().built = true;
         }

@@ -43,6 +43,10 @@ pub trait OpObserver: Send + Sync {
     fn on_op(&self, event: &OpEvent<'_>);
     /// Called when a variable's value is read (tapes watch trainable variables this way).
     fn on_variable_read(&self, _variable: &Variable, _value: &Tensor) {}
+    /// Called when a variable's value is read without telling tapes (`Variable::peek`:
+    /// checkpoints, printing, moving averages); a graph tracer records it as a read all
+    /// the same, so a later call reads the value of its time.
+    fn on_variable_peek(&self, _variable: &Variable, _value: &Tensor) {}
     /// Called after a variable was written (`assign`, `assign_add`, `assign_sub` with
     /// `value`); a graph tracer records the write as an effect of its function.
     fn on_variable_write(
@@ -94,6 +98,41 @@ pub fn enter_tracing() -> TracingGuard {
 /// ```
 pub fn is_tracing() -> bool {
     TRACING.with(|t| t.get() > 0)
+}
+
+/// While alive, this thread works outside any trace and any observer (TF's `init_scope`):
+/// what a layer does to create its variables (initializers that draw seeds on the host)
+/// runs once, eagerly, and no tape or graph records it.
+#[must_use = "the scope ends when the guard is dropped"]
+pub struct InitScope {
+    tracing: usize,
+    notifying: bool,
+}
+
+impl Drop for InitScope {
+    fn drop(&mut self) {
+        let _ = TRACING.try_with(|t| t.set(self.tracing));
+        let _ = NOTIFYING.try_with(|n| n.set(self.notifying));
+    }
+}
+
+/// Enters an [`InitScope`].
+///
+/// ```
+/// use ferroflow_tensor::dispatch::{enter_tracing, init_scope, is_tracing};
+/// let tracing = enter_tracing();
+/// {
+///     let _init = init_scope();
+///     assert!(!is_tracing());
+/// }
+/// assert!(is_tracing());
+/// # drop(tracing);
+/// ```
+pub fn init_scope() -> InitScope {
+    InitScope {
+        tracing: TRACING.with(|t| t.replace(0)),
+        notifying: NOTIFYING.with(|n| n.replace(true)),
+    }
 }
 
 /// `Err(NotTraceable)` for `op` while tracing: for host-side work whose result a graph
@@ -200,6 +239,12 @@ fn notify(f: impl Fn(&dyn OpObserver)) {
 pub(crate) fn notify_variable_read(variable: &Variable, value: &Tensor) {
     if observed() {
         notify(|o| o.on_variable_read(variable, value));
+    }
+}
+
+pub(crate) fn notify_variable_peek(variable: &Variable, value: &Tensor) {
+    if observed() {
+        notify(|o| o.on_variable_peek(variable, value));
     }
 }
 

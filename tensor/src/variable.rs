@@ -245,10 +245,11 @@ impl Variable {
         notify_variable_read(self, &v);
         v
     }
-    /// The current value without telling observers (for checkpoints and printing): the
-    /// cross-replica value of a distributed variable.
+    /// The current value without telling tapes (for checkpoints, printing, moving
+    /// averages): the cross-replica value of a distributed variable. A graph tracer still
+    /// records the read.
     pub fn peek(&self) -> Tensor {
-        match self
+        let v = match self
             .0
             .distributed
             .as_ref()
@@ -256,7 +257,9 @@ impl Variable {
         {
             Some(parts) => self.aggregate_replicas(parts),
             None => self.primary(),
-        }
+        };
+        crate::dispatch::notify_variable_peek(self, &v);
+        v
     }
 
     fn primary(&self) -> Tensor {

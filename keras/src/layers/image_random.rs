@@ -334,6 +334,10 @@ impl RandomFlip {
 }
 
 impl Layer for RandomFlip {
+    /// Computes on the host (reads its input's values): a model holding it runs eagerly.
+    fn traceable(&self) -> bool {
+        false
+    }
     layer_base!("RandomFlip");
     fn call(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;
@@ -467,6 +471,10 @@ impl RandomRotation {
 geometric_options!(RandomRotation);
 
 impl Layer for RandomRotation {
+    /// Computes on the host (reads its input's values): a model holding it runs eagerly.
+    fn traceable(&self) -> bool {
+        false
+    }
     layer_base!("RandomRotation");
     fn call(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;
@@ -570,6 +578,10 @@ impl RandomZoom {
 geometric_options!(RandomZoom);
 
 impl Layer for RandomZoom {
+    /// Computes on the host (reads its input's values): a model holding it runs eagerly.
+    fn traceable(&self) -> bool {
+        false
+    }
     layer_base!("RandomZoom");
     fn call(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;
@@ -679,6 +691,10 @@ impl RandomContrast {
 }
 
 impl Layer for RandomContrast {
+    /// Computes on the host (reads its input's values): a model holding it runs eagerly.
+    fn traceable(&self) -> bool {
+        false
+    }
     layer_base!("RandomContrast");
     fn call(&mut self, inputs: &[Tensor], training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;

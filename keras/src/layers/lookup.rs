@@ -152,6 +152,10 @@ impl IntegerLookup {
 }
 
 impl Layer for IntegerLookup {
+    /// Computes on the host (reads its input's values): a model holding it runs eagerly.
+    fn traceable(&self) -> bool {
+        false
+    }
     layer_base!("IntegerLookup");
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;
@@ -281,6 +285,10 @@ impl Hashing {
 }
 
 impl Layer for Hashing {
+    /// Computes on the host (reads its input's values): a model holding it runs eagerly.
+    fn traceable(&self) -> bool {
+        false
+    }
     layer_base!("Hashing");
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;

@@ -449,6 +449,10 @@ impl CategoryEncoding {
 }
 
 impl Layer for CategoryEncoding {
+    /// Computes on the host (reads its input's values): a model holding it runs eagerly.
+    fn traceable(&self) -> bool {
+        false
+    }
     layer_base!("CategoryEncoding");
     fn call(&mut self, inputs: &[Tensor], _training: bool) -> Result<Vec<Tensor>> {
         expect_inputs(self, inputs, 1)?;

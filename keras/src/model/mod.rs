@@ -42,6 +42,8 @@ struct Compiled {
     per_output: Vec<OutputTracker>,
     /// The per-output losses of the last `compute_loss`.
     last_output_losses: Vec<Tensor>,
+    /// The default steps traced into graphs (Keras' `train_function`/`test_function`).
+    graphs: training::StepGraphs,
 }
 
 struct OutputTracker {
@@ -67,6 +69,8 @@ pub struct Model {
     /// The epoch `fit` starts at, set by a callback's `on_train_begin` (`BackupAndRestore`
     /// found a backup).
     pub(crate) resume_epoch: Option<usize>,
+    /// Run the default steps eagerly instead of as traced graphs (Keras' `run_eagerly`).
+    run_eagerly: bool,
 }
 
 /// What the default steps need to know of the replica they run as.
@@ -116,6 +120,7 @@ impl Model {
             strategy: has_strategy().then(get_strategy),
             replica_step: None,
             resume_epoch: None,
+            run_eagerly: false,
         }
     }
     /// Whether this process writes the model's files (checkpoints, backups): always, but
@@ -216,6 +221,7 @@ impl Model {
             loss_tracker: Mean::new("loss"),
             per_output: Vec::new(),
             last_output_losses: Vec::new(),
+            graphs: training::StepGraphs::default(),
         });
         Ok(())
     }

@@ -4,6 +4,7 @@
 use ferroflow_autodiff::{GradientTape, Source};
 use ferroflow_data::{Cardinality, Dataset, DatasetIter};
 use ferroflow_distribute::{batch_rows, enter_scope, share_bounds, Strategy};
+use ferroflow_function::TraceCache;
 use ferroflow_tensor::{device_scope, Error, Result, Tensor};
 use std::sync::Arc;
 
@@ -120,9 +121,124 @@ impl FitConfig {
 }
 
 impl Model {
+    /// Whether the default steps run eagerly (Keras' `model.run_eagerly`). By default
+    /// they run as graphs traced on the first batch of each shape, as TF 2.4's `fit` does.
+    pub fn run_eagerly(&self) -> bool {
+        self.run_eagerly
+    }
+
+    /// Runs the default steps eagerly (`true`: every op dispatched as the Rust code runs,
+    /// easier to debug) or as traced graphs (`false`, the default).
+    pub fn set_run_eagerly(&mut self, run_eagerly: bool) {
+        self.run_eagerly = run_eagerly;
+    }
+
+    /// How many graphs the default train and test steps traced since `compile` (TF's
+    /// `train_function` and `test_function` tracing counts): one per batch shape met.
+    pub fn step_tracing_counts(&self) -> (usize, usize) {
+        let count =
+            |c: &Option<TraceCache<StepLayout>>| c.as_ref().map_or(0, TraceCache::tracing_count);
+        self.compiled
+            .as_ref()
+            .map_or((0, 0), |c| (count(&c.graphs.train), count(&c.graphs.test)))
+    }
+
+    /// Whether the default steps run as graphs now: not when asked to run eagerly, not in
+    /// a strategy's replicas (their steps run on several threads), not when a layer computes
+    /// on the host ([`crate::Layer::traceable`]).
+    fn steps_run_as_graphs(&self) -> bool {
+        fn traceable(l: &dyn crate::Layer) -> bool {
+            let mut ok = l.traceable();
+            l.visit_sublayers(&mut |s| ok &= traceable(s));
+            ok
+        }
+        !self.run_eagerly
+            && self.replica_step.is_none()
+            && self.strategy.is_none()
+            && traceable(self.network.as_ref())
+    }
+
     /// One optimization step on a batch: forward under a tape, loss, gradients,
-    /// `apply_gradients`, metrics (Keras' default `train_step`).
+    /// `apply_gradients`, metrics (Keras' default `train_step`). Forward, loss and gradients
+    /// run as a graph traced per batch shape unless [`Model::run_eagerly`]; the optimizer
+    /// applies the gradients after it (its step counter lives on the host) and the metrics
+    /// are updated eagerly.
     pub fn default_train_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        // The first step of an unbuilt model runs eagerly: the weights it differentiates
+        // exist only once the forward pass has built them.
+        if self.steps_run_as_graphs() && self.network.base().built() {
+            return self.graph_train_step(x, y);
+        }
+        self.eager_train_step(x, y)
+    }
+
+    fn graph_train_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        let vars = self.network.trainable_weights();
+        let ids: Vec<u64> = vars.iter().map(|v| v.id()).collect();
+        let scale = self.compiled("fit")?.optimizer.loss_scale();
+        let mut args: Vec<Tensor> = x.iter().chain(y).cloned().collect();
+        if let Some(s) = scale {
+            // The loss scale changes between steps: an argument, not a constant.
+            args.push(Tensor::scalar(s as f32)?);
+        }
+        let c = self.compiled("fit")?;
+        // Another set of trainable weights (a layer frozen since): new graphs.
+        if c.graphs.train_variables != ids {
+            c.graphs.train = None;
+            c.graphs.train_variables = ids;
+        }
+        let cache = c
+            .graphs
+            .train
+            .take()
+            .unwrap_or_else(|| TraceCache::new("train_step"));
+        let (nx, ny) = (x.len(), y.len());
+        let traced = cache.call_with(&args, |a| {
+            let (xs, ys, scale) = (&a[..nx], &a[nx..nx + ny], a.get(nx + ny));
+            let tape = GradientTape::new();
+            let y_pred = self.network.apply(xs, true)?;
+            let loss = self.compute_loss(ys, &y_pred)?;
+            let sources: Vec<Source> = vars.iter().map(Source::from).collect();
+            let grads = match scale {
+                Some(s) => {
+                    let scaled = loss.mul(&s.cast(loss.dtype())?)?;
+                    tape.gradient(&scaled, &sources)?
+                        .into_iter()
+                        .map(|g| g.map(|g| g.div(&s.cast(g.dtype())?)).transpose())
+                        .collect::<Result<Vec<_>>>()?
+                }
+                None => tape.gradient(&loss, &sources)?,
+            };
+            drop(tape);
+            let output_losses = self.compiled("fit")?.last_output_losses.clone();
+            let layout = StepLayout {
+                predictions: y_pred.len(),
+                output_losses: output_losses.len(),
+                gradients: grads.iter().map(Option::is_some).collect(),
+            };
+            let outputs = std::iter::once(loss)
+                .chain(y_pred)
+                .chain(output_losses)
+                .chain(grads.into_iter().flatten())
+                .collect();
+            Ok((outputs, layout))
+        });
+        self.compiled("fit")?.graphs.train = Some(cache);
+        let (outputs, layout) = traced.map_err(|e| explain_trace_error("train_step", e))?;
+        let (loss, y_pred, output_losses, mut grads) = layout.split(outputs)?;
+        let grads = layout
+            .gradients
+            .iter()
+            .map(|&some| if some { grads.next() } else { None })
+            .collect::<Vec<_>>();
+        let c = self.compiled("fit")?;
+        c.last_output_losses = output_losses;
+        c.optimizer
+            .apply_gradients(grads.into_iter().zip(vars).collect(), true)?;
+        self.update_metrics(y, &y_pred, &loss)
+    }
+
+    fn eager_train_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
         self.compiled("fit")?;
         let tape = GradientTape::new();
         let y_pred = self.network.apply(x, true)?;
@@ -157,8 +273,43 @@ impl Model {
         }
         self.update_metrics(y, &y_pred, &loss)
     }
-    /// Forward in inference mode, loss and metrics (Keras' default `test_step`).
+    /// Forward in inference mode, loss and metrics (Keras' default `test_step`); forward
+    /// and loss as a graph traced per batch shape unless [`Model::run_eagerly`].
     pub fn default_test_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
+        if !self.steps_run_as_graphs() {
+            return self.eager_test_step(x, y);
+        }
+        let args: Vec<Tensor> = x.iter().chain(y).cloned().collect();
+        let cache = self
+            .compiled("evaluate")?
+            .graphs
+            .test
+            .take()
+            .unwrap_or_else(|| TraceCache::new("test_step"));
+        let nx = x.len();
+        let traced = cache.call_with(&args, |a| {
+            let y_pred = self.network.apply(&a[..nx], false)?;
+            let loss = self.compute_loss(&a[nx..], &y_pred)?;
+            let output_losses = self.compiled("evaluate")?.last_output_losses.clone();
+            let layout = StepLayout {
+                predictions: y_pred.len(),
+                output_losses: output_losses.len(),
+                gradients: vec![],
+            };
+            let outputs = std::iter::once(loss)
+                .chain(y_pred)
+                .chain(output_losses)
+                .collect();
+            Ok((outputs, layout))
+        });
+        self.compiled("evaluate")?.graphs.test = Some(cache);
+        let (outputs, layout) = traced.map_err(|e| explain_trace_error("test_step", e))?;
+        let (loss, y_pred, output_losses, _) = layout.split(outputs)?;
+        self.compiled("evaluate")?.last_output_losses = output_losses;
+        self.update_metrics(y, &y_pred, &loss)
+    }
+
+    fn eager_test_step(&mut self, x: &[Tensor], y: &[Tensor]) -> Result<Logs> {
         let y_pred = self.network.apply(x, false)?;
         let loss = self.compute_loss(y, &y_pred)?;
         if self.replica_step.is_some_and(|r| !r.count_metrics) {
@@ -659,5 +810,56 @@ impl Model {
             return Err(Error::invalid("Model.predict", "x has no samples"));
         }
         parts.iter().map(|p| Tensor::concat(p, 0)).collect()
+    }
+}
+
+/// The default steps' graphs, kept with the compiled model (a new `compile` traces anew).
+#[derive(Default)]
+pub(crate) struct StepGraphs {
+    train: Option<TraceCache<StepLayout>>,
+    /// The trainable weights the train graphs differentiate.
+    train_variables: Vec<u64>,
+    test: Option<TraceCache<StepLayout>>,
+}
+
+/// How a step graph's outputs are laid out: the loss, the predictions, the per-output
+/// losses (several outputs), then the gradients that exist.
+#[derive(Debug, Clone)]
+struct StepLayout {
+    predictions: usize,
+    output_losses: usize,
+    /// Per trainable weight: whether it has a gradient (those that do follow in order).
+    gradients: Vec<bool>,
+}
+
+impl StepLayout {
+    /// `(loss, predictions, per-output losses, the rest)`.
+    #[allow(clippy::type_complexity)]
+    fn split(
+        &self,
+        outputs: Vec<Tensor>,
+    ) -> Result<(Tensor, Vec<Tensor>, Vec<Tensor>, std::vec::IntoIter<Tensor>)> {
+        let mut it = outputs.into_iter();
+        let loss = it
+            .next()
+            .ok_or_else(|| Error::invalid("Model", "a step graph returned no loss"))?;
+        let y_pred: Vec<Tensor> = it.by_ref().take(self.predictions).collect();
+        let output_losses: Vec<Tensor> = it.by_ref().take(self.output_losses).collect();
+        Ok((loss, y_pred, output_losses, it))
+    }
+}
+
+/// A step that cannot be traced: the error, and how to run it anyway.
+fn explain_trace_error(step: &str, e: Error) -> Error {
+    match e {
+        Error::NotTraceable { op, msg } => Error::NotTraceable {
+            op,
+            msg: format!(
+                "{msg} (in the model's {step}, which runs as a graph: call \
+                 model.set_run_eagerly(true) to run it eagerly, or have a custom layer that \
+                 computes on the host answer false to Layer::traceable)"
+            ),
+        },
+        e => e,
     }
 }
