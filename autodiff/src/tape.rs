@@ -24,7 +24,8 @@ struct Node {
     op: NodeOp,
     inputs: Vec<Tensor>,
     outputs: Vec<Tensor>,
-    /// The name scope it ran in, kept while a profiler runs: its gradient ops are named
+    /// The name scope it ran in, kept while a profiler runs or a graph is traced: its
+    /// gradient ops are named
     /// `gradient_tape/<scope>/...`, as TF names them.
     scope: Option<std::sync::Arc<str>>,
 }
@@ -98,8 +99,9 @@ impl Recorder {
             op,
             inputs: inputs.to_vec(),
             outputs: outputs.to_vec(),
-            scope: ferroflow_tensor::trace::is_active()
-                .then(ferroflow_tensor::trace::current_name_scope),
+            scope: (ferroflow_tensor::trace::is_active()
+                || ferroflow_tensor::dispatch::is_tracing())
+            .then(ferroflow_tensor::trace::current_name_scope),
         });
     }
     pub(crate) fn pause(&self, by: isize) {

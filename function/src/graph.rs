@@ -88,6 +88,9 @@ pub struct Node {
     pub inputs: Vec<ValueRef>,
     /// The types of its outputs.
     pub outputs: Vec<ValueType>,
+    /// The name scope it was traced in (`sequential/dense`; empty at top level): replays
+    /// run it there, so profiles name its ops as eager ones.
+    pub scope: std::sync::Arc<str>,
 }
 
 /// A traced function's graph: nodes in an order that runs them (inputs first, effects in
@@ -188,7 +191,10 @@ impl Graph {
             .iter()
             .map(|n| vec![None; n.outputs.len()])
             .collect();
+        let profiling = ferroflow_tensor::trace::is_active();
         for (i, node) in self.nodes.iter().enumerate() {
+            let _scope = (profiling && !node.scope.is_empty())
+                .then(|| ferroflow_tensor::trace::NameScope::enter_path(&node.scope));
             let get = |v: &ValueRef| {
                 values[v.node][v.output].as_ref().ok_or_else(|| {
                     Error::invalid(

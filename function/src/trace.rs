@@ -34,6 +34,7 @@ impl Recording {
             kind,
             inputs,
             outputs: outputs.iter().map(ValueType::of).collect(),
+            scope: ferroflow_tensor::trace::current_name_scope(),
         });
         self.constant.push(is_constant);
         for (k, t) in outputs.iter().enumerate() {

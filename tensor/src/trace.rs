@@ -344,10 +344,11 @@ pub struct NameScope {
 }
 
 impl NameScope {
-    /// Enters `name` below the current scope.
+    /// Enters `name` below the current scope (kept while a profiler runs, and while a
+    /// graph function is traced, whose graph keeps each op's scope for later profiles).
     #[inline]
     pub fn enter(name: &str) -> NameScope {
-        if !is_active() {
+        if !is_active() && !crate::dispatch::is_tracing() {
             return NameScope { entered: false };
         }
         NAME_SCOPE.with(|s| {
@@ -358,6 +359,19 @@ impl NameScope {
             };
             s.push(full);
         });
+        NameScope { entered: true }
+    }
+}
+
+impl NameScope {
+    /// Enters the full scope `path` (`sequential/dense`) as it is, whatever the current
+    /// scope: a graph's replay names each op as its trace did.
+    #[inline]
+    pub fn enter_path(path: &Arc<str>) -> NameScope {
+        if !is_active() {
+            return NameScope { entered: false };
+        }
+        NAME_SCOPE.with(|s| s.borrow_mut().push(path.clone()));
         NameScope { entered: true }
     }
 }

@@ -91,35 +91,52 @@ fn ours() -> BTreeMap<String, f64> {
     out
 }
 
-/// Median per-step time of forward + backward of an MLP 784-256-128-10, batch 32, under a
-/// GradientTape (the same computation as `bench/tf_mlp_step.py`).
-fn mlp_step() -> f64 {
-    let x =
-        ferroflow::random::stateless_normal(&[32, 784], [7, 0], 0.0, 1.0, DType::F32).expect("x");
-    let labels =
-        ferroflow::random::stateless_uniform(&[32], [8, 0], 0.0, 10.0, DType::I32).expect("labels");
-    let y = Tensor::one_hot(&labels, 10, 1.0, 0.0, DType::F32).expect("one_hot");
-    let sizes = [(784usize, 256usize), (256, 128), (128, 10)];
-    let ws: Vec<Variable> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &(a, b))| {
-            Variable::new(
-                format!("w{i}"),
-                ferroflow::random::stateless_normal(&[a, b], [i as u64, 9], 0.0, 0.05, DType::F32)
-                    .expect("w"),
-            )
-        })
-        .collect();
-    let bs: Vec<Variable> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &(_, b))| {
-            Variable::new(format!("b{i}"), Tensor::zeros(&[b], DType::F32).expect("b"))
-        })
-        .collect();
-    let sources: Vec<Source> = ws.iter().chain(&bs).map(Source::from).collect();
-    let step = || {
+/// Forward + backward of an MLP 784-256-128-10 on a batch of 32 under a GradientTape (the
+/// same computation as `bench/tf_mlp_step.py`): the data and weights.
+pub(crate) struct MlpProblem {
+    pub(crate) x: Tensor,
+    pub(crate) y: Tensor,
+    ws: Vec<Variable>,
+    bs: Vec<Variable>,
+}
+
+impl MlpProblem {
+    pub(crate) fn new() -> ferroflow::Result<MlpProblem> {
+        let x = ferroflow::random::stateless_normal(&[32, 784], [7, 0], 0.0, 1.0, DType::F32)?;
+        let labels = ferroflow::random::stateless_uniform(&[32], [8, 0], 0.0, 10.0, DType::I32)?;
+        let y = Tensor::one_hot(&labels, 10, 1.0, 0.0, DType::F32)?;
+        let sizes = [(784usize, 256usize), (256, 128), (128, 10)];
+        let ws = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &(a, b))| {
+                let w = ferroflow::random::stateless_normal(
+                    &[a, b],
+                    [i as u64, 9],
+                    0.0,
+                    0.05,
+                    DType::F32,
+                )?;
+                Ok(Variable::new(format!("w{i}"), w))
+            })
+            .collect::<ferroflow::Result<_>>()?;
+        let bs = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, b))| {
+                Ok(Variable::new(
+                    format!("b{i}"),
+                    Tensor::zeros(&[b], DType::F32)?,
+                ))
+            })
+            .collect::<ferroflow::Result<_>>()?;
+        Ok(MlpProblem { x, y, ws, bs })
+    }
+
+    /// The gradients of the mean cross-entropy of `x` against one-hot `y`.
+    pub(crate) fn step(&self, x: &Tensor, y: &Tensor) -> ferroflow::Result<Vec<Tensor>> {
+        let (ws, bs) = (&self.ws, &self.bs);
+        let sources: Vec<Source> = ws.iter().chain(bs).map(Source::from).collect();
         let tape = GradientTape::new();
         let h = x.matmul(&ws[0].value())?.add(&bs[0].value())?.relu()?;
         let h = h.matmul(&ws[1].value())?.add(&bs[1].value())?.relu()?;
@@ -129,13 +146,22 @@ fn mlp_step() -> f64 {
             .reduce_sum(-1, false)?
             .neg()?
             .reduce_mean(Axes::All, false)?;
-        tape.gradient(&loss, &sources)
-    };
+        Ok(tape
+            .gradient(&loss, &sources)?
+            .into_iter()
+            .flatten()
+            .collect())
+    }
+}
+
+/// Median per-step time of [`MlpProblem::step`], eagerly.
+fn mlp_step() -> f64 {
+    let p = MlpProblem::new().expect("the MLP problem");
     let steps = 200;
     median_time(
         || {
             for _ in 0..steps {
-                black_box(step().expect("mlp step"));
+                black_box(p.step(&p.x, &p.y).expect("mlp step"));
             }
         },
         5,
@@ -230,7 +256,12 @@ pub(crate) fn mnist_train(n: usize) -> ferroflow::Result<(Tensor, Tensor)> {
 
 /// Samples per second of Keras `fit` on MNIST for the examples' MLP and CNN: two epochs on
 /// the first `n` training images, the second epoch timed (as `bench/tf_keras_mnist.py`).
-fn keras_fit(kind: &str, n: usize) -> ferroflow::Result<f64> {
+pub(crate) fn keras_fit(kind: &str, n: usize) -> ferroflow::Result<f64> {
+    keras_fit_with(kind, n, false)
+}
+
+/// [`keras_fit`], the steps run eagerly or as graphs.
+pub(crate) fn keras_fit_with(kind: &str, n: usize, run_eagerly: bool) -> ferroflow::Result<f64> {
     use ferroflow::keras::losses::SparseCategoricalCrossentropy;
     use ferroflow::keras::{applications, FitConfig, Model};
     use std::sync::{Arc, Mutex};
@@ -246,6 +277,7 @@ fn keras_fit(kind: &str, n: usize) -> ferroflow::Result<f64> {
         SparseCategoricalCrossentropy::new(true),
         &["accuracy"],
     )?;
+    model.set_run_eagerly(run_eagerly);
     let times = Arc::new(Mutex::new(vec![]));
     model.fit(
         &x,
@@ -500,6 +532,8 @@ pub(crate) fn run(args: &[String]) -> bool {
             ));
             md
         });
+    let function_table = (only.is_none() || only == Some("function"))
+        .then(|| crate::bench_function::run(rounds, has_tf, &mut figures));
     let data_service_table = (only.is_none() || only == Some("data-service"))
         .then(|| crate::bench_data_service::run(rounds, has_tf, &mut figures));
     let data_table = (only.is_none() || only == Some("data")).then(|| {
@@ -673,6 +707,10 @@ pub(crate) fn run(args: &[String]) -> bool {
         md.push_str(&t);
     }
     if let Some(t) = profiler_table {
+        md.push('\n');
+        md.push_str(&t);
+    }
+    if let Some(t) = function_table {
         md.push('\n');
         md.push_str(&t);
     }

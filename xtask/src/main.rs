@@ -21,6 +21,7 @@ mod bench;
 mod bench_data;
 mod bench_data_service;
 mod bench_distribute;
+mod bench_function;
 mod bench_mixed;
 mod bench_numpy;
 mod bench_profiler;
