@@ -88,6 +88,52 @@ fn bias_activation_grad(
     ])
 }
 
+/// A fused elementwise program: its ops recomputed one by one under a tape of their own and
+/// differentiated there (an outer tape records that too: higher orders work).
+fn fused_elementwise(
+    program: &ferroflow_tensor::ElementwiseProgram,
+    inputs: &[Tensor],
+    outputs: &[Tensor],
+    grads: &[Option<Tensor>],
+) -> Result<Vec<Option<Tensor>>> {
+    let Some(shape) = outputs.first().map(|t| t.shape().to_vec()) else {
+        return Ok(vec![None; inputs.len()]);
+    };
+    let tape = crate::GradientTape::new();
+    // The inputs themselves, so an outer tape connects the recomputation to them; one tensor
+    // read twice becomes a (recorded) view of itself the second time, two sources.
+    let mut seen = std::collections::HashSet::new();
+    let xs: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| {
+            if seen.insert(t.id()) {
+                Ok(t.clone())
+            } else {
+                t.reshape_to(t.shape())
+            }
+        })
+        .collect::<Result<_>>()?;
+    for x in &xs {
+        tape.watch(x);
+    }
+    let ys = program.compose(&xs, &shape)?;
+    let (targets, seeds): (Vec<Tensor>, Vec<Tensor>) = ys
+        .into_iter()
+        .zip(grads)
+        .filter_map(|(y, g)| g.clone().map(|g| (y, g)))
+        .unzip();
+    if targets.is_empty() {
+        return Ok(vec![None; inputs.len()]);
+    }
+    let sources: Vec<crate::Source> = xs.iter().map(crate::Source::from).collect();
+    tape.gradient_with(
+        &targets,
+        &sources,
+        Some(&seeds),
+        crate::UnconnectedGradients::None,
+    )
+}
+
 /// Gradients of a primitive's inputs from the gradients of its outputs (`None` = zero).
 /// `needs[i]` says whether input `i` leads to a source; the costly gradients (matmul,
 /// convolution, products) are computed only for those.
@@ -101,6 +147,9 @@ pub(crate) fn backward(
     let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     if let Op::BiasActivationGrad(activation) = op {
         return bias_activation_grad(*activation, &inputs[1], grads);
+    }
+    if let Op::FusedElementwise(program) = op {
+        return fused_elementwise(program, inputs, outputs, grads);
     }
     let Some(g) = grads.first().cloned().flatten() else {
         return Ok(vec![None; inputs.len()]);

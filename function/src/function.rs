@@ -2,7 +2,7 @@
 //! `tf.function` and its `ConcreteFunction`s).
 
 use crate::graph::{Graph, GraphStats, ValueRef};
-use crate::passes::{eliminate_common_subexpressions, eliminate_dead_code};
+use crate::passes::{eliminate_common_subexpressions, eliminate_dead_code, fuse_elementwise};
 use crate::trace::trace;
 use ferroflow_tensor::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
@@ -94,12 +94,14 @@ impl ConcreteFunction {
         let traced_nodes = graph.nodes.len() + folded;
         let merged = eliminate_common_subexpressions(&mut graph);
         let dead = eliminate_dead_code(&mut graph);
+        let fused = fuse_elementwise(&mut graph);
         let frees = graph.last_uses();
         let stats = GraphStats {
             traced_nodes,
             folded,
             merged,
             dead,
+            fused,
             nodes: graph.nodes.len(),
             ops: graph
                 .nodes

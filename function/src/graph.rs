@@ -116,6 +116,8 @@ pub struct GraphStats {
     pub merged: usize,
     /// Nodes removed because nothing used them.
     pub dead: usize,
+    /// Elementwise op nodes replaced by fused ones (`Op::FusedElementwise`).
+    pub fused: usize,
     /// Nodes left.
     pub nodes: usize,
     /// Op nodes left: the kernels (or views) one call dispatches.

@@ -111,3 +111,143 @@ pub(crate) fn eliminate_dead_code(graph: &mut Graph) -> usize {
     graph.nodes = kept;
     removed
 }
+
+/// The program step of a node when it is a fusible elementwise op of floats.
+fn fusible_step(graph: &Graph, i: usize) -> Option<()> {
+    use ferroflow_tensor::{ElementwiseProgram, Op};
+    let node = &graph.nodes[i];
+    let ok = match &node.kind {
+        NodeKind::Op(Op::Unary(u)) => ElementwiseProgram::fusible_unary(*u),
+        NodeKind::Op(Op::Binary(b)) => ElementwiseProgram::fusible_binary(*b),
+        _ => false,
+    };
+    let dtype = node.outputs.first()?.dtype;
+    (ok && node.outputs.len() == 1
+        && matches!(
+            dtype,
+            ferroflow_tensor::DType::F32 | ferroflow_tensor::DType::F64
+        )
+        && node
+            .inputs
+            .iter()
+            .all(|v| graph.nodes[v.node].outputs[v.output].dtype == dtype))
+    .then_some(())
+}
+
+/// Elementwise fusion: trees of fusible unary and binary float ops of one output shape,
+/// each inner value read only by the next op of the tree, become one
+/// `Op::FusedElementwise` node (one kernel pass over cache-sized chunks on backends with the
+/// fused kernel; the ops one by one elsewhere). Returns how many nodes the fused ones
+/// replaced.
+pub(crate) fn fuse_elementwise(graph: &mut Graph) -> usize {
+    use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep, Op};
+    let n = graph.nodes.len();
+    let mut readers: HashMap<ValueRef, Vec<usize>> = HashMap::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for v in &node.inputs {
+            let r = readers.entry(*v).or_default();
+            if r.last() != Some(&i) {
+                r.push(i);
+            }
+        }
+    }
+    for v in &graph.outputs {
+        readers.entry(*v).or_default().push(usize::MAX);
+    }
+    let fusible: Vec<bool> = (0..n).map(|i| fusible_step(graph, i).is_some()).collect();
+    // Each fusible node joins the tree of its only reader when that reader is fusible too,
+    // with the same output type.
+    let mut parent: Vec<Option<usize>> = vec![None; n];
+    for i in (0..n).filter(|&i| fusible[i]) {
+        let v = ValueRef { node: i, output: 0 };
+        if let Some([j]) = readers.get(&v).map(Vec::as_slice) {
+            let j = *j;
+            if j != usize::MAX
+                && fusible[j]
+                && graph.nodes[j].outputs[0] == graph.nodes[i].outputs[0]
+            {
+                parent[i] = Some(j);
+            }
+        }
+    }
+    let root = |mut i: usize| {
+        while let Some(p) = parent[i] {
+            i = p;
+        }
+        i
+    };
+    let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
+    for i in (0..n).filter(|&i| fusible[i]) {
+        members.entry(root(i)).or_default().push(i);
+    }
+    let mut removed = vec![false; n];
+    let mut fused = 0;
+    'groups: for (r, mut group) in members {
+        if group.len() < 2 {
+            continue;
+        }
+        group.sort_unstable();
+        let mut inputs: Vec<ValueRef> = Vec::new();
+        let mut register: HashMap<ValueRef, usize> = HashMap::new();
+        let in_group = |v: &ValueRef| group.binary_search(&v.node).is_ok();
+        for &m in &group {
+            for v in &graph.nodes[m].inputs {
+                if !in_group(v) && !register.contains_key(v) {
+                    register.insert(*v, inputs.len());
+                    inputs.push(*v);
+                }
+            }
+        }
+        let mut steps = Vec::with_capacity(group.len());
+        for (k, &m) in group.iter().enumerate() {
+            let node = &graph.nodes[m];
+            let reg = |i: usize| node.inputs.get(i).and_then(|v| register.get(v)).copied();
+            let step = match &node.kind {
+                NodeKind::Op(Op::Unary(u)) => reg(0).map(|a| ElementwiseStep::Unary(*u, a)),
+                NodeKind::Op(Op::Binary(b)) => reg(0)
+                    .zip(reg(1))
+                    .map(|(a, c)| ElementwiseStep::Binary(*b, a, c)),
+                _ => None,
+            };
+            // Members read only values made before them: always a step (else: left alone).
+            let Some(step) = step else {
+                continue 'groups;
+            };
+            steps.push(step);
+            register.insert(ValueRef { node: m, output: 0 }, inputs.len() + k);
+        }
+        let program = ElementwiseProgram {
+            num_inputs: inputs.len(),
+            outputs: vec![inputs.len() + steps.len() - 1],
+            steps,
+        };
+        let node = &mut graph.nodes[r];
+        node.kind = NodeKind::Op(Op::FusedElementwise(std::sync::Arc::new(program)));
+        node.inputs = inputs;
+        for &m in &group {
+            if m != r {
+                removed[m] = true;
+            }
+        }
+        fused += group.len();
+    }
+    // Drop the absorbed nodes; nothing outside their tree read them.
+    let mut index = vec![usize::MAX; n];
+    let mut kept = Vec::with_capacity(n);
+    for (i, node) in std::mem::take(&mut graph.nodes).into_iter().enumerate() {
+        if !removed[i] {
+            index[i] = kept.len();
+            kept.push(node);
+        }
+    }
+    for node in kept.iter_mut() {
+        for v in node.inputs.iter_mut() {
+            v.node = index[v.node];
+        }
+    }
+    for v in graph.outputs.iter_mut() {
+        v.node = index[v.node];
+    }
+    graph.nodes = kept;
+    fused
+}

@@ -307,8 +307,9 @@ fn passes_fold_constants_merge_duplicates_and_drop_dead_code() {
     assert_eq!(stats.folded, 2, "{stats:?}\n{}", c.graph().listing());
     assert_eq!(stats.merged, 1, "{stats:?}\n{}", c.graph().listing());
     assert!(stats.dead >= 2, "{stats:?}\n{}", c.graph().listing());
-    // exp, add, mul remain.
-    assert_eq!(stats.ops, 3, "{}", c.graph().listing());
+    // exp, add, mul remain, fused into one kernel.
+    assert_eq!(stats.fused, 3, "{}", c.graph().listing());
+    assert_eq!(stats.ops, 1, "{}", c.graph().listing());
     let out = f.call(std::slice::from_ref(&x)).unwrap();
     assert_eq!(bits(&out[0]), bits(&eager));
 }
@@ -378,4 +379,53 @@ fn one_tensor_passed_twice_is_two_arguments() {
         f.call(&[x, z]).unwrap()[0].to_vec::<f32>().unwrap(),
         vec![-9.0, -8.0]
     );
+}
+
+/// Counts the ops this thread dispatches.
+struct OpCounter(AtomicUsize);
+impl ferroflow::OpObserver for OpCounter {
+    fn on_op(&self, _event: &ferroflow::OpEvent<'_>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn dispatched(f: impl FnOnce()) -> usize {
+    let counter = std::sync::Arc::new(OpCounter(AtomicUsize::new(0)));
+    let guard = ferroflow::push_thread_observer(counter.clone());
+    f();
+    drop(guard);
+    counter.0.load(Ordering::Relaxed)
+}
+
+#[test]
+fn gelu_from_primitives_is_one_kernel() {
+    ferroflow::init();
+    let gelu = Function::new(|a: &[Tensor]| Ok(vec![a[0].gelu()?]));
+    let x = f32s(&[64, 33], 5);
+    let eager_ops = dispatched(|| {
+        x.gelu().unwrap();
+    });
+    let first = gelu.call(std::slice::from_ref(&x)).unwrap();
+    let mut replayed = vec![];
+    let graph_ops = dispatched(|| replayed = gelu.call(std::slice::from_ref(&x)).unwrap());
+    assert!(eager_ops >= 4, "gelu composes {eager_ops} ops");
+    assert_eq!(graph_ops, 1, "the graph dispatches one fused kernel");
+    assert_eq!(bits(&first[0]), bits(&x.gelu().unwrap()));
+    assert_eq!(bits(&replayed[0]), bits(&first[0]));
+    // And its gradient (through the fused op) equals the eager one.
+    let grad = |use_graph: bool| {
+        let tape = GradientTape::new();
+        tape.watch(&x);
+        let y = if use_graph {
+            gelu.call(std::slice::from_ref(&x)).unwrap().remove(0)
+        } else {
+            x.gelu().unwrap()
+        };
+        bits(
+            tape.gradient(&y, &[(&x).into()]).unwrap()[0]
+                .as_ref()
+                .unwrap(),
+        )
+    };
+    assert_eq!(grad(true), grad(false));
 }

@@ -235,6 +235,23 @@ pub trait Backend: Send + Sync + 'static {
         ))
     }
 
+    /// Runs an elementwise `program` over `inputs` broadcast to `shape` (each input's
+    /// dtype the same float dtype), one buffer of `shape` per program output; called where
+    /// [`Backend::has_fused`] says so, elsewhere [`crate::Tensor::fused_elementwise`]
+    /// composes the program's ops.
+    fn fused_elementwise(
+        &self,
+        _program: &crate::fused::ElementwiseProgram,
+        _inputs: &[Operand<'_>],
+        _shape: &[usize],
+    ) -> Result<Vec<BufferBox>> {
+        Err(Error::NotSupportedByBackend {
+            op: "fused_elementwise",
+            backend: self.name(),
+            detail: ", it declares no such fused kernel (`Backend::has_fused`)".into(),
+        })
+    }
+
     /// Fused optimizer step over same-shaped `w`, `g` and the rule's slots (one pass instead
     /// of a chain of temporaries), returning `(w', slots')`; called where
     /// [`Backend::has_fused`] says so, elsewhere optimizers compose primitives.

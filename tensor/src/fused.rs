@@ -10,6 +10,7 @@
 //! | [`FusedKernel::BiasActivationGrad`] | [`crate::Tensor::bias_activation_grad`] | `relu_grad`, `reduce_sum` |
 //! | [`FusedKernel::ClipScalar`] | [`crate::Tensor::clip_scalar`] | `maximum`, `minimum` |
 //! | [`FusedKernel::OptimizerUpdate`] | [`crate::Tensor::optimizer_update`] | the optimizer's rule in primitives (`ferroflow-optim`) |
+//! | [`FusedKernel::Elementwise`] | [`crate::Tensor::fused_elementwise`] | the program's unary and binary ops |
 
 /// The optional fused kernels, as a backend declares them ([`crate::Backend::has_fused`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,6 +23,9 @@ pub enum FusedKernel {
     ClipScalar,
     /// One optimizer step by an [`UpdateRule`] ([`crate::Backend::optimizer_update`]).
     OptimizerUpdate,
+    /// A program of elementwise ops in one pass ([`crate::Backend::fused_elementwise`]):
+    /// what a graph function's fusion pass makes of chains of unary and binary ops.
+    Elementwise,
 }
 
 impl FusedKernel {
@@ -31,6 +35,7 @@ impl FusedKernel {
         FusedKernel::BiasActivationGrad,
         FusedKernel::ClipScalar,
         FusedKernel::OptimizerUpdate,
+        FusedKernel::Elementwise,
     ];
     /// The name of its `Backend` method and tensor method.
     pub fn name(self) -> &'static str {
@@ -39,7 +44,108 @@ impl FusedKernel {
             FusedKernel::BiasActivationGrad => "bias_activation_grad",
             FusedKernel::ClipScalar => "clip_scalar",
             FusedKernel::OptimizerUpdate => "optimizer_update",
+            FusedKernel::Elementwise => "fused_elementwise",
         }
+    }
+}
+
+/// One instruction of an [`ElementwiseProgram`]: it reads registers (the program's inputs
+/// first, then each earlier step's result) and writes the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ElementwiseStep {
+    /// A unary op of a register.
+    Unary(crate::UnaryOp, usize),
+    /// A binary op of two registers.
+    Binary(crate::BinaryOp, usize, usize),
+}
+
+/// Elementwise ops run in one pass over the broadcast shape of their inputs
+/// ([`crate::Tensor::fused_elementwise`]): registers `0..num_inputs` are the inputs, register
+/// `num_inputs + i` is step `i`'s result, and `outputs` names the registers returned. Every
+/// register has the inputs' float dtype (ops that change the dtype are not fusible).
+///
+/// ```
+/// use ferroflow_tensor::{BinaryOp, ElementwiseProgram, ElementwiseStep, UnaryOp};
+/// // tanh(a) * b
+/// let p = ElementwiseProgram {
+///     num_inputs: 2,
+///     steps: vec![
+///         ElementwiseStep::Unary(UnaryOp::Tanh, 0),
+///         ElementwiseStep::Binary(BinaryOp::Mul, 2, 1),
+///     ],
+///     outputs: vec![3],
+/// };
+/// assert!(p.check().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ElementwiseProgram {
+    /// How many inputs it reads.
+    pub num_inputs: usize,
+    /// Its steps, in order.
+    pub steps: Vec<ElementwiseStep>,
+    /// The registers it returns (each a step's result).
+    pub outputs: Vec<usize>,
+}
+
+impl ElementwiseProgram {
+    /// Whether a unary op keeps a float dtype and so may be part of a program.
+    pub fn fusible_unary(op: crate::UnaryOp) -> bool {
+        use crate::UnaryOp::*;
+        !matches!(
+            op,
+            IsFinite | IsNan | LogicalNot | Conj | Real | Imag | Angle
+        )
+    }
+    /// Whether a binary op of floats gives a float and so may be part of a program.
+    pub fn fusible_binary(op: crate::BinaryOp) -> bool {
+        use crate::BinaryOp::*;
+        matches!(
+            op,
+            Add | Sub
+                | Mul
+                | Div
+                | Pow
+                | Maximum
+                | Minimum
+                | SquaredDifference
+                | Atan2
+                | ReluGrad
+                | FloorDiv
+                | FloorMod
+        )
+    }
+    /// Checks that every step reads registers written before it with a fusible op, and
+    /// that the outputs are step results.
+    pub fn check(&self) -> crate::Result<()> {
+        let bad = |msg: String| Err(crate::Error::invalid("fused_elementwise", msg));
+        for (i, step) in self.steps.iter().enumerate() {
+            let here = self.num_inputs + i;
+            let (ok, reads) = match *step {
+                ElementwiseStep::Unary(op, a) => (Self::fusible_unary(op), vec![a]),
+                ElementwiseStep::Binary(op, a, b) => (Self::fusible_binary(op), vec![a, b]),
+            };
+            if !ok {
+                return bad(format!("step {i} ({step:?}) is not a fusible float op"));
+            }
+            if reads.iter().any(|&r| r >= here) {
+                return bad(format!(
+                    "step {i} ({step:?}) reads a register not yet written"
+                ));
+            }
+        }
+        let end = self.num_inputs + self.steps.len();
+        if self.outputs.is_empty()
+            || self
+                .outputs
+                .iter()
+                .any(|&r| r < self.num_inputs || r >= end)
+        {
+            return bad(format!(
+                "outputs {:?} must be step results (registers {}..{end})",
+                self.outputs, self.num_inputs
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -66,7 +66,7 @@ pub use device::{
 pub use dispatch::{add_observer, push_thread_observer, OpEvent, OpObserver};
 pub use dtype::{Complex32, Complex64, DType, Element, HostData};
 pub use error::{Error, Result};
-pub use fused::{FusedActivation, FusedKernel, UpdateRule};
+pub use fused::{ElementwiseProgram, ElementwiseStep, FusedActivation, FusedKernel, UpdateRule};
 pub use layout::Layout;
 pub use op::{
     ArgReduceOp, BinaryOp, CumulativeOp, Op, Padding, PoolKind, RandomDistribution, ReduceOp,

@@ -627,6 +627,10 @@ pub enum Op {
         /// Upper bound.
         max: f64,
     },
+    /// An [`crate::ElementwiseProgram`] in one pass over the broadcast shape of its inputs;
+    /// outputs as the program lists them. A fused kernel, not a primitive
+    /// ([`crate::fused`]): graph functions' fusion makes it.
+    FusedElementwise(std::sync::Arc<crate::fused::ElementwiseProgram>),
     /// The discrete Fourier transform of each vector along the last axis of a complex
     /// tensor (TF's `FFT`, unscaled) or its inverse (`IFFT`, scaled by 1/n); input `[x]`.
     Fft {
@@ -689,6 +693,7 @@ impl Op {
             Op::AvgPoolGrad(_) => "avg_pool_grad",
             Op::OptimizerUpdate(_) => "optimizer_update",
             Op::ClipScalar { .. } => "clip_scalar",
+            Op::FusedElementwise(_) => "fused_elementwise",
             Op::Fft { inverse: false } => "fft",
             Op::Fft { inverse: true } => "ifft",
             Op::RandomStateful { distribution, .. } => distribution.op_name(),

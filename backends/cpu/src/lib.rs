@@ -131,13 +131,15 @@ impl Backend for CpuBackend {
         LOGICAL_DEVICES.get().copied().unwrap_or(1)
     }
     /// Every fused kernel: the convolution ones for every float dtype (half precision
-    /// computes in f32), `clip_scalar` for every numeric dtype, the optimizer update for f32
-    /// and f64 (half-precision variables are rare: mixed precision keeps them in f32).
+    /// computes in f32), `clip_scalar` for every numeric dtype, the optimizer update and
+    /// elementwise programs for f32 and f64 (half-precision variables are rare: mixed precision keeps them in f32).
     fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
         match kernel {
             FusedKernel::FusedConv2d | FusedKernel::BiasActivationGrad => dtype.is_float(),
             FusedKernel::ClipScalar => dtype != DType::Bool && !dtype.is_complex(),
-            FusedKernel::OptimizerUpdate => matches!(dtype, DType::F32 | DType::F64),
+            FusedKernel::OptimizerUpdate | FusedKernel::Elementwise => {
+                matches!(dtype, DType::F32 | DType::F64)
+            }
         }
     }
     fn memory_bytes(&self, _ordinal: usize) -> Option<u64> {
@@ -292,6 +294,17 @@ impl Backend for CpuBackend {
     }
     fn clip_scalar(&self, x: Operand<'_>, min: f64, max: f64) -> Result<BufferBox> {
         out(kernels::unary::clip_scalar(x, min, max)?)
+    }
+    fn fused_elementwise(
+        &self,
+        program: &ferroflow_tensor::ElementwiseProgram,
+        inputs: &[Operand<'_>],
+        shape: &[usize],
+    ) -> Result<Vec<BufferBox>> {
+        kernels::program::fused_elementwise(program, inputs, shape)?
+            .into_iter()
+            .map(out)
+            .collect()
     }
     fn optimizer_update(
         &self,

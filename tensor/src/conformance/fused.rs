@@ -359,3 +359,103 @@ pub fn declared_fused_kernels(device: &Device) {
         );
     }
 }
+
+/// An elementwise program ([`crate::Tensor::fused_elementwise`]) over broadcast, strided
+/// views gives exactly what its ops give one by one, in every float dtype the device
+/// supports; the fused kernel where the device declares it, the composition elsewhere.
+pub fn elementwise_program(device: &Device) {
+    use crate::{BinaryOp, ElementwiseProgram, ElementwiseStep, UnaryOp};
+    use std::sync::Arc;
+    const UNARY: [UnaryOp; 6] = [
+        UnaryOp::Neg,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Exp,
+        UnaryOp::Relu,
+        UnaryOp::Square,
+    ];
+    const BINARY: [BinaryOp; 5] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Maximum,
+        BinaryOp::SquaredDifference,
+    ];
+    let step = prop_oneof![
+        (0..UNARY.len(), 0..16usize).prop_map(|(o, a)| (o, a, None)),
+        (0..BINARY.len(), 0..16usize, 0..16usize).prop_map(|(o, a, b)| (o, a, Some(b))),
+    ];
+    let strat = (
+        prop::collection::vec(1..5usize, 1..4),
+        prop::collection::vec(step, 1..8),
+        prop::collection::vec(view_kind(), 2),
+        any::<bool>(),
+        any::<u64>(),
+    );
+    check(
+        "elementwise_program",
+        strat,
+        |(dims, raw, views, use_f64, seed)| {
+            let dtype = if use_f64 {
+                exact_float(device)
+            } else {
+                DType::F32
+            };
+            // Two inputs: the full shape, and its last axis broadcast against it.
+            let full = RefArray::new(&dims, values(seed, dims.iter().product()));
+            let last = &dims[dims.len() - 1..];
+            let row = RefArray::new(last, values(seed ^ 1, last[0]));
+            let a = ok("a", make_tensor(device, dtype, &full, views[0]))?;
+            let b = ok("b", make_tensor(device, dtype, &row, views[1]))?;
+            let steps: Vec<ElementwiseStep> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, &(o, x, y))| {
+                    let n = 2 + i;
+                    match y {
+                        None => ElementwiseStep::Unary(UNARY[o], x % n),
+                        Some(y) => ElementwiseStep::Binary(BINARY[o], x % n, y % n),
+                    }
+                })
+                .collect();
+            let last_reg = 2 + steps.len() - 1;
+            let program = Arc::new(ElementwiseProgram {
+                num_inputs: 2,
+                outputs: vec![last_reg, 2],
+                steps,
+            });
+            let inputs = [a, b];
+            let fused = ok(
+                "fused_elementwise",
+                Tensor::fused_elementwise(&program, &inputs),
+            )?;
+            let composed = ok("compose", program.compose(&inputs, &dims))?;
+            prop_assert_eq!(fused.len(), 2);
+            for (f, c) in fused.iter().zip(&composed) {
+                prop_assert_eq!(f.shape(), &dims[..]);
+                let (f, c) = (ok("read", f.to_f64_vec())?, ok("read", c.to_f64_vec())?);
+                let same = f
+                    .iter()
+                    .zip(&c)
+                    .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+                prop_assert!(same, "{program:?} on {dtype}: fused {f:?}, composed {c:?}");
+            }
+            Ok(())
+        },
+    );
+    // A malformed program is an error, not a panic.
+    let one = Tensor::from_host_on(crate::HostData::F32(vec![1.0]), &[1], *device).expect("upload");
+    let bad = Arc::new(ElementwiseProgram {
+        num_inputs: 1,
+        steps: vec![ElementwiseStep::Unary(UnaryOp::Neg, 5)],
+        outputs: vec![1],
+    });
+    assert!(Tensor::fused_elementwise(&bad, std::slice::from_ref(&one)).is_err());
+    assert!(Tensor::fused_elementwise(&bad, &[]).is_err());
+}
+
+/// Deterministic values in [-3, 3) from a seed.
+fn values(seed: u64, n: usize) -> Vec<f64> {
+    let mut g = crate::random::Philox::new([seed, 17]);
+    (0..n).map(|_| g.next_f64() * 6.0 - 3.0).collect()
+}

@@ -77,6 +77,7 @@ macro_rules! conformance_tests {
             complex_matmul => complex::complex_matmul,
             complex_fft => complex::complex_fft,
             declared_fused_kernels => fused::declared_fused_kernels,
+            elementwise_program => fused::elementwise_program,
             never_panics => robustness::never_panics,
             hostile_arguments => robustness::hostile_arguments,
         );

@@ -221,6 +221,10 @@ impl Op {
                 n(1)?;
                 one(inputs[0].clip_scalar(*min, *max)?)
             }
+            Op::FusedElementwise(program) => {
+                let inputs: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
+                Tensor::fused_elementwise(program, &inputs)
+            }
             Op::Fft { inverse } => {
                 n(1)?;
                 one(if *inverse {

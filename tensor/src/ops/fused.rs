@@ -5,9 +5,10 @@
 use crate::device::{backend_for, device_has_fused};
 use crate::dispatch::dispatch;
 use crate::error::{Error, Result};
-use crate::fused::{FusedKernel, UpdateRule};
+use crate::fused::{ElementwiseProgram, ElementwiseStep, FusedKernel, UpdateRule};
 use crate::op::Op;
 use crate::tensor::Tensor;
+use std::sync::Arc;
 
 impl Tensor {
     /// One optimizer step by `rule` on variable value `w`, gradient `g` and the rule's
@@ -77,5 +78,147 @@ impl Tensor {
                 Ok((mk(nw), ns.into_iter().map(mk).collect()))
             },
         )
+    }
+
+    /// Runs an elementwise program ([`ElementwiseProgram`]) over `inputs` (one float dtype,
+    /// broadcast together): one kernel pass where the backend has the fused kernel, else its
+    /// ops one by one. Every output has the inputs' broadcast shape. Graph functions' fusion
+    /// pass makes these from chains of unary and binary ops; the gradient recomputes the
+    /// program's ops under a tape.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::{BinaryOp, ElementwiseProgram, ElementwiseStep, Tensor, UnaryOp};
+    /// use std::sync::Arc;
+    /// let p = Arc::new(ElementwiseProgram {
+    ///     num_inputs: 2,
+    ///     steps: vec![ElementwiseStep::Unary(UnaryOp::Tanh, 0), ElementwiseStep::Binary(BinaryOp::Mul, 2, 1)],
+    ///     outputs: vec![3],
+    /// });
+    /// let a = Tensor::from_vec(vec![0.0f32, 1.0], &[2])?;
+    /// let b = Tensor::scalar(2.0f32)?;
+    /// let y = Tensor::fused_elementwise(&p, &[a.clone(), b.clone()])?;
+    /// assert_eq!(y[0].to_vec::<f32>()?, a.tanh()?.mul(&b)?.to_vec::<f32>()?);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn fused_elementwise(
+        program: &Arc<ElementwiseProgram>,
+        inputs: &[Tensor],
+    ) -> Result<Vec<Tensor>> {
+        const OP: &str = "fused_elementwise";
+        program.check()?;
+        if inputs.len() != program.num_inputs {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the program reads {} inputs, got {}",
+                    program.num_inputs,
+                    inputs.len()
+                ),
+            ));
+        }
+        let dtype = inputs[0].dtype();
+        if !dtype.is_float() {
+            return Err(Error::UnsupportedDType {
+                op: OP,
+                dtype,
+                expected: "a float dtype",
+            });
+        }
+        let mut shape = inputs[0].shape().to_vec();
+        for t in &inputs[1..] {
+            if t.dtype() != dtype {
+                return Err(Error::DTypeMismatch {
+                    op: OP,
+                    lhs: dtype,
+                    rhs: t.dtype(),
+                });
+            }
+            shape = crate::layout::broadcast_shapes(OP, &shape, t.shape())?;
+        }
+        if !device_has_fused(inputs[0].device(), FusedKernel::Elementwise, dtype) {
+            return program.compose(inputs, &shape);
+        }
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        dispatch(
+            || Op::FusedElementwise(program.clone()),
+            &refs,
+            |p| {
+                let n = p.check_output(OP, &shape, dtype)?;
+                if n == 0 {
+                    return program
+                        .outputs
+                        .iter()
+                        .map(|_| p.empty(&shape, dtype))
+                        .collect::<Result<Vec<_>>>()
+                        .map(FusedOutputs);
+                }
+                let operands: Vec<_> = inputs.iter().map(|t| t.operand()).collect();
+                let bufs = p.backend.fused_elementwise(program, &operands, &shape)?;
+                if bufs.len() != program.outputs.len() {
+                    return Err(Error::Backend {
+                        backend: p.backend.name(),
+                        msg: format!(
+                            "fused_elementwise returned {} buffers for {} outputs",
+                            bufs.len(),
+                            program.outputs.len()
+                        ),
+                    });
+                }
+                Ok(FusedOutputs(
+                    bufs.into_iter()
+                        .map(|b| Tensor::from_buffer(b, &shape, dtype, p.backend, p.device))
+                        .collect(),
+                ))
+            },
+        )
+        .map(|o| o.0)
+    }
+}
+
+/// A fused op's list of outputs, as observers see them.
+struct FusedOutputs(Vec<Tensor>);
+
+impl crate::dispatch::OpOutputs for FusedOutputs {
+    fn to_list(&self) -> Vec<Tensor> {
+        self.0.clone()
+    }
+}
+
+impl ElementwiseProgram {
+    /// The program's ops one by one on `inputs` (each an op observers and tapes see), the
+    /// outputs broadcast to `shape`: what [`Tensor::fused_elementwise`] does where the
+    /// backend has no fused kernel, and what its gradient differentiates.
+    pub fn compose(&self, inputs: &[Tensor], shape: &[usize]) -> Result<Vec<Tensor>> {
+        self.check()?;
+        if inputs.len() != self.num_inputs {
+            return Err(Error::invalid(
+                "fused_elementwise",
+                format!(
+                    "the program reads {} inputs, got {}",
+                    self.num_inputs,
+                    inputs.len()
+                ),
+            ));
+        }
+        let mut registers: Vec<Tensor> = inputs.to_vec();
+        for step in &self.steps {
+            let v = match *step {
+                ElementwiseStep::Unary(op, a) => registers[a].unary(op)?,
+                ElementwiseStep::Binary(op, a, b) => registers[a].binary(op, &registers[b])?,
+            };
+            registers.push(v);
+        }
+        self.outputs
+            .iter()
+            .map(|&r| {
+                let t = &registers[r];
+                if t.shape() == shape {
+                    Ok(t.clone())
+                } else {
+                    t.broadcast_to(shape)
+                }
+            })
+            .collect()
     }
 }

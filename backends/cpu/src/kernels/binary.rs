@@ -284,7 +284,7 @@ fn compare<T: Element + PartialOrd>(
     }))
 }
 
-fn binary_float<T: FloatMath>(
+pub(crate) fn binary_float<T: FloatMath>(
     op: BinaryOp,
     a: &[T],
     la: &Layout,

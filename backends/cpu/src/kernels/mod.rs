@@ -13,6 +13,7 @@ pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod max_pool;
+pub(crate) mod program;
 pub(crate) mod reduce;
 pub(crate) mod scan;
 pub(crate) mod unary;

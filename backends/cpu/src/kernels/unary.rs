@@ -104,7 +104,7 @@ fn round_half_even<T: FloatMath>(x: T) -> T {
     }
 }
 
-fn unary_float<T: FloatMath>(op: UnaryOp, x: &[T]) -> HostData {
+pub(crate) fn unary_float<T: FloatMath>(op: UnaryOp, x: &[T]) -> HostData {
     use UnaryOp::*;
     let one = T::ONE;
     let zero = T::ZERO;
