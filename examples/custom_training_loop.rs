@@ -1,10 +1,12 @@
 //! TensorFlow's "Custom training: basics" tutorial: fit `y = W·x + b` to noisy samples of
-//! `y = 3x + 2` with a `GradientTape` and plain gradient descent.
+//! `y = 3x + 2` with a `GradientTape` and plain gradient descent, the training step wrapped
+//! in a graph function (TF's `@tf.function`): traced on the first call, replayed after.
 //!
 //! Run: `cargo run --release --example custom_training_loop` (well under a second).
 //! Expected output: the loss falling every epoch, then `W ≈ 3.0, b ≈ 2.0`.
 
 use ferroflow::autodiff::{GradientTape, Source};
+use ferroflow::function::Function;
 use ferroflow::prelude::*;
 use ferroflow::random;
 
@@ -26,7 +28,10 @@ fn main() -> Result<(), ferroflow::Error> {
     let learning_rate = Tensor::scalar(0.1f32)?;
     let sources: Vec<Source> = vec![(&w).into(), (&b).into()];
 
-    for epoch in 0..25 {
+    // One step: the loss, its gradients and the updates, all recorded into the graph on
+    // the first call (the updates are variable writes, replayed on every call).
+    let train_step = Function::new(|args: &[Tensor]| {
+        let (x, y) = (&args[0], &args[1]);
         let tape = GradientTape::new();
         let prediction = x.mul(&w.value())?.add(&b.value())?;
         let loss = y
@@ -34,9 +39,17 @@ fn main() -> Result<(), ferroflow::Error> {
             .reduce_mean(Axes::All, false)?;
         let grads = tape.gradient(&loss, &sources)?;
         for (v, g) in [&w, &b].into_iter().zip(grads) {
-            let g = g.expect("both variables are used by the loss");
+            let g = g.ok_or_else(|| {
+                ferroflow::Error::invalid("train_step", "both variables are used by the loss")
+            })?;
             v.assign_sub(&g.mul(&learning_rate)?)?;
         }
+        Ok(vec![loss])
+    })
+    .with_name("train_step");
+
+    for epoch in 0..25 {
+        let loss = train_step.call(&[x.clone(), y.clone()])?.remove(0);
         println!(
             "epoch {epoch:2}: W = {:.3}, b = {:.3}, loss = {:.5}",
             w.peek().item::<f32>()?,

@@ -6,6 +6,7 @@
 //!   `ferroflow-tensor` only (tests that need more live in `ferroflow-backend-tests`);
 //! - `ferroflow-optim`, `ferroflow-data` and `ferroflow-numpy` never on `ferroflow-keras`;
 //! - `ferroflow-keras` never on a backend crate;
+//! - `ferroflow-function` never on keras, optim, autodiff or a backend;
 //! - `ferroflow-cluster` and `ferroflow-distribute` never on keras, optim, autodiff or a
 //!   backend (Keras and the optimizers build on the distribution seam, not the reverse).
 //!
@@ -38,6 +39,12 @@ pub fn forbidden(from: &str, to: &str) -> Option<&'static str> {
     }
     if from == "ferroflow-keras" && BACKENDS.contains(&to) {
         return Some("keras never depends on a backend crate");
+    }
+    if from == "ferroflow-function"
+        && (["ferroflow-keras", "ferroflow-optim", "ferroflow-autodiff"].contains(&to)
+            || BACKENDS.contains(&to))
+    {
+        return Some("function sits above tensor and below keras: never on keras, optim, autodiff or a backend");
     }
     if ["ferroflow-cluster", "ferroflow-distribute"].contains(&from)
         && (["ferroflow-keras", "ferroflow-optim", "ferroflow-autodiff"].contains(&to)
@@ -122,6 +129,8 @@ mod tests {
         assert!(forbidden("ferroflow-distribute", "ferroflow-keras").is_some());
         assert!(forbidden("ferroflow-cluster", "ferroflow-cpu").is_some());
         assert!(forbidden("ferroflow-keras", "ferroflow-distribute").is_none());
+        assert!(forbidden("ferroflow-function", "ferroflow-keras").is_some());
+        assert!(forbidden("ferroflow-keras", "ferroflow-function").is_none());
         assert!(forbidden("ferroflow-wgpu", "ferroflow-tensor").is_none());
         assert!(forbidden("ferroflow-keras", "ferroflow-optim").is_none());
         assert!(forbidden("ferroflow-backend-tests", "ferroflow-keras").is_none());
