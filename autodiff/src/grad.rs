@@ -100,19 +100,8 @@ fn fused_elementwise(
         return Ok(vec![None; inputs.len()]);
     };
     let tape = crate::GradientTape::new();
-    // The inputs themselves, so an outer tape connects the recomputation to them; one tensor
-    // read twice becomes a (recorded) view of itself the second time, two sources.
-    let mut seen = std::collections::HashSet::new();
-    let xs: Vec<Tensor> = inputs
-        .iter()
-        .map(|t| {
-            if seen.insert(t.id()) {
-                Ok(t.clone())
-            } else {
-                t.reshape_to(t.shape())
-            }
-        })
-        .collect::<Result<_>>()?;
+    // The inputs themselves, so an outer tape connects the recomputation to them.
+    let xs = Tensor::with_distinct_ids(inputs)?;
     for x in &xs {
         tape.watch(x);
     }

@@ -148,20 +148,9 @@ pub(crate) fn trace(
     f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Trace> {
     let recorder = Arc::new(Recorder(Mutex::new(Recording::default())));
-    // The arguments themselves, so a tape around the call connects them to the trace's ops;
-    // a tensor passed twice becomes a view of itself (a recorded reshape, which tapes
-    // differentiate) the second time, so the two arguments stay two.
-    let mut seen = std::collections::HashSet::new();
-    let traced_args: Vec<Tensor> = args
-        .iter()
-        .map(|a| {
-            if seen.insert(a.id()) {
-                Ok(a.clone())
-            } else {
-                a.reshape_to(a.shape())
-            }
-        })
-        .collect::<Result<_>>()?;
+    // The arguments themselves, so a tape around the call connects them to the trace's ops
+    // (a tensor passed twice stays two arguments).
+    let traced_args = Tensor::with_distinct_ids(args)?;
     recorder.with(|r| {
         for (i, a) in traced_args.iter().enumerate() {
             r.push(NodeKind::Arg(i), vec![], std::slice::from_ref(a));

@@ -309,6 +309,19 @@ impl Placement<'_> {
         crate::device::check_allocation(op, shape, dtype, self.device, self.backend.as_ref())
     }
 
+    /// Host data of `shape` placed on this device as a tensor (creation ops' kernel).
+    pub fn upload(&self, data: crate::HostData, shape: &[usize]) -> Result<Tensor> {
+        let dtype = data.dtype();
+        let buffer = self.backend.upload(self.device.index(), data)?;
+        Ok(Tensor::from_buffer(
+            buffer,
+            shape,
+            dtype,
+            self.backend,
+            self.device,
+        ))
+    }
+
     /// A tensor of `shape` with no elements, without calling a kernel: ops whose output is
     /// empty return this, so no kernel loops over the other (possibly huge) dimensions.
     pub fn empty(&self, shape: &[usize], dtype: crate::DType) -> Result<Tensor> {

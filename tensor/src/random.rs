@@ -293,14 +293,10 @@ pub fn stateful(
         },
         device,
         |p| {
-            let data = draw(distribution, shape, stateful_seed(seed), dtype)?;
-            Ok(Tensor::from_buffer(
-                p.backend.upload(device.index(), data)?,
+            p.upload(
+                draw(distribution, shape, stateful_seed(seed), dtype)?,
                 shape,
-                dtype,
-                p.backend,
-                device,
-            ))
+            )
         },
     )
 }

@@ -163,20 +163,7 @@ impl Tensor {
                 ),
             ));
         }
-        let dtype = data.dtype();
-        dispatch_on(
-            || Op::Constant,
-            device,
-            |p| {
-                Ok(Tensor::from_buffer(
-                    p.backend.upload(device.index(), data)?,
-                    shape,
-                    dtype,
-                    p.backend,
-                    device,
-                ))
-            },
-        )
+        dispatch_on(|| Op::Constant, device, |p| p.upload(data, shape))
     }
     /// A tensor from a vector and a shape, on the current device.
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
@@ -317,6 +304,33 @@ impl Tensor {
     /// produced (what `tf.stop_gradient` returns); nothing is copied.
     pub fn with_new_id(&self) -> Tensor {
         Tensor::from_storage(self.0.storage.clone(), self.0.layout.clone(), self.0.dtype)
+    }
+    /// The tensors themselves, except that a tensor listed again becomes a view of itself
+    /// (a recorded reshape, so tapes connect it to the original): every entry a distinct
+    /// identity. Graph tracing and the gradient of fused ops give their arguments this way,
+    /// so the same tensor passed twice stays two arguments.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::Tensor;
+    /// let x = Tensor::scalar(1.0f32)?;
+    /// let d = Tensor::with_distinct_ids(&[x.clone(), x.clone()])?;
+    /// assert_eq!(d[0].id(), x.id());
+    /// assert_ne!(d[1].id(), x.id());
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn with_distinct_ids(tensors: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut seen = std::collections::HashSet::new();
+        tensors
+            .iter()
+            .map(|t| {
+                if seen.insert(t.id()) {
+                    Ok(t.clone())
+                } else {
+                    t.reshape_to(t.shape())
+                }
+            })
+            .collect()
     }
     /// True when two tensors share storage.
     pub fn shares_storage_with(&self, other: &Tensor) -> bool {

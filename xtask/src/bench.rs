@@ -260,12 +260,15 @@ pub(crate) fn keras_fit(kind: &str, n: usize) -> ferroflow::Result<f64> {
     keras_fit_with(kind, n, false)
 }
 
-/// [`keras_fit`], the steps run eagerly or as graphs.
-pub(crate) fn keras_fit_with(kind: &str, n: usize, run_eagerly: bool) -> ferroflow::Result<f64> {
+/// The examples' MNIST model (`"mlp"` or `"cnn"`) compiled as the main job compiles it
+/// (Adam 1e-3, sparse categorical cross-entropy on logits, accuracy), its steps run eagerly
+/// or as graphs.
+pub(crate) fn mnist_model(
+    kind: &str,
+    run_eagerly: bool,
+) -> ferroflow::Result<ferroflow::keras::Model> {
     use ferroflow::keras::losses::SparseCategoricalCrossentropy;
-    use ferroflow::keras::{applications, FitConfig, Model};
-    use std::sync::{Arc, Mutex};
-    let (x, y) = mnist_train(n)?;
+    use ferroflow::keras::{applications, Model};
     let net = if kind == "mlp" {
         applications::mnist_mlp()
     } else {
@@ -278,6 +281,15 @@ pub(crate) fn keras_fit_with(kind: &str, n: usize, run_eagerly: bool) -> ferrofl
         &["accuracy"],
     )?;
     model.set_run_eagerly(run_eagerly);
+    Ok(model)
+}
+
+/// [`keras_fit`], the steps run eagerly or as graphs.
+pub(crate) fn keras_fit_with(kind: &str, n: usize, run_eagerly: bool) -> ferroflow::Result<f64> {
+    use ferroflow::keras::FitConfig;
+    use std::sync::{Arc, Mutex};
+    let (x, y) = mnist_train(n)?;
+    let mut model = mnist_model(kind, run_eagerly)?;
     let times = Arc::new(Mutex::new(vec![]));
     model.fit(
         &x,

@@ -50,16 +50,8 @@ impl ferroflow::OpObserver for OpCounter {
 /// Ops one Keras train step of the MNIST MLP dispatches (optimizer and metrics included),
 /// eagerly and as a graph.
 fn keras_step_ops(run_eagerly: bool) -> ferroflow::Result<usize> {
-    use ferroflow::keras::losses::SparseCategoricalCrossentropy;
-    use ferroflow::keras::{applications, Model};
     let (x, y) = crate::bench::mnist_train(32)?;
-    let mut model = Model::from(applications::mnist_mlp());
-    model.compile(
-        ferroflow::optim::Adam::new(1e-3),
-        SparseCategoricalCrossentropy::new(true),
-        &["accuracy"],
-    )?;
-    model.set_run_eagerly(run_eagerly);
+    let mut model = crate::bench::mnist_model("mlp", run_eagerly)?;
     for _ in 0..3 {
         model.train_step(std::slice::from_ref(&x), std::slice::from_ref(&y))?;
     }
