@@ -181,7 +181,7 @@ impl Graph {
     /// Runs the graph on `args`: each node in order, each value dropped after its last
     /// reader ran. Ops go through the dispatcher, so a tape active around the call records
     /// them (gradients, higher-order too) and a profiler sees them.
-    pub fn run(&self, args: &[Tensor], frees: &[Vec<ValueRef>]) -> Result<Vec<Tensor>> {
+    pub(crate) fn run(&self, args: &[Tensor], frees: &[Vec<ValueRef>]) -> Result<Vec<Tensor>> {
         if args.len() != self.num_args {
             return Err(Error::invalid(
                 "function",

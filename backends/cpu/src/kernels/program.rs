@@ -23,14 +23,21 @@ fn run<T: FloatMath>(
     inputs: &[Cow<'_, [T]>],
     n: usize,
 ) -> Result<Vec<Vec<T>>> {
-    let chunks = n.div_ceil(CHUNK);
-    let chunk_layout = |len: usize| Layout::contiguous(&[len]);
-    let per_chunk: Vec<Vec<Vec<T>>> = (0..chunks)
+    let layout_of = |len: usize| Layout::contiguous(&[len]);
+    // Each output written in place, chunk by chunk: `parts[c]` holds chunk c of every output.
+    let mut outputs: Vec<Vec<T>> = program.outputs.iter().map(|_| vec![T::ZERO; n]).collect();
+    let mut parts: Vec<Vec<&mut [T]>> = (0..n.div_ceil(CHUNK)).map(|_| Vec::new()).collect();
+    for o in outputs.iter_mut() {
+        for (c, part) in o.chunks_mut(CHUNK).enumerate() {
+            parts[c].push(part);
+        }
+    }
+    parts
         .into_par_iter()
-        .map(|c| {
+        .enumerate()
+        .try_for_each(|(c, mut outs)| -> Result<()> {
             let (start, end) = (c * CHUNK, ((c + 1) * CHUNK).min(n));
-            let len = end - start;
-            let layout = chunk_layout(len);
+            let layout = layout_of(end - start);
             let mut registers: Vec<Cow<'_, [T]>> = inputs
                 .iter()
                 .map(|v| Cow::Borrowed(&v[start..end]))
@@ -42,38 +49,22 @@ fn run<T: FloatMath>(
                         binary_float(op, &registers[a], &layout, &registers[b], &layout)
                     }
                 };
-                let v = T::vec_of(out).unwrap_or_default();
-                registers.push(Cow::Owned(v));
+                registers.push(Cow::Owned(T::vec_of(out).unwrap_or_default()));
             }
-            program
-                .outputs
-                .iter()
-                .map(|&r| registers[r].to_vec())
-                .collect()
-        })
-        .collect();
-    let mut outputs: Vec<Vec<T>> = program
-        .outputs
-        .iter()
-        .map(|_| Vec::with_capacity(n))
-        .collect();
-    for chunk in per_chunk {
-        for (o, part) in outputs.iter_mut().zip(chunk) {
-            if part.len() > CHUNK {
-                return Err(Error::Backend {
-                    backend: "cpu",
-                    msg: "fused_elementwise: a step returned the wrong length".into(),
-                });
+            for (dst, &r) in outs.iter_mut().zip(&program.outputs) {
+                let src = registers
+                    .get(r)
+                    .filter(|v| v.len() == dst.len())
+                    .ok_or_else(|| Error::Backend {
+                        backend: "cpu",
+                        msg: format!(
+                            "fused_elementwise: register {r} is not a chunk of the output"
+                        ),
+                    })?;
+                dst.copy_from_slice(src);
             }
-            o.extend_from_slice(&part);
-        }
-    }
-    if outputs.iter().any(|o| o.len() != n) {
-        return Err(Error::Backend {
-            backend: "cpu",
-            msg: "fused_elementwise: a step returned the wrong length".into(),
-        });
-    }
+            Ok(())
+        })?;
     Ok(outputs)
 }
 
@@ -90,42 +81,46 @@ fn broadcast<'a, T: ferroflow_tensor::Element>(
     Ok(dense(v, &layout))
 }
 
+/// The program over inputs of one element type `T`, read out of `HostData` by `get`.
+fn typed<T: FloatMath>(
+    program: &ElementwiseProgram,
+    data: &[&HostData],
+    inputs: &[Operand<'_>],
+    shape: &[usize],
+    get: fn(&HostData) -> Option<&Vec<T>>,
+) -> Result<Vec<Vec<T>>> {
+    let v = data
+        .iter()
+        .zip(inputs)
+        .map(|(d, x)| match get(d) {
+            Some(v) => broadcast(v, x, shape),
+            None => Err(unsupported("cpu", "fused_elementwise", x.dtype)),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    run(program, &v, shape.iter().product())
+}
+
 pub(crate) fn fused_elementwise(
     program: &ElementwiseProgram,
     inputs: &[Operand<'_>],
     shape: &[usize],
 ) -> Result<Vec<HostData>> {
-    let n: usize = shape.iter().product();
     let data = inputs.iter().map(host).collect::<Result<Vec<_>>>()?;
     match data.first() {
-        Some(HostData::F32(_)) => {
-            let v = data
-                .iter()
-                .zip(inputs)
-                .map(|(d, x)| match d {
-                    HostData::F32(v) => broadcast(v, x, shape),
-                    _ => Err(unsupported("cpu", "fused_elementwise", x.dtype)),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(run(program, &v, n)?
-                .into_iter()
-                .map(HostData::F32)
-                .collect())
-        }
-        Some(HostData::F64(_)) => {
-            let v = data
-                .iter()
-                .zip(inputs)
-                .map(|(d, x)| match d {
-                    HostData::F64(v) => broadcast(v, x, shape),
-                    _ => Err(unsupported("cpu", "fused_elementwise", x.dtype)),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(run(program, &v, n)?
-                .into_iter()
-                .map(HostData::F64)
-                .collect())
-        }
+        Some(HostData::F32(_)) => Ok(typed(program, &data, inputs, shape, |d| match d {
+            HostData::F32(v) => Some(v),
+            _ => None,
+        })?
+        .into_iter()
+        .map(HostData::F32)
+        .collect()),
+        Some(HostData::F64(_)) => Ok(typed(program, &data, inputs, shape, |d| match d {
+            HostData::F64(v) => Some(v),
+            _ => None,
+        })?
+        .into_iter()
+        .map(HostData::F64)
+        .collect()),
         _ => Err(unsupported(
             "cpu",
             "fused_elementwise",
