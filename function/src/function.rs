@@ -90,7 +90,7 @@ pub struct ConcreteFunction {
 }
 
 impl ConcreteFunction {
-    fn new(mut graph: Graph, folded: usize) -> ConcreteFunction {
+    pub(crate) fn new(mut graph: Graph, folded: usize) -> ConcreteFunction {
         let traced_nodes = graph.nodes.len() + folded;
         let merged = eliminate_common_subexpressions(&mut graph);
         let dead = eliminate_dead_code(&mut graph);

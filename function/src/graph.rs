@@ -1,7 +1,9 @@
 //! The graph a trace records: nodes in execution order, each reading earlier nodes' outputs.
 
+use crate::control::{run_cond, run_while, run_while_gradient, CondOp, WhileOp};
 use ferroflow_tensor::distribution::VariableWrite;
 use ferroflow_tensor::{DType, Error, Op, Result, Tensor, Variable};
+use std::sync::Arc;
 
 /// One output of one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -56,6 +58,14 @@ pub enum NodeKind {
         /// `assign`, `assign_add` or `assign_sub`.
         kind: VariableWrite,
     },
+    /// `cond` ([`crate::cond`]): inputs `[pred, the branches' inputs..]`.
+    Cond(Arc<CondOp>),
+    /// `while_loop` ([`crate::while_loop`]): inputs `[loop variables.., lifted values..]`,
+    /// outputs the loop variables' final values.
+    While(Arc<WhileOp>),
+    /// The gradient of a `while_loop` node: inputs its inputs then its outputs' gradients,
+    /// outputs one gradient per input.
+    WhileGrad(Arc<WhileOp>),
 }
 
 impl NodeKind {
@@ -70,12 +80,28 @@ impl NodeKind {
             NodeKind::WriteVariable { variable, kind } => {
                 format!("{}({})", kind.name(), variable.name())
             }
+            NodeKind::Cond(op) => format!(
+                "cond[then: {} ops, else: {} ops]",
+                op.then_branch().stats().ops,
+                op.else_branch().stats().ops
+            ),
+            NodeKind::While(op) => format!(
+                "while[condition: {} ops, body: {} ops]",
+                op.condition().stats().ops,
+                op.body().stats().ops
+            ),
+            NodeKind::WhileGrad(_) => "while_grad".into(),
         }
     }
     /// Whether running it changes something outside the graph (it must run even when
     /// nothing reads it, in its place among the other effects).
     pub fn is_effect(&self) -> bool {
-        matches!(self, NodeKind::WriteVariable { .. })
+        match self {
+            NodeKind::WriteVariable { .. } => true,
+            NodeKind::Cond(op) => op.has_effects(),
+            NodeKind::While(op) => op.has_effects(),
+            _ => false,
+        }
     }
 }
 
@@ -90,7 +116,7 @@ pub struct Node {
     pub outputs: Vec<ValueType>,
     /// The name scope it was traced in (`sequential/dense`; empty at top level): replays
     /// run it there, so profiles name its ops as eager ones.
-    pub scope: std::sync::Arc<str>,
+    pub scope: Arc<str>,
 }
 
 /// A traced function's graph: nodes in an order that runs them (inputs first, effects in
@@ -221,6 +247,25 @@ impl Graph {
                         VariableWrite::Sub => variable.assign_sub(value)?,
                     }
                     vec![]
+                }
+                NodeKind::Cond(op) => {
+                    let inputs = node.inputs.iter().map(get).collect::<Result<Vec<_>>>()?;
+                    let (pred, rest) = inputs.split_first().ok_or_else(|| {
+                        Error::invalid("function", "a cond node without a predicate")
+                    })?;
+                    let rest: Vec<Tensor> = rest.iter().map(|t| (*t).clone()).collect();
+                    run_cond(op, pred, &rest)?
+                }
+                NodeKind::While(op) => {
+                    let inputs = node.inputs.iter().map(get).collect::<Result<Vec<_>>>()?;
+                    let inputs: Vec<Tensor> = inputs.into_iter().cloned().collect();
+                    run_while(op, &inputs)?
+                }
+                NodeKind::WhileGrad(op) => {
+                    let inputs = node.inputs.iter().map(get).collect::<Result<Vec<_>>>()?;
+                    let inputs: Vec<Tensor> = inputs.into_iter().cloned().collect();
+                    let (forward, dys) = inputs.split_at(node.outputs.len());
+                    run_while_gradient(op, forward, dys)?
                 }
             };
             if out.len() != node.outputs.len() {

@@ -29,10 +29,12 @@
 
 #![warn(missing_docs)]
 
+mod control;
 mod function;
 mod graph;
 mod passes;
 mod trace;
 
+pub use control::{cond, while_loop, while_loop_with, CondOp, WhileOp};
 pub use function::{ConcreteFunction, Function, TensorSpec, TraceCache};
 pub use graph::{Graph, GraphStats, Node, NodeKind, ValueRef, ValueType};

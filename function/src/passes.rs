@@ -7,12 +7,20 @@ use std::collections::HashMap;
 /// Constants up to this many elements are compared by value when merging.
 const MERGE_CONSTANT_ELEMENTS: usize = 16;
 
+/// The key in `write_epochs` that counts control-flow nodes that write (any variable may
+/// have changed after one). Variable ids start at 1.
+const CONTROL_FLOW_WRITES: u64 = 0;
+
 /// What identifies a node's result, for merging equal nodes; `None` for nodes never merged
 /// (arguments, effects, random draws).
 fn key(graph: &Graph, i: usize, write_epochs: &HashMap<u64, usize>) -> Option<String> {
     let node = &graph.nodes[i];
     match &node.kind {
-        NodeKind::Arg(_) | NodeKind::WriteVariable { .. } => None,
+        NodeKind::Arg(_)
+        | NodeKind::WriteVariable { .. }
+        | NodeKind::Cond(_)
+        | NodeKind::While(_)
+        | NodeKind::WhileGrad(_) => None,
         NodeKind::Op(ferroflow_tensor::Op::RandomStateful { .. }) => None,
         NodeKind::Op(op) => Some(format!("op {op:?} {:?}", node.inputs)),
         NodeKind::Captured(t) => Some(format!("captured {:?}", t.id())),
@@ -25,9 +33,10 @@ fn key(graph: &Graph, i: usize, write_epochs: &HashMap<u64, usize>) -> Option<St
             }
         }
         NodeKind::ReadVariable(v) => Some(format!(
-            "read {} after {} writes",
+            "read {} after {} writes, {} control-flow writes",
             v.id(),
-            write_epochs.get(&v.id()).copied().unwrap_or(0)
+            write_epochs.get(&v.id()).copied().unwrap_or(0),
+            write_epochs.get(&CONTROL_FLOW_WRITES).copied().unwrap_or(0)
         )),
     }
 }
@@ -45,8 +54,14 @@ pub(crate) fn eliminate_common_subexpressions(graph: &mut Graph) -> usize {
                 *v = *r;
             }
         }
-        if let NodeKind::WriteVariable { variable, .. } = &graph.nodes[i].kind {
-            *write_epochs.entry(variable.id()).or_default() += 1;
+        match &graph.nodes[i].kind {
+            NodeKind::WriteVariable { variable, .. } => {
+                *write_epochs.entry(variable.id()).or_default() += 1;
+            }
+            kind if kind.is_effect() => {
+                *write_epochs.entry(CONTROL_FLOW_WRITES).or_default() += 1;
+            }
+            _ => {}
         }
         let Some(k) = key(graph, i, &write_epochs) else {
             continue;

@@ -8,10 +8,13 @@
 //! host, an optimizer step (its counter lives on the host).
 
 use crate::graph::{Graph, Node, NodeKind, ValueRef, ValueType};
-use ferroflow_tensor::dispatch::{enter_tracing, push_thread_observer, OpEvent, OpObserver};
+use ferroflow_tensor::dispatch::{
+    enter_dry_run, enter_tracing, isolated_scope, push_thread_observer, OpEvent, OpObserver,
+};
 use ferroflow_tensor::distribution::VariableWrite;
-use ferroflow_tensor::{Op, Result, Tensor, TensorId, Variable};
-use std::collections::HashMap;
+use ferroflow_tensor::{Error, Op, Result, Tensor, TensorId, Variable};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// Folded constants larger than this stay ops (their memory would live in the graph).
@@ -24,6 +27,8 @@ struct Recording {
     /// Nodes whose value is a trace-time constant (made inside the function).
     constant: Vec<bool>,
     folded: usize,
+    /// `ReadVariable` nodes that were peeks (`Variable::peek`: no tape is told).
+    peeks: HashSet<usize>,
 }
 
 impl Recording {
@@ -96,7 +101,7 @@ impl Recording {
 }
 
 /// The thread observer that records a trace.
-struct Recorder(Mutex<Recording>);
+pub(crate) struct Recorder(Mutex<Recording>);
 
 impl Recorder {
     fn with<R>(&self, f: impl FnOnce(&mut Recording) -> R) -> R {
@@ -118,7 +123,14 @@ impl OpObserver for Recorder {
         });
     }
     fn on_variable_peek(&self, variable: &Variable, value: &Tensor) {
-        self.on_variable_read(variable, value);
+        self.with(|r| {
+            let i = r.push(
+                NodeKind::ReadVariable(variable.clone()),
+                vec![],
+                std::slice::from_ref(value),
+            );
+            r.peeks.insert(i);
+        });
     }
     fn on_variable_write(&self, variable: &Variable, kind: VariableWrite, value: &Tensor) {
         self.with(|r| {
@@ -135,11 +147,72 @@ impl OpObserver for Recorder {
     }
 }
 
+thread_local! {
+    /// The recorders of the traces running on this thread, innermost last: control-flow
+    /// ops record themselves into the innermost.
+    static RECORDERS: RefCell<Vec<Arc<Recorder>>> = const { RefCell::new(Vec::new()) };
+}
+
+struct RecorderEntry;
+
+impl RecorderEntry {
+    fn push(recorder: Arc<Recorder>) -> RecorderEntry {
+        RECORDERS.with(|r| r.borrow_mut().push(recorder));
+        RecorderEntry
+    }
+}
+
+impl Drop for RecorderEntry {
+    fn drop(&mut self) {
+        let _ = RECORDERS.try_with(|r| r.borrow_mut().pop());
+    }
+}
+
+/// Records a node that is not a dispatched op (a control-flow op) into the traces running
+/// on this thread (a function traced inside another's trace records into both, as their
+/// observers both see its ops); its inputs are resolved as an op's are.
+pub(crate) fn record(kind: NodeKind, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+    let recorders = RECORDERS.with(|r| r.borrow().clone());
+    if recorders.is_empty() {
+        return Err(Error::invalid(
+            "function",
+            "the thread is tracing but no graph function records it (tracing mode was \
+             entered outside ferroflow::function)",
+        ));
+    }
+    for recorder in recorders {
+        recorder.with(|r| {
+            let refs = inputs.iter().map(|t| r.value_of(t)).collect();
+            r.push(kind.clone(), refs, outputs);
+        });
+    }
+    Ok(())
+}
+
+/// While alive, the traces that were running on this thread receive no recorded nodes
+/// (a branch is traced into its own graph).
+struct RecordersHidden(Vec<Arc<Recorder>>);
+
+impl RecordersHidden {
+    fn enter() -> RecordersHidden {
+        RecordersHidden(RECORDERS.with(|r| std::mem::take(&mut *r.borrow_mut())))
+    }
+}
+
+impl Drop for RecordersHidden {
+    fn drop(&mut self) {
+        let hidden = std::mem::take(&mut self.0);
+        let _ = RECORDERS.try_with(|r| *r.borrow_mut() = hidden);
+    }
+}
+
 /// A finished trace: the graph as recorded, and what the call returned.
 pub(crate) struct Trace {
     pub graph: Graph,
     pub outputs: Vec<Tensor>,
     pub folded: usize,
+    /// `ReadVariable` nodes that were peeks.
+    pub peeks: HashSet<usize>,
 }
 
 /// Runs `f` on `args` in tracing mode and records it.
@@ -159,6 +232,7 @@ pub(crate) fn trace(
     let outputs = {
         let _observer = push_thread_observer(recorder.clone());
         let _tracing = enter_tracing();
+        let _entry = RecorderEntry::push(recorder.clone());
         f(&traced_args)?
     };
     let mut recording = std::mem::take(&mut *recorder.0.lock().unwrap_or_else(|e| e.into_inner()));
@@ -171,5 +245,19 @@ pub(crate) fn trace(
         },
         outputs,
         folded: recording.folded,
+        peeks: recording.peeks,
     })
+}
+
+/// Traces a control-flow branch (a `cond` branch, a loop's condition or body) on `args`:
+/// seen by no enclosing tape or trace, its variable writes checked but not made (this call
+/// may not take it; the branch runs for real afterwards, from its graph).
+pub(crate) fn trace_branch(
+    args: &[Tensor],
+    f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
+) -> Result<Trace> {
+    let _isolated = isolated_scope();
+    let _hidden = RecordersHidden::enter();
+    let _dry = enter_dry_run();
+    trace(args, f)
 }

@@ -66,6 +66,81 @@ thread_local! {
     static THREAD_COUNT: Cell<usize> = const { Cell::new(0) };
     static NOTIFYING: Cell<bool> = const { Cell::new(false) };
     static TRACING: Cell<usize> = const { Cell::new(0) };
+    static DRY_RUN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// While alive, variable writes on this thread are checked and reported to observers but
+/// not made ([`enter_dry_run`]).
+#[must_use = "the dry run ends when the guard is dropped"]
+pub struct DryRunGuard(());
+
+impl Drop for DryRunGuard {
+    fn drop(&mut self) {
+        let _ = DRY_RUN.try_with(|t| t.set(t.get().saturating_sub(1)));
+    }
+}
+
+/// Enters a dry run on this thread (nests): a graph function traces the branch of a `cond`
+/// that this call does not take, or a loop body, for its graph, and must not change the
+/// variables it writes. [`InitScope`]s inside keep it.
+///
+/// ```
+/// use ferroflow_tensor::dispatch::{enter_dry_run, is_dry_run};
+/// assert!(!is_dry_run());
+/// let dry = enter_dry_run(); // `v.assign_add(..)` now checks shapes and tells observers
+/// assert!(is_dry_run());
+/// drop(dry);
+/// assert!(!is_dry_run());
+/// ```
+pub fn enter_dry_run() -> DryRunGuard {
+    DRY_RUN.with(|t| t.set(t.get() + 1));
+    DryRunGuard(())
+}
+
+/// Whether variable writes on this thread are only checked ([`enter_dry_run`]).
+pub fn is_dry_run() -> bool {
+    DRY_RUN.with(|t| t.get() > 0)
+}
+
+/// While alive, the thread observers registered before it (gradient tapes, an enclosing
+/// graph trace) see none of this thread's ops and the thread is not tracing; observers
+/// pushed inside (a tape, a branch's tracer) work as usual, and global observers (a
+/// profiler) still see everything. A graph function runs a control-flow branch for its
+/// value this way, or traces it into a graph of its own.
+#[must_use = "the scope ends when the guard is dropped"]
+pub struct IsolatedScope {
+    observers: Vec<Arc<dyn OpObserver>>,
+    tracing: usize,
+}
+
+impl Drop for IsolatedScope {
+    fn drop(&mut self) {
+        let observers = std::mem::take(&mut self.observers);
+        let _ = THREAD_COUNT.try_with(|c| c.set(observers.len()));
+        let _ = THREAD.try_with(|t| *t.borrow_mut() = observers);
+        let _ = TRACING.try_with(|t| t.set(self.tracing));
+    }
+}
+
+/// Enters an [`IsolatedScope`].
+///
+/// ```
+/// use ferroflow_tensor::dispatch::{enter_tracing, is_tracing, isolated_scope};
+/// let tracing = enter_tracing();
+/// {
+///     let _isolated = isolated_scope();
+///     assert!(!is_tracing());
+/// }
+/// assert!(is_tracing());
+/// # drop(tracing);
+/// ```
+pub fn isolated_scope() -> IsolatedScope {
+    let observers = THREAD.with(|t| std::mem::take(&mut *t.borrow_mut()));
+    THREAD_COUNT.with(|c| c.set(0));
+    IsolatedScope {
+        observers,
+        tracing: TRACING.with(|t| t.replace(0)),
+    }
 }
 
 /// While alive, this thread is tracing a graph function: ops run and are recorded, and

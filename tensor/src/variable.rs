@@ -390,7 +390,15 @@ impl Variable {
     }
 
     fn write(&self, kind: VariableWrite, value: &Tensor) -> Result<()> {
-        self.write_unobserved(kind, value)?;
+        if crate::dispatch::is_dry_run() {
+            let current = match &self.0.remote {
+                Some(_) => self.last_known(),
+                None => self.primary(),
+            };
+            check_write(kind, &current, value)?;
+        } else {
+            self.write_unobserved(kind, value)?;
+        }
         crate::dispatch::notify_variable_write(self, kind, value);
         Ok(())
     }

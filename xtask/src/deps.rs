@@ -6,7 +6,8 @@
 //!   `ferroflow-tensor` only (tests that need more live in `ferroflow-backend-tests`);
 //! - `ferroflow-optim`, `ferroflow-data` and `ferroflow-numpy` never on `ferroflow-keras`;
 //! - `ferroflow-keras` never on a backend crate;
-//! - `ferroflow-function` never on keras, optim, autodiff or a backend;
+//! - `ferroflow-function` never on keras, optim or a backend (it uses autodiff for
+//!   control flow's gradients; autodiff never uses it);
 //! - `ferroflow-cluster` and `ferroflow-distribute` never on keras, optim, autodiff or a
 //!   backend (Keras and the optimizers build on the distribution seam, not the reverse).
 //!
@@ -41,10 +42,12 @@ pub fn forbidden(from: &str, to: &str) -> Option<&'static str> {
         return Some("keras never depends on a backend crate");
     }
     if from == "ferroflow-function"
-        && (["ferroflow-keras", "ferroflow-optim", "ferroflow-autodiff"].contains(&to)
-            || BACKENDS.contains(&to))
+        && (["ferroflow-keras", "ferroflow-optim"].contains(&to) || BACKENDS.contains(&to))
     {
-        return Some("function sits above tensor and below keras: never on keras, optim, autodiff or a backend");
+        return Some("function sits above tensor and autodiff and below keras: never on keras, optim or a backend");
+    }
+    if from == "ferroflow-autodiff" && to == "ferroflow-function" {
+        return Some("autodiff sits below function (control flow's gradients use tapes)");
     }
     if ["ferroflow-cluster", "ferroflow-distribute"].contains(&from)
         && (["ferroflow-keras", "ferroflow-optim", "ferroflow-autodiff"].contains(&to)
@@ -131,6 +134,8 @@ mod tests {
         assert!(forbidden("ferroflow-keras", "ferroflow-distribute").is_none());
         assert!(forbidden("ferroflow-function", "ferroflow-keras").is_some());
         assert!(forbidden("ferroflow-keras", "ferroflow-function").is_none());
+        assert!(forbidden("ferroflow-function", "ferroflow-autodiff").is_none());
+        assert!(forbidden("ferroflow-autodiff", "ferroflow-function").is_some());
         assert!(forbidden("ferroflow-wgpu", "ferroflow-tensor").is_none());
         assert!(forbidden("ferroflow-keras", "ferroflow-optim").is_none());
         assert!(forbidden("ferroflow-backend-tests", "ferroflow-keras").is_none());
