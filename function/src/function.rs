@@ -122,6 +122,11 @@ impl ConcreteFunction {
         self.graph.run(args, &self.frees)
     }
 
+    /// For each node, the values freed after it ran.
+    pub(crate) fn frees(&self) -> &[Vec<ValueRef>] {
+        &self.frees
+    }
+
     /// The optimised graph.
     pub fn graph(&self) -> &Graph {
         &self.graph

@@ -119,6 +119,58 @@ pub struct Node {
     pub scope: Arc<str>,
 }
 
+impl Node {
+    /// Runs an op, control-flow or variable-write node on its inputs (the other kinds take
+    /// their value from the call: arguments, constants, captures, variables).
+    pub(crate) fn execute(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let owned = || inputs.iter().map(|t| (*t).clone()).collect::<Vec<Tensor>>();
+        match &self.kind {
+            NodeKind::Op(op) => op.execute(inputs),
+            NodeKind::WriteVariable { variable, kind } => {
+                let value = inputs.first().ok_or_else(|| {
+                    Error::invalid("function", "a variable write without a value")
+                })?;
+                match kind {
+                    VariableWrite::Assign => variable.assign(value)?,
+                    VariableWrite::Add => variable.assign_add(value)?,
+                    VariableWrite::Sub => variable.assign_sub(value)?,
+                }
+                Ok(vec![])
+            }
+            NodeKind::Cond(op) => {
+                let inputs = owned();
+                let (pred, rest) = inputs
+                    .split_first()
+                    .ok_or_else(|| Error::invalid("function", "a cond node without a predicate"))?;
+                run_cond(op, pred, rest)
+            }
+            NodeKind::While(op) => run_while(op, &owned()),
+            NodeKind::WhileGrad(op) => {
+                // Inputs: the loop's inputs (one gradient out for each), then dys.
+                let inputs = owned();
+                if inputs.len() < self.outputs.len() {
+                    return Err(Error::invalid(
+                        "function",
+                        "a while_grad node short of inputs",
+                    ));
+                }
+                let (forward, dys) = inputs.split_at(self.outputs.len());
+                run_while_gradient(op, forward, dys)
+            }
+            NodeKind::Arg(_)
+            | NodeKind::Constant(_)
+            | NodeKind::Captured(_)
+            | NodeKind::ReadVariable(_) => Err(Error::invalid(
+                "function",
+                format!(
+                    "{} takes its value from the call (a bug in ferroflow)",
+                    self.kind.name()
+                ),
+            )),
+        }
+    }
+}
+
 /// A traced function's graph: nodes in an order that runs them (inputs first, effects in
 /// the order the trace made them), and the values the function returns.
 #[derive(Debug, Clone, Default)]
@@ -235,37 +287,9 @@ impl Graph {
                 NodeKind::Arg(k) => vec![args[*k].clone()],
                 NodeKind::Constant(t) | NodeKind::Captured(t) => vec![t.clone()],
                 NodeKind::ReadVariable(v) => vec![v.value()],
-                NodeKind::Op(op) => {
+                _ => {
                     let inputs = node.inputs.iter().map(get).collect::<Result<Vec<_>>>()?;
-                    op.execute(&inputs)?
-                }
-                NodeKind::WriteVariable { variable, kind } => {
-                    let value = get(&node.inputs[0])?;
-                    match kind {
-                        VariableWrite::Assign => variable.assign(value)?,
-                        VariableWrite::Add => variable.assign_add(value)?,
-                        VariableWrite::Sub => variable.assign_sub(value)?,
-                    }
-                    vec![]
-                }
-                NodeKind::Cond(op) => {
-                    let inputs = node.inputs.iter().map(get).collect::<Result<Vec<_>>>()?;
-                    let (pred, rest) = inputs.split_first().ok_or_else(|| {
-                        Error::invalid("function", "a cond node without a predicate")
-                    })?;
-                    let rest: Vec<Tensor> = rest.iter().map(|t| (*t).clone()).collect();
-                    run_cond(op, pred, &rest)?
-                }
-                NodeKind::While(op) => {
-                    let inputs = node.inputs.iter().map(get).collect::<Result<Vec<_>>>()?;
-                    let inputs: Vec<Tensor> = inputs.into_iter().cloned().collect();
-                    run_while(op, &inputs)?
-                }
-                NodeKind::WhileGrad(op) => {
-                    let inputs = node.inputs.iter().map(get).collect::<Result<Vec<_>>>()?;
-                    let inputs: Vec<Tensor> = inputs.into_iter().cloned().collect();
-                    let (forward, dys) = inputs.split_at(node.outputs.len());
-                    run_while_gradient(op, forward, dys)?
+                    node.execute(&inputs)?
                 }
             };
             if out.len() != node.outputs.len() {

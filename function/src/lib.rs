@@ -34,7 +34,9 @@ mod function;
 mod graph;
 mod passes;
 mod trace;
+mod vectorize;
 
 pub use control::{cond, while_loop, while_loop_with, CondOp, WhileOp};
 pub use function::{ConcreteFunction, Function, TensorSpec, TraceCache};
 pub use graph::{Graph, GraphStats, Node, NodeKind, ValueRef, ValueType};
+pub use vectorize::{batch_jacobian, jacobian, vectorized_map, vectorized_map_with};
