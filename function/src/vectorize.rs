@@ -292,6 +292,39 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
                 }
             }
             let rank = a.example_rank().max(b.example_rank());
+            // Contraction over one element (per-example weight gradients xᵀ·δ): an outer
+            // product, which broadcasting multiplies in one pass (a batched matrix product
+            // of k = 1 is the slow case of a GEMM kernel).
+            let (ta, tb) = (a.tensor(), b.tensor());
+            let k = if *transpose_a {
+                ta.shape()[ta.rank() - 2]
+            } else {
+                ta.shape()[ta.rank() - 1]
+            };
+            if k == 1 && ta.dtype().is_float() {
+                let column = |v: &Value, transpose: bool| -> Result<Tensor> {
+                    // As [.., m, 1] (a) or [.., 1, n] (b): a transpose of a size-1 axis is a
+                    // reshape.
+                    let t = v.tensor();
+                    if !transpose {
+                        return Ok(t.clone());
+                    }
+                    let mut s = t.shape().to_vec();
+                    let r = s.len();
+                    s.swap(r - 1, r - 2);
+                    t.reshape_to(&s)
+                };
+                let (ca, cb) = (column(a, *transpose_a)?, column(b, *transpose_b)?);
+                let ca = match a {
+                    Value::Batched(_) => with_example_rank(&ca, rank)?,
+                    Value::Invariant(_) => ca,
+                };
+                let cb = match b {
+                    Value::Batched(_) => with_example_rank(&cb, rank)?,
+                    Value::Invariant(_) => cb,
+                };
+                return Ok(Some(vec![ca.mul(&cb)?]));
+            }
             let ts = inputs
                 .iter()
                 .map(|v| match v {

@@ -2,7 +2,9 @@
 //! backward of 784-256-128-10 at batch 32, `bench::MlpProblem`) eagerly and as a
 //! `Function`, in turn, against TensorFlow's `tf.function` and `jit_compile=True` (XLA)
 //! from `bench/tf_mlp_step.py` in the same rounds; Keras `fit` on MNIST with the steps as
-//! graphs (the default) and eagerly; the ops one Keras MLP train step dispatches each way.
+//! graphs (the default) and eagerly; the ops one Keras MLP train step dispatches each way;
+//! per-example gradients of the MLP for 128 examples by a loop and by `vectorized_map`
+//! (and TensorFlow's loop and `tf.vectorized_map`, `bench/tf_per_example.py`).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -37,6 +39,57 @@ fn mlp_steps(p: &MlpProblem, f: &Function<'_>) -> ferroflow::Result<(f64, f64)> 
         5,
     ) / STEPS as f64;
     Ok((eager, graph))
+}
+
+/// Examples in the per-example gradient figures.
+const PER_EXAMPLE: usize = 128;
+
+/// Seconds for the MLP's weight gradients of each of 128 examples: a loop over the examples
+/// (each a batch of one, eagerly: the Python-loop-style version) and `vectorized_map`.
+fn per_example_gradients(p: &MlpProblem) -> ferroflow::Result<(f64, f64)> {
+    let xs = ferroflow::random::stateless_normal(
+        &[PER_EXAMPLE, 784],
+        [17, 0],
+        0.0,
+        1.0,
+        ferroflow::DType::F32,
+    )?;
+    let labels = ferroflow::random::stateless_uniform(
+        &[PER_EXAMPLE],
+        [18, 0],
+        0.0,
+        10.0,
+        ferroflow::DType::I32,
+    )?;
+    let ys = Tensor::one_hot(&labels, 10, 1.0, 0.0, ferroflow::DType::F32)?;
+    let rows: Vec<(Tensor, Tensor)> = (0..PER_EXAMPLE)
+        .map(|i| {
+            let i = Tensor::scalar(i as i32)?;
+            Ok((xs.gather(&i, 0)?, ys.gather(&i, 0)?))
+        })
+        .collect::<ferroflow::Result<_>>()?;
+    let one = |x: &Tensor, y: &Tensor| p.step(&x.expand_dims(0)?, &y.expand_dims(0)?);
+    let looped = median_time(
+        || {
+            for (x, y) in &rows {
+                black_box(one(x, y).expect("per-example step"));
+            }
+        },
+        3,
+    );
+    let mapped = median_time(
+        || {
+            black_box(
+                ferroflow::function::vectorized_map(
+                    |e| one(&e[0], &e[1]),
+                    &[xs.clone(), ys.clone()],
+                )
+                .expect("vectorized_map"),
+            );
+        },
+        5,
+    );
+    Ok((looped, mapped))
 }
 
 /// Counts the ops this thread dispatches.
@@ -81,7 +134,27 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
             }
             Err(e) => return format!("function: the MLP step failed: {e}\n"),
         }
+        match per_example_gradients(&problem) {
+            Ok((looped, mapped)) => {
+                series.entry("per-example loop").or_default().push(looped);
+                series.entry("per-example vmap").or_default().push(mapped);
+            }
+            Err(e) => eprintln!("xtask bench function: per-example gradients: {e}"),
+        }
         if has_tf {
+            let per_example_script =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/tf_per_example.py");
+            for (k, v) in python_figures_with(&per_example_script, &[]).unwrap_or_default() {
+                match k.as_str() {
+                    "per_example_tf_loop" => {
+                        series.entry("per-example tf loop").or_default().push(v)
+                    }
+                    "per_example_tf_pfor" => {
+                        series.entry("per-example tf pfor").or_default().push(v)
+                    }
+                    _ => {}
+                }
+            }
             for (k, v) in python_figures_with(&script, &[]).unwrap_or_default() {
                 let key = match k.as_str() {
                     "mlp_step_tf_eager" => "tf eager",
@@ -129,11 +202,13 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
     let step_vs_xla = ratio(get("graph"), get("tf xla"));
     let fit_vs_tf = ratio(get("fit mlp graph"), get("fit mlp tf"));
     let cnn_graph_vs_eager = ratio(get("fit cnn graph"), get("fit cnn eager"));
+    let vmap_speedup = ratio(get("per-example loop"), get("per-example vmap"));
     for (name, v) in [
         ("function_mlp_step_vs_tf_function", step_vs_fn),
         ("function_mlp_step_vs_tf_xla", step_vs_xla),
         ("function_keras_mlp_vs_tf", fit_vs_tf),
         ("function_keras_cnn_graph_vs_eager", cnn_graph_vs_eager),
+        ("function_vectorized_map_vs_loop", vmap_speedup),
     ] {
         if let Some(v) = v {
             figures.insert(name.into(), v);
@@ -193,6 +268,21 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
          eagerly {}, as a graph {}.\n",
         ops.0.map_or("n/a".into(), |v| v.to_string()),
         ops.1.map_or("n/a".into(), |v| v.to_string())
+    ));
+    let ms = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{:.1}", v * 1e3));
+    md.push_str(&format!(
+        "\nPer-example gradients of the same MLP for {PER_EXAMPLE} examples (ms; each example \
+         a batch of one):\n\n\
+         | ferroflow loop | ferroflow `vectorized_map` | loop / vectorized_map | TF loop (eager) | TF `vectorized_map` in `tf.function` | TF loop / pfor | ours (vectorized_map) / TF pfor |\n\
+         |---|---|---|---|---|---|---|\n\
+         | {} | {} | {} | {} | {} | {} | {} |\n",
+        ms(get("per-example loop")),
+        ms(get("per-example vmap")),
+        x(vmap_speedup),
+        ms(get("per-example tf loop")),
+        ms(get("per-example tf pfor")),
+        x(ratio(get("per-example tf loop"), get("per-example tf pfor"))),
+        x(ratio(get("per-example vmap"), get("per-example tf pfor"))),
     ));
     if !has_tf {
         md.push_str(

@@ -134,8 +134,9 @@ pub(crate) fn has_avx2() -> bool {
     isa() >= Isa::Avx2
 }
 
+/// `out[i] = f(x[i])` through the widest vector loop this CPU has.
 #[inline]
-fn map_chunk<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
+pub(crate) fn map_chunk<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
     #[cfg(target_arch = "x86_64")]
     if has_avx512() {
         // SAFETY: the CPU supports the features the function was compiled for.
@@ -149,8 +150,14 @@ fn map_chunk<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: 
     map_loop(x, out, f)
 }
 
+/// `out[i] = f(a[i], b[i])` through the widest vector loop this CPU has.
 #[inline]
-fn zip_chunk<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [MaybeUninit<U>], f: &F) {
+pub(crate) fn zip_chunk<T: Copy, U, F: Fn(T, T) -> U>(
+    a: &[T],
+    b: &[T],
+    out: &mut [MaybeUninit<U>],
+    f: &F,
+) {
     #[cfg(target_arch = "x86_64")]
     if has_avx512() {
         // SAFETY: as above.
@@ -231,6 +238,39 @@ pub(crate) fn zip_rows<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> 
         } else {
             split_across_threads(out, part);
         }
+    })
+}
+
+/// A vector of `rows · width` elements written row by row (`row(r, out)` writes every
+/// element of row `r`), groups of whole rows split across threads when it is large.
+pub(crate) fn fill_rows<U: Send>(
+    rows: usize,
+    width: usize,
+    row: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+) -> Vec<U> {
+    let n = rows * width;
+    if n == 0 {
+        return Vec::new();
+    }
+    fill_uninit(n, |out| {
+        let group = |first: usize, o: &mut [MaybeUninit<U>]| {
+            for (k, r) in o.chunks_mut(width).enumerate() {
+                row(first + k, r);
+            }
+        };
+        if n < PAR_THRESHOLD || rows < 2 {
+            return group(0, out);
+        }
+        let per = rows.div_ceil(4 * rayon::current_num_threads()).max(1);
+        let dst = SharedMut(out.as_mut_ptr());
+        for_each_chunk_shared(rows.div_ceil(per), |c| {
+            let first = c * per;
+            let count = per.min(rows - first);
+            // SAFETY: group c is rows first..first + count, disjoint from every other group's.
+            group(first, unsafe {
+                std::slice::from_raw_parts_mut(dst.get().add(first * width), count * width)
+            })
+        });
     })
 }
 

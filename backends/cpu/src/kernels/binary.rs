@@ -5,11 +5,11 @@
 use super::complex;
 use crate::buffer::{dense, half_chunked, host, narrow, widen, widen_range, Half};
 use crate::num::{FloatMath, IntOps, Num};
-use crate::simd::{map, zip, zip_rows, PAR_THRESHOLD};
+use crate::simd::{fill_rows, map, map_chunk, zip, zip_chunk, zip_rows};
 use ferroflow_tensor::{
     backend::unsupported, BinaryOp, Element, Error, HostData, Layout, Operand, Result,
 };
-use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// `f(a[i], b[i])` over two equally shaped strided views.
 pub(crate) fn apply<T, U, F>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: F) -> Vec<U>
@@ -37,18 +37,17 @@ where
     if let Some(v) = row_broadcast(a, la, b, lb, &f) {
         return v;
     }
-    let mut out = crate::buffer::zeroed(n);
     if n == 0 {
-        return out;
+        return Vec::new();
     }
     let rank = la.rank();
     let inner = la.shape()[rank - 1];
     if inner == 0 {
-        return out;
+        return Vec::new();
     }
     let (sa, sb) = (la.strides()[rank - 1], lb.strides()[rank - 1]);
     let outer_shape = &la.shape()[..rank - 1];
-    let row = |r: usize, o: &mut [U]| {
+    let row = |r: usize, o: &mut [MaybeUninit<U>]| {
         // Unravel row r into the base offsets of both operands.
         let (mut pa, mut pb) = (la.offset() as isize, lb.offset() as isize);
         let mut rem = r;
@@ -60,41 +59,25 @@ where
         }
         let (pa, pb) = (pa as usize, pb as usize);
         match (sa, sb) {
-            (1, 1) => {
-                for ((d, &x), &y) in o.iter_mut().zip(&a[pa..pa + inner]).zip(&b[pb..pb + inner]) {
-                    *d = f(x, y);
-                }
-            }
+            (1, 1) => zip_chunk(&a[pa..pa + inner], &b[pb..pb + inner], o, &f),
             (1, 0) => {
                 let y = b[pb];
-                for (d, &x) in o.iter_mut().zip(&a[pa..pa + inner]) {
-                    *d = f(x, y);
-                }
+                map_chunk(&a[pa..pa + inner], o, &|x| f(x, y));
             }
             (0, 1) => {
+                // An outer product's row: one value of `a` against a row of `b`.
                 let x = a[pa];
-                for (d, &y) in o.iter_mut().zip(&b[pb..pb + inner]) {
-                    *d = f(x, y);
-                }
+                map_chunk(&b[pb..pb + inner], o, &|y| f(x, y));
             }
             _ => {
                 for (j, d) in o.iter_mut().enumerate() {
                     let (ia, ib) = (pa as isize + j as isize * sa, pb as isize + j as isize * sb);
-                    *d = f(a[ia as usize], b[ib as usize]);
+                    d.write(f(a[ia as usize], b[ib as usize]));
                 }
             }
         }
     };
-    if n < PAR_THRESHOLD {
-        out.chunks_mut(inner)
-            .enumerate()
-            .for_each(|(r, o)| row(r, o));
-    } else {
-        out.par_chunks_mut(inner)
-            .enumerate()
-            .for_each(|(r, o)| row(r, o));
-    }
-    out
+    fill_rows(n / inner, inner, row)
 }
 
 /// `a` dense and `b` a vector along the last axis broadcast over the others (a bias), or the
