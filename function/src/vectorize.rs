@@ -295,7 +295,7 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
             // Contraction over one element (per-example weight gradients xᵀ·δ): an outer
             // product, which broadcasting multiplies in one pass (a batched matrix product
             // of k = 1 is the slow case of a GEMM kernel).
-            let (ta, tb) = (a.tensor(), b.tensor());
+            let ta = a.tensor();
             let k = if *transpose_a {
                 ta.shape()[ta.rank() - 2]
             } else {
