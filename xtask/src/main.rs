@@ -5,7 +5,7 @@
 //!   README's test command, the CPU backend's tests again under `FERROFLOW_CPU_ISA=avx2` and
 //!   `scalar`, the fuzz targets, then the examples (each exits non-zero when its result is
 //!   wrong).
-//! - `bench [kernels|autodiff|optim|keras|data|data-service|mixed|numpy|distribute|ps|profiler] [--rounds N] [--check]`:
+//! - `bench [kernels|autodiff|optim|keras|data|data-service|mixed|numpy|distribute|ps|profiler|function] [--rounds N] [--check]`:
 //!   kernels against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor, all-reduce against Open
 //!   MPI, multi-worker `fit` and parameter-server training against TensorFlow's, the
@@ -247,7 +247,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|data-service|mixed|numpy|distribute|ps|profiler] [--rounds N] [--check] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask fuzz [--mutations N] [--seed S] [TARGET..] | cargo xtask numpy-coverage"
+                "usage: cargo xtask ci | cargo xtask bench [kernels|autodiff|optim|keras|data|data-service|mixed|numpy|distribute|ps|profiler|function] [--rounds N] [--check] | cargo xtask gpu [--sizes N,..] [--bundle DIR | --prebuilt DIR] | cargo xtask fuzz [--mutations N] [--seed S] [TARGET..] | cargo xtask numpy-coverage"
             );
             false
         }
