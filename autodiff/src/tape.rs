@@ -49,6 +49,24 @@ pub enum Source {
     Variable(Variable),
 }
 
+impl Source {
+    /// The shape of the tensor or of the variable's value.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow::{autodiff::Source, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], ferroflow::DType::F32)?;
+    /// assert_eq!(Source::from(&x).shape(), vec![2, 3]);
+    /// # Ok::<(), ferroflow::Error>(())
+    /// ```
+    pub fn shape(&self) -> Vec<usize> {
+        match self {
+            Source::Tensor(t) => t.shape().to_vec(),
+            Source::Variable(v) => v.shape(),
+        }
+    }
+}
+
 impl From<&Tensor> for Source {
     fn from(t: &Tensor) -> Source {
         Source::Tensor(t.clone())
@@ -305,7 +323,7 @@ impl GradientTape {
 
     /// `tape.jacobian(target, source)`: shape `target.shape ++ source.shape`.
     pub fn jacobian(&self, target: &Tensor, source: &Source) -> Result<Tensor> {
-        let src_shape = source_shape(source);
+        let src_shape = source.shape();
         let n = target.num_elements();
         let mut rows = Vec::with_capacity(n);
         for i in 0..n {
@@ -325,7 +343,7 @@ impl GradientTape {
     /// `tape.batch_jacobian(target, source)`: for `[batch, ..]` target and source whose rows
     /// are independent, shape `[batch, target_rest.., source_rest..]`.
     pub fn batch_jacobian(&self, target: &Tensor, source: &Source) -> Result<Tensor> {
-        let src_shape = source_shape(source);
+        let src_shape = source.shape();
         if target.rank() == 0 || src_shape.is_empty() || target.shape()[0] != src_shape[0] {
             return Err(Error::Tape {
                 method: "batch_jacobian",
@@ -459,13 +477,6 @@ pub struct RecordingPause {
 impl Drop for RecordingPause {
     fn drop(&mut self) {
         self.recorder.pause(-1);
-    }
-}
-
-fn source_shape(s: &Source) -> Vec<usize> {
-    match s {
-        Source::Tensor(t) => t.shape().to_vec(),
-        Source::Variable(v) => v.shape(),
     }
 }
 

@@ -116,6 +116,24 @@ impl Branch {
         })
     }
 
+    /// Two branches traced on the same `args` as functions of one input list: `args`, then
+    /// the first's lifted values (read now, in the enclosing context), then the second's.
+    /// Also whether either writes a variable.
+    fn join(
+        args: &[Tensor],
+        first: Branch,
+        second: Branch,
+    ) -> (Vec<Tensor>, ConcreteFunction, ConcreteFunction, bool) {
+        let mut inputs = args.to_vec();
+        inputs.extend(first.lifted.iter().map(Lifted::value));
+        inputs.extend(second.lifted.iter().map(Lifted::value));
+        let offset = first.lifted.len();
+        let first = first.finish(0, inputs.len());
+        let second = second.finish(offset, inputs.len());
+        let has_effects = graph_has_effects(&first) || graph_has_effects(&second);
+        (inputs, first, second, has_effects)
+    }
+
     /// The branch as a function of `num_args` arguments: the `n` it was traced on, then
     /// every branch's lifted values, its own from `n + offset`.
     fn finish(mut self, offset: usize, num_args: usize) -> ConcreteFunction {
@@ -292,13 +310,8 @@ fn cond_with_args(
             ));
         }
     }
-    let mut inputs = args.to_vec();
-    inputs.extend(then_traced.lifted.iter().map(Lifted::value));
-    inputs.extend(else_traced.lifted.iter().map(Lifted::value));
-    let offset = then_traced.lifted.len();
-    let then_branch = then_traced.finish(0, inputs.len());
-    let else_branch = else_traced.finish(offset, inputs.len());
-    let has_effects = graph_has_effects(&then_branch) || graph_has_effects(&else_branch);
+    let (inputs, then_branch, else_branch, has_effects) =
+        Branch::join(args, then_traced, else_traced);
     let op = Arc::new(CondOp {
         then_branch,
         else_branch,
@@ -512,13 +525,8 @@ pub fn while_loop_with(
         Ok(out)
     })?;
     check_body(0, &next)?;
-    let mut inputs = loop_vars.to_vec();
-    inputs.extend(condition_traced.lifted.iter().map(Lifted::value));
-    inputs.extend(body_traced.lifted.iter().map(Lifted::value));
-    let offset = condition_traced.lifted.len();
-    let condition = condition_traced.finish(0, inputs.len());
-    let body = body_traced.finish(offset, inputs.len());
-    let has_effects = graph_has_effects(&condition) || graph_has_effects(&body);
+    let (inputs, condition, body, has_effects) =
+        Branch::join(loop_vars, condition_traced, body_traced);
     let op = Arc::new(WhileOp {
         condition,
         body,

@@ -608,7 +608,7 @@ pub fn vectorized_map_with(
 /// ```
 pub fn jacobian(tape: &GradientTape, target: &Tensor, source: &Source) -> Result<Tensor> {
     let n = target.num_elements();
-    let source_shape = source_shape(source);
+    let source_shape = source.shape();
     let mut shape = target.shape().to_vec();
     shape.extend_from_slice(&source_shape);
     if n == 0 {
@@ -617,19 +617,7 @@ pub fn jacobian(tape: &GradientTape, target: &Tensor, source: &Source) -> Result
     let mut seeds_shape = vec![n];
     seeds_shape.extend_from_slice(target.shape());
     let seeds = identity(n, &seeds_shape, target)?;
-    let rows = vectorized_map(
-        |e| {
-            let g = tape.gradient_with(
-                std::slice::from_ref(target),
-                std::slice::from_ref(source),
-                Some(&e[..1]),
-                UnconnectedGradients::Zero,
-            )?;
-            Ok(vec![gradient_or_error(g, "jacobian")?])
-        },
-        &[seeds],
-    )?;
-    rows[0].reshape_to(&shape)
+    seeded_gradients(tape, target, source, seeds, "jacobian")?.reshape_to(&shape)
 }
 
 /// `tape.batch_jacobian(target, source)` with [`vectorized_map`] (TF's default pfor):
@@ -650,7 +638,7 @@ pub fn jacobian(tape: &GradientTape, target: &Tensor, source: &Source) -> Result
 /// # Ok::<(), ferroflow::Error>(())
 /// ```
 pub fn batch_jacobian(tape: &GradientTape, target: &Tensor, source: &Source) -> Result<Tensor> {
-    let source_shape = source_shape(source);
+    let source_shape = source.shape();
     let (Some(&batch), Some(&source_batch)) = (target.shape().first(), source_shape.first()) else {
         return Err(Error::invalid(
             "batch_jacobian",
@@ -679,22 +667,11 @@ pub fn batch_jacobian(tape: &GradientTape, target: &Tensor, source: &Source) -> 
     let mut full = vec![per_row];
     full.extend_from_slice(target.shape());
     let seeds = identity(per_row, &seeds_shape, target)?.broadcast_to(&full)?;
-    let columns = vectorized_map(
-        |e| {
-            let g = tape.gradient_with(
-                std::slice::from_ref(target),
-                std::slice::from_ref(source),
-                Some(&e[..1]),
-                UnconnectedGradients::Zero,
-            )?;
-            Ok(vec![gradient_or_error(g, "batch_jacobian")?])
-        },
-        &[seeds],
-    )?;
+    let columns = seeded_gradients(tape, target, source, seeds, "batch_jacobian")?;
     // [per_row, batch, source_rest..] → [batch, per_row, source_rest..] → [batch, row.., source_rest..]
-    let mut perm: Vec<usize> = (0..columns[0].rank()).collect();
+    let mut perm: Vec<usize> = (0..columns.rank()).collect();
     perm.swap(0, 1);
-    columns[0].transpose(&perm)?.reshape_to(&shape)
+    columns.transpose(&perm)?.reshape_to(&shape)
 }
 
 /// The `n × n` identity in `target`'s dtype and device, reshaped to `shape`.
@@ -710,16 +687,30 @@ fn identity(n: usize, shape: &[usize], target: &Tensor) -> Result<Tensor> {
     )
 }
 
-fn gradient_or_error(g: Vec<Option<Tensor>>, method: &'static str) -> Result<Tensor> {
-    g.into_iter().next().flatten().ok_or_else(|| Error::Tape {
-        method,
-        msg: "no gradient for the source".into(),
-    })
-}
-
-fn source_shape(source: &Source) -> Vec<usize> {
-    match source {
-        Source::Tensor(t) => t.shape().to_vec(),
-        Source::Variable(v) => v.shape().to_vec(),
-    }
+/// d target / d source for each seed (a stack of `target`-shaped output gradients), all
+/// the backward passes as one vectorized one.
+fn seeded_gradients(
+    tape: &GradientTape,
+    target: &Tensor,
+    source: &Source,
+    seeds: Tensor,
+    method: &'static str,
+) -> Result<Tensor> {
+    let grads = vectorized_map(
+        |e| {
+            let g = tape.gradient_with(
+                std::slice::from_ref(target),
+                std::slice::from_ref(source),
+                Some(&e[..1]),
+                UnconnectedGradients::Zero,
+            )?;
+            let g = g.into_iter().next().flatten().ok_or_else(|| Error::Tape {
+                method,
+                msg: "no gradient for the source".into(),
+            })?;
+            Ok(vec![g])
+        },
+        &[seeds],
+    )?;
+    Ok(grads.into_iter().next().expect("one output per seed"))
 }
