@@ -314,7 +314,8 @@ impl<T: Clone> TraceCache<T> {
 ///
 /// What runs only at trace time: everything in the closure that is not a tensor op or a
 /// variable read or write (printing, counters, Rust control flow, which is decided by the
-/// trace's values). Variables are captured by reference: a call sees their current values
+/// trace's values: branch on a tensor's value with [`crate::cond`] and loop with
+/// [`crate::while_loop`], which the graph decides on every call). Variables are captured by reference: a call sees their current values
 /// and its writes are visible outside. Tensors from outside the closure are captured as
 /// they are. Reading a tensor's value on the host inside the closure is an error
 /// (`Error::NotTraceable`): it would fix one call's value in every later call. Random ops

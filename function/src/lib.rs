@@ -9,6 +9,10 @@
 //!   reader ([`GraphStats::peak_bytes`]).
 //! - Graphs run their ops through the dispatcher: a `GradientTape` around a call records
 //!   them (gradients and higher-order gradients work unchanged), the profiler sees them.
+//! - Control flow that depends on values: [`cond`] and [`while_loop`] (Rust control flow
+//!   eagerly, graph nodes choosing per call inside a function, with gradients).
+//! - [`vectorized_map`]: a function of one example run on a whole batch by giving each op of
+//!   its graph a batch axis (TF's pfor); [`jacobian`] and [`batch_jacobian`] use it.
 //!
 //! ```
 //! ferroflow::init();
