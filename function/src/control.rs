@@ -212,6 +212,33 @@ fn graph_has_effects(f: &ConcreteFunction) -> bool {
     f.graph().nodes.iter().any(|n| n.kind.is_effect())
 }
 
+/// Whether running `f` draws random numbers (in its own ops or a nested control-flow node).
+fn draws_random(f: &ConcreteFunction) -> bool {
+    f.graph().nodes.iter().any(|n| match &n.kind {
+        NodeKind::Op(op) => matches!(op, ferroflow_tensor::Op::RandomStateful { .. }),
+        NodeKind::Cond(c) => draws_random(&c.then_branch) || draws_random(&c.else_branch),
+        NodeKind::While(w) | NodeKind::WhileGrad(w) => {
+            draws_random(&w.condition) || draws_random(&w.body)
+        }
+        _ => false,
+    })
+}
+
+/// The gradient of a traced control-flow node recomputes its branches; with random draws
+/// inside, the recomputation would draw other numbers than the forward did.
+fn refuse_random_recompute(op: &'static str, branches: &[&ConcreteFunction]) -> Result<()> {
+    if branches.iter().any(|b| draws_random(b)) {
+        return Err(Error::NotTraceable {
+            op,
+            msg: "a gradient through a traced branch that draws random numbers (it would be \
+                  recomputed with other numbers than the forward pass drew): draw them before \
+                  the control flow and pass them in"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
 fn differentiable(dtype: DType) -> bool {
     dtype.is_float() || dtype.is_complex()
 }
@@ -337,7 +364,10 @@ pub(crate) fn run_cond(op: &Arc<CondOp>, pred: &Tensor, inputs: &[Tensor]) -> Re
     };
     let gradient: GradFn = {
         let (op, pred, inputs) = (op.clone(), pred.clone(), inputs.to_vec());
-        Arc::new(move |dys: &[Tensor]| cond_gradient(&op, &pred, &inputs, dys))
+        Arc::new(move |dys: &[Tensor]| {
+            refuse_random_recompute("cond", &[&op.then_branch, &op.else_branch])?;
+            cond_gradient(&op, &pred, &inputs, dys)
+        })
     };
     let outputs = custom_gradient(inputs, |_| Ok((values, gradient)))?;
     let mut node_inputs = vec![pred.clone()];
@@ -574,6 +604,7 @@ pub(crate) fn run_while(op: &Arc<WhileOp>, inputs: &[Tensor]) -> Result<Vec<Tens
     let gradient: GradFn = {
         let (op, inputs) = (op.clone(), inputs.to_vec());
         Arc::new(move |dys: &[Tensor]| {
+            refuse_random_recompute("while_loop", &[&op.condition, &op.body])?;
             let grads = run_while_gradient(&op, &inputs, dys)?;
             Ok(grads
                 .into_iter()

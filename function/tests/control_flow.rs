@@ -390,3 +390,52 @@ fn traced_control_flow_errors_name_the_problem() {
     .unwrap();
     assert_eq!(grown[0].shape(), &[1, 1, 3]);
 }
+
+#[test]
+fn a_gradient_through_a_traced_branch_that_draws_random_numbers_is_refused() {
+    ferroflow::init();
+    // Dropout-like noise inside a branch: the gradient would recompute other numbers.
+    let f = Function::new(|a: &[Tensor]| {
+        let x = &a[0];
+        let tape = GradientTape::new();
+        tape.watch(x);
+        let y = cond(
+            &positive(x)?,
+            || {
+                Ok(vec![x.mul(&random::uniform(
+                    x.shape(),
+                    0.0,
+                    1.0,
+                    DType::F64,
+                    None,
+                )?)?])
+            },
+            || Ok(vec![x.neg()?]),
+        )?;
+        let g = tape.gradient(&y[0].reduce_sum(Axes::All, false)?, &[x.into()])?;
+        Ok(vec![g[0].clone().expect("dx")])
+    });
+    let e = f.call(&[f64s(&[3], 1).abs().unwrap()]).unwrap_err();
+    assert!(
+        matches!(&e, Error::NotTraceable { op: "cond", msg } if msg.contains("random")),
+        "{e}"
+    );
+    // The same numbers drawn outside the cond and passed in: fine.
+    let g = Function::new(|a: &[Tensor]| {
+        let x = &a[0];
+        let noise = random::uniform(x.shape(), 0.0, 1.0, DType::F64, None)?;
+        let tape = GradientTape::new();
+        tape.watch(x);
+        let y = cond(
+            &positive(x)?,
+            || Ok(vec![x.mul(&noise)?]),
+            || Ok(vec![x.neg()?]),
+        )?;
+        let d = tape.gradient(&y[0].reduce_sum(Axes::All, false)?, &[x.into()])?;
+        Ok(vec![noise, d[0].clone().expect("dx")])
+    });
+    for _ in 0..2 {
+        let out = g.call(&[f64s(&[3], 1).abs().unwrap()]).unwrap();
+        assert_eq!(bits(&out[0]), bits(&out[1]), "d(x·noise)/dx = noise");
+    }
+}
