@@ -91,6 +91,9 @@ pub struct ConcreteFunction {
 
 impl ConcreteFunction {
     pub(crate) fn new(mut graph: Graph, folded: usize) -> ConcreteFunction {
+        // Outside any trace: the passes read small constants on the host, also when a
+        // control-flow branch is optimised while its function traces.
+        let _outside_the_trace = ferroflow_tensor::dispatch::init_scope();
         let traced_nodes = graph.nodes.len() + folded;
         let merged = eliminate_common_subexpressions(&mut graph);
         let dead = eliminate_dead_code(&mut graph);
