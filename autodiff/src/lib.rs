@@ -35,4 +35,4 @@ mod grad;
 mod tape;
 
 pub use custom::{custom_gradient, stop_gradient};
-pub use tape::{GradFn, GradientTape, RecordingPause, Source, UnconnectedGradients};
+pub use tape::{is_recording, GradFn, GradientTape, RecordingPause, Source, UnconnectedGradients};

@@ -160,6 +160,29 @@ pub(crate) fn active_recorders() -> Vec<Arc<Recorder>> {
     ACTIVE.with(|a| a.borrow().iter().filter_map(Weak::upgrade).collect())
 }
 
+/// Whether a tape records the ops run on this thread now: one is recording and not paused
+/// (by [`GradientTape::stop_recording`] or inside a [`crate::custom_gradient`]'s forward).
+/// Graph functions use it to record a call as one op only when a tape would see it.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow::autodiff::{is_recording, GradientTape};
+/// assert!(!is_recording());
+/// let tape = GradientTape::new();
+/// assert!(is_recording());
+/// {
+///     let _paused = tape.stop_recording();
+///     assert!(!is_recording());
+/// }
+/// tape.stop();
+/// assert!(!is_recording());
+/// ```
+pub fn is_recording() -> bool {
+    active_recorders()
+        .iter()
+        .any(|r| Recorder::active(&r.lock()))
+}
+
 /// Records operations for automatic differentiation, like `tf.GradientTape`.
 ///
 /// Recording starts at construction; a non-persistent tape stops at its

@@ -208,6 +208,40 @@ impl WhileOp {
     }
 }
 
+impl CondOp {
+    /// A node's branches as loaded from a graph file (whether they write is read off them).
+    pub(crate) fn from_branches(
+        then_branch: ConcreteFunction,
+        else_branch: ConcreteFunction,
+    ) -> CondOp {
+        let has_effects = graph_has_effects(&then_branch) || graph_has_effects(&else_branch);
+        CondOp {
+            then_branch,
+            else_branch,
+            has_effects,
+        }
+    }
+}
+
+impl WhileOp {
+    /// A loop node's parts as loaded from a graph file.
+    pub(crate) fn from_parts(
+        condition: ConcreteFunction,
+        body: ConcreteFunction,
+        num_vars: usize,
+        maximum_iterations: Option<usize>,
+    ) -> WhileOp {
+        let has_effects = graph_has_effects(&condition) || graph_has_effects(&body);
+        WhileOp {
+            condition,
+            body,
+            num_vars,
+            maximum_iterations,
+            has_effects,
+        }
+    }
+}
+
 fn graph_has_effects(f: &ConcreteFunction) -> bool {
     f.graph().nodes.iter().any(|n| n.kind.is_effect())
 }
@@ -356,11 +390,11 @@ pub(crate) fn run_cond(op: &Arc<CondOp>, pred: &Tensor, inputs: &[Tensor]) -> Re
         &op.else_branch
     };
     if !is_tracing() {
-        return taken.call(inputs);
+        return taken.replay(inputs);
     }
     let values = {
         let _isolated = isolated_scope();
-        taken.call(inputs)?
+        taken.replay(inputs)?
     };
     let gradient: GradFn = {
         let (op, pred, inputs) = (op.clone(), pred.clone(), inputs.to_vec());
@@ -407,7 +441,7 @@ fn branch_gradient(f: &ConcreteFunction, xs: &[Tensor], dys: &[Tensor]) -> Resul
     for x in xs.iter().filter(|x| differentiable(x.dtype())) {
         tape.watch(x);
     }
-    let ys = f.call(&xs)?;
+    let ys = f.replay(&xs)?;
     let (targets, seeds): (Vec<Tensor>, Vec<Tensor>) = ys
         .into_iter()
         .zip(dys)
@@ -578,12 +612,12 @@ fn iterate(
     let mut args = inputs.to_vec();
     let mut i = 0;
     while op.maximum_iterations.is_none_or(|m| i < m)
-        && read_predicate("while_loop", &op.condition.call(&args)?[0])?
+        && read_predicate("while_loop", &op.condition.replay(&args)?[0])?
     {
         if let Some(states) = states.as_deref_mut() {
             states.push(args[..n].to_vec());
         }
-        let next = op.body.call(&args)?;
+        let next = op.body.replay(&args)?;
         args.splice(..n, next);
         i += 1;
     }

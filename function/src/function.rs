@@ -1,13 +1,14 @@
 //! [`Function`]: a closure traced into graphs, one per input signature (TF's
 //! `tf.function` and its `ConcreteFunction`s).
 
-use crate::graph::{Graph, GraphStats, ValueRef};
+use crate::graph::{Graph, GraphStats, ValueRef, ValueType};
 use crate::passes::{eliminate_common_subexpressions, eliminate_dead_code, fuse_elementwise};
+use crate::tape_op::TapeOp;
 use crate::trace::trace;
 use ferroflow_tensor::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Traces after which [`Function`] warns that it keeps retracing (TF warns after 5).
 const RETRACE_WARNING: usize = 5;
@@ -87,6 +88,9 @@ pub struct ConcreteFunction {
     graph: Graph,
     frees: Vec<Vec<ValueRef>>,
     stats: GraphStats,
+    /// The call as one op on tapes, built on the first call under a tape (`None`: the graph
+    /// does not qualify, and calls replay op by op).
+    tape_op: OnceLock<Option<Arc<TapeOp>>>,
 }
 
 impl ConcreteFunction {
@@ -117,12 +121,140 @@ impl ConcreteFunction {
             graph,
             frees,
             stats,
+            tape_op: OnceLock::new(),
         }
     }
 
-    /// Runs the graph.
+    /// A graph as loaded from a file: already optimised, so no pass runs again.
+    pub(crate) fn from_graph(graph: Graph) -> ConcreteFunction {
+        let frees = graph.last_uses();
+        let stats = GraphStats {
+            traced_nodes: graph.nodes.len(),
+            nodes: graph.nodes.len(),
+            ops: graph
+                .nodes
+                .iter()
+                .filter(|n| matches!(n.kind, crate::graph::NodeKind::Op(_)))
+                .count(),
+            peak_bytes: graph.peak_bytes(),
+            ..GraphStats::default()
+        };
+        ConcreteFunction {
+            graph,
+            frees,
+            stats,
+            tape_op: OnceLock::new(),
+        }
+    }
+
+    /// Runs the graph. The arguments must have the types it was traced for
+    /// ([`ConcreteFunction::input_types`]).
+    ///
+    /// Under a recording `GradientTape`, a graph without variable writes, random draws or
+    /// control flow is recorded as one op whose gradient is a compiled backward graph
+    /// reading the values the forward saved (traced once, on the first such call); second
+    /// and higher-order gradients recompute through the graph so the outer tape sees every
+    /// op. Other graphs replay op by op, each recorded.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow::{autodiff::GradientTape, function::Function, Tensor};
+    /// let f = Function::new(|a: &[Tensor]| Ok(vec![a[0].mul(&a[0])?.tanh()?]));
+    /// let x = Tensor::from_vec(vec![0.5f64, -1.0], &[2])?;
+    /// f.call(&[x.clone()])?; // traced
+    /// let tape = GradientTape::new();
+    /// tape.watch(&x);
+    /// let y = f.call(&[x.clone()])?;
+    /// assert_eq!(tape.num_recorded(), 1); // one op: the call
+    /// let dx = tape.gradient(&y[0], &[(&x).into()])?[0].clone().unwrap();
+    /// let t = x.mul(&x)?.tanh()?; // d tanh(x²)/dx = 2x (1 - tanh²)
+    /// let want = x.mul(&x.scalar_like(2.0)?)?.mul(&t.mul(&t)?.neg()?.add(&t.ones_like()?)?)?;
+    /// let (dx, want) = (dx.to_vec::<f64>()?, want.to_vec::<f64>()?);
+    /// assert!(dx.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-12));
+    /// # Ok::<(), ferroflow::Error>(())
+    /// ```
     pub fn call(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        if !ferroflow_tensor::dispatch::is_tracing()
+            && ferroflow_autodiff::is_recording()
+            && self.fits(args)
+        {
+            let op = self
+                .tape_op
+                .get_or_init(|| TapeOp::build(self, args).ok().flatten().map(Arc::new));
+            if let Some(op) = op {
+                return op.call(args);
+            }
+        }
+        self.replay(args)
+    }
+
+    /// Runs the graph op by op (tapes record each op).
+    pub(crate) fn replay(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
         self.graph.run(args, &self.frees)
+    }
+
+    /// Whether `args` have the traced signature's types.
+    fn fits(&self, args: &[Tensor]) -> bool {
+        let types = self.input_types();
+        types.len() == args.len()
+            && types.iter().zip(args).all(|(t, a)| {
+                t.as_ref()
+                    .is_some_and(|t| a.shape() == t.shape.as_slice() && a.dtype() == t.dtype)
+            })
+    }
+
+    /// The shape and dtype of each argument, in order (the signature it was traced for);
+    /// `None` for an argument the graph never reads (only a control-flow branch has them:
+    /// the inputs only the other branch uses).
+    pub fn input_types(&self) -> Vec<Option<ValueType>> {
+        let mut types = vec![None; self.graph.num_args];
+        for n in &self.graph.nodes {
+            if let (crate::graph::NodeKind::Arg(k), Some(t)) = (&n.kind, n.outputs.first()) {
+                if let Some(slot) = types.get_mut(*k) {
+                    *slot = Some(t.clone());
+                }
+            }
+        }
+        types
+    }
+
+    /// Writes the graph to a file that [`ConcreteFunction::load`] reads back without the
+    /// closure: its ops with their attributes, constants and captured tensors by value,
+    /// variables by name (their values stay with the caller; save them with the model's
+    /// weights). Crash-safe (temporary file, fsync, rename). A graph that uses two variables
+    /// of one name, or a host function (the NumPy API's `linalg`), cannot be saved.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow::{function::{ConcreteFunction, Function}, Tensor, Variable};
+    /// let w = Variable::new("w", Tensor::from_vec(vec![2.0f32, 3.0], &[2])?);
+    /// let f = {
+    ///     let w = w.clone();
+    ///     Function::new(move |a: &[Tensor]| Ok(vec![a[0].mul(&w.value())?.tanh()?]))
+    /// };
+    /// let x = Tensor::from_vec(vec![0.5f32, -1.0], &[2])?;
+    /// let path = std::env::temp_dir().join(format!("ferroflow-doc-{}.ffgraph", std::process::id()));
+    /// f.get_concrete_function(&[x.clone()])?.save(&path)?;
+    /// // Elsewhere, without the closure: bind the variables by name.
+    /// let loaded = ConcreteFunction::load(&path, &[w.clone()])?;
+    /// assert_eq!(loaded.call(&[x.clone()])?[0].to_vec::<f32>()?, f.call(&[x])?[0].to_vec::<f32>()?);
+    /// # std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn save(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
+        crate::saved::save(self, path.as_ref())
+    }
+
+    /// Reads a graph file written by [`ConcreteFunction::save`] and binds each variable it
+    /// names to the one of that name in `variables` (same dtype and shape), which calls then
+    /// read and update. Everything is checked before anything runs: a bad or truncated file,
+    /// a missing or mismatched variable is an error naming it. Constants are placed on the
+    /// default device. See [`ConcreteFunction::save`] for an example.
+    pub fn load(
+        path: impl AsRef<std::path::Path>,
+        variables: &[ferroflow_tensor::Variable],
+    ) -> Result<ConcreteFunction> {
+        crate::saved::load(path.as_ref(), variables)
     }
 
     /// For each node, the values freed after it ran.

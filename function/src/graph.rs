@@ -6,7 +6,9 @@ use ferroflow_tensor::{DType, Error, Op, Result, Tensor, Variable};
 use std::sync::Arc;
 
 /// One output of one node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct ValueRef {
     /// The node's index in [`Graph::nodes`].
     pub node: usize,
@@ -15,7 +17,7 @@ pub struct ValueRef {
 }
 
 /// The type of a value: shape and dtype, as recorded at trace time.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ValueType {
     /// Shape.
     pub shape: Vec<usize>,
@@ -304,6 +306,32 @@ impl Graph {
                 ));
             }
             for (k, t) in out.into_iter().enumerate() {
+                let recorded = &node.outputs[k];
+                if t.shape() != recorded.shape.as_slice() || t.dtype() != recorded.dtype {
+                    if let NodeKind::Arg(k) = node.kind {
+                        return Err(Error::invalid(
+                            "function",
+                            format!(
+                                "argument {k} must be {:?} {} (the traced signature), got {:?} {}",
+                                recorded.shape,
+                                recorded.dtype,
+                                t.shape(),
+                                t.dtype()
+                            ),
+                        ));
+                    }
+                    return Err(Error::invalid(
+                        "function",
+                        format!(
+                            "node %{i} ({}) made {:?} {}, the graph records {:?} {}",
+                            node.kind.name(),
+                            t.shape(),
+                            t.dtype(),
+                            recorded.shape,
+                            recorded.dtype
+                        ),
+                    ));
+                }
                 values[i][k] = Some(t);
             }
             for v in &frees[i] {

@@ -13,6 +13,9 @@
 //!   eagerly, graph nodes choosing per call inside a function, with gradients).
 //! - [`vectorized_map`]: a function of one example run on a whole batch by giving each op of
 //!   its graph a batch axis (TF's pfor); [`jacobian`] and [`batch_jacobian`] use it.
+//! - Graph files: [`ConcreteFunction::save`] writes a traced graph to one file and
+//!   [`ConcreteFunction::load`] reads it back without the closure, binding its variables by
+//!   name (the basis of an inference runtime).
 //!
 //! ```
 //! ferroflow::init();
@@ -37,6 +40,8 @@ mod control;
 mod function;
 mod graph;
 mod passes;
+mod saved;
+mod tape_op;
 mod trace;
 mod vectorize;
 

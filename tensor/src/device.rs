@@ -15,6 +15,7 @@ use std::sync::{Arc, RwLock};
 
 /// The kind of a local device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum DeviceKind {
     /// The host CPU.
     Cpu,
@@ -34,6 +35,7 @@ impl DeviceKind {
 
 /// A local device: kind and ordinal, e.g. `/device:GPU:0`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Device {
     kind: DeviceKind,
     index: usize,

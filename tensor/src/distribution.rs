@@ -77,6 +77,7 @@ pub type OnVariableCreated = Arc<dyn Fn(&Variable) + Send + Sync>;
 
 /// What a write does with its value ([`RemoteVariable::write`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum VariableWrite {
     /// `v = value`.
     Assign,

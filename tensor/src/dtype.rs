@@ -9,6 +9,7 @@ use std::fmt;
 /// The element type of a tensor. TensorFlow's rule holds: ops never promote implicitly,
 /// mismatched dtypes are an error and [`crate::Tensor::cast`] converts explicitly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum DType {
     /// IEEE half precision.
     F16,

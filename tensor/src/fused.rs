@@ -52,6 +52,7 @@ impl FusedKernel {
 /// One instruction of an [`ElementwiseProgram`]: it reads registers (the program's inputs
 /// first, then each earlier step's result) and writes the next one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ElementwiseStep {
     /// A unary op of a register.
     Unary(crate::UnaryOp, usize),
@@ -78,6 +79,7 @@ pub enum ElementwiseStep {
 /// assert!(p.check().is_ok());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ElementwiseProgram {
     /// How many inputs it reads.
     pub num_inputs: usize,
@@ -151,6 +153,7 @@ impl ElementwiseProgram {
 
 /// The activation a fused convolution applies after its bias ([`crate::Op::FusedConv2d`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum FusedActivation {
     /// None: `conv2d(x, f) + bias`.
     Linear,
@@ -162,6 +165,7 @@ pub enum FusedActivation {
 /// variable and slots from the old ones and the gradient, element by element, in one pass.
 /// Slots are passed and returned in the order listed per variant.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum UpdateRule {
     /// Slots `[v]`: `v' = m·v - lr·g; w' = w + v'` (nesterov: `w' = w + m·v' - lr·g`).
     SgdMomentum {

@@ -13,6 +13,7 @@ macro_rules! op_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),* $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
         pub enum $name { $($(#[$vm])* $v),* }
         impl $name {
             /// Every variant.
@@ -291,6 +292,7 @@ op_enum!(
 
 /// TF's padding modes for convolution and pooling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Padding {
     /// Output size ⌈in / stride⌉, zero padding split with the extra on the bottom/right.
     Same,
@@ -301,6 +303,7 @@ pub enum Padding {
 /// Geometry of one 2-D window op over NHWC data, resolved by the tensor layer so every
 /// backend computes identical output sizes and padding.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Window2d {
     /// Input [batch, height, width, channels].
     pub input: [usize; 4],
@@ -445,6 +448,7 @@ impl Window2d {
 
 /// The distribution of a stateful random op ([`Op::RandomStateful`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum RandomDistribution {
     /// Uniform in `[minval, maxval)` (integers: `maxval` exclusive).
     Uniform {
@@ -482,6 +486,7 @@ impl RandomDistribution {
 
 /// One primitive op with its attributes, as observers (tapes, profiler, tracers) see it.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Op {
     /// Host data placed on a device (no inputs).
@@ -652,8 +657,11 @@ pub enum Op {
     },
     /// A function computed on the host by a library outside the op set (the NumPy API's
     /// `linalg` through nalgebra); tapes record it and report that it has no gradient.
+    /// Not serialisable (graphs holding it cannot be saved).
+    #[cfg_attr(feature = "serde", serde(skip))]
     HostFunction {
         /// The function's NumPy name (`"linalg.inv"`).
+        #[cfg_attr(feature = "serde", serde(skip))]
         name: &'static str,
     },
 }
