@@ -407,6 +407,25 @@ pub(crate) fn cfg_usize(c: &Value, class: &str, key: &str) -> Result<usize> {
         })
 }
 
+/// A 1-D size (`kernel_size`, `strides`, `pool_size` of a 1-D layer): an integer, or the
+/// one-element list Keras writes for it.
+pub(crate) fn cfg_single(c: &Value, class: &str, key: &str) -> Result<usize> {
+    let v = cfg(c, class, key)?;
+    v.as_u64()
+        .or_else(|| {
+            v.as_array()
+                .filter(|a| a.len() == 1)
+                .and_then(|a| a[0].as_u64())
+        })
+        .map(|x| x as usize)
+        .ok_or_else(|| {
+            Error::format(
+                format!("{class} config"),
+                format!("{key:?} must be an integer or a list of one, got {v}"),
+            )
+        })
+}
+
 /// `cfg(..).as_f64()`.
 pub(crate) fn cfg_f64(c: &Value, class: &str, key: &str) -> Result<f64> {
     cfg(c, class, key)?.as_f64().ok_or_else(|| {

@@ -133,21 +133,29 @@ impl MlpProblem {
         Ok(MlpProblem { x, y, ws, bs })
     }
 
-    /// The gradients of the mean cross-entropy of `x` against one-hot `y`.
-    pub(crate) fn step(&self, x: &Tensor, y: &Tensor) -> ferroflow::Result<Vec<Tensor>> {
+    /// The weights, as gradient sources.
+    pub(crate) fn sources(&self) -> Vec<Source> {
+        self.ws.iter().chain(&self.bs).map(Source::from).collect()
+    }
+
+    /// The mean cross-entropy of `x` against one-hot `y`.
+    pub(crate) fn loss(&self, x: &Tensor, y: &Tensor) -> ferroflow::Result<Tensor> {
         let (ws, bs) = (&self.ws, &self.bs);
-        let sources: Vec<Source> = ws.iter().chain(bs).map(Source::from).collect();
-        let tape = GradientTape::new();
         let h = x.matmul(&ws[0].value())?.add(&bs[0].value())?.relu()?;
         let h = h.matmul(&ws[1].value())?.add(&bs[1].value())?.relu()?;
         let logits = h.matmul(&ws[2].value())?.add(&bs[2].value())?;
-        let loss = y
-            .mul(&logits.log_softmax(-1)?)?
+        y.mul(&logits.log_softmax(-1)?)?
             .reduce_sum(-1, false)?
             .neg()?
-            .reduce_mean(Axes::All, false)?;
+            .reduce_mean(Axes::All, false)
+    }
+
+    /// The gradients of [`MlpProblem::loss`].
+    pub(crate) fn step(&self, x: &Tensor, y: &Tensor) -> ferroflow::Result<Vec<Tensor>> {
+        let tape = GradientTape::new();
+        let loss = self.loss(x, y)?;
         Ok(tape
-            .gradient(&loss, &sources)?
+            .gradient(&loss, &self.sources())?
             .into_iter()
             .flatten()
             .collect())

@@ -18,10 +18,24 @@ use ferroflow::Tensor;
 
 const STEPS: usize = 200;
 
-/// Seconds per step of the MLP problem: eagerly and as a traced function.
-fn mlp_steps(p: &MlpProblem, f: &Function<'_>) -> ferroflow::Result<(f64, f64)> {
+/// Seconds per step of the MLP problem: eagerly, as a traced function, and with the
+/// forward (the loss) as a traced function under a tape outside it (the call one op on the
+/// tape, its gradient the compiled backward graph).
+fn mlp_steps(
+    p: &MlpProblem,
+    f: &Function<'_>,
+    forward: &Function<'_>,
+) -> ferroflow::Result<(f64, f64, f64)> {
     let args = [p.x.clone(), p.y.clone()];
     f.call(&args)?; // traced once, before timing
+    forward.call(&args)?;
+    let sources = p.sources();
+    let outside = || -> ferroflow::Result<Vec<Option<Tensor>>> {
+        let tape = ferroflow::autodiff::GradientTape::new();
+        let loss = forward.call(&args)?;
+        tape.gradient(&loss[0], &sources)
+    };
+    outside()?; // the backward graph traced once, before timing
     let eager = median_time(
         || {
             for _ in 0..STEPS {
@@ -38,7 +52,15 @@ fn mlp_steps(p: &MlpProblem, f: &Function<'_>) -> ferroflow::Result<(f64, f64)> 
         },
         5,
     ) / STEPS as f64;
-    Ok((eager, graph))
+    let tape_outside = median_time(
+        || {
+            for _ in 0..STEPS {
+                black_box(outside().expect("forward graph under a tape"));
+            }
+        },
+        5,
+    ) / STEPS as f64;
+    Ok((eager, graph, tape_outside))
 }
 
 /// Examples in the per-example gradient figures.
@@ -125,15 +147,18 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
         Err(e) => return format!("function: could not set up the MLP: {e}\n"),
     };
     let f = Function::new(|a: &[Tensor]| problem.step(&a[0], &a[1])).with_name("mlp_step");
+    let forward =
+        Function::new(|a: &[Tensor]| Ok(vec![problem.loss(&a[0], &a[1])?])).with_name("mlp_loss");
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/tf_mlp_step.py");
     let mut series: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     const CNN_SAMPLES: usize = 10_000;
     for r in 0..rounds {
         eprintln!("xtask bench function: round {}/{rounds}", r + 1);
-        match mlp_steps(&problem, &f) {
-            Ok((eager, graph)) => {
+        match mlp_steps(&problem, &f, &forward) {
+            Ok((eager, graph, outside)) => {
                 series.entry("eager").or_default().push(eager);
                 series.entry("graph").or_default().push(graph);
+                series.entry("tape outside").or_default().push(outside);
             }
             Err(e) => return format!("function: the MLP step failed: {e}\n"),
         }
@@ -226,12 +251,15 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
     let sps = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.0}"));
     let mut md = format!(
         "\n### Graph functions (#24; {rounds} rounds, medians; ours and TensorFlow's in turn)\n\n\
-         MLP 784-256-128-10, batch 32, forward and backward under a tape (µs per step):\n\n\
-         | ferroflow eager | ferroflow `Function` | TF eager | TF `tf.function` | TF `jit_compile=True` | ours (graph) / tf.function | ours (graph) / XLA |\n\
-         |---|---|---|---|---|---|---|\n\
-         | {} | {} | {} | {} | {} | {} | {} |\n\n",
+         MLP 784-256-128-10, batch 32, forward and backward under a tape (µs per step; \
+         \"forward `Function`, tape outside\": the loss traced, the tape around the call, \
+         which it records as one op with a compiled backward graph):\n\n\
+         | ferroflow eager | ferroflow `Function` | ferroflow forward `Function`, tape outside | TF eager | TF `tf.function` | TF `jit_compile=True` | ours (graph) / tf.function | ours (graph) / XLA |\n\
+         |---|---|---|---|---|---|---|---|\n\
+         | {} | {} | {} | {} | {} | {} | {} | {} |\n\n",
         us(get("eager")),
         us(get("graph")),
+        us(get("tape outside")),
         us(get("tf eager")),
         us(get("tf function")),
         us(get("tf xla")),

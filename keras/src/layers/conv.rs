@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use crate::activations::Activation as Act;
 use crate::initializers::Initializer;
-use crate::layer::{cfg, cfg_pair, cfg_usize, Layer, LayerBase};
+use crate::layer::{cfg, cfg_pair, cfg_single, cfg_usize, Layer, LayerBase};
 use crate::layers::core::layer_base;
 use crate::layers::{add_kernel_and_bias, bias_and_activation, built_weight, expect_inputs};
 use crate::regularizers::Regularizer;
@@ -407,18 +407,7 @@ macro_rules! pool1d_layer {
             /// Rebuilds from [`Layer::get_config`] (or Keras' own config).
             pub fn from_config(c: &Value) -> Result<$name> {
                 check_channels_last(c, $class)?;
-                let one = |key: &str| -> Result<usize> {
-                    let v = cfg(c, $class, key)?;
-                    v.as_u64()
-                        .or_else(|| v.as_array().filter(|a| a.len() == 1).and_then(|a| a[0].as_u64()))
-                        .map(|x| x as usize)
-                        .ok_or_else(|| {
-                            Error::format(
-                                format!("{} config", $class),
-                                format!("{key:?} must be an integer, got {v}"),
-                            )
-                        })
-                };
+                let one = |key: &str| cfg_single(c, $class, key);
                 let mut l = $name::new(one("pool_size")?);
                 l.strides = match c.get("strides") {
                     None | Some(Value::Null) => l.pool_size,

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use crate::activations::Activation as Act;
 use crate::initializers::Initializer;
-use crate::layer::{cfg, cfg_pair, cfg_usize, Layer, LayerBase};
+use crate::layer::{cfg, cfg_pair, cfg_single, cfg_usize, Layer, LayerBase};
 use crate::layers::conv::{padding_from, padding_name};
 use crate::layers::core::layer_base;
 use crate::layers::{add_kernel_and_bias, bias_and_activation, built_weight, expect_inputs};
@@ -135,10 +135,10 @@ impl Conv1D {
     pub fn from_config(c: &Value) -> Result<Conv1D> {
         let mut l = Conv1D::new(
             cfg_usize(c, "Conv1D", "filters")?,
-            cfg_usize(c, "Conv1D", "kernel_size")?,
+            cfg_single(c, "Conv1D", "kernel_size")?,
         );
-        l.strides = cfg_usize(c, "Conv1D", "strides")?;
-        l.dilation_rate = cfg_usize(c, "Conv1D", "dilation_rate")?;
+        l.strides = cfg_single(c, "Conv1D", "strides")?;
+        l.dilation_rate = cfg_single(c, "Conv1D", "dilation_rate")?;
         l.padding = padding_from(c, "Conv1D")?;
         l.activation = activation_of(c)?;
         l.kernel_initializer = Initializer::from_config(cfg(c, "Conv1D", "kernel_initializer")?)?;
