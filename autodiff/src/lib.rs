@@ -35,4 +35,6 @@ mod grad;
 mod tape;
 
 pub use custom::{custom_gradient, stop_gradient};
-pub use tape::{is_recording, GradFn, GradientTape, RecordingPause, Source, UnconnectedGradients};
+pub use tape::{
+    is_recording, is_tracked, GradFn, GradientTape, RecordingPause, Source, UnconnectedGradients,
+};

@@ -183,6 +183,27 @@ pub fn is_recording() -> bool {
         .any(|r| Recorder::active(&r.lock()))
 }
 
+/// Whether a tape recording now tracks `t` (watched, a trainable variable's value read
+/// under it, or computed from one): whether a gradient with respect to `t` can be asked
+/// for. Graph functions compile a backward graph only for the inputs a tape tracks.
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow::{autodiff::{is_tracked, GradientTape}, Tensor};
+/// let (x, c) = (Tensor::scalar(2.0f32)?, Tensor::scalar(3.0f32)?);
+/// let tape = GradientTape::new();
+/// tape.watch(&x);
+/// let y = x.mul(&c)?;
+/// assert!(is_tracked(&x) && is_tracked(&y) && !is_tracked(&c));
+/// # Ok::<(), ferroflow::Error>(())
+/// ```
+pub fn is_tracked(t: &Tensor) -> bool {
+    active_recorders().iter().any(|r| {
+        let s = r.lock();
+        Recorder::active(&s) && s.tracked.contains(&t.id())
+    })
+}
+
 /// Records operations for automatic differentiation, like `tf.GradientTape`.
 ///
 /// Recording starts at construction; a non-persistent tape stops at its

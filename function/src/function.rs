@@ -8,7 +8,7 @@ use crate::trace::trace;
 use ferroflow_tensor::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// Traces after which [`Function`] warns that it keeps retracing (TF warns after 5).
 const RETRACE_WARNING: usize = 5;
@@ -88,9 +88,9 @@ pub struct ConcreteFunction {
     graph: Graph,
     frees: Vec<Vec<ValueRef>>,
     stats: GraphStats,
-    /// The call as one op on tapes, built on the first call under a tape (`None`: the graph
-    /// does not qualify, and calls replay op by op).
-    tape_op: OnceLock<Option<Arc<TapeOp>>>,
+    /// The call as one op on tapes, per set of inputs the tapes track, built on the first
+    /// such call (`None`: the graph does not qualify, and calls replay op by op).
+    tape_ops: Mutex<HashMap<Vec<bool>, Option<Arc<TapeOp>>>>,
 }
 
 impl ConcreteFunction {
@@ -102,30 +102,19 @@ impl ConcreteFunction {
         let merged = eliminate_common_subexpressions(&mut graph);
         let dead = eliminate_dead_code(&mut graph);
         let fused = fuse_elementwise(&mut graph);
-        let frees = graph.last_uses();
-        let stats = GraphStats {
+        let mut function = ConcreteFunction::from_graph(graph);
+        function.stats = GraphStats {
             traced_nodes,
             folded,
             merged,
             dead,
             fused,
-            nodes: graph.nodes.len(),
-            ops: graph
-                .nodes
-                .iter()
-                .filter(|n| matches!(n.kind, crate::graph::NodeKind::Op(_)))
-                .count(),
-            peak_bytes: graph.peak_bytes(),
+            ..function.stats
         };
-        ConcreteFunction {
-            graph,
-            frees,
-            stats,
-            tape_op: OnceLock::new(),
-        }
+        function
     }
 
-    /// A graph as loaded from a file: already optimised, so no pass runs again.
+    /// A graph as it is (loaded from a file, or already optimised): no pass runs.
     pub(crate) fn from_graph(graph: Graph) -> ConcreteFunction {
         let frees = graph.last_uses();
         let stats = GraphStats {
@@ -143,7 +132,7 @@ impl ConcreteFunction {
             graph,
             frees,
             stats,
-            tape_op: OnceLock::new(),
+            tape_ops: Mutex::new(HashMap::new()),
         }
     }
 
@@ -178,11 +167,25 @@ impl ConcreteFunction {
             && ferroflow_autodiff::is_recording()
             && self.fits(args)
         {
-            let op = self
-                .tape_op
-                .get_or_init(|| TapeOp::build(self, args).ok().flatten().map(Arc::new));
-            if let Some(op) = op {
-                return op.call(args);
+            let inputs = TapeOp::inputs_of(&self.graph, args);
+            // One backward graph per set of inputs the tapes track (gradients for the
+            // others are never asked for, and a data batch's would cost a product).
+            let needed: Vec<bool> = inputs.iter().map(ferroflow_autodiff::is_tracked).collect();
+            if needed.iter().any(|&n| n) {
+                let op = {
+                    let mut ops = self.tape_ops.lock().unwrap_or_else(|e| e.into_inner());
+                    ops.entry(needed.clone())
+                        .or_insert_with(|| {
+                            TapeOp::build(self, &inputs, &needed)
+                                .ok()
+                                .flatten()
+                                .map(Arc::new)
+                        })
+                        .clone()
+                };
+                if let Some(op) = op {
+                    return op.call(&inputs);
+                }
             }
         }
         self.replay(args)

@@ -30,7 +30,7 @@ use ferroflow_autodiff::{
     UnconnectedGradients,
 };
 use ferroflow_tensor::dispatch::isolated_scope;
-use ferroflow_tensor::{Error, Op, Result, Tensor, Variable};
+use ferroflow_tensor::{Error, Op, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -44,10 +44,6 @@ pub(crate) struct TapeOp {
     /// Saved values, then one gradient per output → one gradient per differentiable input.
     backward: ConcreteFunction,
     num_outputs: usize,
-    /// The variables read, in argument order after the function's own arguments.
-    reads: Vec<Variable>,
-    /// The captured tensors, after the reads.
-    captures: Vec<Tensor>,
     /// The inputs that get a gradient (float or complex), in the backward's output order.
     differentiable: Vec<usize>,
 }
@@ -72,23 +68,47 @@ fn qualifies(graph: &Graph) -> bool {
 }
 
 impl TapeOp {
-    /// Builds the graphs for `function`, tracing on `args`; `None` when it does not qualify.
-    pub(crate) fn build(function: &ConcreteFunction, args: &[Tensor]) -> Result<Option<TapeOp>> {
+    /// The inputs a call on `args` passes to the op: the arguments, the variables' values
+    /// (read here, where the tapes see the reads and watch trainable variables), then the
+    /// captured tensors.
+    pub(crate) fn inputs_of(graph: &Graph, args: &[Tensor]) -> Vec<Tensor> {
+        let mut inputs: Vec<Tensor> = args.to_vec();
+        let mut captures = Vec::new();
+        for n in &graph.nodes {
+            match &n.kind {
+                NodeKind::ReadVariable(v) => inputs.push(v.value()),
+                NodeKind::Captured(t) => captures.push(t.clone()),
+                _ => {}
+            }
+        }
+        inputs.extend(captures);
+        inputs
+    }
+
+    /// Builds the graphs for `function` with gradients for the inputs `needed` marks
+    /// (those a tape tracks), tracing on `inputs` ([`TapeOp::inputs_of`]); `None` when it
+    /// does not qualify or no input needs a gradient.
+    pub(crate) fn build(
+        function: &ConcreteFunction,
+        inputs: &[Tensor],
+        needed: &[bool],
+    ) -> Result<Option<TapeOp>> {
         let graph = function.graph();
         if !qualifies(graph) {
             return Ok(None);
         }
         // The primal graph: reads and captures become arguments.
-        let (mut reads, mut captures) = (Vec::new(), Vec::new());
-        for n in &graph.nodes {
-            match &n.kind {
-                NodeKind::ReadVariable(v) => reads.push(v.clone()),
-                NodeKind::Captured(t) => captures.push(t.clone()),
-                _ => {}
-            }
+        let count = |f: fn(&NodeKind) -> bool| graph.nodes.iter().filter(|n| f(&n.kind)).count();
+        let reads = count(|k| matches!(k, NodeKind::ReadVariable(_)));
+        let captures = count(|k| matches!(k, NodeKind::Captured(_)));
+        let num_inputs = graph.num_args + reads + captures;
+        if inputs.len() != num_inputs {
+            return Err(Error::invalid(
+                "function",
+                "a call's inputs do not match its graph (a bug in ferroflow)",
+            ));
         }
-        let num_inputs = graph.num_args + reads.len() + captures.len();
-        let (mut next_read, mut next_capture) = (graph.num_args, graph.num_args + reads.len());
+        let (mut next_read, mut next_capture) = (graph.num_args, graph.num_args + reads);
         let mut primal = graph.clone();
         for n in &mut primal.nodes {
             match n.kind {
@@ -107,17 +127,19 @@ impl TapeOp {
         let primal = ConcreteFunction::from_graph(primal);
         let input_types = primal.input_types();
         let differentiable: Vec<usize> = (0..num_inputs)
-            .filter(|&i| input_types[i].as_ref().is_some_and(differentiable))
+            .filter(|&i| {
+                needed.get(i) == Some(&true) && input_types[i].as_ref().is_some_and(differentiable)
+            })
             .collect();
+        if differentiable.is_empty() {
+            return Ok(None);
+        }
         let num_outputs = graph.outputs.len();
 
         // Trace forward and backward together, apart from the tapes around the call (fresh
         // identities: no outer tape tracks the trace's inputs).
         let _isolated = isolated_scope();
-        let mut values: Vec<Tensor> = args.to_vec();
-        values.extend(reads.iter().map(Variable::peek));
-        values.extend(captures.iter().cloned());
-        let values: Vec<Tensor> = values.iter().map(stop_gradient).collect();
+        let values: Vec<Tensor> = inputs.iter().map(stop_gradient).collect();
         let outputs = primal.replay(&values)?;
         let mut combined_args = values;
         for o in &outputs {
@@ -155,20 +177,14 @@ impl TapeOp {
             forward: ConcreteFunction::new(forward, 0),
             backward: ConcreteFunction::new(backward, 0),
             num_outputs,
-            reads,
-            captures,
             differentiable,
         }))
     }
 
-    /// Runs the function as one op on the tapes recording now.
-    pub(crate) fn call(self: &Arc<TapeOp>, args: &[Tensor]) -> Result<Vec<Tensor>> {
-        let mut inputs: Vec<Tensor> = args.to_vec();
-        // Read here, where the tapes see the reads (and watch trainable variables).
-        inputs.extend(self.reads.iter().map(Variable::value));
-        inputs.extend(self.captures.iter().cloned());
+    /// Runs the function as one op on the tapes recording now, on [`TapeOp::inputs_of`].
+    pub(crate) fn call(self: &Arc<TapeOp>, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let op = self.clone();
-        custom_gradient(&inputs, move |inputs| {
+        custom_gradient(inputs, move |inputs| {
             let mut outputs = op.forward.replay(inputs)?;
             let saved = outputs.split_off(op.num_outputs);
             let inputs = inputs.to_vec();

@@ -7,15 +7,8 @@ use ferroflow::autodiff::{GradientTape, UnconnectedGradients};
 use ferroflow::function::{cond, while_loop, while_loop_with, Function, NodeKind};
 use ferroflow::{random, Axes, DType, Error, Result, Tensor, Variable};
 
-fn bits(t: &Tensor) -> Vec<u64> {
-    t.cast(DType::F64)
-        .unwrap()
-        .to_vec::<f64>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
-}
+mod common;
+use common::bits;
 
 fn f64s(shape: &[usize], seed: u64) -> Tensor {
     random::stateless_normal(shape, [seed, 3], 0.0, 1.0, DType::F64).unwrap()

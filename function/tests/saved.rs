@@ -9,15 +9,8 @@ use ferroflow::{random, Axes, DType, Error, Result, Tensor, Variable};
 use proptest::prelude::*;
 use std::path::PathBuf;
 
-fn bits(t: &Tensor) -> Vec<u64> {
-    t.cast(DType::F64)
-        .unwrap()
-        .to_vec::<f64>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
-}
+mod common;
+use common::bits;
 
 fn normal(shape: &[usize], seed: u64) -> Tensor {
     random::stateless_normal(shape, [seed, 5], 0.0, 1.0, DType::F32).unwrap()

@@ -6,33 +6,11 @@
 use ferroflow::autodiff::{GradientTape, Source};
 use ferroflow_keras::layers::{deserialize, Normalization};
 use ferroflow_keras::{sequential, Layer, Model};
-use ferroflow_tensor::{DType, HostData, Tensor};
+use ferroflow_tensor::{DType, Tensor};
 use serde_json::{json, Value};
 
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("numbers")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
-
-fn shape(v: &Value) -> Vec<usize> {
-    v.as_array()
-        .expect("a shape")
-        .iter()
-        .map(|x| x.as_u64().expect("a dimension") as usize)
-        .collect()
-}
-
-fn tensor(v: &Value) -> Tensor {
-    let dtype = DType::parse(v["dtype"].as_str().unwrap()).unwrap();
-    Tensor::from_host(
-        HostData::from_f64_slice(dtype, &floats(&v["data"])),
-        &shape(&v["shape"]),
-    )
-    .unwrap()
-}
+mod tf_fixture;
+use tf_fixture::{floats, shape, tensor};
 
 fn assert_close(what: &str, got: &Tensor, want_shape: &[usize], want: &[f64]) {
     assert_eq!(got.shape(), want_shape, "{what}: shape");

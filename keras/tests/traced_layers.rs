@@ -9,34 +9,12 @@ use ferroflow::autodiff::{GradientTape, Source};
 use ferroflow::function::Function;
 use ferroflow_keras::layers::{deserialize, Normalization};
 use ferroflow_keras::Layer;
-use ferroflow_tensor::{random, Axes, DType, HostData, Result, Tensor};
+use ferroflow_tensor::{random, Axes, DType, Result, Tensor};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("numbers")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
-
-fn shape(v: &Value) -> Vec<usize> {
-    v.as_array()
-        .expect("a shape")
-        .iter()
-        .map(|x| x.as_u64().expect("a dimension") as usize)
-        .collect()
-}
-
-fn fixture_tensor(v: &Value) -> Tensor {
-    let dtype = DType::parse(v["dtype"].as_str().unwrap()).unwrap();
-    Tensor::from_host(
-        HostData::from_f64_slice(dtype, &floats(&v["data"])),
-        &shape(&v["shape"]),
-    )
-    .unwrap()
-}
+mod tf_fixture;
+use tf_fixture::{floats, shape, tensor as fixture_tensor};
 
 fn normal(shape: &[usize], seed: u64) -> Tensor {
     random::stateless_normal(shape, [seed, 21], 0.0, 1.0, DType::F32).unwrap()
