@@ -88,6 +88,8 @@ pub struct ConcreteFunction {
     graph: Graph,
     frees: Vec<Vec<ValueRef>>,
     stats: GraphStats,
+    /// Each argument's type, read off the graph's `Arg` nodes once.
+    input_types: Vec<Option<ValueType>>,
     /// The call as one op on tapes, per set of inputs the tapes track, built on the first
     /// such call (`None`: the graph does not qualify, and calls replay op by op).
     tape_ops: Mutex<HashMap<Vec<bool>, Option<Arc<TapeOp>>>>,
@@ -117,6 +119,14 @@ impl ConcreteFunction {
     /// A graph as it is (loaded from a file, or already optimised): no pass runs.
     pub(crate) fn from_graph(graph: Graph) -> ConcreteFunction {
         let frees = graph.last_uses();
+        let mut input_types = vec![None; graph.num_args];
+        for n in &graph.nodes {
+            if let (crate::graph::NodeKind::Arg(k), Some(t)) = (&n.kind, n.outputs.first()) {
+                if let Some(slot) = input_types.get_mut(*k) {
+                    *slot = Some(t.clone());
+                }
+            }
+        }
         let stats = GraphStats {
             traced_nodes: graph.nodes.len(),
             nodes: graph.nodes.len(),
@@ -132,6 +142,7 @@ impl ConcreteFunction {
             graph,
             frees,
             stats,
+            input_types,
             tape_ops: Mutex::new(HashMap::new()),
         }
     }
@@ -174,14 +185,17 @@ impl ConcreteFunction {
             if needed.iter().any(|&n| n) {
                 let op = {
                     let mut ops = self.tape_ops.lock().unwrap_or_else(|e| e.into_inner());
-                    ops.entry(needed.clone())
-                        .or_insert_with(|| {
-                            TapeOp::build(self, &inputs, &needed)
+                    match ops.get(&needed) {
+                        Some(op) => op.clone(),
+                        None => {
+                            let op = TapeOp::build(self, &inputs, &needed)
                                 .ok()
                                 .flatten()
-                                .map(Arc::new)
-                        })
-                        .clone()
+                                .map(Arc::new);
+                            ops.insert(needed, op.clone());
+                            op
+                        }
+                    }
                 };
                 if let Some(op) = op {
                     return op.call(&inputs);
@@ -198,7 +212,7 @@ impl ConcreteFunction {
 
     /// Whether `args` have the traced signature's types.
     fn fits(&self, args: &[Tensor]) -> bool {
-        let types = self.input_types();
+        let types = &self.input_types;
         types.len() == args.len()
             && types.iter().zip(args).all(|(t, a)| {
                 t.as_ref()
@@ -209,16 +223,8 @@ impl ConcreteFunction {
     /// The shape and dtype of each argument, in order (the signature it was traced for);
     /// `None` for an argument the graph never reads (only a control-flow branch has them:
     /// the inputs only the other branch uses).
-    pub fn input_types(&self) -> Vec<Option<ValueType>> {
-        let mut types = vec![None; self.graph.num_args];
-        for n in &self.graph.nodes {
-            if let (crate::graph::NodeKind::Arg(k), Some(t)) = (&n.kind, n.outputs.first()) {
-                if let Some(slot) = types.get_mut(*k) {
-                    *slot = Some(t.clone());
-                }
-            }
-        }
-        types
+    pub fn input_types(&self) -> &[Option<ValueType>] {
+        &self.input_types
     }
 
     /// Writes the graph to a file that [`ConcreteFunction::load`] reads back without the

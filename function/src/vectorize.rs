@@ -92,6 +92,18 @@ fn with_example_rank(t: &Tensor, rank: usize) -> Result<Tensor> {
     t.reshape_to(&shape)
 }
 
+/// Each batched value with `rank` example axes ([`with_example_rank`]), invariant values as
+/// they are: the inputs of a broadcasting op run on the batch.
+fn with_example_ranks(inputs: &[Value], rank: usize) -> Result<Vec<Tensor>> {
+    inputs
+        .iter()
+        .map(|v| match v {
+            Value::Batched(t) => with_example_rank(t, rank),
+            Value::Invariant(t) => Ok(t.clone()),
+        })
+        .collect()
+}
+
 /// Indices (batched, or the same for every example) with `b · rows` added to example
 /// `b`'s: they index the rows of all examples stacked. An index outside `[0, rows)` becomes
 /// `batch · rows`, outside every example's rows, so the kernel still reports it instead of
@@ -157,13 +169,7 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
         Op::Binary(_) | Op::Select | Op::FusedElementwise(_) => {
             // Broadcast as one example would: batched inputs get the output's rank.
             let rank = inputs.iter().map(Value::example_rank).max().unwrap_or(0);
-            let ts = inputs
-                .iter()
-                .map(|v| match v {
-                    Value::Batched(t) => with_example_rank(t, rank),
-                    Value::Invariant(t) => Ok(t.clone()),
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let ts = with_example_ranks(inputs, rank)?;
             run(op.clone(), ts)
         }
         Op::Reduce {
@@ -286,8 +292,8 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
                     let k = x.shape()[x.rank() - 1];
                     let rows = x.num_elements() / k.max(1);
                     let y = x.reshape_to(&[rows, k])?.matmul_t(w, false, *transpose_b)?;
-                    let mut shape = x.shape().to_vec();
-                    *shape.last_mut().expect("rank >= 3") = y.shape()[1];
+                    let mut shape = x.shape()[..x.rank() - 1].to_vec();
+                    shape.push(y.shape()[1]);
                     return Ok(Some(vec![y.reshape_to(&shape)?]));
                 }
             }
@@ -325,13 +331,7 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
                 };
                 return Ok(Some(vec![ca.mul(&cb)?]));
             }
-            let ts = inputs
-                .iter()
-                .map(|v| match v {
-                    Value::Batched(t) => with_example_rank(t, rank),
-                    Value::Invariant(t) => Ok(t.clone()),
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let ts = with_example_ranks(inputs, rank)?;
             run(op.clone(), ts)
         }
         Op::Conv2d(_) | Op::FusedConv2d(..) | Op::Pool2d(..) | Op::MaxPoolGrad(_)
@@ -712,5 +712,8 @@ fn seeded_gradients(
         },
         &[seeds],
     )?;
-    Ok(grads.into_iter().next().expect("one output per seed"))
+    grads.into_iter().next().ok_or_else(|| Error::Tape {
+        method,
+        msg: "vectorized_map returned no gradient (a bug in ferroflow)".into(),
+    })
 }
