@@ -105,6 +105,8 @@ pub(crate) struct Gpu {
     pub f16: bool,
     /// Largest buffer a kernel can bind.
     pub max_binding: u64,
+    /// How many storage buffers one kernel may bind (its parameter block included).
+    pub max_storage_buffers: usize,
     recorder: Mutex<Recorder>,
     pool: Mutex<Pool>,
     kernels: Mutex<HashMap<String, Arc<Kernel>>>,
@@ -193,6 +195,7 @@ impl Gpu {
             info,
             f16,
             max_binding,
+            max_storage_buffers: limits.max_storage_buffers_per_shader_stage as usize,
             recorder: Mutex::new(Recorder {
                 encoder: None,
                 pass: None,

@@ -45,8 +45,9 @@ mod shaders;
 pub use buffer::WgpuBuffer;
 
 use ferroflow_tensor::{
-    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, Error, FusedKernel,
-    HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
+    ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, ElementwiseProgram,
+    Error, FusedKernel, HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule,
+    Window2d,
 };
 use gpu::{backend_error, Gpu};
 use kernels::In;
@@ -264,10 +265,14 @@ impl Backend for WgpuBackend {
             None => "wgpu".into(),
         }
     }
-    /// The fused optimizer update, for f32 (the dtype of trainable variables, also under
-    /// mixed precision); the other fused kernels are composed from primitives here.
+    /// The fused optimizer update and elementwise programs (one generated kernel each), for
+    /// f32 (the dtype of trainable variables, also under mixed precision); the other fused
+    /// kernels are composed from primitives here.
     fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
-        kernel == FusedKernel::OptimizerUpdate && dtype == DType::F32
+        matches!(
+            kernel,
+            FusedKernel::OptimizerUpdate | FusedKernel::Elementwise
+        ) && dtype == DType::F32
     }
     fn supports_dtype(&self, ordinal: usize, dtype: DType) -> bool {
         match dtype {
@@ -423,6 +428,21 @@ impl Backend for WgpuBackend {
     }
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         boxed(kernels::pool::avg_pool_grad(&In::new(dy)?, w)?)
+    }
+    fn fused_elementwise(
+        &self,
+        program: &ElementwiseProgram,
+        inputs: &[Operand<'_>],
+        shape: &[usize],
+    ) -> Result<Vec<BufferBox>> {
+        let ins = inputs
+            .iter()
+            .map(|&x| In::new(x))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(kernels::fused::fused_elementwise(program, &ins, shape)?
+            .into_iter()
+            .map(|b| Box::new(b) as BufferBox)
+            .collect())
     }
     fn optimizer_update(
         &self,

@@ -443,6 +443,45 @@ pub fn elementwise_program(device: &Device) {
             Ok(())
         },
     );
+    // A wide program (more inputs than one kernel may bind on small adapters), returning
+    // one register twice: each output its own tensor.
+    let n_in = 14;
+    let inputs: Vec<Tensor> = (0..n_in)
+        .map(|k| {
+            let shape: &[usize] = if k % 2 == 0 { &[2, 3] } else { &[3] };
+            let n = shape.iter().product();
+            Tensor::from_host_on(
+                crate::HostData::F32(values(k as u64, n).iter().map(|&v| v as f32).collect()),
+                shape,
+                *device,
+            )
+            .expect("upload")
+        })
+        .collect();
+    let steps: Vec<ElementwiseStep> = (1..n_in)
+        .map(|k| {
+            let acc = if k == 1 { 0 } else { n_in + k - 2 };
+            ElementwiseStep::Binary(BinaryOp::Mul, acc, k)
+        })
+        .chain([ElementwiseStep::Unary(UnaryOp::Tanh, 2 * n_in - 2)])
+        .collect();
+    let last = n_in + steps.len() - 1;
+    let wide = Arc::new(ElementwiseProgram {
+        num_inputs: n_in,
+        steps,
+        outputs: vec![last, last - 1, last],
+    });
+    let fused = Tensor::fused_elementwise(&wide, &inputs).expect("a wide program");
+    let composed = wide.compose(&inputs, &[2, 3]).expect("compose");
+    assert_eq!(fused.len(), 3);
+    for (f, c) in fused.iter().zip(&composed) {
+        assert_eq!(f.shape(), &[2, 3]);
+        assert_eq!(
+            f.to_f64_vec().expect("read"),
+            c.to_f64_vec().expect("read"),
+            "{wide:?}"
+        );
+    }
     // A malformed program is an error, not a panic.
     let one = Tensor::from_host_on(crate::HostData::F32(vec![1.0]), &[1], *device).expect("upload");
     let bad = Arc::new(ElementwiseProgram {

@@ -3,6 +3,7 @@
 //! a shader error fails `cargo test` on any machine, before a driver ever compiles it.
 
 use super::elementwise::{binary_source, cast_source, unary_source};
+use super::fused::fused_source;
 use super::gemm::{self, conv_loaders, gemm_full_source, matmul_loaders, Reads, Tile};
 use super::index::{gather_source, scatter_add_source};
 use super::movement::{concat_source, copy_source, pad_source, select_source};
@@ -100,6 +101,38 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
     for rule in ferroflow_tensor::conformance::fused::rules() {
         add(format!("optimizer_{rule:?}"), Some(optimizer_source(&rule)));
     }
+    // Elementwise programs: every fusible unary op in one chain, every fusible binary op in
+    // another, with two outputs (the kernel's WGSL is generated per program).
+    {
+        use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep};
+        let unary: Vec<ElementwiseStep> = UnaryOp::ALL
+            .iter()
+            .filter(|&&op| ElementwiseProgram::fusible_unary(op))
+            .enumerate()
+            .map(|(k, &op)| ElementwiseStep::Unary(op, k))
+            .collect();
+        let binary: Vec<ElementwiseStep> = BinaryOp::ALL
+            .iter()
+            .filter(|&&op| ElementwiseProgram::fusible_binary(op))
+            .enumerate()
+            .map(|(k, &op)| ElementwiseStep::Binary(op, 1 + k, 0))
+            .collect();
+        for steps in [unary, binary] {
+            let end = steps.len();
+            let program = ElementwiseProgram {
+                num_inputs: 1 + usize::from(matches!(steps[0], ElementwiseStep::Binary(..))),
+                steps,
+                outputs: vec![],
+            };
+            let last = program.num_inputs + end - 1;
+            let program = ElementwiseProgram {
+                outputs: vec![last, program.num_inputs],
+                ..program
+            };
+            assert!(program.check().is_ok(), "{program:?}");
+            add(format!("fused_{program:?}"), fused_source(&program));
+        }
+    }
     let tiles: [Tile; 3] = [gemm::BIG, gemm::MID, gemm::SMALL];
     for t in tiles {
         for e in [Elem::F32, Elem::F16, Elem::I32] {
@@ -182,6 +215,7 @@ mod tests {
             "max_pool_grad_",
             "avg_pool_grad_",
             "optimizer_",
+            "fused_",
             "matmul_",
             "conv2d_",
             "conv2d_backprop_input_",

@@ -7,7 +7,7 @@ use crate::elem::{unsupported_on, Elem, Params};
 use crate::shaders::kernel_source;
 use ferroflow_tensor::{BinaryOp, DType, Error, Result, UnaryOp};
 
-fn unary_expr(op: UnaryOp, e: Elem) -> Option<&'static str> {
+pub(super) fn unary_expr(op: UnaryOp, e: Elem) -> Option<&'static str> {
     use UnaryOp::*;
     Some(match e {
         Elem::F32 | Elem::F16 => match op {
@@ -98,7 +98,7 @@ pub(crate) fn unary(op: UnaryOp, x: &In<'_>) -> Result<WgpuBuffer> {
 }
 
 /// (expression, needs a nonzero divisor check, needs a non-negative exponent check)
-fn binary_expr(op: BinaryOp, e: Elem) -> Option<(&'static str, bool, bool)> {
+pub(super) fn binary_expr(op: BinaryOp, e: Elem) -> Option<(&'static str, bool, bool)> {
     use BinaryOp::*;
     let plain = |s| Some((s, false, false));
     match e {

@@ -12,6 +12,7 @@
 #[cfg(test)]
 mod catalog;
 pub(crate) mod elementwise;
+pub(crate) mod fused;
 pub(crate) mod gemm;
 pub(crate) mod index;
 pub(crate) mod movement;

@@ -1,0 +1,234 @@
+//! Elementwise programs ([`ElementwiseProgram`], what a graph function's fusion pass makes of
+//! chains and trees of unary and binary ops) as one generated WGSL kernel: one thread per
+//! output element reads each input through its broadcast layout, runs every step in
+//! registers, and writes each output; intermediates never reach memory and the whole
+//! program is one dispatch. Each step is the same WGSL expression as the op's own kernel
+//! (`elementwise.rs`), as a function of its own.
+//!
+//! Shader compilers may rewrite float arithmetic within one kernel (reassociate
+//! `(a + b) - a` to `b`, contract a product and a sum into a fused multiply-add); across
+//! kernels they cannot. Each step's result passes through `opaque` (an exclusive-or of its
+//! bits with a parameter word that is zero), which no rewrite sees through, so each step
+//! rounds as the op's own kernel does and the program's results equal the ops' one by one,
+//! bit for bit.
+//!
+//! A kernel binds its inputs and outputs as storage buffers; a program reading or writing
+//! more than the adapter allows per kernel runs step by step through the ops' own kernels.
+
+use super::elementwise::{binary, binary_expr, unary, unary_expr};
+use super::movement::copy;
+use super::{output, run_map, same_gpu, In, MAIN};
+use crate::buffer::WgpuBuffer;
+use crate::elem::{layout_descriptor, unsupported_on, Elem, Params};
+use crate::gpu::backend_error;
+use crate::shaders::kernel_source;
+use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep, Layout, Operand, Result};
+
+/// The first parameter slot holding an input's descriptor offset (slots 4..16 are free for
+/// kernel scalars, so a fused kernel reads at most 12 inputs).
+const FIRST_DESC_SLOT: usize = 4;
+/// Inputs a fused kernel can address through its parameter block.
+const MAX_DESC_INPUTS: usize = 16 - FIRST_DESC_SLOT;
+/// The parameter word `opaque` mixes into each step's bits: zero (the kernel leaves the
+/// third descriptor slot unused).
+const ZERO_SLOT: usize = 3;
+
+/// The WGSL of `program` on float32 registers, or `None` when a step has no float32
+/// expression (`check` refuses such programs before they reach the backend).
+pub(crate) fn fused_source(program: &ElementwiseProgram) -> Option<String> {
+    let e = Elem::F32;
+    let mut s = String::new();
+    let n_in = program.num_inputs;
+    for k in 0..n_in {
+        s += &format!(
+            "@group(0) @binding({}) var<storage, read> X{k}: array<f32>;\n",
+            1 + k
+        );
+    }
+    for k in 0..program.outputs.len() {
+        s += &format!(
+            "@group(0) @binding({}) var<storage, read_write> O{k}: array<f32>;\n",
+            1 + n_in + k
+        );
+    }
+    s += &format!(
+        "fn opaque(x: f32) -> f32 {{ return bitcast<f32>(bitcast<u32>(x) ^ P[{ZERO_SLOT}]); }}\n"
+    );
+    let mut body = String::new();
+    for k in 0..n_in {
+        body += &format!("    let r{k} = X{k}[at(P[{}], i)];\n", FIRST_DESC_SLOT + k);
+    }
+    for (k, step) in program.steps.iter().enumerate() {
+        let r = n_in + k;
+        match *step {
+            ElementwiseStep::Unary(op, a) => {
+                s += &format!(
+                    "fn step{k}(x: f32) -> f32 {{ return {}; }}\n",
+                    unary_expr(op, e)?
+                );
+                body += &format!("    let r{r} = opaque(step{k}(r{a}));\n");
+            }
+            ElementwiseStep::Binary(op, a, b) => {
+                let (expr, div_check, pow_check) = binary_expr(op, e)?;
+                if div_check || pow_check {
+                    return None;
+                }
+                s += &format!("fn step{k}(a: f32, b: f32) -> f32 {{ return {expr}; }}\n");
+                body += &format!("    let r{r} = opaque(step{k}(r{a}, r{b}));\n");
+            }
+        }
+    }
+    for (k, r) in program.outputs.iter().enumerate() {
+        body += &format!("    O{k}[i] = r{r};\n");
+    }
+    Some(kernel_source(false, &format!("{s}{MAIN}{body}}}\n")))
+}
+
+/// Whether one kernel can run `program` on `gpu`: its inputs fit the parameter block and
+/// its inputs, outputs and parameter block the adapter's storage-buffer bindings.
+fn fits_one_kernel(program: &ElementwiseProgram, max_storage_buffers: usize) -> bool {
+    program.num_inputs <= MAX_DESC_INPUTS
+        && 1 + program.num_inputs + program.outputs.len() <= max_storage_buffers
+}
+
+/// Runs `program` over float32 `inputs` broadcast to `shape` (`Backend::fused_elementwise`):
+/// one generated kernel, or the ops' own kernels step by step where the program binds more
+/// buffers than the adapter allows.
+pub(crate) fn fused_elementwise(
+    program: &ElementwiseProgram,
+    inputs: &[In<'_>],
+    shape: &[usize],
+) -> Result<Vec<WgpuBuffer>> {
+    const OP: &str = "fused_elementwise";
+    program.check()?;
+    let first = inputs
+        .first()
+        .ok_or_else(|| backend_error(format!("{OP}: a program reads at least one input")))?;
+    if inputs.len() != program.num_inputs {
+        return Err(backend_error(format!(
+            "{OP}: the program reads {} inputs, got {}",
+            program.num_inputs,
+            inputs.len()
+        )));
+    }
+    let gpu = first.gpu();
+    for x in inputs {
+        same_gpu(OP, first, x)?;
+        if x.elem() != Elem::F32 {
+            return Err(unsupported_on(gpu, OP, x.elem().dtype()));
+        }
+    }
+    let layouts = inputs
+        .iter()
+        .map(|x| x.op.layout.broadcast_to(OP, shape))
+        .collect::<Result<Vec<Layout>>>()?;
+    if !fits_one_kernel(program, gpu.max_storage_buffers) {
+        return step_by_step(program, inputs, &layouts, shape);
+    }
+    let source = fused_source(program)
+        .ok_or_else(|| backend_error(format!("{OP}: no float32 kernel for {program:?}")))?;
+    let k = gpu.kernel(
+        &format!("fused_{program:?}"),
+        program.num_inputs,
+        program.outputs.len(),
+        || source,
+    )?;
+    let n: usize = shape.iter().product();
+    let outputs = program
+        .outputs
+        .iter()
+        .map(|_| output(gpu, Elem::F32, n))
+        .collect::<Result<Vec<_>>>()?;
+    let mut params = Params::new(n).set(ZERO_SLOT, 0);
+    for (k, l) in layouts.iter().enumerate() {
+        params = params.table(FIRST_DESC_SLOT + k, &layout_descriptor(l));
+    }
+    let ins: Vec<&wgpu::Buffer> = inputs.iter().map(|x| x.buf.raw()).collect();
+    let outs: Vec<&wgpu::Buffer> = outputs.iter().map(|o| o.raw()).collect();
+    run_map(gpu, &k, params, &ins, &outs, false, n)?;
+    Ok(outputs)
+}
+
+/// The program's steps one kernel each, every register a dense buffer of `shape` (inputs
+/// read through their broadcast `layouts`); an output register returned twice is copied.
+fn step_by_step(
+    program: &ElementwiseProgram,
+    inputs: &[In<'_>],
+    layouts: &[Layout],
+    shape: &[usize],
+) -> Result<Vec<WgpuBuffer>> {
+    let dense = Layout::contiguous(shape);
+    let mut steps: Vec<Option<WgpuBuffer>> = Vec::with_capacity(program.steps.len());
+    let n_in = program.num_inputs;
+    for step in &program.steps {
+        let operand = |r: usize| -> Result<In<'_>> {
+            let (buf, layout) = if r < n_in {
+                (inputs[r].buf, &layouts[r])
+            } else {
+                let buf = steps[r - n_in].as_ref().ok_or_else(|| {
+                    backend_error(format!("fused_elementwise: register {r} is not written"))
+                })?;
+                (buf, &dense)
+            };
+            Ok(In {
+                buf,
+                op: Operand {
+                    buffer: buf,
+                    layout,
+                    dtype: buf.elem.dtype(),
+                },
+            })
+        };
+        let out = match *step {
+            ElementwiseStep::Unary(op, a) => unary(op, &operand(a)?)?,
+            ElementwiseStep::Binary(op, a, b) => binary(op, &operand(a)?, &operand(b)?)?,
+        };
+        steps.push(Some(out));
+    }
+    let mut outputs = Vec::with_capacity(program.outputs.len());
+    for (k, &r) in program.outputs.iter().enumerate() {
+        let later = program.outputs[k + 1..].contains(&r);
+        let slot = &mut steps[r - n_in];
+        let buf = match (later, slot.as_ref()) {
+            (true, Some(buf)) => copy(&In {
+                buf,
+                op: Operand {
+                    buffer: buf,
+                    layout: &dense,
+                    dtype: buf.elem.dtype(),
+                },
+            })?,
+            _ => slot.take().ok_or_else(|| {
+                backend_error(format!("fused_elementwise: register {r} is not written"))
+            })?,
+        };
+        outputs.push(buf);
+    }
+    Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroflow_tensor::{BinaryOp, UnaryOp};
+
+    #[test]
+    fn a_program_binding_more_than_the_adapter_allows_runs_step_by_step() {
+        let wide = ElementwiseProgram {
+            num_inputs: 7,
+            steps: (1..7)
+                .map(|k| ElementwiseStep::Binary(BinaryOp::Add, if k == 1 { 0 } else { 5 + k }, k))
+                .collect(),
+            outputs: vec![12],
+        };
+        assert!(wide.check().is_ok());
+        assert!(!fits_one_kernel(&wide, 8));
+        assert!(fits_one_kernel(&wide, 16));
+        let narrow = ElementwiseProgram {
+            num_inputs: 1,
+            steps: vec![ElementwiseStep::Unary(UnaryOp::Tanh, 0)],
+            outputs: vec![1],
+        };
+        assert!(fits_one_kernel(&narrow, 8));
+    }
+}
