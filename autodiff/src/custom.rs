@@ -4,9 +4,22 @@ use crate::tape::{active_recorders, GradFn, NodeOp};
 use ferroflow_tensor::{Result, Tensor};
 
 /// The same values, cut off from every tape (`tf.stop_gradient`): a new tensor identity over
-/// the same storage that no tape has seen produced.
-pub fn stop_gradient(x: &Tensor) -> Tensor {
-    x.with_new_id()
+/// the same storage through a recorded `StopGradient` op, which tapes give no gradient and
+/// graph functions record (so a traced function computes it on every call).
+///
+/// ```
+/// ferroflow::init();
+/// use ferroflow::{Tensor, autodiff::{stop_gradient, GradientTape}};
+/// let x = Tensor::scalar(2.0f32)?;
+/// let tape = GradientTape::new();
+/// tape.watch(&x);
+/// let y = stop_gradient(&x)?.mul(&x)?; // d/dx [sg(x)·x] = sg(x) = 2
+/// let g = tape.gradient(&y, &[(&x).into()])?[0].clone().unwrap();
+/// assert_eq!(g.item::<f32>()?, 2.0);
+/// # Ok::<(), ferroflow::Error>(())
+/// ```
+pub fn stop_gradient(x: &Tensor) -> Result<Tensor> {
+    x.stop_gradient(false)
 }
 
 /// Runs `forward` on `inputs` without recording its inner ops, and records one node whose
@@ -43,13 +56,19 @@ pub fn custom_gradient(
     for r in &recorders {
         r.pause(1);
     }
-    let result = forward(inputs);
+    // Fresh identities (a forward that returns an input unchanged must not alias it), made
+    // by recorded ops a graph trace sees and the paused tapes do not.
+    let result = forward(inputs).and_then(|(outputs, grad)| {
+        let outputs = outputs
+            .iter()
+            .map(|y| y.stop_gradient(true))
+            .collect::<Result<Vec<Tensor>>>()?;
+        Ok((outputs, grad))
+    });
     for r in &recorders {
         r.pause(-1);
     }
     let (outputs, grad) = result?;
-    // Fresh identities: a forward that returns an input unchanged must not alias it.
-    let outputs: Vec<Tensor> = outputs.iter().map(crate::custom::stop_gradient).collect();
     for r in &recorders {
         r.record(NodeOp::Custom(grad.clone()), inputs, &outputs);
     }

@@ -245,6 +245,7 @@ pub(crate) fn backward(
         // sort: route each value's gradient back to where it came from.
         Op::Sort { axis, .. } => vec![Some(unpermute(&g, &outputs[1], *axis)?)],
         Op::Copy => vec![Some(g)],
+        Op::StopGradient { .. } => vec![None],
         // The gradient goes back to the device the input came from.
         Op::ToDevice { .. } => vec![Some(g.to_device(inputs[0].device())?)],
         Op::ToHost => vec![None],

@@ -196,7 +196,7 @@ fn stop_recording_reset_and_stop_gradient() {
     let z = paused.add(&y).unwrap();
     // Only y = x² is on the tape: dz/dx = 2x = 4 (the paused x³ contributes nothing).
     assert_eq!(grad1(&tape.gradient(&z, &[(&x).into()]).unwrap()), 4.0);
-    let cut = stop_gradient(&y).mul(&x).unwrap(); // d/dx [sg(x²)·x] = x² = 4
+    let cut = stop_gradient(&y).unwrap().mul(&x).unwrap(); // d/dx [sg(x²)·x] = x² = 4
     assert_eq!(grad1(&tape.gradient(&cut, &[(&x).into()]).unwrap()), 4.0);
     tape.reset();
     assert_eq!(tape.num_recorded(), 0);

@@ -90,6 +90,8 @@ pub struct ConcreteFunction {
     stats: GraphStats,
     /// Each argument's type, read off the graph's `Arg` nodes once.
     input_types: Vec<Option<ValueType>>,
+    /// It holds an output of `custom_gradient` (a tape outside it cannot differentiate it).
+    custom_gradients: bool,
     /// The call as one op on tapes, per set of inputs the tapes track, built on the first
     /// such call (`None`: the graph does not qualify, and calls replay op by op).
     tape_ops: Mutex<HashMap<Vec<bool>, Option<Arc<TapeOp>>>>,
@@ -139,6 +141,7 @@ impl ConcreteFunction {
             ..GraphStats::default()
         };
         ConcreteFunction {
+            custom_gradients: graph.has_custom_gradients(),
             graph,
             frees,
             stats,
@@ -154,7 +157,10 @@ impl ConcreteFunction {
     /// control flow is recorded as one op whose gradient is a compiled backward graph
     /// reading the values the forward saved (traced once, on the first such call); second
     /// and higher-order gradients recompute through the graph so the outer tape sees every
-    /// op. Other graphs replay op by op, each recorded.
+    /// op. Other graphs replay op by op, each recorded. A graph holding a `custom_gradient`
+    /// refuses a tape outside it that tracks an argument (`Error::NotTraceable`): the graph
+    /// has the forward ops, not the gradient function; a tape inside the traced closure
+    /// uses the custom gradient as eagerly.
     ///
     /// ```
     /// ferroflow::init();
@@ -174,6 +180,19 @@ impl ConcreteFunction {
     /// # Ok::<(), ferroflow::Error>(())
     /// ```
     pub fn call(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        if self.custom_gradients
+            && ferroflow_autodiff::is_recording()
+            && args.iter().any(ferroflow_autodiff::is_tracked)
+        {
+            return Err(Error::NotTraceable {
+                op: "custom_gradient",
+                msg: "a tape outside a graph function cannot differentiate through a \
+                      custom_gradient inside it (the graph holds its forward ops, not its \
+                      gradient function): record the tape inside the function, or call the \
+                      closure eagerly"
+                    .into(),
+            });
+        }
         if !ferroflow_tensor::dispatch::is_tracing()
             && ferroflow_autodiff::is_recording()
             && self.fits(args)

@@ -208,6 +208,24 @@ pub struct GraphStats {
 }
 
 impl Graph {
+    /// Whether it (or a control-flow branch in it) holds an output of `custom_gradient`
+    /// (`Op::StopGradient { custom_gradient: true }`), whose gradient function a graph
+    /// cannot hold.
+    pub(crate) fn has_custom_gradients(&self) -> bool {
+        self.nodes.iter().any(|n| match &n.kind {
+            NodeKind::Op(Op::StopGradient { custom_gradient }) => *custom_gradient,
+            NodeKind::Cond(c) => {
+                c.then_branch().graph().has_custom_gradients()
+                    || c.else_branch().graph().has_custom_gradients()
+            }
+            NodeKind::While(w) | NodeKind::WhileGrad(w) => {
+                w.condition().graph().has_custom_gradients()
+                    || w.body().graph().has_custom_gradients()
+            }
+            _ => false,
+        })
+    }
+
     /// For each node, the values whose last reader it is (freed right after it runs).
     pub(crate) fn last_uses(&self) -> Vec<Vec<ValueRef>> {
         let mut last = std::collections::HashMap::new();

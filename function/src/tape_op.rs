@@ -139,7 +139,10 @@ impl TapeOp {
         // Trace forward and backward together, apart from the tapes around the call (fresh
         // identities: no outer tape tracks the trace's inputs).
         let _isolated = isolated_scope();
-        let values: Vec<Tensor> = inputs.iter().map(stop_gradient).collect();
+        let values = inputs
+            .iter()
+            .map(stop_gradient)
+            .collect::<Result<Vec<Tensor>>>()?;
         let outputs = primal.replay(&values)?;
         let mut combined_args = values;
         for o in &outputs {

@@ -163,9 +163,12 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
         }
     };
     match op {
-        Op::Unary(_) | Op::Cast { .. } | Op::Copy | Op::ClipScalar { .. } | Op::Fft { .. } => {
-            run(op.clone(), vec![single()?])
-        }
+        Op::Unary(_)
+        | Op::Cast { .. }
+        | Op::Copy
+        | Op::StopGradient { .. }
+        | Op::ClipScalar { .. }
+        | Op::Fft { .. } => run(op.clone(), vec![single()?]),
         Op::Binary(_) | Op::Select | Op::FusedElementwise(_) => {
             // Broadcast as one example would: batched inputs get the output's rank.
             let rank = inputs.iter().map(Value::example_rank).max().unwrap_or(0);

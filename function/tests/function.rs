@@ -429,3 +429,73 @@ fn gelu_from_primitives_is_one_kernel() {
     };
     assert_eq!(grad(true), grad(false));
 }
+
+/// `stop_gradient` and `custom_gradient` inside a function are ops of its graph: every call
+/// computes them from its own arguments (they were once captured as the first call's
+/// values), and a tape inside the function honours them as eagerly.
+#[test]
+fn stop_and_custom_gradients_are_recomputed_per_call() {
+    use ferroflow::autodiff::{custom_gradient, stop_gradient, GradFn};
+    use std::sync::Arc;
+    ferroflow::init();
+    // y = x²·sg(x) + cg(x), where cg(x) = x³ with the gradient 10·dy; returns y and dy/dx
+    // from a tape inside: 2x·x + 10 (sg cuts x²'s other factor; cg's gradient is its own).
+    let f = Function::new(|a: &[Tensor]| {
+        let x = &a[0];
+        let tape = GradientTape::new();
+        tape.watch(x);
+        let cubed = custom_gradient(std::slice::from_ref(x), |xs| {
+            let y = xs[0].mul(&xs[0])?.mul(&xs[0])?;
+            let grad: GradFn =
+                Arc::new(|dy: &[Tensor]| Ok(vec![Some(dy[0].mul(&dy[0].scalar_like(10.0)?)?)]));
+            Ok((vec![y], grad))
+        })?;
+        let y = x.mul(x)?.mul(&stop_gradient(x)?)?.add(&cubed[0])?;
+        let g = tape.gradient(&y, &[x.into()])?.remove(0);
+        Ok(vec![
+            y,
+            g.ok_or_else(|| Error::invalid("test", "no gradient"))?,
+        ])
+    });
+    for v in [2.0f32, 3.0, -1.5] {
+        let x = Tensor::from_vec(vec![v], &[1]).unwrap();
+        let out = f.call(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![2.0 * v * v * v]);
+        assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![2.0 * v * v + 10.0]);
+    }
+    assert_eq!(f.tracing_count(), 1);
+    // A tape outside cannot see the custom gradient through the graph: an error, not a
+    // silent zero.
+    let g = Function::new(|a: &[Tensor]| {
+        custom_gradient(a, |xs| {
+            let grad: GradFn = Arc::new(|dy: &[Tensor]| Ok(vec![Some(dy[0].clone())]));
+            Ok((vec![xs[0].exp()?], grad))
+        })
+    });
+    let x = Tensor::from_vec(vec![0.5f32], &[1]).unwrap();
+    g.call(std::slice::from_ref(&x)).unwrap();
+    let tape = GradientTape::new();
+    tape.watch(&x);
+    match g.call(std::slice::from_ref(&x)) {
+        Err(Error::NotTraceable { op, msg }) => {
+            assert_eq!(op, "custom_gradient");
+            assert!(msg.contains("record the tape inside the function"), "{msg}");
+        }
+        other => panic!("expected NotTraceable, got {other:?}"),
+    }
+    // Without a tape, or with one that tracks nothing the graph reads, the call runs.
+    drop(tape);
+    let y = g.call(std::slice::from_ref(&x)).unwrap();
+    assert_eq!(bits(&y[0]), bits(&x.exp().unwrap()));
+    // stop_gradient under a tape outside: a graph op with no gradient, as eagerly.
+    let h = Function::new(|a: &[Tensor]| Ok(vec![a[0].mul(&stop_gradient(&a[0])?)?]));
+    let tape = GradientTape::new();
+    tape.watch(&x);
+    let y = h.call(std::slice::from_ref(&x)).unwrap().remove(0);
+    let dx = tape
+        .gradient(&y, &[(&x).into()])
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(bits(&dx), bits(&x));
+}

@@ -593,6 +593,14 @@ pub enum Op {
     },
     /// Dense copy of a view on its device.
     Copy,
+    /// The same values under a new identity (a view, nothing copied) that tapes give no
+    /// gradient (`tf.stop_gradient`); input `[x]`. A graph function records it like any
+    /// op, so it computes its input again on every call.
+    StopGradient {
+        /// It is an output of `custom_gradient` (whose gradient function a graph cannot
+        /// hold: a tape outside a graph function refuses to differentiate through one).
+        custom_gradient: bool,
+    },
     /// A copy to another device; input `[x]`, the output on `to` (the transfer goes through
     /// the host). Host data reaching a device is [`Op::Constant`].
     ToDevice {
@@ -689,6 +697,7 @@ impl Op {
             Op::Cumulative { op, .. } => op.name(),
             Op::Sort { .. } => "sort",
             Op::Copy => "copy",
+            Op::StopGradient { .. } => "stop_gradient",
             Op::ToDevice { .. } => "to_device",
             Op::ToHost => "to_host",
             Op::Conv2d(_) => "conv2d",

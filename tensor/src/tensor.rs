@@ -416,6 +416,28 @@ impl Tensor {
         }
         self.copy()
     }
+    /// The same values under a new identity, through a recorded
+    /// [`Op::StopGradient`](crate::Op::StopGradient) view: tapes give it no gradient, and a
+    /// graph function records it, so a traced function computes it from its input on every
+    /// call (`tf.stop_gradient`; autodiff's `stop_gradient` and `custom_gradient` make
+    /// these, `custom_gradient` with the flag set). Nothing is copied.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::Tensor;
+    /// let x = Tensor::scalar(2.0f32)?;
+    /// let y = x.stop_gradient(false)?;
+    /// assert_ne!(y.id(), x.id());
+    /// assert_eq!(y.item::<f32>()?, 2.0);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn stop_gradient(&self, custom_gradient: bool) -> Result<Tensor> {
+        dispatch(
+            || Op::StopGradient { custom_gradient },
+            &[self],
+            |_| Ok(self.with_new_id()),
+        )
+    }
     /// A dense copy in new storage, always (`tf.identity` that copies).
     pub fn copy(&self) -> Result<Tensor> {
         dispatch(

@@ -145,6 +145,10 @@ impl Op {
                 n(1)?;
                 one(inputs[0].copy()?)
             }
+            Op::StopGradient { custom_gradient } => {
+                n(1)?;
+                one(inputs[0].stop_gradient(*custom_gradient)?)
+            }
             Op::ToDevice { to } => {
                 n(1)?;
                 one(inputs[0].to_device(*to)?)
