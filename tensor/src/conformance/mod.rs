@@ -9,7 +9,9 @@
 //! ferroflow_tensor::conformance_tests!(ferroflow_cpu::register(), ferroflow_tensor::Device::CPU);
 //! ```
 //!
-//! `FERROFLOW_CONFORMANCE_CASES` sets the cases per property (default 256).
+//! `FERROFLOW_CONFORMANCE_CASES` sets the cases per property (default 256). The form
+//! `conformance_tests!(observed: device, observer)` runs every case with an op observer on
+//! its thread (graph functions check that each op's replay equals the eager op this way).
 
 pub mod elementwise;
 pub mod harness;
@@ -39,7 +41,15 @@ macro_rules! conformance_tests {
     // A device that may be absent: `$device` is an `Option<Device>`, `None` skips every test
     // (the caller prints why).
     (optional: $device:expr) => {
-        $crate::conformance_tests!(@each_optional $device,
+        $crate::conformance_tests!(@families $device, {});
+    };
+    // Every case with `$observer` (an `Arc<dyn OpObserver>`, made once per test) watching
+    // the ops it dispatches on its thread: graph functions check each op's replay this way.
+    (observed: $device:expr, $observer:expr) => {
+        $crate::conformance_tests!(@families $device, { $observer });
+    };
+    (@families $device:expr, $observer:tt) => {
+        $crate::conformance_tests!(@each_optional $device, $observer,
             unary_float_ops => elementwise::unary_float_ops,
             unary_int_ops => elementwise::unary_int_ops,
             binary_float_ops => elementwise::binary_float_ops,
@@ -82,12 +92,20 @@ macro_rules! conformance_tests {
             hostile_arguments => robustness::hostile_arguments,
         );
     };
-    (@each_optional $device:expr, $($name:ident => $($path:ident)::+),* $(,)?) => {
+    (@observe {}) => {
+        ()
+    };
+    (@observe { $observer:expr }) => {
+        $crate::push_thread_observer($observer)
+    };
+    (@each_optional $device:expr, $observer:tt,
+        $($name:ident => $($path:ident)::+),* $(,)?) => {
         $(
             #[test]
             fn $name() {
                 let device: Option<$crate::Device> = $device;
                 if let Some(device) = device {
+                    let _observer = $crate::conformance_tests!(@observe $observer);
                     // Under the device's scope: what a case creates without naming a device
                     // lands on the device under test, and no other backend is needed.
                     $crate::with_device(&device.to_string(), || {
