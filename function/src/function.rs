@@ -180,10 +180,7 @@ impl ConcreteFunction {
     /// # Ok::<(), ferroflow::Error>(())
     /// ```
     pub fn call(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
-        if self.custom_gradients
-            && ferroflow_autodiff::is_recording()
-            && args.iter().any(ferroflow_autodiff::is_tracked)
-        {
+        if self.needs_the_closure_under_a_tape(args) {
             return Err(Error::NotTraceable {
                 op: "custom_gradient",
                 msg: "a tape outside a graph function cannot differentiate through a \
@@ -222,6 +219,15 @@ impl ConcreteFunction {
             }
         }
         self.replay(args)
+    }
+
+    /// Whether a call on `args` needs the traced closure itself: the graph holds a
+    /// `custom_gradient` (its forward ops, not its gradient function) and a tape outside
+    /// tracks an argument.
+    pub(crate) fn needs_the_closure_under_a_tape(&self, args: &[Tensor]) -> bool {
+        self.custom_gradients
+            && ferroflow_autodiff::is_recording()
+            && args.iter().any(ferroflow_autodiff::is_tracked)
     }
 
     /// Runs the graph op by op (tapes record each op).
@@ -331,6 +337,9 @@ pub struct TraceCache<T = ()> {
     graphs: Mutex<HashMap<Signature, (Arc<ConcreteFunction>, T)>>,
     traces: AtomicUsize,
     warned: AtomicUsize,
+    /// Whether the warning that a call ran eagerly (a `custom_gradient` under a tape
+    /// outside) was printed.
+    warned_eager: AtomicUsize,
 }
 
 impl<T> std::fmt::Debug for TraceCache<T> {
@@ -359,6 +368,7 @@ impl<T: Clone> TraceCache<T> {
             graphs: Mutex::new(HashMap::new()),
             traces: AtomicUsize::new(0),
             warned: AtomicUsize::new(0),
+            warned_eager: AtomicUsize::new(0),
         }
     }
 
@@ -401,6 +411,16 @@ impl<T: Clone> TraceCache<T> {
         Ok(())
     }
 
+    /// The graph traced for `args`' signature, if there is one (after checking `args`
+    /// against the input signature).
+    fn cached(&self, args: &[Tensor]) -> Result<Option<(Arc<ConcreteFunction>, T)>> {
+        self.check_signature(args)?;
+        let graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(graphs
+            .get(&Signature::of(args))
+            .map(|(c, value)| (c.clone(), value.clone())))
+    }
+
     /// The graph for `args`' signature, tracing `body` on `args` when the signature is new:
     /// returns the graph, its value, and when it was traced now, the call's results.
     #[allow(clippy::type_complexity)]
@@ -409,14 +429,17 @@ impl<T: Clone> TraceCache<T> {
         args: &[Tensor],
         body: impl FnOnce(&[Tensor]) -> Result<(Vec<Tensor>, T)>,
     ) -> Result<(Arc<ConcreteFunction>, T, Option<Vec<Tensor>>)> {
-        self.check_signature(args)?;
-        let signature = Signature::of(args);
-        let graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((c, value)) = graphs.get(&signature) {
-            return Ok((c.clone(), value.clone(), None));
+        if let Some((c, value)) = self.cached(args)? {
+            return Ok((c, value, None));
         }
-        let earlier: Vec<Signature> = graphs.keys().cloned().collect();
-        drop(graphs);
+        let signature = Signature::of(args);
+        let earlier: Vec<Signature> = self
+            .graphs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
         let mut value = None;
         let traced = trace(args, |a| {
             let (outputs, v) = body(a)?;
@@ -447,12 +470,30 @@ impl<T: Clone> TraceCache<T> {
     }
 
     /// Runs the graph for `args`' signature, or, when the signature is new, traces `body`
-    /// on `args` (that trace is this call) and keeps its graph and value.
+    /// on `args` (that trace is this call) and keeps its graph and value. A graph holding
+    /// a `custom_gradient` called under a tape that tracks an argument runs `body` eagerly
+    /// instead (once with a warning): the graph has the custom gradient's forward ops, not
+    /// its gradient function, and the tape needs the latter.
     pub fn call_with(
         &self,
         args: &[Tensor],
         body: impl FnOnce(&[Tensor]) -> Result<(Vec<Tensor>, T)>,
     ) -> Result<(Vec<Tensor>, T)> {
+        if let Some((graph, value)) = self.cached(args)? {
+            if graph.needs_the_closure_under_a_tape(args) {
+                if self.warned_eager.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!(
+                        "WARNING: {} holds a custom_gradient and runs eagerly under the \
+                         GradientTape outside it (a graph keeps a custom gradient's forward \
+                         ops, not its gradient function); record the tape inside the \
+                         function to run it as a graph.",
+                        self.name
+                    );
+                }
+                return body(args);
+            }
+            return Ok((graph.call(args)?, value));
+        }
         match self.concrete(args, body)? {
             (_, value, Some(traced)) => Ok((traced, value)),
             (graph, value, None) => Ok((graph.call(args)?, value)),

@@ -4,8 +4,9 @@
 use crate::graph::{Graph, NodeKind, ValueRef};
 use std::collections::HashMap;
 
-/// Constants up to this many elements are compared by value when merging.
-const MERGE_CONSTANT_ELEMENTS: usize = 16;
+/// Constants up to this many elements are compared by value when merging (by a hash of
+/// their bytes, the bytes compared before a merge); larger ones by identity.
+const MERGE_CONSTANT_ELEMENTS: usize = 1 << 16;
 
 /// The key in `write_epochs` that counts control-flow nodes that write (any variable may
 /// have changed after one). Variable ids start at 1.
@@ -26,8 +27,15 @@ fn key(graph: &Graph, i: usize, write_epochs: &HashMap<u64, usize>) -> Option<St
         NodeKind::Captured(t) => Some(format!("captured {:?}", t.id())),
         NodeKind::Constant(t) => {
             if t.num_elements() <= MERGE_CONSTANT_ELEMENTS {
-                let bytes = t.to_host().ok()?.to_le_bytes();
-                Some(format!("constant {} {:?} {bytes:?}", t.dtype(), t.shape()))
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                constant_bytes(t)?.hash(&mut hasher);
+                Some(format!(
+                    "constant {} {:?} {:016x}",
+                    t.dtype(),
+                    t.shape(),
+                    hasher.finish()
+                ))
             } else {
                 Some(format!("constant {:?}", t.id()))
             }
@@ -38,6 +46,23 @@ fn key(graph: &Graph, i: usize, write_epochs: &HashMap<u64, usize>) -> Option<St
             write_epochs.get(&v.id()).copied().unwrap_or(0),
             write_epochs.get(&CONTROL_FLOW_WRITES).copied().unwrap_or(0)
         )),
+    }
+}
+
+/// A constant's bytes, as the host holds them.
+fn constant_bytes(t: &ferroflow_tensor::Tensor) -> Option<Vec<u8>> {
+    Some(t.to_host().ok()?.to_le_bytes())
+}
+
+/// Whether node `a` may stand for node `b` of the same key: constants (keyed by a hash)
+/// must hold the same bytes.
+fn same_value(graph: &Graph, a: usize, b: usize) -> bool {
+    match (&graph.nodes[a].kind, &graph.nodes[b].kind) {
+        (NodeKind::Constant(x), NodeKind::Constant(y)) => {
+            x.id() == y.id()
+                || matches!((constant_bytes(x), constant_bytes(y)), (Some(a), Some(b)) if a == b)
+        }
+        _ => true,
     }
 }
 
@@ -67,7 +92,7 @@ pub(crate) fn eliminate_common_subexpressions(graph: &mut Graph) -> usize {
             continue;
         };
         match seen.get(&k) {
-            Some(&earlier) => {
+            Some(&earlier) if same_value(graph, earlier, i) => {
                 for output in 0..graph.nodes[i].outputs.len() {
                     replace.insert(
                         ValueRef { node: i, output },
@@ -79,6 +104,7 @@ pub(crate) fn eliminate_common_subexpressions(graph: &mut Graph) -> usize {
                 }
                 merged += 1;
             }
+            Some(_) => {}
             None => {
                 seen.insert(k, i);
             }

@@ -464,11 +464,13 @@ fn stop_and_custom_gradients_are_recomputed_per_call() {
         assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![2.0 * v * v + 10.0]);
     }
     assert_eq!(f.tracing_count(), 1);
-    // A tape outside cannot see the custom gradient through the graph: an error, not a
-    // silent zero.
+    // A tape outside cannot see the custom gradient through the graph: the function runs
+    // its closure eagerly then (the custom gradient, 3·dy, is what the tape gets), and the
+    // graph alone refuses (an error, not a silent zero).
     let g = Function::new(|a: &[Tensor]| {
         custom_gradient(a, |xs| {
-            let grad: GradFn = Arc::new(|dy: &[Tensor]| Ok(vec![Some(dy[0].clone())]));
+            let grad: GradFn =
+                Arc::new(|dy: &[Tensor]| Ok(vec![Some(dy[0].mul(&dy[0].scalar_like(3.0)?)?)]));
             Ok((vec![xs[0].exp()?], grad))
         })
     });
@@ -476,7 +478,19 @@ fn stop_and_custom_gradients_are_recomputed_per_call() {
     g.call(std::slice::from_ref(&x)).unwrap();
     let tape = GradientTape::new();
     tape.watch(&x);
-    match g.call(std::slice::from_ref(&x)) {
+    let y = g.call(std::slice::from_ref(&x)).unwrap().remove(0);
+    assert_eq!(bits(&y), bits(&x.exp().unwrap()));
+    let dx = tape
+        .gradient(&y, &[(&x).into()])
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(dx.to_vec::<f32>().unwrap(), vec![3.0]);
+    assert_eq!(g.tracing_count(), 1);
+    let tape = GradientTape::new();
+    tape.watch(&x);
+    let concrete = g.get_concrete_function(std::slice::from_ref(&x)).unwrap();
+    match concrete.call(std::slice::from_ref(&x)) {
         Err(Error::NotTraceable { op, msg }) => {
             assert_eq!(op, "custom_gradient");
             assert!(msg.contains("record the tape inside the function"), "{msg}");

@@ -212,3 +212,60 @@ fn precision_recall_and_auc() {
     );
     assert!(Auc::new(1).is_err());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// The softmax cross-entropies on logits have TF's fused gradient, for the logits and
+    /// (categorical) the targets, and it is differentiable again: first and second order
+    /// against the formulas in f64 (targets not summing to one included).
+    #[test]
+    fn softmax_crossentropy_gradients_to_second_order(b in 1usize..5, k in 2usize..6, seed in 0u64..10_000) {
+        use ferroflow_autodiff::GradientTape;
+        ferroflow::init();
+        let x = random::stateless_normal(&[b, k], [seed, 1], 0.0, 2.0, DType::F64).unwrap();
+        let y = random::stateless_uniform(&[b, k], [seed, 2], 0.0, 1.0, DType::F64).unwrap();
+        let v = random::stateless_normal(&[b, k], [seed, 4], 0.0, 1.0, DType::F64).unwrap();
+        let ids = random::stateless_uniform(&[b], [seed, 3], 0.0, k as f64, DType::I64).unwrap();
+        let (xv, yv, vv, iv) = (x.to_f64_vec().unwrap(), y.to_f64_vec().unwrap(), v.to_f64_vec().unwrap(), ids.to_vec::<i64>().unwrap());
+        let onehot: Vec<f64> = iv.iter().flat_map(|&i| (0..k).map(move |j| if j as i64 == i { 1.0 } else { 0.0 })).collect();
+        for sparse in [false, true] {
+            let targets = if sparse { onehot.clone() } else { yv.clone() };
+            let outer = GradientTape::new();
+            outer.watch(&x);
+            let inner = GradientTape::new();
+            inner.watch(&x);
+            inner.watch(&y);
+            let loss = if sparse {
+                SparseCategoricalCrossentropy::new(true).call(&ids, &x, None).unwrap()
+            } else {
+                CategoricalCrossentropy::new(true).call(&y, &x, None).unwrap()
+            };
+            let g = inner.gradient(&loss, &[(&x).into(), (&y).into()]).unwrap();
+            let gx = g[0].clone().unwrap();
+            let hv = outer.gradient(&gx.mul(&v).unwrap().reduce_sum(ferroflow_tensor::Axes::All, false).unwrap(), &[(&x).into()]).unwrap()[0].clone().unwrap();
+            let (gx, hv) = (gx.to_f64_vec().unwrap(), hv.to_f64_vec().unwrap());
+            for r in 0..b {
+                let row = |a: &[f64]| a[r * k..(r + 1) * k].to_vec();
+                let p = softmax_row(&row(&xv));
+                let (t, vr) = (row(&targets), row(&vv));
+                let st: f64 = t.iter().sum();
+                let pv: f64 = p.iter().zip(&vr).map(|(p, v)| p * v).sum();
+                for j in 0..k {
+                    let want_g = (p[j] * st - t[j]) / b as f64;
+                    let want_hv = st * (p[j] * vr[j] - p[j] * pv) / b as f64;
+                    prop_assert!((gx[r * k + j] - want_g).abs() < 1e-12, "sparse {}: d/dlogits {} vs {}", sparse, gx[r * k + j], want_g);
+                    prop_assert!((hv[r * k + j] - want_hv).abs() < 1e-12, "sparse {}: Hv {} vs {}", sparse, hv[r * k + j], want_hv);
+                }
+                if !sparse {
+                    let gy = g[1].clone().unwrap().to_f64_vec().unwrap();
+                    for j in 0..k {
+                        let want = -p[j].ln() / b as f64;
+                        prop_assert!((gy[r * k + j] - want).abs() < 1e-12, "d/dtargets {} vs {}", gy[r * k + j], want);
+                    }
+                } else {
+                    prop_assert!(g[1].is_none(), "sparse targets get no gradient");
+                }
+            }
+        }
+    }
+}
