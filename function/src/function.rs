@@ -204,10 +204,13 @@ impl ConcreteFunction {
                     match ops.get(&needed) {
                         Some(op) => op.clone(),
                         None => {
-                            let op = TapeOp::build(self, &inputs, &needed)
-                                .ok()
-                                .flatten()
-                                .map(Arc::new);
+                            let op = match TapeOp::build(self, &inputs, &needed) {
+                                Ok(op) => op.map(Arc::new),
+                                // A backward that cannot be a graph (a gradient that reads
+                                // a value on the host): the call replays op by op.
+                                Err(Error::NotTraceable { .. }) => None,
+                                Err(e) => return Err(e),
+                            };
                             ops.insert(needed, op.clone());
                             op
                         }
