@@ -63,11 +63,24 @@ impl C {
     fn ln(self) -> C {
         c(self.abs().ln(), self.im.atan2(self.re))
     }
+    /// The principal square root without cancellation: the larger part from `(|z| ± re)/2`,
+    /// the other as `im / 2t` (the naive `√((|z| - re)/2)` loses every digit when `im` is
+    /// tiny next to `re`, which made the asin reference wrong for small real parts).
     fn sqrt(self) -> C {
         let r = self.abs();
-        let re = ((r + self.re) / 2.0).sqrt();
-        let im = ((r - self.re) / 2.0).sqrt();
-        c(re, if self.im < 0.0 { -im } else { im })
+        if r == 0.0 {
+            return c(0.0, self.im);
+        }
+        if self.re >= 0.0 {
+            let t = ((r + self.re) / 2.0).sqrt();
+            c(t, self.im / (2.0 * t))
+        } else {
+            let t = ((r - self.re) / 2.0).sqrt();
+            c(
+                self.im.abs() / (2.0 * t),
+                if self.im < 0.0 { -t } else { t },
+            )
+        }
     }
     fn sin(self) -> C {
         c(
