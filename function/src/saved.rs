@@ -237,8 +237,16 @@ impl Writer {
     }
 }
 
-/// Writes `function` to `path` (crash-safe: temporary file, fsync, rename).
-pub(crate) fn save(function: &ConcreteFunction, path: &Path) -> Result<()> {
+/// A graph in the file's two parts: the JSON header and the data section.
+pub(crate) struct Encoded {
+    pub header: serde_json::Value,
+    pub data: Vec<u8>,
+    /// The names of the variables the graph reads or writes.
+    pub variables: Vec<String>,
+}
+
+/// The header and data section of `function`'s graph (constants read back on the host).
+pub(crate) fn encode(function: &ConcreteFunction) -> Result<Encoded> {
     // Constants are read back on the host, also when a trace is running around the call.
     let _outside_the_trace = ferroflow_tensor::dispatch::init_scope();
     let mut writer = Writer::default();
@@ -247,18 +255,31 @@ pub(crate) fn save(function: &ConcreteFunction, path: &Path) -> Result<()> {
         variables: std::mem::take(&mut writer.variables),
         graph,
     };
-    let json = serde_json::to_vec(&header).map_err(|e| {
+    let variables = header.variables.iter().map(|v| v.name.clone()).collect();
+    let header = serde_json::to_value(&header)
+        .map_err(|e| Error::invalid("save", format!("cannot encode the graph: {e}")))?;
+    Ok(Encoded {
+        header,
+        data: writer.data,
+        variables,
+    })
+}
+
+/// Writes `function` to `path` (crash-safe: temporary file, fsync, rename).
+pub(crate) fn save(function: &ConcreteFunction, path: &Path) -> Result<()> {
+    let encoded = encode(function)?;
+    let json = serde_json::to_vec(&encoded.header).map_err(|e| {
         Error::format(
             path.display().to_string(),
             format!("cannot encode the graph: {e}"),
         )
     })?;
-    let mut bytes = Vec::with_capacity(PREAMBLE + json.len() + writer.data.len());
+    let mut bytes = Vec::with_capacity(PREAMBLE + json.len() + encoded.data.len());
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&VERSION.to_le_bytes());
     bytes.extend_from_slice(&(json.len() as u64).to_le_bytes());
     bytes.extend_from_slice(&json);
-    bytes.extend_from_slice(&writer.data);
+    bytes.extend_from_slice(&encoded.data);
     ferroflow_tensor::fs::write_atomic(path, &bytes)
 }
 
@@ -538,14 +559,36 @@ pub(crate) fn load(path: &Path, variables: &[Variable]) -> Result<ConcreteFuncti
         })?;
     let header: Header = serde_json::from_slice(&bytes[PREAMBLE..header_end])
         .map_err(|e| bad(format!("the header is not a graph: {e}")))?;
+    build(what, header, &bytes[header_end..], variables)
+}
+
+/// Builds a graph from a header (as [`encode`] makes it) and its data section, checking
+/// both as [`load`] checks a file; `what` names the source in errors.
+pub(crate) fn decode(
+    what: String,
+    header: serde_json::Value,
+    data: &[u8],
+    variables: &[Variable],
+) -> Result<ConcreteFunction> {
+    let header: Header = serde_json::from_value(header)
+        .map_err(|e| Error::format(what.clone(), format!("the header is not a graph: {e}")))?;
+    build(what, header, data, variables)
+}
+
+fn build(
+    what: String,
+    header: Header,
+    data: &[u8],
+    variables: &[Variable],
+) -> Result<ConcreteFunction> {
     let bound = header
         .variables
         .iter()
-        .map(|saved| bind(saved, variables).map_err(bad))
+        .map(|saved| bind(saved, variables).map_err(|msg| Error::format(what.clone(), msg)))
         .collect::<Result<Vec<_>>>()?;
     let reader = Reader {
-        what: what.clone(),
-        data: &bytes[header_end..],
+        what,
+        data,
         variables: bound,
     };
     let graph = reader.graph(&header.graph, "")?;

@@ -1,5 +1,7 @@
 //! The Functional API (TF 2.4's `KerasTensor` refactor): symbolic tensors, layers called on
-//! them record nodes, and [`Functional`] runs the resulting graph in topological order.
+//! them record nodes, and [`Functional`] runs the resulting graph in topological order. Any
+//! function of tensors on KerasTensors is a node too ([`KerasTensor::apply`], TF's
+//! `TFOpLambda`): traced into a graph for every batch size, saved with the model.
 //!
 //! ```
 //! ferroflow::init();
@@ -24,6 +26,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use ferroflow_function::{BatchPolymorphicFunction, TensorSpec};
 use ferroflow_tensor::{Axes, DType, Error, Result, Tensor};
 use serde_json::{json, Value};
 
@@ -150,7 +153,15 @@ pub enum TfOp {
         /// Keep reduced axes.
         keepdims: bool,
     },
-    /// Any function of the input tensors.
+    /// Any function of the input tensors, traced into a graph that runs at every batch size
+    /// and saves with the model ([`KerasTensor::apply`]).
+    Traced {
+        /// The name the node is listed under (`tf.math.log1p`, say).
+        name: String,
+        /// The graph.
+        function: Arc<BatchPolymorphicFunction>,
+    },
+    /// Any function of the input tensors, run as it is (Keras' `Lambda`); not serializable.
     Custom(LambdaFn),
 }
 
@@ -162,6 +173,7 @@ impl TfOp {
             TfOp::Unary(u) => format!("tf.math.{}", u.name()),
             TfOp::Reshape(_) => "tf.reshape".into(),
             TfOp::Reduce { op, .. } => format!("tf.math.reduce_{}", op.name()),
+            TfOp::Traced { name, .. } => name.clone(),
             TfOp::Custom(_) => "lambda".into(),
         }
     }
@@ -169,6 +181,7 @@ impl TfOp {
         match self {
             TfOp::Binary(_) => Some(2),
             TfOp::Unary(_) | TfOp::Reshape(_) | TfOp::Reduce { .. } => Some(1),
+            TfOp::Traced { function, .. } => Some(function.inputs().len()),
             TfOp::Custom(_) => None,
         }
     }
@@ -220,6 +233,7 @@ impl TfOp {
                     SymbolicReduce::Mean => x.reduce_mean(axes, *keepdims)?,
                 }
             }
+            TfOp::Traced { function, .. } => return function.call(inputs),
             TfOp::Custom(f) => return f(inputs),
         };
         Ok(vec![out])
@@ -232,10 +246,15 @@ impl TfOp {
             TfOp::Reduce { op, axes, keepdims } => {
                 json!({"kind": "reduce", "function": op.name(), "axes": axes, "keepdims": keepdims})
             }
+            TfOp::Traced { name, function } => {
+                json!({"kind": "traced", "function": name, "graph": function.to_json()?})
+            }
             TfOp::Custom(_) => {
                 return Err(Error::invalid(
                     "Functional.get_config",
-                    "a custom lambda node cannot be serialized; rebuild the model in code and use save_weights",
+                    "a custom lambda node cannot be serialized; record it with \
+                     KerasTensor::apply (a traced graph that saves), or rebuild the model in \
+                     code and use save_weights",
                 ))
             }
         })
@@ -256,6 +275,10 @@ impl TfOp {
                 op: SymbolicReduce::parse(s("function")?)?,
                 axes: ints("axes")?,
                 keepdims: v["keepdims"].as_bool().unwrap_or(false),
+            },
+            Some("traced") => TfOp::Traced {
+                name: s("function")?.to_string(),
+                function: Arc::new(BatchPolymorphicFunction::from_json(&v["graph"])?),
             },
             _ => return Err(bad()),
         })
@@ -360,17 +383,88 @@ impl KerasTensor {
     /// Records `op` applied to `inputs` (Keras' `TFOpLambda`): the output shape comes from
     /// running the op once on a probe batch of one.
     pub fn op(inputs: &[&KerasTensor], op: TfOp) -> Result<KerasTensor> {
+        KerasTensor::record(inputs, op)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::invalid("TFOpLambda", "the op returned no tensor"))
+    }
+    /// Every output of `op` applied to `inputs`, recorded as one node.
+    fn record(inputs: &[&KerasTensor], op: TfOp) -> Result<Vec<KerasTensor>> {
         let probes = inputs
             .iter()
             .map(|t| probe(t))
             .collect::<Result<Vec<_>>>()?;
         let outs = op.run(&probes)?;
-        symbolic_outputs(NodeKind::Op(op), inputs, &outs)
+        Ok(symbolic_outputs(NodeKind::Op(op), inputs, &outs))
+    }
+    /// Any function of tensors on symbolic tensors, recorded as one node (TF 2.4's
+    /// `TFOpLambda`, for every op): `f` runs on tensors of the inputs' shapes and dtypes and
+    /// is traced into a graph that runs at every batch size
+    /// ([`ferroflow_function::BatchPolymorphicFunction`]), so tensor ops, composites and
+    /// NumPy-API functions all work, and the node saves with the model (its config holds
+    /// the graph, not the closure). `name` lists the node (`"tf.math.log1p"`). What such a
+    /// graph cannot hold is an error here, naming it: a variable (weights belong to
+    /// layers), structure or constants that change with the batch size other than linearly;
+    /// [`KerasTensor::lambda`] keeps the closure instead.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_keras::functional::{input, KerasTensor};
+    /// use ferroflow_keras::Model;
+    /// use ferroflow_tensor::{DType, Tensor};
+    /// let x = input(&[4], "x");
+    /// let parts = KerasTensor::apply("split_and_scan", &[&x], |t| {
+    ///     let halves = t[0].split(&[2, 2], -1)?;
+    ///     Ok(vec![halves[0].cumsum(-1, false, false)?, ferroflow::numpy::sinc(&halves[1])?])
+    /// })?;
+    /// let mut model = Model::new(&[x], &parts)?;
+    /// let y = model.call_multi(&[Tensor::ones(&[3, 4], DType::F32)?], false)?;
+    /// assert_eq!(y[0].to_vec::<f32>()?, [1.0, 2.0, 1.0, 2.0, 1.0, 2.0]);
+    /// assert_eq!(y[1].shape(), &[3, 2]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn apply(
+        name: &str,
+        inputs: &[&KerasTensor],
+        f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+    ) -> Result<Vec<KerasTensor>> {
+        let specs = inputs
+            .iter()
+            .map(|t| TensorSpec::new(&t.shape, t.dtype))
+            .collect();
+        let function = BatchPolymorphicFunction::trace(specs, f).map_err(|e| match e {
+            Error::InvalidArgument { msg, .. } => {
+                Error::invalid("TFOpLambda", format!("{name}: {msg}"))
+            }
+            other => other,
+        })?;
+        KerasTensor::record(
+            inputs,
+            TfOp::Traced {
+                name: name.to_string(),
+                function: Arc::new(function),
+            },
+        )
+    }
+    /// [`KerasTensor::apply`] for a function of one tensor with one result.
+    ///
+    /// ```
+    /// ferroflow::init();
+    /// use ferroflow_keras::functional::input;
+    /// let x = input(&[3], "x");
+    /// let y = x.map("tf.math.log1p", |t| t.log1p())?;
+    /// assert_eq!(y.shape(), &[None, Some(3)]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn map(&self, name: &str, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<KerasTensor> {
+        KerasTensor::apply(name, &[self], |t| Ok(vec![f(&t[0])?]))?
             .into_iter()
             .next()
-            .ok_or_else(|| Error::invalid("TFOpLambda", "the op returned no tensor"))
+            .ok_or_else(|| Error::invalid("TFOpLambda", format!("{name} returned no tensor")))
     }
-    /// A custom function of symbolic tensors (Keras' `Lambda`); not serializable.
+    /// A custom function of symbolic tensors kept as a closure (Keras' `Lambda`): it runs as
+    /// written, and a model holding it cannot be saved ([`KerasTensor::apply`] traces one
+    /// into a graph that saves).
     pub fn lambda(
         inputs: &[&KerasTensor],
         f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
@@ -590,7 +684,7 @@ impl Functional {
                     };
                     (&l).on(&refs)?
                 }
-                Some("op") => vec![KerasTensor::op(&refs, TfOp::from_config(&n["op"])?)?],
+                Some("op") => KerasTensor::record(&refs, TfOp::from_config(&n["op"])?)?,
                 other => return Err(bad(format!("unknown node kind {other:?}"))),
             };
             built.push(outs);
