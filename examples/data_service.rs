@@ -4,13 +4,13 @@
 //!
 //! The program plays every role, as TF's guide does with one Python file: run plainly it
 //! starts a dispatcher (in this process) and two workers (this program again, `--worker
-//! DISPATCHER`, as processes), then trains the MNIST MLP for two epochs, each a distributed
+//! DISPATCHER`, as processes), then trains the MNIST MLP for three epochs, each a distributed
 //! epoch of the pipeline (each image once, spread over the workers) and evaluates it here.
 //! Workers and trainer run the same binary, so they share the pipeline registered by name
 //! (`register_pipeline`); only its name and parameters travel.
 //!
 //! Run: `cargo run --release --example data_service [--workers N]`. Exits non-zero when the
-//! test accuracy ends below 95.5% after its two epochs.
+//! test accuracy ends below 95.5% after its three epochs (after two it ranged 92.7–96.7% over runs: the workers interleave differently each time).
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -142,7 +142,7 @@ fn main() -> Result<()> {
         &["accuracy"],
     )?;
     let start = std::time::Instant::now();
-    model.fit_dataset(&train, FitConfig::new().epochs(2))?;
+    model.fit_dataset(&train, FitConfig::new().epochs(3))?;
     println!(
         "trained on {stats} in {:.1} s",
         start.elapsed().as_secs_f64()
@@ -154,7 +154,7 @@ fn main() -> Result<()> {
         .evaluate_dataset(&test)?
         .get("accuracy")
         .unwrap_or(0.0);
-    println!("test accuracy {:.2}% after 2 epochs", acc * 100.0);
+    println!("test accuracy {:.2}% after 3 epochs", acc * 100.0);
     if acc < 0.955 {
         return Err(bad(&format!(
             "test accuracy {:.2}% is below 95.5%",

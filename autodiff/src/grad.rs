@@ -90,22 +90,28 @@ fn bias_activation_grad(
 
 /// A fused elementwise program: its ops recomputed one by one under a tape of their own and
 /// differentiated there (an outer tape records that too: higher orders work).
+/// `reduce`: the reduction a `FusedReduce` applies to the program's first output.
 fn fused_elementwise(
     program: &ferroflow_tensor::ElementwiseProgram,
+    reduce: Option<(ReduceOp, &[usize], bool)>,
     inputs: &[Tensor],
-    outputs: &[Tensor],
     grads: &[Option<Tensor>],
 ) -> Result<Vec<Option<Tensor>>> {
-    let Some(shape) = outputs.first().map(|t| t.shape().to_vec()) else {
-        return Ok(vec![None; inputs.len()]);
-    };
+    let mut shape: Vec<usize> = Vec::new();
+    for x in inputs {
+        shape = ferroflow_tensor::layout::broadcast_shapes("fused_elementwise", &shape, x.shape())?;
+    }
     let tape = crate::GradientTape::new();
     // The inputs themselves, so an outer tape connects the recomputation to them.
     let xs = Tensor::with_distinct_ids(inputs)?;
     for x in &xs {
         tape.watch(x);
     }
-    let ys = program.compose(&xs, &shape)?;
+    let mut ys = program.compose(&xs, &shape)?;
+    if let (Some((op, axes, keepdims)), Some(first)) = (reduce, ys.first_mut()) {
+        let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+        *first = first.reduce(op, axes, keepdims)?;
+    }
     let (targets, seeds): (Vec<Tensor>, Vec<Tensor>) = ys
         .into_iter()
         .zip(grads)
@@ -138,7 +144,16 @@ pub(crate) fn backward(
         return bias_activation_grad(*activation, &inputs[1], grads);
     }
     if let Op::FusedElementwise(program) = op {
-        return fused_elementwise(program, inputs, outputs, grads);
+        return fused_elementwise(program, None, inputs, grads);
+    }
+    if let Op::FusedReduce {
+        program,
+        reduce,
+        axes,
+        keepdims,
+    } = op
+    {
+        return fused_elementwise(program, Some((*reduce, axes, *keepdims)), inputs, grads);
     }
     let Some(g) = grads.first().cloned().flatten() else {
         return Ok(vec![None; inputs.len()]);

@@ -181,7 +181,7 @@ fn fusible_step(graph: &Graph, i: usize) -> Option<()> {
 /// fused kernel; the ops one by one elsewhere). Returns how many nodes the fused ones
 /// replaced.
 pub(crate) fn fuse_elementwise(graph: &mut Graph) -> usize {
-    use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep, Op};
+    use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep, Op, ReduceOp};
     let n = graph.nodes.len();
     let mut readers: HashMap<ValueRef, Vec<usize>> = HashMap::new();
     for (i, node) in graph.nodes.iter().enumerate() {
@@ -196,44 +196,92 @@ pub(crate) fn fuse_elementwise(graph: &mut Graph) -> usize {
         readers.entry(*v).or_default().push(usize::MAX);
     }
     let fusible: Vec<bool> = (0..n).map(|i| fusible_step(graph, i).is_some()).collect();
-    // Each fusible node joins the tree of its only reader when that reader is fusible too,
-    // with the same output type.
+    // Each fusible node joins the tree of its first fusible reader of the same output type;
+    // its other readers then read it as an extra output of the fused node.
     let mut parent: Vec<Option<usize>> = vec![None; n];
     for i in (0..n).filter(|&i| fusible[i]) {
         let v = ValueRef { node: i, output: 0 };
-        if let Some([j]) = readers.get(&v).map(Vec::as_slice) {
-            let j = *j;
-            if j != usize::MAX
-                && fusible[j]
-                && graph.nodes[j].outputs[0] == graph.nodes[i].outputs[0]
-            {
-                parent[i] = Some(j);
-            }
-        }
+        parent[i] = readers.get(&v).and_then(|r| {
+            r.iter().copied().find(|&j| {
+                j != usize::MAX
+                    && fusible[j]
+                    && graph.nodes[j].outputs[0] == graph.nodes[i].outputs[0]
+            })
+        });
     }
-    let root = |mut i: usize| {
+    let root_of = |parent: &[Option<usize>], mut i: usize| {
         while let Some(p) = parent[i] {
             i = p;
         }
         i
     };
+    // The fused node runs where its root ran: a member read outside its tree before that
+    // (which would also make a cycle through the reader) leaves the tree. Each round cuts
+    // at least one link, so this ends.
+    loop {
+        let mut cut = false;
+        for i in 0..n {
+            if parent[i].is_none() {
+                continue;
+            }
+            let r = root_of(&parent, i);
+            let early_reader = readers[&ValueRef { node: i, output: 0 }]
+                .iter()
+                .any(|&j| j < r && root_of(&parent, j) != r);
+            if early_reader {
+                parent[i] = None;
+                cut = true;
+            }
+        }
+        if !cut {
+            break;
+        }
+    }
     let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
     for i in (0..n).filter(|&i| fusible[i]) {
-        members.entry(root(i)).or_default().push(i);
+        members.entry(root_of(&parent, i)).or_default().push(i);
     }
     let mut removed = vec![false; n];
+    // Values of absorbed members read outside their tree: now outputs of the fused node.
+    let mut moved: HashMap<ValueRef, ValueRef> = HashMap::new();
     let mut fused = 0;
     'groups: for (r, mut group) in members {
-        if group.len() < 2 {
+        group.sort_unstable();
+        let in_group = |j: usize| j != usize::MAX && group.binary_search(&j).is_ok();
+        // Who reads each member's value outside its tree (`usize::MAX`: the graph returns it).
+        let outside = |m: usize| -> Vec<usize> {
+            readers
+                .get(&ValueRef { node: m, output: 0 })
+                .map(|rs| rs.iter().copied().filter(|&j| !in_group(j)).collect())
+                .unwrap_or_default()
+        };
+        // A reduction of the tree's result joins it when everything else read outside the
+        // tree is read after the reduction (the fused node runs where the reduction ran).
+        let reduction = outside(r).into_iter().find(|&j| {
+            j != usize::MAX
+                && matches!(
+                    &graph.nodes[j].kind,
+                    NodeKind::Op(Op::Reduce { op, .. }) if matches!(
+                        op,
+                        ReduceOp::ReduceSum | ReduceOp::ReduceProd | ReduceOp::ReduceMax | ReduceOp::ReduceMin
+                    )
+                )
+                && graph.nodes[j].inputs.first() == Some(&ValueRef { node: r, output: 0 })
+        });
+        let reduction = reduction.filter(|&red| {
+            group
+                .iter()
+                .flat_map(|&m| outside(m))
+                .all(|j| j >= red)
+        });
+        if group.len() < 2 && reduction.is_none() {
             continue;
         }
-        group.sort_unstable();
         let mut inputs: Vec<ValueRef> = Vec::new();
         let mut register: HashMap<ValueRef, usize> = HashMap::new();
-        let in_group = |v: &ValueRef| group.binary_search(&v.node).is_ok();
         for &m in &group {
             for v in &graph.nodes[m].inputs {
-                if !in_group(v) && !register.contains_key(v) {
+                if !in_group(v.node) && !register.contains_key(v) {
                     register.insert(*v, inputs.len());
                     inputs.push(*v);
                 }
@@ -257,22 +305,65 @@ pub(crate) fn fuse_elementwise(graph: &mut Graph) -> usize {
             steps.push(step);
             register.insert(ValueRef { node: m, output: 0 }, inputs.len() + k);
         }
-        let program = ElementwiseProgram {
+        // Outputs: the tree's result (reduced, when a reduction joined), then each member
+        // read outside the tree by anything else.
+        let mut outputs = vec![inputs.len() + steps.len() - 1];
+        let mut extra = Vec::new();
+        for (k, &m) in group.iter().enumerate() {
+            let others = outside(m)
+                .into_iter()
+                .any(|j| Some(j) != reduction || m != r);
+            if others && (m != r || reduction.is_some()) {
+                extra.push((ValueRef { node: m, output: 0 }, outputs.len()));
+                outputs.push(inputs.len() + k);
+            }
+        }
+        let value_type = graph.nodes[r].outputs[0].clone();
+        let program = std::sync::Arc::new(ElementwiseProgram {
             num_inputs: inputs.len(),
-            outputs: vec![inputs.len() + steps.len() - 1],
+            outputs,
             steps,
+        });
+        let at = reduction.unwrap_or(r);
+        let node = &mut graph.nodes[at];
+        let (kind, first_type) = match (&node.kind, reduction) {
+            (NodeKind::Op(Op::Reduce { op, axes, keepdims }), Some(_)) => (
+                Op::FusedReduce {
+                    program: program.clone(),
+                    reduce: *op,
+                    axes: axes.clone(),
+                    keepdims: *keepdims,
+                },
+                node.outputs[0].clone(),
+            ),
+            _ => (Op::FusedElementwise(program.clone()), value_type.clone()),
         };
-        let node = &mut graph.nodes[r];
-        node.kind = NodeKind::Op(Op::FusedElementwise(std::sync::Arc::new(program)));
+        node.kind = NodeKind::Op(kind);
         node.inputs = inputs;
+        node.outputs = std::iter::once(first_type)
+            .chain(std::iter::repeat_n(value_type, program.outputs.len() - 1))
+            .collect();
+        for (v, output) in extra {
+            moved.insert(v, ValueRef { node: at, output });
+        }
         for &m in &group {
-            if m != r {
+            if m != at {
                 removed[m] = true;
             }
         }
         fused += group.len();
     }
-    // Drop the absorbed nodes; nothing outside their tree read them.
+    for v in graph
+        .nodes
+        .iter_mut()
+        .flat_map(|node| node.inputs.iter_mut())
+        .chain(graph.outputs.iter_mut())
+    {
+        if let Some(to) = moved.get(v) {
+            *v = *to;
+        }
+    }
+    // Drop the absorbed nodes; what outside their tree read them reads the fused node now.
     let mut index = vec![usize::MAX; n];
     let mut kept = Vec::with_capacity(n);
     for (i, node) in std::mem::take(&mut graph.nodes).into_iter().enumerate() {

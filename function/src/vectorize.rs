@@ -175,6 +175,24 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
             let ts = with_example_ranks(inputs, rank)?;
             run(op.clone(), ts)
         }
+        Op::FusedReduce {
+            program,
+            reduce,
+            axes,
+            keepdims,
+        } => {
+            let rank = inputs.iter().map(Value::example_rank).max().unwrap_or(0);
+            let ts = with_example_ranks(inputs, rank)?;
+            run(
+                Op::FusedReduce {
+                    program: program.clone(),
+                    reduce: *reduce,
+                    axes: shift(axes),
+                    keepdims: *keepdims,
+                },
+                ts,
+            )
+        }
         Op::Reduce {
             op: r,
             axes,

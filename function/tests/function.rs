@@ -44,12 +44,15 @@ const BINARY: [BinaryOp; 7] = [
 ];
 
 /// One step of a random elementwise program: a unary op of an earlier value, a binary op
-/// of two, or a constant combined with one; the last value may be reduced.
+/// of two, a constant combined with one, or a mean over axis 0 (an op fusion cannot take,
+/// reading a value in the middle of a chain: the fused node's extra outputs and the order
+/// they need); the last value may be reduced.
 #[derive(Debug, Clone)]
 enum Step {
     Unary(usize, usize),
     Binary(usize, usize, usize),
     Constant(usize, f64),
+    Mean(usize),
 }
 
 fn run_program(args: &[Tensor], program: &[Step], reduce: bool) -> ferroflow::Result<Vec<Tensor>> {
@@ -65,6 +68,7 @@ fn run_program(args: &[Tensor], program: &[Step], reduce: bool) -> ferroflow::Re
                 let x = &values[a % values.len()];
                 x.mul(&x.scalar_like(c)?)?
             }
+            Step::Mean(a) => values[a % values.len()].reduce_mean(Axes::List(vec![0]), true)?,
         };
         values.push(v);
     }
@@ -84,6 +88,7 @@ fn step() -> impl Strategy<Value = Step> {
         (0..UNARY.len(), 0..64usize).prop_map(|(o, a)| Step::Unary(o, a)),
         (0..BINARY.len(), 0..64usize, 0..64usize).prop_map(|(o, a, b)| Step::Binary(o, a, b)),
         (0..64usize, -3.0..3.0f64).prop_map(|(a, c)| Step::Constant(a, c)),
+        (0..64usize).prop_map(Step::Mean),
     ]
 }
 
@@ -512,4 +517,133 @@ fn stop_and_custom_gradients_are_recomputed_per_call() {
         .remove(0)
         .unwrap();
     assert_eq!(bits(&dx), bits(&x));
+}
+
+/// Multi-output fusion: a chain's inner values read outside it become extra outputs of the
+/// fused node, unless a reader outside runs before the chain's end (it would wait for the
+/// fused node, which needs it: the value leaves the chain instead).
+#[test]
+fn inner_values_read_outside_a_chain_are_extra_outputs() {
+    ferroflow::init();
+    let body = |a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
+        let t = a[0].tanh()?;
+        let m = t.reduce_mean(Axes::List(vec![0]), true)?; // reads t before the chain ends
+        let s = t.add(&m)?.exp()?;
+        let e = s.mul(&a[0])?.sigmoid()?; // s read inside the chain and returned
+        Ok(vec![e, s])
+    };
+    let f = Function::new(body);
+    let x = f32s(&[3, 4], 7);
+    let (eager, traced) = (
+        body(std::slice::from_ref(&x)).unwrap(),
+        f.call(std::slice::from_ref(&x)).unwrap(),
+    );
+    for (e, t) in eager.iter().zip(&traced) {
+        assert_eq!(bits(e), bits(t));
+    }
+    let c = f.get_concrete_function(std::slice::from_ref(&x)).unwrap();
+    let fused: Vec<usize> = c
+        .graph()
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            ferroflow::function::NodeKind::Op(ferroflow::Op::FusedElementwise(p)) => {
+                Some(p.outputs.len())
+            }
+            _ => None,
+        })
+        .collect();
+    // add, exp, mul, sigmoid in one kernel returning sigmoid and exp; tanh alone.
+    assert_eq!(fused, [2], "{}", c.graph().listing());
+    let again = f32s(&[3, 4], 8);
+    let (eager, traced) = (
+        body(std::slice::from_ref(&again)).unwrap(),
+        f.call(std::slice::from_ref(&again)).unwrap(),
+    );
+    for (e, t) in eager.iter().zip(&traced) {
+        assert_eq!(bits(e), bits(t));
+    }
+}
+
+/// A chain ending in a reduction is one kernel with it (`Op::FusedReduce`), its inner values
+/// read elsewhere extra outputs; values and gradients (to second order) are eager's.
+#[test]
+fn a_reduction_at_the_end_of_a_chain_joins_it() {
+    ferroflow::init();
+    let body = |a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
+        let shifted = a[0].sub(&a[1])?;
+        let e = shifted.exp()?;
+        let total = e.reduce_sum(Axes::List(vec![1]), true)?; // exp(x - m) summed
+        let top = shifted
+            .tanh()?
+            .mul(&a[0])?
+            .reduce_max(Axes::List(vec![0]), false)?;
+        Ok(vec![total, top, e])
+    };
+    let f = Function::new(body);
+    let (x, m) = (f32s(&[5, 7], 3), f32s(&[5, 1], 4));
+    let args = [x.clone(), m.clone()];
+    let c = f.get_concrete_function(&args).unwrap();
+    let kinds: Vec<String> = c
+        .graph()
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            ferroflow::function::NodeKind::Op(op) => Some(op.name().to_string()),
+            _ => None,
+        })
+        .collect();
+    // sub and exp with the sum (sub and exp also returned as extra outputs: tanh reads
+    // one, the caller the other), then tanh and mul with the max.
+    assert_eq!(
+        kinds,
+        ["fused_reduce", "fused_reduce"],
+        "{}",
+        c.graph().listing()
+    );
+    for s in [3u64, 30] {
+        let args = [f32s(&[5, 7], s), f32s(&[5, 1], s + 1)];
+        let (eager, traced) = (body(&args).unwrap(), f.call(&args).unwrap());
+        for (e, t) in eager.iter().zip(&traced) {
+            assert_eq!(e.shape(), t.shape());
+            assert_eq!(bits(e), bits(t));
+        }
+    }
+    // Gradients through the fused reduction, first and second order, equal eager ones.
+    let x64 = x.cast(DType::F64).unwrap();
+    let m64 = m.cast(DType::F64).unwrap();
+    let grads = |run: &dyn Fn(&[Tensor]) -> ferroflow::Result<Vec<Tensor>>| {
+        let outer = GradientTape::new();
+        outer.watch(&x64);
+        let inner = GradientTape::new();
+        inner.watch(&x64);
+        let y = run(&[x64.clone(), m64.clone()]).unwrap();
+        let loss = y[0]
+            .reduce_sum(Axes::All, false)
+            .unwrap()
+            .add(&y[1].reduce_sum(Axes::All, false).unwrap())
+            .unwrap();
+        let g = inner.gradient(&loss, &[(&x64).into()]).unwrap()[0]
+            .clone()
+            .unwrap();
+        let gg = outer
+            .gradient(
+                &g.square().unwrap().reduce_sum(Axes::All, false).unwrap(),
+                &[(&x64).into()],
+            )
+            .unwrap()[0]
+            .clone()
+            .unwrap();
+        (g.to_vec::<f64>().unwrap(), gg.to_vec::<f64>().unwrap())
+    };
+    let f64_fn = Function::new(body);
+    let (eager, traced) = (grads(&body), grads(&|a| f64_fn.call(a)));
+    for (e, t) in eager
+        .0
+        .iter()
+        .zip(&traced.0)
+        .chain(eager.1.iter().zip(&traced.1))
+    {
+        assert!((e - t).abs() <= 1e-12 * (1.0 + e.abs()), "{e} vs {t}");
+    }
 }

@@ -134,20 +134,18 @@ fn graphs_that_write_or_draw_replay_op_by_op() {
         let counter = counter.clone();
         Function::new(move |a: &[Tensor]| {
             counter.assign_add(&Tensor::scalar(1.0f64)?)?;
-            Ok(vec![a[0]
-                .sin()?
-                .mul(&a[0])?
-                .reduce_sum(Axes::All, false)?])
+            let total = a[0].sin()?.mul(&a[0])?.reduce_sum(Axes::All, false)?;
+            Ok(vec![total.clone(), total.exp()?])
         })
     };
     let x = normal(&[4], 6);
     f.call(std::slice::from_ref(&x)).unwrap();
-    let tape = GradientTape::new();
+    let tape = GradientTape::persistent();
     tape.watch(&x);
     let y = f.call(std::slice::from_ref(&x)).unwrap();
     assert!(
         tape.num_recorded() > 1,
-        "replayed op by op (a fused op and a sum)"
+        "replayed op by op (the fused sum, then exp)"
     );
     let dx = tape.gradient(&y[0], &[(&x).into()]).unwrap()[0]
         .clone()
@@ -159,5 +157,10 @@ fn graphs_that_write_or_draw_replay_op_by_op() {
         .add(&x.mul(&x.cos().unwrap()).unwrap())
         .unwrap();
     assert_close(&dx, &want, "dx");
+    // d exp(Σ x sin x) = exp(Σ x sin x) (sin x + x cos x)
+    let de = tape.gradient(&y[1], &[(&x).into()]).unwrap()[0]
+        .clone()
+        .unwrap();
+    assert_close(&de, &want.mul(&y[1]).unwrap(), "d exp");
     assert_eq!(counter.value().item::<f64>().unwrap(), 2.0);
 }

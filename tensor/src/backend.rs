@@ -252,6 +252,40 @@ pub trait Backend: Send + Sync + 'static {
         })
     }
 
+    /// Runs an elementwise `program` over `inputs` broadcast to `shape` and reduces its
+    /// first output over `axes` (sorted, in range): `[the reduction (its kept dimensions,
+    /// dense), one buffer of `shape` per other program output]`; called where
+    /// [`Backend::has_fused`] declares [`crate::FusedKernel::Elementwise`]. The default runs
+    /// [`Backend::fused_elementwise`] and then [`Backend::reduce`] on its first output, so a
+    /// backend with the fused program has this too; one with a faster pass (the program
+    /// inlined into the reduction's loads) overrides it and must give the same bits.
+    fn fused_reduce(
+        &self,
+        program: &crate::fused::ElementwiseProgram,
+        inputs: &[Operand<'_>],
+        shape: &[usize],
+        op: crate::op::ReduceOp,
+        axes: &[usize],
+    ) -> Result<Vec<BufferBox>> {
+        let mut outputs = self.fused_elementwise(program, inputs, shape)?.into_iter();
+        let first = outputs.next().ok_or_else(|| Error::Backend {
+            backend: self.name(),
+            msg: "fused_elementwise returned no buffer".into(),
+        })?;
+        let dtype = inputs.first().map_or(crate::DType::F32, |x| x.dtype);
+        let layout = crate::Layout::contiguous(shape);
+        let reduced = self.reduce(
+            op,
+            Operand {
+                buffer: first.as_ref(),
+                layout: &layout,
+                dtype,
+            },
+            axes,
+        )?;
+        Ok(std::iter::once(reduced).chain(outputs).collect())
+    }
+
     /// Fused optimizer step over same-shaped `w`, `g` and the rule's slots (one pass instead
     /// of a chain of temporaries), returning `(w', slots')`; called where
     /// [`Backend::has_fused`] says so, elsewhere optimizers compose primitives.

@@ -11,6 +11,7 @@
 //! | [`FusedKernel::ClipScalar`] | [`crate::Tensor::clip_scalar`] | `maximum`, `minimum` |
 //! | [`FusedKernel::OptimizerUpdate`] | [`crate::Tensor::optimizer_update`] | the optimizer's rule in primitives (`ferroflow-optim`) |
 //! | [`FusedKernel::Elementwise`] | [`crate::Tensor::fused_elementwise`] | the program's unary and binary ops |
+//! | [`FusedKernel::Elementwise`] | [`crate::Tensor::fused_reduce`] | the program's ops, then `reduce` |
 
 /// The optional fused kernels, as a backend declares them ([`crate::Backend::has_fused`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,7 +25,10 @@ pub enum FusedKernel {
     /// One optimizer step by an [`UpdateRule`] ([`crate::Backend::optimizer_update`]).
     OptimizerUpdate,
     /// A program of elementwise ops in one pass ([`crate::Backend::fused_elementwise`]):
-    /// what a graph function's fusion pass makes of chains of unary and binary ops.
+    /// what a graph function's fusion pass makes of chains of unary and binary ops; with a
+    /// reduction of its result in the same pass too ([`crate::Backend::fused_reduce`],
+    /// which backends get from their `fused_elementwise` and `reduce` unless they override
+    /// it).
     Elementwise,
 }
 

@@ -644,6 +644,20 @@ pub enum Op {
     /// outputs as the program lists them. A fused kernel, not a primitive
     /// ([`crate::fused`]): graph functions' fusion makes it.
     FusedElementwise(std::sync::Arc<crate::fused::ElementwiseProgram>),
+    /// An [`crate::ElementwiseProgram`] whose first output is reduced over `axes` in the
+    /// same pass (`reduce(program(inputs)[0])`); outputs `[the reduction, the program's
+    /// other outputs..]`. A fused kernel, not a primitive ([`crate::fused`]): graph
+    /// functions' fusion makes it of a chain ending in a reduction.
+    FusedReduce {
+        /// The elementwise program.
+        program: std::sync::Arc<crate::fused::ElementwiseProgram>,
+        /// The reduction of its first output (sum, product, max or min).
+        reduce: ReduceOp,
+        /// The axes reduced (normalised, sorted).
+        axes: Vec<usize>,
+        /// Keep reduced axes as size 1.
+        keepdims: bool,
+    },
     /// The discrete Fourier transform of each vector along the last axis of a complex
     /// tensor (TF's `FFT`, unscaled) or its inverse (`IFFT`, scaled by 1/n); input `[x]`.
     Fft {
@@ -711,6 +725,7 @@ impl Op {
             Op::OptimizerUpdate(_) => "optimizer_update",
             Op::ClipScalar { .. } => "clip_scalar",
             Op::FusedElementwise(_) => "fused_elementwise",
+            Op::FusedReduce { .. } => "fused_reduce",
             Op::Fft { inverse: false } => "fft",
             Op::Fft { inverse: true } => "ifft",
             Op::RandomStateful { distribution, .. } => distribution.op_name(),

@@ -444,6 +444,25 @@ impl Backend for WgpuBackend {
             .map(|b| Box::new(b) as BufferBox)
             .collect())
     }
+    fn fused_reduce(
+        &self,
+        program: &ElementwiseProgram,
+        inputs: &[Operand<'_>],
+        shape: &[usize],
+        op: ReduceOp,
+        axes: &[usize],
+    ) -> Result<Vec<BufferBox>> {
+        let ins = inputs
+            .iter()
+            .map(|&x| In::new(x))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(
+            kernels::fused::fused_reduce(program, &ins, shape, op, axes)?
+                .into_iter()
+                .map(|b| Box::new(b) as BufferBox)
+                .collect(),
+        )
+    }
     fn optimizer_update(
         &self,
         rule: &UpdateRule,

@@ -391,11 +391,16 @@ pub fn elementwise_program(device: &Device) {
         prop::collection::vec(view_kind(), 2),
         any::<bool>(),
         any::<u64>(),
+        (
+            prop::collection::vec(any::<bool>(), 3),
+            any::<bool>(),
+            0..4usize,
+        ),
     );
     check(
         "elementwise_program",
         strat,
-        |(dims, raw, views, use_f64, seed)| {
+        |(dims, raw, views, use_f64, seed, (reduced, keepdims, reduce_op))| {
             let dtype = if use_f64 {
                 exact_float(device)
             } else {
@@ -440,6 +445,38 @@ pub fn elementwise_program(device: &Device) {
                     .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
                 prop_assert!(same, "{program:?} on {dtype}: fused {f:?}, composed {c:?}");
             }
+            // The same program with a reduction of its first output in the pass: exactly
+            // the reduction of the composed output.
+            let op = [
+                crate::ReduceOp::ReduceSum,
+                crate::ReduceOp::ReduceMax,
+                crate::ReduceOp::ReduceMin,
+                crate::ReduceOp::ReduceProd,
+            ][reduce_op];
+            let axes: Vec<isize> = (0..dims.len())
+                .filter(|&a| reduced[a])
+                .map(|a| a as isize)
+                .collect();
+            let fused = ok(
+                "fused_reduce",
+                Tensor::fused_reduce(&program, &inputs, op, axes.clone(), keepdims),
+            )?;
+            let want = ok("reduce", composed[0].reduce(op, axes.clone(), keepdims))?;
+            prop_assert_eq!(fused.len(), 2);
+            prop_assert_eq!(fused[0].shape(), want.shape());
+            prop_assert_eq!(fused[1].shape(), &dims[..]);
+            for (f, c) in [(&fused[0], &want), (&fused[1], &composed[1])] {
+                let (f, c) = (ok("read", f.to_f64_vec())?, ok("read", c.to_f64_vec())?);
+                let same = f
+                    .iter()
+                    .zip(&c)
+                    .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+                prop_assert!(
+                    same,
+                    "{program:?} then {} over {axes:?} on {dtype}: fused {f:?}, composed {c:?}",
+                    op.name()
+                );
+            }
             Ok(())
         },
     );
@@ -482,6 +519,47 @@ pub fn elementwise_program(device: &Device) {
             "{wide:?}"
         );
     }
+    // A long reduction (few outputs, many elements each: reduced in parts, then the parts)
+    // with an extra output: the same bits as the program's output reduced on its own.
+    let long = Tensor::from_host_on(
+        crate::HostData::F32(values(99, 3 * 20_000).iter().map(|&v| v as f32).collect()),
+        &[3, 20_000],
+        *device,
+    )
+    .expect("upload");
+    let row = Tensor::from_host_on(
+        crate::HostData::F32(vec![0.5, -0.25, 2.0]),
+        &[3, 1],
+        *device,
+    )
+    .expect("upload");
+    let program = Arc::new(ElementwiseProgram {
+        num_inputs: 2,
+        steps: vec![
+            ElementwiseStep::Binary(BinaryOp::Mul, 0, 1),
+            ElementwiseStep::Unary(UnaryOp::Tanh, 2),
+        ],
+        outputs: vec![3, 2],
+    });
+    let inputs = [long, row];
+    let composed = program.compose(&inputs, &[3, 20_000]).expect("compose");
+    for op in [crate::ReduceOp::ReduceSum, crate::ReduceOp::ReduceMax] {
+        for axes in [vec![1isize], vec![0, 1]] {
+            let fused = Tensor::fused_reduce(&program, &inputs, op, axes.clone(), false)
+                .expect("a long fused reduction");
+            let want = composed[0].reduce(op, axes.clone(), false).expect("reduce");
+            assert_eq!(
+                fused[0].to_f64_vec().expect("read"),
+                want.to_f64_vec().expect("read"),
+                "{} over {axes:?}",
+                op.name()
+            );
+            assert_eq!(
+                fused[1].to_f64_vec().expect("read"),
+                composed[1].to_f64_vec().expect("read")
+            );
+        }
+    }
     // A malformed program is an error, not a panic.
     let one = Tensor::from_host_on(crate::HostData::F32(vec![1.0]), &[1], *device).expect("upload");
     let bad = Arc::new(ElementwiseProgram {
@@ -491,6 +569,27 @@ pub fn elementwise_program(device: &Device) {
     });
     assert!(Tensor::fused_elementwise(&bad, std::slice::from_ref(&one)).is_err());
     assert!(Tensor::fused_elementwise(&bad, &[]).is_err());
+    let neg = Arc::new(ElementwiseProgram {
+        num_inputs: 1,
+        steps: vec![ElementwiseStep::Unary(UnaryOp::Neg, 0)],
+        outputs: vec![1],
+    });
+    let any = Tensor::fused_reduce(
+        &neg,
+        std::slice::from_ref(&one),
+        crate::ReduceOp::ReduceAny,
+        0,
+        false,
+    );
+    assert!(any.is_err(), "reduce_any of floats is not fusible");
+    let out_of_range = Tensor::fused_reduce(
+        &neg,
+        std::slice::from_ref(&one),
+        crate::ReduceOp::ReduceSum,
+        3,
+        false,
+    );
+    assert!(out_of_range.is_err(), "axis 3 of a vector");
 }
 
 /// Deterministic values in [-3, 3) from a seed.

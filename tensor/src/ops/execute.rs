@@ -229,6 +229,16 @@ impl Op {
                 let inputs: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
                 Tensor::fused_elementwise(program, &inputs)
             }
+            Op::FusedReduce {
+                program,
+                reduce,
+                axes,
+                keepdims,
+            } => {
+                let inputs: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
+                let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+                Tensor::fused_reduce(program, &inputs, *reduce, axes, *keepdims)
+            }
             Op::Fft { inverse } => {
                 n(1)?;
                 one(if *inverse {

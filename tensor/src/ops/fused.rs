@@ -6,7 +6,8 @@ use crate::device::{backend_for, device_has_fused};
 use crate::dispatch::dispatch;
 use crate::error::{Error, Result};
 use crate::fused::{ElementwiseProgram, ElementwiseStep, FusedKernel, UpdateRule};
-use crate::op::Op;
+use crate::op::{Op, ReduceOp};
+use crate::ops::Axes;
 use crate::tensor::Tensor;
 use std::sync::Arc;
 
@@ -106,36 +107,7 @@ impl Tensor {
         inputs: &[Tensor],
     ) -> Result<Vec<Tensor>> {
         const OP: &str = "fused_elementwise";
-        program.check()?;
-        if inputs.len() != program.num_inputs {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "the program reads {} inputs, got {}",
-                    program.num_inputs,
-                    inputs.len()
-                ),
-            ));
-        }
-        let dtype = inputs[0].dtype();
-        if !dtype.is_float() {
-            return Err(Error::UnsupportedDType {
-                op: OP,
-                dtype,
-                expected: "a float dtype",
-            });
-        }
-        let mut shape = inputs[0].shape().to_vec();
-        for t in &inputs[1..] {
-            if t.dtype() != dtype {
-                return Err(Error::DTypeMismatch {
-                    op: OP,
-                    lhs: dtype,
-                    rhs: t.dtype(),
-                });
-            }
-            shape = crate::layout::broadcast_shapes(OP, &shape, t.shape())?;
-        }
+        let (dtype, shape) = program_operands(OP, program, inputs)?;
         if !device_has_fused(inputs[0].device(), FusedKernel::Elementwise, dtype) {
             return program.compose(inputs, &shape);
         }
@@ -174,6 +146,151 @@ impl Tensor {
         )
         .map(|o| o.0)
     }
+}
+
+impl Tensor {
+    /// Runs an elementwise program over `inputs` and reduces its first output over `axes`
+    /// in the same pass: `[reduce(program(inputs)[0]), program(inputs)[1..]..]`, exactly
+    /// what [`Tensor::fused_elementwise`] and then [`Tensor::reduce`] give (sum, product,
+    /// max or min). One kernel where the backend has the fused program, else the ops one by
+    /// one. Graph functions' fusion pass makes these from a chain ending in a reduction.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep, ReduceOp, Tensor, UnaryOp};
+    /// use std::sync::Arc;
+    /// // Σ exp(x) over the last axis.
+    /// let p = Arc::new(ElementwiseProgram {
+    ///     num_inputs: 1,
+    ///     steps: vec![ElementwiseStep::Unary(UnaryOp::Exp, 0)],
+    ///     outputs: vec![1],
+    /// });
+    /// let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0], &[2, 2])?;
+    /// let y = Tensor::fused_reduce(&p, &[x.clone()], ReduceOp::ReduceSum, -1, false)?;
+    /// assert_eq!(y[0].to_vec::<f32>()?, x.exp()?.reduce_sum(-1, false)?.to_vec::<f32>()?);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn fused_reduce(
+        program: &Arc<ElementwiseProgram>,
+        inputs: &[Tensor],
+        reduce: ReduceOp,
+        axes: impl Into<Axes>,
+        keepdims: bool,
+    ) -> Result<Vec<Tensor>> {
+        const OP: &str = "fused_reduce";
+        let (dtype, shape) = program_operands(OP, program, inputs)?;
+        if !matches!(
+            reduce,
+            ReduceOp::ReduceSum | ReduceOp::ReduceProd | ReduceOp::ReduceMax | ReduceOp::ReduceMin
+        ) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "{} of floats is not a fusible reduction (sum, prod, max, min)",
+                    reduce.name()
+                ),
+            ));
+        }
+        let axes = axes.into().resolve(OP, shape.len())?;
+        let n: usize = shape.iter().product();
+        if n == 0 || !device_has_fused(inputs[0].device(), FusedKernel::Elementwise, dtype) {
+            let mut outputs = program.compose(inputs, &shape)?;
+            let reduced = outputs[0].reduce(reduce, Axes::List(to_isize(&axes)), keepdims)?;
+            outputs[0] = reduced;
+            return Ok(outputs);
+        }
+        let reduced_shape: Vec<usize> = shape
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &d)| match (axes.contains(&i), keepdims) {
+                (false, _) => Some(d),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect();
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        dispatch(
+            || Op::FusedReduce {
+                program: program.clone(),
+                reduce,
+                axes: axes.clone(),
+                keepdims,
+            },
+            &refs,
+            |p| {
+                p.check_output(OP, &shape, dtype)?;
+                p.check_output(OP, &reduced_shape, dtype)?;
+                let operands: Vec<_> = inputs.iter().map(|t| t.operand()).collect();
+                let bufs = p
+                    .backend
+                    .fused_reduce(program, &operands, &shape, reduce, &axes)?;
+                if bufs.len() != program.outputs.len() {
+                    return Err(Error::Backend {
+                        backend: p.backend.name(),
+                        msg: format!(
+                            "fused_reduce returned {} buffers for {} outputs",
+                            bufs.len(),
+                            program.outputs.len()
+                        ),
+                    });
+                }
+                Ok(FusedOutputs(
+                    bufs.into_iter()
+                        .enumerate()
+                        .map(|(k, b)| {
+                            let s = if k == 0 { &reduced_shape } else { &shape };
+                            Tensor::from_buffer(b, s, dtype, p.backend, p.device)
+                        })
+                        .collect(),
+                ))
+            },
+        )
+        .map(|o| o.0)
+    }
+}
+
+fn to_isize(axes: &[usize]) -> Vec<isize> {
+    axes.iter().map(|&a| a as isize).collect()
+}
+
+/// Checks a program against its inputs (count, one float dtype, broadcastable) and gives
+/// the dtype and the broadcast shape.
+fn program_operands(
+    op: &'static str,
+    program: &ElementwiseProgram,
+    inputs: &[Tensor],
+) -> Result<(crate::DType, Vec<usize>)> {
+    program.check()?;
+    if inputs.len() != program.num_inputs || inputs.is_empty() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the program reads {} inputs, got {}",
+                program.num_inputs,
+                inputs.len()
+            ),
+        ));
+    }
+    let dtype = inputs[0].dtype();
+    if !dtype.is_float() {
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype,
+            expected: "a float dtype",
+        });
+    }
+    let mut shape = inputs[0].shape().to_vec();
+    for t in &inputs[1..] {
+        if t.dtype() != dtype {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: dtype,
+                rhs: t.dtype(),
+            });
+        }
+        shape = crate::layout::broadcast_shapes(op, &shape, t.shape())?;
+    }
+    Ok((dtype, shape))
 }
 
 /// A fused op's list of outputs, as observers see them.

@@ -3,7 +3,7 @@
 //! a shader error fails `cargo test` on any machine, before a driver ever compiles it.
 
 use super::elementwise::{binary_source, cast_source, unary_source};
-use super::fused::fused_source;
+use super::fused::{fused_reduce_source, fused_source};
 use super::gemm::{self, conv_loaders, gemm_full_source, matmul_loaders, Reads, Tile};
 use super::index::{gather_source, scatter_add_source};
 use super::movement::{concat_source, copy_source, pad_source, select_source};
@@ -131,6 +131,17 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
             };
             assert!(program.check().is_ok(), "{program:?}");
             add(format!("fused_{program:?}"), fused_source(&program));
+            for op in [
+                ReduceOp::ReduceSum,
+                ReduceOp::ReduceProd,
+                ReduceOp::ReduceMax,
+                ReduceOp::ReduceMin,
+            ] {
+                add(
+                    format!("fused_reduce_{}_{program:?}", op.name()),
+                    fused_reduce_source(&program, op),
+                );
+            }
         }
     }
     let tiles: [Tile; 3] = [gemm::BIG, gemm::MID, gemm::SMALL];

@@ -17,12 +17,13 @@
 
 use super::elementwise::{binary, binary_expr, unary, unary_expr};
 use super::movement::copy;
+use super::reduce::{parts_of, reduce, reduce_partials, reduce_parts};
 use super::{output, run_map, same_gpu, In, MAIN};
 use crate::buffer::WgpuBuffer;
-use crate::elem::{layout_descriptor, unsupported_on, Elem, Params};
-use crate::gpu::backend_error;
-use crate::shaders::kernel_source;
-use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep, Layout, Operand, Result};
+use crate::elem::{descriptor, layout_descriptor, unsupported_on, Elem, Params};
+use crate::gpu::{backend_error, groups_for};
+use crate::shaders::{fill, kernel_source};
+use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep, Layout, Operand, ReduceOp, Result};
 
 /// The first parameter slot holding an input's descriptor offset (slots 4..16 are free for
 /// kernel scalars, so a fused kernel reads at most 12 inputs).
@@ -36,27 +37,47 @@ const ZERO_SLOT: usize = 3;
 /// The WGSL of `program` on float32 registers, or `None` when a step has no float32
 /// expression (`check` refuses such programs before they reach the backend).
 pub(crate) fn fused_source(program: &ElementwiseProgram) -> Option<String> {
-    let e = Elem::F32;
-    let mut s = String::new();
-    let n_in = program.num_inputs;
-    for k in 0..n_in {
-        s += &format!(
-            "@group(0) @binding({}) var<storage, read> X{k}: array<f32>;\n",
-            1 + k
-        );
-    }
+    let mut s = input_bindings(program.num_inputs);
     for k in 0..program.outputs.len() {
         s += &format!(
             "@group(0) @binding({}) var<storage, read_write> O{k}: array<f32>;\n",
-            1 + n_in + k
+            1 + program.num_inputs + k
         );
     }
-    s += &format!(
+    let (functions, mut body) = program_body(program, FIRST_DESC_SLOT)?;
+    for (k, r) in program.outputs.iter().enumerate() {
+        body += &format!("    O{k}[i] = r{r};\n");
+    }
+    Some(kernel_source(
+        false,
+        &format!("{s}{functions}{MAIN}{body}}}\n"),
+    ))
+}
+
+/// The bindings of a program's `n` inputs `X0..`, from binding 1.
+fn input_bindings(n: usize) -> String {
+    (0..n)
+        .map(|k| {
+            format!(
+                "@group(0) @binding({}) var<storage, read> X{k}: array<f32>;\n",
+                1 + k
+            )
+        })
+        .collect()
+}
+
+/// The program's functions (`opaque` and one per step) and the statements computing its
+/// registers `r0..` at element `i`, input `k` read through the descriptor whose offset is
+/// in parameter slot `first_slot + k`.
+fn program_body(program: &ElementwiseProgram, first_slot: usize) -> Option<(String, String)> {
+    let e = Elem::F32;
+    let n_in = program.num_inputs;
+    let mut s = format!(
         "fn opaque(x: f32) -> f32 {{ return bitcast<f32>(bitcast<u32>(x) ^ P[{ZERO_SLOT}]); }}\n"
     );
     let mut body = String::new();
     for k in 0..n_in {
-        body += &format!("    let r{k} = X{k}[at(P[{}], i)];\n", FIRST_DESC_SLOT + k);
+        body += &format!("    let r{k} = X{k}[at(P[{}], i)];\n", first_slot + k);
     }
     for (k, step) in program.steps.iter().enumerate() {
         let r = n_in + k;
@@ -78,10 +99,177 @@ pub(crate) fn fused_source(program: &ElementwiseProgram) -> Option<String> {
             }
         }
     }
-    for (k, r) in program.outputs.iter().enumerate() {
+    Some((s, body))
+}
+
+/// The first parameter slot of a fused reduction's input descriptors (slots 4..7 hold the
+/// reduction's scalars).
+const REDUCE_FIRST_DESC_SLOT: usize = 7;
+/// Inputs a fused reduction can address through its parameter block.
+const REDUCE_MAX_DESC_INPUTS: usize = 16 - REDUCE_FIRST_DESC_SLOT;
+
+/// The WGSL of `program` with reduction `op` of its first output in the loads of the
+/// reduction kernel (`wgsl/reduce.wgsl`): the program runs once per element read, writes its
+/// other outputs there (each element is read once), and the tree reduction folds the first
+/// in the order the reduction kernel folds a stored tensor, so the bits are the same.
+pub(crate) fn fused_reduce_source(program: &ElementwiseProgram, op: ReduceOp) -> Option<String> {
+    let (init, combine) = reduce_parts(Elem::F32, op)?;
+    let n_in = program.num_inputs;
+    let mut s = input_bindings(n_in);
+    s += &format!(
+        "@group(0) @binding({}) var<storage, read_write> Y: array<f32>;\n",
+        1 + n_in
+    );
+    for k in 1..program.outputs.len() {
+        s += &format!(
+            "@group(0) @binding({}) var<storage, read_write> O{k}: array<f32>;\n",
+            1 + n_in + k
+        );
+    }
+    let (functions, mut body) = program_body(program, REDUCE_FIRST_DESC_SLOT)?;
+    for (k, r) in program.outputs.iter().enumerate().skip(1) {
         body += &format!("    O{k}[i] = r{r};\n");
     }
-    Some(kernel_source(false, &format!("{s}{MAIN}{body}}}\n")))
+    let value = format!(
+        "fn program_value(i: u32) -> f32 {{\n{body}    return r{};\n}}\n",
+        program.outputs[0]
+    );
+    let reduce = fill(
+        include_str!("../wgsl/reduce.wgsl"),
+        &[
+            ("C", "f32"),
+            ("INIT", init),
+            ("COMBINE", combine),
+            ("LOAD", "program_value(base + at(P[2], r))"),
+            ("STORE", "sh[0]"),
+        ],
+    );
+    Some(kernel_source(
+        false,
+        &format!("{s}{functions}{value}{reduce}"),
+    ))
+}
+
+/// Runs `program` over float32 `inputs` broadcast to `shape` and reduces its first output
+/// over `axes` (`Backend::fused_reduce`): one generated kernel (two for a long reduction
+/// split in parts), or the program's kernel then the reduction's where the inputs do not
+/// fit one kernel's bindings.
+pub(crate) fn fused_reduce(
+    program: &ElementwiseProgram,
+    inputs: &[In<'_>],
+    shape: &[usize],
+    op: ReduceOp,
+    axes: &[usize],
+) -> Result<Vec<WgpuBuffer>> {
+    const OP: &str = "fused_reduce";
+    let layouts = check_inputs(OP, program, inputs, shape)?;
+    let gpu = inputs[0].gpu();
+    let source = fused_reduce_source(program, op);
+    let fits = program.num_inputs <= REDUCE_MAX_DESC_INPUTS
+        && 1 + program.num_inputs + program.outputs.len() <= gpu.max_storage_buffers;
+    let Some(source) = source.filter(|_| fits) else {
+        let mut outputs = fused_elementwise(program, inputs, shape)?;
+        let dense = Layout::contiguous(shape);
+        let first = outputs.remove(0);
+        let reduced = reduce(
+            op,
+            &In {
+                buf: &first,
+                op: Operand {
+                    buffer: &first,
+                    layout: &dense,
+                    dtype: first.elem.dtype(),
+                },
+            },
+            axes,
+        )?;
+        outputs.insert(0, reduced);
+        return Ok(outputs);
+    };
+    // The program's first output as a dense tensor of `shape`: reduced axes and kept ones.
+    let strides = Layout::contiguous(shape).strides().to_vec();
+    let keep: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+    let pick = |axes: &[usize]| -> (Vec<usize>, Vec<isize>) {
+        (
+            axes.iter().map(|&a| shape[a]).collect(),
+            axes.iter().map(|&a| strides[a]).collect(),
+        )
+    };
+    let (out_dims, out_strides) = pick(&keep);
+    let (red_dims, red_strides) = pick(axes);
+    let n_out: usize = out_dims.iter().product();
+    let n_red: usize = red_dims.iter().product();
+    let n: usize = shape.iter().product();
+    let parts = parts_of(n_out, n_red);
+    let per = n_red.div_ceil(parts).max(1);
+    let k = gpu.kernel(
+        &format!("fused_reduce_{}_{program:?}", op.name()),
+        program.num_inputs,
+        program.outputs.len(),
+        || source,
+    )?;
+    let out = output(gpu, Elem::F32, n_out)?;
+    let extras = (1..program.outputs.len())
+        .map(|_| output(gpu, Elem::F32, n))
+        .collect::<Result<Vec<_>>>()?;
+    let first = if parts == 1 {
+        None
+    } else {
+        Some(output(gpu, Elem::F32, n_out * parts)?)
+    };
+    let mut params = Params::new(n_out * parts)
+        .set(ZERO_SLOT, 0)
+        .set(4, n_red as u32)
+        .set(5, parts as u32)
+        .set(6, per as u32)
+        .desc(0, descriptor(&out_dims, &out_strides, 0))
+        .desc(1, descriptor(&red_dims, &red_strides, 0));
+    for (k, l) in layouts.iter().enumerate() {
+        params = params.table(REDUCE_FIRST_DESC_SLOT + k, &layout_descriptor(l));
+    }
+    let ins: Vec<&wgpu::Buffer> = inputs.iter().map(|x| x.buf.raw()).collect();
+    let outs: Vec<&wgpu::Buffer> = std::iter::once(first.as_ref().unwrap_or(&out).raw())
+        .chain(extras.iter().map(|o| o.raw()))
+        .collect();
+    if n_out > 0 {
+        gpu.dispatch(&k, &params.0, &ins, &outs, groups_for(n_out * parts, 1)?)?;
+        if let Some(partial) = &first {
+            reduce_partials(gpu, op, Elem::F32, partial, n_out, parts, &out)?;
+        }
+    }
+    Ok(std::iter::once(out).chain(extras).collect())
+}
+
+/// Checks a program's float32 inputs (count, one GPU) and gives their layouts broadcast to
+/// `shape`.
+fn check_inputs(
+    op: &'static str,
+    program: &ElementwiseProgram,
+    inputs: &[In<'_>],
+    shape: &[usize],
+) -> Result<Vec<Layout>> {
+    program.check()?;
+    let first = inputs
+        .first()
+        .ok_or_else(|| backend_error(format!("{op}: a program reads at least one input")))?;
+    if inputs.len() != program.num_inputs {
+        return Err(backend_error(format!(
+            "{op}: the program reads {} inputs, got {}",
+            program.num_inputs,
+            inputs.len()
+        )));
+    }
+    let gpu = first.gpu();
+    for x in inputs {
+        same_gpu(op, first, x)?;
+        if x.elem() != Elem::F32 {
+            return Err(unsupported_on(gpu, op, x.elem().dtype()));
+        }
+    }
+    inputs
+        .iter()
+        .map(|x| x.op.layout.broadcast_to(op, shape))
+        .collect()
 }
 
 /// Whether one kernel can run `program` on `gpu`: its inputs fit the parameter block and
@@ -100,28 +288,8 @@ pub(crate) fn fused_elementwise(
     shape: &[usize],
 ) -> Result<Vec<WgpuBuffer>> {
     const OP: &str = "fused_elementwise";
-    program.check()?;
-    let first = inputs
-        .first()
-        .ok_or_else(|| backend_error(format!("{OP}: a program reads at least one input")))?;
-    if inputs.len() != program.num_inputs {
-        return Err(backend_error(format!(
-            "{OP}: the program reads {} inputs, got {}",
-            program.num_inputs,
-            inputs.len()
-        )));
-    }
-    let gpu = first.gpu();
-    for x in inputs {
-        same_gpu(OP, first, x)?;
-        if x.elem() != Elem::F32 {
-            return Err(unsupported_on(gpu, OP, x.elem().dtype()));
-        }
-    }
-    let layouts = inputs
-        .iter()
-        .map(|x| x.op.layout.broadcast_to(OP, shape))
-        .collect::<Result<Vec<Layout>>>()?;
+    let layouts = check_inputs(OP, program, inputs, shape)?;
+    let gpu = inputs[0].gpu();
     if !fits_one_kernel(program, gpu.max_storage_buffers) {
         return step_by_step(program, inputs, &layouts, shape);
     }

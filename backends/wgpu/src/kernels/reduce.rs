@@ -9,7 +9,7 @@ use crate::shaders::{fill, kernel_source};
 use ferroflow_tensor::{ArgReduceOp, ReduceOp, Result};
 
 /// The identity and the combination of `a` and `b` of reduction `op` on elements `e`.
-fn reduce_parts(e: Elem, op: ReduceOp) -> Option<(&'static str, &'static str)> {
+pub(crate) fn reduce_parts(e: Elem, op: ReduceOp) -> Option<(&'static str, &'static str)> {
     use ReduceOp::*;
     let r = match (e, op) {
         (Elem::F32 | Elem::F16, ReduceSum) => ("0.0", "a + b"),
@@ -80,40 +80,27 @@ pub(crate) fn reduce(op: ReduceOp, x: &In<'_>, axes: &[usize]) -> Result<WgpuBuf
     let red_strides: Vec<isize> = axes.iter().map(|&a| strides[a]).collect();
     let n_out: usize = out_dims.iter().product();
     let n_red: usize = red_dims.iter().product();
-    let parts = if n_out < 256 && n_red >= 16384 {
-        (n_red / 4096).clamp(2, 1024)
-    } else {
-        1
-    };
+    let parts = parts_of(n_out, n_red);
     let per = n_red.div_ceil(parts).max(1);
-    let partial_elem = match e {
-        Elem::F16 => Elem::F32,
-        other => other,
-    };
-    let kern = |in_e: Elem, out_e: Elem| {
-        gpu.kernel(
-            &format!("reduce_{}_{in_e:?}_{out_e:?}", op.name()),
-            1,
-            1,
-            || reduce_source(op, e, in_e, out_e).unwrap_or_default(),
-        )
-    };
+    let partial_elem = partial_elem(e);
     let out = output(gpu, e, n_out)?;
     if n_out == 0 {
         return Ok(out);
     }
     let offset = x.op.layout.offset();
-    if parts == 1 {
-        let k = kern(e, e)?;
-        let p = Params::new(n_out)
+    let params = |n: usize| {
+        Params::new(n)
             .set(4, n_red as u32)
-            .set(5, 1)
+            .set(5, parts as u32)
             .set(6, per as u32)
             .desc(0, descriptor(&out_dims, &out_strides, offset))
-            .desc(1, descriptor(&red_dims, &red_strides, 0));
+            .desc(1, descriptor(&red_dims, &red_strides, 0))
+    };
+    if parts == 1 {
+        let k = reduce_kernel(gpu, op, e, e, e)?;
         gpu.dispatch(
             &k,
-            &p.0,
+            &params(n_out).0,
             &[x.buf.raw()],
             &[out.raw()],
             groups_for(n_out, 1)?,
@@ -121,21 +108,64 @@ pub(crate) fn reduce(op: ReduceOp, x: &In<'_>, axes: &[usize]) -> Result<WgpuBuf
         return Ok(out);
     }
     let partial = output(gpu, partial_elem, n_out * parts)?;
-    let k1 = kern(e, partial_elem)?;
-    let p = Params::new(n_out * parts)
-        .set(4, n_red as u32)
-        .set(5, parts as u32)
-        .set(6, per as u32)
-        .desc(0, descriptor(&out_dims, &out_strides, offset))
-        .desc(1, descriptor(&red_dims, &red_strides, 0));
+    let k1 = reduce_kernel(gpu, op, e, e, partial_elem)?;
     gpu.dispatch(
         &k1,
-        &p.0,
+        &params(n_out * parts).0,
         &[x.buf.raw()],
         &[partial.raw()],
         groups_for(n_out * parts, 1)?,
     )?;
-    let k2 = kern(partial_elem, e)?;
+    reduce_partials(gpu, op, e, &partial, n_out, parts, &out)?;
+    Ok(out)
+}
+
+/// How many parts each output's reduction is split into: long reductions with few outputs
+/// are reduced in parts (partial results) and the parts reduced again.
+pub(crate) fn parts_of(n_out: usize, n_red: usize) -> usize {
+    if n_out < 256 && n_red >= 16384 {
+        (n_red / 4096).clamp(2, 1024)
+    } else {
+        1
+    }
+}
+
+/// The element type of a split reduction's partial results.
+pub(crate) fn partial_elem(e: Elem) -> Elem {
+    match e {
+        Elem::F16 => Elem::F32,
+        other => other,
+    }
+}
+
+/// The reduction kernel of `op` on elements `e`, reading `in_e` and writing `out_e`.
+fn reduce_kernel(
+    gpu: &crate::gpu::Gpu,
+    op: ReduceOp,
+    e: Elem,
+    in_e: Elem,
+    out_e: Elem,
+) -> Result<std::sync::Arc<crate::gpu::Kernel>> {
+    gpu.kernel(
+        &format!("reduce_{}_{in_e:?}_{out_e:?}", op.name()),
+        1,
+        1,
+        || reduce_source(op, e, in_e, out_e).unwrap_or_default(),
+    )
+}
+
+/// The second pass of a split reduction: `parts` partial results per output, `n_out`
+/// outputs, into `out`.
+pub(crate) fn reduce_partials(
+    gpu: &crate::gpu::Gpu,
+    op: ReduceOp,
+    e: Elem,
+    partial: &WgpuBuffer,
+    n_out: usize,
+    parts: usize,
+    out: &WgpuBuffer,
+) -> Result<()> {
+    let k2 = reduce_kernel(gpu, op, e, partial_elem(e), e)?;
     let p = Params::new(n_out)
         .set(4, parts as u32)
         .set(5, 1)
@@ -148,8 +178,7 @@ pub(crate) fn reduce(op: ReduceOp, x: &In<'_>, axes: &[usize]) -> Result<WgpuBuf
         &[partial.raw()],
         &[out.raw()],
         groups_for(n_out, 1)?,
-    )?;
-    Ok(out)
+    )
 }
 
 /// argmax/argmin of elements `e` (float32, float16, int32, uint32), or `None`.
