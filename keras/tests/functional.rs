@@ -14,6 +14,21 @@ fn x(n: usize, d: usize, seed: u64) -> Tensor {
     random::stateless_normal(&[n, d], [seed, 9], 0.0, 1.0, DType::F32).unwrap()
 }
 
+/// Compiles `model` for mean squared error with Adam and fits it: the loss per epoch.
+fn fit_regression(model: &mut Model, xs: &Tensor, ys: &Tensor, epochs: usize) -> Vec<f64> {
+    model
+        .compile(Adam::new(0.02), MeanSquaredError::new(), &[])
+        .unwrap();
+    let h = model
+        .fit(
+            xs,
+            ys,
+            FitConfig::new().epochs(epochs).batch_size(32).verbose(0),
+        )
+        .unwrap();
+    h.get("loss").unwrap().to_vec()
+}
+
 #[test]
 fn graph_runs_in_topological_order_with_shared_layers_and_ops() {
     ferroflow::init();
@@ -95,17 +110,7 @@ fn nested_functional_models_fit_and_save() {
     assert_eq!(model.count_params(), 4 * 8 + 8 + 8 + 1);
     let xs = x(256, 4, 4);
     let ys = xs.reduce_sum(-1isize, true).unwrap();
-    model
-        .compile(Adam::new(0.02), MeanSquaredError::new(), &[])
-        .unwrap();
-    let h = model
-        .fit(
-            &xs,
-            &ys,
-            FitConfig::new().epochs(30).batch_size(32).verbose(0),
-        )
-        .unwrap();
-    let l = h.get("loss").unwrap();
+    let l = fit_regression(&mut model, &xs, &ys, 30);
     assert!(l[29] < 0.1 * l[0], "{l:?}");
     let s = model.summary().unwrap();
     assert!(s.contains("(Functional)"), "{s}");
@@ -287,18 +292,8 @@ fn any_op_on_keras_tensors_trains_saves_and_loads() {
     let mut model = Model::new(&[a], &[y]).unwrap();
     let xs = x(256, 4, 21);
     let ys = xs.reduce_sum(-1isize, true).unwrap();
-    model
-        .compile(Adam::new(0.02), MeanSquaredError::new(), &[])
-        .unwrap();
     let first = model.get_weights().unwrap()[0].to_vec::<f32>().unwrap();
-    let h = model
-        .fit(
-            &xs,
-            &ys,
-            FitConfig::new().epochs(20).batch_size(32).verbose(0),
-        )
-        .unwrap();
-    let l = h.get("loss").unwrap();
+    let l = fit_regression(&mut model, &xs, &ys, 20);
     assert!(l[19] < 0.5 * l[0], "{l:?}");
     // The first Dense learned: gradients reached it through the traced nodes.
     assert_ne!(
