@@ -268,12 +268,8 @@ pub(crate) fn fuse_elementwise(graph: &mut Graph) -> usize {
                 )
                 && graph.nodes[j].inputs.first() == Some(&ValueRef { node: r, output: 0 })
         });
-        let reduction = reduction.filter(|&red| {
-            group
-                .iter()
-                .flat_map(|&m| outside(m))
-                .all(|j| j >= red)
-        });
+        let reduction =
+            reduction.filter(|&red| group.iter().flat_map(|&m| outside(m)).all(|j| j >= red));
         if group.len() < 2 && reduction.is_none() {
             continue;
         }

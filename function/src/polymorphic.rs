@@ -401,13 +401,17 @@ fn fit(a: &Value, b: &Value, at: &mut String, terms: &mut Vec<BatchTerm>) -> Res
         _ if a == b => Ok(()),
         (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
             (Some(x), Some(y)) => {
-                let step = i64::try_from(FIT_SIZES[1] - FIT_SIZES[0]).unwrap_or(1);
-                let diff = y - x;
-                if diff % step != 0 {
-                    return Err(changed("an integer not linear in the batch size"));
+                let (b0, b1) = (FIT_SIZES[0] as i64, FIT_SIZES[1] as i64);
+                let nonlinear = || changed("an integer not linear in the batch size");
+                let diff = y.checked_sub(x).ok_or_else(nonlinear)?;
+                if diff % (b1 - b0) != 0 {
+                    return Err(nonlinear());
                 }
-                let per_batch = diff / step;
-                let offset = x - per_batch * FIT_SIZES[0] as i64;
+                let per_batch = diff / (b1 - b0);
+                let offset = per_batch
+                    .checked_mul(b0)
+                    .and_then(|p| x.checked_sub(p))
+                    .ok_or_else(nonlinear)?;
                 terms.push(BatchTerm {
                     path: at.clone(),
                     per_batch,
