@@ -1,6 +1,7 @@
 //! The graph a trace records: nodes in execution order, each reading earlier nodes' outputs.
 
 use crate::control::{run_cond, run_while, run_while_gradient, CondOp, WhileOp};
+use ferroflow_tensor::dispatch::HostCall;
 use ferroflow_tensor::distribution::VariableWrite;
 use ferroflow_tensor::{DType, Error, Op, Result, Tensor, Variable};
 use std::sync::Arc;
@@ -68,6 +69,9 @@ pub enum NodeKind {
     /// The gradient of a `while_loop` node: inputs its inputs then its outputs' gradients,
     /// outputs one gradient per input.
     WhileGrad(Arc<WhileOp>),
+    /// A [`HostCall`]: its closure runs on the host on every call (an effect: kept in its
+    /// place, never merged; graph files and `vectorized_map` refuse it).
+    HostCall(HostCall),
 }
 
 impl NodeKind {
@@ -93,6 +97,7 @@ impl NodeKind {
                 op.body().stats().ops
             ),
             NodeKind::WhileGrad(_) => "while_grad".into(),
+            NodeKind::HostCall(call) => format!("host_call({})", call.name()),
         }
     }
     /// Whether running it changes something outside the graph (it must run even when
@@ -102,6 +107,7 @@ impl NodeKind {
             NodeKind::WriteVariable { .. } => true,
             NodeKind::Cond(op) => op.has_effects(),
             NodeKind::While(op) => op.has_effects(),
+            NodeKind::HostCall(_) => true,
             _ => false,
         }
     }
@@ -147,6 +153,7 @@ impl Node {
                 run_cond(op, pred, rest)
             }
             NodeKind::While(op) => run_while(op, &owned()),
+            NodeKind::HostCall(call) => call.call(&owned()),
             NodeKind::WhileGrad(op) => {
                 // Inputs: the loop's inputs (one gradient out for each), then dys.
                 let inputs = owned();

@@ -13,6 +13,9 @@
 //!   eagerly, graph nodes choosing per call inside a function, with gradients).
 //! - [`vectorized_map`]: a function of one example run on a whole batch by giving each op of
 //!   its graph a batch axis (TF's pfor); [`jacobian`] and [`batch_jacobian`] use it.
+//! - Host code inside a graph: [`HostCall`] (TF's `tf.numpy_function`) is one node that
+//!   runs its Rust closure on every call; an optimizer step inside a function is one
+//!   (`ferroflow_optim::SharedOptimizer`).
 //! - Graph files: [`ConcreteFunction::save`] writes a traced graph to one file and
 //!   [`ConcreteFunction::load`] reads it back without the closure, binding its variables by
 //!   name (the basis of an inference runtime).
@@ -45,6 +48,9 @@ mod saved;
 mod tape_op;
 mod trace;
 mod vectorize;
+
+/// A host computation kept whole as one graph node (re-exported from the dispatcher).
+pub use ferroflow_tensor::dispatch::HostCall;
 
 pub use control::{cond, while_loop, while_loop_with, CondOp, WhileOp};
 pub use function::{ConcreteFunction, Function, TensorSpec, TraceCache};

@@ -21,7 +21,8 @@ fn key(graph: &Graph, i: usize, write_epochs: &HashMap<u64, usize>) -> Option<St
         | NodeKind::WriteVariable { .. }
         | NodeKind::Cond(_)
         | NodeKind::While(_)
-        | NodeKind::WhileGrad(_) => None,
+        | NodeKind::WhileGrad(_)
+        | NodeKind::HostCall(_) => None,
         NodeKind::Op(ferroflow_tensor::Op::RandomStateful { .. }) => None,
         NodeKind::Op(op) => Some(format!("op {op:?} {:?}", node.inputs)),
         NodeKind::Captured(t) => Some(format!("captured {:?}", t.id())),

@@ -182,6 +182,16 @@ impl Writer {
             },
             NodeKind::While(op) => SavedKind::While(self.saved_loop(op)?),
             NodeKind::WhileGrad(op) => SavedKind::WhileGrad(self.saved_loop(op)?),
+            NodeKind::HostCall(call) => {
+                return Err(Error::invalid(
+                    "save",
+                    format!(
+                        "node %{i} is the host call {:?} (a Rust closure), which a graph file \
+                         cannot hold; call it outside the function",
+                        call.name()
+                    ),
+                ))
+            }
         })
     }
 

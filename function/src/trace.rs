@@ -5,11 +5,13 @@
 //! and needs no symbolic tensor type: every op the closure can run, composites and NumPy
 //! functions included, records itself as the primitives it dispatches. What a graph cannot
 //! hold is refused while tracing (`Error::NotTraceable`): reading a tensor's value on the
-//! host, an optimizer step (its counter lives on the host).
+//! host, an optimizer step outside a `SharedOptimizer` (its counter lives on the host).
+//! Host code a graph keeps is a [`HostCall`]: recorded as one node, called on every replay.
 
 use crate::graph::{Graph, Node, NodeKind, ValueRef, ValueType};
 use ferroflow_tensor::dispatch::{
-    enter_dry_run, enter_tracing, isolated_scope, push_thread_observer, OpEvent, OpObserver,
+    enter_dry_run, enter_tracing, isolated_scope, push_thread_observer, HostCall, OpEvent,
+    OpObserver,
 };
 use ferroflow_tensor::distribution::VariableWrite;
 use ferroflow_tensor::{Error, Op, Result, Tensor, TensorId, Variable};
@@ -130,6 +132,12 @@ impl OpObserver for Recorder {
                 std::slice::from_ref(value),
             );
             r.peeks.insert(i);
+        });
+    }
+    fn on_host_call(&self, call: &HostCall, inputs: &[Tensor], outputs: &[Tensor]) {
+        self.with(|r| {
+            let refs = inputs.iter().map(|t| r.value_of(t)).collect();
+            r.push(NodeKind::HostCall(call.clone()), refs, outputs);
         });
     }
     fn on_variable_write(&self, variable: &Variable, kind: VariableWrite, value: &Tensor) {

@@ -558,6 +558,17 @@ pub fn vectorized_map_with(
                     ),
                 })
             }
+            NodeKind::HostCall(call) => {
+                return Err(Error::NotTraceable {
+                    op: "vectorized_map",
+                    msg: format!(
+                        "the function makes the host call {:?}, which may have effects; \
+                         vectorized_map runs functions without side effects (as TF's pfor): \
+                         call it outside",
+                        call.name()
+                    ),
+                })
+            }
             kind => {
                 let random = matches!(kind, NodeKind::Op(Op::RandomStateful { .. }));
                 if !random && !inputs.iter().any(Value::is_batched) {

@@ -16,6 +16,9 @@
 //!   options all optimizers share (`clipnorm`, `clipvalue`, `global_clipnorm`, `decay`,
 //!   transformers) through [`OptimizerBuilder`]. Slots by TF's names: `get_slot(var, "m")`.
 //! - [`LossScaleOptimizer`] wraps any optimizer with TF's dynamic or a fixed loss scale.
+//! - [`SharedOptimizer`]: an optimizer with shared ownership (`&self` methods), which a
+//!   graph function's closure can step: inside a trace, `apply_gradients` is one host step
+//!   of the graph, run with each call's gradients.
 //!
 //! ```
 //! ferroflow::init();
@@ -44,6 +47,7 @@ mod loss_scale;
 mod more;
 mod optimizer;
 mod schedule;
+mod shared;
 
 pub use config::{from_config, get_config};
 pub use loss_scale::{LossScale, LossScaleOptimizer};
@@ -56,3 +60,4 @@ pub use schedule::{
     CosineDecay, CosineDecayRestarts, ExponentialDecay, Hyper, InverseTimeDecay,
     LearningRateSchedule, PiecewiseConstantDecay, PolynomialDecay,
 };
+pub use shared::SharedOptimizer;

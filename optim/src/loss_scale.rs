@@ -149,7 +149,11 @@ impl LossScaleOptimizer {
         self.inner.core_mut().set_weights(rest)
     }
     /// `loss · scale` (`get_scaled_loss`), for custom training loops.
+    ///
+    /// Refused inside a traced function: the scale of the trace would stay in the graph
+    /// while the optimizer's moves (use [`SharedOptimizer::get_scaled_loss`](crate::SharedOptimizer::get_scaled_loss)).
     pub fn get_scaled_loss(&self, loss: &Tensor) -> Result<Tensor> {
+        refuse_scale_while_tracing("get_scaled_loss")?;
         loss.mul(&loss.scalar_like(self.scale)?)
     }
     /// `g / scale` for each gradient (`get_unscaled_gradients`).
@@ -157,11 +161,23 @@ impl LossScaleOptimizer {
         &self,
         grads: Vec<Option<Tensor>>,
     ) -> Result<Vec<Option<Tensor>>> {
+        refuse_scale_while_tracing("get_unscaled_gradients")?;
         grads
             .into_iter()
             .map(|g| g.map(|g| g.div(&g.scalar_like(self.scale)?)).transpose())
             .collect()
     }
+}
+
+/// The loss scale read on the host would be baked into a traced graph.
+fn refuse_scale_while_tracing(op: &'static str) -> Result<()> {
+    ferroflow_tensor::dispatch::refuse_while_tracing(
+        op,
+        "the loss scale changes between steps and a graph would keep the traced one; share \
+         the optimizer (`SharedOptimizer::new(opt)`) and use its `get_scaled_loss` / \
+         `get_unscaled_gradients`, which read the scale on every call, or pass the scale \
+         in as an argument",
+    )
 }
 
 fn all_finite(pairs: &[(Option<Tensor>, Variable)]) -> Result<bool> {

@@ -1027,13 +1027,16 @@ impl Optimizer for Adagrad {
 }
 
 /// Optimizers keep their step counter (`iterations`) and learning-rate schedule on the host,
-/// so a traced function would replay the first step's hyperparameters forever: refused, with
-/// what to do instead.
+/// and a graph cannot call a `&mut` optimizer again on a later call: refused while tracing,
+/// with what to do instead ([`SharedOptimizer`](crate::SharedOptimizer) makes the step a
+/// host step of the graph).
 pub(crate) fn refuse_inside_function() -> Result<()> {
     ferroflow_tensor::dispatch::refuse_while_tracing(
         "apply_gradients",
         "an optimizer's step counter (iterations) and learning-rate schedule live on the \
-         host; return the gradients from the function and apply them outside it (Keras' \
-         compiled train step does this)",
+         host, and a graph cannot call this optimizer again on later calls; share it \
+         (`SharedOptimizer::new(opt)`, whose apply_gradients/minimize are one host step of \
+         the graph, run on every call), or return the gradients from the function and \
+         apply them outside it",
     )
 }

@@ -56,6 +56,78 @@ pub trait OpObserver: Send + Sync {
         _value: &Tensor,
     ) {
     }
+    /// Called after a [`HostCall`] ran on `inputs` and returned `outputs`; a graph tracer
+    /// records it as one node that calls it again on every replay.
+    fn on_host_call(&self, _call: &HostCall, _inputs: &[Tensor], _outputs: &[Tensor]) {}
+}
+
+/// The function a [`HostCall`] runs.
+pub type HostCallFn = dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync;
+
+/// A computation on the host that graphs keep whole (TF's `tf.numpy_function`): a graph
+/// function that makes one records one node, and every replay calls the function again
+/// on that call's inputs. Its own ops are seen by no tape and no tracer (global observers,
+/// a profiler, still see them), so its outputs carry no gradient, eagerly as in a graph.
+/// It may have effects (an optimizer step: `ferroflow_optim::SharedOptimizer`); graphs keep
+/// it where the trace made it, among the other effects.
+///
+/// ```no_run
+/// use ferroflow_tensor::dispatch::HostCall;
+/// use ferroflow_tensor::Tensor;
+/// let double = HostCall::new("double", |xs: &[Tensor]| Ok(vec![xs[0].add(&xs[0])?]));
+/// let y = double.call(&[Tensor::scalar(2.0f32)?])?;
+/// assert_eq!(y[0].item::<f32>()?, 4.0);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct HostCall {
+    name: Arc<str>,
+    function: Arc<HostCallFn>,
+}
+
+impl std::fmt::Debug for HostCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostCall({})", self.name)
+    }
+}
+
+impl HostCall {
+    /// A host call named `name` (graph listings and errors use it).
+    pub fn new(
+        name: impl Into<Arc<str>>,
+        function: impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
+    ) -> HostCall {
+        HostCall {
+            name: name.into(),
+            function: Arc::new(function),
+        }
+    }
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Runs it on `inputs`, isolated from tapes and tracers, and tells the thread's
+    /// observers (a graph tracer records it). Refused inside a control-flow branch being
+    /// traced: the branch's effects are only checked there, and a host call cannot be.
+    pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        if is_dry_run() {
+            return Err(Error::NotTraceable {
+                op: "host_call",
+                msg: format!(
+                    "host call {:?} inside a cond or while_loop branch of a graph function                      (branches are traced without their effects, and a host call's cannot be                      held back): call it outside the control flow",
+                    self.name
+                ),
+            });
+        }
+        let outputs = {
+            let _isolated = isolated_scope();
+            (self.function)(inputs)?
+        };
+        if observed() {
+            notify(|o| o.on_host_call(self, inputs, &outputs));
+        }
+        Ok(outputs)
+    }
 }
 
 static GLOBAL: RwLock<Vec<Arc<dyn OpObserver>>> = RwLock::new(Vec::new());
