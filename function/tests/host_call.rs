@@ -166,3 +166,50 @@ fn where_a_graph_cannot_hold_a_host_call_it_is_refused_by_name() {
         .to_string();
     assert!(err.contains("host call"), "{err}");
 }
+
+#[test]
+fn numpy_linalg_in_a_function_is_a_host_call_computed_on_every_call() {
+    use ferroflow::numpy::linalg;
+    ferroflow::init();
+    // inv(a) @ b, a diagonally dominant (invertible), new values on every call.
+    let f = Function::new(|a: &[Tensor]| Ok(vec![linalg::inv(&a[0])?.matmul(&a[1])?]));
+    let inputs = |seed: u64| {
+        let a = ferroflow::random::stateless_normal(
+            &[2, 3, 3],
+            [seed, 1],
+            0.0,
+            1.0,
+            ferroflow::DType::F64,
+        )
+        .unwrap()
+        .add(
+            &Tensor::eye(3, 3, ferroflow::DType::F64)
+                .unwrap()
+                .mul(&Tensor::scalar(4.0f64).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        let b = ferroflow::random::stateless_normal(
+            &[2, 3, 2],
+            [seed, 2],
+            0.0,
+            1.0,
+            ferroflow::DType::F64,
+        )
+        .unwrap();
+        (a, b)
+    };
+    for seed in 0..4 {
+        let (a, b) = inputs(seed);
+        let traced = f.call(&[a.clone(), b.clone()]).unwrap().remove(0);
+        let eager = linalg::inv(&a).unwrap().matmul(&b).unwrap();
+        assert_eq!(
+            traced.to_vec::<f64>().unwrap(),
+            eager.to_vec::<f64>().unwrap(),
+            "call {seed}"
+        );
+    }
+    assert_eq!(f.tracing_count(), 1);
+    let (a, b) = inputs(0);
+    assert_eq!(host_calls(&f, &[a, b]), 1);
+}

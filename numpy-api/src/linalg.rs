@@ -22,8 +22,9 @@
 
 use nalgebra::{DMatrix, DVector};
 
-use ferroflow_tensor::dispatch::dispatch;
+use ferroflow_tensor::dispatch::{dispatch, is_tracing, HostCall};
 use ferroflow_tensor::{DType, Error, HostData, Op, Result, Tensor};
+use std::sync::Arc;
 
 use crate::array::{arr, ArrayLike};
 use crate::dtypes::{default_float, promote_types};
@@ -99,11 +100,28 @@ fn part_of_vec(v: &DVector<f64>) -> Part {
 }
 
 /// A host computation on one matrix of each input stack.
-type MatrixFn<'a> = dyn Fn(&[DMatrix<f64>]) -> Result<Vec<Part>> + 'a;
+type MatrixFn = dyn Fn(&[DMatrix<f64>]) -> Result<Vec<Part>> + Send + Sync;
 
 /// Runs `f` on every matrix of the stacks `inputs` (same batch shape) on the host and
 /// assembles the results over the batch, recorded as one host-function op.
-fn batched(name: &'static str, inputs: &[&Tensor], f: &MatrixFn<'_>) -> Result<Vec<Tensor>> {
+///
+/// Inside a traced graph function this is a [`HostCall`]: one node of the graph that
+/// computes on each call's inputs (the inputs are read on the host, which a traced op
+/// cannot do). Its results carry no gradient either way.
+fn batched(name: &'static str, inputs: &[&Tensor], f: Arc<MatrixFn>) -> Result<Vec<Tensor>> {
+    if is_tracing() {
+        let inputs: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
+        let call = HostCall::new(name, move |ts: &[Tensor]| {
+            let refs: Vec<&Tensor> = ts.iter().collect();
+            batched_on_host(name, &refs, f.as_ref())
+        });
+        return call.call(&inputs);
+    }
+    batched_on_host(name, inputs, f.as_ref())
+}
+
+/// [`batched`] run now.
+fn batched_on_host(name: &'static str, inputs: &[&Tensor], f: &MatrixFn) -> Result<Vec<Tensor>> {
     let dtype = out_dtype(
         inputs
             .iter()
@@ -173,25 +191,33 @@ fn one(v: Vec<Tensor>) -> Result<Tensor> {
 pub fn inv(a: impl ArrayLike) -> Result<Tensor> {
     let a = arr(a)?;
     check_matrix("inv", &a, true)?;
-    one(batched("linalg.inv", &[&a], &|m| {
-        let i = m[0]
-            .clone()
-            .try_inverse()
-            .ok_or_else(|| lin_err("inv", "Singular matrix"))?;
-        Ok(vec![part_of(&i)])
-    })?)
+    one(batched(
+        "linalg.inv",
+        &[&a],
+        Arc::new(move |m| {
+            let i = m[0]
+                .clone()
+                .try_inverse()
+                .ok_or_else(|| lin_err("inv", "Singular matrix"))?;
+            Ok(vec![part_of(&i)])
+        }),
+    )?)
 }
 
 /// `numpy.linalg.det(a)`: determinants (LU), shape `a.shape[:-2]`.
 pub fn det(a: impl ArrayLike) -> Result<Tensor> {
     let a = arr(a)?;
     check_matrix("det", &a, true)?;
-    one(batched("linalg.det", &[&a], &|m| {
-        Ok(vec![Part {
-            values: vec![m[0].clone().lu().determinant()],
-            shape: vec![],
-        }])
-    })?)
+    one(batched(
+        "linalg.det",
+        &[&a],
+        Arc::new(move |m| {
+            Ok(vec![Part {
+                values: vec![m[0].clone().lu().determinant()],
+                shape: vec![],
+            }])
+        }),
+    )?)
 }
 
 /// `numpy.linalg.solve(a, b)`: `x` with `a @ x = b`; `b` is a vector (`(..., M)`) or a
@@ -212,13 +238,17 @@ pub fn solve(a: impl ArrayLike, b: impl ArrayLike) -> Result<Tensor> {
     {
         return Err(Error::invalid("solve", format!("solve: Input operand 1 has a mismatch in its core dimension 0, with gufunc signature (m,m),(m,n)->(m,n) (shapes {} and {})", py_shape(a.shape()), py_shape(b.shape()))));
     }
-    let x = one(batched("linalg.solve", &[&a, &b2], &|m| {
-        let lu = m[0].clone().lu();
-        let x = lu
-            .solve(&m[1])
-            .ok_or_else(|| lin_err("solve", "Singular matrix"))?;
-        Ok(vec![part_of(&x)])
-    })?)?;
+    let x = one(batched(
+        "linalg.solve",
+        &[&a, &b2],
+        Arc::new(move |m| {
+            let lu = m[0].clone().lu();
+            let x = lu
+                .solve(&m[1])
+                .ok_or_else(|| lin_err("solve", "Singular matrix"))?;
+            Ok(vec![part_of(&x)])
+        }),
+    )?)?;
     if vector {
         x.squeeze(&[-1])
     } else {
@@ -280,14 +310,18 @@ fn complete_basis(q: &DMatrix<f64>) -> DMatrix<f64> {
 pub fn svd(a: impl ArrayLike, full_matrices: bool) -> Result<(Tensor, Tensor, Tensor)> {
     let a = arr(a)?;
     check_matrix("svd", &a, false)?;
-    let r = batched("linalg.svd", &[&a], &|m| {
-        let (mut u, s, mut vt) = svd_sorted("svd", &m[0])?;
-        if full_matrices {
-            u = complete_basis(&u);
-            vt = complete_basis(&vt.transpose()).transpose();
-        }
-        Ok(vec![part_of(&u), part_of_vec(&s), part_of(&vt)])
-    })?;
+    let r = batched(
+        "linalg.svd",
+        &[&a],
+        Arc::new(move |m| {
+            let (mut u, s, mut vt) = svd_sorted("svd", &m[0])?;
+            if full_matrices {
+                u = complete_basis(&u);
+                vt = complete_basis(&vt.transpose()).transpose();
+            }
+            Ok(vec![part_of(&u), part_of_vec(&s), part_of(&vt)])
+        }),
+    )?;
     let mut it = r.into_iter();
     match (it.next(), it.next(), it.next()) {
         (Some(u), Some(s), Some(v)) => Ok((u, s, v)),
@@ -300,10 +334,14 @@ pub fn svd(a: impl ArrayLike, full_matrices: bool) -> Result<(Tensor, Tensor, Te
 pub fn qr(a: impl ArrayLike) -> Result<(Tensor, Tensor)> {
     let a = arr(a)?;
     check_matrix("qr", &a, false)?;
-    let r = batched("linalg.qr", &[&a], &|m| {
-        let qr = m[0].clone().qr();
-        Ok(vec![part_of(&qr.q()), part_of(&qr.r())])
-    })?;
+    let r = batched(
+        "linalg.qr",
+        &[&a],
+        Arc::new(move |m| {
+            let qr = m[0].clone().qr();
+            Ok(vec![part_of(&qr.q()), part_of(&qr.r())])
+        }),
+    )?;
     let mut it = r.into_iter();
     match (it.next(), it.next()) {
         (Some(q), Some(r)) => Ok((q, r)),
@@ -316,13 +354,17 @@ pub fn qr(a: impl ArrayLike) -> Result<(Tensor, Tensor)> {
 pub fn cholesky(a: impl ArrayLike) -> Result<Tensor> {
     let a = arr(a)?;
     check_matrix("cholesky", &a, true)?;
-    one(batched("linalg.cholesky", &[&a], &|m| {
-        let c = m[0]
-            .clone()
-            .cholesky()
-            .ok_or_else(|| lin_err("cholesky", "Matrix is not positive definite"))?;
-        Ok(vec![part_of(&c.l())])
-    })?)
+    one(batched(
+        "linalg.cholesky",
+        &[&a],
+        Arc::new(move |m| {
+            let c = m[0]
+                .clone()
+                .cholesky()
+                .ok_or_else(|| lin_err("cholesky", "Matrix is not positive definite"))?;
+            Ok(vec![part_of(&c.l())])
+        }),
+    )?)
 }
 
 /// The symmetric matrix from the lower triangle (NumPy's `UPLO='L'`).
@@ -355,10 +397,14 @@ fn eigh_sorted(m: &DMatrix<f64>) -> Result<(DVector<f64>, DMatrix<f64>)> {
 pub fn eigh(a: impl ArrayLike) -> Result<(Tensor, Tensor)> {
     let a = arr(a)?;
     check_matrix("eigh", &a, true)?;
-    let r = batched("linalg.eigh", &[&a], &|m| {
-        let (w, v) = eigh_sorted(&m[0])?;
-        Ok(vec![part_of_vec(&w), part_of(&v)])
-    })?;
+    let r = batched(
+        "linalg.eigh",
+        &[&a],
+        Arc::new(move |m| {
+            let (w, v) = eigh_sorted(&m[0])?;
+            Ok(vec![part_of_vec(&w), part_of(&v)])
+        }),
+    )?;
     let mut it = r.into_iter();
     match (it.next(), it.next()) {
         (Some(w), Some(v)) => Ok((w, v)),
@@ -383,9 +429,11 @@ fn pinv_matrix(m: &DMatrix<f64>, rcond: f64) -> Result<DMatrix<f64>> {
 pub fn pinv(a: impl ArrayLike, rcond: f64) -> Result<Tensor> {
     let a = arr(a)?;
     check_matrix("pinv", &a, false)?;
-    one(batched("linalg.pinv", &[&a], &|m| {
-        Ok(vec![part_of(&pinv_matrix(&m[0], rcond)?)])
-    })?)
+    one(batched(
+        "linalg.pinv",
+        &[&a],
+        Arc::new(move |m| Ok(vec![part_of(&pinv_matrix(&m[0], rcond)?)])),
+    )?)
 }
 
 /// What [`lstsq`] returns, as `numpy.linalg.lstsq` does.
@@ -436,32 +484,37 @@ pub fn lstsq(a: impl ArrayLike, b: impl ArrayLike, rcond: Option<f64>) -> Result
     }
     let rcond = rcond.unwrap_or(f64::EPSILON * m.max(n) as f64);
     let k = b2.shape()[1];
-    let r = batched("linalg.lstsq", &[&a, &b2], &|mats| {
-        let (u, s, vt) = svd_sorted("lstsq", &mats[0])?;
-        let cutoff = rcond * s.iter().copied().fold(0.0, f64::max);
-        let rank = s.iter().filter(|v| **v > cutoff).count();
-        let sinv = DVector::from_fn(s.len(), |i, _| if s[i] > cutoff { 1.0 / s[i] } else { 0.0 });
-        let x = vt.transpose() * DMatrix::from_diagonal(&sinv) * u.transpose() * &mats[1];
-        let res = &mats[0] * &x - &mats[1];
-        let residuals: Vec<f64> = if rank == n && m > n {
-            (0..k).map(|c| res.column(c).norm_squared()).collect()
-        } else {
-            Vec::new()
-        };
-        let nres = residuals.len();
-        Ok(vec![
-            part_of(&x),
-            Part {
-                values: residuals,
-                shape: vec![nres],
-            },
-            Part {
-                values: vec![rank as f64],
-                shape: vec![],
-            },
-            part_of_vec(&s),
-        ])
-    })?;
+    let r = batched(
+        "linalg.lstsq",
+        &[&a, &b2],
+        Arc::new(move |mats| {
+            let (u, s, vt) = svd_sorted("lstsq", &mats[0])?;
+            let cutoff = rcond * s.iter().copied().fold(0.0, f64::max);
+            let rank = s.iter().filter(|v| **v > cutoff).count();
+            let sinv =
+                DVector::from_fn(s.len(), |i, _| if s[i] > cutoff { 1.0 / s[i] } else { 0.0 });
+            let x = vt.transpose() * DMatrix::from_diagonal(&sinv) * u.transpose() * &mats[1];
+            let res = &mats[0] * &x - &mats[1];
+            let residuals: Vec<f64> = if rank == n && m > n {
+                (0..k).map(|c| res.column(c).norm_squared()).collect()
+            } else {
+                Vec::new()
+            };
+            let nres = residuals.len();
+            Ok(vec![
+                part_of(&x),
+                Part {
+                    values: residuals,
+                    shape: vec![nres],
+                },
+                Part {
+                    values: vec![rank as f64],
+                    shape: vec![],
+                },
+                part_of_vec(&s),
+            ])
+        }),
+    )?;
     let mut it = r.into_iter();
     let (Some(x), Some(residuals), Some(rank), Some(s)) =
         (it.next(), it.next(), it.next(), it.next())
