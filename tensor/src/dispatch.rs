@@ -114,7 +114,9 @@ impl HostCall {
             return Err(Error::NotTraceable {
                 op: "host_call",
                 msg: format!(
-                    "host call {:?} inside a cond or while_loop branch of a graph function                      (branches are traced without their effects, and a host call's cannot be                      held back): call it outside the control flow",
+                    "host call {:?} inside a cond or while_loop branch of a graph function \
+                     (branches are traced without their effects, and a host call's cannot be \
+                     held back): call it outside the control flow",
                     self.name
                 ),
             });
