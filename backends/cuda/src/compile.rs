@@ -1,0 +1,142 @@
+//! NVRTC: CUDA C to PTX, with errors that name the kernel and the line.
+
+use crate::source::KernelSource;
+use crate::BACKEND;
+use ferroflow_tensor::{Error, Result};
+
+/// The NVIDIA libraries the backend loads at run time, with what each is for.
+pub const LIBRARIES: [(&str, &str); 3] = [
+    (
+        "libcuda (the NVIDIA driver)",
+        "devices, memory and kernel launches",
+    ),
+    (
+        "libnvrtc (NVRTC, CUDA 12)",
+        "compiling the kernels at run time",
+    ),
+    ("libcublas (cuBLAS, CUDA 12)", "matrix products"),
+];
+
+/// Which of [`LIBRARIES`] the dynamic loader cannot find (searched by the names cudarc
+/// knows, along `LD_LIBRARY_PATH` and the system's library paths). Empty when all load.
+///
+/// ```
+/// // On a machine without NVIDIA's libraries every name is listed; never a panic.
+/// let missing = ferroflow_cuda::missing_libraries();
+/// assert!(missing.len() <= 3);
+/// ```
+pub fn missing_libraries() -> Vec<&'static str> {
+    // SAFETY: each call only tries `dlopen` on the library names (libloading) and closes
+    // what it opened; no symbol is called.
+    let present = unsafe {
+        [
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::nvrtc::sys::is_culib_present(),
+            cudarc::cublas::sys::is_culib_present(),
+        ]
+    };
+    LIBRARIES
+        .iter()
+        .zip(present)
+        .filter(|(_, here)| !here)
+        .map(|((name, _), _)| *name)
+        .collect()
+}
+
+/// True when NVRTC loads (kernels can be compiled, a GPU or not).
+pub fn nvrtc_available() -> bool {
+    // SAFETY: as in `missing_libraries`.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// The error for a library that is not there, naming it and how to get it.
+pub(crate) fn library_missing(what: &str) -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        msg: format!(
+            "{what} could not be loaded: install NVIDIA's driver and CUDA 12 libraries (or the \
+             pip wheels nvidia-cuda-nvrtc-cu12 and nvidia-cublas-cu12) and put their lib folders \
+             on LD_LIBRARY_PATH"
+        ),
+    }
+}
+
+/// Compiles `kernel` to PTX for the virtual architecture `arch` (`compute_80`,
+/// `compute_90`, ...). A compile error names the kernel, the first failing line of its
+/// source and NVRTC's message.
+pub fn compile_ptx(kernel: &KernelSource, arch: &'static str) -> Result<cudarc::nvrtc::Ptx> {
+    if !nvrtc_available() {
+        return Err(library_missing("libnvrtc (NVRTC)"));
+    }
+    let options = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        name: Some(format!("{}.cu", kernel.name)),
+        // IEEE division and square roots, no flush of subnormals: the CPU backend's numbers.
+        ftz: Some(false),
+        prec_div: Some(true),
+        prec_sqrt: Some(true),
+        fmad: Some(false),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(&kernel.code, options).map_err(|e| Error::Backend {
+        backend: BACKEND,
+        msg: describe_compile_error(kernel, &e),
+    })
+}
+
+/// "kernel K, line N: `source line`: NVRTC's log".
+fn describe_compile_error(kernel: &KernelSource, e: &cudarc::nvrtc::CompileError) -> String {
+    let log = match e {
+        cudarc::nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
+        other => format!("{other:?}"),
+    };
+    // NVRTC writes "NAME.cu(LINE): error: ..."
+    let line = log.lines().find_map(|l| {
+        let rest = l.split_once(".cu(")?.1;
+        rest.split_once(')')?.0.parse::<usize>().ok()
+    });
+    let at = match line {
+        Some(n) => format!(
+            ", line {n}: `{}`",
+            kernel
+                .code
+                .lines()
+                .nth(n.saturating_sub(1))
+                .unwrap_or("")
+                .trim()
+        ),
+        None => String::new(),
+    };
+    format!(
+        "NVRTC could not compile kernel {}{at}: {}",
+        kernel.name,
+        log.trim()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compile_errors_name_the_kernel_and_line() {
+        let kernel = KernelSource {
+            name: "broken".into(),
+            code: "int ok;\nint bad = ;\n".into(),
+        };
+        let e = cudarc::nvrtc::CompileError::CompileError {
+            nvrtc: cudarc::nvrtc::result::NvrtcError(
+                cudarc::nvrtc::sys::nvrtcResult::NVRTC_ERROR_COMPILATION,
+            ),
+            options: vec![],
+            log: std::ffi::CString::new("broken.cu(2): error: expected an expression\n")
+                .expect("no NUL"),
+        };
+        let msg = describe_compile_error(&kernel, &e);
+        assert!(
+            msg.contains("kernel broken, line 2: `int bad = ;`"),
+            "{msg}"
+        );
+        assert!(msg.contains("expected an expression"), "{msg}");
+    }
+}

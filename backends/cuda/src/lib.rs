@@ -1,0 +1,952 @@
+//! ferroflow's native NVIDIA backend (`/GPU:N` through CUDA): CUDA C kernels generated per op
+//! and dtype ([`source`]), compiled by NVRTC at run time and cached per device, and cuBLAS for
+//! matrix products, through `cudarc` with dynamic loading: the crate builds on machines with
+//! no CUDA toolkit or driver, and asking for a device there is an error that names the
+//! missing library ([`missing_libraries`]), never a panic.
+//!
+//! ## State (issue #23)
+//! The first part of the backend: device discovery, memory (stream-ordered allocations from
+//! the driver's pool, so no `cudaMalloc` per op), uploads and downloads, elementwise unary and
+//! binary ops with broadcasting and strides in every real dtype, casts, `select`, reductions
+//! and arg-reductions, and batched matrix products through cuBLAS (f16, bf16, f32, f64).
+//! Every kernel source compiles with NVRTC for sm_80 and sm_90 and `ptxas` accepts it (the
+//! `nvrtc` test, run by CI with NVIDIA's NVRTC wheel). The other primitives (gather/scatter,
+//! concat, pad, scans, sort, convolutions and pooling, the fused kernels) return
+//! [`Error::NotSupportedByBackend`] naming the op, so this backend is not registered by
+//! `ferroflow::init()`: call [`register`] to use it. No run on a real GPU has checked these
+//! kernels yet (`tests/conformance.rs` does, with `FERROFLOW_REQUIRE_CUDA=1`).
+//!
+//! ```
+//! // Without NVIDIA's driver this registers nothing and returns 0.
+//! let gpus = ferroflow_cuda::register();
+//! assert!(gpus == ferroflow_cuda::devices().len());
+//! ```
+
+pub mod compile;
+pub mod source;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+};
+use ferroflow_tensor::backend::{unsupported, BufferBox, DeviceBuffer, Operand};
+use ferroflow_tensor::{
+    ArgReduceOp, Backend, BinaryOp, CumulativeOp, DType, DeviceKind, Error, HostData, Layout,
+    PoolKind, ReduceOp, Result, UnaryOp, Window2d,
+};
+
+pub use compile::{compile_ptx, missing_libraries, nvrtc_available, LIBRARIES};
+use source::{Elem, KernelSource, View, MAX_RANK};
+
+/// The backend's name in errors and device descriptions.
+pub const BACKEND: &str = "cuda";
+
+/// Threads per block of the elementwise kernels.
+const THREADS: u32 = 256;
+
+/// Device memory of one CUDA device.
+pub struct CudaBuffer {
+    /// At least one byte (CUDA does not allocate zero).
+    data: CudaSlice<u8>,
+    /// The bytes the tensor holds.
+    bytes: usize,
+    ordinal: usize,
+}
+
+impl DeviceBuffer for CudaBuffer {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn size_in_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// One CUDA device: its context, the stream every op runs on in order, the compiled kernels.
+struct Gpu {
+    ordinal: usize,
+    name: String,
+    /// `compute_XY` for NVRTC.
+    arch: &'static str,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    /// The data-error word of checked kernels (one at a time: the lock).
+    error_word: Mutex<CudaSlice<u32>>,
+}
+
+fn driver(what: &str, e: DriverError) -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        msg: format!("{what}: {e}"),
+    }
+}
+
+impl Gpu {
+    fn open(ordinal: usize) -> Result<Gpu> {
+        let ctx = CudaContext::new(ordinal).map_err(|e| driver("creating a context", e))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| driver("reading the compute capability", e))?;
+        let name = ctx
+            .name()
+            .map_err(|e| driver("reading the device name", e))?;
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Backend {
+            backend: BACKEND,
+            msg: format!("creating a cuBLAS handle: {e:?}"),
+        })?;
+        let error_word = stream
+            .alloc_zeros::<u32>(1)
+            .map_err(|e| driver("allocating the error word", e))?;
+        // One leaked string per device for NVRTC's `&'static str` option.
+        let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
+        Ok(Gpu {
+            ordinal,
+            name: format!("{name} (compute capability {major}.{minor})"),
+            arch,
+            ctx,
+            stream,
+            blas,
+            functions: Mutex::new(HashMap::new()),
+            error_word: Mutex::new(error_word),
+        })
+    }
+
+    /// The compiled kernel of `source` (compiled and loaded on first use).
+    fn function(&self, source: impl FnOnce() -> KernelSource, name: &str) -> Result<CudaFunction> {
+        let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = cache.get(name) {
+            return Ok(f.clone());
+        }
+        let kernel = source();
+        let ptx = compile_ptx(&kernel, self.arch)?;
+        let module = self
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| driver(&format!("loading kernel {name}"), e))?;
+        let f = module
+            .load_function(&kernel.name)
+            .map_err(|e| driver(&format!("finding kernel {name}"), e))?;
+        cache.insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// `bytes` of uninitialised device memory (stream ordered, from the driver's pool).
+    fn alloc(&self, bytes: usize) -> Result<CudaBuffer> {
+        // SAFETY: every kernel writes each output element before anything reads it.
+        let data = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
+            .map_err(|e| driver(&format!("allocating {bytes} bytes"), e))?;
+        Ok(CudaBuffer {
+            data,
+            bytes,
+            ordinal: self.ordinal,
+        })
+    }
+
+    fn config(n: usize) -> LaunchConfig {
+        let blocks = n.div_ceil(THREADS as usize).clamp(1, 1 << 20) as u32;
+        LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Clears the error word before a checked kernel.
+    fn clear_error(&self, word: &mut CudaSlice<u32>) -> Result<()> {
+        self.stream
+            .memset_zeros(word)
+            .map_err(|e| driver("clearing the error word", e))
+    }
+
+    /// Reads the error word after a checked kernel (waits for it).
+    fn read_error(&self, word: &CudaSlice<u32>) -> Result<u32> {
+        let v = self
+            .stream
+            .clone_dtoh(word)
+            .map_err(|e| driver("reading the error word", e))?;
+        Ok(v.first().copied().unwrap_or(0))
+    }
+}
+
+/// The CUDA backend: every device the driver lists.
+pub struct Cuda {
+    gpus: Vec<Gpu>,
+}
+
+fn shared() -> std::result::Result<Arc<Cuda>, String> {
+    static CUDA: OnceLock<std::result::Result<Arc<Cuda>, String>> = OnceLock::new();
+    CUDA.get_or_init(|| Cuda::new().map(Arc::new).map_err(|e| e.to_string()))
+        .clone()
+}
+
+impl Cuda {
+    fn new() -> Result<Cuda> {
+        let missing = missing_libraries();
+        if !missing.is_empty() {
+            return Err(compile::library_missing(&missing.join(", ")));
+        }
+        let count = match CudaContext::device_count() {
+            Ok(n) => n.max(0) as usize,
+            // The driver loads but finds no device (CUDA_ERROR_NO_DEVICE) or none usable.
+            Err(_) => 0,
+        };
+        let gpus = (0..count).map(Gpu::open).collect::<Result<Vec<_>>>()?;
+        Ok(Cuda { gpus })
+    }
+
+    fn gpu(&self, ordinal: usize) -> Result<&Gpu> {
+        self.gpus.get(ordinal).ok_or_else(|| Error::Backend {
+            backend: BACKEND,
+            msg: format!("no CUDA device {ordinal} ({} found)", self.gpus.len()),
+        })
+    }
+}
+
+/// Registers the CUDA devices as `/GPU:0..` and returns how many there are (0, registering
+/// nothing, when the driver or a library is missing or no device is present;
+/// [`devices_or_error`] says why).
+///
+/// ```
+/// let n = ferroflow_cuda::register();
+/// assert_eq!(n, ferroflow_cuda::devices().len());
+/// ```
+pub fn register() -> usize {
+    match shared() {
+        Ok(b) if !b.gpus.is_empty() => {
+            let n = b.gpus.len();
+            ferroflow_tensor::register_backend(DeviceKind::Gpu, b);
+            n
+        }
+        _ => 0,
+    }
+}
+
+/// The CUDA devices' descriptions, `/GPU:0` first (empty without a driver or device).
+///
+/// ```
+/// for d in ferroflow_cuda::devices() {
+///     println!("{d}");
+/// }
+/// ```
+pub fn devices() -> Vec<String> {
+    devices_or_error().unwrap_or_default()
+}
+
+/// The CUDA devices' descriptions, or the error that says why there are none to be had (a
+/// library that does not load, a driver error).
+///
+/// ```
+/// match ferroflow_cuda::devices_or_error() {
+///     Ok(gpus) => println!("{} CUDA devices", gpus.len()),
+///     Err(e) => println!("no CUDA: {e}"),
+/// }
+/// ```
+pub fn devices_or_error() -> std::result::Result<Vec<String>, String> {
+    shared().map(|b| b.gpus.iter().map(|g| g.name.clone()).collect())
+}
+
+fn ours<'a>(x: &Operand<'a>, op: &'static str) -> Result<&'a CudaBuffer> {
+    x.buffer
+        .as_any()
+        .downcast_ref::<CudaBuffer>()
+        .ok_or_else(|| Error::Backend {
+            backend: BACKEND,
+            msg: format!("{op}: an operand is not CUDA memory"),
+        })
+}
+
+fn elem(dtype: DType, op: &'static str) -> Result<Elem> {
+    Elem::of(dtype).ok_or_else(|| unsupported(BACKEND, op, dtype))
+}
+
+/// `layout` as a kernel view, with axes of extent 1 dropped and neighbours that step as one
+/// merged (the element order is unchanged), refusing more than [`MAX_RANK`] axes after that.
+fn view_of(shape: &[usize], strides: &[isize], offset: usize, op: &'static str) -> Result<View> {
+    let mut dims: Vec<(i64, i64)> = vec![];
+    for (&s, &st) in shape.iter().zip(strides) {
+        if s == 1 {
+            continue;
+        }
+        let (s, st) = (s as i64, st as i64);
+        match dims.last_mut() {
+            Some(last) if last.1 == st * s => {
+                last.0 *= s;
+                last.1 = st;
+            }
+            _ => dims.push((s, st)),
+        }
+    }
+    if dims.len() > MAX_RANK {
+        return Err(Error::NotSupportedByBackend {
+            op,
+            backend: BACKEND,
+            detail: format!(
+                ", a view of {} axes that cannot be merged (the kernels take {MAX_RANK}); \
+                 make it contiguous first",
+                dims.len()
+            ),
+        });
+    }
+    let mut v = View {
+        offset: offset as i64,
+        rank: dims.len() as i32,
+        ..View::default()
+    };
+    for (d, (s, st)) in dims.into_iter().enumerate() {
+        v.shape[d] = s;
+        v.strides[d] = st;
+    }
+    Ok(v)
+}
+
+fn view(layout: &Layout, op: &'static str) -> Result<View> {
+    view_of(layout.shape(), layout.strides(), layout.offset(), op)
+}
+
+fn boxed(b: CudaBuffer) -> Result<BufferBox> {
+    Ok(Box::new(b))
+}
+
+impl Cuda {
+    fn gpu_of<'a>(&self, x: &Operand<'a>, op: &'static str) -> Result<(&Gpu, &'a CudaBuffer)> {
+        let b = ours(x, op)?;
+        Ok((self.gpu(b.ordinal)?, b))
+    }
+
+    /// Launches a one-input map kernel (unary, cast) over `x`'s elements into a fresh buffer.
+    fn map_one(
+        &self,
+        x: Operand<'_>,
+        out: Elem,
+        op: &'static str,
+        name: &str,
+        source: impl FnOnce() -> KernelSource,
+    ) -> Result<CudaBuffer> {
+        let (gpu, a) = self.gpu_of(&x, op)?;
+        let n = x.layout.num_elements();
+        let y = gpu.alloc(n * out.dtype().size_in_bytes())?;
+        if n == 0 {
+            return Ok(y);
+        }
+        let f = gpu.function(source, name)?;
+        let va = view(x.layout, op)?;
+        let n64 = n as i64;
+        let mut b = gpu.stream.launch_builder(&f);
+        b.arg(&a.data).arg(&va).arg(&y.data).arg(&n64);
+        // SAFETY: the kernel's parameters are (A, View, Y, n) as pushed; `va` stays inside
+        // `a` (the tensor layer checked the layout) and `y` holds n outputs.
+        unsafe { b.launch(Gpu::config(n)) }.map_err(|e| driver(op, e))?;
+        Ok(y)
+    }
+
+    /// A dense copy of `x` in its own dtype.
+    fn dense(&self, x: Operand<'_>) -> Result<CudaBuffer> {
+        let e = elem(x.dtype, "copy")?;
+        self.map_one(x, e, "copy", &format!("cast_{0}_{0}", e.tag()), || {
+            source::cast(e, e)
+        })
+    }
+
+    fn data_error(op: &'static str, code: u32) -> Result<()> {
+        match code {
+            0 => Ok(()),
+            source::error_code::NEGATIVE_POWER => Err(Error::Arithmetic {
+                op: "pow",
+                msg: "integers to negative integer powers are not allowed",
+            }),
+            _ => Err(Error::Arithmetic {
+                op,
+                msg: "integer division by zero",
+            }),
+        }
+    }
+
+    /// `kept` and `red` views of `x` for a reduction over `axes`.
+    fn split_views(
+        x: &Operand<'_>,
+        axes: &[usize],
+        op: &'static str,
+    ) -> Result<(View, View, usize)> {
+        let (shape, strides) = (x.layout.shape(), x.layout.strides());
+        let pick = |keep: bool| -> (Vec<usize>, Vec<isize>) {
+            (0..shape.len())
+                .filter(|d| axes.contains(d) != keep)
+                .map(|d| (shape[d], strides[d]))
+                .unzip()
+        };
+        let (ks, kst) = pick(true);
+        let (rs, rst) = pick(false);
+        let m: usize = rs.iter().product();
+        Ok((
+            view_of(&ks, &kst, x.layout.offset(), op)?,
+            view_of(&rs, &rst, 0, op)?,
+            m,
+        ))
+    }
+
+    /// cuBLAS's view of a row-major `[batch.., rows, cols]` operand: (operation, leading
+    /// dimension, batch stride, offset), or `None` when it must be made dense first.
+    fn gemm_form(layout: &Layout) -> Option<(bool, i64, i64, usize)> {
+        let rank = layout.rank();
+        let (shape, strides) = (layout.shape(), layout.strides());
+        let (r, c) = (shape[rank - 2], shape[rank - 1]);
+        let (sr, sc) = (strides[rank - 2], strides[rank - 1]);
+        // Row-major (unit column step) reads as the transpose in column-major: no op.
+        let rowmajor = (c == 1 || sc == 1) && (r == 1 || sr >= c as isize);
+        let colmajor = (r == 1 || sr == 1) && (c == 1 || sc >= r as isize);
+        let (transposed, ld) = if rowmajor {
+            (false, if r == 1 { c.max(1) as i64 } else { sr as i64 })
+        } else if colmajor {
+            (true, if c == 1 { r.max(1) as i64 } else { sc as i64 })
+        } else {
+            return None;
+        };
+        // The batch axes must step as one (or not at all).
+        let mut batch: Vec<(usize, isize)> = shape[..rank - 2]
+            .iter()
+            .zip(&strides[..rank - 2])
+            .filter(|(&s, _)| s != 1)
+            .map(|(&s, &st)| (s, st))
+            .collect();
+        while batch.len() > 1 {
+            let (s1, st1) = batch[batch.len() - 1];
+            let (_, st0) = batch[batch.len() - 2];
+            if st0 != st1 * s1 as isize {
+                return None;
+            }
+            batch.pop();
+            let last = batch.len() - 1;
+            batch[last] = (batch[last].0 * s1, st1);
+        }
+        let stride = batch.first().map_or(0, |&(_, st)| st as i64);
+        if stride < 0 || ld < 1 {
+            return None;
+        }
+        Some((transposed, ld, stride, layout.offset()))
+    }
+
+    fn matmul_typed<T>(&self, gpu: &Gpu, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<CudaBuffer>
+    where
+        T: GemmScalar,
+        CudaBlas: Gemm<T>,
+    {
+        let size = std::mem::size_of::<T>();
+        let la = lhs.layout.shape();
+        let lb = rhs.layout.shape();
+        let rank = la.len();
+        let (m, k, n) = (la[rank - 2], la[rank - 1], lb[rank - 1]);
+        let batch: usize = la[..rank - 2].iter().product();
+        // Operands cuBLAS cannot read as they lie are made dense first.
+        let dense_a;
+        let dense_b;
+        let layout_a;
+        let layout_b;
+        let (a, form_a) = match Self::gemm_form(lhs.layout) {
+            Some(f) => (ours(&lhs, "matmul")?, f),
+            None => {
+                dense_a = self.dense(lhs)?;
+                layout_a = Layout::contiguous(la);
+                (
+                    &dense_a,
+                    Self::gemm_form(&layout_a).ok_or_else(|| gemm_refused("lhs"))?,
+                )
+            }
+        };
+        let (b, form_b) = match Self::gemm_form(rhs.layout) {
+            Some(f) => (ours(&rhs, "matmul")?, f),
+            None => {
+                dense_b = self.dense(rhs)?;
+                layout_b = Layout::contiguous(lb);
+                (
+                    &dense_b,
+                    Self::gemm_form(&layout_b).ok_or_else(|| gemm_refused("rhs"))?,
+                )
+            }
+        };
+        let mut y = gpu.alloc(batch * m * n * size)?;
+        if k == 0 {
+            // An empty sum: zeros (cuBLAS would scale the uninitialised output by beta = 0,
+            // and 0 · NaN is NaN).
+            gpu.stream
+                .memset_zeros(&mut y.data)
+                .map_err(|e| driver("matmul", e))?;
+            return Ok(y);
+        }
+        let op = |t: bool| {
+            if t {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: B goes first.
+        let cfg = StridedBatchedConfig {
+            gemm: GemmConfig {
+                transa: op(form_b.0),
+                transb: op(form_a.0),
+                m: n as i32,
+                n: m as i32,
+                k: k as i32,
+                alpha: T::ONE,
+                lda: form_b.1 as i32,
+                ldb: form_a.1 as i32,
+                beta: T::ZERO,
+                ldc: n.max(1) as i32,
+            },
+            batch_size: batch as i32,
+            stride_a: form_b.2,
+            stride_b: form_a.2,
+            stride_c: (m * n) as i64,
+        };
+        fn typed(
+            buf: &CudaBuffer,
+            offset: usize,
+            size: usize,
+        ) -> Result<cudarc::driver::CudaView<'_, u8>> {
+            buf.data
+                .try_slice(offset * size..)
+                .ok_or_else(|| gemm_refused("an operand's offset"))
+        }
+        let va = typed(a, form_a.3, size)?;
+        let vb = typed(b, form_b.3, size)?;
+        // SAFETY: the views are reinterpreted as T over whole elements of their bytes; the
+        // strides and leading dimensions above keep every read inside the tensors'
+        // layouts (checked by the tensor layer), and `y` holds batch·m·n values.
+        unsafe {
+            let va = va
+                .transmute::<T>(va.len() / size)
+                .ok_or_else(|| gemm_refused("lhs"))?;
+            let vb = vb
+                .transmute::<T>(vb.len() / size)
+                .ok_or_else(|| gemm_refused("rhs"))?;
+            let len = y.data.len() / size;
+            let mut vy = y
+                .data
+                .transmute_mut::<T>(len)
+                .ok_or_else(|| gemm_refused("the output"))?;
+            gpu.blas
+                .gemm_strided_batched(cfg, &vb, &va, &mut vy)
+                .map_err(|e| Error::Backend {
+                    backend: BACKEND,
+                    msg: format!("matmul: cuBLAS: {e:?}"),
+                })?;
+        }
+        Ok(y)
+    }
+}
+
+/// The element types cuBLAS multiplies, with the scalars of `C = 1·A·B + 0·C`.
+trait GemmScalar: cudarc::driver::DeviceRepr {
+    const ONE: Self;
+    const ZERO: Self;
+}
+impl GemmScalar for f32 {
+    const ONE: f32 = 1.0;
+    const ZERO: f32 = 0.0;
+}
+impl GemmScalar for f64 {
+    const ONE: f64 = 1.0;
+    const ZERO: f64 = 0.0;
+}
+impl GemmScalar for half::f16 {
+    const ONE: half::f16 = half::f16::ONE;
+    const ZERO: half::f16 = half::f16::ZERO;
+}
+impl GemmScalar for half::bf16 {
+    const ONE: half::bf16 = half::bf16::ONE;
+    const ZERO: half::bf16 = half::bf16::ZERO;
+}
+
+fn gemm_refused(what: &str) -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        msg: format!("matmul: {what} could not be given to cuBLAS"),
+    }
+}
+
+fn not_yet(op: &'static str) -> Error {
+    Error::NotSupportedByBackend {
+        op,
+        backend: BACKEND,
+        detail: ", not yet written for CUDA (issue #23): run it on the CPU or wgpu backend".into(),
+    }
+}
+
+impl Backend for Cuda {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+    fn device_count(&self) -> usize {
+        self.gpus.len()
+    }
+    fn device_description(&self, ordinal: usize) -> String {
+        self.gpus
+            .get(ordinal)
+            .map_or_else(|| BACKEND.to_string(), |g| g.name.clone())
+    }
+    fn supports_dtype(&self, _ordinal: usize, dtype: DType) -> bool {
+        Elem::of(dtype).is_some()
+    }
+    fn memory_bytes(&self, ordinal: usize) -> Option<u64> {
+        self.gpus
+            .get(ordinal)
+            .and_then(|g| g.ctx.total_mem().ok())
+            .map(|b| b as u64)
+    }
+    fn can_allocate(&self, ordinal: usize, bytes: u64) -> bool {
+        self.gpus
+            .get(ordinal)
+            .and_then(|g| g.ctx.mem_get_info().ok())
+            .is_some_and(|(free, _)| bytes <= free as u64)
+    }
+    fn synchronize(&self, ordinal: usize) -> Result<()> {
+        self.gpu(ordinal)?
+            .stream
+            .synchronize()
+            .map_err(|e| driver("synchronize", e))
+    }
+    fn upload(&self, ordinal: usize, data: HostData) -> Result<BufferBox> {
+        if Elem::of(data.dtype()).is_none() {
+            return Err(unsupported(BACKEND, "upload", data.dtype()));
+        }
+        let gpu = self.gpu(ordinal)?;
+        let bytes = data.le_bytes();
+        if bytes.is_empty() {
+            return boxed(gpu.alloc(0)?);
+        }
+        let slice = gpu
+            .stream
+            .clone_htod(&bytes[..])
+            .map_err(|e| driver("upload", e))?;
+        boxed(CudaBuffer {
+            data: slice,
+            bytes: bytes.len(),
+            ordinal,
+        })
+    }
+    fn download(&self, x: Operand<'_>) -> Result<HostData> {
+        let (gpu, _) = self.gpu_of(&x, "download")?;
+        let size = x.dtype.size_in_bytes();
+        let n = x.layout.num_elements();
+        let empty = || {
+            HostData::from_le_bytes(x.dtype, &[])
+                .ok_or_else(|| unsupported(BACKEND, "download", x.dtype))
+        };
+        if n == 0 {
+            return empty();
+        }
+        let dense;
+        let (buf, start) = if x.layout.is_contiguous() {
+            (ours(&x, "download")?, x.layout.offset())
+        } else {
+            dense = self.dense(x)?;
+            (&dense, 0)
+        };
+        let view = buf
+            .data
+            .try_slice(start * size..(start + n) * size)
+            .ok_or_else(|| Error::Backend {
+                backend: BACKEND,
+                msg: "download: the view lies outside its buffer".into(),
+            })?;
+        let bytes = gpu
+            .stream
+            .clone_dtoh(&view)
+            .map_err(|e| driver("download", e))?;
+        HostData::from_le_bytes(x.dtype, &bytes).ok_or_else(|| Error::Backend {
+            backend: BACKEND,
+            msg: "download: the bytes do not fill whole elements".into(),
+        })
+    }
+    fn copy(&self, x: Operand<'_>) -> Result<BufferBox> {
+        boxed(self.dense(x)?)
+    }
+    fn unary(&self, op: UnaryOp, x: Operand<'_>) -> Result<BufferBox> {
+        let e = elem(x.dtype, op.name())?;
+        let out = elem(op.output_dtype(x.dtype), op.name())?;
+        let kernel =
+            source::unary(op, e, out).ok_or_else(|| unsupported(BACKEND, op.name(), x.dtype))?;
+        let name = kernel.name.clone();
+        boxed(self.map_one(x, out, op.name(), &name, || kernel)?)
+    }
+    fn binary(&self, op: BinaryOp, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox> {
+        let e = elem(lhs.dtype, op.name())?;
+        let out = elem(op.output_dtype(lhs.dtype), op.name())?;
+        let (kernel, checked) =
+            source::binary(op, e, out).ok_or_else(|| unsupported(BACKEND, op.name(), lhs.dtype))?;
+        let (gpu, a) = self.gpu_of(&lhs, op.name())?;
+        let b = ours(&rhs, op.name())?;
+        let n = lhs.layout.num_elements();
+        let y = gpu.alloc(n * out.dtype().size_in_bytes())?;
+        if n == 0 {
+            return boxed(y);
+        }
+        let name = kernel.name.clone();
+        let f = gpu.function(|| kernel, &name)?;
+        let (va, vb) = (view(lhs.layout, op.name())?, view(rhs.layout, op.name())?);
+        let n64 = n as i64;
+        let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
+        if checked {
+            gpu.clear_error(&mut word)?;
+        }
+        let mut l = gpu.stream.launch_builder(&f);
+        l.arg(&a.data)
+            .arg(&va)
+            .arg(&b.data)
+            .arg(&vb)
+            .arg(&y.data)
+            .arg(&n64)
+            .arg(&*word);
+        // SAFETY: parameters (A, View, B, View, Y, n, E) as the kernel declares them; both
+        // views have the output's shape (broadcast by the tensor layer) and stay inside
+        // their buffers; `y` holds n outputs.
+        unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver(op.name(), e))?;
+        if checked {
+            Self::data_error(op.name(), gpu.read_error(&word)?)?;
+        }
+        boxed(y)
+    }
+    fn reduce(&self, op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<BufferBox> {
+        let e = elem(x.dtype, op.name())?;
+        let [rows, blocks] =
+            source::reduce(op, e).ok_or_else(|| unsupported(BACKEND, op.name(), x.dtype))?;
+        let (gpu, a) = self.gpu_of(&x, op.name())?;
+        let (kept, red, m) = Self::split_views(&x, axes, op.name())?;
+        let outputs: usize = (0..x.layout.rank())
+            .filter(|d| !axes.contains(d))
+            .map(|d| x.layout.shape()[d])
+            .product();
+        let y = gpu.alloc(outputs * x.dtype.size_in_bytes())?;
+        if outputs == 0 {
+            return boxed(y);
+        }
+        let m64 = m as i64;
+        // Short reductions: a thread per output; long ones: a block per output.
+        if m <= 64 || outputs > (1 << 20) {
+            let name = rows.name.clone();
+            let f = gpu.function(|| rows, &name)?;
+            let n64 = outputs as i64;
+            let mut l = gpu.stream.launch_builder(&f);
+            l.arg(&a.data)
+                .arg(&kept)
+                .arg(&red)
+                .arg(&m64)
+                .arg(&y.data)
+                .arg(&n64);
+            // SAFETY: parameters (A, kept, red, m, Y, n) as declared; `kept` enumerates the
+            // outputs, `red` the m reduced elements of each, all inside `a`.
+            unsafe { l.launch(Gpu::config(outputs)) }.map_err(|e| driver(op.name(), e))?;
+        } else {
+            let name = blocks.name.clone();
+            let f = gpu.function(|| blocks, &name)?;
+            let mut l = gpu.stream.launch_builder(&f);
+            l.arg(&a.data).arg(&kept).arg(&red).arg(&m64).arg(&y.data);
+            let cfg = LaunchConfig {
+                grid_dim: (outputs as u32, 1, 1),
+                block_dim: (source::REDUCE_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: as above, one block per output (at most 2^20 blocks).
+            unsafe { l.launch(cfg) }.map_err(|e| driver(op.name(), e))?;
+        }
+        boxed(y)
+    }
+    fn arg_reduce(&self, op: ArgReduceOp, x: Operand<'_>, axis: usize) -> Result<BufferBox> {
+        let e = elem(x.dtype, op.name())?;
+        let kernel =
+            source::arg_reduce(op, e).ok_or_else(|| unsupported(BACKEND, op.name(), x.dtype))?;
+        let (gpu, a) = self.gpu_of(&x, op.name())?;
+        let (kept, _, m) = Self::split_views(&x, &[axis], op.name())?;
+        let stride = x.layout.strides()[axis] as i64;
+        let outputs = x.layout.num_elements() / m.max(1);
+        let y = gpu.alloc(outputs * 8)?;
+        if outputs == 0 || m == 0 {
+            return boxed(y);
+        }
+        let name = kernel.name.clone();
+        let f = gpu.function(|| kernel, &name)?;
+        let (m64, n64) = (m as i64, outputs as i64);
+        let mut l = gpu.stream.launch_builder(&f);
+        l.arg(&a.data)
+            .arg(&kept)
+            .arg(&stride)
+            .arg(&m64)
+            .arg(&y.data)
+            .arg(&n64);
+        // SAFETY: parameters (A, kept, stride, m, Y, n) as declared, inside `a`.
+        unsafe { l.launch(Gpu::config(outputs)) }.map_err(|e| driver(op.name(), e))?;
+        boxed(y)
+    }
+    fn cast(&self, x: Operand<'_>, to: DType) -> Result<BufferBox> {
+        let from = elem(x.dtype, "cast")?;
+        let to = elem(to, "cast")?;
+        boxed(self.map_one(
+            x,
+            to,
+            "cast",
+            &format!("cast_{}_{}", from.tag(), to.tag()),
+            || source::cast(from, to),
+        )?)
+    }
+    fn matmul(&self, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox> {
+        let (gpu, _) = self.gpu_of(&lhs, "matmul")?;
+        boxed(match lhs.dtype {
+            DType::F32 => self.matmul_typed::<f32>(gpu, lhs, rhs)?,
+            DType::F64 => self.matmul_typed::<f64>(gpu, lhs, rhs)?,
+            DType::F16 => self.matmul_typed::<half::f16>(gpu, lhs, rhs)?,
+            DType::BF16 => self.matmul_typed::<half::bf16>(gpu, lhs, rhs)?,
+            other => return Err(unsupported(BACKEND, "matmul", other)),
+        })
+    }
+    fn select(
+        &self,
+        cond: Operand<'_>,
+        on_true: Operand<'_>,
+        on_false: Operand<'_>,
+    ) -> Result<BufferBox> {
+        let e = elem(on_true.dtype, "select")?;
+        let (gpu, c) = self.gpu_of(&cond, "select")?;
+        let (a, b) = (ours(&on_true, "select")?, ours(&on_false, "select")?);
+        let n = on_true.layout.num_elements();
+        let y = gpu.alloc(n * e.dtype().size_in_bytes())?;
+        if n == 0 {
+            return boxed(y);
+        }
+        let f = gpu.function(|| source::select(e), &format!("select_{}", e.tag()))?;
+        let (vc, va, vb) = (
+            view(cond.layout, "select")?,
+            view(on_true.layout, "select")?,
+            view(on_false.layout, "select")?,
+        );
+        let n64 = n as i64;
+        let mut l = gpu.stream.launch_builder(&f);
+        l.arg(&c.data)
+            .arg(&vc)
+            .arg(&a.data)
+            .arg(&va)
+            .arg(&b.data)
+            .arg(&vb)
+            .arg(&y.data)
+            .arg(&n64);
+        // SAFETY: parameters (C, View, A, View, B, View, Y, n) as declared; the three views
+        // have the output's shape and stay inside their buffers.
+        unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver("select", e))?;
+        boxed(y)
+    }
+    fn gather(&self, _x: Operand<'_>, _indices: Operand<'_>, _axis: usize) -> Result<BufferBox> {
+        Err(not_yet("gather"))
+    }
+    fn scatter_add(
+        &self,
+        _indices: Operand<'_>,
+        _updates: Operand<'_>,
+        _shape: &[usize],
+        _axis: usize,
+    ) -> Result<BufferBox> {
+        Err(not_yet("scatter_add"))
+    }
+    fn concat(&self, _inputs: &[Operand<'_>], _axis: usize) -> Result<BufferBox> {
+        Err(not_yet("concat"))
+    }
+    fn pad(&self, _x: Operand<'_>, _paddings: &[(usize, usize)], _value: f64) -> Result<BufferBox> {
+        Err(not_yet("pad"))
+    }
+    fn cumulative(
+        &self,
+        op: CumulativeOp,
+        _x: Operand<'_>,
+        _axis: usize,
+        _exclusive: bool,
+        _reverse: bool,
+    ) -> Result<BufferBox> {
+        Err(not_yet(op.name()))
+    }
+    fn sort(
+        &self,
+        _x: Operand<'_>,
+        _axis: usize,
+        _descending: bool,
+    ) -> Result<(BufferBox, BufferBox)> {
+        Err(not_yet("sort"))
+    }
+    fn conv2d(&self, _x: Operand<'_>, _filter: Operand<'_>, _w: &Window2d) -> Result<BufferBox> {
+        Err(not_yet("conv2d"))
+    }
+    fn conv2d_backprop_input(
+        &self,
+        _filter: Operand<'_>,
+        _dy: Operand<'_>,
+        _w: &Window2d,
+    ) -> Result<BufferBox> {
+        Err(not_yet("conv2d_backprop_input"))
+    }
+    fn conv2d_backprop_filter(
+        &self,
+        _x: Operand<'_>,
+        _dy: Operand<'_>,
+        _filter_shape: [usize; 4],
+        _w: &Window2d,
+    ) -> Result<BufferBox> {
+        Err(not_yet("conv2d_backprop_filter"))
+    }
+    fn pool2d(&self, kind: PoolKind, _x: Operand<'_>, _w: &Window2d) -> Result<BufferBox> {
+        Err(not_yet(kind.name()))
+    }
+    fn max_pool_grad(&self, _x: Operand<'_>, _dy: Operand<'_>, _w: &Window2d) -> Result<BufferBox> {
+        Err(not_yet("max_pool_grad"))
+    }
+    fn avg_pool_grad(&self, _dy: Operand<'_>, _w: &Window2d) -> Result<BufferBox> {
+        Err(not_yet("avg_pool_grad"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_merge_axes_that_step_as_one_and_drop_unit_axes() {
+        // [2, 3, 4] row-major is one axis of 24.
+        let v = view_of(&[2, 3, 4], &[12, 4, 1], 5, "t").expect("a view");
+        assert_eq!((v.rank, v.shape[0], v.strides[0], v.offset), (1, 24, 1, 5));
+        // A transpose does not merge.
+        let v = view_of(&[3, 2], &[1, 3], 0, "t").expect("a view");
+        assert_eq!(
+            (v.rank, &v.shape[..2], &v.strides[..2]),
+            (2, &[3, 2][..], &[1, 3][..])
+        );
+        // Broadcast axes merge with each other (both zero steps), unit axes vanish.
+        let v = view_of(&[4, 1, 5, 6], &[0, 7, 0, 0], 0, "t").expect("a view");
+        assert_eq!((v.rank, v.shape[0], v.strides[0]), (1, 120, 0));
+        // Nine axes that cannot merge are refused with the fix.
+        let shape = [2usize; 9];
+        let strides: Vec<isize> = (0..9).map(|i| 3isize.pow(8 - i as u32)).collect();
+        let e = view_of(&shape, &strides, 0, "t").expect_err("too deep");
+        assert!(e.to_string().contains("make it contiguous first"), "{e}");
+    }
+
+    #[test]
+    fn gemm_forms() {
+        // Row-major [2, 3, 4] batch: no transpose, ld 4, batch stride 12.
+        let l = Layout::contiguous(&[2, 3, 4]);
+        assert_eq!(Cuda::gemm_form(&l), Some((false, 4, 12, 0)));
+        // Its transpose [2, 4, 3] (strides 12, 1, 4): transposed, ld 4.
+        let t = Layout::new(vec![2, 4, 3], vec![12, 1, 4], 0);
+        assert_eq!(Cuda::gemm_form(&t), Some((true, 4, 12, 0)));
+        // A broadcast batch steps by 0.
+        let b = Layout::new(vec![5, 3, 4], vec![0, 4, 1], 0);
+        assert_eq!(Cuda::gemm_form(&b), Some((false, 4, 0, 0)));
+        // Two batch axes that do not step as one: made dense first.
+        let odd = Layout::new(vec![2, 2, 3, 4], vec![100, 12, 4, 1], 0);
+        assert_eq!(Cuda::gemm_form(&odd), None);
+        // A reversed axis: made dense first.
+        let rev = Layout::new(vec![3, 4], vec![-4, 1], 8);
+        assert_eq!(Cuda::gemm_form(&rev), None);
+    }
+}

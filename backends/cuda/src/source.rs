@@ -1,0 +1,818 @@
+//! The CUDA C of every kernel, generated per op and element type (as the wgpu backend
+//! generates its WGSL), compiled by NVRTC on first use and cached per device.
+//!
+//! Each kernel is one `extern "C" __global__` function named after its source's
+//! [`KernelSource::name`]; operands are read through a [`View`] (shape, strides, offset: a
+//! transposed, sliced or broadcast tensor needs no copy first) and outputs are dense. Half
+//! types compute in `float` and round once when stored, as the CPU backend does. Integer
+//! arithmetic wraps (it runs on the unsigned type of the same width). Data-dependent
+//! failures (integer division by zero, a negative integer exponent) set an error word the
+//! host reads after the kernel.
+
+use ferroflow_tensor::{ArgReduceOp, BinaryOp, DType, ReduceOp, UnaryOp};
+
+/// The most axes a [`View`] describes; the backend refuses deeper tensors with an error.
+pub const MAX_RANK: usize = 8;
+
+/// How a kernel reads one operand: the layout of [`ferroflow_tensor::Layout`] in the form the
+/// kernels take as a by-value parameter (`struct View` of the prelude).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    /// First element, in elements.
+    pub offset: i64,
+    /// Extent of each axis (the first `rank` are used).
+    pub shape: [i64; MAX_RANK],
+    /// Step of each axis in elements (zero for a broadcast axis, negative for a reversed one).
+    pub strides: [i64; MAX_RANK],
+    /// Number of axes.
+    pub rank: i32,
+    /// Keeps the struct's size a multiple of 8 on both sides.
+    pub pad: i32,
+}
+
+// SAFETY: `View` is `repr(C)`, plain integers, and matches `struct View` in `PRELUDE` field for
+// field (checked by `view_matches_the_prelude` below).
+unsafe impl cudarc::driver::DeviceRepr for View {}
+
+/// One kernel's source: `name` is its `extern "C"` function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSource {
+    /// The function name, unique per op and element types.
+    pub name: String,
+    /// The complete CUDA C program (prelude included).
+    pub code: String,
+}
+
+/// Error codes a kernel writes to the error word (the largest one written wins).
+pub mod error_code {
+    /// An integer divided by zero.
+    pub const DIVISION_BY_ZERO: u32 = 1;
+    /// An integer raised to a negative integer power.
+    pub const NEGATIVE_POWER: u32 = 3;
+}
+
+/// Element types the kernels store. Complex numbers stay on the CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Elem {
+    /// IEEE half, computed in float.
+    F16,
+    /// bfloat16, computed in float.
+    BF16,
+    /// float.
+    F32,
+    /// double.
+    F64,
+    /// signed char.
+    I8,
+    /// short.
+    I16,
+    /// int.
+    I32,
+    /// long long.
+    I64,
+    /// unsigned char.
+    U8,
+    /// unsigned short.
+    U16,
+    /// unsigned int.
+    U32,
+    /// unsigned long long.
+    U64,
+    /// one byte, 0 or 1.
+    Bool,
+}
+
+impl Elem {
+    /// Every element type, for the catalog.
+    pub const ALL: [Elem; 13] = [
+        Elem::F16,
+        Elem::BF16,
+        Elem::F32,
+        Elem::F64,
+        Elem::I8,
+        Elem::I16,
+        Elem::I32,
+        Elem::I64,
+        Elem::U8,
+        Elem::U16,
+        Elem::U32,
+        Elem::U64,
+        Elem::Bool,
+    ];
+
+    /// The element type storing `dtype`, or `None` for complex dtypes.
+    pub fn of(dtype: DType) -> Option<Elem> {
+        Some(match dtype {
+            DType::F16 => Elem::F16,
+            DType::BF16 => Elem::BF16,
+            DType::F32 => Elem::F32,
+            DType::F64 => Elem::F64,
+            DType::I8 => Elem::I8,
+            DType::I16 => Elem::I16,
+            DType::I32 => Elem::I32,
+            DType::I64 => Elem::I64,
+            DType::U8 => Elem::U8,
+            DType::U16 => Elem::U16,
+            DType::U32 => Elem::U32,
+            DType::U64 => Elem::U64,
+            DType::Bool => Elem::Bool,
+            DType::C64 | DType::C128 => return None,
+        })
+    }
+
+    /// The dtype this element type stores.
+    pub fn dtype(self) -> DType {
+        match self {
+            Elem::F16 => DType::F16,
+            Elem::BF16 => DType::BF16,
+            Elem::F32 => DType::F32,
+            Elem::F64 => DType::F64,
+            Elem::I8 => DType::I8,
+            Elem::I16 => DType::I16,
+            Elem::I32 => DType::I32,
+            Elem::I64 => DType::I64,
+            Elem::U8 => DType::U8,
+            Elem::U16 => DType::U16,
+            Elem::U32 => DType::U32,
+            Elem::U64 => DType::U64,
+            Elem::Bool => DType::Bool,
+        }
+    }
+
+    /// The C type in memory.
+    pub fn store(self) -> &'static str {
+        match self {
+            Elem::F16 => "ff_f16",
+            Elem::BF16 => "ff_bf16",
+            Elem::F32 => "float",
+            Elem::F64 => "double",
+            Elem::I8 => "signed char",
+            Elem::I16 => "short",
+            Elem::I32 => "int",
+            Elem::I64 => "long long",
+            Elem::U8 | Elem::Bool => "unsigned char",
+            Elem::U16 => "unsigned short",
+            Elem::U32 => "unsigned int",
+            Elem::U64 => "unsigned long long",
+        }
+    }
+
+    /// The C type arithmetic runs in: float for the half types, the type itself otherwise.
+    pub fn compute(self) -> &'static str {
+        match self {
+            Elem::F16 | Elem::BF16 => "float",
+            e => e.store(),
+        }
+    }
+
+    /// The unsigned type wrapping integer arithmetic runs in.
+    fn wide(self) -> &'static str {
+        match self {
+            Elem::I64 | Elem::U64 => "unsigned long long",
+            _ => "unsigned int",
+        }
+    }
+
+    fn is_float(self) -> bool {
+        matches!(self, Elem::F16 | Elem::BF16 | Elem::F32 | Elem::F64)
+    }
+
+    fn is_signed_int(self) -> bool {
+        matches!(self, Elem::I8 | Elem::I16 | Elem::I32 | Elem::I64)
+    }
+
+    fn is_unsigned_int(self) -> bool {
+        matches!(self, Elem::U8 | Elem::U16 | Elem::U32 | Elem::U64)
+    }
+
+    /// The C expression reading `v` (of the storage type) as the compute type.
+    pub fn load(self, v: &str) -> String {
+        match self {
+            Elem::F16 => format!("ld_f16({v})"),
+            Elem::BF16 => format!("ld_bf16({v})"),
+            _ => format!("({v})"),
+        }
+    }
+
+    /// The C expression storing `v` (of the compute type) as the storage type.
+    pub fn store_expr(self, v: &str) -> String {
+        match self {
+            Elem::F16 => format!("st_f16({v})"),
+            Elem::BF16 => format!("st_bf16({v})"),
+            e => format!("(({})({v}))", e.store()),
+        }
+    }
+
+    /// A short tag for kernel names.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Elem::F16 => "f16",
+            Elem::BF16 => "bf16",
+            Elem::F32 => "f32",
+            Elem::F64 => "f64",
+            Elem::I8 => "i8",
+            Elem::I16 => "i16",
+            Elem::I32 => "i32",
+            Elem::I64 => "i64",
+            Elem::U8 => "u8",
+            Elem::U16 => "u16",
+            Elem::U32 => "u32",
+            Elem::U64 => "u64",
+            Elem::Bool => "bool",
+        }
+    }
+
+    /// The name of the math function `base` for this float type (`expf` or `exp`).
+    fn math(self, base: &str) -> String {
+        if self == Elem::F64 {
+            base.to_string()
+        } else {
+            format!("{base}f")
+        }
+    }
+
+    /// The smallest and largest values, as C literals of the compute type.
+    fn limits(self) -> (&'static str, &'static str) {
+        match self {
+            Elem::F16 | Elem::BF16 | Elem::F32 => (
+                "(-__int_as_float(0x7f800000))",
+                "__int_as_float(0x7f800000)",
+            ),
+            Elem::F64 => (
+                "(-__longlong_as_double(0x7ff0000000000000LL))",
+                "__longlong_as_double(0x7ff0000000000000LL)",
+            ),
+            Elem::I8 => ("(-128)", "127"),
+            Elem::I16 => ("(-32768)", "32767"),
+            Elem::I32 => ("(-2147483647 - 1)", "2147483647"),
+            Elem::I64 => ("(-9223372036854775807LL - 1)", "9223372036854775807LL"),
+            Elem::U8 | Elem::Bool => ("0", "255"),
+            Elem::U16 => ("0", "65535"),
+            Elem::U32 => ("0u", "4294967295u"),
+            Elem::U64 => ("0ull", "18446744073709551615ull"),
+        }
+    }
+}
+
+/// Helpers every kernel shares: the view type and its indexing, the half conversions.
+pub const PRELUDE: &str = r#"
+#define FF_MAX_RANK 8
+typedef long long ff_i64;
+struct View {
+    ff_i64 offset;
+    ff_i64 shape[FF_MAX_RANK];
+    ff_i64 strides[FF_MAX_RANK];
+    int rank;
+    int pad;
+};
+struct ff_f16 { unsigned short b; };
+struct ff_bf16 { unsigned short b; };
+__device__ __forceinline__ ff_i64 at(const View& v, ff_i64 i) {
+    /* Dense and broadcast-scalar operands (most of them) take no division. */
+    if (v.rank <= 1) return v.offset + (v.rank == 1 ? i * v.strides[0] : 0);
+    ff_i64 o = v.offset;
+    for (int d = v.rank - 1; d >= 0; --d) {
+        ff_i64 s = v.shape[d];
+        o += (i % s) * v.strides[d];
+        i /= s;
+    }
+    return o;
+}
+__device__ __forceinline__ float ld_f16(ff_f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.b));
+    return f;
+}
+__device__ __forceinline__ ff_f16 st_f16(float f) {
+    ff_f16 v;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v.b) : "f"(f));
+    return v;
+}
+__device__ __forceinline__ ff_f16 st_f16(double f) {
+    ff_f16 v;
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(v.b) : "d"(f));
+    return v;
+}
+__device__ __forceinline__ float ld_bf16(ff_bf16 v) {
+    return __uint_as_float(((unsigned int)v.b) << 16);
+}
+/* Round to nearest even; a NaN stays a (quiet) NaN, as the half crate converts. */
+__device__ __forceinline__ ff_bf16 st_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    ff_bf16 v;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        v.b = (unsigned short)((u >> 16) | 0x40u);
+    } else {
+        u += 0x7fffu + ((u >> 16) & 1u);
+        v.b = (unsigned short)(u >> 16);
+    }
+    return v;
+}
+__device__ __forceinline__ ff_bf16 st_bf16(double f) { return st_bf16((float)f); }
+__device__ __forceinline__ bool ff_isnan(float x) { return x != x; }
+__device__ __forceinline__ bool ff_isnan(double x) { return x != x; }
+template <class T> __device__ __forceinline__ bool ff_isnan(T) { return false; }
+#define FF_LOOP(n) for (ff_i64 i = (ff_i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+    i += (ff_i64)blockDim.x * gridDim.x)
+"#;
+
+fn program(name: &str, helpers: &str, kernel: &str) -> KernelSource {
+    KernelSource {
+        name: name.to_string(),
+        code: format!("{PRELUDE}{helpers}\n{kernel}"),
+    }
+}
+
+/// The expression of `op` on `x` (compute type of `e`), or `None` where there is no kernel.
+fn unary_expr(op: UnaryOp, e: Elem) -> Option<String> {
+    use UnaryOp::*;
+    if e.is_float() {
+        let c = e.compute();
+        let m = |f: &str| format!("{}(x)", e.math(f));
+        return Some(match op {
+            Neg => "-x".into(),
+            Abs => m("fabs"),
+            Sign => format!(
+                "(x > ({c})0 ? ({c})1 : (x < ({c})0 ? ({c})-1 : (x == ({c})0 ? ({c})0 : x)))"
+            ),
+            Exp => m("exp"),
+            Expm1 => m("expm1"),
+            Log => m("log"),
+            Log1p => m("log1p"),
+            Sqrt => m("sqrt"),
+            Rsqrt => format!("({c})1 / {}(x)", e.math("sqrt")),
+            Square => "x * x".into(),
+            Reciprocal => format!("({c})1 / x"),
+            Sin => m("sin"),
+            Cos => m("cos"),
+            Tan => m("tan"),
+            Asin => m("asin"),
+            Acos => m("acos"),
+            Atan => m("atan"),
+            Sinh => m("sinh"),
+            Cosh => m("cosh"),
+            Tanh => m("tanh"),
+            Sigmoid => format!(
+                "(x >= ({c})0 ? ({c})1 / (({c})1 + {exp}(-x)) : {exp}(x) / (({c})1 + {exp}(x)))",
+                exp = e.math("exp")
+            ),
+            Erf => m("erf"),
+            Floor => m("floor"),
+            Ceil => m("ceil"),
+            // TF rounds half to even.
+            Round => m("rint"),
+            Relu => format!("(x < ({c})0 ? ({c})0 : x)"),
+            IsFinite => format!("(x == x && {}(x) != {})", e.math("fabs"), e.limits().1),
+            IsNan => "(x != x)".into(),
+            LogicalNot | Conj | Real | Imag | Angle => return None,
+        });
+    }
+    let w = e.wide();
+    if e.is_signed_int() {
+        return Some(match op {
+            Neg => format!("({w})0 - ({w})x"),
+            Abs => format!("(x < 0 ? ({w})0 - ({w})x : ({w})x)"),
+            Sign => "((x > 0) - (x < 0))".into(),
+            Square => format!("({w})x * ({w})x"),
+            Relu => "(x < 0 ? 0 : x)".into(),
+            _ => return None,
+        });
+    }
+    if e.is_unsigned_int() {
+        // Neg is refused above the backend for unsigned types.
+        return Some(match op {
+            Abs | Relu => "x".into(),
+            Sign => "(x > 0)".into(),
+            Square => format!("({w})x * ({w})x"),
+            _ => return None,
+        });
+    }
+    match op {
+        LogicalNot => Some("(x == 0)".into()),
+        _ => None,
+    }
+}
+
+/// `op` reading `e`, writing `out` (its output dtype's element type).
+pub fn unary(op: UnaryOp, e: Elem, out: Elem) -> Option<KernelSource> {
+    let expr = unary_expr(op, e)?;
+    let name = format!("unary_{}_{}", op.name(), e.tag());
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View va, {o}* __restrict__ Y, ff_i64 n) {{\n\
+         FF_LOOP(n) {{\n    {c} x = {load};\n    Y[i] = {store};\n}}\n}}\n",
+        s = e.store(),
+        o = out.store(),
+        c = e.compute(),
+        load = e.load("A[at(va, i)]"),
+        store = out.store_expr(&expr),
+    );
+    Some(program(&name, "", &kernel))
+}
+
+/// (expression on `a`, `b`, whether it checks for a zero divisor, whether for a negative power)
+fn binary_expr(op: BinaryOp, e: Elem) -> Option<(String, bool, bool)> {
+    use BinaryOp::*;
+    let plain = |s: &str| Some((s.to_string(), false, false));
+    let cmp = |op: BinaryOp| match op {
+        Equal => Some("(a == b)"),
+        NotEqual => Some("(a != b)"),
+        Less => Some("(a < b)"),
+        LessEqual => Some("(a <= b)"),
+        Greater => Some("(a > b)"),
+        GreaterEqual => Some("(a >= b)"),
+        _ => None,
+    };
+    if let Some(c) = cmp(op) {
+        return plain(c);
+    }
+    if e.is_float() {
+        let c = e.compute();
+        return match op {
+            Add => plain("a + b"),
+            Sub => plain("a - b"),
+            Mul => plain("a * b"),
+            Div => plain("a / b"),
+            FloorDiv => plain(&format!("{}(a / b)", e.math("floor"))),
+            FloorMod => plain("ff_floormod(a, b)"),
+            Pow => plain(&format!("{}(a, b)", e.math("pow"))),
+            Maximum => plain("(a != a ? a : (b != b ? b : (a > b ? a : b)))"),
+            Minimum => plain("(a != a ? a : (b != b ? b : (a < b ? a : b)))"),
+            SquaredDifference => plain("(a - b) * (a - b)"),
+            Atan2 => plain(&format!("{}(a, b)", e.math("atan2"))),
+            // x · [y > 0]: a product, so a NaN or infinite gradient stays NaN as on the CPU.
+            ReluGrad => plain(&format!("a * (b > ({c})0 ? ({c})1 : ({c})0)")),
+            _ => None,
+        };
+    }
+    let w = e.wide();
+    if e.is_signed_int() {
+        return match op {
+            Add => plain(&format!("({w})a + ({w})b")),
+            Sub => plain(&format!("({w})a - ({w})b")),
+            Mul => plain(&format!("({w})a * ({w})b")),
+            // b = -1 is negation (wrapping at the minimum, where C's division overflows).
+            Div => Some((
+                format!("(b == -1 ? ({w})0 - ({w})a : ({w})(a / b))"),
+                true,
+                false,
+            )),
+            FloorDiv => Some(("ff_floordiv(a, b)".into(), true, false)),
+            FloorMod => Some(("ff_floormod(a, b)".into(), true, false)),
+            Pow => Some(("ff_ipow(a, b)".into(), false, true)),
+            Maximum => plain("(a > b ? a : b)"),
+            Minimum => plain("(a < b ? a : b)"),
+            SquaredDifference => plain(&format!("(({w})a - ({w})b) * (({w})a - ({w})b)")),
+            _ => None,
+        };
+    }
+    if e.is_unsigned_int() {
+        return match op {
+            Add => plain(&format!("({w})a + ({w})b")),
+            Sub => plain(&format!("({w})a - ({w})b")),
+            Mul => plain(&format!("({w})a * ({w})b")),
+            // Unsigned: floor division is truncating division, the modulo the remainder.
+            Div | FloorDiv => Some(("a / b".into(), true, false)),
+            FloorMod => Some(("a % b".into(), true, false)),
+            Pow => plain("ff_ipow(a, b)"),
+            Maximum => plain("(a > b ? a : b)"),
+            Minimum => plain("(a < b ? a : b)"),
+            SquaredDifference => plain(&format!("(({w})a - ({w})b) * (({w})a - ({w})b)")),
+            _ => None,
+        };
+    }
+    match op {
+        LogicalAnd => plain("(a && b)"),
+        LogicalOr => plain("(a || b)"),
+        LogicalXor => plain("((a != 0) != (b != 0))"),
+        Maximum => plain("(a > b ? a : b)"),
+        Minimum => plain("(a < b ? a : b)"),
+        _ => None,
+    }
+}
+
+/// Floor division and modulo and integer powers on the compute type of `e`.
+fn binary_helpers(e: Elem) -> String {
+    let c = e.compute();
+    let w = e.wide();
+    if e.is_float() {
+        // TF's floormod: the remainder takes the divisor's sign.
+        return format!(
+            "__device__ __forceinline__ {c} ff_floormod({c} a, {c} b) {{\n\
+             {c} r = {fmod}(a, b);\n\
+             if (r != ({c})0 && ((r < ({c})0) != (b < ({c})0))) r += b;\n\
+             return r;\n}}\n",
+            fmod = e.math("fmod")
+        );
+    }
+    if e == Elem::Bool {
+        return String::new();
+    }
+    let mut h = format!(
+        "__device__ __forceinline__ {c} ff_ipow({c} a, {c} b) {{\n\
+         {w} base = ({w})a, r = 1;\n\
+         unsigned long long k = (unsigned long long)b;\n\
+         while (k) {{ if (k & 1ull) r *= base; base *= base; k >>= 1; }}\n\
+         return ({c})r;\n}}\n"
+    );
+    if e.is_signed_int() {
+        h += &format!(
+            "__device__ __forceinline__ {c} ff_floordiv({c} a, {c} b) {{\n\
+             if (b == -1) return ({c})(({w})0 - ({w})a);\n\
+             {c} q = a / b;\n\
+             if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;\n\
+             return q;\n}}\n\
+             __device__ __forceinline__ {c} ff_floormod({c} a, {c} b) {{\n\
+             if (b == -1) return 0;\n\
+             {c} r = a % b;\n\
+             if (r != 0 && ((r < 0) != (b < 0))) r += b;\n\
+             return r;\n}}\n"
+        );
+    }
+    h
+}
+
+/// `op` on two operands of `e` (read through their broadcast views), writing `out`. The
+/// second value says whether the kernel writes the error word.
+pub fn binary(op: BinaryOp, e: Elem, out: Elem) -> Option<(KernelSource, bool)> {
+    let (expr, div_check, pow_check) = binary_expr(op, e)?;
+    let name = format!("binary_{}_{}", op.name(), e.tag());
+    let mut body = format!(
+        "    {c} a = {la};\n    {c} b = {lb};\n",
+        c = e.compute(),
+        la = e.load("A[at(va, i)]"),
+        lb = e.load("B[at(vb, i)]"),
+    );
+    if div_check {
+        body += &format!(
+            "    if (b == 0) {{ atomicMax(E, {}u); Y[i] = 0; continue; }}\n",
+            error_code::DIVISION_BY_ZERO
+        );
+    }
+    if pow_check {
+        body += &format!(
+            "    if (b < 0) {{ atomicMax(E, {}u); Y[i] = 0; continue; }}\n",
+            error_code::NEGATIVE_POWER
+        );
+    }
+    body += &format!("    Y[i] = {};\n", out.store_expr(&expr));
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View va, const {s}* __restrict__ B, View vb, \
+         {o}* __restrict__ Y, ff_i64 n, unsigned int* E) {{\n\
+         FF_LOOP(n) {{\n{body}}}\n}}\n",
+        s = e.store(),
+        o = out.store(),
+    );
+    Some((
+        program(&name, &binary_helpers(e), &kernel),
+        div_check || pow_check,
+    ))
+}
+
+/// The conversion of `v` (compute type of `from`) to the compute type of `to`, as Rust's
+/// `as` converts: floats to integers saturate and NaN becomes 0; to bool is `!= 0`.
+fn cast_expr(from: Elem, to: Elem) -> String {
+    if to == Elem::Bool {
+        return "(v != 0)".into();
+    }
+    if to.is_float() {
+        return format!("({})(v)", if to == Elem::F64 { "double" } else { "float" });
+    }
+    if from.is_float() {
+        // Compare in double: every integer bound below is exact there.
+        let (lo, hi) = to.limits();
+        let top = match to {
+            Elem::I8 => "128.0",
+            Elem::I16 => "32768.0",
+            Elem::I32 => "2147483648.0",
+            Elem::I64 => "9223372036854775808.0",
+            Elem::U8 => "256.0",
+            Elem::U16 => "65536.0",
+            Elem::U32 => "4294967296.0",
+            _ => "18446744073709551616.0",
+        };
+        let t = to.store();
+        return format!(
+            "((double)v != (double)v ? ({t})0 : ((double)v <= (double){lo} ? ({t}){lo} : \
+             ((double)v >= {top} ? ({t}){hi} : ({t})v)))"
+        );
+    }
+    // Integer to integer: two's complement truncation or extension.
+    format!("({})(v)", to.store())
+}
+
+/// A conversion from `from` to `to` (any pair of real element types).
+pub fn cast(from: Elem, to: Elem) -> KernelSource {
+    let name = format!("cast_{}_{}", from.tag(), to.tag());
+    let expr = if from == to {
+        "v".to_string()
+    } else {
+        cast_expr(from, to)
+    };
+    // A half type to the other half type goes through float (one rounding: float holds
+    // every value of both exactly).
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View va, {o}* __restrict__ Y, ff_i64 n) {{\n\
+         FF_LOOP(n) {{\n    {c} v = {load};\n    Y[i] = {store};\n}}\n}}\n",
+        s = from.store(),
+        o = to.store(),
+        c = from.compute(),
+        load = from.load("A[at(va, i)]"),
+        store = if from == to {
+            "A[at(va, i)]".to_string()
+        } else {
+            to.store_expr(&expr)
+        },
+    );
+    program(&name, "", &kernel)
+}
+
+/// `cond ? on_true : on_false` elementwise (`cond` bool, all three through broadcast views).
+pub fn select(e: Elem) -> KernelSource {
+    let name = format!("select_{}", e.tag());
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const unsigned char* __restrict__ C, View vc, \
+         const {s}* __restrict__ A, View va, const {s}* __restrict__ B, View vb, {s}* __restrict__ Y, ff_i64 n) {{\n\
+         FF_LOOP(n) {{\n    Y[i] = C[at(vc, i)] ? A[at(va, i)] : B[at(vb, i)];\n}}\n}}\n",
+        s = e.store()
+    );
+    program(&name, "", &kernel)
+}
+
+/// The accumulator type, its start and the combining statement of a reduction, or `None`.
+fn reduce_parts(op: ReduceOp, e: Elem) -> Option<(String, String, String)> {
+    use ReduceOp::*;
+    // Floats accumulate in double for sums and products (the half types and float too:
+    // more accurate than the float result needs, and independent of the order).
+    let acc = if e.is_float() {
+        "double".to_string()
+    } else if e == Elem::Bool {
+        "int".to_string()
+    } else {
+        e.wide().to_string()
+    };
+    let (lo, hi) = e.limits();
+    Some(match op {
+        ReduceSum if e != Elem::Bool => (acc, "0".into(), "r = r + v;".into()),
+        ReduceProd if e != Elem::Bool => (acc, "1".into(), "r = r * v;".into()),
+        ReduceMax if e != Elem::Bool => (
+            e.compute().into(),
+            lo.into(),
+            // A NaN propagates: once r is NaN it stays.
+            "if (r == r && (v != v || v > r)) r = v;".into(),
+        ),
+        ReduceMin if e != Elem::Bool => (
+            e.compute().into(),
+            hi.into(),
+            "if (r == r && (v != v || v < r)) r = v;".into(),
+        ),
+        ReduceAny if e == Elem::Bool => (acc, "0".into(), "r = r || v;".into()),
+        ReduceAll if e == Elem::Bool => (acc, "1".into(), "r = r && v;".into()),
+        _ => return None,
+    })
+}
+
+/// Threads per block of the block-per-output reductions.
+pub const REDUCE_BLOCK: u32 = 256;
+
+/// A reduction: output `o` combines the `m` elements `A[at(kept, o) + at(red, j)]`.
+/// `_rows` kernels run one thread per output (short reductions); `_blocks` kernels one block
+/// of [`REDUCE_BLOCK`] threads per output, combined by a fixed tree (long reductions). Both
+/// are deterministic.
+pub fn reduce(op: ReduceOp, e: Elem) -> Option<[KernelSource; 2]> {
+    let (acc, init, combine) = reduce_parts(op, e)?;
+    let base = format!("{}_{}", op.name(), e.tag());
+    let s = e.store();
+    let c = e.compute();
+    let load = e.load("A[base + at(red, j)]");
+    let store = e.store_expr("r");
+    let rows = format!(
+        "extern \"C\" __global__ void {base}_rows(const {s}* __restrict__ A, View kept, View red, ff_i64 m, \
+         {s}* __restrict__ Y, ff_i64 n) {{\n\
+         FF_LOOP(n) {{\n\
+         ff_i64 base = at(kept, i);\n\
+         {acc} r = ({acc}){init};\n\
+         for (ff_i64 j = 0; j < m; ++j) {{ {c} v = {load}; {combine} }}\n\
+         Y[i] = {store};\n}}\n}}\n"
+    );
+    let blocks = format!(
+        "extern \"C\" __global__ void {base}_blocks(const {s}* __restrict__ A, View kept, View red, ff_i64 m, \
+         {s}* __restrict__ Y) {{\n\
+         __shared__ {acc} part[{REDUCE_BLOCK}];\n\
+         ff_i64 base = at(kept, (ff_i64)blockIdx.x);\n\
+         {acc} r = ({acc}){init};\n\
+         for (ff_i64 j = threadIdx.x; j < m; j += {REDUCE_BLOCK}) {{ {c} v = {load}; {combine} }}\n\
+         part[threadIdx.x] = r;\n\
+         __syncthreads();\n\
+         for (unsigned int half = {REDUCE_BLOCK} / 2; half > 0; half >>= 1) {{\n\
+         if (threadIdx.x < half) {{ r = part[threadIdx.x]; {acc} v = part[threadIdx.x + half]; {combine} part[threadIdx.x] = r; }}\n\
+         __syncthreads();\n}}\n\
+         if (threadIdx.x == 0) {{ r = part[0]; Y[blockIdx.x] = {store}; }}\n}}\n"
+    );
+    Some([
+        program(&format!("{base}_rows"), "", &rows),
+        program(&format!("{base}_blocks"), "", &blocks),
+    ])
+}
+
+/// The index (int64) of the extreme along one axis: output `o` scans `A[at(kept, o) + j·stride]`
+/// for `j < m`; the first index wins ties and the first NaN beats any number, as on the CPU.
+pub fn arg_reduce(op: ArgReduceOp, e: Elem) -> Option<KernelSource> {
+    if e == Elem::Bool {
+        return None;
+    }
+    let name = format!("{}_{}", op.name(), e.tag());
+    let better = match op {
+        ArgReduceOp::ArgMax => "v > best",
+        ArgReduceOp::ArgMin => "v < best",
+    };
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View kept, ff_i64 stride, ff_i64 m, \
+         long long* __restrict__ Y, ff_i64 n) {{\n\
+         FF_LOOP(n) {{\n\
+         ff_i64 base = at(kept, i);\n\
+         {c} best = {first};\n\
+         ff_i64 index = 0;\n\
+         for (ff_i64 j = 1; j < m && !ff_isnan(best); ++j) {{\n\
+         {c} v = {next};\n\
+         if (ff_isnan(v) || {better}) {{ best = v; index = j; }}\n}}\n\
+         Y[i] = index;\n}}\n}}\n",
+        s = e.store(),
+        c = e.compute(),
+        first = e.load("A[base]"),
+        next = e.load("A[base + j * stride]"),
+    );
+    Some(program(&name, "", &kernel))
+}
+
+/// Every kernel the backend can compile, for the NVRTC check of CI and the GPU's warm-up.
+pub fn catalog() -> Vec<KernelSource> {
+    let mut all = vec![];
+    for &e in &Elem::ALL {
+        for &op in UnaryOp::ALL {
+            if let Some(out) = Elem::of(op.output_dtype(e.dtype())) {
+                all.extend(unary(op, e, out));
+            }
+        }
+        for &op in BinaryOp::ALL {
+            if let Some(out) = Elem::of(op.output_dtype(e.dtype())) {
+                all.extend(binary(op, e, out).map(|(k, _)| k));
+            }
+        }
+        for &to in &Elem::ALL {
+            all.push(cast(e, to));
+        }
+        all.push(select(e));
+        for &op in ReduceOp::ALL {
+            all.extend(reduce(op, e).into_iter().flatten());
+        }
+        for &op in ArgReduceOp::ALL {
+            all.extend(arg_reduce(op, e));
+        }
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_matches_the_prelude() {
+        // offset + 8 shapes + 8 strides (8 bytes each) + rank + pad (4 bytes each)
+        assert_eq!(std::mem::size_of::<View>(), 8 + 64 + 64 + 4 + 4);
+        assert_eq!(std::mem::align_of::<View>(), 8);
+        assert!(PRELUDE.contains("ff_i64 offset;\n    ff_i64 shape[FF_MAX_RANK];"));
+        assert!(PRELUDE.contains(&format!("#define FF_MAX_RANK {MAX_RANK}")));
+    }
+
+    #[test]
+    fn kernel_names_are_unique_and_defined_in_their_source() {
+        let all = catalog();
+        let mut names: Vec<&str> = all.iter().map(|k| k.name.as_str()).collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(names.len(), before, "two kernels share a name");
+        for k in &all {
+            assert!(
+                k.code.contains(&format!("__global__ void {}(", k.name)),
+                "{} is not defined in its own source",
+                k.name
+            );
+        }
+        // Every element type has a copy (cast to itself) and a select.
+        for e in Elem::ALL {
+            assert!(names.contains(&format!("cast_{0}_{0}", e.tag()).as_str()));
+            assert!(names.contains(&format!("select_{}", e.tag()).as_str()));
+        }
+    }
+
+    #[test]
+    fn complex_dtypes_have_no_element_type() {
+        assert_eq!(Elem::of(DType::C64), None);
+        for e in Elem::ALL {
+            assert_eq!(Elem::of(e.dtype()), Some(e));
+        }
+    }
+}

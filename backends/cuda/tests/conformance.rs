@@ -1,0 +1,26 @@
+//! The shared backend conformance suite on the first CUDA device (`/GPU:0`), with no other
+//! backend registered (the suite needs none).
+//!
+//! Without an NVIDIA GPU, driver and CUDA 12 libraries every test skips with one loud line,
+//! unless `FERROFLOW_REQUIRE_CUDA=1` (the H200 script of `cargo xtask gpu`), where a missing
+//! device fails the run. The backend does not yet have every primitive (see the crate docs):
+//! the suite's tests of those ops fail on a GPU until it does.
+
+/// `/GPU:0` served by CUDA, or `None` after one loud line (a failure when
+/// `FERROFLOW_REQUIRE_CUDA=1`).
+fn cuda_device() -> Option<ferroflow_tensor::Device> {
+    if ferroflow_cuda::register() > 0 {
+        return Some(ferroflow_tensor::Device::gpu(0));
+    }
+    let why = match ferroflow_cuda::devices_or_error() {
+        Ok(_) => "the NVIDIA driver found no CUDA device".to_string(),
+        Err(e) => e,
+    };
+    ferroflow_tensor::testing::skip(
+        "FERROFLOW_REQUIRE_CUDA",
+        &format!("{why}; the CUDA conformance suite did not run"),
+    );
+    None
+}
+
+ferroflow_tensor::conformance_tests!(optional: cuda_device());
