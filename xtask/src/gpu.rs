@@ -1,5 +1,7 @@
 //! `cargo xtask gpu`: the wgpu backend on a real GPU, in one table.
 //!
+//! 0. The native CUDA backend's conformance suite (`ferroflow-cuda`, in progress: reported,
+//!    not yet required to pass).
 //! 1. The wgpu test suites (the backend conformance suite and the MNIST loss-curve test) on
 //!    `/GPU:0`, with `FERROFLOW_REQUIRE_WGPU=1` so a missing adapter fails.
 //! 2. float32 matmul GFLOP/s for n = 1024..8192 on the wgpu device, and through
@@ -67,12 +69,37 @@ fn build_tests() -> Option<Vec<(String, PathBuf)>> {
     Some(found)
 }
 
+/// Builds the CUDA backend's conformance suite in release mode (issue #23, in progress).
+fn build_cuda_suite() -> Option<PathBuf> {
+    let out = Command::new("cargo")
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "ferroflow-cuda",
+            "--test",
+            "conformance",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|line| {
+            let v = serde_json::from_str::<serde_json::Value>(line).ok()?;
+            (v.pointer("/target/name")?.as_str()? == "conformance")
+                .then(|| v.get("executable")?.as_str().map(PathBuf::from))?
+        })
+}
+
 /// Runs one test binary; returns (passed, failed) counts from libtest's summary.
 fn run_suite(name: &str, exe: &Path) -> (usize, usize, f64) {
     let t = Instant::now();
     let out = Command::new(exe)
         .env("FERROFLOW_REQUIRE_WGPU", "1")
         .env("FERROFLOW_REQUIRE_SHADER_F16", "1")
+        .env("FERROFLOW_REQUIRE_CUDA", "1")
         .arg("--test-threads=4")
         .output();
     let secs = t.elapsed().as_secs_f64();
@@ -281,6 +308,21 @@ pub fn run(args: &[String]) -> bool {
         rows.push((
             format!("wgpu test suite `{name}`"),
             format!("{p} passed, {f} failed ({secs:.1} s)"),
+        ));
+    }
+    // The native CUDA backend's suite (issue #23): reported, not yet a condition of success
+    // (it does not have every primitive; the failing tests name the missing ones).
+    if prebuilt.is_none() {
+        let cell = match build_cuda_suite() {
+            Some(exe) => {
+                let (p, f, secs) = run_suite("cuda conformance", &exe);
+                format!("{p} passed, {f} failed ({secs:.1} s)")
+            }
+            None => "did not build".to_string(),
+        };
+        rows.push((
+            "CUDA backend conformance suite (in progress)".to_string(),
+            cell,
         ));
     }
     let strs: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();

@@ -8,10 +8,12 @@
 //! The first part of the backend: device discovery, memory (stream-ordered allocations from
 //! the driver's pool, so no `cudaMalloc` per op), uploads and downloads, elementwise unary and
 //! binary ops with broadcasting and strides in every real dtype, casts, `select`, reductions
-//! and arg-reductions, and batched matrix products through cuBLAS (f16, bf16, f32, f64).
+//! and arg-reductions, gather and its adjoint scatter-add (indices checked: an index out of
+//! range is the CPU backend's error), concat, pad, cumulative sums and products, and batched
+//! matrix products through cuBLAS (f16, bf16, f32, f64).
 //! Every kernel source compiles with NVRTC for sm_80 and sm_90 and `ptxas` accepts it (the
-//! `nvrtc` test, run by CI with NVIDIA's NVRTC wheel). The other primitives (gather/scatter,
-//! concat, pad, scans, sort, convolutions and pooling, the fused kernels) return
+//! `nvrtc` test, run by CI with NVIDIA's NVRTC wheel). The other primitives (sort,
+//! convolutions and pooling, the fused kernels) return
 //! [`Error::NotSupportedByBackend`] naming the op, so this backend is not registered by
 //! `ferroflow::init()`: call [`register`] to use it. No run on a real GPU has checked these
 //! kernels yet (`tests/conformance.rs` does, with `FERROFLOW_REQUIRE_CUDA=1`).
@@ -44,6 +46,31 @@ use source::{Elem, KernelSource, View, MAX_RANK};
 /// The backend's name in errors and device descriptions.
 pub const BACKEND: &str = "cuda";
 
+/// Whether float32 matrix products may use TensorFloat-32 on compute capability ≥ 8.0.
+static TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Lets float32 matrix products use TensorFloat-32 tensor cores (10-bit mantissa inputs,
+/// float32 accumulation) on Ampere and later, or not: TF's
+/// `tf.config.experimental.enable_tensor_float_32_execution`. On by default, as in TF 2.4.
+///
+/// ```
+/// ferroflow_cuda::set_tensor_float_32_execution(false);
+/// assert!(!ferroflow_cuda::tensor_float_32_execution_enabled());
+/// ferroflow_cuda::set_tensor_float_32_execution(true);
+/// ```
+pub fn set_tensor_float_32_execution(enabled: bool) {
+    TF32.store(enabled, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether TensorFloat-32 is allowed (see [`set_tensor_float_32_execution`]).
+///
+/// ```
+/// let _ = ferroflow_cuda::tensor_float_32_execution_enabled();
+/// ```
+pub fn tensor_float_32_execution_enabled() -> bool {
+    TF32.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Threads per block of the elementwise kernels.
 const THREADS: u32 = 256;
 
@@ -71,6 +98,8 @@ struct Gpu {
     name: String,
     /// `compute_XY` for NVRTC.
     arch: &'static str,
+    /// Compute capability ≥ 8.0 (TensorFloat-32 tensor cores).
+    has_tf32: bool,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
@@ -101,7 +130,7 @@ impl Gpu {
             msg: format!("creating a cuBLAS handle: {e:?}"),
         })?;
         let error_word = stream
-            .alloc_zeros::<u32>(1)
+            .alloc_zeros::<u32>(4)
             .map_err(|e| driver("allocating the error word", e))?;
         // One leaked string per device for NVRTC's `&'static str` option.
         let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
@@ -109,6 +138,7 @@ impl Gpu {
             ordinal,
             name: format!("{name} (compute capability {major}.{minor})"),
             arch,
+            has_tf32: major >= 8,
             ctx,
             stream,
             blas,
@@ -164,13 +194,15 @@ impl Gpu {
             .map_err(|e| driver("clearing the error word", e))
     }
 
-    /// Reads the error word after a checked kernel (waits for it).
-    fn read_error(&self, word: &CudaSlice<u32>) -> Result<u32> {
+    /// Reads the error word after a checked kernel (waits for it): the code and, for an
+    /// index out of range, the index.
+    fn read_error(&self, word: &CudaSlice<u32>) -> Result<(u32, i64)> {
         let v = self
             .stream
             .clone_dtoh(word)
             .map_err(|e| driver("reading the error word", e))?;
-        Ok(v.first().copied().unwrap_or(0))
+        let at = |i: usize| v.get(i).copied().unwrap_or(0);
+        Ok((at(0), ((at(3) as u64) << 32 | at(2) as u64) as i64))
     }
 }
 
@@ -353,9 +385,12 @@ impl Cuda {
         })
     }
 
-    fn data_error(op: &'static str, code: u32) -> Result<()> {
+    fn data_error(op: &'static str, (code, index): (u32, i64), bound: usize) -> Result<()> {
         match code {
             0 => Ok(()),
+            source::error_code::INDEX_OUT_OF_RANGE => {
+                Err(Error::IndexOutOfRange { op, index, bound })
+            }
             source::error_code::NEGATIVE_POWER => Err(Error::Arithmetic {
                 op: "pow",
                 msg: "integers to negative integer powers are not allowed",
@@ -365,6 +400,77 @@ impl Cuda {
                 msg: "integer division by zero",
             }),
         }
+    }
+
+    /// Runs a gather-like kernel `(A, va, B, vb, Y, n, inner, ni, bound, E)`: `a` read through
+    /// its view, `indices` checked against `bound`.
+    fn indexed(
+        &self,
+        op: &'static str,
+        kernel: KernelSource,
+        a: Operand<'_>,
+        indices: Operand<'_>,
+        n: usize,
+        (inner, ni, bound): (usize, usize, usize),
+    ) -> Result<CudaBuffer> {
+        let (gpu, abuf) = self.gpu_of(&a, op)?;
+        let ibuf = ours(&indices, op)?;
+        let y = gpu.alloc(n * a.dtype.size_in_bytes())?;
+        if n == 0 {
+            return Ok(y);
+        }
+        let name = kernel.name.clone();
+        let f = gpu.function(|| kernel, &name)?;
+        let (va, vb) = (view(a.layout, op)?, view(indices.layout, op)?);
+        let (n64, inner64, ni64, bound64) = (n as i64, inner as i64, ni as i64, bound as i64);
+        let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
+        gpu.clear_error(&mut word)?;
+        let mut l = gpu.stream.launch_builder(&f);
+        l.arg(&abuf.data)
+            .arg(&va)
+            .arg(&ibuf.data)
+            .arg(&vb)
+            .arg(&y.data)
+            .arg(&n64)
+            .arg(&inner64)
+            .arg(&ni64)
+            .arg(&bound64)
+            .arg(&*word);
+        // SAFETY: parameters as declared; every read of `a` is at a checked index inside its
+        // view, `y` holds n values.
+        unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver(op, e))?;
+        Self::data_error(op, gpu.read_error(&word)?, bound)?;
+        Ok(y)
+    }
+
+    /// Copies `x` into the part of `y` that starts at `offset` and steps by `strides` (a
+    /// dense output's strides).
+    #[allow(clippy::too_many_arguments)]
+    fn copy_into(
+        &self,
+        gpu: &Gpu,
+        e: Elem,
+        x: &Operand<'_>,
+        y: &CudaBuffer,
+        strides: &[isize],
+        offset: usize,
+        op: &'static str,
+    ) -> Result<()> {
+        let n = x.layout.num_elements();
+        if n == 0 {
+            return Ok(());
+        }
+        let a = ours(x, op)?;
+        let f = gpu.function(|| source::copy_into(e), &format!("copy_into_{}", e.tag()))?;
+        let va = view(x.layout, op)?;
+        let vy = view_of(x.layout.shape(), strides, offset, op)?;
+        let n64 = n as i64;
+        let mut l = gpu.stream.launch_builder(&f);
+        l.arg(&a.data).arg(&va).arg(&y.data).arg(&vy).arg(&n64);
+        // SAFETY: parameters (A, va, Y, vy, n) as declared; `vy` addresses x's shape inside
+        // the output (the caller's offset and the output's strides).
+        unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver(op, e))?;
+        Ok(())
     }
 
     /// `kept` and `red` views of `x` for a reduction over `axes`.
@@ -513,6 +619,20 @@ impl Cuda {
                 .try_slice(offset * size..)
                 .ok_or_else(|| gemm_refused("an operand's offset"))
         }
+        // TensorFloat-32 for float32 where allowed and present; full float32 otherwise.
+        let mode = if T::IS_F32 && gpu.has_tf32 && tensor_float_32_execution_enabled() {
+            cudarc::cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        } else {
+            cudarc::cublas::sys::cublasMath_t::CUBLAS_DEFAULT_MATH
+        };
+        // SAFETY: the handle is this device's, alive as long as `gpu`.
+        let status = unsafe { cudarc::cublas::sys::cublasSetMathMode(*gpu.blas.handle(), mode) };
+        if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(Error::Backend {
+                backend: BACKEND,
+                msg: format!("matmul: cuBLAS refused the math mode: {status:?}"),
+            });
+        }
         let va = typed(a, form_a.3, size)?;
         let vb = typed(b, form_b.3, size)?;
         // SAFETY: the views are reinterpreted as T over whole elements of their bytes; the
@@ -545,8 +665,11 @@ impl Cuda {
 trait GemmScalar: cudarc::driver::DeviceRepr {
     const ONE: Self;
     const ZERO: Self;
+    /// float32, the type TensorFloat-32 applies to.
+    const IS_F32: bool = false;
 }
 impl GemmScalar for f32 {
+    const IS_F32: bool = true;
     const ONE: f32 = 1.0;
     const ZERO: f32 = 0.0;
 }
@@ -708,7 +831,7 @@ impl Backend for Cuda {
         // their buffers; `y` holds n outputs.
         unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver(op.name(), e))?;
         if checked {
-            Self::data_error(op.name(), gpu.read_error(&word)?)?;
+            Self::data_error(op.name(), gpu.read_error(&word)?, 0)?;
         }
         boxed(y)
     }
@@ -839,33 +962,147 @@ impl Backend for Cuda {
         unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver("select", e))?;
         boxed(y)
     }
-    fn gather(&self, _x: Operand<'_>, _indices: Operand<'_>, _axis: usize) -> Result<BufferBox> {
-        Err(not_yet("gather"))
+    fn gather(&self, x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Result<BufferBox> {
+        let shape = x.layout.shape();
+        let inner: usize = shape[axis + 1..].iter().product();
+        let outer: usize = shape[..axis].iter().product();
+        let ni = indices.layout.num_elements();
+        let e = elem(x.dtype, "gather")?;
+        let ie = elem(indices.dtype, "gather")?;
+        let kernel =
+            source::gather(e, ie).ok_or_else(|| unsupported(BACKEND, "gather", indices.dtype))?;
+        boxed(self.indexed(
+            "gather",
+            kernel,
+            x,
+            indices,
+            outer * ni * inner,
+            (inner, ni, shape[axis]),
+        )?)
     }
     fn scatter_add(
         &self,
-        _indices: Operand<'_>,
-        _updates: Operand<'_>,
-        _shape: &[usize],
-        _axis: usize,
+        indices: Operand<'_>,
+        updates: Operand<'_>,
+        shape: &[usize],
+        axis: usize,
     ) -> Result<BufferBox> {
-        Err(not_yet("scatter_add"))
+        let inner: usize = shape[axis + 1..].iter().product();
+        let n: usize = shape.iter().product();
+        let ni = indices.layout.num_elements();
+        let e = elem(updates.dtype, "scatter_add")?;
+        let ie = elem(indices.dtype, "scatter_add")?;
+        let kernel = source::scatter_add(e, ie)
+            .ok_or_else(|| unsupported(BACKEND, "scatter_add", updates.dtype))?;
+        boxed(self.indexed(
+            "scatter_add",
+            kernel,
+            updates,
+            indices,
+            n,
+            (inner, ni, shape[axis]),
+        )?)
     }
-    fn concat(&self, _inputs: &[Operand<'_>], _axis: usize) -> Result<BufferBox> {
-        Err(not_yet("concat"))
+    fn concat(&self, inputs: &[Operand<'_>], axis: usize) -> Result<BufferBox> {
+        let first = inputs.first().ok_or_else(|| Error::Backend {
+            backend: BACKEND,
+            msg: "concat: no inputs".into(),
+        })?;
+        let (gpu, _) = self.gpu_of(first, "concat")?;
+        let e = elem(first.dtype, "concat")?;
+        let mut shape = first.layout.shape().to_vec();
+        shape[axis] = inputs.iter().map(|x| x.layout.shape()[axis]).sum();
+        let strides = ferroflow_tensor::layout::contiguous_strides(&shape);
+        let y = gpu.alloc(shape.iter().product::<usize>() * first.dtype.size_in_bytes())?;
+        let mut start = 0usize;
+        for x in inputs {
+            let offset = start * strides[axis] as usize;
+            start += x.layout.shape()[axis];
+            self.copy_into(gpu, e, x, &y, &strides, offset, "concat")?;
+        }
+        boxed(y)
     }
-    fn pad(&self, _x: Operand<'_>, _paddings: &[(usize, usize)], _value: f64) -> Result<BufferBox> {
-        Err(not_yet("pad"))
+    fn pad(&self, x: Operand<'_>, paddings: &[(usize, usize)], value: f64) -> Result<BufferBox> {
+        let (gpu, _) = self.gpu_of(&x, "pad")?;
+        let e = elem(x.dtype, "pad")?;
+        let shape: Vec<usize> = x
+            .layout
+            .shape()
+            .iter()
+            .zip(paddings)
+            .map(|(&s, &(lo, hi))| s + lo + hi)
+            .collect();
+        let n: usize = shape.iter().product();
+        let y = gpu.alloc(n * x.dtype.size_in_bytes())?;
+        if n == 0 {
+            return boxed(y);
+        }
+        let f = gpu.function(|| source::fill(e), &format!("fill_{}", e.tag()))?;
+        let n64 = n as i64;
+        let mut l = gpu.stream.launch_builder(&f);
+        l.arg(&y.data).arg(&n64).arg(&value);
+        // SAFETY: parameters (Y, n, v) as declared; `y` holds n values.
+        unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver("pad", e))?;
+        let strides = ferroflow_tensor::layout::contiguous_strides(&shape);
+        let offset: usize = paddings
+            .iter()
+            .zip(&strides)
+            .map(|(&(lo, _), &st)| lo * st as usize)
+            .sum();
+        self.copy_into(gpu, e, &x, &y, &strides, offset, "pad")?;
+        boxed(y)
     }
     fn cumulative(
         &self,
         op: CumulativeOp,
-        _x: Operand<'_>,
-        _axis: usize,
-        _exclusive: bool,
-        _reverse: bool,
+        x: Operand<'_>,
+        axis: usize,
+        exclusive: bool,
+        reverse: bool,
     ) -> Result<BufferBox> {
-        Err(not_yet(op.name()))
+        let (gpu, a) = self.gpu_of(&x, op.name())?;
+        let e = elem(x.dtype, op.name())?;
+        let kernel =
+            source::cumulative(op, e).ok_or_else(|| unsupported(BACKEND, op.name(), x.dtype))?;
+        let shape = x.layout.shape();
+        let total = x.layout.num_elements();
+        let y = gpu.alloc(total * x.dtype.size_in_bytes())?;
+        let m = shape[axis];
+        if total == 0 {
+            return boxed(y);
+        }
+        let out_strides = ferroflow_tensor::layout::contiguous_strides(shape);
+        let others = |strides: &[isize]| -> (Vec<usize>, Vec<isize>) {
+            (0..shape.len())
+                .filter(|&d| d != axis)
+                .map(|d| (shape[d], strides[d]))
+                .unzip()
+        };
+        let (ks, kst) = others(x.layout.strides());
+        let (_, ost) = others(&out_strides);
+        let kin = view_of(&ks, &kst, x.layout.offset(), op.name())?;
+        let kout = view_of(&ks, &ost, 0, op.name())?;
+        let (sin, sout) = (x.layout.strides()[axis] as i64, out_strides[axis] as i64);
+        let lines = total / m;
+        let name = kernel.name.clone();
+        let f = gpu.function(|| kernel, &name)?;
+        let (m64, n64) = (m as i64, lines as i64);
+        let (exclusive, reverse) = (exclusive as i32, reverse as i32);
+        let mut l = gpu.stream.launch_builder(&f);
+        l.arg(&a.data)
+            .arg(&kin)
+            .arg(&sin)
+            .arg(&y.data)
+            .arg(&kout)
+            .arg(&sout)
+            .arg(&m64)
+            .arg(&n64)
+            .arg(&exclusive)
+            .arg(&reverse);
+        // SAFETY: parameters (A, kin, sin, Y, kout, sout, m, n, exclusive, reverse) as
+        // declared; line l reads m elements of `a` along the axis and writes m of `y`.
+        unsafe { l.launch(Gpu::config(lines)) }.map_err(|e| driver(op.name(), e))?;
+        boxed(y)
     }
     fn sort(
         &self,

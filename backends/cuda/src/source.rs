@@ -9,7 +9,7 @@
 //! failures (integer division by zero, a negative integer exponent) set an error word the
 //! host reads after the kernel.
 
-use ferroflow_tensor::{ArgReduceOp, BinaryOp, DType, ReduceOp, UnaryOp};
+use ferroflow_tensor::{ArgReduceOp, BinaryOp, CumulativeOp, DType, ReduceOp, UnaryOp};
 
 /// The most axes a [`View`] describes; the backend refuses deeper tensors with an error.
 pub const MAX_RANK: usize = 8;
@@ -48,6 +48,8 @@ pub struct KernelSource {
 pub mod error_code {
     /// An integer divided by zero.
     pub const DIVISION_BY_ZERO: u32 = 1;
+    /// A gather or scatter index outside its axis (the index in words 2 and 3).
+    pub const INDEX_OUT_OF_RANGE: u32 = 2;
     /// An integer raised to a negative integer power.
     pub const NEGATIVE_POWER: u32 = 3;
 }
@@ -576,6 +578,10 @@ fn cast_expr(from: Elem, to: Elem) -> String {
         return "(v != 0)".into();
     }
     if to.is_float() {
+        // double to half rounds once (`st_f16(double)`), as the half crate converts.
+        if from == Elem::F64 && to == Elem::F16 {
+            return "(v)".into();
+        }
         return format!("({})(v)", if to == Elem::F64 { "double" } else { "float" });
     }
     if from.is_float() {
@@ -745,6 +751,144 @@ pub fn arg_reduce(op: ArgReduceOp, e: Elem) -> Option<KernelSource> {
     Some(program(&name, "", &kernel))
 }
 
+/// `Y[at(vy, i)] = A[at(va, i)]` over the `n` elements of a shape both views describe: a
+/// strided copy into part of an output (concat's inputs, pad's interior).
+pub fn copy_into(e: Elem) -> KernelSource {
+    let name = format!("copy_into_{}", e.tag());
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View va, {s}* __restrict__ Y, View vy, ff_i64 n) {{\n\
+         FF_LOOP(n) {{\n    Y[at(vy, i)] = A[at(va, i)];\n}}\n}}\n",
+        s = e.store()
+    );
+    program(&name, "", &kernel)
+}
+
+/// `Y[i] = v` for `i < n`, `v` converted from double as Rust's `as` converts (pad's value).
+pub fn fill(e: Elem) -> KernelSource {
+    let name = format!("fill_{}", e.tag());
+    let value = e.store_expr(&cast_expr(Elem::F64, e));
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}({s}* __restrict__ Y, ff_i64 n, double v) {{\n\
+         FF_LOOP(n) {{\n    Y[i] = {value};\n}}\n}}\n",
+        s = e.store()
+    );
+    program(&name, "", &kernel)
+}
+
+/// Reads index `j` of `B` (int32 or int64) into `r`, or records it in the error word (code 2,
+/// the value in `E[2..4]`) and runs `on_bad`.
+fn index_load(ie: Elem, on_bad: &str) -> Option<String> {
+    if !matches!(ie, Elem::I32 | Elem::I64) {
+        return None;
+    }
+    Some(format!(
+        "long long r = (long long)B[at(vb, j)];\n\
+         if (r < 0 || r >= bound) {{ if (atomicMax(E, {code}u) < {code}u) \
+         {{ *(unsigned long long*)(E + 2) = (unsigned long long)r; }} {on_bad} }}\n",
+        code = error_code::INDEX_OUT_OF_RANGE
+    ))
+}
+
+/// Gather along one axis: output `i` (of `outer × ni × inner`) copies the element its index
+/// selects; an index outside `[0, bound)` is recorded in the error word and gives zero bits.
+pub fn gather(e: Elem, ie: Elem) -> Option<KernelSource> {
+    let name = format!("gather_{}_{}", e.tag(), ie.tag());
+    let load = index_load(ie, "Y[i] = zero; continue;")?;
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View va, const {is}* __restrict__ B, View vb, \
+         {s}* __restrict__ Y, ff_i64 n, ff_i64 inner, ff_i64 ni, ff_i64 bound, unsigned int* E) {{\n\
+         const {s} zero = {{0}};\n\
+         FF_LOOP(n) {{\n\
+         ff_i64 j = (i / inner) % ni;\n\
+         {load}\
+         Y[i] = A[at(va, ((i / (inner * ni)) * bound + r) * inner + i % inner)];\n}}\n}}\n",
+        s = e.store(),
+        is = ie.store(),
+    );
+    Some(program(&name, "", &kernel))
+}
+
+/// The adjoint of gather: output `i` (of `outer × bound × inner`, zeros first) sums the
+/// updates whose index selects its row, in index order (deterministic, no atomics); an index
+/// out of range is recorded in the error word.
+pub fn scatter_add(e: Elem, ie: Elem) -> Option<KernelSource> {
+    if e == Elem::Bool {
+        return None;
+    }
+    let name = format!("scatter_add_{}_{}", e.tag(), ie.tag());
+    let load = index_load(ie, "continue;")?;
+    let (acc, add) = if e.is_float() {
+        (e.compute(), "acc = acc + v;".to_string())
+    } else {
+        (e.wide(), "acc = acc + v;".to_string())
+    };
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View va, const {is}* __restrict__ B, View vb, \
+         {s}* __restrict__ Y, ff_i64 n, ff_i64 inner, ff_i64 ni, ff_i64 bound, unsigned int* E) {{\n\
+         FF_LOOP(n) {{\n\
+         ff_i64 row = (i / inner) % bound;\n\
+         ff_i64 outer = i / (inner * bound);\n\
+         {acc} acc = 0;\n\
+         for (ff_i64 j = 0; j < ni; ++j) {{\n\
+         {load}\
+         if (r == row) {{ {c} v = {lv}; {add} }}\n}}\n\
+         Y[i] = {store};\n}}\n}}\n",
+        s = e.store(),
+        is = ie.store(),
+        c = e.compute(),
+        lv = e.load("A[at(va, (outer * ni + j) * inner + i % inner)]"),
+        store = e.store_expr("acc"),
+    );
+    Some(program(&name, "", &kernel))
+}
+
+/// Running sums or products along one axis, one thread per line, in the compute type and in
+/// order (the CPU backend's numbers): line `l` reads `A[at(kin, l) + j·sin]`, writes
+/// `Y[at(kout, l) + j·sout]`; `exclusive` shifts by one, `reverse` runs from the end.
+pub fn cumulative(op: CumulativeOp, e: Elem) -> Option<KernelSource> {
+    if e == Elem::Bool {
+        return None;
+    }
+    let name = format!("{}_{}", op.name(), e.tag());
+    let (init, combine) = match (op, e.is_float()) {
+        (CumulativeOp::Cumsum, true) => ("0", "acc = acc + v;".to_string()),
+        (CumulativeOp::Cumprod, true) => ("1", "acc = acc * v;".to_string()),
+        (CumulativeOp::Cumsum, false) => (
+            "0",
+            format!(
+                "acc = ({c})(({w})acc + ({w})v);",
+                c = e.compute(),
+                w = e.wide()
+            ),
+        ),
+        (CumulativeOp::Cumprod, false) => (
+            "1",
+            format!(
+                "acc = ({c})(({w})acc * ({w})v);",
+                c = e.compute(),
+                w = e.wide()
+            ),
+        ),
+    };
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View kin, ff_i64 sin, {s}* __restrict__ Y, \
+         View kout, ff_i64 sout, ff_i64 m, ff_i64 n, int exclusive, int reverse) {{\n\
+         FF_LOOP(n) {{\n\
+         ff_i64 a0 = at(kin, i), y0 = at(kout, i);\n\
+         {c} acc = ({c}){init};\n\
+         for (ff_i64 t = 0; t < m; ++t) {{\n\
+         ff_i64 j = reverse ? m - 1 - t : t;\n\
+         {c} v = {lv};\n\
+         if (exclusive) {{ Y[y0 + j * sout] = {store}; {combine} }}\n\
+         else {{ {combine} Y[y0 + j * sout] = {store}; }}\n}}\n}}\n}}\n",
+        s = e.store(),
+        c = e.compute(),
+        lv = e.load("A[a0 + j * sin]"),
+        store = e.store_expr("acc"),
+    );
+    Some(program(&name, "", &kernel))
+}
+
 /// Every kernel the backend can compile, for the NVRTC check of CI and the GPU's warm-up.
 pub fn catalog() -> Vec<KernelSource> {
     let mut all = vec![];
@@ -768,6 +912,15 @@ pub fn catalog() -> Vec<KernelSource> {
         }
         for &op in ArgReduceOp::ALL {
             all.extend(arg_reduce(op, e));
+        }
+        all.push(copy_into(e));
+        all.push(fill(e));
+        for ie in [Elem::I32, Elem::I64] {
+            all.extend(gather(e, ie));
+            all.extend(scatter_add(e, ie));
+        }
+        for &op in CumulativeOp::ALL {
+            all.extend(cumulative(op, e));
         }
     }
     all
