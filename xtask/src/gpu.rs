@@ -311,7 +311,7 @@ pub fn run(args: &[String]) -> bool {
         ));
     }
     // The native CUDA backend's suite (issue #23): reported, not yet a condition of success
-    // (it does not have every primitive; the failing tests name the missing ones).
+    // (its first run on a GPU is still to come).
     if prebuilt.is_none() {
         let cell = match build_cuda_suite() {
             Some(exe) => {

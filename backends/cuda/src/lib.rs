@@ -5,18 +5,21 @@
 //! missing library ([`missing_libraries`]), never a panic.
 //!
 //! ## State (issue #23)
-//! The first part of the backend: device discovery, memory (stream-ordered allocations from
-//! the driver's pool, so no `cudaMalloc` per op), uploads and downloads, elementwise unary and
-//! binary ops with broadcasting and strides in every real dtype, casts, `select`, reductions
-//! and arg-reductions, gather and its adjoint scatter-add (indices checked: an index out of
-//! range is the CPU backend's error), concat, pad, cumulative sums and products, and batched
-//! matrix products through cuBLAS (f16, bf16, f32, f64).
-//! Every kernel source compiles with NVRTC for sm_80 and sm_90 and `ptxas` accepts it (the
-//! `nvrtc` test, run by CI with NVIDIA's NVRTC wheel). The other primitives (sort,
-//! convolutions and pooling, the fused kernels) return
-//! [`Error::NotSupportedByBackend`] naming the op, so this backend is not registered by
-//! `ferroflow::init()`: call [`register`] to use it. No run on a real GPU has checked these
-//! kernels yet (`tests/conformance.rs` does, with `FERROFLOW_REQUIRE_CUDA=1`).
+//! Every primitive of the [`Backend`] trait has a kernel: elementwise unary and binary ops
+//! with broadcasting and strides in every real dtype, casts, `select`, reductions and
+//! arg-reductions, gather and its adjoint scatter-add (indices checked: an index out of range
+//! is the CPU backend's error), concat, pad, cumulative sums and products, a stable sort,
+//! direct convolutions and their two gradients, max and average pooling and their gradients
+//! (float dtypes), and batched matrix products through cuBLAS (f16, bf16, f32, f64;
+//! TensorFloat-32 per [`set_tensor_float_32_execution`]). Memory comes from the driver's
+//! stream-ordered pool (no `cudaMalloc` per op); every op runs in order on the device's
+//! stream and the host waits only where it reads a value. Every kernel source compiles with
+//! NVRTC for sm_80 and sm_90 and `ptxas` accepts it (the `nvrtc` test, run by CI with
+//! NVIDIA's wheels). The optional fused kernels are composed from the primitives, the
+//! convolutions are direct loops (no cuDNN, no implicit GEMM yet), and **no run on a real
+//! GPU has checked these kernels yet** (`tests/conformance.rs` does, with
+//! `FERROFLOW_REQUIRE_CUDA=1`; `cargo xtask gpu` runs it): so `ferroflow::init()` does not
+//! register this backend; call [`register`] to use it.
 //!
 //! ```
 //! // Without NVIDIA's driver this registers nothing and returns 0.
@@ -473,6 +476,38 @@ impl Cuda {
         Ok(())
     }
 
+    /// Runs a window kernel `(A, [B,] Y, n_out, Geo)` into a fresh buffer of `n_out` values.
+    fn window(
+        &self,
+        op: &'static str,
+        kernel: KernelSource,
+        a: Operand<'_>,
+        b: Option<Operand<'_>>,
+        n_out: usize,
+        g: source::Geo,
+    ) -> Result<CudaBuffer> {
+        let (gpu, abuf) = self.gpu_of(&a, op)?;
+        let bbuf = b.as_ref().map(|b| ours(b, op)).transpose()?;
+        let y = gpu.alloc(n_out * a.dtype.size_in_bytes())?;
+        if n_out == 0 {
+            return Ok(y);
+        }
+        let name = kernel.name.clone();
+        let f = gpu.function(|| kernel, &name)?;
+        let n64 = n_out as i64;
+        let mut l = gpu.stream.launch_builder(&f);
+        l.arg(&abuf.data);
+        if let Some(bbuf) = bbuf {
+            l.arg(&bbuf.data);
+        }
+        l.arg(&y.data).arg(&n64).arg(&g);
+        // SAFETY: parameters (A, [B,] Y, n_out, Geo) as the kernel declares them; the
+        // geometry was resolved and checked by the tensor layer (`Window2d`), so every tap
+        // read lies inside its operand; `y` holds n_out values.
+        unsafe { l.launch(Gpu::config(n_out)) }.map_err(|e| driver(op, e))?;
+        Ok(y)
+    }
+
     /// `kept` and `red` views of `x` for a reduction over `axes`.
     fn split_views(
         x: &Operand<'_>,
@@ -686,18 +721,65 @@ impl GemmScalar for half::bf16 {
     const ZERO: half::bf16 = half::bf16::ZERO;
 }
 
+/// The element type of a float dtype (the window ops compute in floats only).
+fn float_elem(dtype: DType, op: &'static str) -> Result<Elem> {
+    match dtype {
+        DType::F16 | DType::BF16 | DType::F32 | DType::F64 => elem(dtype, op),
+        other => Err(unsupported(BACKEND, op, other)),
+    }
+}
+
+/// Offset and the four steps of a rank-4 operand.
+fn steps4(l: &Layout, op: &'static str) -> Result<[i64; 5]> {
+    match l.strides() {
+        &[s0, s1, s2, s3] => Ok([
+            l.offset() as i64,
+            s0 as i64,
+            s1 as i64,
+            s2 as i64,
+            s3 as i64,
+        ]),
+        other => Err(Error::Backend {
+            backend: BACKEND,
+            msg: format!(
+                "{op}: an operand of rank {} where 4 was expected",
+                other.len()
+            ),
+        }),
+    }
+}
+
+/// The kernels' geometry of `w`, with the steps of the operands `a` and `b`.
+fn geo(w: &Window2d, cout: usize, a: &Layout, b: Option<&Layout>) -> Result<source::Geo> {
+    let i = |v: usize| v as i64;
+    Ok(source::Geo {
+        n: i(w.input[0]),
+        h: i(w.input[1]),
+        w: i(w.input[2]),
+        c: i(w.input[3]),
+        kh: i(w.kernel[0]),
+        kw: i(w.kernel[1]),
+        oh: i(w.output[0]),
+        ow: i(w.output[1]),
+        sh: i(w.strides[0]),
+        sw: i(w.strides[1]),
+        dh: i(w.dilations[0]),
+        dw: i(w.dilations[1]),
+        ph: i(w.pad_before[0]),
+        pw: i(w.pad_before[1]),
+        cout: i(cout),
+        a: steps4(a, "window")?,
+        b: match b {
+            Some(b) => steps4(b, "window")?,
+            None => [0; 5],
+        },
+    })
+}
+
 fn gemm_refused(what: &str) -> Error {
     Error::Backend {
         backend: BACKEND,
         msg: format!("matmul: {what} could not be given to cuBLAS"),
-    }
-}
-
-fn not_yet(op: &'static str) -> Error {
-    Error::NotSupportedByBackend {
-        op,
-        backend: BACKEND,
-        detail: ", not yet written for CUDA (issue #23): run it on the CPU or wgpu backend".into(),
     }
 }
 
@@ -1106,40 +1188,128 @@ impl Backend for Cuda {
     }
     fn sort(
         &self,
-        _x: Operand<'_>,
-        _axis: usize,
-        _descending: bool,
+        x: Operand<'_>,
+        axis: usize,
+        descending: bool,
     ) -> Result<(BufferBox, BufferBox)> {
-        Err(not_yet("sort"))
+        let (gpu, a) = self.gpu_of(&x, "sort")?;
+        let e = elem(x.dtype, "sort")?;
+        let kernel = source::sort(e).ok_or_else(|| unsupported(BACKEND, "sort", x.dtype))?;
+        let shape = x.layout.shape();
+        let total = x.layout.num_elements();
+        let y = gpu.alloc(total * x.dtype.size_in_bytes())?;
+        let idx = gpu.alloc(total * 4)?;
+        let m = shape[axis];
+        if total == 0 {
+            return Ok((Box::new(y), Box::new(idx)));
+        }
+        let out_strides = ferroflow_tensor::layout::contiguous_strides(shape);
+        let others = |strides: &[isize]| -> (Vec<usize>, Vec<isize>) {
+            (0..shape.len())
+                .filter(|&d| d != axis)
+                .map(|d| (shape[d], strides[d]))
+                .unzip()
+        };
+        let (ks, kst) = others(x.layout.strides());
+        let (_, ost) = others(&out_strides);
+        let kin = view_of(&ks, &kst, x.layout.offset(), "sort")?;
+        let kout = view_of(&ks, &ost, 0, "sort")?;
+        let (sin, sout) = (x.layout.strides()[axis] as i64, out_strides[axis] as i64);
+        let name = kernel.name.clone();
+        let f = gpu.function(|| kernel, &name)?;
+        let (m64, n64, desc) = (m as i64, total as i64, descending as i32);
+        let mut l = gpu.stream.launch_builder(&f);
+        l.arg(&a.data)
+            .arg(&kin)
+            .arg(&sin)
+            .arg(&y.data)
+            .arg(&idx.data)
+            .arg(&kout)
+            .arg(&sout)
+            .arg(&m64)
+            .arg(&n64)
+            .arg(&desc);
+        // SAFETY: parameters (A, kin, sin, Y, I, kout, sout, m, n, descending) as declared;
+        // every element is written once, at its rank within its line.
+        unsafe { l.launch(Gpu::config(total)) }.map_err(|e| driver("sort", e))?;
+        Ok((Box::new(y), Box::new(idx)))
     }
-    fn conv2d(&self, _x: Operand<'_>, _filter: Operand<'_>, _w: &Window2d) -> Result<BufferBox> {
-        Err(not_yet("conv2d"))
+    fn conv2d(&self, x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
+        let e = float_elem(x.dtype, "conv2d")?;
+        let cout = filter.layout.shape()[3];
+        let n = w.input[0] * w.output[0] * w.output[1] * cout;
+        let k = source::conv2d(e).ok_or_else(|| unsupported(BACKEND, "conv2d", x.dtype))?;
+        boxed(self.window(
+            "conv2d",
+            k,
+            x,
+            Some(filter),
+            n,
+            geo(w, cout, x.layout, Some(filter.layout))?,
+        )?)
     }
     fn conv2d_backprop_input(
         &self,
-        _filter: Operand<'_>,
-        _dy: Operand<'_>,
-        _w: &Window2d,
+        filter: Operand<'_>,
+        dy: Operand<'_>,
+        w: &Window2d,
     ) -> Result<BufferBox> {
-        Err(not_yet("conv2d_backprop_input"))
+        let op = "conv2d_backprop_input";
+        let e = float_elem(dy.dtype, op)?;
+        let cout = filter.layout.shape()[3];
+        let n = w.input.iter().product();
+        let k =
+            source::conv2d_backprop_input(e).ok_or_else(|| unsupported(BACKEND, op, dy.dtype))?;
+        boxed(self.window(
+            op,
+            k,
+            filter,
+            Some(dy),
+            n,
+            geo(w, cout, filter.layout, Some(dy.layout))?,
+        )?)
     }
     fn conv2d_backprop_filter(
         &self,
-        _x: Operand<'_>,
-        _dy: Operand<'_>,
-        _filter_shape: [usize; 4],
-        _w: &Window2d,
+        x: Operand<'_>,
+        dy: Operand<'_>,
+        filter_shape: [usize; 4],
+        w: &Window2d,
     ) -> Result<BufferBox> {
-        Err(not_yet("conv2d_backprop_filter"))
+        let op = "conv2d_backprop_filter";
+        let e = float_elem(x.dtype, op)?;
+        let n = filter_shape.iter().product();
+        let k =
+            source::conv2d_backprop_filter(e).ok_or_else(|| unsupported(BACKEND, op, x.dtype))?;
+        boxed(self.window(
+            op,
+            k,
+            x,
+            Some(dy),
+            n,
+            geo(w, filter_shape[3], x.layout, Some(dy.layout))?,
+        )?)
     }
-    fn pool2d(&self, kind: PoolKind, _x: Operand<'_>, _w: &Window2d) -> Result<BufferBox> {
-        Err(not_yet(kind.name()))
+    fn pool2d(&self, kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
+        let e = float_elem(x.dtype, kind.name())?;
+        let n = w.input[0] * w.output[0] * w.output[1] * w.input[3];
+        let k =
+            source::pool2d(kind, e).ok_or_else(|| unsupported(BACKEND, kind.name(), x.dtype))?;
+        boxed(self.window(kind.name(), k, x, None, n, geo(w, 0, x.layout, None)?)?)
     }
-    fn max_pool_grad(&self, _x: Operand<'_>, _dy: Operand<'_>, _w: &Window2d) -> Result<BufferBox> {
-        Err(not_yet("max_pool_grad"))
+    fn max_pool_grad(&self, x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
+        let op = "max_pool_grad";
+        let e = float_elem(x.dtype, op)?;
+        let n = w.input.iter().product();
+        let k = source::max_pool_grad(e).ok_or_else(|| unsupported(BACKEND, op, x.dtype))?;
+        boxed(self.window(op, k, x, Some(dy), n, geo(w, 0, x.layout, Some(dy.layout))?)?)
     }
-    fn avg_pool_grad(&self, _dy: Operand<'_>, _w: &Window2d) -> Result<BufferBox> {
-        Err(not_yet("avg_pool_grad"))
+    fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
+        let op = "avg_pool_grad";
+        let e = float_elem(dy.dtype, op)?;
+        let n = w.input.iter().product();
+        let k = source::avg_pool_grad(e).ok_or_else(|| unsupported(BACKEND, op, dy.dtype))?;
+        boxed(self.window(op, k, dy, None, n, geo(w, 0, dy.layout, None)?)?)
     }
 }
 

@@ -9,7 +9,7 @@
 //! failures (integer division by zero, a negative integer exponent) set an error word the
 //! host reads after the kernel.
 
-use ferroflow_tensor::{ArgReduceOp, BinaryOp, CumulativeOp, DType, ReduceOp, UnaryOp};
+use ferroflow_tensor::{ArgReduceOp, BinaryOp, CumulativeOp, DType, PoolKind, ReduceOp, UnaryOp};
 
 /// The most axes a [`View`] describes; the backend refuses deeper tensors with an error.
 pub const MAX_RANK: usize = 8;
@@ -889,6 +889,375 @@ pub fn cumulative(op: CumulativeOp, e: Elem) -> Option<KernelSource> {
     Some(program(&name, "", &kernel))
 }
 
+/// The geometry of a 2-D window op (NHWC), with the strides of its two tensor operands
+/// (`struct Geo` of [`WINDOW_HELPERS`]): read as `a_at(n, h, w, c)` / `b_at(..)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Geo {
+    /// Batch, input height, width, channels.
+    pub n: i64,
+    /// Input height.
+    pub h: i64,
+    /// Input width.
+    pub w: i64,
+    /// Input channels.
+    pub c: i64,
+    /// Window height.
+    pub kh: i64,
+    /// Window width.
+    pub kw: i64,
+    /// Output height.
+    pub oh: i64,
+    /// Output width.
+    pub ow: i64,
+    /// Stride along height.
+    pub sh: i64,
+    /// Stride along width.
+    pub sw: i64,
+    /// Dilation along height.
+    pub dh: i64,
+    /// Dilation along width.
+    pub dw: i64,
+    /// Padding before, top.
+    pub ph: i64,
+    /// Padding before, left.
+    pub pw: i64,
+    /// Output channels (convolutions).
+    pub cout: i64,
+    /// First operand: offset and the steps of its four axes.
+    pub a: [i64; 5],
+    /// Second operand: offset and the steps of its four axes.
+    pub b: [i64; 5],
+}
+
+// SAFETY: `Geo` is `repr(C)`, 25 `i64`s, and matches `struct Geo` in `WINDOW_HELPERS`.
+unsafe impl cudarc::driver::DeviceRepr for Geo {}
+
+/// The window ops' geometry type and helpers.
+pub const WINDOW_HELPERS: &str = r#"
+struct Geo {
+    ff_i64 n, h, w, c, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw, cout;
+    ff_i64 a[5];
+    ff_i64 b[5];
+};
+__device__ __forceinline__ ff_i64 a_at(const Geo& g, ff_i64 i0, ff_i64 i1, ff_i64 i2, ff_i64 i3) {
+    return g.a[0] + i0 * g.a[1] + i1 * g.a[2] + i2 * g.a[3] + i3 * g.a[4];
+}
+__device__ __forceinline__ ff_i64 b_at(const Geo& g, ff_i64 i0, ff_i64 i1, ff_i64 i2, ff_i64 i3) {
+    return g.b[0] + i0 * g.b[1] + i1 * g.b[2] + i2 * g.b[3] + i3 * g.b[4];
+}
+/* Input row of window row k at output row o, or -1 in the padding. */
+__device__ __forceinline__ ff_i64 in_row(const Geo& g, ff_i64 o, ff_i64 k) {
+    ff_i64 r = o * g.sh + k * g.dh - g.ph;
+    return (r >= 0 && r < g.h) ? r : -1;
+}
+__device__ __forceinline__ ff_i64 in_col(const Geo& g, ff_i64 o, ff_i64 k) {
+    ff_i64 r = o * g.sw + k * g.dw - g.pw;
+    return (r >= 0 && r < g.w) ? r : -1;
+}
+/* Output row whose window row k covers input row h, or -1. */
+__device__ __forceinline__ ff_i64 out_row(const Geo& g, ff_i64 h, ff_i64 k) {
+    ff_i64 t = h + g.ph - k * g.dh;
+    if (t < 0 || t % g.sh != 0) return -1;
+    ff_i64 o = t / g.sh;
+    return o < g.oh ? o : -1;
+}
+__device__ __forceinline__ ff_i64 out_col(const Geo& g, ff_i64 w, ff_i64 k) {
+    ff_i64 t = w + g.pw - k * g.dw;
+    if (t < 0 || t % g.sw != 0) return -1;
+    ff_i64 o = t / g.sw;
+    return o < g.ow ? o : -1;
+}
+"#;
+
+fn window_kernel(name: &str, e: Elem, params: &str, body: &str) -> KernelSource {
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}({params}, {s}* __restrict__ Y, ff_i64 n_out, Geo g) {{\n\
+         FF_LOOP(n_out) {{\n{body}\n}}\n}}\n",
+        s = e.store()
+    );
+    program(name, WINDOW_HELPERS, &kernel)
+}
+
+/// Max or average pooling (NHWC) of a float type: output `i` folds the valid taps of its
+/// window; a NaN wins a max, padding never does, the average counts valid taps only.
+pub fn pool2d(kind: PoolKind, e: Elem) -> Option<KernelSource> {
+    if !e.is_float() {
+        return None;
+    }
+    let c = e.compute();
+    let (init, combine, result) = match kind {
+        PoolKind::MaxPool2d => (
+            e.limits().0.to_string(),
+            "if (v != v || (acc == acc && v > acc)) acc = v;",
+            "acc".to_string(),
+        ),
+        PoolKind::AvgPool2d => (
+            "0".to_string(),
+            "acc = acc + v;",
+            format!("acc / ({c})(count > 0 ? count : 1)"),
+        ),
+    };
+    let name = format!("{}_{}", kind.name(), e.tag());
+    let body = format!(
+        "ff_i64 ch = i % g.c, ow = (i / g.c) % g.ow, oh = (i / (g.c * g.ow)) % g.oh, b = i / (g.c * g.ow * g.oh);\n\
+         {c} acc = ({c}){init};\n\
+         ff_i64 count = 0;\n\
+         for (ff_i64 kh = 0; kh < g.kh; ++kh) {{\n\
+         ff_i64 h = in_row(g, oh, kh);\n\
+         if (h < 0) continue;\n\
+         for (ff_i64 kw = 0; kw < g.kw; ++kw) {{\n\
+         ff_i64 w = in_col(g, ow, kw);\n\
+         if (w < 0) continue;\n\
+         {c} v = {load};\n\
+         {combine}\n\
+         count += 1;\n}}\n}}\n\
+         Y[i] = {store};",
+        load = e.load("A[a_at(g, b, h, w, ch)]"),
+        store = e.store_expr(&result),
+    );
+    Some(window_kernel(
+        &name,
+        e,
+        &format!("const {}* __restrict__ A", e.store()),
+        &body,
+    ))
+}
+
+/// The gradient of max pooling: input element `i` sums the `dy` of every window whose first
+/// maximum (NaN first, padding never) it is.
+pub fn max_pool_grad(e: Elem) -> Option<KernelSource> {
+    if !e.is_float() {
+        return None;
+    }
+    let c = e.compute();
+    let name = format!("max_pool_grad_{}", e.tag());
+    let body = format!(
+        "ff_i64 ch = i % g.c, w0 = (i / g.c) % g.w, h0 = (i / (g.c * g.w)) % g.h, b = i / (g.c * g.w * g.h);\n\
+         {c} acc = 0;\n\
+         for (ff_i64 kh = 0; kh < g.kh; ++kh) {{\n\
+         ff_i64 oh = out_row(g, h0, kh);\n\
+         if (oh < 0) continue;\n\
+         for (ff_i64 kw = 0; kw < g.kw; ++kw) {{\n\
+         ff_i64 ow = out_col(g, w0, kw);\n\
+         if (ow < 0) continue;\n\
+         {c} best = 0;\n\
+         ff_i64 bh = -1, bw = -1;\n\
+         for (ff_i64 p = 0; p < g.kh; ++p) {{\n\
+         ff_i64 h = in_row(g, oh, p);\n\
+         if (h < 0) continue;\n\
+         for (ff_i64 q = 0; q < g.kw; ++q) {{\n\
+         ff_i64 w = in_col(g, ow, q);\n\
+         if (w < 0) continue;\n\
+         {c} v = {lx};\n\
+         if (bh < 0 || (best == best && (v != v || v > best))) {{ best = v; bh = h; bw = w; }}\n}}\n}}\n\
+         if (bh == h0 && bw == w0) acc = acc + {ldy};\n}}\n}}\n\
+         Y[i] = {store};",
+        lx = e.load("A[a_at(g, b, h, w, ch)]"),
+        ldy = e.load("B[b_at(g, b, oh, ow, ch)]"),
+        store = e.store_expr("acc"),
+    );
+    Some(window_kernel(
+        &name,
+        e,
+        &format!(
+            "const {s}* __restrict__ A, const {s}* __restrict__ B",
+            s = e.store()
+        ),
+        &body,
+    ))
+}
+
+/// The gradient of average pooling: input element `i` sums `dy / valid taps` of every window
+/// covering it.
+pub fn avg_pool_grad(e: Elem) -> Option<KernelSource> {
+    if !e.is_float() {
+        return None;
+    }
+    let c = e.compute();
+    let name = format!("avg_pool_grad_{}", e.tag());
+    let body = format!(
+        "ff_i64 ch = i % g.c, w0 = (i / g.c) % g.w, h0 = (i / (g.c * g.w)) % g.h, b = i / (g.c * g.w * g.h);\n\
+         {c} acc = 0;\n\
+         for (ff_i64 kh = 0; kh < g.kh; ++kh) {{\n\
+         ff_i64 oh = out_row(g, h0, kh);\n\
+         if (oh < 0) continue;\n\
+         for (ff_i64 kw = 0; kw < g.kw; ++kw) {{\n\
+         ff_i64 ow = out_col(g, w0, kw);\n\
+         if (ow < 0) continue;\n\
+         ff_i64 count = 0;\n\
+         for (ff_i64 p = 0; p < g.kh; ++p) {{ if (in_row(g, oh, p) < 0) continue;\n\
+         for (ff_i64 q = 0; q < g.kw; ++q) {{ if (in_col(g, ow, q) >= 0) count += 1; }} }}\n\
+         acc = acc + {ldy} / ({c})(count > 0 ? count : 1);\n}}\n}}\n\
+         Y[i] = {store};",
+        ldy = e.load("A[a_at(g, b, oh, ow, ch)]"),
+        store = e.store_expr("acc"),
+    );
+    Some(window_kernel(
+        &name,
+        e,
+        &format!("const {}* __restrict__ A", e.store()),
+        &body,
+    ))
+}
+
+/// NHWC convolution with an HWIO filter, directly: output `(b, oh, ow, co)` sums
+/// `x[b, h, w, ci] · f[kh, kw, ci, co]` over the valid taps (A = x, B = filter).
+pub fn conv2d(e: Elem) -> Option<KernelSource> {
+    if !e.is_float() {
+        return None;
+    }
+    let c = e.compute();
+    let name = format!("conv2d_{}", e.tag());
+    let body = format!(
+        "ff_i64 co = i % g.cout, ow = (i / g.cout) % g.ow, oh = (i / (g.cout * g.ow)) % g.oh, b = i / (g.cout * g.ow * g.oh);\n\
+         {c} acc = 0;\n\
+         for (ff_i64 kh = 0; kh < g.kh; ++kh) {{\n\
+         ff_i64 h = in_row(g, oh, kh);\n\
+         if (h < 0) continue;\n\
+         for (ff_i64 kw = 0; kw < g.kw; ++kw) {{\n\
+         ff_i64 w = in_col(g, ow, kw);\n\
+         if (w < 0) continue;\n\
+         for (ff_i64 ci = 0; ci < g.c; ++ci) acc = acc + {lx} * {lf};\n}}\n}}\n\
+         Y[i] = {store};",
+        lx = e.load("A[a_at(g, b, h, w, ci)]"),
+        lf = e.load("B[b_at(g, kh, kw, ci, co)]"),
+        store = e.store_expr("acc"),
+    );
+    Some(window_kernel(
+        &name,
+        e,
+        &format!(
+            "const {s}* __restrict__ A, const {s}* __restrict__ B",
+            s = e.store()
+        ),
+        &body,
+    ))
+}
+
+/// The gradient of conv2d with respect to its input: element `(b, h, w, ci)` sums
+/// `dy[b, oh, ow, co] · f[kh, kw, ci, co]` over the outputs whose window covers it
+/// (A = filter, B = dy).
+pub fn conv2d_backprop_input(e: Elem) -> Option<KernelSource> {
+    if !e.is_float() {
+        return None;
+    }
+    let c = e.compute();
+    let name = format!("conv2d_backprop_input_{}", e.tag());
+    let body = format!(
+        "ff_i64 ci = i % g.c, w0 = (i / g.c) % g.w, h0 = (i / (g.c * g.w)) % g.h, b = i / (g.c * g.w * g.h);\n\
+         {c} acc = 0;\n\
+         for (ff_i64 kh = 0; kh < g.kh; ++kh) {{\n\
+         ff_i64 oh = out_row(g, h0, kh);\n\
+         if (oh < 0) continue;\n\
+         for (ff_i64 kw = 0; kw < g.kw; ++kw) {{\n\
+         ff_i64 ow = out_col(g, w0, kw);\n\
+         if (ow < 0) continue;\n\
+         for (ff_i64 co = 0; co < g.cout; ++co) acc = acc + {ldy} * {lf};\n}}\n}}\n\
+         Y[i] = {store};",
+        ldy = e.load("B[b_at(g, b, oh, ow, co)]"),
+        lf = e.load("A[a_at(g, kh, kw, ci, co)]"),
+        store = e.store_expr("acc"),
+    );
+    Some(window_kernel(
+        &name,
+        e,
+        &format!(
+            "const {s}* __restrict__ A, const {s}* __restrict__ B",
+            s = e.store()
+        ),
+        &body,
+    ))
+}
+
+/// The gradient of conv2d with respect to its filter: element `(kh, kw, ci, co)` sums
+/// `x[b, h, w, ci] · dy[b, oh, ow, co]` over the batch and the outputs (A = x, B = dy).
+pub fn conv2d_backprop_filter(e: Elem) -> Option<KernelSource> {
+    if !e.is_float() {
+        return None;
+    }
+    let c = e.compute();
+    let name = format!("conv2d_backprop_filter_{}", e.tag());
+    let body = format!(
+        "ff_i64 co = i % g.cout, ci = (i / g.cout) % g.c, kw = (i / (g.cout * g.c)) % g.kw, kh = i / (g.cout * g.c * g.kw);\n\
+         {c} acc = 0;\n\
+         for (ff_i64 b = 0; b < g.n; ++b) {{\n\
+         for (ff_i64 oh = 0; oh < g.oh; ++oh) {{\n\
+         ff_i64 h = in_row(g, oh, kh);\n\
+         if (h < 0) continue;\n\
+         for (ff_i64 ow = 0; ow < g.ow; ++ow) {{\n\
+         ff_i64 w = in_col(g, ow, kw);\n\
+         if (w < 0) continue;\n\
+         acc = acc + {lx} * {ldy};\n}}\n}}\n}}\n\
+         Y[i] = {store};",
+        lx = e.load("A[a_at(g, b, h, w, ci)]"),
+        ldy = e.load("B[b_at(g, b, oh, ow, co)]"),
+        store = e.store_expr("acc"),
+    );
+    Some(window_kernel(
+        &name,
+        e,
+        &format!(
+            "const {s}* __restrict__ A, const {s}* __restrict__ B",
+            s = e.store()
+        ),
+        &body,
+    ))
+}
+
+/// A stable sort along one axis, as the CPU backend orders: each element's unsigned key
+/// (numbers ascending, -0 equal to 0, every NaN above everything; complemented for
+/// descending) and its index; element `j` of a line goes to the place of its rank among the
+/// line's (key, index) pairs, with its index (int32) beside it. A thread per element
+/// compares it with its whole line: m² work, parallel and deterministic.
+pub fn sort(e: Elem) -> Option<KernelSource> {
+    if e == Elem::Bool {
+        return None;
+    }
+    let name = format!("sort_{}", e.tag());
+    let key = if e.is_float() {
+        "__device__ __forceinline__ unsigned long long ff_key(double x) {\n\
+         const unsigned long long sign = 1ull << 63;\n\
+         unsigned long long bits = (unsigned long long)__double_as_longlong(x);\n\
+         if (x != x) return ~0ull;\n\
+         if (x == 0.0) return sign;\n\
+         return (bits & sign) ? ~bits : (bits | sign);\n}\n"
+            .to_string()
+    } else if e.is_signed_int() {
+        format!(
+            "__device__ __forceinline__ unsigned long long ff_key({} x) {{\n\
+             return ((unsigned long long)(long long)x) ^ (1ull << 63);\n}}\n",
+            e.compute()
+        )
+    } else {
+        format!(
+            "__device__ __forceinline__ unsigned long long ff_key({} x) {{ return (unsigned long long)x; }}\n",
+            e.compute()
+        )
+    };
+    let arg = if e.is_float() { "(double)" } else { "" };
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View kin, ff_i64 sin, {s}* __restrict__ Y, \
+         int* __restrict__ I, View kout, ff_i64 sout, ff_i64 m, ff_i64 n, int descending) {{\n\
+         unsigned long long flip = descending ? ~0ull : 0ull;\n\
+         FF_LOOP(n) {{\n\
+         ff_i64 line = i / m, j = i % m;\n\
+         ff_i64 a0 = at(kin, line);\n\
+         unsigned long long kj = ff_key({arg}{lj}) ^ flip;\n\
+         ff_i64 rank = 0;\n\
+         for (ff_i64 k = 0; k < m; ++k) {{\n\
+         unsigned long long kk = ff_key({arg}{lk}) ^ flip;\n\
+         if (kk < kj || (kk == kj && k < j)) ++rank;\n}}\n\
+         ff_i64 y = at(kout, line) + rank * sout;\n\
+         Y[y] = A[a0 + j * sin];\n\
+         I[y] = (int)j;\n}}\n}}\n",
+        s = e.store(),
+        lj = e.load("A[a0 + j * sin]"),
+        lk = e.load("A[a0 + k * sin]"),
+    );
+    Some(program(&name, &key, &kernel))
+}
+
 /// Every kernel the backend can compile, for the NVRTC check of CI and the GPU's warm-up.
 pub fn catalog() -> Vec<KernelSource> {
     let mut all = vec![];
@@ -922,6 +1291,15 @@ pub fn catalog() -> Vec<KernelSource> {
         for &op in CumulativeOp::ALL {
             all.extend(cumulative(op, e));
         }
+        for &kind in PoolKind::ALL {
+            all.extend(pool2d(kind, e));
+        }
+        all.extend(max_pool_grad(e));
+        all.extend(avg_pool_grad(e));
+        all.extend(conv2d(e));
+        all.extend(conv2d_backprop_input(e));
+        all.extend(conv2d_backprop_filter(e));
+        all.extend(sort(e));
     }
     all
 }

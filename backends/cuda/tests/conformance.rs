@@ -3,8 +3,7 @@
 //!
 //! Without an NVIDIA GPU, driver and CUDA 12 libraries every test skips with one loud line,
 //! unless `FERROFLOW_REQUIRE_CUDA=1` (the H200 script of `cargo xtask gpu`), where a missing
-//! device fails the run. The backend does not yet have every primitive (see the crate docs):
-//! the suite's tests of those ops fail on a GPU until it does.
+//! device fails the run.
 
 /// `/GPU:0` served by CUDA, or `None` after one loud line (a failure when
 /// `FERROFLOW_REQUIRE_CUDA=1`).
