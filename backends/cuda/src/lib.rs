@@ -16,9 +16,15 @@
 //! stream and the host waits only where it reads a value. Every kernel source compiles with
 //! NVRTC for sm_80 and sm_90 and `ptxas` accepts it (the `nvrtc` test, run by CI with
 //! NVIDIA's wheels). The optional fused kernels are composed from the primitives, the
-//! convolutions are direct loops (no cuDNN, no implicit GEMM yet), and **no run on a real
-//! GPU has checked these kernels yet** (`tests/conformance.rs` does, with
-//! `FERROFLOW_REQUIRE_CUDA=1`; `cargo xtask gpu` runs it): so `ferroflow::init()` does not
+//! convolutions are direct loops (no cuDNN, no implicit GEMM yet).
+//!
+//! Without a GPU, [`emulation`] runs the same CUDA C on the host (the system's C++ compiler,
+//! CUDA's built-ins shimmed, a launch as a loop) behind the same backend code, and the
+//! conformance suite passes there (`tests/emulated.rs`, in CI): the kernels' arithmetic and
+//! indexing, the views and launch parameters, the error words and the GEMM operand forms
+//! are checked. What only a GPU can check (NVRTC's code, cuBLAS, the driver, the block-level
+//! reductions) has **not run yet** (`tests/conformance.rs` does, with
+//! `FERROFLOW_REQUIRE_CUDA=1`; `cargo xtask gpu` runs it), so `ferroflow::init()` does not
 //! register this backend; call [`register`] to use it.
 //!
 //! ```
@@ -28,15 +34,13 @@
 //! ```
 
 pub mod compile;
+pub mod emulation;
+mod exec;
 pub mod source;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
-};
+use cudarc::cublas::{CudaBlas, Gemm};
 use ferroflow_tensor::backend::{unsupported, BufferBox, DeviceBuffer, Operand};
 use ferroflow_tensor::{
     ArgReduceOp, Backend, BinaryOp, CumulativeOp, DType, DeviceKind, Error, HostData, Layout,
@@ -44,6 +48,7 @@ use ferroflow_tensor::{
 };
 
 pub use compile::{compile_ptx, missing_libraries, nvrtc_available, LIBRARIES};
+use exec::{Arg, GemmCall, GemmScalar, Gpu, Launch, Memory};
 use source::{Elem, KernelSource, View, MAX_RANK};
 
 /// The backend's name in errors and device descriptions.
@@ -74,13 +79,9 @@ pub fn tensor_float_32_execution_enabled() -> bool {
     TF32.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Threads per block of the elementwise kernels.
-const THREADS: u32 = 256;
-
-/// Device memory of one CUDA device.
+/// Memory of one device of this backend (a GPU's, or the host emulation's).
 pub struct CudaBuffer {
-    /// At least one byte (CUDA does not allocate zero).
-    data: CudaSlice<u8>,
+    mem: Memory,
     /// The bytes the tensor holds.
     bytes: usize,
     ordinal: usize,
@@ -95,118 +96,20 @@ impl DeviceBuffer for CudaBuffer {
     }
 }
 
-/// One CUDA device: its context, the stream every op runs on in order, the compiled kernels.
-struct Gpu {
-    ordinal: usize,
-    name: String,
-    /// `compute_XY` for NVRTC.
-    arch: &'static str,
-    /// Compute capability ≥ 8.0 (TensorFloat-32 tensor cores).
-    has_tf32: bool,
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
-    blas: CudaBlas,
-    functions: Mutex<HashMap<String, CudaFunction>>,
-    /// The data-error word of checked kernels (one at a time: the lock).
-    error_word: Mutex<CudaSlice<u32>>,
+/// A fresh buffer of `bytes` on `gpu`.
+fn output(gpu: &Gpu, bytes: usize) -> Result<CudaBuffer> {
+    Ok(CudaBuffer {
+        mem: gpu.alloc(bytes)?,
+        bytes,
+        ordinal: gpu.ordinal,
+    })
 }
 
-fn driver(what: &str, e: DriverError) -> Error {
-    Error::Backend {
-        backend: BACKEND,
-        msg: format!("{what}: {e}"),
-    }
-}
-
-impl Gpu {
-    fn open(ordinal: usize) -> Result<Gpu> {
-        let ctx = CudaContext::new(ordinal).map_err(|e| driver("creating a context", e))?;
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(|e| driver("reading the compute capability", e))?;
-        let name = ctx
-            .name()
-            .map_err(|e| driver("reading the device name", e))?;
-        let stream = ctx.default_stream();
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Backend {
-            backend: BACKEND,
-            msg: format!("creating a cuBLAS handle: {e:?}"),
-        })?;
-        let error_word = stream
-            .alloc_zeros::<u32>(4)
-            .map_err(|e| driver("allocating the error word", e))?;
-        // One leaked string per device for NVRTC's `&'static str` option.
-        let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
-        Ok(Gpu {
-            ordinal,
-            name: format!("{name} (compute capability {major}.{minor})"),
-            arch,
-            has_tf32: major >= 8,
-            ctx,
-            stream,
-            blas,
-            functions: Mutex::new(HashMap::new()),
-            error_word: Mutex::new(error_word),
-        })
-    }
-
-    /// The compiled kernel of `source` (compiled and loaded on first use).
-    fn function(&self, source: impl FnOnce() -> KernelSource, name: &str) -> Result<CudaFunction> {
-        let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = cache.get(name) {
-            return Ok(f.clone());
-        }
-        let kernel = source();
-        let ptx = compile_ptx(&kernel, self.arch)?;
-        let module = self
-            .ctx
-            .load_module(ptx)
-            .map_err(|e| driver(&format!("loading kernel {name}"), e))?;
-        let f = module
-            .load_function(&kernel.name)
-            .map_err(|e| driver(&format!("finding kernel {name}"), e))?;
-        cache.insert(name.to_string(), f.clone());
-        Ok(f)
-    }
-
-    /// `bytes` of uninitialised device memory (stream ordered, from the driver's pool).
-    fn alloc(&self, bytes: usize) -> Result<CudaBuffer> {
-        // SAFETY: every kernel writes each output element before anything reads it.
-        let data = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
-            .map_err(|e| driver(&format!("allocating {bytes} bytes"), e))?;
-        Ok(CudaBuffer {
-            data,
-            bytes,
-            ordinal: self.ordinal,
-        })
-    }
-
-    fn config(n: usize) -> LaunchConfig {
-        let blocks = n.div_ceil(THREADS as usize).clamp(1, 1 << 20) as u32;
-        LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        }
-    }
-
-    /// Clears the error word before a checked kernel.
-    fn clear_error(&self, word: &mut CudaSlice<u32>) -> Result<()> {
-        self.stream
-            .memset_zeros(word)
-            .map_err(|e| driver("clearing the error word", e))
-    }
-
-    /// Reads the error word after a checked kernel (waits for it): the code and, for an
-    /// index out of range, the index.
-    fn read_error(&self, word: &CudaSlice<u32>) -> Result<(u32, i64)> {
-        let v = self
-            .stream
-            .clone_dtoh(word)
-            .map_err(|e| driver("reading the error word", e))?;
-        let at = |i: usize| v.get(i).copied().unwrap_or(0);
-        Ok((at(0), ((at(3) as u64) << 32 | at(2) as u64) as i64))
-    }
+/// The error word's code and, for an index out of range, the index (waits for the kernel).
+fn read_error(gpu: &Gpu, word: &Memory) -> Result<(u32, i64)> {
+    let b = gpu.download(word, 0..16)?;
+    let word = |i: usize| u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+    Ok((word(0), ((word(3) as u64) << 32 | word(2) as u64) as i64))
 }
 
 /// The CUDA backend: every device the driver lists.
@@ -226,12 +129,12 @@ impl Cuda {
         if !missing.is_empty() {
             return Err(compile::library_missing(&missing.join(", ")));
         }
-        let count = match CudaContext::device_count() {
+        let count = match cudarc::driver::CudaContext::device_count() {
             Ok(n) => n.max(0) as usize,
             // The driver loads but finds no device (CUDA_ERROR_NO_DEVICE) or none usable.
             Err(_) => 0,
         };
-        let gpus = (0..count).map(Gpu::open).collect::<Result<Vec<_>>>()?;
+        let gpus = (0..count).map(Gpu::cuda).collect::<Result<Vec<_>>>()?;
         Ok(Cuda { gpus })
     }
 
@@ -365,18 +268,23 @@ impl Cuda {
     ) -> Result<CudaBuffer> {
         let (gpu, a) = self.gpu_of(&x, op)?;
         let n = x.layout.num_elements();
-        let y = gpu.alloc(n * out.dtype().size_in_bytes())?;
+        let y = output(gpu, n * out.dtype().size_in_bytes())?;
         if n == 0 {
             return Ok(y);
         }
-        let f = gpu.function(source, name)?;
         let va = view(x.layout, op)?;
-        let n64 = n as i64;
-        let mut b = gpu.stream.launch_builder(&f);
-        b.arg(&a.data).arg(&va).arg(&y.data).arg(&n64);
-        // SAFETY: the kernel's parameters are (A, View, Y, n) as pushed; `va` stays inside
-        // `a` (the tensor layer checked the layout) and `y` holds n outputs.
-        unsafe { b.launch(Gpu::config(n)) }.map_err(|e| driver(op, e))?;
+        // (A, View, Y, n)
+        gpu.launch(
+            name,
+            source,
+            Launch::Items(n),
+            &[
+                Arg::Buf(&a.mem),
+                Arg::View(va),
+                Arg::Buf(&y.mem),
+                Arg::I64(n as i64),
+            ],
+        )?;
         Ok(y)
     }
 
@@ -418,31 +326,32 @@ impl Cuda {
     ) -> Result<CudaBuffer> {
         let (gpu, abuf) = self.gpu_of(&a, op)?;
         let ibuf = ours(&indices, op)?;
-        let y = gpu.alloc(n * a.dtype.size_in_bytes())?;
+        let y = output(gpu, n * a.dtype.size_in_bytes())?;
         if n == 0 {
             return Ok(y);
         }
         let name = kernel.name.clone();
-        let f = gpu.function(|| kernel, &name)?;
         let (va, vb) = (view(a.layout, op)?, view(indices.layout, op)?);
-        let (n64, inner64, ni64, bound64) = (n as i64, inner as i64, ni as i64, bound as i64);
         let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
-        gpu.clear_error(&mut word)?;
-        let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&abuf.data)
-            .arg(&va)
-            .arg(&ibuf.data)
-            .arg(&vb)
-            .arg(&y.data)
-            .arg(&n64)
-            .arg(&inner64)
-            .arg(&ni64)
-            .arg(&bound64)
-            .arg(&*word);
-        // SAFETY: parameters as declared; every read of `a` is at a checked index inside its
-        // view, `y` holds n values.
-        unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver(op, e))?;
-        Self::data_error(op, gpu.read_error(&word)?, bound)?;
+        gpu.zero(&mut word)?;
+        gpu.launch(
+            &name,
+            || kernel,
+            Launch::Items(n),
+            &[
+                Arg::Buf(&abuf.mem),
+                Arg::View(va),
+                Arg::Buf(&ibuf.mem),
+                Arg::View(vb),
+                Arg::Buf(&y.mem),
+                Arg::I64(n as i64),
+                Arg::I64(inner as i64),
+                Arg::I64(ni as i64),
+                Arg::I64(bound as i64),
+                Arg::Buf(&word),
+            ],
+        )?;
+        Self::data_error(op, read_error(gpu, &word)?, bound)?;
         Ok(y)
     }
 
@@ -464,16 +373,21 @@ impl Cuda {
             return Ok(());
         }
         let a = ours(x, op)?;
-        let f = gpu.function(|| source::copy_into(e), &format!("copy_into_{}", e.tag()))?;
         let va = view(x.layout, op)?;
         let vy = view_of(x.layout.shape(), strides, offset, op)?;
-        let n64 = n as i64;
-        let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&a.data).arg(&va).arg(&y.data).arg(&vy).arg(&n64);
-        // SAFETY: parameters (A, va, Y, vy, n) as declared; `vy` addresses x's shape inside
-        // the output (the caller's offset and the output's strides).
-        unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver(op, e))?;
-        Ok(())
+        // (A, va, Y, vy, n): `vy` addresses x's shape inside the output.
+        gpu.launch(
+            &format!("copy_into_{}", e.tag()),
+            || source::copy_into(e),
+            Launch::Items(n),
+            &[
+                Arg::Buf(&a.mem),
+                Arg::View(va),
+                Arg::Buf(&y.mem),
+                Arg::View(vy),
+                Arg::I64(n as i64),
+            ],
+        )
     }
 
     /// Runs a window kernel `(A, [B,] Y, n_out, Geo)` into a fresh buffer of `n_out` values.
@@ -488,23 +402,17 @@ impl Cuda {
     ) -> Result<CudaBuffer> {
         let (gpu, abuf) = self.gpu_of(&a, op)?;
         let bbuf = b.as_ref().map(|b| ours(b, op)).transpose()?;
-        let y = gpu.alloc(n_out * a.dtype.size_in_bytes())?;
+        let y = output(gpu, n_out * a.dtype.size_in_bytes())?;
         if n_out == 0 {
             return Ok(y);
         }
         let name = kernel.name.clone();
-        let f = gpu.function(|| kernel, &name)?;
-        let n64 = n_out as i64;
-        let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&abuf.data);
+        let mut args = vec![Arg::Buf(&abuf.mem)];
         if let Some(bbuf) = bbuf {
-            l.arg(&bbuf.data);
+            args.push(Arg::Buf(&bbuf.mem));
         }
-        l.arg(&y.data).arg(&n64).arg(&g);
-        // SAFETY: parameters (A, [B,] Y, n_out, Geo) as the kernel declares them; the
-        // geometry was resolved and checked by the tensor layer (`Window2d`), so every tap
-        // read lies inside its operand; `y` holds n_out values.
-        unsafe { l.launch(Gpu::config(n_out)) }.map_err(|e| driver(op, e))?;
+        args.extend([Arg::Buf(&y.mem), Arg::I64(n_out as i64), Arg::Geo(g)]);
+        gpu.launch(&name, || kernel, Launch::Items(n_out), &args)?;
         Ok(y)
     }
 
@@ -572,6 +480,45 @@ impl Cuda {
         Some((transposed, ld, stride, layout.offset()))
     }
 
+    /// Integer products: dense operands, the wrapping kernel of `source::matmul_int`.
+    fn matmul_int(
+        &self,
+        gpu: &Gpu,
+        lhs: Operand<'_>,
+        rhs: Operand<'_>,
+        dtype: DType,
+    ) -> Result<CudaBuffer> {
+        let e = elem(dtype, "matmul")?;
+        let kernel = source::matmul_int(e).ok_or_else(|| unsupported(BACKEND, "matmul", dtype))?;
+        let (la, lb) = (lhs.layout.shape(), rhs.layout.shape());
+        let rank = la.len();
+        let (m, k, n) = (la[rank - 2], la[rank - 1], lb[rank - 1]);
+        let batch: usize = la[..rank - 2].iter().product();
+        let total = batch * m * n;
+        let y = output(gpu, total * dtype.size_in_bytes())?;
+        if total == 0 {
+            return Ok(y);
+        }
+        let (a, b) = (self.dense(lhs)?, self.dense(rhs)?);
+        let name = kernel.name.clone();
+        // (A, B, Y, m, k, n, total) over dense [batch, m, k] and [batch, k, n].
+        gpu.launch(
+            &name,
+            || kernel,
+            Launch::Items(total),
+            &[
+                Arg::Buf(&a.mem),
+                Arg::Buf(&b.mem),
+                Arg::Buf(&y.mem),
+                Arg::I64(m as i64),
+                Arg::I64(k as i64),
+                Arg::I64(n as i64),
+                Arg::I64(total as i64),
+            ],
+        )?;
+        Ok(y)
+    }
+
     fn matmul_typed<T>(&self, gpu: &Gpu, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<CudaBuffer>
     where
         T: GemmScalar,
@@ -610,115 +557,36 @@ impl Cuda {
                 )
             }
         };
-        let mut y = gpu.alloc(batch * m * n * size)?;
+        let mut y = output(gpu, batch * m * n * size)?;
         if k == 0 {
             // An empty sum: zeros (cuBLAS would scale the uninitialised output by beta = 0,
             // and 0 · NaN is NaN).
-            gpu.stream
-                .memset_zeros(&mut y.data)
-                .map_err(|e| driver("matmul", e))?;
+            gpu.zero(&mut y.mem)?;
             return Ok(y);
         }
-        let op = |t: bool| {
-            if t {
-                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
         // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: B goes first.
-        let cfg = StridedBatchedConfig {
-            gemm: GemmConfig {
-                transa: op(form_b.0),
-                transb: op(form_a.0),
-                m: n as i32,
-                n: m as i32,
-                k: k as i32,
-                alpha: T::ONE,
-                lda: form_b.1 as i32,
-                ldb: form_a.1 as i32,
-                beta: T::ZERO,
-                ldc: n.max(1) as i32,
-            },
-            batch_size: batch as i32,
+        let call = GemmCall {
+            transa: form_b.0,
+            transb: form_a.0,
+            m: n,
+            n: m,
+            k,
+            lda: form_b.1,
+            ldb: form_a.1,
+            ldc: n.max(1) as i64,
             stride_a: form_b.2,
             stride_b: form_a.2,
             stride_c: (m * n) as i64,
+            batch,
         };
-        fn typed(
-            buf: &CudaBuffer,
-            offset: usize,
-            size: usize,
-        ) -> Result<cudarc::driver::CudaView<'_, u8>> {
-            buf.data
-                .try_slice(offset * size..)
-                .ok_or_else(|| gemm_refused("an operand's offset"))
-        }
-        // TensorFloat-32 for float32 where allowed and present; full float32 otherwise.
-        let mode = if T::IS_F32 && gpu.has_tf32 && tensor_float_32_execution_enabled() {
-            cudarc::cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
-        } else {
-            cudarc::cublas::sys::cublasMath_t::CUBLAS_DEFAULT_MATH
-        };
-        // SAFETY: the handle is this device's, alive as long as `gpu`.
-        let status = unsafe { cudarc::cublas::sys::cublasSetMathMode(*gpu.blas.handle(), mode) };
-        if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-            return Err(Error::Backend {
-                backend: BACKEND,
-                msg: format!("matmul: cuBLAS refused the math mode: {status:?}"),
-            });
-        }
-        let va = typed(a, form_a.3, size)?;
-        let vb = typed(b, form_b.3, size)?;
-        // SAFETY: the views are reinterpreted as T over whole elements of their bytes; the
-        // strides and leading dimensions above keep every read inside the tensors'
-        // layouts (checked by the tensor layer), and `y` holds batch·m·n values.
-        unsafe {
-            let va = va
-                .transmute::<T>(va.len() / size)
-                .ok_or_else(|| gemm_refused("lhs"))?;
-            let vb = vb
-                .transmute::<T>(vb.len() / size)
-                .ok_or_else(|| gemm_refused("rhs"))?;
-            let len = y.data.len() / size;
-            let mut vy = y
-                .data
-                .transmute_mut::<T>(len)
-                .ok_or_else(|| gemm_refused("the output"))?;
-            gpu.blas
-                .gemm_strided_batched(cfg, &vb, &va, &mut vy)
-                .map_err(|e| Error::Backend {
-                    backend: BACKEND,
-                    msg: format!("matmul: cuBLAS: {e:?}"),
-                })?;
-        }
+        gpu.gemm::<T>(
+            &call,
+            (&b.mem, form_b.3 * size),
+            (&a.mem, form_a.3 * size),
+            &mut y.mem,
+        )?;
         Ok(y)
     }
-}
-
-/// The element types cuBLAS multiplies, with the scalars of `C = 1·A·B + 0·C`.
-trait GemmScalar: cudarc::driver::DeviceRepr {
-    const ONE: Self;
-    const ZERO: Self;
-    /// float32, the type TensorFloat-32 applies to.
-    const IS_F32: bool = false;
-}
-impl GemmScalar for f32 {
-    const IS_F32: bool = true;
-    const ONE: f32 = 1.0;
-    const ZERO: f32 = 0.0;
-}
-impl GemmScalar for f64 {
-    const ONE: f64 = 1.0;
-    const ZERO: f64 = 0.0;
-}
-impl GemmScalar for half::f16 {
-    const ONE: half::f16 = half::f16::ONE;
-    const ZERO: half::f16 = half::f16::ZERO;
-}
-impl GemmScalar for half::bf16 {
-    const ONE: half::bf16 = half::bf16::ONE;
-    const ZERO: half::bf16 = half::bf16::ZERO;
 }
 
 /// The element type of a float dtype (the window ops compute in floats only).
@@ -799,22 +667,23 @@ impl Backend for Cuda {
         Elem::of(dtype).is_some()
     }
     fn memory_bytes(&self, ordinal: usize) -> Option<u64> {
-        self.gpus
-            .get(ordinal)
-            .and_then(|g| g.ctx.total_mem().ok())
-            .map(|b| b as u64)
+        self.gpus.get(ordinal)?.memory().map(|(_, total)| total)
     }
+    /// A GPU's free memory; on the host emulation, large requests are probed as the CPU
+    /// backend probes them (the tensor layer may fill the tensor on the host first).
     fn can_allocate(&self, ordinal: usize, bytes: u64) -> bool {
-        self.gpus
-            .get(ordinal)
-            .and_then(|g| g.ctx.mem_get_info().ok())
-            .is_some_and(|(free, _)| bytes <= free as u64)
+        const PROBED: u64 = 64 << 20;
+        self.gpus.get(ordinal).is_some_and(|g| match g.memory() {
+            Some((free, _)) => bytes <= free,
+            None => {
+                bytes < PROBED
+                    || usize::try_from(bytes)
+                        .is_ok_and(|b| Vec::<u8>::new().try_reserve_exact(b).is_ok())
+            }
+        })
     }
     fn synchronize(&self, ordinal: usize) -> Result<()> {
-        self.gpu(ordinal)?
-            .stream
-            .synchronize()
-            .map_err(|e| driver("synchronize", e))
+        self.gpu(ordinal)?.synchronize()
     }
     fn upload(&self, ordinal: usize, data: HostData) -> Result<BufferBox> {
         if Elem::of(data.dtype()).is_none() {
@@ -822,15 +691,8 @@ impl Backend for Cuda {
         }
         let gpu = self.gpu(ordinal)?;
         let bytes = data.le_bytes();
-        if bytes.is_empty() {
-            return boxed(gpu.alloc(0)?);
-        }
-        let slice = gpu
-            .stream
-            .clone_htod(&bytes[..])
-            .map_err(|e| driver("upload", e))?;
         boxed(CudaBuffer {
-            data: slice,
+            mem: gpu.upload(&bytes)?,
             bytes: bytes.len(),
             ordinal,
         })
@@ -839,12 +701,9 @@ impl Backend for Cuda {
         let (gpu, _) = self.gpu_of(&x, "download")?;
         let size = x.dtype.size_in_bytes();
         let n = x.layout.num_elements();
-        let empty = || {
-            HostData::from_le_bytes(x.dtype, &[])
-                .ok_or_else(|| unsupported(BACKEND, "download", x.dtype))
-        };
         if n == 0 {
-            return empty();
+            return HostData::from_le_bytes(x.dtype, &[])
+                .ok_or_else(|| unsupported(BACKEND, "download", x.dtype));
         }
         let dense;
         let (buf, start) = if x.layout.is_contiguous() {
@@ -853,17 +712,7 @@ impl Backend for Cuda {
             dense = self.dense(x)?;
             (&dense, 0)
         };
-        let view = buf
-            .data
-            .try_slice(start * size..(start + n) * size)
-            .ok_or_else(|| Error::Backend {
-                backend: BACKEND,
-                msg: "download: the view lies outside its buffer".into(),
-            })?;
-        let bytes = gpu
-            .stream
-            .clone_dtoh(&view)
-            .map_err(|e| driver("download", e))?;
+        let bytes = gpu.download(&buf.mem, start * size..(start + n) * size)?;
         HostData::from_le_bytes(x.dtype, &bytes).ok_or_else(|| Error::Backend {
             backend: BACKEND,
             msg: "download: the bytes do not fill whole elements".into(),
@@ -888,32 +737,34 @@ impl Backend for Cuda {
         let (gpu, a) = self.gpu_of(&lhs, op.name())?;
         let b = ours(&rhs, op.name())?;
         let n = lhs.layout.num_elements();
-        let y = gpu.alloc(n * out.dtype().size_in_bytes())?;
+        let y = output(gpu, n * out.dtype().size_in_bytes())?;
         if n == 0 {
             return boxed(y);
         }
         let name = kernel.name.clone();
-        let f = gpu.function(|| kernel, &name)?;
         let (va, vb) = (view(lhs.layout, op.name())?, view(rhs.layout, op.name())?);
-        let n64 = n as i64;
         let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
         if checked {
-            gpu.clear_error(&mut word)?;
+            gpu.zero(&mut word)?;
         }
-        let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&a.data)
-            .arg(&va)
-            .arg(&b.data)
-            .arg(&vb)
-            .arg(&y.data)
-            .arg(&n64)
-            .arg(&*word);
-        // SAFETY: parameters (A, View, B, View, Y, n, E) as the kernel declares them; both
-        // views have the output's shape (broadcast by the tensor layer) and stay inside
-        // their buffers; `y` holds n outputs.
-        unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver(op.name(), e))?;
+        // (A, View, B, View, Y, n, E): both views have the output's shape (broadcast by the
+        // tensor layer).
+        gpu.launch(
+            &name,
+            || kernel,
+            Launch::Items(n),
+            &[
+                Arg::Buf(&a.mem),
+                Arg::View(va),
+                Arg::Buf(&b.mem),
+                Arg::View(vb),
+                Arg::Buf(&y.mem),
+                Arg::I64(n as i64),
+                Arg::Buf(&word),
+            ],
+        )?;
         if checked {
-            Self::data_error(op.name(), gpu.read_error(&word)?, 0)?;
+            Self::data_error(op.name(), read_error(gpu, &word)?, 0)?;
         }
         boxed(y)
     }
@@ -927,38 +778,47 @@ impl Backend for Cuda {
             .filter(|d| !axes.contains(d))
             .map(|d| x.layout.shape()[d])
             .product();
-        let y = gpu.alloc(outputs * x.dtype.size_in_bytes())?;
+        let y = output(gpu, outputs * x.dtype.size_in_bytes())?;
         if outputs == 0 {
             return boxed(y);
         }
         let m64 = m as i64;
-        // Short reductions: a thread per output; long ones: a block per output.
-        if m <= 64 || outputs > (1 << 20) {
+        // Short reductions: a thread per output; long ones: a block per output (not on the
+        // host emulation, which runs one thread at a time).
+        if m <= 64 || outputs > (1 << 20) || gpu.is_host() {
             let name = rows.name.clone();
-            let f = gpu.function(|| rows, &name)?;
-            let n64 = outputs as i64;
-            let mut l = gpu.stream.launch_builder(&f);
-            l.arg(&a.data)
-                .arg(&kept)
-                .arg(&red)
-                .arg(&m64)
-                .arg(&y.data)
-                .arg(&n64);
-            // SAFETY: parameters (A, kept, red, m, Y, n) as declared; `kept` enumerates the
-            // outputs, `red` the m reduced elements of each, all inside `a`.
-            unsafe { l.launch(Gpu::config(outputs)) }.map_err(|e| driver(op.name(), e))?;
+            // (A, kept, red, m, Y, n)
+            gpu.launch(
+                &name,
+                || rows,
+                Launch::Items(outputs),
+                &[
+                    Arg::Buf(&a.mem),
+                    Arg::View(kept),
+                    Arg::View(red),
+                    Arg::I64(m64),
+                    Arg::Buf(&y.mem),
+                    Arg::I64(outputs as i64),
+                ],
+            )?;
         } else {
             let name = blocks.name.clone();
-            let f = gpu.function(|| blocks, &name)?;
-            let mut l = gpu.stream.launch_builder(&f);
-            l.arg(&a.data).arg(&kept).arg(&red).arg(&m64).arg(&y.data);
-            let cfg = LaunchConfig {
-                grid_dim: (outputs as u32, 1, 1),
-                block_dim: (source::REDUCE_BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: as above, one block per output (at most 2^20 blocks).
-            unsafe { l.launch(cfg) }.map_err(|e| driver(op.name(), e))?;
+            // (A, kept, red, m, Y), one block per output (at most 2^20 blocks).
+            gpu.launch(
+                &name,
+                || blocks,
+                Launch::Blocks {
+                    blocks: outputs as u32,
+                    threads: source::REDUCE_BLOCK,
+                },
+                &[
+                    Arg::Buf(&a.mem),
+                    Arg::View(kept),
+                    Arg::View(red),
+                    Arg::I64(m64),
+                    Arg::Buf(&y.mem),
+                ],
+            )?;
         }
         boxed(y)
     }
@@ -970,22 +830,25 @@ impl Backend for Cuda {
         let (kept, _, m) = Self::split_views(&x, &[axis], op.name())?;
         let stride = x.layout.strides()[axis] as i64;
         let outputs = x.layout.num_elements() / m.max(1);
-        let y = gpu.alloc(outputs * 8)?;
+        let y = output(gpu, outputs * 8)?;
         if outputs == 0 || m == 0 {
             return boxed(y);
         }
         let name = kernel.name.clone();
-        let f = gpu.function(|| kernel, &name)?;
-        let (m64, n64) = (m as i64, outputs as i64);
-        let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&a.data)
-            .arg(&kept)
-            .arg(&stride)
-            .arg(&m64)
-            .arg(&y.data)
-            .arg(&n64);
-        // SAFETY: parameters (A, kept, stride, m, Y, n) as declared, inside `a`.
-        unsafe { l.launch(Gpu::config(outputs)) }.map_err(|e| driver(op.name(), e))?;
+        // (A, kept, stride, m, Y, n)
+        gpu.launch(
+            &name,
+            || kernel,
+            Launch::Items(outputs),
+            &[
+                Arg::Buf(&a.mem),
+                Arg::View(kept),
+                Arg::I64(stride),
+                Arg::I64(m as i64),
+                Arg::Buf(&y.mem),
+                Arg::I64(outputs as i64),
+            ],
+        )?;
         boxed(y)
     }
     fn cast(&self, x: Operand<'_>, to: DType) -> Result<BufferBox> {
@@ -1006,7 +869,7 @@ impl Backend for Cuda {
             DType::F64 => self.matmul_typed::<f64>(gpu, lhs, rhs)?,
             DType::F16 => self.matmul_typed::<half::f16>(gpu, lhs, rhs)?,
             DType::BF16 => self.matmul_typed::<half::bf16>(gpu, lhs, rhs)?,
-            other => return Err(unsupported(BACKEND, "matmul", other)),
+            other => self.matmul_int(gpu, lhs, rhs, other)?,
         })
     }
     fn select(
@@ -1019,29 +882,31 @@ impl Backend for Cuda {
         let (gpu, c) = self.gpu_of(&cond, "select")?;
         let (a, b) = (ours(&on_true, "select")?, ours(&on_false, "select")?);
         let n = on_true.layout.num_elements();
-        let y = gpu.alloc(n * e.dtype().size_in_bytes())?;
+        let y = output(gpu, n * e.dtype().size_in_bytes())?;
         if n == 0 {
             return boxed(y);
         }
-        let f = gpu.function(|| source::select(e), &format!("select_{}", e.tag()))?;
         let (vc, va, vb) = (
             view(cond.layout, "select")?,
             view(on_true.layout, "select")?,
             view(on_false.layout, "select")?,
         );
-        let n64 = n as i64;
-        let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&c.data)
-            .arg(&vc)
-            .arg(&a.data)
-            .arg(&va)
-            .arg(&b.data)
-            .arg(&vb)
-            .arg(&y.data)
-            .arg(&n64);
-        // SAFETY: parameters (C, View, A, View, B, View, Y, n) as declared; the three views
-        // have the output's shape and stay inside their buffers.
-        unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver("select", e))?;
+        // (C, View, A, View, B, View, Y, n): the three views have the output's shape.
+        gpu.launch(
+            &format!("select_{}", e.tag()),
+            || source::select(e),
+            Launch::Items(n),
+            &[
+                Arg::Buf(&c.mem),
+                Arg::View(vc),
+                Arg::Buf(&a.mem),
+                Arg::View(va),
+                Arg::Buf(&b.mem),
+                Arg::View(vb),
+                Arg::Buf(&y.mem),
+                Arg::I64(n as i64),
+            ],
+        )?;
         boxed(y)
     }
     fn gather(&self, x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Result<BufferBox> {
@@ -1095,7 +960,10 @@ impl Backend for Cuda {
         let mut shape = first.layout.shape().to_vec();
         shape[axis] = inputs.iter().map(|x| x.layout.shape()[axis]).sum();
         let strides = ferroflow_tensor::layout::contiguous_strides(&shape);
-        let y = gpu.alloc(shape.iter().product::<usize>() * first.dtype.size_in_bytes())?;
+        let y = output(
+            gpu,
+            shape.iter().product::<usize>() * first.dtype.size_in_bytes(),
+        )?;
         let mut start = 0usize;
         for x in inputs {
             let offset = start * strides[axis] as usize;
@@ -1115,16 +983,17 @@ impl Backend for Cuda {
             .map(|(&s, &(lo, hi))| s + lo + hi)
             .collect();
         let n: usize = shape.iter().product();
-        let y = gpu.alloc(n * x.dtype.size_in_bytes())?;
+        let y = output(gpu, n * x.dtype.size_in_bytes())?;
         if n == 0 {
             return boxed(y);
         }
-        let f = gpu.function(|| source::fill(e), &format!("fill_{}", e.tag()))?;
-        let n64 = n as i64;
-        let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&y.data).arg(&n64).arg(&value);
-        // SAFETY: parameters (Y, n, v) as declared; `y` holds n values.
-        unsafe { l.launch(Gpu::config(n)) }.map_err(|e| driver("pad", e))?;
+        // (Y, n, v)
+        gpu.launch(
+            &format!("fill_{}", e.tag()),
+            || source::fill(e),
+            Launch::Items(n),
+            &[Arg::Buf(&y.mem), Arg::I64(n as i64), Arg::F64(value)],
+        )?;
         let strides = ferroflow_tensor::layout::contiguous_strides(&shape);
         let offset: usize = paddings
             .iter()
@@ -1148,7 +1017,7 @@ impl Backend for Cuda {
             source::cumulative(op, e).ok_or_else(|| unsupported(BACKEND, op.name(), x.dtype))?;
         let shape = x.layout.shape();
         let total = x.layout.num_elements();
-        let y = gpu.alloc(total * x.dtype.size_in_bytes())?;
+        let y = output(gpu, total * x.dtype.size_in_bytes())?;
         let m = shape[axis];
         if total == 0 {
             return boxed(y);
@@ -1165,25 +1034,27 @@ impl Backend for Cuda {
         let kin = view_of(&ks, &kst, x.layout.offset(), op.name())?;
         let kout = view_of(&ks, &ost, 0, op.name())?;
         let (sin, sout) = (x.layout.strides()[axis] as i64, out_strides[axis] as i64);
-        let lines = total / m;
         let name = kernel.name.clone();
-        let f = gpu.function(|| kernel, &name)?;
-        let (m64, n64) = (m as i64, lines as i64);
-        let (exclusive, reverse) = (exclusive as i32, reverse as i32);
-        let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&a.data)
-            .arg(&kin)
-            .arg(&sin)
-            .arg(&y.data)
-            .arg(&kout)
-            .arg(&sout)
-            .arg(&m64)
-            .arg(&n64)
-            .arg(&exclusive)
-            .arg(&reverse);
-        // SAFETY: parameters (A, kin, sin, Y, kout, sout, m, n, exclusive, reverse) as
-        // declared; line l reads m elements of `a` along the axis and writes m of `y`.
-        unsafe { l.launch(Gpu::config(lines)) }.map_err(|e| driver(op.name(), e))?;
+        let lines = total / m;
+        // (A, kin, sin, Y, kout, sout, m, n, exclusive, reverse): line l reads m elements of
+        // `a` along the axis and writes m of `y`.
+        gpu.launch(
+            &name,
+            || kernel,
+            Launch::Items(lines),
+            &[
+                Arg::Buf(&a.mem),
+                Arg::View(kin),
+                Arg::I64(sin),
+                Arg::Buf(&y.mem),
+                Arg::View(kout),
+                Arg::I64(sout),
+                Arg::I64(m as i64),
+                Arg::I64(lines as i64),
+                Arg::I32(exclusive as i32),
+                Arg::I32(reverse as i32),
+            ],
+        )?;
         boxed(y)
     }
     fn sort(
@@ -1197,8 +1068,8 @@ impl Backend for Cuda {
         let kernel = source::sort(e).ok_or_else(|| unsupported(BACKEND, "sort", x.dtype))?;
         let shape = x.layout.shape();
         let total = x.layout.num_elements();
-        let y = gpu.alloc(total * x.dtype.size_in_bytes())?;
-        let idx = gpu.alloc(total * 4)?;
+        let y = output(gpu, total * x.dtype.size_in_bytes())?;
+        let idx = output(gpu, total * 4)?;
         let m = shape[axis];
         if total == 0 {
             return Ok((Box::new(y), Box::new(idx)));
@@ -1216,22 +1087,25 @@ impl Backend for Cuda {
         let kout = view_of(&ks, &ost, 0, "sort")?;
         let (sin, sout) = (x.layout.strides()[axis] as i64, out_strides[axis] as i64);
         let name = kernel.name.clone();
-        let f = gpu.function(|| kernel, &name)?;
-        let (m64, n64, desc) = (m as i64, total as i64, descending as i32);
-        let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&a.data)
-            .arg(&kin)
-            .arg(&sin)
-            .arg(&y.data)
-            .arg(&idx.data)
-            .arg(&kout)
-            .arg(&sout)
-            .arg(&m64)
-            .arg(&n64)
-            .arg(&desc);
-        // SAFETY: parameters (A, kin, sin, Y, I, kout, sout, m, n, descending) as declared;
-        // every element is written once, at its rank within its line.
-        unsafe { l.launch(Gpu::config(total)) }.map_err(|e| driver("sort", e))?;
+        // (A, kin, sin, Y, I, kout, sout, m, n, descending): every element is written once,
+        // at its rank within its line.
+        gpu.launch(
+            &name,
+            || kernel,
+            Launch::Items(total),
+            &[
+                Arg::Buf(&a.mem),
+                Arg::View(kin),
+                Arg::I64(sin),
+                Arg::Buf(&y.mem),
+                Arg::Buf(&idx.mem),
+                Arg::View(kout),
+                Arg::I64(sout),
+                Arg::I64(m as i64),
+                Arg::I64(total as i64),
+                Arg::I32(descending as i32),
+            ],
+        )?;
         Ok((Box::new(y), Box::new(idx)))
     }
     fn conv2d(&self, x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<BufferBox> {

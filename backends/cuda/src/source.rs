@@ -281,6 +281,26 @@ __device__ __forceinline__ ff_i64 at(const View& v, ff_i64 i) {
     }
     return o;
 }
+#ifdef FF_HOST
+/* The host emulation (crate::emulation): the compiler's _Float16 rounds as the GPU does. */
+__device__ __forceinline__ float ld_f16(ff_f16 v) {
+    _Float16 h;
+    memcpy(&h, &v.b, 2);
+    return (float)h;
+}
+__device__ __forceinline__ ff_f16 st_f16(float f) {
+    _Float16 h = (_Float16)f;
+    ff_f16 v;
+    memcpy(&v.b, &h, 2);
+    return v;
+}
+__device__ __forceinline__ ff_f16 st_f16(double f) {
+    _Float16 h = (_Float16)f;
+    ff_f16 v;
+    memcpy(&v.b, &h, 2);
+    return v;
+}
+#else
 __device__ __forceinline__ float ld_f16(ff_f16 v) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.b));
@@ -296,6 +316,7 @@ __device__ __forceinline__ ff_f16 st_f16(double f) {
     asm("cvt.rn.f16.f64 %0, %1;" : "=h"(v.b) : "d"(f));
     return v;
 }
+#endif
 __device__ __forceinline__ float ld_bf16(ff_bf16 v) {
     return __uint_as_float(((unsigned int)v.b) << 16);
 }
@@ -1258,6 +1279,27 @@ pub fn sort(e: Elem) -> Option<KernelSource> {
     Some(program(&name, &key, &kernel))
 }
 
+/// Integer matrix products (cuBLAS has none): `Y[p, i, j] = Σ_l A[p, i, l] · B[p, l, j]` over
+/// dense operands, wrapping, a thread per output.
+pub fn matmul_int(e: Elem) -> Option<KernelSource> {
+    if !(e.is_signed_int() || e.is_unsigned_int()) {
+        return None;
+    }
+    let name = format!("matmul_{}", e.tag());
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, const {s}* __restrict__ B, {s}* __restrict__ Y, \
+         ff_i64 m, ff_i64 k, ff_i64 n, ff_i64 total) {{\n\
+         FF_LOOP(total) {{\n\
+         ff_i64 j = i % n, r = (i / n) % m, p = i / (n * m);\n\
+         {w} acc = 0;\n\
+         for (ff_i64 l = 0; l < k; ++l) acc += ({w})A[(p * m + r) * k + l] * ({w})B[(p * k + l) * n + j];\n\
+         Y[i] = ({s})acc;\n}}\n}}\n",
+        s = e.store(),
+        w = e.wide(),
+    );
+    Some(program(&name, "", &kernel))
+}
+
 /// Every kernel the backend can compile, for the NVRTC check of CI and the GPU's warm-up.
 pub fn catalog() -> Vec<KernelSource> {
     let mut all = vec![];
@@ -1300,6 +1342,7 @@ pub fn catalog() -> Vec<KernelSource> {
         all.extend(conv2d_backprop_input(e));
         all.extend(conv2d_backprop_filter(e));
         all.extend(sort(e));
+        all.extend(matmul_int(e));
     }
     all
 }

@@ -1,0 +1,75 @@
+//! The backend's CUDA C run on the host: each kernel source, with a shim for CUDA's built-ins,
+//! compiled by the system's C++ compiler into a shared library and launched as a loop, while
+//! everything else (views, window geometry, launch parameters, error words, the GEMM's
+//! operand forms and leading dimensions, checked by a GEMM written from cuBLAS's definition)
+//! is the backend's own code. It lets the conformance suite check the kernels and the
+//! backend's logic on a machine without a GPU (`tests/emulated.rs`); what it cannot check is
+//! CUDA itself: NVRTC's code, cuBLAS, the driver, and the block-level reductions (one block
+//! of threads per output, which need real threads; the emulation takes the thread-per-output
+//! kernels instead).
+//!
+//! ```no_run
+//! // Serves `/GPU:0` with the emulated device (needs a C++ compiler: `$CXX`, else `c++`).
+//! if ferroflow_cuda::emulation::available() {
+//!     ferroflow_cuda::emulation::register()?;
+//! }
+//! # Ok::<(), ferroflow_tensor::Error>(())
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ferroflow_tensor::{DeviceKind, Error, Result};
+
+use crate::exec::Gpu;
+use crate::{Cuda, BACKEND};
+
+/// The C++ compiler the emulation uses: `$CXX`, else `c++`.
+///
+/// ```
+/// assert!(!ferroflow_cuda::emulation::compiler().as_os_str().is_empty());
+/// ```
+pub fn compiler() -> PathBuf {
+    std::env::var_os("CXX")
+        .filter(|c| !c.is_empty())
+        .map_or_else(|| PathBuf::from("c++"), PathBuf::from)
+}
+
+/// True when [`compiler`] runs.
+///
+/// ```
+/// let _ = ferroflow_cuda::emulation::available();
+/// ```
+pub fn available() -> bool {
+    std::process::Command::new(compiler())
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Registers one emulated CUDA device as `/GPU:0` (backend name `cuda`, as a real one) and
+/// returns 1; its kernels are compiled on first use in a folder under the system's temporary
+/// directory, removed once they are loaded. An error when no C++ compiler runs.
+///
+/// ```no_run
+/// ferroflow_cuda::emulation::register()?;
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub fn register() -> Result<usize> {
+    if !available() {
+        return Err(Error::Backend {
+            backend: BACKEND,
+            msg: format!(
+                "the host emulation needs a C++ compiler ({} did not run; set CXX)",
+                compiler().display()
+            ),
+        });
+    }
+    // Made while a library compiles, removed after it loads.
+    let dir = std::env::temp_dir().join(format!("ferroflow-cuda-emulation-{}", std::process::id()));
+    let cuda = Cuda {
+        gpus: vec![Gpu::host(0, dir)],
+    };
+    ferroflow_tensor::register_backend(DeviceKind::Gpu, Arc::new(cuda));
+    Ok(1)
+}

@@ -1,0 +1,815 @@
+//! Where the kernels run: a CUDA device (cudarc: a context, its stream, cuBLAS), or the
+//! host, which compiles the same CUDA C with the system's C++ compiler and runs each launch
+//! as a loop (see [`crate::emulation`]). The backend's logic (views, geometry, launch
+//! parameters, error words, the GEMM's operand forms) is the same code on both; only this
+//! module differs.
+
+use std::cell::UnsafeCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+};
+use ferroflow_tensor::{Error, Result};
+
+use crate::source::{Geo, KernelSource, View};
+use crate::BACKEND;
+
+/// Host memory a host-run kernel writes through raw pointers.
+pub(crate) struct HostMemory {
+    cells: Box<[UnsafeCell<u64>]>,
+    len: usize,
+}
+
+// SAFETY: a buffer's bytes are written only by the op that creates it (its kernels run to
+// completion before the buffer is handed out), and read afterwards: no write is ever
+// concurrent with another access.
+unsafe impl Send for HostMemory {}
+// SAFETY: as above.
+unsafe impl Sync for HostMemory {}
+
+impl HostMemory {
+    /// `len` zero bytes, or `None` when the allocator refuses (never an abort).
+    fn zeroed(len: usize) -> Option<HostMemory> {
+        // u64 cells: every dtype's alignment.
+        let count = len.div_ceil(8).max(1);
+        let mut cells = Vec::new();
+        cells.try_reserve_exact(count).ok()?;
+        cells.extend((0..count).map(|_| UnsafeCell::new(0)));
+        Some(HostMemory {
+            cells: cells.into_boxed_slice(),
+            len,
+        })
+    }
+    fn ptr(&self) -> *mut u8 {
+        self.cells.as_ptr() as *mut u8
+    }
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` ≤ 8 × cells, and no kernel writes while the buffer is read.
+        unsafe { std::slice::from_raw_parts(self.ptr(), self.len) }
+    }
+}
+
+/// A buffer's memory on its device.
+pub(crate) enum Memory {
+    /// Device memory (at least one byte: CUDA allocates no zero-size buffers).
+    Cuda(CudaSlice<u8>),
+    /// Host memory of the emulated device.
+    Host(HostMemory),
+}
+
+/// One kernel parameter.
+pub(crate) enum Arg<'a> {
+    /// A buffer (the kernel sees its device pointer).
+    Buf(&'a Memory),
+    I64(i64),
+    I32(i32),
+    F64(f64),
+    View(View),
+    Geo(Geo),
+}
+
+/// How a kernel is launched.
+#[derive(Clone, Copy)]
+pub(crate) enum Launch {
+    /// A grid-stride loop over `n` items (`FF_LOOP`).
+    Items(usize),
+    /// One block of `threads` per output, `blocks` outputs (the block reductions).
+    Blocks { blocks: u32, threads: u32 },
+}
+
+/// Threads per block of the grid-stride kernels.
+const THREADS: u32 = 256;
+
+pub(crate) fn driver(what: &str, e: DriverError) -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        msg: format!("{what}: {e}"),
+    }
+}
+
+/// A device that runs the backend's kernels.
+pub(crate) struct Gpu {
+    pub(crate) ordinal: usize,
+    pub(crate) name: String,
+    engine: Engine,
+    /// The data-error word of checked kernels (one checked kernel at a time: the lock).
+    pub(crate) error_word: Mutex<Memory>,
+}
+
+enum Engine {
+    Cuda(CudaEngine),
+    Host(HostEngine),
+}
+
+struct CudaEngine {
+    /// `compute_XY` for NVRTC.
+    arch: &'static str,
+    /// Compute capability ≥ 8.0 (TensorFloat-32 tensor cores).
+    has_tf32: bool,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+}
+
+/// The host's kernels: compiled once into shared libraries (by catalog group or alone).
+struct HostEngine {
+    libraries: Mutex<HashMap<String, HostLibrary>>,
+    dir: PathBuf,
+}
+
+impl Gpu {
+    /// CUDA device `ordinal`.
+    pub(crate) fn cuda(ordinal: usize) -> Result<Gpu> {
+        let ctx = CudaContext::new(ordinal).map_err(|e| driver("creating a context", e))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| driver("reading the compute capability", e))?;
+        let name = ctx
+            .name()
+            .map_err(|e| driver("reading the device name", e))?;
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Backend {
+            backend: BACKEND,
+            msg: format!("creating a cuBLAS handle: {e:?}"),
+        })?;
+        let word = stream
+            .alloc_zeros::<u8>(16)
+            .map_err(|e| driver("allocating the error word", e))?;
+        // One leaked string per device for NVRTC's `&'static str` option.
+        let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
+        Ok(Gpu {
+            ordinal,
+            name: format!("{name} (compute capability {major}.{minor})"),
+            engine: Engine::Cuda(CudaEngine {
+                arch,
+                has_tf32: major >= 8,
+                ctx,
+                stream,
+                blas,
+                functions: Mutex::new(HashMap::new()),
+            }),
+            error_word: Mutex::new(Memory::Cuda(word)),
+        })
+    }
+
+    /// The emulated device `ordinal`: kernels compiled by `compiler` into `dir`.
+    pub(crate) fn host(ordinal: usize, dir: PathBuf) -> Gpu {
+        Gpu {
+            ordinal,
+            name: "CUDA kernels emulated on the host".to_string(),
+            engine: Engine::Host(HostEngine {
+                libraries: Mutex::new(HashMap::new()),
+                dir,
+            }),
+            error_word: Mutex::new(Memory::Host(HostMemory {
+                cells: (0..2).map(|_| UnsafeCell::new(0)).collect(),
+                len: 16,
+            })),
+        }
+    }
+
+    /// True for the emulated device (block-level kernels are not emulated).
+    pub(crate) fn is_host(&self) -> bool {
+        matches!(self.engine, Engine::Host(_))
+    }
+
+    /// `bytes` of device memory (uninitialised on a GPU: every kernel writes its whole output).
+    pub(crate) fn alloc(&self, bytes: usize) -> Result<Memory> {
+        match &self.engine {
+            Engine::Cuda(c) => {
+                // SAFETY: every kernel writes each output element before anything reads it.
+                let data = unsafe { c.stream.alloc::<u8>(bytes.max(1)) }
+                    .map_err(|e| driver(&format!("allocating {bytes} bytes"), e))?;
+                Ok(Memory::Cuda(data))
+            }
+            Engine::Host(_) => HostMemory::zeroed(bytes)
+                .map(Memory::Host)
+                .ok_or_else(|| refused_allocation(bytes)),
+        }
+    }
+
+    /// A buffer holding `bytes`.
+    pub(crate) fn upload(&self, bytes: &[u8]) -> Result<Memory> {
+        match &self.engine {
+            Engine::Cuda(c) => {
+                if bytes.is_empty() {
+                    return self.alloc(0);
+                }
+                c.stream
+                    .clone_htod(bytes)
+                    .map(Memory::Cuda)
+                    .map_err(|e| driver("upload", e))
+            }
+            Engine::Host(_) => {
+                let m = HostMemory::zeroed(bytes.len())
+                    .ok_or_else(|| refused_allocation(bytes.len()))?;
+                // SAFETY: the memory is new and holds at least `bytes.len()` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), m.ptr(), bytes.len()) };
+                Ok(Memory::Host(m))
+            }
+        }
+    }
+
+    /// The bytes `range` of `mem` (waits for the kernels before).
+    pub(crate) fn download(&self, mem: &Memory, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
+        let outside = || Error::Backend {
+            backend: BACKEND,
+            msg: "download: the view lies outside its buffer".into(),
+        };
+        match (&self.engine, mem) {
+            (Engine::Cuda(c), Memory::Cuda(s)) => {
+                let view = s.try_slice(range).ok_or_else(outside)?;
+                c.stream
+                    .clone_dtoh(&view)
+                    .map_err(|e| driver("download", e))
+            }
+            (Engine::Host(_), Memory::Host(h)) => {
+                Ok(h.bytes().get(range).ok_or_else(outside)?.to_vec())
+            }
+            _ => Err(foreign()),
+        }
+    }
+
+    /// Sets every byte of `mem` to zero.
+    pub(crate) fn zero(&self, mem: &mut Memory) -> Result<()> {
+        match (&self.engine, mem) {
+            (Engine::Cuda(c), Memory::Cuda(s)) => {
+                c.stream.memset_zeros(s).map_err(|e| driver("memset", e))
+            }
+            (Engine::Host(_), Memory::Host(h)) => {
+                // SAFETY: the buffer holds `len` bytes and nothing else accesses it now.
+                unsafe { std::ptr::write_bytes(h.ptr(), 0, h.len) };
+                Ok(())
+            }
+            _ => Err(foreign()),
+        }
+    }
+
+    /// Waits for every kernel launched so far.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        match &self.engine {
+            Engine::Cuda(c) => c.stream.synchronize().map_err(|e| driver("synchronize", e)),
+            Engine::Host(_) => Ok(()),
+        }
+    }
+
+    /// (free, total) device memory in bytes, where the device says.
+    pub(crate) fn memory(&self) -> Option<(u64, u64)> {
+        match &self.engine {
+            Engine::Cuda(c) => c.ctx.mem_get_info().ok().map(|(f, t)| (f as u64, t as u64)),
+            Engine::Host(_) => None,
+        }
+    }
+
+    /// Launches kernel `name` (its source made by `source` on first use) with `args`.
+    pub(crate) fn launch(
+        &self,
+        name: &str,
+        source: impl FnOnce() -> KernelSource,
+        how: Launch,
+        args: &[Arg<'_>],
+    ) -> Result<()> {
+        match &self.engine {
+            Engine::Cuda(c) => c.launch(name, source, how, args),
+            Engine::Host(h) => h.launch(name, source, how, args),
+        }
+    }
+
+    /// Column-major `C = op(A)·op(B)` for each of `batch` matrices (cuBLAS's strided batched
+    /// GEMM), `T` the element type: `a`/`b`/`c` start at their byte offsets.
+    pub(crate) fn gemm<T: GemmScalar>(
+        &self,
+        call: &GemmCall,
+        a: (&Memory, usize),
+        b: (&Memory, usize),
+        c: &mut Memory,
+    ) -> Result<()>
+    where
+        CudaBlas: Gemm<T>,
+    {
+        match (&self.engine, a.0, b.0, c) {
+            (Engine::Cuda(e), Memory::Cuda(sa), Memory::Cuda(sb), Memory::Cuda(sc)) => {
+                e.gemm::<T>(call, (sa, a.1), (sb, b.1), sc)
+            }
+            (Engine::Host(_), Memory::Host(ha), Memory::Host(hb), Memory::Host(hc)) => {
+                host_gemm::<T>(call, (ha, a.1), (hb, b.1), hc);
+                Ok(())
+            }
+            _ => Err(foreign()),
+        }
+    }
+}
+
+fn refused_allocation(bytes: usize) -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        msg: format!("the host emulation could not allocate {bytes} bytes"),
+    }
+}
+
+fn foreign() -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        msg: "a buffer of another device kind (a GPU's and the host emulation's mixed)".into(),
+    }
+}
+
+/// A strided batched GEMM in cuBLAS's terms (column-major).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GemmCall {
+    pub(crate) transa: bool,
+    pub(crate) transb: bool,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) lda: i64,
+    pub(crate) ldb: i64,
+    pub(crate) ldc: i64,
+    pub(crate) stride_a: i64,
+    pub(crate) stride_b: i64,
+    pub(crate) stride_c: i64,
+    pub(crate) batch: usize,
+}
+
+/// The element types cuBLAS multiplies, with the scalars of `C = 1·A·B + 0·C` and the
+/// conversions the host GEMM uses.
+pub(crate) trait GemmScalar: cudarc::driver::DeviceRepr + Copy {
+    const ONE: Self;
+    const ZERO: Self;
+    /// float32, the type TensorFloat-32 applies to.
+    const IS_F32: bool = false;
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+}
+impl GemmScalar for f32 {
+    const IS_F32: bool = true;
+    const ONE: f32 = 1.0;
+    const ZERO: f32 = 0.0;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> f32 {
+        v as f32
+    }
+}
+impl GemmScalar for f64 {
+    const ONE: f64 = 1.0;
+    const ZERO: f64 = 0.0;
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(v: f64) -> f64 {
+        v
+    }
+}
+impl GemmScalar for half::f16 {
+    const ONE: half::f16 = half::f16::ONE;
+    const ZERO: half::f16 = half::f16::ZERO;
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(v: f64) -> half::f16 {
+        half::f16::from_f64(v)
+    }
+}
+impl GemmScalar for half::bf16 {
+    const ONE: half::bf16 = half::bf16::ONE;
+    const ZERO: half::bf16 = half::bf16::ZERO;
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(v: f64) -> half::bf16 {
+        half::bf16::from_f64(v)
+    }
+}
+
+/// The GEMM on the host, by its definition, in f64 (the emulation checks the operand forms
+/// and leading dimensions the backend passes, not cuBLAS's rounding).
+fn host_gemm<T: GemmScalar>(
+    call: &GemmCall,
+    a: (&HostMemory, usize),
+    b: (&HostMemory, usize),
+    c: &HostMemory,
+) {
+    let size = std::mem::size_of::<T>();
+    let read = |m: &HostMemory, byte: usize, i: i64| -> f64 {
+        // SAFETY: the index lies inside the operand's layout (checked by the tensor layer);
+        // unaligned reads, so any offset works.
+        unsafe { (m.ptr().add(byte + i as usize * size) as *const T).read_unaligned() }.to_f64()
+    };
+    for p in 0..call.batch as i64 {
+        for j in 0..call.n as i64 {
+            for i in 0..call.m as i64 {
+                let mut sum = 0.0;
+                for l in 0..call.k as i64 {
+                    let ai = if call.transa {
+                        l + i * call.lda
+                    } else {
+                        i + l * call.lda
+                    };
+                    let bi = if call.transb {
+                        j + l * call.ldb
+                    } else {
+                        l + j * call.ldb
+                    };
+                    sum += read(a.0, a.1, p * call.stride_a + ai)
+                        * read(b.0, b.1, p * call.stride_b + bi);
+                }
+                let ci = (p * call.stride_c + i + j * call.ldc) as usize;
+                // SAFETY: `c` holds batch × ldc × n values.
+                unsafe { (c.ptr().add(ci * size) as *mut T).write_unaligned(T::from_f64(sum)) };
+            }
+        }
+    }
+}
+
+impl CudaEngine {
+    fn function(&self, name: &str, source: impl FnOnce() -> KernelSource) -> Result<CudaFunction> {
+        let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = cache.get(name) {
+            return Ok(f.clone());
+        }
+        let kernel = source();
+        let ptx = crate::compile_ptx(&kernel, self.arch)?;
+        let module = self
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| driver(&format!("loading kernel {name}"), e))?;
+        let f = module
+            .load_function(&kernel.name)
+            .map_err(|e| driver(&format!("finding kernel {name}"), e))?;
+        cache.insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    fn launch(
+        &self,
+        name: &str,
+        source: impl FnOnce() -> KernelSource,
+        how: Launch,
+        args: &[Arg<'_>],
+    ) -> Result<()> {
+        let f = self.function(name, source)?;
+        let cfg = match how {
+            Launch::Items(n) => LaunchConfig {
+                grid_dim: (n.div_ceil(THREADS as usize).clamp(1, 1 << 20) as u32, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            },
+            Launch::Blocks { blocks, threads } => LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: 0,
+            },
+        };
+        let mut l = self.stream.launch_builder(&f);
+        for a in args {
+            match a {
+                Arg::Buf(Memory::Cuda(s)) => l.arg(s),
+                Arg::Buf(Memory::Host(_)) => return Err(foreign()),
+                Arg::I64(v) => l.arg(v),
+                Arg::I32(v) => l.arg(v),
+                Arg::F64(v) => l.arg(v),
+                Arg::View(v) => l.arg(v),
+                Arg::Geo(v) => l.arg(v),
+            };
+        }
+        // SAFETY: the backend passes each kernel the parameters its source declares, in
+        // order (the sources and the calls are written together, and the host emulation
+        // runs the same calls against the same sources under the conformance suite); every
+        // index a kernel forms lies inside its operands' layouts, checked by the tensor layer.
+        unsafe { l.launch(cfg) }.map_err(|e| driver(name, e))?;
+        Ok(())
+    }
+
+    fn gemm<T: GemmScalar>(
+        &self,
+        call: &GemmCall,
+        a: (&CudaSlice<u8>, usize),
+        b: (&CudaSlice<u8>, usize),
+        c: &mut CudaSlice<u8>,
+    ) -> Result<()>
+    where
+        CudaBlas: Gemm<T>,
+    {
+        let size = std::mem::size_of::<T>();
+        let refused = |what: &str| Error::Backend {
+            backend: BACKEND,
+            msg: format!("matmul: {what} could not be given to cuBLAS"),
+        };
+        // TensorFloat-32 for float32 where allowed and present; full float32 otherwise.
+        let mode = if T::IS_F32 && self.has_tf32 && crate::tensor_float_32_execution_enabled() {
+            cudarc::cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        } else {
+            cudarc::cublas::sys::cublasMath_t::CUBLAS_DEFAULT_MATH
+        };
+        // SAFETY: the handle is this device's, alive as long as `self`.
+        let status = unsafe { cudarc::cublas::sys::cublasSetMathMode(*self.blas.handle(), mode) };
+        if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(Error::Backend {
+                backend: BACKEND,
+                msg: format!("matmul: cuBLAS refused the math mode: {status:?}"),
+            });
+        }
+        let op = |t: bool| {
+            if t {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let cfg = StridedBatchedConfig {
+            gemm: GemmConfig {
+                transa: op(call.transa),
+                transb: op(call.transb),
+                m: call.m as i32,
+                n: call.n as i32,
+                k: call.k as i32,
+                alpha: T::ONE,
+                lda: call.lda as i32,
+                ldb: call.ldb as i32,
+                beta: T::ZERO,
+                ldc: call.ldc as i32,
+            },
+            batch_size: call.batch as i32,
+            stride_a: call.stride_a,
+            stride_b: call.stride_b,
+            stride_c: call.stride_c,
+        };
+        let va = a.0.try_slice(a.1..).ok_or_else(|| refused("lhs"))?;
+        let vb = b.0.try_slice(b.1..).ok_or_else(|| refused("rhs"))?;
+        // SAFETY: the views are reinterpreted as T over whole elements of their bytes; the
+        // strides and leading dimensions keep every read inside the tensors' layouts
+        // (checked by the tensor layer), and `c` holds batch · m · n values.
+        unsafe {
+            let va = va
+                .transmute::<T>(va.len() / size)
+                .ok_or_else(|| refused("lhs"))?;
+            let vb = vb
+                .transmute::<T>(vb.len() / size)
+                .ok_or_else(|| refused("rhs"))?;
+            let len = c.len() / size;
+            let mut vc = c
+                .transmute_mut::<T>(len)
+                .ok_or_else(|| refused("the output"))?;
+            self.blas
+                .gemm_strided_batched(cfg, &va, &vb, &mut vc)
+                .map_err(|e| Error::Backend {
+                    backend: BACKEND,
+                    msg: format!("matmul: cuBLAS: {e:?}"),
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// What the host's C++ compiler sees before a kernel: CUDA's built-ins for one thread at a
+/// time (the launch loop sets the indices), the bit casts, an `atomicMax` that needs no
+/// atomicity (one thread runs at a time).
+const HOST_SHIM: &str = r#"
+#include <math.h>
+#include <string.h>
+#define FF_HOST 1
+struct ff_dim3 { unsigned int x, y, z; };
+static thread_local ff_dim3 blockIdx, threadIdx, blockDim, gridDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+/* Block-level kernels compile but are never launched here (see crate::emulation). */
+#define __shared__ static thread_local
+static inline void __syncthreads() {}
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline float __uint_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline unsigned int __float_as_uint(float f) { unsigned int i; memcpy(&i, &f, 4); return i; }
+static inline long long __double_as_longlong(double d) { long long i; memcpy(&i, &d, 8); return i; }
+static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
+static inline unsigned int atomicMax(unsigned int* p, unsigned int v) {
+    unsigned int old = *p;
+    if (v > old) *p = v;
+    return old;
+}
+"#;
+
+/// Kernels of the catalog compiled together into one library (the compiler's start-up
+/// dominates one small kernel).
+const HOST_GROUP: usize = 64;
+
+type HostLibrary = Arc<OnceLock<std::result::Result<libloading::Library, String>>>;
+
+impl HostEngine {
+    /// The library holding kernel `name`, compiled on first use: with the catalog's group it
+    /// belongs to, else alone (or alone when its group does not compile, so the error names
+    /// it).
+    fn library(&self, name: &str, source: impl FnOnce() -> KernelSource) -> HostLibrary {
+        static GROUPS: OnceLock<HashMap<String, usize>> = OnceLock::new();
+        let groups = GROUPS.get_or_init(|| {
+            crate::source::catalog()
+                .into_iter()
+                .enumerate()
+                .map(|(i, k)| (k.name, i / HOST_GROUP))
+                .collect()
+        });
+        if let Some(&group) = groups.get(name) {
+            let slot = self.slot(&format!("group {group}"));
+            slot.get_or_init(|| {
+                let kernels: Vec<KernelSource> = crate::source::catalog()
+                    .into_iter()
+                    .skip(group * HOST_GROUP)
+                    .take(HOST_GROUP)
+                    .collect();
+                self.compile(&format!("group_{group}"), &kernels)
+            });
+            if matches!(slot.get(), Some(Ok(_))) {
+                return slot;
+            }
+        }
+        let slot = self.slot(name);
+        slot.get_or_init(|| self.compile(name, &[source()]));
+        slot
+    }
+
+    fn slot(&self, key: &str) -> HostLibrary {
+        let mut libs = self.libraries.lock().unwrap_or_else(|e| e.into_inner());
+        libs.entry(key.to_string()).or_default().clone()
+    }
+
+    /// Compiles `kernels`, each in a namespace of its own with its launch loop
+    /// (`ff_host_launch_NAME`), into one shared library.
+    fn compile(
+        &self,
+        stem: &str,
+        kernels: &[KernelSource],
+    ) -> std::result::Result<libloading::Library, String> {
+        let mut code = format!("{HOST_SHIM}{}", crate::source::PRELUDE);
+        for k in kernels {
+            let own = k
+                .code
+                .strip_prefix(crate::source::PRELUDE)
+                .unwrap_or(&k.code);
+            code += &format!(
+                "namespace ns_{} {{\n{own}\n{}}}\n",
+                k.name,
+                launch_wrapper(k)?
+            );
+        }
+        let cpp = self.dir.join(format!("{stem}.cpp"));
+        let so = self.dir.join(format!("{stem}.so"));
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|e| format!("creating {}: {e}", self.dir.display()))?;
+        // Nothing is left behind: once loaded, the library's mapping outlives its file.
+        let cleanup = || {
+            let _ = std::fs::remove_file(&cpp);
+            let _ = std::fs::remove_file(&so);
+            let _ = std::fs::remove_dir(&self.dir);
+        };
+        std::fs::write(&cpp, code).map_err(|e| format!("writing {}: {e}", cpp.display()))?;
+        let out = std::process::Command::new(crate::emulation::compiler())
+            .args(["-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o"])
+            .arg(&so)
+            .arg(&cpp)
+            .output()
+            .map_err(|e| format!("running the C++ compiler: {e}"))?;
+        if !out.status.success() {
+            cleanup();
+            return Err(format!(
+                "the host's C++ compiler refused {stem}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        // SAFETY: the library is ours, just built; loading runs no initialisers of note.
+        let lib = unsafe { libloading::Library::new(&so) }
+            .map_err(|e| format!("loading {}: {e}", so.display()));
+        cleanup();
+        lib
+    }
+
+    fn launch(
+        &self,
+        name: &str,
+        source: impl FnOnce() -> KernelSource,
+        how: Launch,
+        args: &[Arg<'_>],
+    ) -> Result<()> {
+        let slot = self.library(name, source);
+        let lib = match slot.get() {
+            Some(Ok(lib)) => lib,
+            Some(Err(msg)) => {
+                return Err(Error::Backend {
+                    backend: BACKEND,
+                    msg: msg.clone(),
+                })
+            }
+            None => {
+                return Err(Error::Backend {
+                    backend: BACKEND,
+                    msg: format!("kernel {name} was not compiled"),
+                })
+            }
+        };
+        let (grid, block) = match how {
+            // One thread walks the whole grid-stride loop.
+            Launch::Items(_) => (1u32, 1u32),
+            Launch::Blocks { .. } => {
+                return Err(Error::Backend {
+                    backend: BACKEND,
+                    msg: format!("kernel {name}: block-level kernels are not emulated on the host"),
+                })
+            }
+        };
+        // The values the pointers below point at.
+        let ptrs: Vec<*mut u8> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Buf(Memory::Host(h)) => h.ptr(),
+                _ => std::ptr::null_mut(),
+            })
+            .collect();
+        let mut params: Vec<*const std::ffi::c_void> = vec![];
+        for (a, p) in args.iter().zip(&ptrs) {
+            params.push(match a {
+                Arg::Buf(Memory::Host(_)) => p as *const *mut u8 as *const _,
+                Arg::Buf(Memory::Cuda(_)) => return Err(foreign()),
+                Arg::I64(v) => v as *const i64 as *const _,
+                Arg::I32(v) => v as *const i32 as *const _,
+                Arg::F64(v) => v as *const f64 as *const _,
+                Arg::View(v) => v as *const View as *const _,
+                Arg::Geo(v) => v as *const Geo as *const _,
+            });
+        }
+        type Entry = unsafe extern "C" fn(*const *const std::ffi::c_void, u32, u32);
+        let symbol = format!("ff_host_launch_{name}");
+        // SAFETY: the symbol is the wrapper `launch_wrapper` wrote: it reads each parameter
+        // through its pointer with the type the kernel declares, as CUDA's `cuLaunchKernel`
+        // does; the buffers are host memory of the sizes the backend asked for.
+        unsafe {
+            let entry: libloading::Symbol<Entry> =
+                lib.get(symbol.as_bytes()).map_err(|e| Error::Backend {
+                    backend: BACKEND,
+                    msg: format!("kernel {name}: {e}"),
+                })?;
+            entry(params.as_ptr(), grid, block);
+        }
+        Ok(())
+    }
+}
+
+/// `extern "C" void ff_host_launch_NAME(void** params, unsigned grid, unsigned block)`: calls the
+/// kernel once per (block, thread) with each parameter read through its pointer as the
+/// kernel declares it.
+fn launch_wrapper(kernel: &KernelSource) -> std::result::Result<String, String> {
+    let head = format!("__global__ void {}(", kernel.name);
+    let start = kernel
+        .code
+        .find(&head)
+        .ok_or_else(|| format!("kernel {} has no definition", kernel.name))?
+        + head.len();
+    let end = start
+        + kernel.code[start..]
+            .find(')')
+            .ok_or_else(|| format!("kernel {}: unterminated parameters", kernel.name))?;
+    let mut reads = vec![];
+    for (i, param) in kernel.code[start..end].split(',').enumerate() {
+        let param = param.trim();
+        // The type is all but the last word (the parameter's name).
+        let cut = param
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .ok_or_else(|| format!("kernel {}: parameter {param:?} has no type", kernel.name))?;
+        let ty = &param[..=cut];
+        reads.push(format!("*({ty}*)p[{i}]"));
+    }
+    Ok(format!(
+        "extern \"C\" void ff_host_launch_{}(void** p, unsigned int grid, unsigned int block) {{\n\
+         gridDim.x = grid; gridDim.y = 1; gridDim.z = 1;\n\
+         blockDim.x = block; blockDim.y = 1; blockDim.z = 1;\n\
+         for (unsigned int b = 0; b < grid; ++b) for (unsigned int t = 0; t < block; ++t) {{\n\
+         blockIdx.x = b; blockIdx.y = 0; blockIdx.z = 0;\n\
+         threadIdx.x = t; threadIdx.y = 0; threadIdx.z = 0;\n\
+         {}({});\n}}\n}}\n",
+        kernel.name,
+        kernel.name,
+        reads.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launch_wrapper_reads_each_parameter_with_its_type() {
+        let k = KernelSource {
+            name: "k".into(),
+            code: "extern \"C\" __global__ void k(const float* __restrict__ A, View va, ff_i64 n, unsigned int* E) {}".into(),
+        };
+        let w = launch_wrapper(&k).expect("a wrapper");
+        assert!(
+            w.contains("k(*(const float* __restrict__ *)p[0], *(View *)p[1], *(ff_i64 *)p[2], *(unsigned int* *)p[3]);"),
+            "{w}"
+        );
+    }
+}
