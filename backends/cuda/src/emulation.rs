@@ -4,9 +4,10 @@
 //! operand forms and leading dimensions, checked by a GEMM written from cuBLAS's definition)
 //! is the backend's own code. It lets the conformance suite check the kernels and the
 //! backend's logic on a machine without a GPU (`tests/emulated.rs`); what it cannot check is
-//! CUDA itself: NVRTC's code, cuBLAS, the driver, and the block-level reductions (one block
-//! of threads per output, which need real threads; the emulation takes the thread-per-output
-//! kernels instead).
+//! CUDA itself: NVRTC's code, cuBLAS, the driver. A launch with one thread per block walks
+//! the grid-stride loop in order; a block-level kernel (the reductions' shared-memory trees)
+//! runs each block's threads as real threads meeting at a barrier, one block at a time (the
+//! backend sends reductions with at most a few outputs there, to bound the threads).
 //!
 //! ```no_run
 //! // Serves `/GPU:0` with the emulated device (needs a C++ compiler: `$CXX`, else `c++`).

@@ -581,8 +581,15 @@ static thread_local ff_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define __device__
 #define __forceinline__ inline
 /* Block-level kernels compile but are never launched here (see crate::emulation). */
-#define __shared__ static thread_local
-static inline void __syncthreads() {}
+#include <barrier>
+#include <mutex>
+#include <thread>
+#include <vector>
+/* A block's threads are real threads (see the launch wrapper): its shared arrays are
+   statics, its barrier the block's. */
+#define __shared__ static
+static thread_local std::barrier<>* ff_block_barrier = nullptr;
+static inline void __syncthreads() { ff_block_barrier->arrive_and_wait(); }
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline float __uint_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline unsigned int __float_as_uint(float f) { unsigned int i; memcpy(&i, &f, 4); return i; }
@@ -669,7 +676,15 @@ impl HostEngine {
         };
         std::fs::write(&cpp, code).map_err(|e| format!("writing {}: {e}", cpp.display()))?;
         let out = std::process::Command::new(crate::emulation::compiler())
-            .args(["-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o"])
+            .args([
+                "-std=c++20",
+                "-pthread",
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-w",
+                "-o",
+            ])
             .arg(&so)
             .arg(&cpp)
             .output()
@@ -714,12 +729,8 @@ impl HostEngine {
         let (grid, block) = match how {
             // One thread walks the whole grid-stride loop.
             Launch::Items(_) => (1u32, 1u32),
-            Launch::Blocks { .. } => {
-                return Err(Error::Backend {
-                    backend: BACKEND,
-                    msg: format!("kernel {name}: block-level kernels are not emulated on the host"),
-                })
-            }
+            // Real threads per block, meeting at `__syncthreads`.
+            Launch::Blocks { blocks, threads } => (blocks, threads),
         };
         // The values the pointers below point at.
         let ptrs: Vec<*mut u8> = args
@@ -782,17 +793,29 @@ fn launch_wrapper(kernel: &KernelSource) -> std::result::Result<String, String> 
         let ty = &param[..=cut];
         reads.push(format!("*({ty}*)p[{i}]"));
     }
+    // One thread: the grid-stride loop in order. Several: each block's threads as real
+    // threads meeting at a barrier (`__syncthreads`), one block after another, one such
+    // launch of this kernel at a time (its `__shared__` arrays are the library's statics).
     Ok(format!(
-        "extern \"C\" void ff_host_launch_{}(void** p, unsigned int grid, unsigned int block) {{\n\
+        "static void ff_run_{name}(void** p, unsigned int grid, unsigned int block, unsigned int b, unsigned int t, \
+         std::barrier<>* bar) {{\n\
          gridDim.x = grid; gridDim.y = 1; gridDim.z = 1;\n\
          blockDim.x = block; blockDim.y = 1; blockDim.z = 1;\n\
-         for (unsigned int b = 0; b < grid; ++b) for (unsigned int t = 0; t < block; ++t) {{\n\
          blockIdx.x = b; blockIdx.y = 0; blockIdx.z = 0;\n\
          threadIdx.x = t; threadIdx.y = 0; threadIdx.z = 0;\n\
-         {}({});\n}}\n}}\n",
-        kernel.name,
-        kernel.name,
-        reads.join(", ")
+         ff_block_barrier = bar;\n\
+         {name}({reads});\n}}\n\
+         static std::mutex ff_lock_{name};\n\
+         extern \"C\" void ff_host_launch_{name}(void** p, unsigned int grid, unsigned int block) {{\n\
+         if (block == 1) {{ for (unsigned int b = 0; b < grid; ++b) ff_run_{name}(p, grid, 1, b, 0, nullptr); return; }}\n\
+         std::lock_guard<std::mutex> guard(ff_lock_{name});\n\
+         for (unsigned int b = 0; b < grid; ++b) {{\n\
+         std::barrier<> bar(block);\n\
+         std::vector<std::thread> threads;\n\
+         for (unsigned int t = 0; t < block; ++t) threads.emplace_back(ff_run_{name}, p, grid, block, b, t, &bar);\n\
+         for (auto& th : threads) th.join();\n}}\n}}\n",
+        name = kernel.name,
+        reads = reads.join(", ")
     ))
 }
 
@@ -808,7 +831,8 @@ mod tests {
         };
         let w = launch_wrapper(&k).expect("a wrapper");
         assert!(
-            w.contains("k(*(const float* __restrict__ *)p[0], *(View *)p[1], *(ff_i64 *)p[2], *(unsigned int* *)p[3]);"),
+            w.contains("k(*(const float* __restrict__ *)p[0], *(View *)p[1], *(ff_i64 *)p[2], *(unsigned int* *)p[3]);")
+                && w.contains("extern \"C\" void ff_host_launch_k(void** p"),
             "{w}"
         );
     }

@@ -22,8 +22,8 @@
 //! CUDA's built-ins shimmed, a launch as a loop) behind the same backend code, and the
 //! conformance suite passes there (`tests/emulated.rs`, in CI): the kernels' arithmetic and
 //! indexing, the views and launch parameters, the error words and the GEMM operand forms
-//! are checked. What only a GPU can check (NVRTC's code, cuBLAS, the driver, the block-level
-//! reductions) has **not run yet** (`tests/conformance.rs` does, with
+//! are checked, the block-level reductions included (a block's threads are real threads
+//! there). What only a GPU can check (NVRTC's code, cuBLAS, the driver) has **not run yet** (`tests/conformance.rs` does, with
 //! `FERROFLOW_REQUIRE_CUDA=1`; `cargo xtask gpu` runs it), so `ferroflow::init()` does not
 //! register this backend; call [`register`] to use it.
 //!
@@ -78,6 +78,10 @@ pub fn set_tensor_float_32_execution(enabled: bool) {
 pub fn tensor_float_32_execution_enabled() -> bool {
     TF32.load(std::sync::atomic::Ordering::Relaxed)
 }
+
+/// The most outputs a reduction runs as blocks on the host emulation (each block is
+/// `source::REDUCE_BLOCK` real threads there).
+const HOST_BLOCK_OUTPUTS: usize = 3;
 
 /// Memory of one device of this backend (a GPU's, or the host emulation's).
 pub struct CudaBuffer {
@@ -783,9 +787,9 @@ impl Backend for Cuda {
             return boxed(y);
         }
         let m64 = m as i64;
-        // Short reductions: a thread per output; long ones: a block per output (not on the
-        // host emulation, which runs one thread at a time).
-        if m <= 64 || outputs > (1 << 20) || gpu.is_host() {
+        // Short reductions: a thread per output; long ones: a block per output (on the host
+        // emulation, whose blocks are real threads, only for a few outputs).
+        if m <= 64 || outputs > (1 << 20) || (gpu.is_host() && outputs > HOST_BLOCK_OUTPUTS) {
             let name = rows.name.clone();
             // (A, kept, red, m, Y, n)
             gpu.launch(
