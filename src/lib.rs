@@ -62,12 +62,12 @@ pub use ferroflow_tensor as tensor;
 /// The CPU backend crate (`ferroflow-cpu`).
 #[cfg(feature = "cpu")]
 pub use ferroflow_cpu as cpu;
-#[cfg(feature = "wgpu")]
-pub use ferroflow_wgpu as wgpu;
 /// The native NVIDIA backend crate (`ferroflow-cuda`), in progress: not registered by
 /// [`init`] until a GPU has run its kernels; `ferroflow::cuda::register()` registers it.
 #[cfg(feature = "cuda")]
 pub use ferroflow_cuda as cuda;
+#[cfg(feature = "wgpu")]
+pub use ferroflow_wgpu as wgpu;
 
 /// Registers every backend compiled in (idempotent). Call once at start-up.
 pub fn init() {

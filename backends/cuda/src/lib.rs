@@ -251,6 +251,16 @@ fn view(layout: &Layout, op: &'static str) -> Result<View> {
     view_of(layout.shape(), layout.strides(), layout.offset(), op)
 }
 
+/// The generated kernels of `key` (made once per process), or the "no kernel for dtype"
+/// error naming `op`.
+fn kernels(
+    key: source::KernelKey,
+    op: &'static str,
+    dtype: DType,
+) -> Result<Arc<source::Generated>> {
+    source::generated(key).ok_or_else(|| unsupported(BACKEND, op, dtype))
+}
+
 fn boxed(b: CudaBuffer) -> Result<BufferBox> {
     Ok(Box::new(b))
 }
@@ -267,8 +277,7 @@ impl Cuda {
         x: Operand<'_>,
         out: Elem,
         op: &'static str,
-        name: &str,
-        source: impl FnOnce() -> KernelSource,
+        kernel: &KernelSource,
     ) -> Result<CudaBuffer> {
         let (gpu, a) = self.gpu_of(&x, op)?;
         let n = x.layout.num_elements();
@@ -279,8 +288,8 @@ impl Cuda {
         let va = view(x.layout, op)?;
         // (A, View, Y, n)
         gpu.launch(
-            name,
-            source,
+            &kernel.name,
+            || kernel.clone(),
             Launch::Items(n),
             &[
                 Arg::Buf(&a.mem),
@@ -295,9 +304,8 @@ impl Cuda {
     /// A dense copy of `x` in its own dtype.
     fn dense(&self, x: Operand<'_>) -> Result<CudaBuffer> {
         let e = elem(x.dtype, "copy")?;
-        self.map_one(x, e, "copy", &format!("cast_{0}_{0}", e.tag()), || {
-            source::cast(e, e)
-        })
+        let k = kernels(source::KernelKey::Cast(e, e), "copy", x.dtype)?;
+        self.map_one(x, e, "copy", &k.kernels[0])
     }
 
     fn data_error(op: &'static str, (code, index): (u32, i64), bound: usize) -> Result<()> {
@@ -322,7 +330,7 @@ impl Cuda {
     fn indexed(
         &self,
         op: &'static str,
-        kernel: KernelSource,
+        kernel: &KernelSource,
         a: Operand<'_>,
         indices: Operand<'_>,
         n: usize,
@@ -334,13 +342,12 @@ impl Cuda {
         if n == 0 {
             return Ok(y);
         }
-        let name = kernel.name.clone();
         let (va, vb) = (view(a.layout, op)?, view(indices.layout, op)?);
         let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
         gpu.zero(&mut word)?;
         gpu.launch(
-            &name,
-            || kernel,
+            &kernel.name,
+            || kernel.clone(),
             Launch::Items(n),
             &[
                 Arg::Buf(&abuf.mem),
@@ -380,9 +387,10 @@ impl Cuda {
         let va = view(x.layout, op)?;
         let vy = view_of(x.layout.shape(), strides, offset, op)?;
         // (A, va, Y, vy, n): `vy` addresses x's shape inside the output.
+        let k = kernels(source::KernelKey::CopyInto(e), op, e.dtype())?;
         gpu.launch(
-            &format!("copy_into_{}", e.tag()),
-            || source::copy_into(e),
+            &k.kernels[0].name,
+            || k.kernels[0].clone(),
             Launch::Items(n),
             &[
                 Arg::Buf(&a.mem),
@@ -398,7 +406,7 @@ impl Cuda {
     fn window(
         &self,
         op: &'static str,
-        kernel: KernelSource,
+        kernel: &KernelSource,
         a: Operand<'_>,
         b: Option<Operand<'_>>,
         n_out: usize,
@@ -410,13 +418,12 @@ impl Cuda {
         if n_out == 0 {
             return Ok(y);
         }
-        let name = kernel.name.clone();
         let mut args = vec![Arg::Buf(&abuf.mem)];
         if let Some(bbuf) = bbuf {
             args.push(Arg::Buf(&bbuf.mem));
         }
         args.extend([Arg::Buf(&y.mem), Arg::I64(n_out as i64), Arg::Geo(g)]);
-        gpu.launch(&name, || kernel, Launch::Items(n_out), &args)?;
+        gpu.launch(&kernel.name, || kernel.clone(), Launch::Items(n_out), &args)?;
         Ok(y)
     }
 
@@ -493,7 +500,8 @@ impl Cuda {
         dtype: DType,
     ) -> Result<CudaBuffer> {
         let e = elem(dtype, "matmul")?;
-        let kernel = source::matmul_int(e).ok_or_else(|| unsupported(BACKEND, "matmul", dtype))?;
+        let k = kernels(source::KernelKey::MatmulInt(e), "matmul", dtype)?;
+        let kernel = &k.kernels[0];
         let (la, lb) = (lhs.layout.shape(), rhs.layout.shape());
         let rank = la.len();
         let (m, k, n) = (la[rank - 2], la[rank - 1], lb[rank - 1]);
@@ -504,11 +512,10 @@ impl Cuda {
             return Ok(y);
         }
         let (a, b) = (self.dense(lhs)?, self.dense(rhs)?);
-        let name = kernel.name.clone();
         // (A, B, Y, m, k, n, total) over dense [batch, m, k] and [batch, k, n].
         gpu.launch(
-            &name,
-            || kernel,
+            &kernel.name,
+            || kernel.clone(),
             Launch::Items(total),
             &[
                 Arg::Buf(&a.mem),
@@ -728,16 +735,14 @@ impl Backend for Cuda {
     fn unary(&self, op: UnaryOp, x: Operand<'_>) -> Result<BufferBox> {
         let e = elem(x.dtype, op.name())?;
         let out = elem(op.output_dtype(x.dtype), op.name())?;
-        let kernel =
-            source::unary(op, e, out).ok_or_else(|| unsupported(BACKEND, op.name(), x.dtype))?;
-        let name = kernel.name.clone();
-        boxed(self.map_one(x, out, op.name(), &name, || kernel)?)
+        let k = kernels(source::KernelKey::Unary(op, e, out), op.name(), x.dtype)?;
+        boxed(self.map_one(x, out, op.name(), &k.kernels[0])?)
     }
     fn binary(&self, op: BinaryOp, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox> {
         let e = elem(lhs.dtype, op.name())?;
         let out = elem(op.output_dtype(lhs.dtype), op.name())?;
-        let (kernel, checked) =
-            source::binary(op, e, out).ok_or_else(|| unsupported(BACKEND, op.name(), lhs.dtype))?;
+        let k = kernels(source::KernelKey::Binary(op, e, out), op.name(), lhs.dtype)?;
+        let (kernel, checked) = (&k.kernels[0], k.checked);
         let (gpu, a) = self.gpu_of(&lhs, op.name())?;
         let b = ours(&rhs, op.name())?;
         let n = lhs.layout.num_elements();
@@ -745,7 +750,6 @@ impl Backend for Cuda {
         if n == 0 {
             return boxed(y);
         }
-        let name = kernel.name.clone();
         let (va, vb) = (view(lhs.layout, op.name())?, view(rhs.layout, op.name())?);
         let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
         if checked {
@@ -754,8 +758,8 @@ impl Backend for Cuda {
         // (A, View, B, View, Y, n, E): both views have the output's shape (broadcast by the
         // tensor layer).
         gpu.launch(
-            &name,
-            || kernel,
+            &kernel.name,
+            || kernel.clone(),
             Launch::Items(n),
             &[
                 Arg::Buf(&a.mem),
@@ -774,8 +778,8 @@ impl Backend for Cuda {
     }
     fn reduce(&self, op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<BufferBox> {
         let e = elem(x.dtype, op.name())?;
-        let [rows, blocks] =
-            source::reduce(op, e).ok_or_else(|| unsupported(BACKEND, op.name(), x.dtype))?;
+        let k = kernels(source::KernelKey::Reduce(op, e), op.name(), x.dtype)?;
+        let (rows, blocks) = (&k.kernels[0], &k.kernels[1]);
         let (gpu, a) = self.gpu_of(&x, op.name())?;
         let (kept, red, m) = Self::split_views(&x, axes, op.name())?;
         let outputs: usize = (0..x.layout.rank())
@@ -790,11 +794,10 @@ impl Backend for Cuda {
         // Short reductions: a thread per output; long ones: a block per output (on the host
         // emulation, whose blocks are real threads, only for a few outputs).
         if m <= 64 || outputs > (1 << 20) || (gpu.is_host() && outputs > HOST_BLOCK_OUTPUTS) {
-            let name = rows.name.clone();
             // (A, kept, red, m, Y, n)
             gpu.launch(
-                &name,
-                || rows,
+                &rows.name,
+                || rows.clone(),
                 Launch::Items(outputs),
                 &[
                     Arg::Buf(&a.mem),
@@ -806,11 +809,10 @@ impl Backend for Cuda {
                 ],
             )?;
         } else {
-            let name = blocks.name.clone();
             // (A, kept, red, m, Y), one block per output (at most 2^20 blocks).
             gpu.launch(
-                &name,
-                || blocks,
+                &blocks.name,
+                || blocks.clone(),
                 Launch::Blocks {
                     blocks: outputs as u32,
                     threads: source::REDUCE_BLOCK,
@@ -828,8 +830,8 @@ impl Backend for Cuda {
     }
     fn arg_reduce(&self, op: ArgReduceOp, x: Operand<'_>, axis: usize) -> Result<BufferBox> {
         let e = elem(x.dtype, op.name())?;
-        let kernel =
-            source::arg_reduce(op, e).ok_or_else(|| unsupported(BACKEND, op.name(), x.dtype))?;
+        let k = kernels(source::KernelKey::ArgReduce(op, e), op.name(), x.dtype)?;
+        let kernel = &k.kernels[0];
         let (gpu, a) = self.gpu_of(&x, op.name())?;
         let (kept, _, m) = Self::split_views(&x, &[axis], op.name())?;
         let stride = x.layout.strides()[axis] as i64;
@@ -838,11 +840,10 @@ impl Backend for Cuda {
         if outputs == 0 || m == 0 {
             return boxed(y);
         }
-        let name = kernel.name.clone();
         // (A, kept, stride, m, Y, n)
         gpu.launch(
-            &name,
-            || kernel,
+            &kernel.name,
+            || kernel.clone(),
             Launch::Items(outputs),
             &[
                 Arg::Buf(&a.mem),
@@ -858,13 +859,8 @@ impl Backend for Cuda {
     fn cast(&self, x: Operand<'_>, to: DType) -> Result<BufferBox> {
         let from = elem(x.dtype, "cast")?;
         let to = elem(to, "cast")?;
-        boxed(self.map_one(
-            x,
-            to,
-            "cast",
-            &format!("cast_{}_{}", from.tag(), to.tag()),
-            || source::cast(from, to),
-        )?)
+        let k = kernels(source::KernelKey::Cast(from, to), "cast", x.dtype)?;
+        boxed(self.map_one(x, to, "cast", &k.kernels[0])?)
     }
     fn matmul(&self, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox> {
         let (gpu, _) = self.gpu_of(&lhs, "matmul")?;
@@ -896,9 +892,10 @@ impl Backend for Cuda {
             view(on_false.layout, "select")?,
         );
         // (C, View, A, View, B, View, Y, n): the three views have the output's shape.
+        let k = kernels(source::KernelKey::Select(e), "select", on_true.dtype)?;
         gpu.launch(
-            &format!("select_{}", e.tag()),
-            || source::select(e),
+            &k.kernels[0].name,
+            || k.kernels[0].clone(),
             Launch::Items(n),
             &[
                 Arg::Buf(&c.mem),
@@ -920,11 +917,10 @@ impl Backend for Cuda {
         let ni = indices.layout.num_elements();
         let e = elem(x.dtype, "gather")?;
         let ie = elem(indices.dtype, "gather")?;
-        let kernel =
-            source::gather(e, ie).ok_or_else(|| unsupported(BACKEND, "gather", indices.dtype))?;
+        let k = kernels(source::KernelKey::Gather(e, ie), "gather", indices.dtype)?;
         boxed(self.indexed(
             "gather",
-            kernel,
+            &k.kernels[0],
             x,
             indices,
             outer * ni * inner,
@@ -943,11 +939,14 @@ impl Backend for Cuda {
         let ni = indices.layout.num_elements();
         let e = elem(updates.dtype, "scatter_add")?;
         let ie = elem(indices.dtype, "scatter_add")?;
-        let kernel = source::scatter_add(e, ie)
-            .ok_or_else(|| unsupported(BACKEND, "scatter_add", updates.dtype))?;
+        let k = kernels(
+            source::KernelKey::ScatterAdd(e, ie),
+            "scatter_add",
+            updates.dtype,
+        )?;
         boxed(self.indexed(
             "scatter_add",
-            kernel,
+            &k.kernels[0],
             updates,
             indices,
             n,
@@ -992,9 +991,10 @@ impl Backend for Cuda {
             return boxed(y);
         }
         // (Y, n, v)
+        let k = kernels(source::KernelKey::Fill(e), "pad", x.dtype)?;
         gpu.launch(
-            &format!("fill_{}", e.tag()),
-            || source::fill(e),
+            &k.kernels[0].name,
+            || k.kernels[0].clone(),
             Launch::Items(n),
             &[Arg::Buf(&y.mem), Arg::I64(n as i64), Arg::F64(value)],
         )?;
@@ -1017,8 +1017,8 @@ impl Backend for Cuda {
     ) -> Result<BufferBox> {
         let (gpu, a) = self.gpu_of(&x, op.name())?;
         let e = elem(x.dtype, op.name())?;
-        let kernel =
-            source::cumulative(op, e).ok_or_else(|| unsupported(BACKEND, op.name(), x.dtype))?;
+        let k = kernels(source::KernelKey::Cumulative(op, e), op.name(), x.dtype)?;
+        let kernel = &k.kernels[0];
         let shape = x.layout.shape();
         let total = x.layout.num_elements();
         let y = output(gpu, total * x.dtype.size_in_bytes())?;
@@ -1038,13 +1038,12 @@ impl Backend for Cuda {
         let kin = view_of(&ks, &kst, x.layout.offset(), op.name())?;
         let kout = view_of(&ks, &ost, 0, op.name())?;
         let (sin, sout) = (x.layout.strides()[axis] as i64, out_strides[axis] as i64);
-        let name = kernel.name.clone();
         let lines = total / m;
         // (A, kin, sin, Y, kout, sout, m, n, exclusive, reverse): line l reads m elements of
         // `a` along the axis and writes m of `y`.
         gpu.launch(
-            &name,
-            || kernel,
+            &kernel.name,
+            || kernel.clone(),
             Launch::Items(lines),
             &[
                 Arg::Buf(&a.mem),
@@ -1069,7 +1068,8 @@ impl Backend for Cuda {
     ) -> Result<(BufferBox, BufferBox)> {
         let (gpu, a) = self.gpu_of(&x, "sort")?;
         let e = elem(x.dtype, "sort")?;
-        let kernel = source::sort(e).ok_or_else(|| unsupported(BACKEND, "sort", x.dtype))?;
+        let k = kernels(source::KernelKey::Sort(e), "sort", x.dtype)?;
+        let kernel = &k.kernels[0];
         let shape = x.layout.shape();
         let total = x.layout.num_elements();
         let y = output(gpu, total * x.dtype.size_in_bytes())?;
@@ -1090,12 +1090,11 @@ impl Backend for Cuda {
         let kin = view_of(&ks, &kst, x.layout.offset(), "sort")?;
         let kout = view_of(&ks, &ost, 0, "sort")?;
         let (sin, sout) = (x.layout.strides()[axis] as i64, out_strides[axis] as i64);
-        let name = kernel.name.clone();
         // (A, kin, sin, Y, I, kout, sout, m, n, descending): every element is written once,
         // at its rank within its line.
         gpu.launch(
-            &name,
-            || kernel,
+            &kernel.name,
+            || kernel.clone(),
             Launch::Items(total),
             &[
                 Arg::Buf(&a.mem),
@@ -1116,7 +1115,8 @@ impl Backend for Cuda {
         let e = float_elem(x.dtype, "conv2d")?;
         let cout = filter.layout.shape()[3];
         let n = w.input[0] * w.output[0] * w.output[1] * cout;
-        let k = source::conv2d(e).ok_or_else(|| unsupported(BACKEND, "conv2d", x.dtype))?;
+        let g = kernels(source::KernelKey::Conv2d(e), "conv2d", x.dtype)?;
+        let k = &g.kernels[0];
         boxed(self.window(
             "conv2d",
             k,
@@ -1136,8 +1136,8 @@ impl Backend for Cuda {
         let e = float_elem(dy.dtype, op)?;
         let cout = filter.layout.shape()[3];
         let n = w.input.iter().product();
-        let k =
-            source::conv2d_backprop_input(e).ok_or_else(|| unsupported(BACKEND, op, dy.dtype))?;
+        let g = kernels(source::KernelKey::Conv2dBackpropInput(e), op, dy.dtype)?;
+        let k = &g.kernels[0];
         boxed(self.window(
             op,
             k,
@@ -1157,8 +1157,8 @@ impl Backend for Cuda {
         let op = "conv2d_backprop_filter";
         let e = float_elem(x.dtype, op)?;
         let n = filter_shape.iter().product();
-        let k =
-            source::conv2d_backprop_filter(e).ok_or_else(|| unsupported(BACKEND, op, x.dtype))?;
+        let g = kernels(source::KernelKey::Conv2dBackpropFilter(e), op, x.dtype)?;
+        let k = &g.kernels[0];
         boxed(self.window(
             op,
             k,
@@ -1171,22 +1171,24 @@ impl Backend for Cuda {
     fn pool2d(&self, kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         let e = float_elem(x.dtype, kind.name())?;
         let n = w.input[0] * w.output[0] * w.output[1] * w.input[3];
-        let k =
-            source::pool2d(kind, e).ok_or_else(|| unsupported(BACKEND, kind.name(), x.dtype))?;
+        let g = kernels(source::KernelKey::Pool(kind, e), kind.name(), x.dtype)?;
+        let k = &g.kernels[0];
         boxed(self.window(kind.name(), k, x, None, n, geo(w, 0, x.layout, None)?)?)
     }
     fn max_pool_grad(&self, x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         let op = "max_pool_grad";
         let e = float_elem(x.dtype, op)?;
         let n = w.input.iter().product();
-        let k = source::max_pool_grad(e).ok_or_else(|| unsupported(BACKEND, op, x.dtype))?;
+        let g = kernels(source::KernelKey::MaxPoolGrad(e), op, x.dtype)?;
+        let k = &g.kernels[0];
         boxed(self.window(op, k, x, Some(dy), n, geo(w, 0, x.layout, Some(dy.layout))?)?)
     }
     fn avg_pool_grad(&self, dy: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         let op = "avg_pool_grad";
         let e = float_elem(dy.dtype, op)?;
         let n = w.input.iter().product();
-        let k = source::avg_pool_grad(e).ok_or_else(|| unsupported(BACKEND, op, dy.dtype))?;
+        let g = kernels(source::KernelKey::AvgPoolGrad(e), op, dy.dtype)?;
+        let k = &g.kernels[0];
         boxed(self.window(op, k, dy, None, n, geo(w, 0, dy.layout, None)?)?)
     }
 }

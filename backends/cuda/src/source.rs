@@ -1300,6 +1300,99 @@ pub fn matmul_int(e: Elem) -> Option<KernelSource> {
     Some(program(&name, "", &kernel))
 }
 
+/// Which generated kernel (or kernels: a reduction has two) an op needs: the key of
+/// [`generated`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKey {
+    /// [`unary`] (op, input, output).
+    Unary(UnaryOp, Elem, Elem),
+    /// [`binary`] (op, input, output).
+    Binary(BinaryOp, Elem, Elem),
+    /// [`reduce`]: the thread-per-output and block-per-output kernels.
+    Reduce(ReduceOp, Elem),
+    /// [`arg_reduce`].
+    ArgReduce(ArgReduceOp, Elem),
+    /// [`cast`] (from, to).
+    Cast(Elem, Elem),
+    /// [`select`].
+    Select(Elem),
+    /// [`copy_into`].
+    CopyInto(Elem),
+    /// [`fill`].
+    Fill(Elem),
+    /// [`gather`] (values, indices).
+    Gather(Elem, Elem),
+    /// [`scatter_add`] (values, indices).
+    ScatterAdd(Elem, Elem),
+    /// [`cumulative`].
+    Cumulative(CumulativeOp, Elem),
+    /// [`sort`].
+    Sort(Elem),
+    /// [`matmul_int`].
+    MatmulInt(Elem),
+    /// [`pool2d`].
+    Pool(PoolKind, Elem),
+    /// [`max_pool_grad`].
+    MaxPoolGrad(Elem),
+    /// [`avg_pool_grad`].
+    AvgPoolGrad(Elem),
+    /// [`conv2d`].
+    Conv2d(Elem),
+    /// [`conv2d_backprop_input`].
+    Conv2dBackpropInput(Elem),
+    /// [`conv2d_backprop_filter`].
+    Conv2dBackpropFilter(Elem),
+}
+
+/// An op's generated kernels, and whether they write the error word.
+#[derive(Debug)]
+pub struct Generated {
+    /// The kernels, in the order the generator returns them.
+    pub kernels: Vec<KernelSource>,
+    /// True when the host must clear and read the error word around them.
+    pub checked: bool,
+}
+
+/// The kernels of `key`, generated once per process (a launch then costs a map lookup, not
+/// the source text), or `None` where the backend has no such kernel.
+pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    type Memo = Mutex<HashMap<KernelKey, Option<Arc<Generated>>>>;
+    static MEMO: OnceLock<Memo> = OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    if let Some(hit) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return hit.clone();
+    }
+    let one = |k: Option<KernelSource>| k.map(|k| (vec![k], false));
+    let made = match key {
+        KernelKey::Unary(op, e, out) => one(unary(op, e, out)),
+        KernelKey::Binary(op, e, out) => binary(op, e, out).map(|(k, checked)| (vec![k], checked)),
+        KernelKey::Reduce(op, e) => reduce(op, e).map(|ks| (ks.to_vec(), false)),
+        KernelKey::ArgReduce(op, e) => one(arg_reduce(op, e)),
+        KernelKey::Cast(from, to) => one(Some(cast(from, to))),
+        KernelKey::Select(e) => one(Some(select(e))),
+        KernelKey::CopyInto(e) => one(Some(copy_into(e))),
+        KernelKey::Fill(e) => one(Some(fill(e))),
+        KernelKey::Gather(e, ie) => gather(e, ie).map(|k| (vec![k], true)),
+        KernelKey::ScatterAdd(e, ie) => scatter_add(e, ie).map(|k| (vec![k], true)),
+        KernelKey::Cumulative(op, e) => one(cumulative(op, e)),
+        KernelKey::Sort(e) => one(sort(e)),
+        KernelKey::MatmulInt(e) => one(matmul_int(e)),
+        KernelKey::Pool(kind, e) => one(pool2d(kind, e)),
+        KernelKey::MaxPoolGrad(e) => one(max_pool_grad(e)),
+        KernelKey::AvgPoolGrad(e) => one(avg_pool_grad(e)),
+        KernelKey::Conv2d(e) => one(conv2d(e)),
+        KernelKey::Conv2dBackpropInput(e) => one(conv2d_backprop_input(e)),
+        KernelKey::Conv2dBackpropFilter(e) => one(conv2d_backprop_filter(e)),
+    }
+    .map(|(kernels, checked)| Arc::new(Generated { kernels, checked }));
+    memo.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, made.clone());
+    made
+}
+
 /// Every kernel the backend can compile, for the NVRTC check of CI and the GPU's warm-up.
 pub fn catalog() -> Vec<KernelSource> {
     let mut all = vec![];
@@ -1380,6 +1473,72 @@ mod tests {
             assert!(names.contains(&format!("cast_{0}_{0}", e.tag()).as_str()));
             assert!(names.contains(&format!("select_{}", e.tag()).as_str()));
         }
+    }
+
+    /// Every kernel an op can launch is in the catalog (so CI compiles it with NVRTC and the
+    /// host emulation finds it in its group).
+    #[test]
+    fn the_catalog_holds_every_launchable_kernel() {
+        let names: std::collections::HashSet<String> =
+            catalog().into_iter().map(|k| k.name).collect();
+        let mut keys = vec![];
+        for e in Elem::ALL {
+            for &op in UnaryOp::ALL {
+                if let Some(out) = Elem::of(op.output_dtype(e.dtype())) {
+                    keys.push(KernelKey::Unary(op, e, out));
+                }
+            }
+            for &op in BinaryOp::ALL {
+                if let Some(out) = Elem::of(op.output_dtype(e.dtype())) {
+                    keys.push(KernelKey::Binary(op, e, out));
+                }
+            }
+            keys.extend(ReduceOp::ALL.iter().map(|&op| KernelKey::Reduce(op, e)));
+            keys.extend(
+                ArgReduceOp::ALL
+                    .iter()
+                    .map(|&op| KernelKey::ArgReduce(op, e)),
+            );
+            keys.extend(Elem::ALL.iter().map(|&to| KernelKey::Cast(e, to)));
+            keys.extend([
+                KernelKey::Select(e),
+                KernelKey::CopyInto(e),
+                KernelKey::Fill(e),
+                KernelKey::Gather(e, Elem::I32),
+                KernelKey::Gather(e, Elem::I64),
+                KernelKey::ScatterAdd(e, Elem::I32),
+                KernelKey::ScatterAdd(e, Elem::I64),
+                KernelKey::Sort(e),
+                KernelKey::MatmulInt(e),
+                KernelKey::MaxPoolGrad(e),
+                KernelKey::AvgPoolGrad(e),
+                KernelKey::Conv2d(e),
+                KernelKey::Conv2dBackpropInput(e),
+                KernelKey::Conv2dBackpropFilter(e),
+            ]);
+            keys.extend(
+                CumulativeOp::ALL
+                    .iter()
+                    .map(|&op| KernelKey::Cumulative(op, e)),
+            );
+            keys.extend(PoolKind::ALL.iter().map(|&k| KernelKey::Pool(k, e)));
+        }
+        let mut launchable = 0;
+        for key in keys {
+            for k in generated(key).iter().flat_map(|g| g.kernels.iter()) {
+                launchable += 1;
+                assert!(
+                    names.contains(&k.name),
+                    "{key:?}: kernel {} is not in the catalog",
+                    k.name
+                );
+            }
+        }
+        assert_eq!(
+            launchable,
+            names.len(),
+            "the catalog holds kernels no op launches"
+        );
     }
 
     #[test]
