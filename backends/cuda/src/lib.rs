@@ -235,9 +235,11 @@ fn view_of(shape: &[usize], strides: &[isize], offset: usize, op: &'static str) 
             ),
         });
     }
+    let count: i64 = dims.iter().map(|&(s, _)| s).product();
     let mut v = View {
         offset: offset as i64,
         rank: dims.len() as i32,
+        narrow: i32::from(count <= u32::MAX as i64),
         ..View::default()
     };
     for (d, (s, st)) in dims.into_iter().enumerate() {
@@ -1211,6 +1213,10 @@ mod tests {
         // Broadcast axes merge with each other (both zero steps), unit axes vanish.
         let v = view_of(&[4, 1, 5, 6], &[0, 7, 0, 0], 0, "t").expect("a view");
         assert_eq!((v.rank, v.shape[0], v.strides[0]), (1, 120, 0));
+        // Index arithmetic in 32 bits below 2^32 elements, in 64 above.
+        assert_eq!(view_of(&[3, 2], &[1, 3], 0, "t").expect("a view").narrow, 1);
+        let huge = view_of(&[1 << 20, 1 << 13], &[0, 1], 0, "t").expect("a view");
+        assert_eq!((huge.rank, huge.narrow), (2, 0));
         // Nine axes that cannot merge are refused with the fix.
         let shape = [2usize; 9];
         let strides: Vec<isize> = (0..9).map(|i| 3isize.pow(8 - i as u32)).collect();

@@ -27,8 +27,9 @@ pub struct View {
     pub strides: [i64; MAX_RANK],
     /// Number of axes.
     pub rank: i32,
-    /// Keeps the struct's size a multiple of 8 on both sides.
-    pub pad: i32,
+    /// 1 when the view has fewer than 2^32 elements: its index arithmetic runs in 32 bits
+    /// (a GPU's 64-bit division is a long subroutine).
+    pub narrow: i32,
 }
 
 // SAFETY: `View` is `repr(C)`, plain integers, and matches `struct View` in `PRELUDE` field for
@@ -265,15 +266,25 @@ struct View {
     ff_i64 offset;
     ff_i64 shape[FF_MAX_RANK];
     ff_i64 strides[FF_MAX_RANK];
-    int rank;
-    int pad;
+        int rank;
+    int narrow;
 };
 struct ff_f16 { unsigned short b; };
 struct ff_bf16 { unsigned short b; };
 __device__ __forceinline__ ff_i64 at(const View& v, ff_i64 i) {
     /* Dense and broadcast-scalar operands (most of them) take no division. */
-    if (v.rank <= 1) return v.offset + (v.rank == 1 ? i * v.strides[0] : 0);
+        if (v.rank <= 1) return v.offset + (v.rank == 1 ? i * v.strides[0] : 0);
     ff_i64 o = v.offset;
+    if (v.narrow) {
+        unsigned int u = (unsigned int)i;
+        for (int d = v.rank - 1; d >= 0; --d) {
+            unsigned int s = (unsigned int)v.shape[d];
+            unsigned int q = u / s;
+            o += (ff_i64)(u - q * s) * v.strides[d];
+            u = q;
+        }
+        return o;
+    }
     for (int d = v.rank - 1; d >= 0; --d) {
         ff_i64 s = v.shape[d];
         o += (i % s) * v.strides[d];
