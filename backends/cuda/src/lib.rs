@@ -263,6 +263,27 @@ fn kernels(
     source::generated(key).ok_or_else(|| unsupported(BACKEND, op, dtype))
 }
 
+/// The lines of `x` along `axis` for the scans and the sort: (the input's line starts, its
+/// step along the axis, the dense output's line starts, its step).
+fn line_views(x: &Operand<'_>, axis: usize, op: &'static str) -> Result<(View, i64, View, i64)> {
+    let shape = x.layout.shape();
+    let out_strides = ferroflow_tensor::layout::contiguous_strides(shape);
+    let others = |strides: &[isize]| -> (Vec<usize>, Vec<isize>) {
+        (0..shape.len())
+            .filter(|&d| d != axis)
+            .map(|d| (shape[d], strides[d]))
+            .unzip()
+    };
+    let (ks, kst) = others(x.layout.strides());
+    let (_, ost) = others(&out_strides);
+    Ok((
+        view_of(&ks, &kst, x.layout.offset(), op)?,
+        x.layout.strides()[axis] as i64,
+        view_of(&ks, &ost, 0, op)?,
+        out_strides[axis] as i64,
+    ))
+}
+
 fn boxed(b: CudaBuffer) -> Result<BufferBox> {
     Ok(Box::new(b))
 }
@@ -1028,18 +1049,7 @@ impl Backend for Cuda {
         if total == 0 {
             return boxed(y);
         }
-        let out_strides = ferroflow_tensor::layout::contiguous_strides(shape);
-        let others = |strides: &[isize]| -> (Vec<usize>, Vec<isize>) {
-            (0..shape.len())
-                .filter(|&d| d != axis)
-                .map(|d| (shape[d], strides[d]))
-                .unzip()
-        };
-        let (ks, kst) = others(x.layout.strides());
-        let (_, ost) = others(&out_strides);
-        let kin = view_of(&ks, &kst, x.layout.offset(), op.name())?;
-        let kout = view_of(&ks, &ost, 0, op.name())?;
-        let (sin, sout) = (x.layout.strides()[axis] as i64, out_strides[axis] as i64);
+        let (kin, sin, kout, sout) = line_views(&x, axis, op.name())?;
         let lines = total / m;
         // (A, kin, sin, Y, kout, sout, m, n, exclusive, reverse): line l reads m elements of
         // `a` along the axis and writes m of `y`.
@@ -1080,18 +1090,7 @@ impl Backend for Cuda {
         if total == 0 {
             return Ok((Box::new(y), Box::new(idx)));
         }
-        let out_strides = ferroflow_tensor::layout::contiguous_strides(shape);
-        let others = |strides: &[isize]| -> (Vec<usize>, Vec<isize>) {
-            (0..shape.len())
-                .filter(|&d| d != axis)
-                .map(|d| (shape[d], strides[d]))
-                .unzip()
-        };
-        let (ks, kst) = others(x.layout.strides());
-        let (_, ost) = others(&out_strides);
-        let kin = view_of(&ks, &kst, x.layout.offset(), "sort")?;
-        let kout = view_of(&ks, &ost, 0, "sort")?;
-        let (sin, sout) = (x.layout.strides()[axis] as i64, out_strides[axis] as i64);
+        let (kin, sin, kout, sout) = line_views(&x, axis, "sort")?;
         // (A, kin, sin, Y, I, kout, sout, m, n, descending): every element is written once,
         // at its rank within its line.
         gpu.launch(

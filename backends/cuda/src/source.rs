@@ -1002,7 +1002,13 @@ __device__ __forceinline__ ff_i64 out_col(const Geo& g, ff_i64 w, ff_i64 k) {
 }
 "#;
 
-fn window_kernel(name: &str, e: Elem, params: &str, body: &str) -> KernelSource {
+/// A window kernel reading `operands` (1 or 2) tensors `A` (and `B`) of `e`.
+fn window_kernel(name: &str, e: Elem, operands: usize, body: &str) -> KernelSource {
+    let params = ["A", "B"][..operands.clamp(1, 2)]
+        .iter()
+        .map(|t| format!("const {}* __restrict__ {t}", e.store()))
+        .collect::<Vec<_>>()
+        .join(", ");
     let kernel = format!(
         "extern \"C\" __global__ void {name}({params}, {s}* __restrict__ Y, ff_i64 n_out, Geo g) {{\n\
          FF_LOOP(n_out) {{\n{body}\n}}\n}}\n",
@@ -1048,12 +1054,7 @@ pub fn pool2d(kind: PoolKind, e: Elem) -> Option<KernelSource> {
         load = e.load("A[a_at(g, b, h, w, ch)]"),
         store = e.store_expr(&result),
     );
-    Some(window_kernel(
-        &name,
-        e,
-        &format!("const {}* __restrict__ A", e.store()),
-        &body,
-    ))
+    Some(window_kernel(&name, e, 1, &body))
 }
 
 /// The gradient of max pooling: input element `i` sums the `dy` of every window whose first
@@ -1089,15 +1090,7 @@ pub fn max_pool_grad(e: Elem) -> Option<KernelSource> {
         ldy = e.load("B[b_at(g, b, oh, ow, ch)]"),
         store = e.store_expr("acc"),
     );
-    Some(window_kernel(
-        &name,
-        e,
-        &format!(
-            "const {s}* __restrict__ A, const {s}* __restrict__ B",
-            s = e.store()
-        ),
-        &body,
-    ))
+    Some(window_kernel(&name, e, 2, &body))
 }
 
 /// The gradient of average pooling: input element `i` sums `dy / valid taps` of every window
@@ -1125,12 +1118,7 @@ pub fn avg_pool_grad(e: Elem) -> Option<KernelSource> {
         ldy = e.load("A[a_at(g, b, oh, ow, ch)]"),
         store = e.store_expr("acc"),
     );
-    Some(window_kernel(
-        &name,
-        e,
-        &format!("const {}* __restrict__ A", e.store()),
-        &body,
-    ))
+    Some(window_kernel(&name, e, 1, &body))
 }
 
 /// NHWC convolution with an HWIO filter, directly: output `(b, oh, ow, co)` sums
@@ -1156,15 +1144,7 @@ pub fn conv2d(e: Elem) -> Option<KernelSource> {
         lf = e.load("B[b_at(g, kh, kw, ci, co)]"),
         store = e.store_expr("acc"),
     );
-    Some(window_kernel(
-        &name,
-        e,
-        &format!(
-            "const {s}* __restrict__ A, const {s}* __restrict__ B",
-            s = e.store()
-        ),
-        &body,
-    ))
+    Some(window_kernel(&name, e, 2, &body))
 }
 
 /// The gradient of conv2d with respect to its input: element `(b, h, w, ci)` sums
@@ -1191,15 +1171,7 @@ pub fn conv2d_backprop_input(e: Elem) -> Option<KernelSource> {
         lf = e.load("A[a_at(g, kh, kw, ci, co)]"),
         store = e.store_expr("acc"),
     );
-    Some(window_kernel(
-        &name,
-        e,
-        &format!(
-            "const {s}* __restrict__ A, const {s}* __restrict__ B",
-            s = e.store()
-        ),
-        &body,
-    ))
+    Some(window_kernel(&name, e, 2, &body))
 }
 
 /// The gradient of conv2d with respect to its filter: element `(kh, kw, ci, co)` sums
@@ -1226,15 +1198,7 @@ pub fn conv2d_backprop_filter(e: Elem) -> Option<KernelSource> {
         ldy = e.load("B[b_at(g, b, oh, ow, co)]"),
         store = e.store_expr("acc"),
     );
-    Some(window_kernel(
-        &name,
-        e,
-        &format!(
-            "const {s}* __restrict__ A, const {s}* __restrict__ B",
-            s = e.store()
-        ),
-        &body,
-    ))
+    Some(window_kernel(&name, e, 2, &body))
 }
 
 /// A stable sort along one axis, as the CPU backend orders: each element's unsigned key
