@@ -15,8 +15,9 @@
 //! stream-ordered pool (no `cudaMalloc` per op); every op runs in order on the device's
 //! stream and the host waits only where it reads a value. Every kernel source compiles with
 //! NVRTC for sm_80 and sm_90 and `ptxas` accepts it (the `nvrtc` test, run by CI with
-//! NVIDIA's wheels). The optional fused kernels are composed from the primitives, the
-//! convolutions are direct loops (no cuDNN, no implicit GEMM yet).
+//! NVIDIA's wheels). Of the optional fused kernels it has the optimizer update (every rule,
+//! float32 and float64); the others are composed from the primitives. The convolutions are
+//! direct loops (no cuDNN, no implicit GEMM yet).
 //!
 //! Without a GPU, [`emulation`] runs the same CUDA C on the host (the system's C++ compiler,
 //! CUDA's built-ins shimmed, a launch as a loop) behind the same backend code, and the
@@ -43,8 +44,8 @@ use std::sync::{Arc, OnceLock};
 use cudarc::cublas::{CudaBlas, Gemm};
 use ferroflow_tensor::backend::{unsupported, BufferBox, DeviceBuffer, Operand};
 use ferroflow_tensor::{
-    ArgReduceOp, Backend, BinaryOp, CumulativeOp, DType, DeviceKind, Error, HostData, Layout,
-    PoolKind, ReduceOp, Result, UnaryOp, Window2d,
+    ArgReduceOp, Backend, BinaryOp, CumulativeOp, DType, DeviceKind, Error, FusedKernel, HostData,
+    Layout, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
 };
 
 pub use compile::{compile_ptx, missing_libraries, nvrtc_available, LIBRARIES};
@@ -699,6 +700,62 @@ impl Backend for Cuda {
     }
     fn supports_dtype(&self, _ordinal: usize, dtype: DType) -> bool {
         Elem::of(dtype).is_some()
+    }
+    fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
+        kernel == FusedKernel::OptimizerUpdate && matches!(dtype, DType::F32 | DType::F64)
+    }
+    fn optimizer_update(
+        &self,
+        rule: &UpdateRule,
+        w: Operand<'_>,
+        g: Operand<'_>,
+        slots: &[Operand<'_>],
+    ) -> Result<(BufferBox, Vec<BufferBox>)> {
+        let op = "optimizer_update";
+        let e = elem(w.dtype, op)?;
+        let (kind, p) = source::OptimizerKind::of(rule);
+        let k = kernels(source::KernelKey::Optimizer(kind, e), op, w.dtype)?;
+        // (The tensor layer checked the slot count, shapes and dtypes.)
+        let (gpu, wbuf) = self.gpu_of(&w, op)?;
+        let n = w.layout.num_elements();
+        let bytes = n * w.dtype.size_in_bytes();
+        let y = output(gpu, bytes)?;
+        let new_slots = (0..kind.slots())
+            .map(|_| output(gpu, bytes))
+            .collect::<Result<Vec<_>>>()?;
+        if n > 0 {
+            let scalar = |v: f64| {
+                if e == Elem::F64 {
+                    Arg::F64(v)
+                } else {
+                    Arg::F32(v as f32)
+                }
+            };
+            let mut args = vec![
+                Arg::Buf(&wbuf.mem),
+                Arg::View(view(w.layout, op)?),
+                Arg::Buf(&ours(&g, op)?.mem),
+                Arg::View(view(g.layout, op)?),
+            ];
+            for s in slots.iter().take(kind.slots()) {
+                args.push(Arg::Buf(&ours(s, op)?.mem));
+                args.push(Arg::View(view(s.layout, op)?));
+            }
+            args.push(Arg::Buf(&y.mem));
+            args.extend(new_slots.iter().map(|s| Arg::Buf(&s.mem)));
+            args.push(Arg::I64(n as i64));
+            args.extend(p.iter().map(|&v| scalar(v)));
+            let kernel = &k.kernels[0];
+            // (W, vw, G, vg, [S0, v0, [S1, v1]], Y, [Z, [K]], n, p0..p4)
+            gpu.launch(&kernel.name, || kernel.clone(), Launch::Items(n), &args)?;
+        }
+        Ok((
+            Box::new(y),
+            new_slots
+                .into_iter()
+                .map(|s| Box::new(s) as BufferBox)
+                .collect(),
+        ))
     }
     fn memory_bytes(&self, ordinal: usize) -> Option<u64> {
         self.gpus.get(ordinal)?.memory().map(|(_, total)| total)

@@ -1275,6 +1275,161 @@ pub fn matmul_int(e: Elem) -> Option<KernelSource> {
     Some(program(&name, "", &kernel))
 }
 
+/// The fused optimizer updates (`Backend::optimizer_update`), one kernel per rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OptimizerKind {
+    /// SGD with momentum (Nesterov by a scalar).
+    Sgd,
+    /// Adam / AdamW (decoupled decay by a scalar).
+    Adam,
+    /// RMSprop.
+    RmsProp,
+    /// Centered RMSprop.
+    RmsPropCentered,
+    /// Adagrad.
+    Adagrad,
+    /// Adadelta.
+    Adadelta,
+    /// Adamax.
+    Adamax,
+}
+
+impl OptimizerKind {
+    /// Every rule, for the catalog.
+    pub const ALL: [OptimizerKind; 7] = [
+        OptimizerKind::Sgd,
+        OptimizerKind::Adam,
+        OptimizerKind::RmsProp,
+        OptimizerKind::RmsPropCentered,
+        OptimizerKind::Adagrad,
+        OptimizerKind::Adadelta,
+        OptimizerKind::Adamax,
+    ];
+
+    /// The kernel of `rule` and its five scalars `p0..p4`.
+    pub fn of(rule: &ferroflow_tensor::UpdateRule) -> (OptimizerKind, [f64; 5]) {
+        use ferroflow_tensor::UpdateRule as R;
+        match *rule {
+            R::SgdMomentum {
+                lr,
+                momentum,
+                nesterov,
+            } => (
+                OptimizerKind::Sgd,
+                [lr, momentum, f64::from(u8::from(nesterov)), 0.0, 0.0],
+            ),
+            R::Adam {
+                lr_t,
+                beta_1,
+                beta_2,
+                epsilon,
+                decay,
+            } => (OptimizerKind::Adam, [lr_t, beta_1, beta_2, epsilon, decay]),
+            R::RmsProp {
+                lr,
+                rho,
+                epsilon,
+                centered: false,
+            } => (OptimizerKind::RmsProp, [lr, rho, epsilon, 0.0, 0.0]),
+            R::RmsProp {
+                lr,
+                rho,
+                epsilon,
+                centered: true,
+            } => (OptimizerKind::RmsPropCentered, [lr, rho, epsilon, 0.0, 0.0]),
+            R::Adagrad { lr, epsilon } => (OptimizerKind::Adagrad, [lr, epsilon, 0.0, 0.0, 0.0]),
+            R::Adadelta { lr, rho, epsilon } => {
+                (OptimizerKind::Adadelta, [lr, rho, epsilon, 0.0, 0.0])
+            }
+            R::Adamax {
+                lr_t,
+                beta_1,
+                beta_2,
+                epsilon,
+            } => (OptimizerKind::Adamax, [lr_t, beta_1, beta_2, epsilon, 0.0]),
+        }
+    }
+
+    /// How many slots the rule reads and writes.
+    pub fn slots(self) -> usize {
+        match self {
+            OptimizerKind::Sgd | OptimizerKind::RmsProp | OptimizerKind::Adagrad => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// One optimizer step per element for float32 or float64 variables: the rule's formula in
+/// TensorFlow's order of operations (the CPU backend's and the wgpu backend's), the scalars
+/// `p0..p4` in the variable's type. `W`, `G` and the slots are read through views; the new
+/// variable goes to `Y`, the new slots to `Z` and `K`.
+pub fn optimizer(kind: OptimizerKind, e: Elem) -> Option<KernelSource> {
+    if !matches!(e, Elem::F32 | Elem::F64) {
+        return None;
+    }
+    let t = e.store();
+    let one = if e == Elem::F64 { "1.0" } else { "1.0f" };
+    let m = |f: &str| e.math(f);
+    let body = match kind {
+        OptimizerKind::Sgd => format!(
+            "{t} s0n = s0 * p1 - g * p0;\n Z[i] = s0n;\n Y[i] = p2 != 0 ? w + (s0n * p1 - g * p0) : w + s0n;"
+        ),
+        OptimizerKind::Adam => format!(
+            "{t} s0n = s0 + (g - s0) * ({one} - p1);\n {t} s1n = s1 + (g * g - s1) * ({one} - p2);\n \
+             Z[i] = s0n;\n K[i] = s1n;\n Y[i] = (w - p4 * w) - (s0n * p0) / ({sqrt}(s1n) + p3);",
+            sqrt = m("sqrt")
+        ),
+        OptimizerKind::RmsProp => format!(
+            "{t} s0n = p1 * s0 + ({one} - p1) * (g * g);\n Z[i] = s0n;\n Y[i] = w - (p0 * g) / ({sqrt}(s0n) + p2);",
+            sqrt = m("sqrt")
+        ),
+        OptimizerKind::RmsPropCentered => format!(
+            "{t} s0n = p1 * s0 + ({one} - p1) * (g * g);\n {t} s1n = p1 * s1 + ({one} - p1) * g;\n \
+             Z[i] = s0n;\n K[i] = s1n;\n Y[i] = w - (p0 * g) / ({sqrt}(s0n - s1n * s1n) + p2);",
+            sqrt = m("sqrt")
+        ),
+        OptimizerKind::Adagrad => format!(
+            "{t} s0n = s0 + g * g;\n Z[i] = s0n;\n Y[i] = w - (g * p0) / ({sqrt}(s0n) + p1);",
+            sqrt = m("sqrt")
+        ),
+        OptimizerKind::Adadelta => format!(
+            "{t} s0n = s0 * p1 + (g * g) * ({one} - p1);\n \
+             {t} u = {sqrt}(s1 + p2) * ({one} / {sqrt}(s0n + p2)) * g;\n \
+             Z[i] = s0n;\n K[i] = s1 * p1 + (u * u) * ({one} - p1);\n Y[i] = w - u * p0;",
+            sqrt = m("sqrt")
+        ),
+        OptimizerKind::Adamax => format!(
+            "{t} s0n = s0 + (g - s0) * ({one} - p1);\n {t} s1n = {max}(p2 * s1, {abs}(g));\n \
+             Z[i] = s0n;\n K[i] = s1n;\n Y[i] = w - p0 * (s0n / (s1n + p3));",
+            max = m("fmax"),
+            abs = m("fabs")
+        ),
+    };
+    let ns = kind.slots();
+    let mut params =
+        format!("const {t}* __restrict__ W, View vw, const {t}* __restrict__ G, View vg");
+    let mut loads = "{t} w = W[at(vw, i)];\n {t} g = G[at(vg, i)];\n".replace("{t}", t);
+    for (slot, name) in ["S0", "S1"].iter().enumerate().take(ns) {
+        params += &format!(", const {t}* __restrict__ {name}, View v{slot}");
+        loads += &format!(" {t} s{slot} = {name}[at(v{slot}, i)];\n");
+    }
+    params += &format!(", {t}* __restrict__ Y");
+    for name in ["Z", "K"].iter().take(ns) {
+        params += &format!(", {t}* __restrict__ {name}");
+    }
+    params += &format!(", ff_i64 n, {t} p0, {t} p1, {t} p2, {t} p3, {t} p4");
+    let name = format!(
+        "optimizer_{}_{}",
+        format!("{kind:?}").to_lowercase(),
+        e.tag()
+    );
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}({params}) {{\n\
+         FF_LOOP(n) {{\n {loads} {body}\n}}\n}}\n"
+    );
+    Some(program(&name, "", &kernel))
+}
+
 /// Which generated kernel (or kernels: a reduction has two) an op needs: the key of
 /// [`generated`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1317,6 +1472,8 @@ pub enum KernelKey {
     Conv2dBackpropInput(Elem),
     /// [`conv2d_backprop_filter`].
     Conv2dBackpropFilter(Elem),
+    /// [`optimizer`].
+    Optimizer(OptimizerKind, Elem),
 }
 
 /// An op's generated kernels, and whether they write the error word.
@@ -1360,6 +1517,7 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::Conv2d(e) => one(conv2d(e)),
         KernelKey::Conv2dBackpropInput(e) => one(conv2d_backprop_input(e)),
         KernelKey::Conv2dBackpropFilter(e) => one(conv2d_backprop_filter(e)),
+        KernelKey::Optimizer(kind, e) => one(optimizer(kind, e)),
     }
     .map(|(kernels, checked)| Arc::new(Generated { kernels, checked }));
     memo.lock()
@@ -1411,6 +1569,9 @@ pub fn catalog() -> Vec<KernelSource> {
         all.extend(conv2d_backprop_filter(e));
         all.extend(sort(e));
         all.extend(matmul_int(e));
+        for kind in OptimizerKind::ALL {
+            all.extend(optimizer(kind, e));
+        }
     }
     all
 }
@@ -1497,6 +1658,11 @@ mod tests {
                     .map(|&op| KernelKey::Cumulative(op, e)),
             );
             keys.extend(PoolKind::ALL.iter().map(|&k| KernelKey::Pool(k, e)));
+            keys.extend(
+                OptimizerKind::ALL
+                    .iter()
+                    .map(|&k| KernelKey::Optimizer(k, e)),
+            );
         }
         let mut launchable = 0;
         for key in keys {
