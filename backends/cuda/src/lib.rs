@@ -16,7 +16,8 @@
 //! stream and the host waits only where it reads a value. Every kernel source compiles with
 //! NVRTC for sm_80 and sm_90 and `ptxas` accepts it (the `nvrtc` test, run by CI with
 //! NVIDIA's wheels). Of the optional fused kernels it has the optimizer update (every rule,
-//! float32 and float64); the others are composed from the primitives. The convolutions are
+//! float32 and float64), `fused_conv2d` and `clip_scalar`; the bias-activation gradient and
+//! elementwise programs are composed from the primitives. The convolutions are
 //! direct loops (no cuDNN, no implicit GEMM yet).
 //!
 //! Without a GPU, [`emulation`] runs the same CUDA C on the host (the system's C++ compiler,
@@ -44,8 +45,8 @@ use std::sync::{Arc, OnceLock};
 use cudarc::cublas::{CudaBlas, Gemm};
 use ferroflow_tensor::backend::{unsupported, BufferBox, DeviceBuffer, Operand};
 use ferroflow_tensor::{
-    ArgReduceOp, Backend, BinaryOp, CumulativeOp, DType, DeviceKind, Error, FusedKernel, HostData,
-    Layout, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
+    ArgReduceOp, Backend, BinaryOp, CumulativeOp, DType, DeviceKind, Error, FusedActivation,
+    FusedKernel, HostData, Layout, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
 };
 
 pub use compile::{compile_ptx, missing_libraries, nvrtc_available, LIBRARIES};
@@ -451,6 +452,37 @@ impl Cuda {
         Ok(y)
     }
 
+    /// Runs the fused convolution `(A, B, C, vc, Y, n_out, Geo)`: `bias` read through its view.
+    #[allow(clippy::too_many_arguments)]
+    fn window_with_bias(
+        &self,
+        op: &'static str,
+        kernel: &KernelSource,
+        x: Operand<'_>,
+        filter: Operand<'_>,
+        bias: Operand<'_>,
+        n_out: usize,
+        g: source::Geo,
+    ) -> Result<CudaBuffer> {
+        let (gpu, xbuf) = self.gpu_of(&x, op)?;
+        let (fbuf, bbuf) = (ours(&filter, op)?, ours(&bias, op)?);
+        let y = output(gpu, n_out * x.dtype.size_in_bytes())?;
+        if n_out == 0 {
+            return Ok(y);
+        }
+        let args = [
+            Arg::Buf(&xbuf.mem),
+            Arg::Buf(&fbuf.mem),
+            Arg::Buf(&bbuf.mem),
+            Arg::View(view(bias.layout, op)?),
+            Arg::Buf(&y.mem),
+            Arg::I64(n_out as i64),
+            Arg::Geo(g),
+        ];
+        gpu.launch(&kernel.name, || kernel.clone(), Launch::Items(n_out), &args)?;
+        Ok(y)
+    }
+
     /// `kept` and `red` views of `x` for a reduction over `axes`.
     fn split_views(
         x: &Operand<'_>,
@@ -702,7 +734,55 @@ impl Backend for Cuda {
         Elem::of(dtype).is_some()
     }
     fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
-        kernel == FusedKernel::OptimizerUpdate && matches!(dtype, DType::F32 | DType::F64)
+        let float = matches!(dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64);
+        match kernel {
+            FusedKernel::OptimizerUpdate => matches!(dtype, DType::F32 | DType::F64),
+            FusedKernel::FusedConv2d => float,
+            FusedKernel::ClipScalar => dtype != DType::Bool && Elem::of(dtype).is_some(),
+            _ => false,
+        }
+    }
+    fn fused_conv2d(
+        &self,
+        x: Operand<'_>,
+        filter: Operand<'_>,
+        bias: Operand<'_>,
+        w: &Window2d,
+        activation: FusedActivation,
+    ) -> Result<BufferBox> {
+        let op = "fused_conv2d";
+        let e = float_elem(x.dtype, op)?;
+        let cout = filter.layout.shape()[3];
+        let n = w.input[0] * w.output[0] * w.output[1] * cout;
+        let g = kernels(source::KernelKey::FusedConv2d(e, activation), op, x.dtype)?;
+        let geometry = geo(w, cout, x.layout, Some(filter.layout))?;
+        boxed(self.window_with_bias(op, &g.kernels[0], x, filter, bias, n, geometry)?)
+    }
+    fn clip_scalar(&self, x: Operand<'_>, min: f64, max: f64) -> Result<BufferBox> {
+        let op = "clip_scalar";
+        let e = elem(x.dtype, op)?;
+        let k = kernels(source::KernelKey::ClipScalar(e), op, x.dtype)?;
+        let (gpu, a) = self.gpu_of(&x, op)?;
+        let n = x.layout.num_elements();
+        let y = output(gpu, n * x.dtype.size_in_bytes())?;
+        if n > 0 {
+            let kernel = &k.kernels[0];
+            // (A, va, Y, n, lo, hi)
+            gpu.launch(
+                &kernel.name,
+                || kernel.clone(),
+                Launch::Items(n),
+                &[
+                    Arg::Buf(&a.mem),
+                    Arg::View(view(x.layout, op)?),
+                    Arg::Buf(&y.mem),
+                    Arg::I64(n as i64),
+                    Arg::F64(min),
+                    Arg::F64(max),
+                ],
+            )?;
+        }
+        boxed(y)
     }
     fn optimizer_update(
         &self,

@@ -9,7 +9,9 @@
 //! failures (integer division by zero, a negative integer exponent) set an error word the
 //! host reads after the kernel.
 
-use ferroflow_tensor::{ArgReduceOp, BinaryOp, CumulativeOp, DType, PoolKind, ReduceOp, UnaryOp};
+use ferroflow_tensor::{
+    ArgReduceOp, BinaryOp, CumulativeOp, DType, FusedActivation, PoolKind, ReduceOp, UnaryOp,
+};
 
 /// The most axes a [`View`] describes; the backend refuses deeper tensors with an error.
 pub const MAX_RANK: usize = 8;
@@ -1002,13 +1004,17 @@ __device__ __forceinline__ ff_i64 out_col(const Geo& g, ff_i64 w, ff_i64 k) {
 }
 "#;
 
-/// A window kernel reading `operands` (1 or 2) tensors `A` (and `B`) of `e`.
+/// A window kernel reading `operands` (1 to 3) tensors `A`, `B` (and a bias `C` read through
+/// a view `vc`) of `e`.
 fn window_kernel(name: &str, e: Elem, operands: usize, body: &str) -> KernelSource {
-    let params = ["A", "B"][..operands.clamp(1, 2)]
+    let mut params = ["A", "B"][..operands.clamp(1, 2)]
         .iter()
         .map(|t| format!("const {}* __restrict__ {t}", e.store()))
         .collect::<Vec<_>>()
         .join(", ");
+    if operands == 3 {
+        params += &format!(", const {}* __restrict__ C, View vc", e.store());
+    }
     let kernel = format!(
         "extern \"C\" __global__ void {name}({params}, {s}* __restrict__ Y, ff_i64 n_out, Geo g) {{\n\
          FF_LOOP(n_out) {{\n{body}\n}}\n}}\n",
@@ -1124,11 +1130,39 @@ pub fn avg_pool_grad(e: Elem) -> Option<KernelSource> {
 /// NHWC convolution with an HWIO filter, directly: output `(b, oh, ow, co)` sums
 /// `x[b, h, w, ci] · f[kh, kw, ci, co]` over the valid taps (A = x, B = filter).
 pub fn conv2d(e: Elem) -> Option<KernelSource> {
+    conv2d_with(e, None)
+}
+
+/// `activation(conv2d(x, filter) + bias)` in one kernel (`Backend::fused_conv2d`): the
+/// bias added to the sum and the activation applied before the one rounding to `e`.
+pub fn fused_conv2d(e: Elem, activation: FusedActivation) -> Option<KernelSource> {
+    conv2d_with(e, Some(activation))
+}
+
+fn conv2d_with(e: Elem, epilogue: Option<FusedActivation>) -> Option<KernelSource> {
     if !e.is_float() {
         return None;
     }
     let c = e.compute();
-    let name = format!("conv2d_{}", e.tag());
+    let name = match epilogue {
+        None => format!("conv2d_{}", e.tag()),
+        Some(a) => format!(
+            "fused_conv2d_{}_{}",
+            format!("{a:?}").to_lowercase(),
+            e.tag()
+        ),
+    };
+    let finish = match epilogue {
+        None => String::new(),
+        Some(a) => format!(
+            "acc = acc + {};\n{}",
+            e.load("C[at(vc, co)]"),
+            match a {
+                FusedActivation::Linear => "",
+                FusedActivation::Relu => "acc = acc < 0 ? 0 : acc;\n",
+            }
+        ),
+    };
     let body = format!(
         "ff_i64 co = i % g.cout, ow = (i / g.cout) % g.ow, oh = (i / (g.cout * g.ow)) % g.oh, b = i / (g.cout * g.ow * g.oh);\n\
          {c} acc = 0;\n\
@@ -1138,13 +1172,18 @@ pub fn conv2d(e: Elem) -> Option<KernelSource> {
          for (ff_i64 kw = 0; kw < g.kw; ++kw) {{\n\
          ff_i64 w = in_col(g, ow, kw);\n\
          if (w < 0) continue;\n\
-         for (ff_i64 ci = 0; ci < g.c; ++ci) acc = acc + {lx} * {lf};\n}}\n}}\n\
-         Y[i] = {store};",
+                  for (ff_i64 ci = 0; ci < g.c; ++ci) acc = acc + {lx} * {lf};\n}}\n}}\n\
+         {finish}Y[i] = {store};",
         lx = e.load("A[a_at(g, b, h, w, ci)]"),
         lf = e.load("B[b_at(g, kh, kw, ci, co)]"),
         store = e.store_expr("acc"),
     );
-    Some(window_kernel(&name, e, 2, &body))
+    Some(window_kernel(
+        &name,
+        e,
+        if epilogue.is_some() { 3 } else { 2 },
+        &body,
+    ))
 }
 
 /// The gradient of conv2d with respect to its input: element `(b, h, w, ci)` sums
@@ -1430,6 +1469,37 @@ pub fn optimizer(kind: OptimizerKind, e: Elem) -> Option<KernelSource> {
     Some(program(&name, "", &kernel))
 }
 
+/// `min(max(x, lo), hi)` with the bounds converted to `e` as Rust's `as` / the half crate
+/// convert them (the CPU backend's `from_f64`): a NaN stays NaN.
+pub fn clip_scalar(e: Elem) -> Option<KernelSource> {
+    if e == Elem::Bool {
+        return None;
+    }
+    let c = e.compute();
+    let bound = |var: &str| {
+        format!(
+            "{{ double v = {var}; {var}_c = {}; }}",
+            e.load(&e.store_expr(&cast_expr(Elem::F64, e)))
+        )
+    };
+    let name = format!("clip_scalar_{}", e.tag());
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View va, {s}* __restrict__ Y, ff_i64 n, \
+         double lo, double hi) {{\n\
+         {c} lo_c, hi_c;\n{blo}\n{bhi}\n\
+         FF_LOOP(n) {{\n\
+         {c} x = {load};\n\
+         {c} m = x < lo_c ? lo_c : x;\n\
+         Y[i] = {store};\n}}\n}}\n",
+        s = e.store(),
+        blo = bound("lo"),
+        bhi = bound("hi"),
+        load = e.load("A[at(va, i)]"),
+        store = e.store_expr("(m > hi_c ? hi_c : m)"),
+    );
+    Some(program(&name, "", &kernel))
+}
+
 /// Which generated kernel (or kernels: a reduction has two) an op needs: the key of
 /// [`generated`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1474,6 +1544,10 @@ pub enum KernelKey {
     Conv2dBackpropFilter(Elem),
     /// [`optimizer`].
     Optimizer(OptimizerKind, Elem),
+    /// [`fused_conv2d`].
+    FusedConv2d(Elem, FusedActivation),
+    /// [`clip_scalar`].
+    ClipScalar(Elem),
 }
 
 /// An op's generated kernels, and whether they write the error word.
@@ -1518,6 +1592,8 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::Conv2dBackpropInput(e) => one(conv2d_backprop_input(e)),
         KernelKey::Conv2dBackpropFilter(e) => one(conv2d_backprop_filter(e)),
         KernelKey::Optimizer(kind, e) => one(optimizer(kind, e)),
+        KernelKey::FusedConv2d(e, a) => one(fused_conv2d(e, a)),
+        KernelKey::ClipScalar(e) => one(clip_scalar(e)),
     }
     .map(|(kernels, checked)| Arc::new(Generated { kernels, checked }));
     memo.lock()
@@ -1572,6 +1648,10 @@ pub fn catalog() -> Vec<KernelSource> {
         for kind in OptimizerKind::ALL {
             all.extend(optimizer(kind, e));
         }
+        for a in [FusedActivation::Linear, FusedActivation::Relu] {
+            all.extend(fused_conv2d(e, a));
+        }
+        all.extend(clip_scalar(e));
     }
     all
 }
@@ -1663,6 +1743,11 @@ mod tests {
                     .iter()
                     .map(|&k| KernelKey::Optimizer(k, e)),
             );
+            keys.extend([
+                KernelKey::FusedConv2d(e, FusedActivation::Linear),
+                KernelKey::FusedConv2d(e, FusedActivation::Relu),
+                KernelKey::ClipScalar(e),
+            ]);
         }
         let mut launchable = 0;
         for key in keys {
