@@ -16,7 +16,7 @@
 //! stream and the host waits only where it reads a value. Every kernel source compiles with
 //! NVRTC for sm_80 and sm_90 and `ptxas` accepts it (the `nvrtc` test, run by CI with
 //! NVIDIA's wheels). Of the optional fused kernels it has the optimizer update (every rule,
-//! float32 and float64), `fused_conv2d` and `clip_scalar`; the bias-activation gradient and
+//! float32 and float64), `fused_conv2d`, `bias_activation_grad` and `clip_scalar`; a graph's
 //! elementwise programs are composed from the primitives. The convolutions are
 //! direct loops (no cuDNN, no implicit GEMM yet).
 //!
@@ -737,7 +737,7 @@ impl Backend for Cuda {
         let float = matches!(dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64);
         match kernel {
             FusedKernel::OptimizerUpdate => matches!(dtype, DType::F32 | DType::F64),
-            FusedKernel::FusedConv2d => float,
+            FusedKernel::FusedConv2d | FusedKernel::BiasActivationGrad => float,
             FusedKernel::ClipScalar => dtype != DType::Bool && Elem::of(dtype).is_some(),
             _ => false,
         }
@@ -757,6 +757,48 @@ impl Backend for Cuda {
         let g = kernels(source::KernelKey::FusedConv2d(e, activation), op, x.dtype)?;
         let geometry = geo(w, cout, x.layout, Some(filter.layout))?;
         boxed(self.window_with_bias(op, &g.kernels[0], x, filter, bias, n, geometry)?)
+    }
+    fn bias_activation_grad(
+        &self,
+        g: Operand<'_>,
+        y: Operand<'_>,
+        activation: FusedActivation,
+    ) -> Result<(BufferBox, BufferBox)> {
+        let op = "bias_activation_grad";
+        let e = float_elem(g.dtype, op)?;
+        let k = kernels(
+            source::KernelKey::BiasActivationGrad(e, activation),
+            op,
+            g.dtype,
+        )?;
+        let (gpu, gbuf) = self.gpu_of(&g, op)?;
+        let ybuf = ours(&y, op)?;
+        let shape = g.layout.shape();
+        let channels = shape.last().copied().unwrap_or(1);
+        let n = g.layout.num_elements();
+        let rows = n.checked_div(channels).unwrap_or(0);
+        let size = g.dtype.size_in_bytes();
+        let (dx, db) = (output(gpu, n * size)?, output(gpu, channels * size)?);
+        if channels > 0 {
+            let kernel = &k.kernels[0];
+            // (G, vg, Y, vy, DX, DB, rows, channels); no rows gives a zero dbias.
+            gpu.launch(
+                &kernel.name,
+                || kernel.clone(),
+                Launch::Items(channels),
+                &[
+                    Arg::Buf(&gbuf.mem),
+                    Arg::View(view(g.layout, op)?),
+                    Arg::Buf(&ybuf.mem),
+                    Arg::View(view(y.layout, op)?),
+                    Arg::Buf(&dx.mem),
+                    Arg::Buf(&db.mem),
+                    Arg::I64(rows as i64),
+                    Arg::I64(channels as i64),
+                ],
+            )?;
+        }
+        Ok((Box::new(dx), Box::new(db)))
     }
     fn clip_scalar(&self, x: Operand<'_>, min: f64, max: f64) -> Result<BufferBox> {
         let op = "clip_scalar";

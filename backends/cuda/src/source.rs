@@ -1500,6 +1500,46 @@ pub fn clip_scalar(e: Elem) -> Option<KernelSource> {
     Some(program(&name, "", &kernel))
 }
 
+/// The gradients of `activation(x + bias)` in one pass (`Backend::bias_activation_grad`):
+/// thread `c` walks channel `c` down the rows, writing `dx = g · [y > 0]` (ReLU; `g` itself
+/// for Linear) and summing it into `dbias[c]` (in double, in row order: deterministic).
+pub fn bias_activation_grad(e: Elem, activation: FusedActivation) -> Option<KernelSource> {
+    if !e.is_float() {
+        return None;
+    }
+    let c = e.compute();
+    let name = format!(
+        "bias_activation_grad_{}_{}",
+        format!("{activation:?}").to_lowercase(),
+        e.tag()
+    );
+    let gate = match activation {
+        FusedActivation::Linear => String::new(),
+        FusedActivation::Relu => format!(
+            "v = v * ({} > ({c})0 ? ({c})1 : ({c})0);\n",
+            e.load("Yv[at(vy, k)]")
+        ),
+    };
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ G, View vg, const {s}* __restrict__ Yv, View vy, \
+         {s}* __restrict__ DX, {s}* __restrict__ DB, ff_i64 rows, ff_i64 channels) {{\n\
+         FF_LOOP(channels) {{\n\
+         double acc = 0;\n\
+         for (ff_i64 r = 0; r < rows; ++r) {{\n\
+         ff_i64 k = r * channels + i;\n\
+         {c} v = {lg};\n\
+         {gate}\
+         DX[k] = {sv};\n\
+         acc = acc + v;\n}}\n\
+         DB[i] = {sacc};\n}}\n}}\n",
+        s = e.store(),
+        lg = e.load("G[at(vg, k)]"),
+        sv = e.store_expr("v"),
+        sacc = e.store_expr("acc"),
+    );
+    Some(program(&name, "", &kernel))
+}
+
 /// Which generated kernel (or kernels: a reduction has two) an op needs: the key of
 /// [`generated`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1548,6 +1588,8 @@ pub enum KernelKey {
     FusedConv2d(Elem, FusedActivation),
     /// [`clip_scalar`].
     ClipScalar(Elem),
+    /// [`bias_activation_grad`].
+    BiasActivationGrad(Elem, FusedActivation),
 }
 
 /// An op's generated kernels, and whether they write the error word.
@@ -1594,6 +1636,7 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::Optimizer(kind, e) => one(optimizer(kind, e)),
         KernelKey::FusedConv2d(e, a) => one(fused_conv2d(e, a)),
         KernelKey::ClipScalar(e) => one(clip_scalar(e)),
+        KernelKey::BiasActivationGrad(e, a) => one(bias_activation_grad(e, a)),
     }
     .map(|(kernels, checked)| Arc::new(Generated { kernels, checked }));
     memo.lock()
@@ -1650,6 +1693,7 @@ pub fn catalog() -> Vec<KernelSource> {
         }
         for a in [FusedActivation::Linear, FusedActivation::Relu] {
             all.extend(fused_conv2d(e, a));
+            all.extend(bias_activation_grad(e, a));
         }
         all.extend(clip_scalar(e));
     }
@@ -1747,6 +1791,8 @@ mod tests {
                 KernelKey::FusedConv2d(e, FusedActivation::Linear),
                 KernelKey::FusedConv2d(e, FusedActivation::Relu),
                 KernelKey::ClipScalar(e),
+                KernelKey::BiasActivationGrad(e, FusedActivation::Linear),
+                KernelKey::BiasActivationGrad(e, FusedActivation::Relu),
             ]);
         }
         let mut launchable = 0;
