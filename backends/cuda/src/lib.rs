@@ -25,9 +25,10 @@
 //! conformance suite passes there (`tests/emulated.rs`, in CI): the kernels' arithmetic and
 //! indexing, the views and launch parameters, the error words and the GEMM operand forms
 //! are checked, the block-level reductions included (a block's threads are real threads
-//! there). What only a GPU can check (NVRTC's code, cuBLAS, the driver) has **not run yet** (`tests/conformance.rs` does, with
-//! `FERROFLOW_REQUIRE_CUDA=1`; `cargo xtask gpu` runs it), so `ferroflow::init()` does not
-//! register this backend; call [`register`] to use it.
+//! there). What only a GPU can check (NVRTC's code, cuBLAS, the driver) has **not run
+//! yet** (`tests/conformance.rs` does, with `FERROFLOW_REQUIRE_CUDA=1`; `cargo xtask gpu`
+//! runs it), so `ferroflow::init()` does not register this backend; call [`register`] to
+//! use it.
 //!
 //! ```
 //! // Without NVIDIA's driver this registers nothing and returns 0.
