@@ -231,6 +231,22 @@ pub fn tensor_limit_scope(bytes: u64) -> TensorLimitScope {
     }
 }
 
+/// Whether the host's allocator would grant `bytes` now: requests of 64 MiB and up are
+/// reserved and released once (so a size the allocator refuses, an address-space limit or
+/// strict overcommit, is an error before a kernel, not an abort in it); smaller ones are not
+/// probed (the probe would cost more than the risk it removes). For backends whose memory
+/// is the host's ([`Backend::can_allocate`]).
+///
+/// ```
+/// assert!(ferroflow_tensor::device::host_can_allocate(1024));
+/// assert!(!ferroflow_tensor::device::host_can_allocate(u64::MAX));
+/// ```
+pub fn host_can_allocate(bytes: u64) -> bool {
+    const PROBED: u64 = 64 << 20;
+    bytes < PROBED
+        || usize::try_from(bytes).is_ok_and(|b| Vec::<u8>::new().try_reserve_exact(b).is_ok())
+}
+
 /// Checks that a new tensor of `shape` and `dtype` fits on `device` (served by `backend`):
 /// its element count does not overflow, its bytes stay below `isize::MAX` and below what
 /// the backend says the device holds ([`Backend::memory_bytes`]). Returns the element

@@ -145,14 +145,10 @@ impl Backend for CpuBackend {
     fn memory_bytes(&self, _ordinal: usize) -> Option<u64> {
         physical_memory_bytes()
     }
-    /// Large outputs (64 MiB and up) are reserved and released once first, so a size the
-    /// allocator refuses (an address-space limit, strict overcommit) is an error here, not
-    /// an abort in the kernel; smaller ones are not probed (the probe would cost more than
-    /// the risk it removes).
+    /// Large outputs are probed ([`ferroflow_tensor::device::host_can_allocate`]), so a size
+    /// the allocator refuses is an error here, not an abort in the kernel.
     fn can_allocate(&self, _ordinal: usize, bytes: u64) -> bool {
-        const PROBED: u64 = 64 << 20;
-        bytes < PROBED
-            || usize::try_from(bytes).is_ok_and(|b| Vec::<u8>::new().try_reserve_exact(b).is_ok())
+        ferroflow_tensor::device::host_can_allocate(bytes)
     }
     fn upload(&self, _ordinal: usize, data: HostData) -> Result<BufferBox> {
         out(data)

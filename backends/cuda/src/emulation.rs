@@ -18,7 +18,7 @@
 //! ```
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ferroflow_tensor::{DeviceKind, Error, Result};
 
@@ -66,11 +66,16 @@ pub fn register() -> Result<usize> {
             ),
         });
     }
-    // Made while a library compiles, removed after it loads.
-    let dir = std::env::temp_dir().join(format!("ferroflow-cuda-emulation-{}", std::process::id()));
-    let cuda = Cuda {
-        gpus: vec![Gpu::host(0, dir)],
-    };
-    ferroflow_tensor::register_backend(DeviceKind::Gpu, Arc::new(cuda));
+    // One emulated device per process (registering again is a no-op, as for a real GPU).
+    static EMULATED: OnceLock<Arc<Cuda>> = OnceLock::new();
+    let cuda = EMULATED.get_or_init(|| {
+        // Made while a library compiles, removed after it loads.
+        let dir =
+            std::env::temp_dir().join(format!("ferroflow-cuda-emulation-{}", std::process::id()));
+        Arc::new(Cuda {
+            gpus: vec![Gpu::host(0, dir)],
+        })
+    });
+    ferroflow_tensor::register_backend(DeviceKind::Gpu, cuda.clone());
     Ok(1)
 }

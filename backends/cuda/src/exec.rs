@@ -62,6 +62,7 @@ pub(crate) enum Memory {
 }
 
 /// One kernel parameter.
+#[derive(Clone, Copy)]
 pub(crate) enum Arg<'a> {
     /// A buffer (the kernel sees its device pointer).
     Buf(&'a Memory),
@@ -347,46 +348,28 @@ pub(crate) trait GemmScalar: cudarc::driver::DeviceRepr + Copy {
     fn to_f64(self) -> f64;
     fn from_f64(v: f64) -> Self;
 }
-impl GemmScalar for f32 {
-    const IS_F32: bool = true;
-    const ONE: f32 = 1.0;
-    const ZERO: f32 = 0.0;
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(v: f64) -> f32 {
-        v as f32
-    }
+/// `GemmScalar` for each type: its one and zero, whether it is float32, its f64 conversions.
+macro_rules! gemm_scalar {
+    ($($t:ty => $one:expr, $zero:expr, $is_f32:expr, $to:expr, $from:expr);* $(;)?) => {$(
+        impl GemmScalar for $t {
+            const ONE: $t = $one;
+            const ZERO: $t = $zero;
+            const IS_F32: bool = $is_f32;
+            fn to_f64(self) -> f64 {
+                ($to)(self)
+            }
+            fn from_f64(v: f64) -> $t {
+                ($from)(v)
+            }
+        }
+    )*};
 }
-impl GemmScalar for f64 {
-    const ONE: f64 = 1.0;
-    const ZERO: f64 = 0.0;
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn from_f64(v: f64) -> f64 {
-        v
-    }
-}
-impl GemmScalar for half::f16 {
-    const ONE: half::f16 = half::f16::ONE;
-    const ZERO: half::f16 = half::f16::ZERO;
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn from_f64(v: f64) -> half::f16 {
-        half::f16::from_f64(v)
-    }
-}
-impl GemmScalar for half::bf16 {
-    const ONE: half::bf16 = half::bf16::ONE;
-    const ZERO: half::bf16 = half::bf16::ZERO;
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn from_f64(v: f64) -> half::bf16 {
-        half::bf16::from_f64(v)
-    }
+
+gemm_scalar! {
+    f32 => 1.0, 0.0, true, |x: f32| x as f64, |v: f64| v as f32;
+    f64 => 1.0, 0.0, false, |x: f64| x, |v: f64| v;
+    half::f16 => half::f16::ONE, half::f16::ZERO, false, half::f16::to_f64, half::f16::from_f64;
+    half::bf16 => half::bf16::ONE, half::bf16::ZERO, false, half::bf16::to_f64, half::bf16::from_f64;
 }
 
 /// The GEMM on the host, by its definition, in f64 (the emulation checks the operand forms
@@ -525,20 +508,28 @@ impl CudaEngine {
                 cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
             }
         };
+        // cuBLAS takes 32-bit sizes: a larger one is an error, never a truncated product.
+        let int = |v: i64, what: &str| {
+            i32::try_from(v).map_err(|_| Error::NotSupportedByBackend {
+                op: "matmul",
+                backend: BACKEND,
+                detail: format!(", a {what} of {v} (cuBLAS takes at most {})", i32::MAX),
+            })
+        };
         let cfg = StridedBatchedConfig {
             gemm: GemmConfig {
                 transa: op(call.transa),
                 transb: op(call.transb),
-                m: call.m as i32,
-                n: call.n as i32,
-                k: call.k as i32,
+                m: int(call.m as i64, "matrix dimension")?,
+                n: int(call.n as i64, "matrix dimension")?,
+                k: int(call.k as i64, "inner dimension")?,
                 alpha: T::ONE,
-                lda: call.lda as i32,
-                ldb: call.ldb as i32,
+                lda: int(call.lda, "row stride")?,
+                ldb: int(call.ldb, "row stride")?,
                 beta: T::ZERO,
-                ldc: call.ldc as i32,
+                ldc: int(call.ldc, "row stride")?,
             },
-            batch_size: call.batch as i32,
+            batch_size: int(call.batch as i64, "batch")?,
             stride_a: call.stride_a,
             stride_b: call.stride_b,
             stride_c: call.stride_c,
@@ -615,23 +606,24 @@ impl HostEngine {
     /// belongs to, else alone (or alone when its group does not compile, so the error names
     /// it).
     fn library(&self, name: &str, source: impl FnOnce() -> KernelSource) -> HostLibrary {
-        static GROUPS: OnceLock<HashMap<String, usize>> = OnceLock::new();
-        let groups = GROUPS.get_or_init(|| {
-            crate::source::catalog()
-                .into_iter()
+        // The catalog and each kernel's place in it, made once.
+        type Catalog = (Vec<KernelSource>, HashMap<String, usize>);
+        static CATALOG: OnceLock<Catalog> = OnceLock::new();
+        let (catalog, index) = CATALOG.get_or_init(|| {
+            let all = crate::source::catalog();
+            let index = all
+                .iter()
                 .enumerate()
-                .map(|(i, k)| (k.name, i / HOST_GROUP))
-                .collect()
+                .map(|(i, k)| (k.name.clone(), i))
+                .collect();
+            (all, index)
         });
-        if let Some(&group) = groups.get(name) {
+        if let Some(&at) = index.get(name) {
+            let group = at / HOST_GROUP;
             let slot = self.slot(&format!("group {group}"));
             slot.get_or_init(|| {
-                let kernels: Vec<KernelSource> = crate::source::catalog()
-                    .into_iter()
-                    .skip(group * HOST_GROUP)
-                    .take(HOST_GROUP)
-                    .collect();
-                self.compile(&format!("group_{group}"), &kernels)
+                let end = ((group + 1) * HOST_GROUP).min(catalog.len());
+                self.compile(&format!("group_{group}"), &catalog[group * HOST_GROUP..end])
             });
             if matches!(slot.get(), Some(Ok(_))) {
                 return slot;
@@ -654,18 +646,13 @@ impl HostEngine {
         stem: &str,
         kernels: &[KernelSource],
     ) -> std::result::Result<libloading::Library, String> {
-        let mut code = format!("{HOST_SHIM}{}", crate::source::PRELUDE);
-        for k in kernels {
-            let own = k
-                .code
-                .strip_prefix(crate::source::PRELUDE)
-                .unwrap_or(&k.code);
-            code += &format!(
-                "namespace ns_{} {{\n{own}\n{}}}\n",
-                k.name,
-                launch_wrapper(k)?
-            );
-        }
+        let wrappers = kernels
+            .iter()
+            .map(launch_wrapper)
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut wrapper = wrappers.into_iter();
+        let program = crate::source::grouped(stem, kernels, |_| wrapper.next().unwrap_or_default());
+        let code = format!("{HOST_SHIM}{}", program.code);
         let cpp = self.dir.join(format!("{stem}.cpp"));
         let so = self.dir.join(format!("{stem}.so"));
         std::fs::create_dir_all(&self.dir)

@@ -883,17 +883,12 @@ impl Backend for Cuda {
     fn memory_bytes(&self, ordinal: usize) -> Option<u64> {
         self.gpus.get(ordinal)?.memory().map(|(_, total)| total)
     }
-    /// A GPU's free memory; on the host emulation, large requests are probed as the CPU
-    /// backend probes them (the tensor layer may fill the tensor on the host first).
+    /// A GPU's free memory; on the host emulation, the host allocator's answer (the tensor
+    /// layer may fill the tensor on the host first).
     fn can_allocate(&self, ordinal: usize, bytes: u64) -> bool {
-        const PROBED: u64 = 64 << 20;
         self.gpus.get(ordinal).is_some_and(|g| match g.memory() {
             Some((free, _)) => bytes <= free,
-            None => {
-                bytes < PROBED
-                    || usize::try_from(bytes)
-                        .is_ok_and(|b| Vec::<u8>::new().try_reserve_exact(b).is_ok())
-            }
+            None => ferroflow_tensor::device::host_can_allocate(bytes),
         })
     }
     fn synchronize(&self, ordinal: usize) -> Result<()> {
@@ -954,29 +949,32 @@ impl Backend for Cuda {
             return boxed(y);
         }
         let (va, vb) = (view(lhs.layout, op.name())?, view(rhs.layout, op.name())?);
-        let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
-        if checked {
-            gpu.zero(&mut word)?;
+        // (A, View, B, View, Y, n[, E]): both views have the output's shape (broadcast by
+        // the tensor layer); only checked kernels (integer division, powers) take the error
+        // word, and only they hold its lock.
+        let args = [
+            Arg::Buf(&a.mem),
+            Arg::View(va),
+            Arg::Buf(&b.mem),
+            Arg::View(vb),
+            Arg::Buf(&y.mem),
+            Arg::I64(n as i64),
+        ];
+        if !checked {
+            gpu.launch(&kernel.name, || kernel.clone(), Launch::Items(n), &args)?;
+            return boxed(y);
         }
-        // (A, View, B, View, Y, n, E): both views have the output's shape (broadcast by the
-        // tensor layer).
+        let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
+        gpu.zero(&mut word)?;
+        let mut checked_args = args.to_vec();
+        checked_args.push(Arg::Buf(&word));
         gpu.launch(
             &kernel.name,
             || kernel.clone(),
             Launch::Items(n),
-            &[
-                Arg::Buf(&a.mem),
-                Arg::View(va),
-                Arg::Buf(&b.mem),
-                Arg::View(vb),
-                Arg::Buf(&y.mem),
-                Arg::I64(n as i64),
-                Arg::Buf(&word),
-            ],
+            &checked_args,
         )?;
-        if checked {
-            Self::data_error(op.name(), read_error(gpu, &word)?, 0)?;
-        }
+        Self::data_error(op.name(), read_error(gpu, &word)?, 0)?;
         boxed(y)
     }
     fn reduce(&self, op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<BufferBox> {

@@ -353,6 +353,26 @@ template <class T> __device__ __forceinline__ bool ff_isnan(T) { return false; }
     i += (ff_i64)blockDim.x * gridDim.x)
 "#;
 
+/// One program holding `kernels`, each in a namespace of its own with `extra(kernel)` after
+/// it (what a kernel declares stays its own; the prelude is shared, as at run time). NVRTC's
+/// and a C++ compiler's start-up dominate one small kernel, so the CI check and the host
+/// emulation compile the catalog this way.
+pub fn grouped(
+    name: &str,
+    kernels: &[KernelSource],
+    mut extra: impl FnMut(&KernelSource) -> String,
+) -> KernelSource {
+    let mut code = PRELUDE.to_string();
+    for k in kernels {
+        let own = k.code.strip_prefix(PRELUDE).unwrap_or(&k.code);
+        code += &format!("namespace ns_{} {{\n{own}\n{}}}\n", k.name, extra(k));
+    }
+    KernelSource {
+        name: name.to_string(),
+        code,
+    }
+}
+
 fn program(name: &str, helpers: &str, kernel: &str) -> KernelSource {
     KernelSource {
         name: name.to_string(),
@@ -569,7 +589,8 @@ fn binary_helpers(e: Elem) -> String {
 }
 
 /// `op` on two operands of `e` (read through their broadcast views), writing `out`. The
-/// second value says whether the kernel writes the error word.
+/// second value says whether the kernel writes the error word (its last parameter, `E`,
+/// which unchecked kernels do not have).
 pub fn binary(op: BinaryOp, e: Elem, out: Elem) -> Option<(KernelSource, bool)> {
     let (expr, div_check, pow_check) = binary_expr(op, e)?;
     let name = format!("binary_{}_{}", op.name(), e.tag());
@@ -594,10 +615,12 @@ pub fn binary(op: BinaryOp, e: Elem, out: Elem) -> Option<(KernelSource, bool)> 
     body += &format!("    Y[i] = {};\n", out.store_expr(&expr));
     let kernel = format!(
         "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View va, const {s}* __restrict__ B, View vb, \
-         {o}* __restrict__ Y, ff_i64 n, unsigned int* E) {{\n\
+         {o}* __restrict__ Y, ff_i64 n{e_param}) {{\n\
          FF_LOOP(n) {{\n{body}}}\n}}\n",
         s = e.store(),
         o = out.store(),
+        // Only checked kernels take the error word.
+        e_param = if div_check || pow_check { ", unsigned int* E" } else { "" },
     );
     Some((
         program(&name, &binary_helpers(e), &kernel),

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use ferroflow_cuda::source::{catalog, KernelSource, PRELUDE};
+use ferroflow_cuda::source::{catalog, KernelSource};
 
 /// Kernels compiled together: NVRTC's and ptxas' start-up dominates one small kernel, so the
 /// catalog goes through in programs of this many kernels, each in a namespace of its own
@@ -69,15 +69,8 @@ fn check(kernel: &KernelSource, ptxas: &std::path::Path, dir: &std::path::Path) 
 
 /// One program holding `kernels`, each in its own namespace.
 fn grouped(kernels: &[KernelSource]) -> KernelSource {
-    let mut code = PRELUDE.to_string();
-    for k in kernels {
-        let own = k.code.strip_prefix(PRELUDE).unwrap_or(&k.code);
-        code += &format!("namespace ns_{} {{\n{own}\n}}\n", k.name);
-    }
-    KernelSource {
-        name: format!("group_from_{}", kernels[0].name),
-        code,
-    }
+    let first = kernels.first().map_or("", |k| k.name.as_str());
+    ferroflow_cuda::source::grouped(&format!("group_from_{first}"), kernels, |_| String::new())
 }
 
 #[test]
