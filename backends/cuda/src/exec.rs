@@ -573,16 +573,6 @@ static thread_local ff_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-/* Block-level kernels compile but are never launched here (see crate::emulation). */
-#include <barrier>
-#include <mutex>
-#include <thread>
-#include <vector>
-/* A block's threads are real threads (see the launch wrapper): its shared arrays are
-   statics, its barrier the block's. */
-#define __shared__ static
-static thread_local std::barrier<>* ff_block_barrier = nullptr;
-static inline void __syncthreads() { ff_block_barrier->arrive_and_wait(); }
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline float __uint_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline unsigned int __float_as_uint(float f) { unsigned int i; memcpy(&i, &f, 4); return i; }
@@ -594,6 +584,26 @@ static inline unsigned int atomicMax(unsigned int* p, unsigned int v) {
     return old;
 }
 "#;
+
+/// What block-level kernels (shared memory, `__syncthreads`) need besides [`HOST_SHIM`]: a
+/// block's threads are real threads (see the launch wrapper), its shared arrays are
+/// statics, its barrier the block's. The thread and barrier headers triple a small
+/// kernel's compile time, so kernels without blocks go without them.
+const HOST_BLOCK_SHIM: &str = r#"
+#include <barrier>
+#include <mutex>
+#include <thread>
+#include <vector>
+#define __shared__ static
+static thread_local std::barrier<>* ff_block_barrier = nullptr;
+static inline void __syncthreads() { ff_block_barrier->arrive_and_wait(); }
+"#;
+
+/// Whether a kernel runs as blocks of cooperating threads (and so needs
+/// [`HOST_BLOCK_SHIM`]).
+fn uses_blocks(kernel: &KernelSource) -> bool {
+    kernel.code.contains("__syncthreads") || kernel.code.contains("__shared__")
+}
 
 /// Kernels of the catalog compiled together into one library (the compiler's start-up
 /// dominates one small kernel).
@@ -646,13 +656,15 @@ impl HostEngine {
         stem: &str,
         kernels: &[KernelSource],
     ) -> std::result::Result<libloading::Library, String> {
+        let blocks = kernels.iter().any(uses_blocks);
         let wrappers = kernels
             .iter()
-            .map(launch_wrapper)
+            .map(|k| launch_wrapper(k, blocks))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let mut wrapper = wrappers.into_iter();
         let program = crate::source::grouped(stem, kernels, |_| wrapper.next().unwrap_or_default());
-        let code = format!("{HOST_SHIM}{}", program.code);
+        let block_shim = if blocks { HOST_BLOCK_SHIM } else { "" };
+        let code = format!("{HOST_SHIM}{block_shim}{}", program.code);
         let cpp = self.dir.join(format!("{stem}.cpp"));
         let so = self.dir.join(format!("{stem}.so"));
         std::fs::create_dir_all(&self.dir)
@@ -761,8 +773,9 @@ impl HostEngine {
 
 /// `extern "C" void ff_host_launch_NAME(void** params, unsigned grid, unsigned block)`: calls the
 /// kernel once per (block, thread) with each parameter read through its pointer as the
-/// kernel declares it.
-fn launch_wrapper(kernel: &KernelSource) -> std::result::Result<String, String> {
+/// kernel declares it; without `blocks` (no [`HOST_BLOCK_SHIM`]) only launches of one
+/// thread per block, the grid-stride loops'.
+fn launch_wrapper(kernel: &KernelSource, blocks: bool) -> std::result::Result<String, String> {
     let head = format!("__global__ void {}(", kernel.name);
     let start = kernel
         .code
@@ -782,6 +795,20 @@ fn launch_wrapper(kernel: &KernelSource) -> std::result::Result<String, String> 
             .ok_or_else(|| format!("kernel {}: parameter {param:?} has no type", kernel.name))?;
         let ty = &param[..=cut];
         reads.push(format!("*({ty}*)p[{i}]"));
+    }
+    let reads = reads.join(", ");
+    let name = &kernel.name;
+    if !blocks {
+        // Threads that never meet (no shared memory, no barrier) run one after another.
+        return Ok(format!(
+            "extern \"C\" void ff_host_launch_{name}(void** p, unsigned int grid, unsigned int block) {{\n\
+             gridDim.x = grid; gridDim.y = 1; gridDim.z = 1;\n\
+             blockDim.x = block; blockDim.y = 1; blockDim.z = 1;\n\
+             for (unsigned int b = 0; b < grid; ++b) for (unsigned int t = 0; t < block; ++t) {{\n\
+             blockIdx.x = b; blockIdx.y = 0; blockIdx.z = 0;\n\
+             threadIdx.x = t; threadIdx.y = 0; threadIdx.z = 0;\n\
+             {name}({reads});\n}}\n}}\n"
+        ));
     }
     // One thread: the grid-stride loop in order. Several: each block's threads as real
     // threads meeting at a barrier (`__syncthreads`), one block after another, one such
@@ -803,9 +830,7 @@ fn launch_wrapper(kernel: &KernelSource) -> std::result::Result<String, String> 
          std::barrier<> bar(block);\n\
          std::vector<std::thread> threads;\n\
          for (unsigned int t = 0; t < block; ++t) threads.emplace_back(ff_run_{name}, p, grid, block, b, t, &bar);\n\
-         for (auto& th : threads) th.join();\n}}\n}}\n",
-        name = kernel.name,
-        reads = reads.join(", ")
+         for (auto& th : threads) th.join();\n}}\n}}\n"
     ))
 }
 
@@ -819,7 +844,7 @@ mod tests {
             name: "k".into(),
             code: "extern \"C\" __global__ void k(const float* __restrict__ A, View va, ff_i64 n, unsigned int* E) {}".into(),
         };
-        let w = launch_wrapper(&k).expect("a wrapper");
+        let w = launch_wrapper(&k, true).expect("a wrapper");
         assert!(
             w.contains("k(*(const float* __restrict__ *)p[0], *(View *)p[1], *(ff_i64 *)p[2], *(unsigned int* *)p[3]);")
                 && w.contains("extern \"C\" void ff_host_launch_k(void** p"),

@@ -16,8 +16,11 @@
 //! stream and the host waits only where it reads a value. Every kernel source compiles with
 //! NVRTC for sm_80 and sm_90 and `ptxas` accepts it (the `nvrtc` test, run by CI with
 //! NVIDIA's wheels). Of the optional fused kernels it has the optimizer update (every rule,
-//! float32 and float64), `fused_conv2d`, `bias_activation_grad` and `clip_scalar`; a graph's
-//! elementwise programs are composed from the primitives. The convolutions are
+//! float32 and float64), `fused_conv2d`, `bias_activation_grad`, `clip_scalar`, and a
+//! graph's elementwise programs (in the four float types) as one generated kernel each
+//! (`source::fused_program`: every step the op's own expression, rounded where the op's
+//! kernel stores it, so the bits equal the ops' one by one), with a reduction of the first
+//! output inside the reduction kernel's loads (`fused_reduce`). The convolutions are
 //! direct loops (no cuDNN, no implicit GEMM yet).
 //!
 //! Without a GPU, [`emulation`] runs the same CUDA C on the host (the system's C++ compiler,
@@ -46,8 +49,9 @@ use std::sync::{Arc, OnceLock};
 use cudarc::cublas::{CudaBlas, Gemm};
 use ferroflow_tensor::backend::{unsupported, BufferBox, DeviceBuffer, Operand};
 use ferroflow_tensor::{
-    ArgReduceOp, Backend, BinaryOp, CumulativeOp, DType, DeviceKind, Error, FusedActivation,
-    FusedKernel, HostData, Layout, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
+    ArgReduceOp, Backend, BinaryOp, CumulativeOp, DType, DeviceKind, ElementwiseProgram,
+    ElementwiseStep, Error, FusedActivation, FusedKernel, HostData, Layout, PoolKind, ReduceOp,
+    Result, UnaryOp, UpdateRule, Window2d,
 };
 
 pub use compile::{compile_ptx, missing_libraries, nvrtc_available, LIBRARIES};
@@ -490,7 +494,17 @@ impl Cuda {
         axes: &[usize],
         op: &'static str,
     ) -> Result<(View, View, usize)> {
-        let (shape, strides) = (x.layout.shape(), x.layout.strides());
+        Self::split_layout(x.layout, axes, op)
+    }
+
+    /// [`Cuda::split_views`] of a layout.
+    fn split_layout(
+        layout: &Layout,
+        axes: &[usize],
+        op: &'static str,
+    ) -> Result<(View, View, usize)> {
+        let x = layout;
+        let (shape, strides) = (x.shape(), x.strides());
         let pick = |keep: bool| -> (Vec<usize>, Vec<isize>) {
             (0..shape.len())
                 .filter(|d| axes.contains(d) != keep)
@@ -501,10 +515,129 @@ impl Cuda {
         let (rs, rst) = pick(false);
         let m: usize = rs.iter().product();
         Ok((
-            view_of(&ks, &kst, x.layout.offset(), op)?,
+            view_of(&ks, &kst, x.offset(), op)?,
             view_of(&rs, &rst, 0, op)?,
             m,
         ))
+    }
+
+    /// Whether a reduction of `m` elements into each of `outputs` runs a thread per output
+    /// (short reductions, or many outputs; on the host emulation, whose blocks are real
+    /// threads, all but a few outputs) rather than a block per output.
+    fn reduce_by_rows(gpu: &Gpu, m: usize, outputs: usize) -> bool {
+        m <= 64 || outputs > (1 << 20) || (gpu.is_host() && outputs > HOST_BLOCK_OUTPUTS)
+    }
+
+    /// The device, element type and views (broadcast to `shape`) of an elementwise
+    /// program's inputs: as many as it reads, one float type, one device.
+    fn program_operands<'a>(
+        &'a self,
+        op: &'static str,
+        program: &ElementwiseProgram,
+        inputs: &[Operand<'_>],
+        shape: &[usize],
+    ) -> Result<(&'a Gpu, Elem, Vec<View>)> {
+        program.check()?;
+        let first = inputs.first().ok_or_else(|| Error::Backend {
+            backend: BACKEND,
+            msg: format!("{op}: a program reads at least one input"),
+        })?;
+        if inputs.len() != program.num_inputs {
+            return Err(Error::Backend {
+                backend: BACKEND,
+                msg: format!(
+                    "{op}: the program reads {} inputs, got {}",
+                    program.num_inputs,
+                    inputs.len()
+                ),
+            });
+        }
+        let (gpu, a) = self.gpu_of(first, op)?;
+        let e = float_elem(first.dtype, op)?;
+        let mut views = Vec::with_capacity(inputs.len());
+        for x in inputs {
+            if x.dtype != first.dtype {
+                return Err(Error::DTypeMismatch {
+                    op,
+                    lhs: first.dtype,
+                    rhs: x.dtype,
+                });
+            }
+            if ours(x, op)?.ordinal != a.ordinal {
+                return Err(Error::Backend {
+                    backend: BACKEND,
+                    msg: format!("{op}: the inputs are on different GPUs"),
+                });
+            }
+            views.push(view(&x.layout.broadcast_to(op, shape)?, op)?);
+        }
+        Ok((gpu, e, views))
+    }
+
+    /// The launch arguments reading a program's inputs: `X0, v0, X1, v1, ..`.
+    fn program_input_args<'a>(inputs: &[Operand<'a>], views: &[View]) -> Result<Vec<Arg<'a>>> {
+        let mut args = Vec::with_capacity(2 * inputs.len());
+        for (x, &v) in inputs.iter().zip(views) {
+            args.push(Arg::Buf(&ours(x, "fused_elementwise")?.mem));
+            args.push(Arg::View(v));
+        }
+        Ok(args)
+    }
+
+    /// A program too wide for one kernel's parameters, run op by op through the ops'
+    /// own kernels (each register a dense buffer of `shape`).
+    fn program_op_by_op(
+        &self,
+        program: &ElementwiseProgram,
+        inputs: &[Operand<'_>],
+        shape: &[usize],
+    ) -> Result<Vec<BufferBox>> {
+        const OP: &str = "fused_elementwise";
+        let layouts = inputs
+            .iter()
+            .map(|x| x.layout.broadcast_to(OP, shape))
+            .collect::<Result<Vec<_>>>()?;
+        let dense = Layout::contiguous(shape);
+        let dtype = inputs.first().map_or(DType::F32, |x| x.dtype);
+        let n_in = program.num_inputs;
+        let mut steps: Vec<BufferBox> = Vec::with_capacity(program.steps.len());
+        for step in &program.steps {
+            let operand = |r: usize| -> Result<Operand<'_>> {
+                Ok(if r < n_in {
+                    Operand {
+                        buffer: inputs[r].buffer,
+                        layout: &layouts[r],
+                        dtype,
+                    }
+                } else {
+                    let buffer = steps.get(r - n_in).ok_or_else(|| Error::Backend {
+                        backend: BACKEND,
+                        msg: format!("{OP}: register {r} is not written"),
+                    })?;
+                    Operand {
+                        buffer: buffer.as_ref(),
+                        layout: &dense,
+                        dtype,
+                    }
+                })
+            };
+            let out = match *step {
+                ElementwiseStep::Unary(op, a) => self.unary(op, operand(a)?)?,
+                ElementwiseStep::Binary(op, a, b) => self.binary(op, operand(a)?, operand(b)?)?,
+            };
+            steps.push(out);
+        }
+        program
+            .outputs
+            .iter()
+            .map(|&r| {
+                self.copy(Operand {
+                    buffer: steps[r - n_in].as_ref(),
+                    layout: &dense,
+                    dtype,
+                })
+            })
+            .collect()
     }
 
     /// cuBLAS's view of a row-major `[batch.., rows, cols]` operand: (operation, leading
@@ -740,7 +873,7 @@ impl Backend for Cuda {
             FusedKernel::OptimizerUpdate => matches!(dtype, DType::F32 | DType::F64),
             FusedKernel::FusedConv2d | FusedKernel::BiasActivationGrad => float,
             FusedKernel::ClipScalar => dtype != DType::Bool && Elem::of(dtype).is_some(),
-            _ => false,
+            FusedKernel::Elementwise => float,
         }
     }
     fn fused_conv2d(
@@ -800,6 +933,105 @@ impl Backend for Cuda {
             )?;
         }
         Ok((Box::new(dx), Box::new(db)))
+    }
+    fn fused_elementwise(
+        &self,
+        program: &ElementwiseProgram,
+        inputs: &[Operand<'_>],
+        shape: &[usize],
+    ) -> Result<Vec<BufferBox>> {
+        let (gpu, e, views) = self.program_operands("fused_elementwise", program, inputs, shape)?;
+        let Some(k) = source::generated_program(program, e, None) else {
+            return self.program_op_by_op(program, inputs, shape);
+        };
+        let kernel = &k.kernels[0];
+        let n: usize = shape.iter().product();
+        let outputs = program
+            .outputs
+            .iter()
+            .map(|_| output(gpu, n * e.dtype().size_in_bytes()))
+            .collect::<Result<Vec<_>>>()?;
+        if n > 0 {
+            // (X0, v0, .., O0, .., n)
+            let mut args = Self::program_input_args(inputs, &views)?;
+            args.extend(outputs.iter().map(|o| Arg::Buf(&o.mem)));
+            args.push(Arg::I64(n as i64));
+            gpu.launch(&kernel.name, || kernel.clone(), Launch::Items(n), &args)?;
+        }
+        outputs.into_iter().map(boxed).collect()
+    }
+    fn fused_reduce(
+        &self,
+        program: &ElementwiseProgram,
+        inputs: &[Operand<'_>],
+        shape: &[usize],
+        op: ReduceOp,
+        axes: &[usize],
+    ) -> Result<Vec<BufferBox>> {
+        let (gpu, e, views) = self.program_operands("fused_reduce", program, inputs, shape)?;
+        let Some(k) = source::generated_program(program, e, Some(op)) else {
+            // The program op by op (or a reduction this type has no kernel for: refused by
+            // `reduce`, naming it), then the reduction.
+            let mut outputs = self.program_op_by_op(program, inputs, shape)?;
+            let first = outputs.remove(0);
+            let dense = Layout::contiguous(shape);
+            let reduced = self.reduce(
+                op,
+                Operand {
+                    buffer: first.as_ref(),
+                    layout: &dense,
+                    dtype: e.dtype(),
+                },
+                axes,
+            )?;
+            outputs.insert(0, reduced);
+            return Ok(outputs);
+        };
+        let (rows, blocks) = (&k.kernels[0], &k.kernels[1]);
+        let dense = Layout::contiguous(shape);
+        let (kept, red, m) = Self::split_layout(&dense, axes, "fused_reduce")?;
+        let size = e.dtype().size_in_bytes();
+        let n: usize = shape.iter().product();
+        let kept_count: usize = (0..shape.len())
+            .filter(|d| !axes.contains(d))
+            .map(|d| shape[d])
+            .product();
+        let y = output(gpu, kept_count * size)?;
+        let extras = (1..program.outputs.len())
+            .map(|_| output(gpu, n * size))
+            .collect::<Result<Vec<_>>>()?;
+        if kept_count > 0 {
+            // (X0, v0, .., kept, red, m, Y, O1, ..[, n]); each element of the program's
+            // shape is read once, by one output's loop, which also writes the other outputs.
+            let mut args = Self::program_input_args(inputs, &views)?;
+            args.extend([
+                Arg::View(kept),
+                Arg::View(red),
+                Arg::I64(m as i64),
+                Arg::Buf(&y.mem),
+            ]);
+            args.extend(extras.iter().map(|o| Arg::Buf(&o.mem)));
+            if Self::reduce_by_rows(gpu, m, kept_count) {
+                args.push(Arg::I64(kept_count as i64));
+                gpu.launch(
+                    &rows.name,
+                    || rows.clone(),
+                    Launch::Items(kept_count),
+                    &args,
+                )?;
+            } else {
+                gpu.launch(
+                    &blocks.name,
+                    || blocks.clone(),
+                    Launch::Blocks {
+                        blocks: kept_count as u32,
+                        threads: source::REDUCE_BLOCK,
+                    },
+                    &args,
+                )?;
+            }
+        }
+        std::iter::once(y).chain(extras).map(boxed).collect()
     }
     fn clip_scalar(&self, x: Operand<'_>, min: f64, max: f64) -> Result<BufferBox> {
         let op = "clip_scalar";
@@ -994,7 +1226,7 @@ impl Backend for Cuda {
         let m64 = m as i64;
         // Short reductions: a thread per output; long ones: a block per output (on the host
         // emulation, whose blocks are real threads, only for a few outputs).
-        if m <= 64 || outputs > (1 << 20) || (gpu.is_host() && outputs > HOST_BLOCK_OUTPUTS) {
+        if Self::reduce_by_rows(gpu, m, outputs) {
             // (A, kept, red, m, Y, n)
             gpu.launch(
                 &rows.name,

@@ -10,7 +10,8 @@
 //! host reads after the kernel.
 
 use ferroflow_tensor::{
-    ArgReduceOp, BinaryOp, CumulativeOp, DType, FusedActivation, PoolKind, ReduceOp, UnaryOp,
+    ArgReduceOp, BinaryOp, CumulativeOp, DType, ElementwiseProgram, ElementwiseStep,
+    FusedActivation, PoolKind, ReduceOp, UnaryOp,
 };
 
 /// The most axes a [`View`] describes; the backend refuses deeper tensors with an error.
@@ -373,7 +374,7 @@ pub fn grouped(
     }
 }
 
-fn program(name: &str, helpers: &str, kernel: &str) -> KernelSource {
+fn program_source(name: &str, helpers: &str, kernel: &str) -> KernelSource {
     KernelSource {
         name: name.to_string(),
         code: format!("{PRELUDE}{helpers}\n{kernel}"),
@@ -463,7 +464,7 @@ pub fn unary(op: UnaryOp, e: Elem, out: Elem) -> Option<KernelSource> {
         load = e.load("A[at(va, i)]"),
         store = out.store_expr(&expr),
     );
-    Some(program(&name, "", &kernel))
+    Some(program_source(&name, "", &kernel))
 }
 
 /// (expression on `a`, `b`, whether it checks for a zero divisor, whether for a negative power)
@@ -623,7 +624,7 @@ pub fn binary(op: BinaryOp, e: Elem, out: Elem) -> Option<(KernelSource, bool)> 
         e_param = if div_check || pow_check { ", unsigned int* E" } else { "" },
     );
     Some((
-        program(&name, &binary_helpers(e), &kernel),
+        program_source(&name, &binary_helpers(e), &kernel),
         div_check || pow_check,
     ))
 }
@@ -687,7 +688,7 @@ pub fn cast(from: Elem, to: Elem) -> KernelSource {
             to.store_expr(&expr)
         },
     );
-    program(&name, "", &kernel)
+    program_source(&name, "", &kernel)
 }
 
 /// `cond ? on_true : on_false` elementwise (`cond` bool, all three through broadcast views).
@@ -699,7 +700,7 @@ pub fn select(e: Elem) -> KernelSource {
          FF_LOOP(n) {{\n    Y[i] = C[at(vc, i)] ? A[at(va, i)] : B[at(vb, i)];\n}}\n}}\n",
         s = e.store()
     );
-    program(&name, "", &kernel)
+    program_source(&name, "", &kernel)
 }
 
 /// The accumulator type, its start and the combining statement of a reduction, or `None`.
@@ -773,8 +774,8 @@ pub fn reduce(op: ReduceOp, e: Elem) -> Option<[KernelSource; 2]> {
          if (threadIdx.x == 0) {{ r = part[0]; Y[blockIdx.x] = {store}; }}\n}}\n"
     );
     Some([
-        program(&format!("{base}_rows"), "", &rows),
-        program(&format!("{base}_blocks"), "", &blocks),
+        program_source(&format!("{base}_rows"), "", &rows),
+        program_source(&format!("{base}_blocks"), "", &blocks),
     ])
 }
 
@@ -805,7 +806,7 @@ pub fn arg_reduce(op: ArgReduceOp, e: Elem) -> Option<KernelSource> {
         first = e.load("A[base]"),
         next = e.load("A[base + j * stride]"),
     );
-    Some(program(&name, "", &kernel))
+    Some(program_source(&name, "", &kernel))
 }
 
 /// `Y[at(vy, i)] = A[at(va, i)]` over the `n` elements of a shape both views describe: a
@@ -817,7 +818,7 @@ pub fn copy_into(e: Elem) -> KernelSource {
          FF_LOOP(n) {{\n    Y[at(vy, i)] = A[at(va, i)];\n}}\n}}\n",
         s = e.store()
     );
-    program(&name, "", &kernel)
+    program_source(&name, "", &kernel)
 }
 
 /// `Y[i] = v` for `i < n`, `v` converted from double as Rust's `as` converts (pad's value).
@@ -829,7 +830,7 @@ pub fn fill(e: Elem) -> KernelSource {
          FF_LOOP(n) {{\n    Y[i] = {value};\n}}\n}}\n",
         s = e.store()
     );
-    program(&name, "", &kernel)
+    program_source(&name, "", &kernel)
 }
 
 /// Reads index `j` of `B` (int32 or int64) into `r`, or records it in the error word (code 2,
@@ -862,7 +863,7 @@ pub fn gather(e: Elem, ie: Elem) -> Option<KernelSource> {
         s = e.store(),
         is = ie.store(),
     );
-    Some(program(&name, "", &kernel))
+    Some(program_source(&name, "", &kernel))
 }
 
 /// The adjoint of gather: output `i` (of `outer × bound × inner`, zeros first) sums the
@@ -896,7 +897,7 @@ pub fn scatter_add(e: Elem, ie: Elem) -> Option<KernelSource> {
         lv = e.load("A[at(va, (outer * ni + j) * inner + i % inner)]"),
         store = e.store_expr("acc"),
     );
-    Some(program(&name, "", &kernel))
+    Some(program_source(&name, "", &kernel))
 }
 
 /// Running sums or products along one axis, one thread per line, in the compute type and in
@@ -943,7 +944,7 @@ pub fn cumulative(op: CumulativeOp, e: Elem) -> Option<KernelSource> {
         lv = e.load("A[a0 + j * sin]"),
         store = e.store_expr("acc"),
     );
-    Some(program(&name, "", &kernel))
+    Some(program_source(&name, "", &kernel))
 }
 
 /// The geometry of a 2-D window op (NHWC), with the strides of its two tensor operands
@@ -1043,7 +1044,7 @@ fn window_kernel(name: &str, e: Elem, operands: usize, body: &str) -> KernelSour
          FF_LOOP(n_out) {{\n{body}\n}}\n}}\n",
         s = e.store()
     );
-    program(name, WINDOW_HELPERS, &kernel)
+    program_source(name, WINDOW_HELPERS, &kernel)
 }
 
 /// Max or average pooling (NHWC) of a float type: output `i` folds the valid taps of its
@@ -1313,7 +1314,7 @@ pub fn sort(e: Elem) -> Option<KernelSource> {
         lj = e.load("A[a0 + j * sin]"),
         lk = e.load("A[a0 + k * sin]"),
     );
-    Some(program(&name, &key, &kernel))
+    Some(program_source(&name, &key, &kernel))
 }
 
 /// Integer matrix products (cuBLAS has none): `Y[p, i, j] = Σ_l A[p, i, l] · B[p, l, j]` over
@@ -1334,7 +1335,7 @@ pub fn matmul_int(e: Elem) -> Option<KernelSource> {
         s = e.store(),
         w = e.wide(),
     );
-    Some(program(&name, "", &kernel))
+    Some(program_source(&name, "", &kernel))
 }
 
 /// The fused optimizer updates (`Backend::optimizer_update`), one kernel per rule.
@@ -1489,7 +1490,7 @@ pub fn optimizer(kind: OptimizerKind, e: Elem) -> Option<KernelSource> {
         "extern \"C\" __global__ void {name}({params}) {{\n\
          FF_LOOP(n) {{\n {loads} {body}\n}}\n}}\n"
     );
-    Some(program(&name, "", &kernel))
+    Some(program_source(&name, "", &kernel))
 }
 
 /// `min(max(x, lo), hi)` with the bounds converted to `e` as Rust's `as` / the half crate
@@ -1520,7 +1521,7 @@ pub fn clip_scalar(e: Elem) -> Option<KernelSource> {
         load = e.load("A[at(va, i)]"),
         store = e.store_expr("(m > hi_c ? hi_c : m)"),
     );
-    Some(program(&name, "", &kernel))
+    Some(program_source(&name, "", &kernel))
 }
 
 /// The gradients of `activation(x + bias)` in one pass (`Backend::bias_activation_grad`):
@@ -1560,7 +1561,269 @@ pub fn bias_activation_grad(e: Elem, activation: FusedActivation) -> Option<Kern
         sv = e.store_expr("v"),
         sacc = e.store_expr("acc"),
     );
-    Some(program(&name, "", &kernel))
+    Some(program_source(&name, "", &kernel))
+}
+
+/// Inputs one elementwise-program kernel reads: each is a pointer and a [`View`] by value
+/// (152 bytes), and 16 of them with the reduction's two views and
+/// [`MAX_PROGRAM_OUTPUTS`] output pointers stay inside CUDA's 4 KB of kernel parameters
+/// (3.3 KB). A wider program runs op by op.
+pub const MAX_PROGRAM_INPUTS: usize = 16;
+/// Outputs one elementwise-program kernel writes (8-byte pointers).
+pub const MAX_PROGRAM_OUTPUTS: usize = 64;
+
+/// The expression rounding a register of the compute type as a store and a load of `e`
+/// round it: each step of a program on a half type is rounded where the op's own kernel
+/// stores it, so the program's results equal the ops' one by one, bit for bit.
+fn rounded(e: Elem, v: &str) -> String {
+    match e {
+        Elem::F16 | Elem::BF16 => e.load(&e.store_expr(v)),
+        _ => v.to_string(),
+    }
+}
+
+/// A program's helper functions (one per step, each the op's own kernel expression) and
+/// the statements computing its registers `r0..` at dense element `i`, input `k` read
+/// through view `v{k}`; `None` where a step has no float kernel of `e` or checks its
+/// operands (integer division: not fusible).
+fn program_steps(program: &ElementwiseProgram, e: Elem) -> Option<(String, String)> {
+    if !e.is_float() {
+        return None;
+    }
+    let c = e.compute();
+    let mut helpers = binary_helpers(e);
+    let mut body = String::new();
+    for k in 0..program.num_inputs {
+        body += &format!(
+            "    {c} r{k} = {};\n",
+            e.load(&format!("X{k}[at(v{k}, i)]"))
+        );
+    }
+    for (k, step) in program.steps.iter().enumerate() {
+        let r = program.num_inputs + k;
+        let call = match *step {
+            ElementwiseStep::Unary(op, a) => {
+                let expr = unary_expr(op, e)?;
+                helpers += &format!(
+                    "__device__ __forceinline__ {c} ff_step{k}({c} x) {{ return {expr}; }}\n"
+                );
+                format!("ff_step{k}(r{a})")
+            }
+            ElementwiseStep::Binary(op, a, b) => {
+                let (expr, div_check, pow_check) = binary_expr(op, e)?;
+                if div_check || pow_check {
+                    return None;
+                }
+                helpers += &format!(
+                    "__device__ __forceinline__ {c} ff_step{k}({c} a, {c} b) {{ return {expr}; }}\n"
+                );
+                format!("ff_step{k}(r{a}, r{b})")
+            }
+        };
+        body += &format!(
+            "    {c} r{r} = {};\n",
+            rounded(e, &format!("({c})({call})"))
+        );
+    }
+    Some((helpers, body))
+}
+
+/// The parameters reading a program's inputs: `const S* X0, View v0, ...`.
+fn program_inputs(program: &ElementwiseProgram, e: Elem) -> String {
+    (0..program.num_inputs)
+        .map(|k| format!("const {}* __restrict__ X{k}, View v{k}, ", e.store()))
+        .collect()
+}
+
+/// The parameters of outputs `from..` of a program: `S* O1, ...`.
+fn program_outputs(program: &ElementwiseProgram, e: Elem, from: usize) -> String {
+    (from..program.outputs.len())
+        .map(|k| format!("{}* __restrict__ O{k}, ", e.store()))
+        .collect()
+}
+
+/// The kernel running `program` on element type `e` over `n` elements of its broadcast
+/// shape, named `fused_{e}_p{id}`: one thread per element reads each input through its
+/// view, computes every step in registers and writes each output (dense). Parameters:
+/// `(X0, v0, .., O0, .., n)`.
+pub fn fused_program(program: &ElementwiseProgram, e: Elem, id: usize) -> Option<KernelSource> {
+    if program.num_inputs > MAX_PROGRAM_INPUTS || program.outputs.len() > MAX_PROGRAM_OUTPUTS {
+        return None;
+    }
+    let (helpers, mut body) = program_steps(program, e)?;
+    for (k, r) in program.outputs.iter().enumerate() {
+        body += &format!("    O{k}[i] = {};\n", e.store_expr(&format!("r{r}")));
+    }
+    let name = format!("fused_{}_p{id}", e.tag());
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}({ins}{outs}ff_i64 n) {{\nFF_LOOP(n) {{\n{body}}}\n}}\n",
+        ins = program_inputs(program, e),
+        outs = program_outputs(program, e, 0),
+    );
+    Some(program_source(&name, &helpers, &kernel))
+}
+
+/// `program` with reduction `op` of its first output in the loads of the reduction
+/// kernels (as [`reduce`]'s, `_rows` and `_blocks`, named `fused_{op}_{e}_p{id}_..`): the
+/// program runs once per element of its (dense) shape, writes its other outputs there
+/// (each element is read once) and hands the first, rounded as stored, to the reduction,
+/// which folds it in the order it folds a stored tensor: the same bits as the program's
+/// output reduced on its own. Parameters: `(X0, v0, .., kept, red, m, Y, O1, .., [n])`.
+pub fn fused_program_reduce(
+    program: &ElementwiseProgram,
+    op: ReduceOp,
+    e: Elem,
+    id: usize,
+) -> Option<[KernelSource; 2]> {
+    if program.num_inputs > MAX_PROGRAM_INPUTS || program.outputs.len() > MAX_PROGRAM_OUTPUTS {
+        return None;
+    }
+    let (acc, init, combine) = reduce_parts(op, e)?;
+    let (helpers, mut body) = program_steps(program, e)?;
+    for (k, r) in program.outputs.iter().enumerate().skip(1) {
+        body += &format!("    O{k}[i] = {};\n", e.store_expr(&format!("r{r}")));
+    }
+    let (c, s) = (e.compute(), e.store());
+    let ins = program_inputs(program, e);
+    let outs = program_outputs(program, e, 1);
+    // The program at element `i` as a function of its own (inlined), returning the first
+    // output; the names `X*`, `v*`, `O*` pass through unchanged.
+    let args: String = (0..program.num_inputs)
+        .map(|k| format!("X{k}, v{k}, "))
+        .chain((1..program.outputs.len()).map(|k| format!("O{k}, ")))
+        .collect();
+    let value = format!(
+        "__device__ __forceinline__ {c} ff_value({}{}ff_i64 i) {{\n{body}    return r{};\n}}\n",
+        ins.replace(", View v", ", const View& v"),
+        outs,
+        program.outputs[0]
+    );
+    let base = format!("fused_{}_{}_p{id}", op.name(), e.tag());
+    let load = format!("ff_value({args}base + at(red, j))");
+    let rows = format!(
+        "extern \"C\" __global__ void {base}_rows({ins}View kept, View red, ff_i64 m, \
+         {s}* __restrict__ Y, {outs}ff_i64 n) {{\n\
+         FF_LOOP(n) {{\n\
+         ff_i64 base = at(kept, i);\n\
+         {acc} r = ({acc}){init};\n\
+         for (ff_i64 j = 0; j < m; ++j) {{ {c} v = {load}; {combine} }}\n\
+         Y[i] = {store};\n}}\n}}\n",
+        store = e.store_expr("r"),
+    );
+    let outs_last = outs.trim_end_matches(", ");
+    let sep = if outs_last.is_empty() { "" } else { ", " };
+    let blocks = format!(
+        "extern \"C\" __global__ void {base}_blocks({ins}View kept, View red, ff_i64 m, \
+         {s}* __restrict__ Y{sep}{outs_last}) {{\n\
+         __shared__ {acc} part[{REDUCE_BLOCK}];\n\
+         ff_i64 base = at(kept, (ff_i64)blockIdx.x);\n\
+         {acc} r = ({acc}){init};\n\
+         for (ff_i64 j = threadIdx.x; j < m; j += {REDUCE_BLOCK}) {{ {c} v = {load}; {combine} }}\n\
+         part[threadIdx.x] = r;\n\
+         __syncthreads();\n\
+         for (unsigned int half = {REDUCE_BLOCK} / 2; half > 0; half >>= 1) {{\n\
+         if (threadIdx.x < half) {{ r = part[threadIdx.x]; {acc} v = part[threadIdx.x + half]; {combine} part[threadIdx.x] = r; }}\n\
+         __syncthreads();\n}}\n\
+         if (threadIdx.x == 0) {{ r = part[0]; Y[blockIdx.x] = {store}; }}\n}}\n",
+        store = e.store_expr("r"),
+    );
+    let helpers = format!("{helpers}{value}");
+    Some([
+        program_source(&format!("{base}_rows"), &helpers, &rows),
+        program_source(&format!("{base}_blocks"), &helpers, &blocks),
+    ])
+}
+
+/// A program using every fusible op (each unary op of the first input, each binary op of
+/// the two inputs, and a chain through earlier results), returning every step's result.
+pub fn program_with_every_op() -> ElementwiseProgram {
+    let mut steps: Vec<ElementwiseStep> = UnaryOp::ALL
+        .iter()
+        .filter(|&&op| ElementwiseProgram::fusible_unary(op))
+        .map(|&op| ElementwiseStep::Unary(op, 0))
+        .chain(
+            BinaryOp::ALL
+                .iter()
+                .filter(|&&op| ElementwiseProgram::fusible_binary(op))
+                .map(|&op| ElementwiseStep::Binary(op, 0, 1)),
+        )
+        .collect();
+    let n = 2 + steps.len();
+    steps.push(ElementwiseStep::Binary(BinaryOp::Mul, n - 1, 1));
+    steps.push(ElementwiseStep::Unary(UnaryOp::Tanh, n));
+    let end = 2 + steps.len();
+    ElementwiseProgram {
+        num_inputs: 2,
+        steps,
+        outputs: (2..end).collect(),
+    }
+}
+
+/// Program kernels for the NVRTC check (programs are generated at run time, so the
+/// [`catalog`] holds none): [`program_with_every_op`] in each float type, alone and with
+/// each reduction of floats in its loads.
+pub fn program_samples() -> Vec<KernelSource> {
+    let program = program_with_every_op();
+    let mut all = vec![];
+    for e in [Elem::F16, Elem::BF16, Elem::F32, Elem::F64] {
+        all.extend(fused_program(&program, e, 0));
+        for op in [
+            ReduceOp::ReduceSum,
+            ReduceOp::ReduceProd,
+            ReduceOp::ReduceMax,
+            ReduceOp::ReduceMin,
+        ] {
+            all.extend(
+                fused_program_reduce(&program, op, e, 0)
+                    .into_iter()
+                    .flatten(),
+            );
+        }
+    }
+    all
+}
+
+/// The kernels of an elementwise program on `e`, with a reduction of its first output or
+/// none, generated once per process and named by the program's number in this process
+/// (the first program seen is `p0`): `None` where the program has no kernel of `e`.
+pub fn generated_program(
+    program: &ElementwiseProgram,
+    e: Elem,
+    reduce: Option<ReduceOp>,
+) -> Option<std::sync::Arc<Generated>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    type Key = (ElementwiseProgram, Elem, Option<ReduceOp>);
+    struct Programs {
+        ids: HashMap<ElementwiseProgram, usize>,
+        kernels: HashMap<Key, Option<Arc<Generated>>>,
+    }
+    static MEMO: OnceLock<Mutex<Programs>> = OnceLock::new();
+    let memo = MEMO.get_or_init(|| {
+        Mutex::new(Programs {
+            ids: HashMap::new(),
+            kernels: HashMap::new(),
+        })
+    });
+    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (program.clone(), e, reduce);
+    if let Some(hit) = memo.kernels.get(&key) {
+        return hit.clone();
+    }
+    let next = memo.ids.len();
+    let id = *memo.ids.entry(program.clone()).or_insert(next);
+    let kernels = match reduce {
+        None => fused_program(program, e, id).map(|k| vec![k]),
+        Some(op) => fused_program_reduce(program, op, e, id).map(|ks| ks.to_vec()),
+    };
+    let made = kernels.map(|kernels| {
+        Arc::new(Generated {
+            kernels,
+            checked: false,
+        })
+    });
+    memo.kernels.insert(key, made.clone());
+    made
 }
 
 /// Which generated kernel (or kernels: a reduction has two) an op needs: the key of

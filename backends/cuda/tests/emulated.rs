@@ -8,6 +8,8 @@
 
 fn emulated_device() -> Option<ferroflow_tensor::Device> {
     if ferroflow_cuda::emulation::available() {
+        // Each random elementwise program is a C++ compile of its own here (~0.25 s).
+        ferroflow_tensor::conformance::harness::limit_compiled_program_cases(24);
         match ferroflow_cuda::emulation::register() {
             Ok(_) => return Some(ferroflow_tensor::Device::gpu(0)),
             Err(e) => panic!("the CUDA emulation did not start: {e}"),
@@ -97,4 +99,156 @@ fn block_reductions_match_references() {
     })
     .expect("the emulated device")
     .expect("block reductions");
+}
+
+/// Every fusible op in one elementwise program (its own generated kernel: each step the
+/// op's own expression, rounded where the op's kernel stores it) in each float type,
+/// including the half types the conformance property does not draw: the same bits as the
+/// ops one by one, and with a sum and a max of its first output in the reduction's loads,
+/// the same bits as reducing the composed output.
+#[test]
+fn elementwise_programs_match_their_ops_in_every_float_type() {
+    use ferroflow_tensor::{BinaryOp, DType, ElementwiseStep, FusedKernel, ReduceOp, Tensor};
+    use std::sync::Arc;
+    let Some(device) = emulated_device() else {
+        return;
+    };
+    // Every fusible op and a chain through earlier results, then a product chain and its
+    // difference from its first link (which shows a link left unrounded).
+    let mut program = ferroflow_cuda::source::program_with_every_op();
+    let p = 2 + program.steps.len();
+    program
+        .steps
+        .push(ElementwiseStep::Binary(BinaryOp::Mul, 0, 1));
+    for k in 0..5 {
+        program
+            .steps
+            .push(ElementwiseStep::Binary(BinaryOp::Mul, p + k, k % 2));
+    }
+    program
+        .steps
+        .push(ElementwiseStep::Binary(BinaryOp::Sub, p + 5, p));
+    let last = 2 + program.steps.len() - 1;
+    program.outputs = (2..=last).rev().collect();
+    let program = Arc::new(program);
+    let bits_equal = |f: &[f64], c: &[f64]| {
+        f.len() == c.len()
+            && f.iter()
+                .zip(c)
+                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    };
+    ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
+        // a: [4, 6] read transposed from [6, 4]; b: a row of 6 broadcast over it.
+        let a_values: Vec<f64> = (0..24)
+            .map(|i| ((i * 37) % 23) as f64 * 0.43 - 4.1)
+            .collect();
+        let b_values: Vec<f64> = (0..6).map(|i| i as f64 * 0.7 - 1.3).collect();
+        for dtype in [DType::F16, DType::BF16, DType::F32, DType::F64] {
+            assert!(
+                ferroflow_tensor::device_has_fused(device, FusedKernel::Elementwise, dtype),
+                "the CUDA backend declares elementwise programs for {dtype}"
+            );
+            let e = ferroflow_cuda::source::Elem::of(dtype).expect("a float type");
+            assert!(
+                ferroflow_cuda::source::generated_program(&program, e, None).is_some()
+                    && ferroflow_cuda::source::generated_program(
+                        &program,
+                        e,
+                        Some(ReduceOp::ReduceSum)
+                    )
+                    .is_some(),
+                "the program is one kernel in {dtype}, not op by op"
+            );
+            let a = Tensor::from_vec(a_values.clone(), &[6, 4])?
+                .cast(dtype)?
+                .transpose(&[1, 0])?;
+            let b = Tensor::from_vec(b_values.clone(), &[6])?.cast(dtype)?;
+            let inputs = [a, b];
+            let fused = Tensor::fused_elementwise(&program, &inputs)?;
+            let composed = program.compose(&inputs, &[4, 6])?;
+            assert_eq!(fused.len(), composed.len());
+            for (k, (f, c)) in fused.iter().zip(&composed).enumerate() {
+                let (f, c) = (f.to_f64_vec()?, c.to_f64_vec()?);
+                assert!(
+                    bits_equal(&f, &c),
+                    "{dtype}, output {k} (register {}): fused {f:?}, ops {c:?}",
+                    program.outputs[k]
+                );
+            }
+            for (op, axes) in [
+                (ReduceOp::ReduceSum, vec![1isize]),
+                (ReduceOp::ReduceMax, vec![0, 1]),
+            ] {
+                let fused = Tensor::fused_reduce(&program, &inputs, op, axes.clone(), false)?;
+                let want = composed[0].reduce(op, axes.clone(), false)?.to_f64_vec()?;
+                let got = fused[0].to_f64_vec()?;
+                assert!(
+                    bits_equal(&got, &want),
+                    "{dtype}: {} over {axes:?}: fused {got:?}, ops {want:?}",
+                    op.name()
+                );
+                let (extra, want) = (fused[1].to_f64_vec()?, composed[1].to_f64_vec()?);
+                assert!(bits_equal(&extra, &want), "{dtype}: the extra output");
+            }
+        }
+        Ok(())
+    })
+    .expect("the emulated device")
+    .expect("elementwise programs");
+}
+
+/// A program wider than one kernel's parameters (more than
+/// `source::MAX_PROGRAM_INPUTS` inputs) runs op by op through the ops' own kernels, each
+/// output its own tensor, with and without a reduction: the same bits as the ops.
+#[test]
+fn a_program_wider_than_one_kernel_runs_op_by_op() {
+    use ferroflow_cuda::source::{generated_program, Elem, MAX_PROGRAM_INPUTS};
+    use ferroflow_tensor::{
+        BinaryOp, ElementwiseProgram, ElementwiseStep, ReduceOp, Tensor, UnaryOp,
+    };
+    use std::sync::Arc;
+    let Some(device) = emulated_device() else {
+        return;
+    };
+    let n_in = MAX_PROGRAM_INPUTS + 2;
+    let mut steps: Vec<ElementwiseStep> = (1..n_in)
+        .map(|k| {
+            let acc = if k == 1 { 0 } else { n_in + k - 2 };
+            ElementwiseStep::Binary(BinaryOp::Add, acc, k)
+        })
+        .collect();
+    steps.push(ElementwiseStep::Unary(UnaryOp::Sigmoid, 2 * n_in - 2));
+    let last = n_in + steps.len() - 1;
+    let program = Arc::new(ElementwiseProgram {
+        num_inputs: n_in,
+        steps,
+        outputs: vec![last, last - 1, last],
+    });
+    assert!(generated_program(&program, Elem::F32, None).is_none());
+    ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
+        let inputs: Vec<Tensor> = (0..n_in)
+            .map(|k| {
+                let values: Vec<f32> = (0..6)
+                    .map(|i| (i * 7 + k * 3) as f32 * 0.11 - 1.0)
+                    .collect();
+                Tensor::from_vec(values, if k % 2 == 0 { &[2, 3][..] } else { &[6][..] })
+                    .and_then(|t| t.reshape(&[2, 3]))
+            })
+            .collect::<ferroflow_tensor::Result<_>>()?;
+        let fused = Tensor::fused_elementwise(&program, &inputs)?;
+        let composed = program.compose(&inputs, &[2, 3])?;
+        assert_eq!(fused.len(), 3);
+        for (f, c) in fused.iter().zip(&composed) {
+            assert_eq!(f.to_vec::<f32>()?, c.to_vec::<f32>()?);
+        }
+        let reduced = Tensor::fused_reduce(&program, &inputs, ReduceOp::ReduceSum, 1, false)?;
+        assert_eq!(
+            reduced[0].to_vec::<f32>()?,
+            composed[0].reduce_sum(1, false)?.to_vec::<f32>()?
+        );
+        assert_eq!(reduced[1].to_vec::<f32>()?, composed[1].to_vec::<f32>()?);
+        Ok(())
+    })
+    .expect("the emulated device")
+    .expect("a wide program");
 }

@@ -1,4 +1,5 @@
-//! Every kernel of the CUDA backend compiles: NVRTC turns each source of the catalog into
+//! Every kernel of the CUDA backend compiles: NVRTC turns each source of the catalog (and
+//! elementwise programs using every fusible op, as graph functions generate them) into
 //! PTX for compute capability 8.0 (Ampere) and 9.0 (Hopper), and `ptxas` assembles the PTX
 //! for sm_80 / sm_90. No GPU is needed: CI runs this with the NVRTC and nvcc wheels from
 //! NVIDIA's Python packages (`nvidia-cuda-nvrtc-cu12`, `nvidia-cuda-nvcc-cu12`, installed by
@@ -12,7 +13,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use ferroflow_cuda::source::{catalog, KernelSource};
+use ferroflow_cuda::source::{catalog, program_samples, KernelSource};
 
 /// Kernels compiled together: NVRTC's and ptxas' start-up dominates one small kernel, so the
 /// catalog goes through in programs of this many kernels, each in a namespace of its own
@@ -92,7 +93,8 @@ fn every_kernel_compiles_for_sm_80_and_sm_90() {
         );
         return;
     };
-    let kernels = catalog();
+    let mut kernels = catalog();
+    kernels.extend(program_samples());
     let groups: Vec<&[KernelSource]> = kernels.chunks(GROUP).collect();
     let dir = std::env::temp_dir().join(format!("ferroflow-nvrtc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary folder");

@@ -397,8 +397,9 @@ pub fn elementwise_program(device: &Device) {
             0..4usize,
         ),
     );
-    check(
+    check_cases(
         "elementwise_program",
+        compiled_program_cases(),
         strat,
         |(dims, raw, views, use_f64, seed, (reduced, keepdims, reduce_op))| {
             let dtype = if use_f64 {

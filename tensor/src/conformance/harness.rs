@@ -15,6 +15,29 @@ pub fn cases() -> u32 {
         .unwrap_or(256)
 }
 
+/// The cap [`limit_compiled_program_cases`] sets (none by default).
+static COMPILED_PROGRAM_CASES: std::sync::atomic::AtomicU32 =
+    std::sync::atomic::AtomicU32::new(u32::MAX);
+
+/// Caps the cases of the properties whose every case is a new program the backend compiles
+/// (random elementwise programs): a test binary whose backend compiles each with a C++
+/// compiler (the CUDA backend's host emulation) runs fewer of them than [`cases`].
+///
+/// ```
+/// use ferroflow_tensor::conformance::harness;
+/// harness::limit_compiled_program_cases(24);
+/// assert!(harness::compiled_program_cases() <= 24);
+/// ```
+pub fn limit_compiled_program_cases(n: u32) {
+    COMPILED_PROGRAM_CASES.store(n, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Cases of a property whose every case is a new compiled program: [`cases`], or fewer
+/// after [`limit_compiled_program_cases`].
+pub fn compiled_program_cases() -> u32 {
+    cases().min(COMPILED_PROGRAM_CASES.load(std::sync::atomic::Ordering::Relaxed))
+}
+
 /// Runs a property, panicking with proptest's minimal failing case.
 pub fn check<S: Strategy>(
     name: &str,
