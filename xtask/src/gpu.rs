@@ -1,7 +1,11 @@
 //! `cargo xtask gpu`: the wgpu backend on a real GPU, in one table.
 //!
-//! 0. The native CUDA backend's conformance suite (`ferroflow-cuda`, in progress: reported,
-//!    not yet required to pass).
+//! 0. The native CUDA backend (`ferroflow-cuda`, in progress: reported, not yet required to
+//!    pass), where xtask is built with the feature `cuda-12` or `cuda-13` (the CUDA version
+//!    of the machine's libraries; PyTorch's wheels bring them): its conformance suite, and
+//!    `xtask gpu-cuda` (see `gpu_cuda.rs`) in a process of its own, both with the folders
+//!    holding NVRTC and cuBLAS (found along `LD_LIBRARY_PATH`, the toolkit's places and
+//!    `python3`'s site-packages) on `LD_LIBRARY_PATH`. `--cuda-only` stops after these.
 //! 1. The wgpu test suites (the backend conformance suite and the MNIST loss-curve test) on
 //!    `/GPU:0`, with `FERROFLOW_REQUIRE_WGPU=1` so a missing adapter fails.
 //! 2. float32 matmul GFLOP/s for n = 1024..8192 on the wgpu device, and through
@@ -69,14 +73,29 @@ fn build_tests() -> Option<Vec<(String, PathBuf)>> {
     Some(found)
 }
 
-/// Builds the CUDA backend's conformance suite in release mode (issue #23, in progress).
-fn build_cuda_suite() -> Option<PathBuf> {
+/// The xtask feature naming the CUDA version the CUDA rows are built for, if any.
+fn cuda_feature() -> Option<&'static str> {
+    if cfg!(feature = "cuda-13") {
+        Some("cuda-13")
+    } else if cfg!(feature = "cuda-12") {
+        Some("cuda-12")
+    } else {
+        None
+    }
+}
+
+/// Builds the CUDA backend's conformance suite in release mode for `feature` (issue #23, in
+/// progress).
+fn build_cuda_suite(feature: &str) -> Option<PathBuf> {
     let out = Command::new("cargo")
         .args([
             "test",
             "--release",
             "-p",
             "ferroflow-cuda",
+            "--no-default-features",
+            "--features",
+            feature,
             "--test",
             "conformance",
             "--no-run",
@@ -93,10 +112,164 @@ fn build_cuda_suite() -> Option<PathBuf> {
         })
 }
 
+/// Folders holding CUDA `major`'s NVRTC or cuBLAS (`libnvrtc.so.13`, `libcublas.so.13`,
+/// ...): along `LD_LIBRARY_PATH`, the toolkit's usual places, and NVIDIA's pip wheels under
+/// `python3`'s site-packages (PyTorch's CUDA libraries live there), for `LD_LIBRARY_PATH`.
+fn nvidia_library_dirs(major: u32) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
+    roots.extend(
+        [
+            "/usr/local/cuda/lib64",
+            "/usr/local/cuda/targets/x86_64-linux/lib",
+            "/usr/lib/x86_64-linux-gnu",
+        ]
+        .map(PathBuf::from),
+    );
+    if let Ok(o) = Command::new("python3")
+        .args([
+            "-c",
+            "import site; print(chr(10).join(site.getsitepackages()))",
+        ])
+        .output()
+    {
+        roots.extend(
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(|l| Path::new(l.trim()).join("nvidia")),
+        );
+    }
+    let wanted = [
+        format!("libnvrtc.so.{major}"),
+        format!("libcublas.so.{major}"),
+        format!("libcublasLt.so.{major}"),
+    ];
+    let mut found: Vec<PathBuf> = vec![];
+    // Breadth-first, three folders deep at most under each root, 2000 folders in all.
+    let mut queue: std::collections::VecDeque<(PathBuf, usize)> =
+        roots.into_iter().map(|r| (r, 0)).collect();
+    let mut seen = 0usize;
+    while let Some((dir, depth)) = queue.pop_front() {
+        seen += 1;
+        if seen > 2000 {
+            break;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().to_string();
+            if wanted.iter().any(|w| name.starts_with(w.as_str())) {
+                if !found.contains(&dir) {
+                    found.push(dir.clone());
+                }
+            } else if depth < 3 && path.is_dir() {
+                queue.push_back((path, depth + 1));
+            }
+        }
+    }
+    found
+}
+
+/// `LD_LIBRARY_PATH` with `dirs` in front.
+fn library_path_with(dirs: &[PathBuf]) -> std::ffi::OsString {
+    let old = std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default();
+    let mut all: Vec<PathBuf> = dirs.to_vec();
+    all.extend(std::env::split_paths(&old));
+    std::env::join_paths(all).unwrap_or(old)
+}
+
+/// The CUDA backend's rows (issue #23, in progress: reported, not yet a condition of
+/// success): its conformance suite, then `xtask gpu-cuda` (matmul, host cost per op, MNIST
+/// `fit`) in a process of its own, both with NVIDIA's libraries on `LD_LIBRARY_PATH`.
+fn cuda_rows(prebuilt: Option<&Path>, passthrough: &[String]) -> Vec<(String, String)> {
+    let Some(feature) = cuda_feature() else {
+        return vec![(
+            "CUDA backend".into(),
+            "not built: `cargo run -p xtask --release --features cuda-12` (or `cuda-13`, the \
+             machine's CUDA) -- gpu"
+                .into(),
+        )];
+    };
+    let major = if feature == "cuda-13" { 13 } else { 12 };
+    let dirs = nvidia_library_dirs(major);
+    println!("CUDA {major} libraries found in: {dirs:?}");
+    let path = library_path_with(&dirs);
+    let mut rows = vec![];
+    let suite = match prebuilt {
+        Some(d) => Some(d.join("cuda_conformance")).filter(|p| p.exists()),
+        None => build_cuda_suite(feature),
+    };
+    let cell = match suite {
+        Some(exe) => {
+            let (p, f, secs) =
+                run_suite_with("cuda conformance", &exe, &[("LD_LIBRARY_PATH", &path)]);
+            format!("{p} passed, {f} failed ({secs:.1} s)")
+        }
+        None => "not built".to_string(),
+    };
+    rows.push((
+        format!("CUDA backend conformance suite ({feature}, in progress)"),
+        cell,
+    ));
+    let me = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            rows.push(("CUDA rows".into(), format!("error: {e}")));
+            return rows;
+        }
+    };
+    let t = Instant::now();
+    match Command::new(me)
+        .arg("gpu-cuda")
+        .args(passthrough)
+        .env("LD_LIBRARY_PATH", &path)
+        .output()
+    {
+        Ok(o) => {
+            for line in String::from_utf8_lossy(&o.stdout).lines() {
+                let cells: Vec<&str> = line.split(" | ").collect();
+                match (line.starts_with("| "), cells.as_slice()) {
+                    (true, [k, v]) => rows.push((
+                        k.trim_start_matches("| ").to_string(),
+                        v.trim_end_matches(" |").to_string(),
+                    )),
+                    _ => println!("{line}"),
+                }
+            }
+            if !o.status.success() {
+                eprintln!("{}", String::from_utf8_lossy(&o.stderr));
+            }
+            rows.push((
+                "CUDA rows (xtask gpu-cuda)".into(),
+                format!(
+                    "{} in {:.0} s",
+                    if o.status.success() {
+                        "all ran"
+                    } else {
+                        "FAILED"
+                    },
+                    t.elapsed().as_secs_f64()
+                ),
+            ));
+        }
+        Err(e) => rows.push(("CUDA rows (xtask gpu-cuda)".into(), format!("error: {e}"))),
+    }
+    rows
+}
+
 /// Runs one test binary; returns (passed, failed) counts from libtest's summary.
 fn run_suite(name: &str, exe: &Path) -> (usize, usize, f64) {
+    run_suite_with(name, exe, &[])
+}
+
+/// [`run_suite`] with extra environment variables.
+fn run_suite_with(name: &str, exe: &Path, env: &[(&str, &std::ffi::OsStr)]) -> (usize, usize, f64) {
     let t = Instant::now();
     let out = Command::new(exe)
+        .envs(env.iter().copied())
         .env("FERROFLOW_REQUIRE_WGPU", "1")
         .env("FERROFLOW_REQUIRE_SHADER_F16", "1")
         .env("FERROFLOW_REQUIRE_CUDA", "1")
@@ -233,6 +406,15 @@ fn bundle(dir: &Path) -> bool {
     };
     let mut files = vec![("xtask".to_string(), me)];
     files.extend(tests);
+    if let Some(feature) = cuda_feature() {
+        match build_cuda_suite(feature) {
+            Some(exe) => files.push(("cuda_conformance".to_string(), exe)),
+            None => {
+                eprintln!("xtask gpu: building the CUDA conformance suite failed");
+                return false;
+            }
+        }
+    }
     for (name, src) in files {
         let dst = dir.join(&name);
         if !crate::run(
@@ -255,18 +437,27 @@ fn bundle(dir: &Path) -> bool {
     true
 }
 
-/// `cargo xtask gpu [--sizes 1024,2048,4096,8192] [--mnist SAMPLES] [--bundle DIR | --prebuilt DIR]`.
+/// `cargo xtask gpu [--sizes 1024,2048,4096,8192] [--mnist SAMPLES] [--epochs N] [--cuda-only]
+/// [--bundle DIR | --prebuilt DIR]` (`--epochs`: the CUDA MNIST rows' epochs, 3).
 pub fn run(args: &[String]) -> bool {
     let mut sizes = vec![1024usize, 2048, 4096, 8192];
     let mut samples = 60000usize;
     let mut prebuilt = None;
+    let mut cuda_only = false;
+    let mut passthrough: Vec<String> = vec![];
     let mut i = 0;
     while i < args.len() {
         match (args[i].as_str(), args.get(i + 1)) {
             ("--sizes", Some(v)) => {
                 sizes = v.split(',').filter_map(|s| s.parse().ok()).collect();
+                passthrough.extend(["--sizes".to_string(), v.clone()]);
                 i += 1;
             }
+            ("--epochs", Some(v)) => {
+                passthrough.extend(["--epochs".to_string(), v.clone()]);
+                i += 1;
+            }
+            ("--cuda-only", _) => cuda_only = true,
             ("--mnist", Some(v)) => {
                 samples = v.parse().unwrap_or(samples);
                 i += 1;
@@ -282,6 +473,13 @@ pub fn run(args: &[String]) -> bool {
             }
         }
         i += 1;
+    }
+    // The CUDA rows first (the part of issue #23 that waits for a GPU), in processes of
+    // their own.
+    let cuda = cuda_rows(prebuilt.as_deref(), &passthrough);
+    if cuda_only {
+        print_table("CUDA", &cuda);
+        return true;
     }
     ferroflow::init();
     let adapters = ferroflow_wgpu::register();
@@ -310,21 +508,7 @@ pub fn run(args: &[String]) -> bool {
             format!("{p} passed, {f} failed ({secs:.1} s)"),
         ));
     }
-    // The native CUDA backend's suite (issue #23): reported, not yet a condition of success
-    // (its first run on a GPU is still to come).
-    if prebuilt.is_none() {
-        let cell = match build_cuda_suite() {
-            Some(exe) => {
-                let (p, f, secs) = run_suite("cuda conformance", &exe);
-                format!("{p} passed, {f} failed ({secs:.1} s)")
-            }
-            None => "did not build".to_string(),
-        };
-        rows.push((
-            "CUDA backend conformance suite (in progress)".to_string(),
-            cell,
-        ));
-    }
+    rows.extend(cuda);
     let strs: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();
     let strs: Vec<&str> = strs.iter().map(String::as_str).collect();
     let torch = python_figures_with(Path::new("xtask/bench/torch_matmul.py"), &strs);
@@ -374,12 +558,13 @@ pub fn run(args: &[String]) -> bool {
             rows.push(("MNIST".into(), format!("error: {e}")));
         }
     }
-    println!(
-        "\n| {} | result |\n|---|---|",
-        ferroflow_wgpu::adapters()[0].name
-    );
-    for (k, v) in &rows {
+    print_table(&ferroflow_wgpu::adapters()[0].name, &rows);
+    ok
+}
+
+fn print_table(title: &str, rows: &[(String, String)]) {
+    println!("\n| {title} | result |\n|---|---|");
+    for (k, v) in rows {
         println!("| {k} | {v} |");
     }
-    ok
 }

@@ -15,7 +15,10 @@
 //!   stable runner (see the `ferroflow-fuzz` crate); part of `ci`.
 //! - `numpy-coverage`: regenerates `NUMPY_COVERAGE.md` from the NumPy API crate's source.
 //! - `gpu`: the wgpu backend on a real GPU (test suites, matmul against cuBLAS, MNIST epochs),
-//!   one table; `--bundle DIR` prebuilds it for machines without Rust.
+//!   and, built with the feature `cuda-12` or `cuda-13`, the native CUDA backend (its
+//!   conformance suite, and `gpu-cuda` in a process of its own: matmul against PyTorch,
+//!   the host's cost per op, MNIST `fit` in three policies), one table; `--bundle DIR`
+//!   prebuilds it for machines without Rust.
 
 mod bench;
 mod bench_data;
@@ -29,6 +32,8 @@ mod bench_ps;
 mod deps;
 mod fuzz;
 mod gpu;
+#[cfg(any(feature = "cuda-12", feature = "cuda-13"))]
+mod gpu_cuda;
 
 use std::process::{Command, ExitCode};
 
@@ -84,6 +89,22 @@ fn ci() -> bool {
         // The MPI transport's suite (the `mpi` feature: needs Open MPI, which .ci/run
         // installs) with its lints.
         && mpi_suite()
+        // The GPU script's CUDA rows (`xtask gpu-cuda`) and the CUDA backend against CUDA
+        // 13's API, which the default build leaves out: compiled and linted.
+        && run(
+            "cargo",
+            &[
+                "clippy",
+                "-p",
+                "xtask",
+                "--features",
+                "cuda-13",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )
         // Every file reader: seeds, regressions and 100k mutations each, under a memory
         // limit (about a minute).
         && fuzz::run(&[])
@@ -240,6 +261,8 @@ fn main() -> ExitCode {
         Some("deps") => deps::run(),
         Some("bench") => bench::run(&args[1..]),
         Some("gpu") => gpu::run(&args[1..]),
+        #[cfg(any(feature = "cuda-12", feature = "cuda-13"))]
+        Some("gpu-cuda") => gpu_cuda::run(&args[1..]),
         Some("fuzz") => fuzz::run(&args[1..]),
         Some("numpy-coverage") => {
             std::env::set_var("FERROFLOW_UPDATE_COVERAGE", "1");

@@ -4,6 +4,10 @@ use crate::source::KernelSource;
 use crate::BACKEND;
 use ferroflow_tensor::{Error, Result};
 
+/// The CUDA major version the bindings are built for (cargo feature `cuda-12` or
+/// `cuda-13`), whose NVRTC and cuBLAS the backend loads.
+pub const CUDA_MAJOR: u32 = if cfg!(feature = "cuda-13") { 13 } else { 12 };
+
 /// The NVIDIA libraries the backend loads at run time, with what each is for.
 pub const LIBRARIES: [(&str, &str); 3] = [
     (
@@ -11,10 +15,21 @@ pub const LIBRARIES: [(&str, &str); 3] = [
         "devices, memory and kernel launches",
     ),
     (
-        "libnvrtc (NVRTC, CUDA 12)",
+        if CUDA_MAJOR == 13 {
+            "libnvrtc (NVRTC, CUDA 13)"
+        } else {
+            "libnvrtc (NVRTC, CUDA 12)"
+        },
         "compiling the kernels at run time",
     ),
-    ("libcublas (cuBLAS, CUDA 12)", "matrix products"),
+    (
+        if CUDA_MAJOR == 13 {
+            "libcublas (cuBLAS, CUDA 13)"
+        } else {
+            "libcublas (cuBLAS, CUDA 12)"
+        },
+        "matrix products",
+    ),
 ];
 
 /// Which of [`LIBRARIES`] the dynamic loader cannot find (searched by the names cudarc
@@ -54,9 +69,10 @@ pub(crate) fn library_missing(what: &str) -> Error {
     Error::Backend {
         backend: BACKEND,
         msg: format!(
-            "{what} could not be loaded: install NVIDIA's driver and CUDA 12 libraries (or the \
-             pip wheels nvidia-cuda-nvrtc-cu12 and nvidia-cublas-cu12) and put their lib folders \
-             on LD_LIBRARY_PATH"
+            "{what} could not be loaded: install NVIDIA's driver and CUDA {CUDA_MAJOR} libraries \
+             (or the pip wheels nvidia-cuda-nvrtc-cu{CUDA_MAJOR} and nvidia-cublas-cu{CUDA_MAJOR}) \
+             and put their lib folders on LD_LIBRARY_PATH; the crate's feature `cuda-12` or \
+             `cuda-13` picks the version"
         ),
     }
 }

@@ -39,6 +39,17 @@
 //! assert!(gpus == ferroflow_cuda::devices().len());
 //! ```
 
+#[cfg(all(feature = "cuda-12", feature = "cuda-13"))]
+compile_error!(
+    "ferroflow-cuda: the features `cuda-12` and `cuda-13` exclude each other (the CUDA API the \
+     bindings are built for); enable one (`--no-default-features --features cuda-13`)"
+);
+#[cfg(not(any(feature = "cuda-12", feature = "cuda-13")))]
+compile_error!(
+    "ferroflow-cuda: enable the feature `cuda-12` (the default) or `cuda-13`: the CUDA version \
+     whose libraries the backend loads"
+);
+
 pub mod compile;
 pub mod emulation;
 mod exec;
@@ -54,7 +65,7 @@ use ferroflow_tensor::{
     Result, UnaryOp, UpdateRule, Window2d,
 };
 
-pub use compile::{compile_ptx, missing_libraries, nvrtc_available, LIBRARIES};
+pub use compile::{compile_ptx, missing_libraries, nvrtc_available, CUDA_MAJOR, LIBRARIES};
 use exec::{Arg, GemmCall, GemmScalar, Gpu, Launch, Memory};
 use source::{Elem, KernelSource, View, MAX_RANK};
 

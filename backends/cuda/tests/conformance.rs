@@ -1,7 +1,7 @@
 //! The shared backend conformance suite on the first CUDA device (`/GPU:0`), with no other
 //! backend registered (the suite needs none).
 //!
-//! Without an NVIDIA GPU, driver and CUDA 12 libraries every test skips with one loud line,
+//! Without an NVIDIA GPU, driver and CUDA libraries (12, or 13 with the feature `cuda-13`) every test skips with one loud line,
 //! unless `FERROFLOW_REQUIRE_CUDA=1` (the H200 script of `cargo xtask gpu`), where a missing
 //! device fails the run.
 

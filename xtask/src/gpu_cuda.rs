@@ -1,0 +1,231 @@
+//! The native CUDA backend's part of `cargo xtask gpu` (issue #23), in a process of its own
+//! (`xtask gpu-cuda`, started by `xtask gpu` with NVIDIA's libraries on `LD_LIBRARY_PATH`):
+//! CUDA is registered before `ferroflow::init()`, so it serves `/GPU:0` there while the wgpu
+//! rows run in the parent.
+//!
+//! Rows (printed as `| name | result |`, which the parent adds to its table):
+//! - matmul GFLOP/s for n = 1024..8192: float32 with TensorFloat-32 off and on, bfloat16;
+//!   PyTorch's in the same cells when `python3` has CUDA torch (`bench/torch_matmul.py`);
+//! - the host's cost per op: a chain of 1000 small adds, µs per op (goal ≤ 5);
+//! - MNIST `fit` (3 epochs, batch 128) of the examples' MLP under float32, mixed_float16 and
+//!   mixed_bfloat16, and of the CNN under float32: test accuracy against the main job's
+//!   goals (97.5%, 98.8%) and samples/s.
+//!
+//! Built only with the xtask feature `cuda-12` or `cuda-13` (the CUDA version whose
+//! libraries the machine has); `xtask gpu` says so otherwise.
+
+use crate::bench::{mnist_dir, python_figures_with, EpochTimer};
+use ferroflow::{DType, Device, Tensor};
+use std::path::Path;
+use std::time::Instant;
+
+/// Median GFLOP/s of `n×n×n` products in `dtype` on `device`.
+fn matmul_gflops(device: Device, n: usize, dtype: DType) -> ferroflow::Result<f64> {
+    ferroflow::with_device(&device.to_string(), || {
+        let a = ferroflow::random::stateless_uniform(&[n, n], [1, 2], -1.0, 1.0, DType::F32)?
+            .cast(dtype)?;
+        let b = ferroflow::random::stateless_uniform(&[n, n], [3, 4], -1.0, 1.0, DType::F32)?
+            .cast(dtype)?;
+        let sync = || ferroflow::synchronize(device);
+        for _ in 0..3 {
+            a.matmul(&b)?;
+        }
+        sync()?;
+        let reps = ((8.0 * (8192.0 / n as f64).powi(3)) as usize).clamp(5, 200);
+        let mut times = vec![];
+        for _ in 0..3 {
+            let t = Instant::now();
+            for _ in 0..reps {
+                a.matmul(&b)?;
+            }
+            sync()?;
+            times.push(t.elapsed().as_secs_f64() / reps as f64);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(2.0 * (n as f64).powi(3) / times[1] / 1e9)
+    })?
+}
+
+/// Microseconds of host time per op: a chain of 1000 adds of 16-element tensors, the
+/// median of 5 chains after a warm-up, the device synchronised at the end of each.
+fn per_op_micros(device: Device) -> ferroflow::Result<f64> {
+    ferroflow::with_device(&device.to_string(), || {
+        let x = Tensor::from_vec(vec![1.0f32; 16], &[16])?;
+        let one = Tensor::from_vec(vec![1e-3f32; 16], &[16])?;
+        let chain = || -> ferroflow::Result<f64> {
+            let t = Instant::now();
+            let mut y = x.clone();
+            for _ in 0..1000 {
+                y = y.add(&one)?;
+            }
+            ferroflow::synchronize(device)?;
+            Ok(t.elapsed().as_secs_f64() * 1e6 / 1000.0)
+        };
+        chain()?;
+        let mut times = (0..5)
+            .map(|_| chain())
+            .collect::<ferroflow::Result<Vec<_>>>()?;
+        times.sort_by(f64::total_cmp);
+        Ok(times[2])
+    })?
+}
+
+/// (test accuracy, samples/s of the last epoch) of the examples' `kind` model after
+/// `epochs` epochs of `fit` (batch 128) on `device` under `policy`.
+fn mnist_fit(
+    device: Device,
+    kind: &str,
+    policy: &str,
+    epochs: usize,
+    train: &(Tensor, Tensor),
+    test: &(Tensor, Tensor),
+) -> ferroflow::Result<(f64, f64)> {
+    use ferroflow::keras::mixed_precision::{set_global_policy, Policy};
+    set_global_policy(Policy::new(policy)?);
+    ferroflow::random::set_seed(1);
+    let result = ferroflow::with_device(&device.to_string(), || {
+        let mut model = crate::bench::mnist_model(kind, false)?;
+        let times = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+        model.fit(
+            &train.0,
+            &train.1,
+            ferroflow::keras::FitConfig::new()
+                .epochs(epochs)
+                .batch_size(128)
+                .verbose(0)
+                .callback(EpochTimer(times.clone(), Instant::now())),
+        )?;
+        let acc = model
+            .evaluate(&test.0, &test.1, 1000)?
+            .get("accuracy")
+            .unwrap_or(0.0);
+        let last = times
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last()
+            .copied()
+            .unwrap_or(f64::NAN);
+        Ok((acc, train.0.shape()[0] as f64 / last))
+    })?;
+    set_global_policy(Policy::default());
+    result
+}
+
+/// `xtask gpu-cuda [--sizes 1024,2048,4096,8192] [--epochs N]`: the rows above, printed.
+pub fn run(args: &[String]) -> bool {
+    let mut sizes = vec![1024usize, 2048, 4096, 8192];
+    let mut epochs = 3usize;
+    let mut i = 0;
+    while i < args.len() {
+        match (args[i].as_str(), args.get(i + 1)) {
+            ("--sizes", Some(v)) => {
+                sizes = v.split(',').filter_map(|s| s.parse().ok()).collect();
+                i += 1;
+            }
+            ("--epochs", Some(v)) => {
+                epochs = v.parse().unwrap_or(epochs);
+                i += 1;
+            }
+            (other, _) => {
+                eprintln!("xtask gpu-cuda: unknown argument {other:?}");
+                return false;
+            }
+        }
+        i += 1;
+    }
+    let row = |k: &str, v: &str| println!("| {k} | {v} |");
+    // CUDA first: it serves `/GPU:N` in this process; init() then adds the CPU.
+    let n = ferroflow_cuda::register();
+    ferroflow::init();
+    if n == 0 {
+        let why = ferroflow_cuda::devices_or_error()
+            .err()
+            .unwrap_or_else(|| "the driver lists no CUDA device".into());
+        row("CUDA backend", &format!("no device: {why}"));
+        return false;
+    }
+    let gpu = Device::gpu(0);
+    println!("CUDA devices: {:?}", ferroflow_cuda::devices());
+    let mut ok = true;
+    let strs: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();
+    let torch = |mode: &str| {
+        let mut args: Vec<&str> = vec!["--mode", mode];
+        args.extend(strs.iter().map(String::as_str));
+        python_figures_with(Path::new("xtask/bench/torch_matmul.py"), &args)
+    };
+    for (label, dtype, tf32, mode) in [
+        ("float32, TF32 off", DType::F32, false, "float32"),
+        ("float32, TF32 on", DType::F32, true, "tf32"),
+        ("bfloat16", DType::BF16, true, "bfloat16"),
+    ] {
+        ferroflow_cuda::set_tensor_float_32_execution(tf32);
+        let theirs = torch(mode);
+        for &n in &sizes {
+            let t = theirs.as_ref().and_then(|t| t.get(&n.to_string()).copied());
+            let cell = match (matmul_gflops(gpu, n, dtype), t) {
+                (Ok(g), Some(t)) => {
+                    format!("{g:.0} GFLOP/s vs PyTorch {t:.0} ({:.2}×)", g / t)
+                }
+                (Ok(g), None) => format!("{g:.0} GFLOP/s (no CUDA torch)"),
+                (Err(e), _) => {
+                    ok = false;
+                    format!("error: {e}")
+                }
+            };
+            row(&format!("CUDA matmul {label} {n}×{n}×{n}"), &cell);
+        }
+    }
+    ferroflow_cuda::set_tensor_float_32_execution(true);
+    match per_op_micros(gpu) {
+        Ok(us) => row(
+            "CUDA host cost per op (1000 chained adds of 16 floats)",
+            &format!("{us:.2} µs (goal ≤ 5)"),
+        ),
+        Err(e) => {
+            ok = false;
+            row("CUDA host cost per op", &format!("error: {e}"));
+        }
+    }
+    let dir = mnist_dir();
+    let data = ferroflow::data::idx::load_mnist_pixels(&dir, "train").and_then(|train| {
+        Ok((
+            train,
+            ferroflow::data::idx::load_mnist_pixels(&dir, "t10k")?,
+        ))
+    });
+    let (train, test) = match data {
+        Ok(d) => d,
+        Err(e) => {
+            row("CUDA MNIST", &format!("error: {e}"));
+            return false;
+        }
+    };
+    for (kind, policy, goal) in [
+        ("mlp", "float32", 0.975),
+        ("mlp", "mixed_float16", 0.975),
+        ("mlp", "mixed_bfloat16", 0.975),
+        ("cnn", "float32", 0.988),
+    ] {
+        let cell = match mnist_fit(gpu, kind, policy, epochs, &train, &test) {
+            Ok((acc, rate)) => {
+                let met = acc >= goal || epochs < 3;
+                ok &= met;
+                format!(
+                    "test accuracy {:.2}% (goal {:.1}%: {}), {rate:.0} samples/s",
+                    acc * 100.0,
+                    goal * 100.0,
+                    if met { "met" } else { "NOT met" }
+                )
+            }
+            Err(e) => {
+                ok = false;
+                format!("error: {e}")
+            }
+        };
+        row(
+            &format!("CUDA MNIST {kind} fit, {epochs} epochs, batch 128, {policy}"),
+            &cell,
+        );
+    }
+    ok
+}
