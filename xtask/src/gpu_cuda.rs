@@ -145,7 +145,19 @@ pub fn run(args: &[String]) -> bool {
         return false;
     }
     let gpu = Device::gpu(0);
-    println!("CUDA devices: {:?}", ferroflow_cuda::devices());
+    row(
+        "CUDA devices and versions",
+        &format!(
+            "{:?}; {}; nvidia-smi: {}",
+            ferroflow_cuda::devices(),
+            ferroflow_cuda::versions().unwrap_or_else(|e| e),
+            std::process::Command::new("nvidia-smi")
+                .args(["--query-gpu=name,driver_version", "--format=csv,noheader"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_else(|e| format!("not run ({e})"))
+        ),
+    );
     let mut ok = true;
     let strs: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();
     let torch = |mode: &str| {

@@ -58,6 +58,42 @@ pub fn missing_libraries() -> Vec<&'static str> {
         .collect()
 }
 
+/// The CUDA version the driver supports and NVRTC's, with the bindings' (for reports:
+/// BENCHMARKS.md records them), or the error naming the libraries that do not load.
+///
+/// ```
+/// match ferroflow_cuda::versions() {
+///     Ok(v) => assert!(v.contains("NVRTC")),
+///     Err(missing) => assert!(missing.contains("could not be loaded")),
+/// }
+/// ```
+pub fn versions() -> std::result::Result<String, String> {
+    let missing = missing_libraries();
+    if missing.iter().any(|m| !m.starts_with("libcublas")) {
+        return Err(library_missing(&missing.join(", ")).to_string());
+    }
+    let (mut driver, mut major, mut minor) = (0, 0, 0);
+    // SAFETY: both libraries load (checked above); each call writes plain integers.
+    let (d, n) = unsafe {
+        (
+            cudarc::driver::sys::cuDriverGetVersion(&mut driver),
+            cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor),
+        )
+    };
+    if d != cudarc::driver::sys::CUresult::CUDA_SUCCESS
+        || n != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS
+    {
+        return Err(format!(
+            "asking the versions failed: driver {d:?}, NVRTC {n:?}"
+        ));
+    }
+    Ok(format!(
+        "driver for CUDA {}.{}, NVRTC {major}.{minor}, bindings for CUDA {CUDA_MAJOR}",
+        driver / 1000,
+        (driver % 1000) / 10
+    ))
+}
+
 /// True when NVRTC loads (kernels can be compiled, a GPU or not).
 pub fn nvrtc_available() -> bool {
     // SAFETY: as in `missing_libraries`.

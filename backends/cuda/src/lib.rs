@@ -65,7 +65,9 @@ use ferroflow_tensor::{
     Result, UnaryOp, UpdateRule, Window2d,
 };
 
-pub use compile::{compile_ptx, missing_libraries, nvrtc_available, CUDA_MAJOR, LIBRARIES};
+pub use compile::{
+    compile_ptx, missing_libraries, nvrtc_available, versions, CUDA_MAJOR, LIBRARIES,
+};
 use exec::{Arg, GemmCall, GemmScalar, Gpu, Launch, Memory};
 use source::{Elem, KernelSource, View, MAX_RANK};
 
