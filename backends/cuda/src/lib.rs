@@ -20,8 +20,11 @@
 //! graph's elementwise programs (in the four float types) as one generated kernel each
 //! (`source::fused_program`: every step the op's own expression, rounded where the op's
 //! kernel stores it, so the bits equal the ops' one by one), with a reduction of the first
-//! output inside the reduction kernel's loads (`fused_reduce`). The convolutions are
-//! direct loops (no cuDNN, no implicit GEMM yet).
+//! output inside the reduction kernel's loads (`fused_reduce`). Float convolutions and
+//! both their gradients run as im2col (a generated kernel) and one cuBLAS GEMM (tensor
+//! cores, TF32 per the switch), the input gradient's columns summed back per input element
+//! (`col2im`, deterministic); where the column matrix would pass
+//! [`set_convolution_workspace_limit`] (1 GiB) they run direct loops (no cuDNN yet).
 //!
 //! Without a GPU, [`emulation`] runs the same CUDA C on the host (the system's C++ compiler,
 //! CUDA's built-ins shimmed, a launch as a loop) behind the same backend code, and the
@@ -102,6 +105,35 @@ pub fn tensor_float_32_execution_enabled() -> bool {
 /// The most outputs a reduction runs as blocks on the host emulation (each block is
 /// `source::REDUCE_BLOCK` real threads there).
 const HOST_BLOCK_OUTPUTS: usize = 3;
+
+/// The largest column matrix (bytes) a convolution makes to run as im2col and a cuBLAS
+/// GEMM ([`set_convolution_workspace_limit`]); a larger one runs the direct loops.
+static CONVOLUTION_WORKSPACE: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(1 << 30);
+
+/// Caps the memory a float convolution (or its gradients) may take for its column matrix
+/// (im2col: `batch · out_h · out_w × kh · kw · c` values), the workspace that lets it run
+/// as one cuBLAS GEMM on tensor cores; a convolution needing more runs the direct loops,
+/// which take none (slower). 1 GiB by default (TF's `TF_CUDNN_WORKSPACE_LIMIT_IN_MB` plays
+/// this part for cuDNN); 0 sends every convolution to the direct loops.
+///
+/// ```
+/// ferroflow_cuda::set_convolution_workspace_limit(256 << 20);
+/// assert_eq!(ferroflow_cuda::convolution_workspace_limit(), 256 << 20);
+/// ferroflow_cuda::set_convolution_workspace_limit(1 << 30);
+/// ```
+pub fn set_convolution_workspace_limit(bytes: usize) {
+    CONVOLUTION_WORKSPACE.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The limit [`set_convolution_workspace_limit`] set.
+///
+/// ```
+/// assert!(ferroflow_cuda::convolution_workspace_limit() > 0);
+/// ```
+pub fn convolution_workspace_limit() -> usize {
+    CONVOLUTION_WORKSPACE.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Memory of one device of this backend (a GPU's, or the host emulation's).
 pub struct CudaBuffer {
@@ -653,6 +685,81 @@ impl Cuda {
             .collect()
     }
 
+    /// The shape `[batch · oh · ow, kh · kw · c]` of a convolution's column matrix
+    /// (`source::im2col`), when its bytes fit [`convolution_workspace_limit`] (the
+    /// convolution then runs as a GEMM); `None` sends it to the direct loops.
+    fn columns_shape(w: &Window2d, dtype: DType) -> Option<[usize; 2]> {
+        let m = w.input[0]
+            .checked_mul(w.output[0])?
+            .checked_mul(w.output[1])?;
+        let k = w.kernel[0]
+            .checked_mul(w.kernel[1])?
+            .checked_mul(w.input[3])?;
+        let bytes = m.checked_mul(k)?.checked_mul(dtype.size_in_bytes())?;
+        (bytes > 0 && bytes <= convolution_workspace_limit()).then_some([m, k])
+    }
+
+    /// The column matrix of `x` for window `w`: dense `[m, k]`.
+    fn columns(
+        &self,
+        op: &'static str,
+        x: Operand<'_>,
+        w: &Window2d,
+        [m, k]: [usize; 2],
+    ) -> Result<CudaBuffer> {
+        let e = float_elem(x.dtype, op)?;
+        let g = kernels(source::KernelKey::Im2col(e), op, x.dtype)?;
+        self.window(
+            op,
+            &g.kernels[0],
+            x,
+            None,
+            m * k,
+            geo(w, 0, x.layout, None)?,
+        )
+    }
+
+    /// `x` as a `[rows, cols]` matrix: a view of its own buffer where its layout allows,
+    /// else a dense copy (returned, to be kept alive beside the layout).
+    fn matrix(&self, x: &Operand<'_>, shape: [usize; 2]) -> Result<(Option<CudaBuffer>, Layout)> {
+        match x.layout.reshape(&shape) {
+            Some(l) => Ok((None, l)),
+            None => Ok((Some(self.dense(*x)?), Layout::contiguous(&shape))),
+        }
+    }
+
+    /// A float convolution as im2col and one cuBLAS GEMM: `[m, k] · filter[k, cout]`,
+    /// dense `[batch, oh, ow, cout]`.
+    fn conv2d_gemm(
+        &self,
+        op: &'static str,
+        x: Operand<'_>,
+        filter: Operand<'_>,
+        w: &Window2d,
+        [m, k]: [usize; 2],
+    ) -> Result<BufferBox> {
+        let cout = filter.layout.shape()[3];
+        let cols = self.columns(op, x, w, [m, k])?;
+        let cols_layout = Layout::contiguous(&[m, k]);
+        let (dense_f, f_layout) = self.matrix(&filter, [k, cout])?;
+        let f_buffer: &dyn DeviceBuffer = match &dense_f {
+            Some(d) => d,
+            None => filter.buffer,
+        };
+        self.matmul(
+            Operand {
+                buffer: &cols,
+                layout: &cols_layout,
+                dtype: x.dtype,
+            },
+            Operand {
+                buffer: f_buffer,
+                layout: &f_layout,
+                dtype: filter.dtype,
+            },
+        )
+    }
+
     /// cuBLAS's view of a row-major `[batch.., rows, cols]` operand: (operation, leading
     /// dimension, batch stride, offset), or `None` when it must be made dense first.
     fn gemm_form(layout: &Layout) -> Option<(bool, i64, i64, usize)> {
@@ -900,6 +1007,38 @@ impl Backend for Cuda {
         let op = "fused_conv2d";
         let e = float_elem(x.dtype, op)?;
         let cout = filter.layout.shape()[3];
+        if let Some(shape) = Self::columns_shape(w, x.dtype) {
+            // The GEMM, then the bias and the activation: each rounds where the composed
+            // ops round.
+            let y = self.conv2d_gemm(op, x, filter, w, shape)?;
+            let out = [w.input[0], w.output[0], w.output[1], cout];
+            let dense = Layout::contiguous(&out);
+            let bias_layout = bias.layout.broadcast_to(op, &out)?;
+            let biased = self.binary(
+                BinaryOp::Add,
+                Operand {
+                    buffer: y.as_ref(),
+                    layout: &dense,
+                    dtype: x.dtype,
+                },
+                Operand {
+                    buffer: bias.buffer,
+                    layout: &bias_layout,
+                    dtype: bias.dtype,
+                },
+            )?;
+            return match activation {
+                FusedActivation::Linear => Ok(biased),
+                FusedActivation::Relu => self.unary(
+                    UnaryOp::Relu,
+                    Operand {
+                        buffer: biased.as_ref(),
+                        layout: &dense,
+                        dtype: x.dtype,
+                    },
+                ),
+            };
+        }
         let n = w.input[0] * w.output[0] * w.output[1] * cout;
         let g = kernels(source::KernelKey::FusedConv2d(e, activation), op, x.dtype)?;
         let geometry = geo(w, cout, x.layout, Some(filter.layout))?;
@@ -1537,6 +1676,9 @@ impl Backend for Cuda {
     }
     fn conv2d(&self, x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         let e = float_elem(x.dtype, "conv2d")?;
+        if let Some(shape) = Self::columns_shape(w, x.dtype) {
+            return self.conv2d_gemm("conv2d", x, filter, w, shape);
+        }
         let cout = filter.layout.shape()[3];
         let n = w.input[0] * w.output[0] * w.output[1] * cout;
         let g = kernels(source::KernelKey::Conv2d(e), "conv2d", x.dtype)?;
@@ -1559,6 +1701,43 @@ impl Backend for Cuda {
         let op = "conv2d_backprop_input";
         let e = float_elem(dy.dtype, op)?;
         let cout = filter.layout.shape()[3];
+        if let Some([m, k]) = Self::columns_shape(w, dy.dtype) {
+            // The columns' gradient dy[m, cout] · filterᵀ[cout, k], then each input element
+            // sums the entries of the windows covering it.
+            let (dense_f, f_layout) = self.matrix(&filter, [k, cout])?;
+            let (dense_dy, dy_layout) = self.matrix(&dy, [m, cout])?;
+            let f_t = f_layout.permute(&[1, 0])?;
+            let dcols = self.matmul(
+                Operand {
+                    buffer: dense_dy
+                        .as_ref()
+                        .map_or(dy.buffer, |d| d as &dyn DeviceBuffer),
+                    layout: &dy_layout,
+                    dtype: dy.dtype,
+                },
+                Operand {
+                    buffer: dense_f
+                        .as_ref()
+                        .map_or(filter.buffer, |d| d as &dyn DeviceBuffer),
+                    layout: &f_t,
+                    dtype: filter.dtype,
+                },
+            )?;
+            let g = kernels(source::KernelKey::Col2im(e), op, dy.dtype)?;
+            let input = Layout::contiguous(&w.input);
+            return boxed(self.window(
+                op,
+                &g.kernels[0],
+                Operand {
+                    buffer: dcols.as_ref(),
+                    layout: &Layout::contiguous(&[m, k]),
+                    dtype: dy.dtype,
+                },
+                None,
+                w.input.iter().product(),
+                geo(w, cout, &input, None)?,
+            )?);
+        }
         let n = w.input.iter().product();
         let g = kernels(source::KernelKey::Conv2dBackpropInput(e), op, dy.dtype)?;
         let k = &g.kernels[0];
@@ -1580,6 +1759,27 @@ impl Backend for Cuda {
     ) -> Result<BufferBox> {
         let op = "conv2d_backprop_filter";
         let e = float_elem(x.dtype, op)?;
+        if let Some([m, k]) = Self::columns_shape(w, x.dtype) {
+            // columnsᵀ[k, m] · dy[m, cout]: the filter gradient as [kh · kw · c, cout].
+            let cout = filter_shape[3];
+            let cols = self.columns(op, x, w, [m, k])?;
+            let cols_t = Layout::contiguous(&[m, k]).permute(&[1, 0])?;
+            let (dense_dy, dy_layout) = self.matrix(&dy, [m, cout])?;
+            return self.matmul(
+                Operand {
+                    buffer: &cols,
+                    layout: &cols_t,
+                    dtype: x.dtype,
+                },
+                Operand {
+                    buffer: dense_dy
+                        .as_ref()
+                        .map_or(dy.buffer, |d| d as &dyn DeviceBuffer),
+                    layout: &dy_layout,
+                    dtype: dy.dtype,
+                },
+            );
+        }
         let n = filter_shape.iter().product();
         let g = kernels(source::KernelKey::Conv2dBackpropFilter(e), op, x.dtype)?;
         let k = &g.kernels[0];

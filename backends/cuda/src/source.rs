@@ -1210,6 +1210,57 @@ fn conv2d_with(e: Elem, epilogue: Option<FusedActivation>) -> Option<KernelSourc
     ))
 }
 
+/// The column matrix of a convolution's input (`im2col`): row `(b, oh, ow)` of
+/// `[batch · oh · ow, kh · kw · c]` holds the window at that output position, `(kh, kw, c)`
+/// in the filter's order, zeros in the padding; `A` read through `g.a`. A float
+/// convolution is then one GEMM with the filter as `[kh · kw · c, cout]` (cuBLAS, tensor
+/// cores), and its filter gradient the GEMM of the columns' transpose with `dy`.
+pub fn im2col(e: Elem) -> Option<KernelSource> {
+    if !e.is_float() {
+        return None;
+    }
+    let name = format!("im2col_{}", e.tag());
+    let body = format!(
+        "ff_i64 row = g.kh * g.kw * g.c;
+         ff_i64 k = i % row, m = i / row;
+         ff_i64 ci = k % g.c, kw = (k / g.c) % g.kw, kh = k / (g.c * g.kw);
+         ff_i64 ow = m % g.ow, oh = (m / g.ow) % g.oh, b = m / (g.ow * g.oh);
+         ff_i64 r = in_row(g, oh, kh), q = in_col(g, ow, kw);
+         Y[i] = (r < 0 || q < 0) ? {zero} : A[a_at(g, b, r, q, ci)];",
+        zero = e.store_expr(if e == Elem::F64 { "0.0" } else { "0.0f" }),
+    );
+    Some(window_kernel(&name, e, 1, &body))
+}
+
+/// The input gradient from the columns' gradient (`col2im`): input element `(b, h, w, c)`
+/// sums, in window order, the entries of the dense `[batch · oh · ow, kh · kw · c]` matrix
+/// `A` of the output positions whose window covers it (a sum per input element: no atomics,
+/// deterministic), in double, rounded once.
+pub fn col2im(e: Elem) -> Option<KernelSource> {
+    if !e.is_float() {
+        return None;
+    }
+    let name = format!("col2im_{}", e.tag());
+    let body = format!(
+        "ff_i64 ci = i % g.c, w0 = (i / g.c) % g.w, h0 = (i / (g.c * g.w)) % g.h, b = i / (g.c * g.w * g.h);
+         ff_i64 row = g.kh * g.kw * g.c;
+         double acc = 0;
+         for (ff_i64 kh = 0; kh < g.kh; ++kh) {{
+         ff_i64 oh = out_row(g, h0, kh);
+         if (oh < 0) continue;
+         for (ff_i64 kw = 0; kw < g.kw; ++kw) {{
+         ff_i64 ow = out_col(g, w0, kw);
+         if (ow < 0) continue;
+         acc = acc + (double){load};
+}}
+}}
+         Y[i] = {store};",
+        load = e.load("A[((b * g.oh + oh) * g.ow + ow) * row + (kh * g.kw + kw) * g.c + ci]"),
+        store = e.store_expr("acc"),
+    );
+    Some(window_kernel(&name, e, 1, &body))
+}
+
 /// The gradient of conv2d with respect to its input: element `(b, h, w, ci)` sums
 /// `dy[b, oh, ow, co] · f[kh, kw, ci, co]` over the outputs whose window covers it
 /// (A = filter, B = dy).
@@ -1868,6 +1919,10 @@ pub enum KernelKey {
     Conv2dBackpropInput(Elem),
     /// [`conv2d_backprop_filter`].
     Conv2dBackpropFilter(Elem),
+    /// [`im2col`].
+    Im2col(Elem),
+    /// [`col2im`].
+    Col2im(Elem),
     /// [`optimizer`].
     Optimizer(OptimizerKind, Elem),
     /// [`fused_conv2d`].
@@ -1919,6 +1974,8 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::Conv2d(e) => one(conv2d(e)),
         KernelKey::Conv2dBackpropInput(e) => one(conv2d_backprop_input(e)),
         KernelKey::Conv2dBackpropFilter(e) => one(conv2d_backprop_filter(e)),
+        KernelKey::Im2col(e) => one(im2col(e)),
+        KernelKey::Col2im(e) => one(col2im(e)),
         KernelKey::Optimizer(kind, e) => one(optimizer(kind, e)),
         KernelKey::FusedConv2d(e, a) => one(fused_conv2d(e, a)),
         KernelKey::ClipScalar(e) => one(clip_scalar(e)),
@@ -1972,6 +2029,8 @@ pub fn catalog() -> Vec<KernelSource> {
         all.extend(conv2d(e));
         all.extend(conv2d_backprop_input(e));
         all.extend(conv2d_backprop_filter(e));
+        all.extend(im2col(e));
+        all.extend(col2im(e));
         all.extend(sort(e));
         all.extend(matmul_int(e));
         for kind in OptimizerKind::ALL {
@@ -2061,6 +2120,8 @@ mod tests {
                 KernelKey::Conv2d(e),
                 KernelKey::Conv2dBackpropInput(e),
                 KernelKey::Conv2dBackpropFilter(e),
+                KernelKey::Im2col(e),
+                KernelKey::Col2im(e),
             ]);
             keys.extend(
                 CumulativeOp::ALL
