@@ -7,6 +7,8 @@
 //! - matmul GFLOP/s for n = 1024..8192: float32 with TensorFloat-32 off and on, bfloat16;
 //!   PyTorch's in the same cells when `python3` has CUDA torch (`bench/torch_matmul.py`);
 //! - the host's cost per op: a chain of 1000 small adds, µs per op (goal ≤ 5);
+//! - a ResNet-style network's training step (batch 256, synthetic 32×32×3) in float32 and
+//!   mixed_float16 against PyTorch eager (`bench/torch_resnet.py`);
 //! - MNIST `fit` (3 epochs, batch 128) of the examples' MLP under float32, mixed_float16 and
 //!   mixed_bfloat16, and of the CNN under float32: test accuracy against the main job's
 //!   goals (97.5%, 98.8%) and samples/s.
@@ -111,6 +113,92 @@ fn mnist_fit(
     result
 }
 
+/// The ResNet-style network of the convolution goal (the same as
+/// `bench/torch_resnet.py`): conv 3×3/32 + batch norm + ReLU, two residual blocks at 32
+/// channels, a stride-2 conv to 64, two blocks at 64, global average pooling, Dense 10
+/// (logits), compiled with Adam 1e-3 and sparse cross-entropy.
+fn resnet_style() -> ferroflow::Result<ferroflow::keras::Model> {
+    use ferroflow::keras::activations::Activation as Act;
+    use ferroflow::keras::functional::{input, KerasTensor, Symbolic};
+    use ferroflow::keras::layers::{
+        Activation, Add, BatchNormalization, Conv2D, Dense, GlobalAveragePooling2D,
+    };
+    use ferroflow::Padding;
+    fn conv_bn(x: &KerasTensor, filters: usize, stride: usize) -> ferroflow::Result<KerasTensor> {
+        let c = Conv2D::new(filters, [3, 3])
+            .padding(Padding::Same)
+            .strides([stride, stride])
+            .on(&[x])?;
+        Ok(BatchNormalization::new().on(&[&c[0]])?.remove(0))
+    }
+    fn relu(x: &KerasTensor) -> ferroflow::Result<KerasTensor> {
+        Ok(Activation::new(Act::Relu).on(&[x])?.remove(0))
+    }
+    fn block(x: &KerasTensor, filters: usize) -> ferroflow::Result<KerasTensor> {
+        let h = relu(&conv_bn(x, filters, 1)?)?;
+        let h = conv_bn(&h, filters, 1)?;
+        relu(&Add::new().on(&[&h, x])?[0])
+    }
+    let x = input(&[32, 32, 3], "images");
+    let mut h = relu(&conv_bn(&x, 32, 1)?)?;
+    h = block(&block(&h, 32)?, 32)?;
+    h = relu(&conv_bn(&h, 64, 2)?)?;
+    h = block(&block(&h, 64)?, 64)?;
+    let pooled = GlobalAveragePooling2D::new().on(&[&h])?;
+    let logits = Dense::new(10).on(&[&pooled[0]])?;
+    let mut model = ferroflow::keras::Model::new(&[x], &logits)?;
+    model.compile(
+        ferroflow::optim::Adam::new(1e-3),
+        ferroflow::keras::losses::SparseCategoricalCrossentropy::new(true),
+        &[],
+    )?;
+    Ok(model)
+}
+
+/// Samples/s of the ResNet-style network's training steps (`fit`, batch 256, synthetic
+/// 32×32×3 data, 10 steps per epoch, the second of two epochs timed) on `device` under
+/// `policy`.
+fn resnet_samples_per_second(device: Device, policy: &str) -> ferroflow::Result<f64> {
+    use ferroflow::keras::mixed_precision::{set_global_policy, Policy};
+    const BATCH: usize = 256;
+    const STEPS: usize = 10;
+    set_global_policy(Policy::new(policy)?);
+    ferroflow::random::set_seed(2);
+    let result = ferroflow::with_device(&device.to_string(), || {
+        let x = ferroflow::random::stateless_uniform(
+            &[BATCH * STEPS, 32, 32, 3],
+            [5, 6],
+            0.0,
+            1.0,
+            DType::F32,
+        )?;
+        let y =
+            ferroflow::random::stateless_uniform(&[BATCH * STEPS], [7, 8], 0.0, 10.0, DType::F32)?
+                .floor()?
+                .cast(DType::I64)?;
+        let mut model = resnet_style()?;
+        let times = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+        model.fit(
+            &x,
+            &y,
+            ferroflow::keras::FitConfig::new()
+                .epochs(2)
+                .batch_size(BATCH)
+                .verbose(0)
+                .callback(EpochTimer(times.clone(), Instant::now())),
+        )?;
+        let last = times
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last()
+            .copied()
+            .unwrap_or(f64::NAN);
+        Ok((BATCH * STEPS) as f64 / last)
+    })?;
+    set_global_policy(Policy::default());
+    result
+}
+
 /// `xtask gpu-cuda [--sizes 1024,2048,4096,8192] [--epochs N]`: the rows above, printed.
 pub fn run(args: &[String]) -> bool {
     let mut sizes = vec![1024usize, 2048, 4096, 8192];
@@ -197,6 +285,44 @@ pub fn run(args: &[String]) -> bool {
             ok = false;
             row("CUDA host cost per op", &format!("error: {e}"));
         }
+    }
+    // The ResNet-style step against PyTorch eager (goal ≥ 1.0×; mixed_float16 ≥ 2× our
+    // float32).
+    let mut float32_rate = None;
+    for policy in ["float32", "mixed_float16"] {
+        let theirs = python_figures_with(
+            Path::new("xtask/bench/torch_resnet.py"),
+            &[policy, "256", "20"],
+        )
+        .and_then(|f| f.get("samples_per_s").copied());
+        let cell = match resnet_samples_per_second(gpu, policy) {
+            Ok(ours) => {
+                if policy == "float32" {
+                    float32_rate = Some(ours);
+                }
+                let vs_f32 = match (policy, float32_rate) {
+                    ("mixed_float16", Some(f)) => {
+                        format!(", {:.2}× our float32 (goal ≥ 2)", ours / f)
+                    }
+                    _ => String::new(),
+                };
+                match theirs {
+                    Some(t) => format!(
+                        "{ours:.0} samples/s vs PyTorch eager {t:.0} ({:.2}×, goal ≥ 1.0){vs_f32}",
+                        ours / t
+                    ),
+                    None => format!("{ours:.0} samples/s (no CUDA torch){vs_f32}"),
+                }
+            }
+            Err(e) => {
+                ok = false;
+                format!("error: {e}")
+            }
+        };
+        row(
+            &format!("CUDA ResNet-style training step, batch 256, 32×32×3, {policy}"),
+            &cell,
+        );
     }
     let dir = mnist_dir();
     let data = ferroflow::data::idx::load_mnist_pixels(&dir, "train").and_then(|train| {
