@@ -134,6 +134,9 @@ impl Gpu {
         let name = ctx
             .name()
             .map_err(|e| driver("reading the device name", e))?;
+        if ctx.has_async_alloc() {
+            keep_freed_memory(ctx.cu_device());
+        }
         let stream = ctx.default_stream();
         let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Backend {
             backend: BACKEND,
@@ -558,6 +561,28 @@ impl CudaEngine {
                 })?;
         }
         Ok(())
+    }
+}
+
+/// Makes the device's stream-ordered memory pool (where every tensor's memory comes from)
+/// a caching allocator: its release threshold is 0 by default, so each synchronisation
+/// (every value the host reads) would hand freed memory back to the driver and the next
+/// step allocate it again; with no threshold, freed blocks stay for reuse (PyTorch's and
+/// TF's allocators keep theirs too). A driver that refuses leaves the default.
+fn keep_freed_memory(device: cudarc::driver::sys::CUdevice) {
+    use cudarc::driver::sys;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut threshold = u64::MAX;
+    // SAFETY: the driver is loaded (a context exists); `pool` is written by the first call
+    // and used only when it succeeded; the attribute takes a pointer to a u64.
+    unsafe {
+        if sys::cuDeviceGetDefaultMemPool(&mut pool, device) == sys::CUresult::CUDA_SUCCESS {
+            let _ = sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            );
+        }
     }
 }
 
