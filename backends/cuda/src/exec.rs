@@ -485,6 +485,11 @@ impl CudaEngine {
     where
         CudaBlas: Gemm<T>,
     {
+        // cuBLAS runs in the calling thread's current context: this device's (an op may
+        // come from any thread, e.g. an input pipeline's).
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver("making the context current for cuBLAS", e))?;
         let size = std::mem::size_of::<T>();
         let refused = |what: &str| Error::Backend {
             backend: BACKEND,
