@@ -214,6 +214,18 @@ pub(crate) struct EpochTimer(
     pub(crate) Instant,
 );
 
+impl EpochTimer {
+    /// The seconds of the last epoch timed into `times` (NaN before any).
+    pub(crate) fn last_seconds(times: &std::sync::Mutex<Vec<f64>>) -> f64 {
+        times
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last()
+            .copied()
+            .unwrap_or(f64::NAN)
+    }
+}
+
 impl ferroflow::keras::callbacks::Callback for EpochTimer {
     fn on_epoch_begin(
         &mut self,

@@ -299,14 +299,17 @@ fn run_suite_with(name: &str, exe: &Path, env: &[(&str, &std::ffi::OsStr)]) -> (
     (count(" passed"), failed, secs)
 }
 
-/// Median GFLOP/s of `n×n×n` float32 matmuls on `device`.
-fn matmul_gflops(device: Device, n: usize) -> ferroflow::Result<f64> {
+/// Median GFLOP/s of `n×n×n` matmuls in `dtype` on `device` (3 timed runs of 3-200
+/// products after 2 warm-ups, the device synchronised around each).
+pub(crate) fn matmul_gflops(device: Device, n: usize, dtype: DType) -> ferroflow::Result<f64> {
     let spec = device.to_string();
     ferroflow::with_device(&spec, || {
-        let a = ferroflow::random::stateless_uniform(&[n, n], [1, 2], -1.0, 1.0, DType::F32)?
-            .to_device(device)?;
-        let b = ferroflow::random::stateless_uniform(&[n, n], [3, 4], -1.0, 1.0, DType::F32)?
-            .to_device(device)?;
+        let operand = |seed: [u64; 2]| {
+            ferroflow::random::stateless_uniform(&[n, n], seed, -1.0, 1.0, DType::F32)?
+                .cast(dtype)?
+                .to_device(device)
+        };
+        let (a, b) = (operand([1, 2])?, operand([3, 4])?);
         let sync = || ferroflow::synchronize(device);
         for _ in 0..2 {
             a.matmul(&b)?;
@@ -384,8 +387,7 @@ fn mnist_epoch_under_policy(
             "mnist {kind} on {device} ({}): training accuracy {acc:.4} after 2 epochs",
             ferroflow::keras::mixed_precision::global_policy().name()
         );
-        let t = times.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(t.last().copied().unwrap_or(f64::NAN))
+        Ok(EpochTimer::last_seconds(&times))
     })?
 }
 
@@ -516,7 +518,7 @@ pub fn run(args: &[String]) -> bool {
         println!("(no CUDA torch in python3: the cuBLAS column stays empty)");
     }
     for &n in &sizes {
-        let ours = matmul_gflops(gpu, n);
+        let ours = matmul_gflops(gpu, n, DType::F32);
         let theirs = torch.as_ref().and_then(|t| t.get(&n.to_string()).copied());
         let cell = match (&ours, theirs) {
             (Ok(g), Some(t)) => format!("{g:.0} GFLOP/s vs cuBLAS {t:.0} ({:.0}%)", 100.0 * g / t),

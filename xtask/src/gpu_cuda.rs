@@ -17,36 +17,10 @@
 //! libraries the machine has); `xtask gpu` says so otherwise.
 
 use crate::bench::{mnist_dir, python_figures_with, EpochTimer};
+use crate::gpu::matmul_gflops;
 use ferroflow::{DType, Device, Tensor};
 use std::path::Path;
 use std::time::Instant;
-
-/// Median GFLOP/s of `n×n×n` products in `dtype` on `device`.
-fn matmul_gflops(device: Device, n: usize, dtype: DType) -> ferroflow::Result<f64> {
-    ferroflow::with_device(&device.to_string(), || {
-        let a = ferroflow::random::stateless_uniform(&[n, n], [1, 2], -1.0, 1.0, DType::F32)?
-            .cast(dtype)?;
-        let b = ferroflow::random::stateless_uniform(&[n, n], [3, 4], -1.0, 1.0, DType::F32)?
-            .cast(dtype)?;
-        let sync = || ferroflow::synchronize(device);
-        for _ in 0..3 {
-            a.matmul(&b)?;
-        }
-        sync()?;
-        let reps = ((8.0 * (8192.0 / n as f64).powi(3)) as usize).clamp(5, 200);
-        let mut times = vec![];
-        for _ in 0..3 {
-            let t = Instant::now();
-            for _ in 0..reps {
-                a.matmul(&b)?;
-            }
-            sync()?;
-            times.push(t.elapsed().as_secs_f64() / reps as f64);
-        }
-        times.sort_by(f64::total_cmp);
-        Ok(2.0 * (n as f64).powi(3) / times[1] / 1e9)
-    })?
-}
 
 /// Microseconds of host time per op: a chain of 1000 adds of 16-element tensors, the
 /// median of 5 chains after a warm-up, the device synchronised at the end of each.
@@ -101,13 +75,10 @@ fn mnist_fit(
             .evaluate(&test.0, &test.1, 1000)?
             .get("accuracy")
             .unwrap_or(0.0);
-        let last = times
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .last()
-            .copied()
-            .unwrap_or(f64::NAN);
-        Ok((acc, train.0.shape()[0] as f64 / last))
+        Ok((
+            acc,
+            train.0.shape()[0] as f64 / EpochTimer::last_seconds(&times),
+        ))
     })?;
     set_global_policy(Policy::default());
     result
@@ -187,13 +158,7 @@ fn resnet_samples_per_second(device: Device, policy: &str) -> ferroflow::Result<
                 .verbose(0)
                 .callback(EpochTimer(times.clone(), Instant::now())),
         )?;
-        let last = times
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .last()
-            .copied()
-            .unwrap_or(f64::NAN);
-        Ok((BATCH * STEPS) as f64 / last)
+        Ok((BATCH * STEPS) as f64 / EpochTimer::last_seconds(&times))
     })?;
     set_global_policy(Policy::default());
     result

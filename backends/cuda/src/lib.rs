@@ -567,11 +567,31 @@ impl Cuda {
         ))
     }
 
-    /// Whether a reduction of `m` elements into each of `outputs` runs a thread per output
-    /// (short reductions, or many outputs; on the host emulation, whose blocks are real
-    /// threads, all but a few outputs) rather than a block per output.
-    fn reduce_by_rows(gpu: &Gpu, m: usize, outputs: usize) -> bool {
-        m <= 64 || outputs > (1 << 20) || (gpu.is_host() && outputs > HOST_BLOCK_OUTPUTS)
+    /// Launches a reduction's `_rows` kernel (a thread per output: short reductions, or
+    /// many outputs; on the host emulation, whose blocks are real threads, all but a few
+    /// outputs), `n` appended to `args`, or its `_blocks` kernel (a block per output, at
+    /// most 2^20 of them), for `outputs` outputs of `m` elements each.
+    fn launch_reduction(
+        gpu: &Gpu,
+        (rows, blocks): (&KernelSource, &KernelSource),
+        m: usize,
+        outputs: usize,
+        mut args: Vec<Arg<'_>>,
+    ) -> Result<()> {
+        if m <= 64 || outputs > (1 << 20) || (gpu.is_host() && outputs > HOST_BLOCK_OUTPUTS) {
+            args.push(Arg::I64(outputs as i64));
+            gpu.launch(&rows.name, || rows.clone(), Launch::Items(outputs), &args)
+        } else {
+            gpu.launch(
+                &blocks.name,
+                || blocks.clone(),
+                Launch::Blocks {
+                    blocks: outputs as u32,
+                    threads: source::REDUCE_BLOCK,
+                },
+                &args,
+            )
+        }
     }
 
     /// The device, element type and views (broadcast to `shape`) of an elementwise
@@ -1164,25 +1184,7 @@ impl Backend for Cuda {
                 Arg::Buf(&y.mem),
             ]);
             args.extend(extras.iter().map(|o| Arg::Buf(&o.mem)));
-            if Self::reduce_by_rows(gpu, m, kept_count) {
-                args.push(Arg::I64(kept_count as i64));
-                gpu.launch(
-                    &rows.name,
-                    || rows.clone(),
-                    Launch::Items(kept_count),
-                    &args,
-                )?;
-            } else {
-                gpu.launch(
-                    &blocks.name,
-                    || blocks.clone(),
-                    Launch::Blocks {
-                        blocks: kept_count as u32,
-                        threads: source::REDUCE_BLOCK,
-                    },
-                    &args,
-                )?;
-            }
+            Self::launch_reduction(gpu, (rows, blocks), m, kept_count, args)?;
         }
         std::iter::once(y).chain(extras).map(boxed).collect()
     }
@@ -1376,42 +1378,20 @@ impl Backend for Cuda {
         if outputs == 0 {
             return boxed(y);
         }
-        let m64 = m as i64;
-        // Short reductions: a thread per output; long ones: a block per output (on the host
-        // emulation, whose blocks are real threads, only for a few outputs).
-        if Self::reduce_by_rows(gpu, m, outputs) {
-            // (A, kept, red, m, Y, n)
-            gpu.launch(
-                &rows.name,
-                || rows.clone(),
-                Launch::Items(outputs),
-                &[
-                    Arg::Buf(&a.mem),
-                    Arg::View(kept),
-                    Arg::View(red),
-                    Arg::I64(m64),
-                    Arg::Buf(&y.mem),
-                    Arg::I64(outputs as i64),
-                ],
-            )?;
-        } else {
-            // (A, kept, red, m, Y), one block per output (at most 2^20 blocks).
-            gpu.launch(
-                &blocks.name,
-                || blocks.clone(),
-                Launch::Blocks {
-                    blocks: outputs as u32,
-                    threads: source::REDUCE_BLOCK,
-                },
-                &[
-                    Arg::Buf(&a.mem),
-                    Arg::View(kept),
-                    Arg::View(red),
-                    Arg::I64(m64),
-                    Arg::Buf(&y.mem),
-                ],
-            )?;
-        }
+        // (A, kept, red, m, Y[, n])
+        Self::launch_reduction(
+            gpu,
+            (rows, blocks),
+            m,
+            outputs,
+            vec![
+                Arg::Buf(&a.mem),
+                Arg::View(kept),
+                Arg::View(red),
+                Arg::I64(m as i64),
+                Arg::Buf(&y.mem),
+            ],
+        )?;
         boxed(y)
     }
     fn arg_reduce(&self, op: ArgReduceOp, x: Operand<'_>, axis: usize) -> Result<BufferBox> {

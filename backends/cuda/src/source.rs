@@ -744,15 +744,32 @@ pub const REDUCE_BLOCK: u32 = 256;
 /// of [`REDUCE_BLOCK`] threads per output, combined by a fixed tree (long reductions). Both
 /// are deterministic.
 pub fn reduce(op: ReduceOp, e: Elem) -> Option<[KernelSource; 2]> {
-    let (acc, init, combine) = reduce_parts(op, e)?;
     let base = format!("{}_{}", op.name(), e.tag());
+    let load = e.load("A[base + at(red, j)]");
+    let input = format!("const {}* __restrict__ A, ", e.store());
+    reduction_kernels(&base, op, e, &input, "", &load, "")
+}
+
+/// The `_rows` and `_blocks` kernels of reduction `op` on `e` (see [`reduce`]) named
+/// `{base}_rows` / `{base}_blocks`: parameters `({inputs}View kept, View red, ff_i64 m,
+/// S* Y{extra}[, ff_i64 n])`, element `j` of output `o`'s reduction read as `load` (with
+/// `base` = `at(kept, o)`), `helpers` before the kernels.
+fn reduction_kernels(
+    base: &str,
+    op: ReduceOp,
+    e: Elem,
+    inputs: &str,
+    extra: &str,
+    load: &str,
+    helpers: &str,
+) -> Option<[KernelSource; 2]> {
+    let (acc, init, combine) = reduce_parts(op, e)?;
     let s = e.store();
     let c = e.compute();
-    let load = e.load("A[base + at(red, j)]");
     let store = e.store_expr("r");
     let rows = format!(
-        "extern \"C\" __global__ void {base}_rows(const {s}* __restrict__ A, View kept, View red, ff_i64 m, \
-         {s}* __restrict__ Y, ff_i64 n) {{\n\
+        "extern \"C\" __global__ void {base}_rows({inputs}View kept, View red, ff_i64 m, \
+         {s}* __restrict__ Y{extra}, ff_i64 n) {{\n\
          FF_LOOP(n) {{\n\
          ff_i64 base = at(kept, i);\n\
          {acc} r = ({acc}){init};\n\
@@ -760,8 +777,8 @@ pub fn reduce(op: ReduceOp, e: Elem) -> Option<[KernelSource; 2]> {
          Y[i] = {store};\n}}\n}}\n"
     );
     let blocks = format!(
-        "extern \"C\" __global__ void {base}_blocks(const {s}* __restrict__ A, View kept, View red, ff_i64 m, \
-         {s}* __restrict__ Y) {{\n\
+        "extern \"C\" __global__ void {base}_blocks({inputs}View kept, View red, ff_i64 m, \
+         {s}* __restrict__ Y{extra}) {{\n\
          __shared__ {acc} part[{REDUCE_BLOCK}];\n\
          ff_i64 base = at(kept, (ff_i64)blockIdx.x);\n\
          {acc} r = ({acc}){init};\n\
@@ -774,8 +791,8 @@ pub fn reduce(op: ReduceOp, e: Elem) -> Option<[KernelSource; 2]> {
          if (threadIdx.x == 0) {{ r = part[0]; Y[blockIdx.x] = {store}; }}\n}}\n"
     );
     Some([
-        program_source(&format!("{base}_rows"), "", &rows),
-        program_source(&format!("{base}_blocks"), "", &blocks),
+        program_source(&format!("{base}_rows"), helpers, &rows),
+        program_source(&format!("{base}_blocks"), helpers, &blocks),
     ])
 }
 
@@ -1729,12 +1746,11 @@ pub fn fused_program_reduce(
     if program.num_inputs > MAX_PROGRAM_INPUTS || program.outputs.len() > MAX_PROGRAM_OUTPUTS {
         return None;
     }
-    let (acc, init, combine) = reduce_parts(op, e)?;
     let (helpers, mut body) = program_steps(program, e)?;
     for (k, r) in program.outputs.iter().enumerate().skip(1) {
         body += &format!("    O{k}[i] = {};\n", e.store_expr(&format!("r{r}")));
     }
-    let (c, s) = (e.compute(), e.store());
+    let c = e.compute();
     let ins = program_inputs(program, e);
     let outs = program_outputs(program, e, 1);
     // The program at element `i` as a function of its own (inlined), returning the first
@@ -1749,40 +1765,16 @@ pub fn fused_program_reduce(
         outs,
         program.outputs[0]
     );
-    let base = format!("fused_{}_{}_p{id}", op.name(), e.tag());
-    let load = format!("ff_value({args}base + at(red, j))");
-    let rows = format!(
-        "extern \"C\" __global__ void {base}_rows({ins}View kept, View red, ff_i64 m, \
-         {s}* __restrict__ Y, {outs}ff_i64 n) {{\n\
-         FF_LOOP(n) {{\n\
-         ff_i64 base = at(kept, i);\n\
-         {acc} r = ({acc}){init};\n\
-         for (ff_i64 j = 0; j < m; ++j) {{ {c} v = {load}; {combine} }}\n\
-         Y[i] = {store};\n}}\n}}\n",
-        store = e.store_expr("r"),
-    );
-    let outs_last = outs.trim_end_matches(", ");
-    let sep = if outs_last.is_empty() { "" } else { ", " };
-    let blocks = format!(
-        "extern \"C\" __global__ void {base}_blocks({ins}View kept, View red, ff_i64 m, \
-         {s}* __restrict__ Y{sep}{outs_last}) {{\n\
-         __shared__ {acc} part[{REDUCE_BLOCK}];\n\
-         ff_i64 base = at(kept, (ff_i64)blockIdx.x);\n\
-         {acc} r = ({acc}){init};\n\
-         for (ff_i64 j = threadIdx.x; j < m; j += {REDUCE_BLOCK}) {{ {c} v = {load}; {combine} }}\n\
-         part[threadIdx.x] = r;\n\
-         __syncthreads();\n\
-         for (unsigned int half = {REDUCE_BLOCK} / 2; half > 0; half >>= 1) {{\n\
-         if (threadIdx.x < half) {{ r = part[threadIdx.x]; {acc} v = part[threadIdx.x + half]; {combine} part[threadIdx.x] = r; }}\n\
-         __syncthreads();\n}}\n\
-         if (threadIdx.x == 0) {{ r = part[0]; Y[blockIdx.x] = {store}; }}\n}}\n",
-        store = e.store_expr("r"),
-    );
-    let helpers = format!("{helpers}{value}");
-    Some([
-        program_source(&format!("{base}_rows"), &helpers, &rows),
-        program_source(&format!("{base}_blocks"), &helpers, &blocks),
-    ])
+    let extra = format!(", {}", outs.trim_end_matches(", "));
+    reduction_kernels(
+        &format!("fused_{}_{}_p{id}", op.name(), e.tag()),
+        op,
+        e,
+        &ins,
+        if outs.is_empty() { "" } else { &extra },
+        &format!("ff_value({args}base + at(red, j))"),
+        &format!("{helpers}{value}"),
+    )
 }
 
 /// A program using every fusible op (each unary op of the first input, each binary op of
