@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+    sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig,
+    PushKernelArg,
 };
 use ferroflow_tensor::{Error, Result};
 
@@ -116,7 +117,14 @@ struct CudaEngine {
     stream: Arc<CudaStream>,
     blas: CudaBlas,
     functions: Mutex<HashMap<String, CudaFunction>>,
+    /// Kernels timed while a profiler listens: start and end events recorded on the stream
+    /// around each, with the op it ran for, read when the host next waits for the device.
+    timed: Mutex<Vec<(CudaEvent, CudaEvent, Option<&'static str>)>>,
 }
+
+/// Timed kernels kept before the host waits for them itself (a profiled run that never
+/// reads a value would otherwise keep events without bound).
+const MAX_TIMED: usize = 4096;
 
 /// The host's kernels: compiled once into shared libraries (by catalog group or alone).
 struct HostEngine {
@@ -157,6 +165,7 @@ impl Gpu {
                 stream,
                 blas,
                 functions: Mutex::new(HashMap::new()),
+                timed: Mutex::new(Vec::new()),
             }),
             error_word: Mutex::new(Memory::Cuda(word)),
         })
@@ -229,9 +238,13 @@ impl Gpu {
         match (&self.engine, mem) {
             (Engine::Cuda(c), Memory::Cuda(s)) => {
                 let view = s.try_slice(range).ok_or_else(outside)?;
-                c.stream
+                let bytes = c
+                    .stream
                     .clone_dtoh(&view)
-                    .map_err(|e| driver("download", e))
+                    .map_err(|e| driver("download", e))?;
+                // The copy waited for the stream: the timed kernels have run.
+                self.report_timed(c);
+                Ok(bytes)
             }
             (Engine::Host(_), Memory::Host(h)) => {
                 Ok(h.bytes().get(range).ok_or_else(outside)?.to_vec())
@@ -258,9 +271,107 @@ impl Gpu {
     /// Waits for every kernel launched so far.
     pub(crate) fn synchronize(&self) -> Result<()> {
         match &self.engine {
-            Engine::Cuda(c) => c.stream.synchronize().map_err(|e| driver("synchronize", e)),
+            Engine::Cuda(c) => {
+                c.stream
+                    .synchronize()
+                    .map_err(|e| driver("synchronize", e))?;
+                self.report_timed(c);
+                Ok(())
+            }
             Engine::Host(_) => Ok(()),
         }
+    }
+
+    /// Runs `work` (a kernel or a GEMM queued on the device) and, while a profiler listens
+    /// ([`ferroflow_tensor::trace::is_active`]), times it on the device for the profiler's
+    /// device plane, labelled with the op being dispatched: on a GPU by events recorded on
+    /// the stream around it (reported when the host next waits for the device), on the host
+    /// emulation, where the work runs in the call, by the host's clock. Timing is best
+    /// effort: an event the driver refuses leaves the work untimed, never failed.
+    fn timed(&self, work: impl FnOnce() -> Result<()>) -> Result<()> {
+        use ferroflow_tensor::trace;
+        if !trace::is_active() {
+            return work();
+        }
+        let op = trace::current_op();
+        match &self.engine {
+            Engine::Host(_) => {
+                let start = std::time::Instant::now();
+                work()?;
+                trace::record_device_events(&[trace::DeviceEvent {
+                    device: ferroflow_tensor::Device::gpu(self.ordinal),
+                    op,
+                    start,
+                    duration: start.elapsed(),
+                }]);
+                Ok(())
+            }
+            Engine::Cuda(c) => {
+                let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+                let start = c
+                    .ctx
+                    .new_event(timing)
+                    .ok()
+                    .filter(|e| e.record(&c.stream).is_ok());
+                work()?;
+                let Some(start) = start else {
+                    return Ok(());
+                };
+                let Some(end) = c
+                    .ctx
+                    .new_event(timing)
+                    .ok()
+                    .filter(|e| e.record(&c.stream).is_ok())
+                else {
+                    return Ok(());
+                };
+                let full = {
+                    let mut timed = c.timed.lock().unwrap_or_else(|e| e.into_inner());
+                    timed.push((start, end, op));
+                    timed.len() >= MAX_TIMED
+                };
+                if full {
+                    self.synchronize()?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Tells the profiler the device times of the kernels timed since the last report, on
+    /// the host's clock: the host has just waited for the stream, so the last kernel's end
+    /// is aligned to now (the device's clock has no defined relation to the host's).
+    fn report_timed(&self, c: &CudaEngine) {
+        let timed = std::mem::take(&mut *c.timed.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some((base, _, _)) = timed.first() else {
+            return;
+        };
+        let done = std::time::Instant::now();
+        // Milliseconds from the first kernel's start to each kernel's start and end.
+        let spans: Vec<Option<(f32, f32)>> = timed
+            .iter()
+            .map(|(s, e, _)| Some((base.elapsed_ms(s).ok()?, base.elapsed_ms(e).ok()?)))
+            .collect();
+        let last = spans
+            .iter()
+            .flatten()
+            .map(|&(_, e)| e)
+            .fold(0.0f32, f32::max);
+        let ms = |v: f32| std::time::Duration::from_secs_f64(f64::from(v.max(0.0)) / 1e3);
+        let events: Vec<ferroflow_tensor::trace::DeviceEvent> = timed
+            .iter()
+            .zip(&spans)
+            .filter_map(|((_, _, op), span)| {
+                let (s, e) = (*span)?;
+                Some(ferroflow_tensor::trace::DeviceEvent {
+                    device: ferroflow_tensor::Device::gpu(self.ordinal),
+                    op: *op,
+                    start: done.checked_sub(ms(last - s)).unwrap_or(done),
+                    duration: ms(e - s),
+                })
+            })
+            .collect();
+        ferroflow_tensor::trace::record_device_events(&events);
     }
 
     /// (free, total) device memory in bytes, where the device says.
@@ -279,9 +390,16 @@ impl Gpu {
         how: Launch,
         args: &[Arg<'_>],
     ) -> Result<()> {
+        // Compiled (or found compiled) first: a profiler times the kernel, not its build.
         match &self.engine {
-            Engine::Cuda(c) => c.launch(name, source, how, args),
-            Engine::Host(h) => h.launch(name, source, how, args),
+            Engine::Cuda(c) => {
+                let f = c.function(name, source)?;
+                self.timed(|| c.launch(name, &f, how, args))
+            }
+            Engine::Host(h) => {
+                let library = h.library(name, source);
+                self.timed(|| h.launch(name, &library, how, args))
+            }
         }
     }
 
@@ -297,7 +415,7 @@ impl Gpu {
     where
         CudaBlas: Gemm<T>,
     {
-        match (&self.engine, a.0, b.0, c) {
+        self.timed(|| match (&self.engine, a.0, b.0, c) {
             (Engine::Cuda(e), Memory::Cuda(sa), Memory::Cuda(sb), Memory::Cuda(sc)) => {
                 e.gemm::<T>(call, (sa, a.1), (sb, b.1), sc)
             }
@@ -306,7 +424,7 @@ impl Gpu {
                 Ok(())
             }
             _ => Err(foreign()),
-        }
+        })
     }
 }
 
@@ -434,14 +552,8 @@ impl CudaEngine {
         Ok(f)
     }
 
-    fn launch(
-        &self,
-        name: &str,
-        source: impl FnOnce() -> KernelSource,
-        how: Launch,
-        args: &[Arg<'_>],
-    ) -> Result<()> {
-        let f = self.function(name, source)?;
+    /// Queues compiled kernel `f` (named `name` in errors).
+    fn launch(&self, name: &str, f: &CudaFunction, how: Launch, args: &[Arg<'_>]) -> Result<()> {
         let cfg = match how {
             Launch::Items(n) => LaunchConfig {
                 grid_dim: (n.div_ceil(THREADS as usize).clamp(1, 1 << 20) as u32, 1, 1),
@@ -454,7 +566,7 @@ impl CudaEngine {
                 shared_mem_bytes: 0,
             },
         };
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.stream.launch_builder(f);
         for a in args {
             match a {
                 Arg::Buf(Memory::Cuda(s)) => l.arg(s),
@@ -574,8 +686,7 @@ impl CudaEngine {
 /// (every value the host reads) would hand freed memory back to the driver and the next
 /// step allocate it again; with no threshold, freed blocks stay for reuse (PyTorch's and
 /// TF's allocators keep theirs too). A driver that refuses leaves the default.
-fn keep_freed_memory(device: cudarc::driver::sys::CUdevice) {
-    use cudarc::driver::sys;
+fn keep_freed_memory(device: sys::CUdevice) {
     let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
     let mut threshold = u64::MAX;
     // SAFETY: the driver is loaded (a context exists); `pool` is written by the first call
@@ -734,14 +845,8 @@ impl HostEngine {
         lib
     }
 
-    fn launch(
-        &self,
-        name: &str,
-        source: impl FnOnce() -> KernelSource,
-        how: Launch,
-        args: &[Arg<'_>],
-    ) -> Result<()> {
-        let slot = self.library(name, source);
+    /// Runs kernel `name` from its compiled library `slot` ([`HostEngine::library`]).
+    fn launch(&self, name: &str, slot: &HostLibrary, how: Launch, args: &[Arg<'_>]) -> Result<()> {
         let lib = match slot.get() {
             Some(Ok(lib)) => lib,
             Some(Err(msg)) => {

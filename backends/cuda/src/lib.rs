@@ -26,6 +26,8 @@
 //! cores, TF32 per the switch), the input gradient's columns summed back per input element
 //! (`col2im`, deterministic); where the column matrix would pass
 //! [`set_convolution_workspace_limit`] (1 GiB) they run direct loops (no cuDNN yet).
+//! While a profiler listens, every kernel and GEMM is timed on the device (events on the
+//! stream, reported when the host next waits) for the profiler's `/device:GPU:N` plane.
 //!
 //! Without a GPU, [`emulation`] runs the same CUDA C on the host (the system's C++ compiler,
 //! CUDA's built-ins shimmed, a launch as a loop) behind the same backend code, and the

@@ -252,3 +252,79 @@ fn a_program_wider_than_one_kernel_runs_op_by_op() {
     .expect("the emulated device")
     .expect("a wide program");
 }
+
+/// While a profiler listens (a trace sink installed), every kernel and GEMM the backend
+/// queues is timed for the profiler's device plane, labelled with the op it ran for, on the
+/// device it ran on, inside the span of the run; nothing is timed once the sink is gone.
+/// (On the emulation the host's clock times each launch; on a GPU, events on the stream.)
+#[test]
+fn kernels_are_timed_for_the_profiler_while_one_listens() {
+    use ferroflow_tensor::trace::{install_sink, DeviceEvent, HostEvent, MemoryEvent, TraceSink};
+    use ferroflow_tensor::{Device, Tensor};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    /// A timed kernel: its op, device, start and duration.
+    type Timed = (Option<&'static str>, Device, Instant, Duration);
+    #[derive(Default)]
+    struct Kernels(Mutex<Vec<Timed>>);
+    impl TraceSink for Kernels {
+        fn on_host_event(&self, _: &HostEvent<'_>) {}
+        fn on_memory(&self, _: &MemoryEvent) {}
+        fn on_device_event(&self, e: &DeviceEvent) {
+            let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            seen.push((e.op, e.device, e.start, e.duration));
+        }
+    }
+    struct NoOps;
+    impl ferroflow_tensor::dispatch::OpObserver for NoOps {
+        fn on_op(&self, _: &ferroflow_tensor::dispatch::OpEvent<'_>) {}
+    }
+    let Some(device) = emulated_device() else {
+        return;
+    };
+    let run = || {
+        ferroflow_tensor::with_device(
+            &device.to_string(),
+            || -> ferroflow_tensor::Result<Vec<f64>> {
+                let a = Tensor::from_vec(
+                    (0..64).map(|i| i as f32 / 64.0).collect::<Vec<_>>(),
+                    &[8, 8],
+                )?;
+                a.tanh()?.matmul(&a)?.to_f64_vec()
+            },
+        )
+        .expect("the emulated device")
+        .expect("tanh and matmul")
+    };
+    let sink = Arc::new(Kernels::default());
+    let begin = Instant::now();
+    {
+        // As the profiler listens: a sink, and an op observer (which names the op each
+        // kernel runs for).
+        let _listening = install_sink(sink.clone()).expect("no other profiler in this test");
+        let _observing = ferroflow_tensor::dispatch::push_thread_observer(Arc::new(NoOps));
+        run();
+    }
+    let end = Instant::now();
+    let count = |seen: &[Timed], op: &str| {
+        seen.iter()
+            .filter(|(o, d, start, took)| {
+                *o == Some(op) && *d == device && *start >= begin && *start + *took <= end
+            })
+            .count()
+    };
+    let seen = sink.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert!(
+        count(&seen, "tanh") >= 1,
+        "no timed tanh kernel in {seen:?}"
+    );
+    assert!(count(&seen, "matmul") >= 1, "no timed GEMM in {seen:?}");
+    // The sink is gone: nothing more is timed.
+    run();
+    let after = sink.0.lock().unwrap_or_else(|e| e.into_inner()).len();
+    assert_eq!(
+        after,
+        seen.len(),
+        "kernels were timed with no profiler listening"
+    );
+}
