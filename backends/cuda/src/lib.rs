@@ -1031,36 +1031,36 @@ impl Backend for Cuda {
         let e = float_elem(x.dtype, op)?;
         let cout = filter.layout.shape()[3];
         if let Some(shape) = Self::columns_shape(w, x.dtype) {
-            // The GEMM, then the bias and the activation: each rounds where the composed
-            // ops round.
+            // The GEMM, then the bias and the activation as one elementwise program (each
+            // step rounded where the composed ops round).
             let y = self.conv2d_gemm(op, x, filter, w, shape)?;
             let out = [w.input[0], w.output[0], w.output[1], cout];
             let dense = Layout::contiguous(&out);
-            let bias_layout = bias.layout.broadcast_to(op, &out)?;
-            let biased = self.binary(
-                BinaryOp::Add,
-                Operand {
-                    buffer: y.as_ref(),
-                    layout: &dense,
-                    dtype: x.dtype,
-                },
-                Operand {
-                    buffer: bias.buffer,
-                    layout: &bias_layout,
-                    dtype: bias.dtype,
-                },
-            )?;
-            return match activation {
-                FusedActivation::Linear => Ok(biased),
-                FusedActivation::Relu => self.unary(
-                    UnaryOp::Relu,
+            let mut steps = vec![ElementwiseStep::Binary(BinaryOp::Add, 0, 1)];
+            if activation == FusedActivation::Relu {
+                steps.push(ElementwiseStep::Unary(UnaryOp::Relu, 2));
+            }
+            let epilogue = ElementwiseProgram {
+                num_inputs: 2,
+                outputs: vec![1 + steps.len()],
+                steps,
+            };
+            let mut outputs = self.fused_elementwise(
+                &epilogue,
+                &[
                     Operand {
-                        buffer: biased.as_ref(),
+                        buffer: y.as_ref(),
                         layout: &dense,
                         dtype: x.dtype,
                     },
-                ),
-            };
+                    bias,
+                ],
+                &out,
+            )?;
+            return outputs.pop().ok_or_else(|| Error::Backend {
+                backend: BACKEND,
+                msg: format!("{op}: the epilogue returned no buffer"),
+            });
         }
         let n = w.input[0] * w.output[0] * w.output[1] * cout;
         let g = kernels(source::KernelKey::FusedConv2d(e, activation), op, x.dtype)?;
