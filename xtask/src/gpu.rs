@@ -222,42 +222,87 @@ fn cuda_rows(prebuilt: Option<&Path>, passthrough: &[String]) -> Vec<(String, St
         }
     };
     let t = Instant::now();
-    match Command::new(me)
-        .arg("gpu-cuda")
+    let mut cmd = Command::new(me);
+    cmd.arg("gpu-cuda")
         .args(passthrough)
-        .env("LD_LIBRARY_PATH", &path)
-        .output()
-    {
-        Ok(o) => {
-            for line in String::from_utf8_lossy(&o.stdout).lines() {
-                let cells: Vec<&str> = line.split(" | ").collect();
-                match (line.starts_with("| "), cells.as_slice()) {
-                    (true, [k, v]) => rows.push((
-                        k.trim_start_matches("| ").to_string(),
-                        v.trim_end_matches(" |").to_string(),
-                    )),
-                    _ => println!("{line}"),
-                }
-            }
-            if !o.status.success() {
-                eprintln!("{}", String::from_utf8_lossy(&o.stderr));
-            }
+        .env("LD_LIBRARY_PATH", &path);
+    let (success, lines) = run_streaming(cmd, SUITE_TIMEOUT);
+    for line in &lines {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        if let (true, [k, v]) = (line.starts_with("| "), cells.as_slice()) {
             rows.push((
-                "CUDA rows (xtask gpu-cuda)".into(),
-                format!(
-                    "{} in {:.0} s",
-                    if o.status.success() {
-                        "all ran"
-                    } else {
-                        "FAILED"
-                    },
-                    t.elapsed().as_secs_f64()
-                ),
+                k.trim_start_matches("| ").to_string(),
+                v.trim_end_matches(" |").to_string(),
             ));
         }
-        Err(e) => rows.push(("CUDA rows (xtask gpu-cuda)".into(), format!("error: {e}"))),
     }
+    rows.push((
+        "CUDA rows (xtask gpu-cuda)".into(),
+        format!(
+            "{} in {:.0} s",
+            if success {
+                "all ran"
+            } else {
+                "FAILED or cut short"
+            },
+            t.elapsed().as_secs_f64()
+        ),
+    ));
     rows
+}
+
+/// How long one suite (or `xtask gpu-cuda`) may run before it is killed and reported: a
+/// borrowed GPU machine's lease is short, and a hang must not take the rest of the table.
+const SUITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(420);
+
+/// Runs `cmd`, echoing its output as it comes (so a run cut short still shows how far it
+/// got) and collecting its stdout lines; kills it after `timeout`. Returns (whether it
+/// exited successfully, its stdout lines).
+fn run_streaming(mut cmd: Command, timeout: std::time::Duration) -> (bool, Vec<String>) {
+    use std::io::BufRead;
+    let mut child = match cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("xtask gpu: cannot run {:?}: {e}", cmd.get_program());
+            return (false, vec![]);
+        }
+    };
+    let Some(stdout) = child.stdout.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return (false, vec![]);
+    };
+    let reader = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(|l| l.ok())
+            .inspect(|l| println!("{l}"))
+            .collect::<Vec<String>>()
+    });
+    let start = Instant::now();
+    let success = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status.success(),
+            Ok(None) if start.elapsed() < timeout => {
+                std::thread::sleep(std::time::Duration::from_millis(100))
+            }
+            Ok(None) | Err(_) => {
+                eprintln!(
+                    "xtask gpu: {:?} ran past {} s: killed",
+                    cmd.get_program(),
+                    timeout.as_secs()
+                );
+                let _ = child.kill();
+                let _ = child.wait();
+                break false;
+            }
+        }
+    };
+    (success, reader.join().unwrap_or_default())
 }
 
 /// Runs one test binary; returns (passed, failed) counts from libtest's summary.
@@ -268,23 +313,15 @@ fn run_suite(name: &str, exe: &Path) -> (usize, usize, f64) {
 /// [`run_suite`] with extra environment variables.
 fn run_suite_with(name: &str, exe: &Path, env: &[(&str, &std::ffi::OsStr)]) -> (usize, usize, f64) {
     let t = Instant::now();
-    let out = Command::new(exe)
-        .envs(env.iter().copied())
+    let mut cmd = Command::new(exe);
+    cmd.envs(env.iter().copied())
         .env("FERROFLOW_REQUIRE_WGPU", "1")
         .env("FERROFLOW_REQUIRE_SHADER_F16", "1")
         .env("FERROFLOW_REQUIRE_CUDA", "1")
-        .arg("--test-threads=4")
-        .output();
+        .arg("--test-threads=4");
+    let (success, lines) = run_streaming(cmd, SUITE_TIMEOUT);
     let secs = t.elapsed().as_secs_f64();
-    let Ok(out) = out else {
-        eprintln!("xtask gpu: cannot run {}", exe.display());
-        return (0, 1, secs);
-    };
-    let text = String::from_utf8_lossy(&out.stdout);
-    print!("{text}");
-    if !out.status.success() {
-        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    }
+    let text = lines.join("\n");
     let count = |what: &str| {
         text.lines()
             .filter(|l| l.starts_with("test result:"))
@@ -294,7 +331,7 @@ fn run_suite_with(name: &str, exe: &Path, env: &[(&str, &std::ffi::OsStr)]) -> (
             })
             .sum::<usize>()
     };
-    let failed = count(" failed").max(usize::from(!out.status.success()));
+    let failed = count(" failed").max(usize::from(!success));
     println!("suite {name}: {} passed, {failed} failed", count(" passed"));
     (count(" passed"), failed, secs)
 }
