@@ -286,6 +286,22 @@ pub trait Backend: Send + Sync + 'static {
         Ok(std::iter::once(reduced).chain(outputs).collect())
     }
 
+    /// Draws `distribution` for `seed` into a new buffer of `dtype` holding `n` values on
+    /// device `ordinal`: the numbers the host draws ([`crate::random::Philox`], element `i`
+    /// from its own words of the stream), generated where they are used instead of drawn
+    /// on the host and uploaded. Called after the distribution and dtype were checked;
+    /// `None` (the default) where the backend has no generator for them, and the host draws.
+    fn random(
+        &self,
+        _ordinal: usize,
+        _distribution: &crate::op::RandomDistribution,
+        _n: usize,
+        _seed: [u64; 2],
+        _dtype: DType,
+    ) -> Option<Result<BufferBox>> {
+        None
+    }
+
     /// Fused optimizer step over same-shaped `w`, `g` and the rule's slots (one pass instead
     /// of a chain of temporaries), returning `(w', slots')`; called where
     /// [`Backend::has_fused`] says so, elsewhere optimizers compose primitives.

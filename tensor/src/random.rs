@@ -166,13 +166,8 @@ fn host(dtype: DType, values: Vec<f64>) -> HostData {
     HostData::from_f64_slice(dtype, &values)
 }
 
-/// The numbers of `distribution` for `seed`, on the host.
-fn draw(
-    distribution: RandomDistribution,
-    shape: &[usize],
-    seed: [u64; 2],
-    dtype: DType,
-) -> Result<HostData> {
+/// Checks `distribution` for `dtype` and `shape`: the number of values to draw.
+fn check_draw(distribution: RandomDistribution, shape: &[usize], dtype: DType) -> Result<usize> {
     let op = distribution.op_name();
     match distribution {
         RandomDistribution::Uniform { minval, maxval } => {
@@ -189,8 +184,19 @@ fn draw(
                     expected: "a float or integer dtype",
                 });
             }
-            let n = crate::tensor::check_new(op, shape, DType::F64)?;
-            let mut g = Philox::new(seed);
+        }
+        RandomDistribution::Normal { .. } | RandomDistribution::TruncatedNormal { .. } => {
+            check_float(op, dtype)?;
+        }
+    }
+    crate::tensor::check_new(op, shape, DType::F64)
+}
+
+/// The `n` numbers of `distribution` for `seed`, on the host (checked by [`check_draw`]).
+fn draw(distribution: RandomDistribution, n: usize, seed: [u64; 2], dtype: DType) -> HostData {
+    let mut g = Philox::new(seed);
+    match distribution {
+        RandomDistribution::Uniform { minval, maxval } => {
             let v = if dtype.is_int() {
                 let (lo, span) = (minval.ceil(), (maxval.ceil() - minval.ceil()).max(1.0));
                 (0..n).map(|_| lo + (g.next_f64() * span).floor()).collect()
@@ -199,21 +205,13 @@ fn draw(
                     .map(|_| minval + (maxval - minval) * g.next_f64())
                     .collect()
             };
-            Ok(host(dtype, v))
+            host(dtype, v)
         }
-        RandomDistribution::Normal { mean, stddev } => {
-            check_float(op, dtype)?;
-            let n = crate::tensor::check_new(op, shape, DType::F64)?;
-            let mut g = Philox::new(seed);
-            Ok(host(
-                dtype,
-                (0..n).map(|_| mean + stddev * g.next_normal()).collect(),
-            ))
-        }
+        RandomDistribution::Normal { mean, stddev } => host(
+            dtype,
+            (0..n).map(|_| mean + stddev * g.next_normal()).collect(),
+        ),
         RandomDistribution::TruncatedNormal { mean, stddev } => {
-            check_float(op, dtype)?;
-            let n = crate::tensor::check_new(op, shape, DType::F64)?;
-            let mut g = Philox::new(seed);
             let v = (0..n)
                 .map(|_| loop {
                     let x = g.next_normal();
@@ -222,9 +220,48 @@ fn draw(
                     }
                 })
                 .collect();
-            Ok(host(dtype, v))
+            host(dtype, v)
         }
     }
+}
+
+/// The numbers of `distribution` for `seed` as a tensor of `shape` on `p`'s device:
+/// generated there where the backend has a generator ([`crate::Backend::random`]), else
+/// drawn on the host and uploaded; the same numbers either way.
+fn generate(
+    p: &crate::dispatch::Placement<'_>,
+    distribution: RandomDistribution,
+    shape: &[usize],
+    seed: [u64; 2],
+    dtype: DType,
+) -> Result<Tensor> {
+    let n = check_draw(distribution, shape, dtype)?;
+    if n > 0 {
+        if let Some(buffer) = p
+            .backend
+            .random(p.device.index(), &distribution, n, seed, dtype)
+        {
+            return Ok(Tensor::from_buffer(
+                buffer?, shape, dtype, p.backend, p.device,
+            ));
+        }
+    }
+    p.upload(draw(distribution, n, seed, dtype), shape)
+}
+
+/// A stateless draw on the current device (an op observers see as a constant, as a
+/// tensor made from host data).
+fn stateless(
+    distribution: RandomDistribution,
+    shape: &[usize],
+    seed: [u64; 2],
+    dtype: DType,
+) -> Result<Tensor> {
+    dispatch_on(
+        || Op::Constant,
+        current_device(),
+        |p| generate(&p, distribution, shape, seed, dtype),
+    )
 }
 
 /// Uniform in `[minval, maxval)`; integer dtypes draw integers (`maxval` exclusive).
@@ -235,8 +272,12 @@ pub fn stateless_uniform(
     maxval: f64,
     dtype: DType,
 ) -> Result<Tensor> {
-    let d = RandomDistribution::Uniform { minval, maxval };
-    Tensor::from_host(draw(d, shape, seed, dtype)?, shape)
+    stateless(
+        RandomDistribution::Uniform { minval, maxval },
+        shape,
+        seed,
+        dtype,
+    )
 }
 
 /// Normal with `mean` and `stddev`.
@@ -247,8 +288,12 @@ pub fn stateless_normal(
     stddev: f64,
     dtype: DType,
 ) -> Result<Tensor> {
-    let d = RandomDistribution::Normal { mean, stddev };
-    Tensor::from_host(draw(d, shape, seed, dtype)?, shape)
+    stateless(
+        RandomDistribution::Normal { mean, stddev },
+        shape,
+        seed,
+        dtype,
+    )
 }
 
 /// Normal with values beyond two standard deviations redrawn (`tf.random.truncated_normal`).
@@ -259,8 +304,12 @@ pub fn stateless_truncated_normal(
     stddev: f64,
     dtype: DType,
 ) -> Result<Tensor> {
-    let d = RandomDistribution::TruncatedNormal { mean, stddev };
-    Tensor::from_host(draw(d, shape, seed, dtype)?, shape)
+    stateless(
+        RandomDistribution::TruncatedNormal { mean, stddev },
+        shape,
+        seed,
+        dtype,
+    )
 }
 
 /// New numbers of `distribution` from the global generator on the current device: one
@@ -292,12 +341,7 @@ pub fn stateful(
             seed,
         },
         device,
-        |p| {
-            p.upload(
-                draw(distribution, shape, stateful_seed(seed), dtype)?,
-                shape,
-            )
-        },
+        |p| generate(&p, distribution, shape, stateful_seed(seed), dtype),
     )
 }
 

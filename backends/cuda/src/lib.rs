@@ -26,6 +26,8 @@
 //! cores, TF32 per the switch), the input gradient's columns summed back per input element
 //! (`col2im`, deterministic); where the column matrix would pass
 //! [`set_convolution_workspace_limit`] (1 GiB) they run direct loops (no cuDNN yet).
+//! Uniform and normal random numbers are generated on the device (`Backend::random`: the
+//! host's Philox stream, element `i` from its own words, bit for bit the host's draws).
 //! While a profiler listens, every kernel and GEMM is timed on the device (events on the
 //! stream, reported when the host next waits) for the profiler's `/device:GPU:N` plane.
 //!
@@ -1189,6 +1191,55 @@ impl Backend for Cuda {
             Self::launch_reduction(gpu, (rows, blocks), m, kept_count, args)?;
         }
         std::iter::once(y).chain(extras).map(boxed).collect()
+    }
+    fn random(
+        &self,
+        ordinal: usize,
+        distribution: &ferroflow_tensor::RandomDistribution,
+        n: usize,
+        seed: [u64; 2],
+        dtype: DType,
+    ) -> Option<Result<BufferBox>> {
+        use ferroflow_tensor::RandomDistribution::{Normal, TruncatedNormal, Uniform};
+        let e = Elem::of(dtype)?;
+        // (key, a, b) of the kernel; a truncated normal redraws, which is sequential: the
+        // host draws it.
+        let (key, a, b) = match *distribution {
+            Uniform { minval, maxval } if dtype.is_int() => {
+                let lo = minval.ceil();
+                (
+                    source::KernelKey::RandomUniform(e),
+                    lo,
+                    (maxval.ceil() - lo).max(1.0),
+                )
+            }
+            Uniform { minval, maxval } => {
+                (source::KernelKey::RandomUniform(e), minval, maxval - minval)
+            }
+            Normal { mean, stddev } => (source::KernelKey::RandomNormal(e), mean, stddev),
+            TruncatedNormal { .. } => return None,
+        };
+        let g = source::generated(key)?;
+        let kernel = &g.kernels[0];
+        Some((|| {
+            let gpu = self.gpu(ordinal)?;
+            let y = output(gpu, n * dtype.size_in_bytes())?;
+            // (Y, n, s0, s1, a, b): the seed's words bit for bit.
+            gpu.launch(
+                &kernel.name,
+                || kernel.clone(),
+                Launch::Items(n),
+                &[
+                    Arg::Buf(&y.mem),
+                    Arg::I64(n as i64),
+                    Arg::I64(seed[0] as i64),
+                    Arg::I64(seed[1] as i64),
+                    Arg::F64(a),
+                    Arg::F64(b),
+                ],
+            )?;
+            boxed(y)
+        })())
     }
     fn clip_scalar(&self, x: Operand<'_>, min: f64, max: f64) -> Result<BufferBox> {
         let op = "clip_scalar";

@@ -1869,6 +1869,86 @@ pub fn generated_program(
     made
 }
 
+/// Philox4x32-10 (the host's `ferroflow_tensor::random::Philox`): block `b` of the stream
+/// for seed `(s0, s1)` is the rounds applied to the counter `[b, s1]` (128 bits, little
+/// end first) under the key `s0`, and `ff_unit` the host's 53-bit uniform from two words.
+const PHILOX: &str = r#"
+__device__ __forceinline__ void ff_philox(ff_i64 s0, ff_i64 s1, unsigned long long b, unsigned int w[4]) {
+    unsigned int c0 = (unsigned int)b, c1 = (unsigned int)(b >> 32);
+    unsigned int c2 = (unsigned int)s1, c3 = (unsigned int)((unsigned long long)s1 >> 32);
+    unsigned int k0 = (unsigned int)s0, k1 = (unsigned int)((unsigned long long)s0 >> 32);
+    for (int r = 0; r < 10; ++r) {
+        unsigned long long p0 = 0xD2511F53ull * (unsigned long long)c0;
+        unsigned long long p1 = 0xCD9E8D57ull * (unsigned long long)c2;
+        unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0;
+        unsigned int n1 = (unsigned int)p1;
+        unsigned int n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
+        unsigned int n3 = (unsigned int)p0;
+        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
+}
+__device__ __forceinline__ double ff_unit(unsigned int a, unsigned int b) {
+    unsigned long long hi = a >> 5, lo = b >> 6;
+    return (double)((hi << 26) | lo) / 9007199254740992.0;
+}
+"#;
+
+/// Uniform numbers on `e` from the Philox stream (`random::stateless_uniform`'s): element
+/// `i` from words `2i` and `2i + 1`, `a + b·u` for floats (`a` = minval, `b` = maxval −
+/// minval), `a + ⌊u·b⌋` for integers (`a` = ⌈minval⌉, `b` the span), in double, then
+/// converted as the host converts. Parameters `(Y, n, s0, s1, a, b)`.
+pub fn random_uniform(e: Elem) -> Option<KernelSource> {
+    if e == Elem::Bool {
+        return None;
+    }
+    let name = format!("random_uniform_{}", e.tag());
+    let value = if e.is_float() {
+        "a + b * u"
+    } else {
+        "a + floor(u * b)"
+    };
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}({s}* __restrict__ Y, ff_i64 n, ff_i64 s0, ff_i64 s1, double a, double b) {{\n\
+         FF_LOOP(n) {{\n\
+         unsigned int w[4];\n\
+         ff_philox(s0, s1, (unsigned long long)i >> 1, w);\n\
+         unsigned int lane = 2 * (unsigned int)(i & 1);\n\
+         double u = ff_unit(w[lane], w[lane + 1]);\n\
+         double v = {value};\n\
+         Y[i] = {store};\n}}\n}}\n",
+        s = e.store(),
+        store = e.store_expr(&cast_expr(Elem::F64, e)),
+    );
+    Some(program_source(&name, PHILOX, &kernel))
+}
+
+/// Normal numbers on float `e` from the Philox stream (`random::stateless_normal`'s):
+/// element `i` from block `i` (Box-Muller of its two 53-bit uniforms), `mean + stddev·z` in
+/// double, converted as the host converts. Parameters `(Y, n, s0, s1, mean, stddev)`.
+pub fn random_normal(e: Elem) -> Option<KernelSource> {
+    if !e.is_float() {
+        return None;
+    }
+    let name = format!("random_normal_{}", e.tag());
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}({s}* __restrict__ Y, ff_i64 n, ff_i64 s0, ff_i64 s1, double mean, double stddev) {{\n\
+         FF_LOOP(n) {{\n\
+         unsigned int w[4];\n\
+         ff_philox(s0, s1, (unsigned long long)i, w);\n\
+         double u1 = 1.0 - ff_unit(w[0], w[1]);\n\
+         double u2 = ff_unit(w[2], w[3]);\n\
+         double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);\n\
+         double v = mean + stddev * z;\n\
+         Y[i] = {store};\n}}\n}}\n",
+        s = e.store(),
+        store = e.store_expr(&cast_expr(Elem::F64, e)),
+    );
+    Some(program_source(&name, PHILOX, &kernel))
+}
+
 /// Which generated kernel (or kernels: a reduction has two) an op needs: the key of
 /// [`generated`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1915,6 +1995,10 @@ pub enum KernelKey {
     Im2col(Elem),
     /// [`col2im`].
     Col2im(Elem),
+    /// [`random_uniform`].
+    RandomUniform(Elem),
+    /// [`random_normal`].
+    RandomNormal(Elem),
     /// [`optimizer`].
     Optimizer(OptimizerKind, Elem),
     /// [`fused_conv2d`].
@@ -1968,6 +2052,8 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::Conv2dBackpropFilter(e) => one(conv2d_backprop_filter(e)),
         KernelKey::Im2col(e) => one(im2col(e)),
         KernelKey::Col2im(e) => one(col2im(e)),
+        KernelKey::RandomUniform(e) => one(random_uniform(e)),
+        KernelKey::RandomNormal(e) => one(random_normal(e)),
         KernelKey::Optimizer(kind, e) => one(optimizer(kind, e)),
         KernelKey::FusedConv2d(e, a) => one(fused_conv2d(e, a)),
         KernelKey::ClipScalar(e) => one(clip_scalar(e)),
@@ -2023,6 +2109,8 @@ pub fn catalog() -> Vec<KernelSource> {
         all.extend(conv2d_backprop_filter(e));
         all.extend(im2col(e));
         all.extend(col2im(e));
+        all.extend(random_uniform(e));
+        all.extend(random_normal(e));
         all.extend(sort(e));
         all.extend(matmul_int(e));
         for kind in OptimizerKind::ALL {
@@ -2114,6 +2202,8 @@ mod tests {
                 KernelKey::Conv2dBackpropFilter(e),
                 KernelKey::Im2col(e),
                 KernelKey::Col2im(e),
+                KernelKey::RandomUniform(e),
+                KernelKey::RandomNormal(e),
             ]);
             keys.extend(
                 CumulativeOp::ALL

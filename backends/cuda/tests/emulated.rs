@@ -328,3 +328,90 @@ fn kernels_are_timed_for_the_profiler_while_one_listens() {
         "kernels were timed with no profiler listening"
     );
 }
+
+/// Uniform and normal numbers are generated on the device (`Backend::random`: Philox on the
+/// GPU, element `i` from its own words of the stream) and equal the host's draws bit for
+/// bit, in every dtype, stateless and stateful; a truncated normal (sequential redraws)
+/// is drawn on the host.
+#[test]
+fn random_numbers_are_generated_on_the_device_as_the_host_draws_them() {
+    use ferroflow_tensor::random::{self, Philox};
+    use ferroflow_tensor::{DType, HostData, RandomDistribution};
+    let Some(device) = emulated_device() else {
+        return;
+    };
+    let backend = ferroflow_tensor::device::backend_for(device).expect("the emulated backend");
+    let bits_equal = |f: &[f64], c: &[f64]| {
+        f.len() == c.len()
+            && f.iter()
+                .zip(c)
+                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    };
+    let n = 1001; // odd: the last uniform uses half of its Philox block
+    let seed = [0x0123_4567_89AB_CDEF, 0xFEDC_BA98_7654_3210];
+    ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
+        for dtype in [
+            DType::F32,
+            DType::F64,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::I64,
+            DType::U8,
+            DType::I8,
+        ] {
+            let (lo, hi) = if dtype.is_int() {
+                (-3.5, 200.0)
+            } else {
+                (-2.0, 5.0)
+            };
+            let uniform = RandomDistribution::Uniform {
+                minval: lo,
+                maxval: hi,
+            };
+            assert!(
+                backend.random(0, &uniform, n, seed, dtype).is_some(),
+                "no uniform generator for {dtype}"
+            );
+            let mut g = Philox::new(seed);
+            let want: Vec<f64> = (0..n)
+                .map(|_| {
+                    let u = g.next_f64();
+                    if dtype.is_int() {
+                        lo.ceil() + (u * (hi.ceil() - lo.ceil())).floor()
+                    } else {
+                        lo + (hi - lo) * u
+                    }
+                })
+                .collect();
+            let want = HostData::from_f64_slice(dtype, &want).to_f64_vec();
+            let got = random::stateless_uniform(&[n], seed, lo, hi, dtype)?;
+            assert_eq!(got.device(), device);
+            assert!(bits_equal(&got.to_f64_vec()?, &want), "uniform {dtype}");
+            if !dtype.is_float() {
+                continue;
+            }
+            let mut g = Philox::new(seed);
+            let want: Vec<f64> = (0..n).map(|_| 0.5 + 3.0 * g.next_normal()).collect();
+            let want = HostData::from_f64_slice(dtype, &want).to_f64_vec();
+            let got = random::stateless_normal(&[n], seed, 0.5, 3.0, dtype)?;
+            assert!(bits_equal(&got.to_f64_vec()?, &want), "normal {dtype}");
+        }
+        let truncated = RandomDistribution::TruncatedNormal {
+            mean: 0.0,
+            stddev: 1.0,
+        };
+        assert!(backend.random(0, &truncated, n, seed, DType::F32).is_none());
+        let t = random::stateless_truncated_normal(&[n], seed, 0.0, 1.0, DType::F32)?;
+        assert!(t.to_f64_vec()?.iter().all(|v| v.abs() <= 2.0));
+        // Stateful draws: the same seed sequence on the device as on the host.
+        random::set_seed(11);
+        let a = random::normal(&[64], 0.0, 1.0, DType::F32, None)?.to_f64_vec()?;
+        random::set_seed(11);
+        let b = random::normal(&[64], 0.0, 1.0, DType::F32, None)?.to_f64_vec()?;
+        assert_eq!(a, b);
+        Ok(())
+    })
+    .expect("the emulated device")
+    .expect("random numbers");
+}
