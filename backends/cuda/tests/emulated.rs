@@ -25,6 +25,14 @@ fn emulated_device() -> Option<ferroflow_tensor::Device> {
 
 ferroflow_tensor::conformance_tests!(optional: emulated_device());
 
+/// Whether two reads of tensors hold the same values bit for bit (any NaN equal to any).
+fn same_bits(f: &[f64], c: &[f64]) -> bool {
+    f.len() == c.len()
+        && f.iter()
+            .zip(c)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
 /// Long reductions into few outputs take the block-per-output kernels (a shared-memory tree
 /// behind `__syncthreads`; real threads on the emulation): sums, products, extremes, with a
 /// NaN propagating, in float32, float64 and wrapping int32, against float64 references.
@@ -131,12 +139,6 @@ fn elementwise_programs_match_their_ops_in_every_float_type() {
     let last = 2 + program.steps.len() - 1;
     program.outputs = (2..=last).rev().collect();
     let program = Arc::new(program);
-    let bits_equal = |f: &[f64], c: &[f64]| {
-        f.len() == c.len()
-            && f.iter()
-                .zip(c)
-                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
-    };
     ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
         // a: [4, 6] read transposed from [6, 4]; b: a row of 6 broadcast over it.
         let a_values: Vec<f64> = (0..24)
@@ -170,7 +172,7 @@ fn elementwise_programs_match_their_ops_in_every_float_type() {
             for (k, (f, c)) in fused.iter().zip(&composed).enumerate() {
                 let (f, c) = (f.to_f64_vec()?, c.to_f64_vec()?);
                 assert!(
-                    bits_equal(&f, &c),
+                    same_bits(&f, &c),
                     "{dtype}, output {k} (register {}): fused {f:?}, ops {c:?}",
                     program.outputs[k]
                 );
@@ -183,12 +185,12 @@ fn elementwise_programs_match_their_ops_in_every_float_type() {
                 let want = composed[0].reduce(op, axes.clone(), false)?.to_f64_vec()?;
                 let got = fused[0].to_f64_vec()?;
                 assert!(
-                    bits_equal(&got, &want),
+                    same_bits(&got, &want),
                     "{dtype}: {} over {axes:?}: fused {got:?}, ops {want:?}",
                     op.name()
                 );
                 let (extra, want) = (fused[1].to_f64_vec()?, composed[1].to_f64_vec()?);
-                assert!(bits_equal(&extra, &want), "{dtype}: the extra output");
+                assert!(same_bits(&extra, &want), "{dtype}: the extra output");
             }
         }
         Ok(())
@@ -341,12 +343,6 @@ fn random_numbers_are_generated_on_the_device_as_the_host_draws_them() {
         return;
     };
     let backend = ferroflow_tensor::device::backend_for(device).expect("the emulated backend");
-    let bits_equal = |f: &[f64], c: &[f64]| {
-        f.len() == c.len()
-            && f.iter()
-                .zip(c)
-                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
-    };
     let n = 1001; // odd: the last uniform uses half of its Philox block
     let seed = [0x0123_4567_89AB_CDEF, 0xFEDC_BA98_7654_3210];
     ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
@@ -387,7 +383,7 @@ fn random_numbers_are_generated_on_the_device_as_the_host_draws_them() {
             let want = HostData::from_f64_slice(dtype, &want).to_f64_vec();
             let got = random::stateless_uniform(&[n], seed, lo, hi, dtype)?;
             assert_eq!(got.device(), device);
-            assert!(bits_equal(&got.to_f64_vec()?, &want), "uniform {dtype}");
+            assert!(same_bits(&got.to_f64_vec()?, &want), "uniform {dtype}");
             if !dtype.is_float() {
                 continue;
             }
@@ -395,7 +391,7 @@ fn random_numbers_are_generated_on_the_device_as_the_host_draws_them() {
             let want: Vec<f64> = (0..n).map(|_| 0.5 + 3.0 * g.next_normal()).collect();
             let want = HostData::from_f64_slice(dtype, &want).to_f64_vec();
             let got = random::stateless_normal(&[n], seed, 0.5, 3.0, dtype)?;
-            assert!(bits_equal(&got.to_f64_vec()?, &want), "normal {dtype}");
+            assert!(same_bits(&got.to_f64_vec()?, &want), "normal {dtype}");
         }
         let truncated = RandomDistribution::TruncatedNormal {
             mean: 0.0,
