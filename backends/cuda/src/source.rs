@@ -1715,7 +1715,10 @@ fn program_outputs(program: &ElementwiseProgram, e: Elem, from: usize) -> String
 /// view, computes every step in registers and writes each output (dense). Parameters:
 /// `(X0, v0, .., O0, .., n)`.
 pub fn fused_program(program: &ElementwiseProgram, e: Elem, id: usize) -> Option<KernelSource> {
-    if program.num_inputs > MAX_PROGRAM_INPUTS || program.outputs.len() > MAX_PROGRAM_OUTPUTS {
+    if program.check().is_err()
+        || program.num_inputs > MAX_PROGRAM_INPUTS
+        || program.outputs.len() > MAX_PROGRAM_OUTPUTS
+    {
         return None;
     }
     let (helpers, mut body) = program_steps(program, e)?;
@@ -1743,7 +1746,10 @@ pub fn fused_program_reduce(
     e: Elem,
     id: usize,
 ) -> Option<[KernelSource; 2]> {
-    if program.num_inputs > MAX_PROGRAM_INPUTS || program.outputs.len() > MAX_PROGRAM_OUTPUTS {
+    if program.check().is_err()
+        || program.num_inputs > MAX_PROGRAM_INPUTS
+        || program.outputs.len() > MAX_PROGRAM_OUTPUTS
+    {
         return None;
     }
     let (helpers, mut body) = program_steps(program, e)?;
@@ -2240,6 +2246,32 @@ mod tests {
             names.len(),
             "the catalog holds kernels no op launches"
         );
+    }
+
+    #[test]
+    fn a_malformed_program_has_no_kernel() {
+        for program in [
+            // No outputs.
+            ElementwiseProgram {
+                num_inputs: 1,
+                steps: vec![ElementwiseStep::Unary(UnaryOp::Tanh, 0)],
+                outputs: vec![],
+            },
+            // A step reading a register not yet written.
+            ElementwiseProgram {
+                num_inputs: 1,
+                steps: vec![ElementwiseStep::Unary(UnaryOp::Tanh, 5)],
+                outputs: vec![1],
+            },
+        ] {
+            assert!(fused_program(&program, Elem::F32, 0).is_none());
+            assert!(fused_program_reduce(&program, ReduceOp::ReduceSum, Elem::F32, 0).is_none());
+            assert!(generated_program(&program, Elem::F32, None).is_none());
+        }
+        let good = program_with_every_op();
+        assert!(fused_program(&good, Elem::F16, 0).is_some());
+        // Integer registers are not fusible.
+        assert!(fused_program(&good, Elem::I32, 0).is_none());
     }
 
     #[test]
