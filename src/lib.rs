@@ -62,19 +62,38 @@ pub use ferroflow_tensor as tensor;
 /// The CPU backend crate (`ferroflow-cpu`).
 #[cfg(feature = "cpu")]
 pub use ferroflow_cpu as cpu;
-/// The native NVIDIA backend crate (`ferroflow-cuda`), in progress: not registered by
-/// [`init`] until a GPU has run its kernels; `ferroflow::cuda::register()` registers it.
-#[cfg(feature = "cuda")]
+/// The native NVIDIA backend crate (`ferroflow-cuda`, features `cuda` for CUDA 12's
+/// libraries or `cuda-13`), in progress: [`init`] registers it for NVIDIA GPUs; its kernels
+/// have not yet run on a real GPU (they pass the conformance suite on its host emulation).
+#[cfg(any(feature = "cuda", feature = "cuda-13"))]
 pub use ferroflow_cuda as cuda;
 #[cfg(feature = "wgpu")]
 pub use ferroflow_wgpu as wgpu;
 
 /// Registers every backend compiled in (idempotent). Call once at start-up.
+///
+/// GPUs: with the `cuda` (or `cuda-13`) feature, NVIDIA GPUs are `/GPU:0..` through the
+/// CUDA backend and wgpu then serves none, so no GPU is listed twice (a process has one GPU
+/// backend; another vendor's adapter beside an NVIDIA GPU needs a build without `cuda`).
+/// Without a CUDA device, driver or library, the `wgpu` feature's adapters are the GPUs.
+///
+/// ```
+/// ferroflow::init();
+/// ferroflow::init(); // idempotent
+/// assert!(!ferroflow::config::list_logical_devices(ferroflow::DeviceKind::Cpu).is_empty());
+/// ```
 pub fn init() {
     #[cfg(feature = "cpu")]
     ferroflow_cpu::register();
+    #[cfg(any(feature = "cuda", feature = "cuda-13"))]
+    let cuda_gpus = ferroflow_cuda::register();
+    #[cfg(not(any(feature = "cuda", feature = "cuda-13")))]
+    let cuda_gpus = 0;
     #[cfg(feature = "wgpu")]
-    ferroflow_wgpu::register();
+    if cuda_gpus == 0 {
+        ferroflow_wgpu::register();
+    }
+    let _ = cuda_gpus;
 }
 
 /// Device configuration, as `tf.config`.

@@ -38,8 +38,8 @@
 //! are checked, the block-level reductions included (a block's threads are real threads
 //! there). What only a GPU can check (NVRTC's code, cuBLAS, the driver) has **not run
 //! yet** (`tests/conformance.rs` does, with `FERROFLOW_REQUIRE_CUDA=1`; `cargo xtask gpu`
-//! runs it), so `ferroflow::init()` does not register this backend; call [`register`] to
-//! use it.
+//! runs it). `ferroflow::init()` registers it (the facade's `cuda` or `cuda-13` feature),
+//! ahead of wgpu, as [`register`] does.
 //!
 //! ```
 //! // Without NVIDIA's driver this registers nothing and returns 0.
