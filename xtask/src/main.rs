@@ -89,16 +89,19 @@ fn ci() -> bool {
         // The MPI transport's suite (the `mpi` feature: needs Open MPI, which .ci/run
         // installs) with its lints.
         && mpi_suite()
-        // The GPU script's CUDA rows (`xtask gpu-cuda`) and the CUDA backend against CUDA
-        // 13's API, which the default build leaves out: compiled and linted.
+        // The GPU script's CUDA rows (`xtask gpu-cuda`), the CUDA backend against CUDA 13's
+        // API and the facade registering it ahead of wgpu, which the default build leaves
+        // out: compiled and linted.
         && run(
             "cargo",
             &[
                 "clippy",
                 "-p",
                 "xtask",
+                "-p",
+                "ferroflow",
                 "--features",
-                "cuda-13",
+                "xtask/cuda-13,ferroflow/cuda-13,ferroflow/wgpu",
                 "--all-targets",
                 "--",
                 "-D",
