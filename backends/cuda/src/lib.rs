@@ -697,17 +697,27 @@ impl Cuda {
             };
             steps.push(out);
         }
-        program
-            .outputs
-            .iter()
-            .map(|&r| {
-                self.copy(Operand {
-                    buffer: steps[r - n_in].as_ref(),
+        // Each output register's buffer is returned as it is; one returned again later is
+        // copied (each output its own tensor).
+        let mut registers: Vec<Option<BufferBox>> = steps.into_iter().map(Some).collect();
+        let mut outputs = Vec::with_capacity(program.outputs.len());
+        for (k, &r) in program.outputs.iter().enumerate() {
+            let slot = &mut registers[r - n_in];
+            let again = program.outputs[k + 1..].contains(&r);
+            let buffer = match (again, slot.as_ref()) {
+                (true, Some(b)) => self.copy(Operand {
+                    buffer: b.as_ref(),
                     layout: &dense,
                     dtype,
-                })
-            })
-            .collect()
+                })?,
+                _ => slot.take().ok_or_else(|| Error::Backend {
+                    backend: BACKEND,
+                    msg: format!("{OP}: register {r} is not written"),
+                })?,
+            };
+            outputs.push(buffer);
+        }
+        Ok(outputs)
     }
 
     /// The shape `[batch · oh · ow, kh · kw · c]` of a convolution's column matrix

@@ -1842,28 +1842,28 @@ pub fn generated_program(
 ) -> Option<std::sync::Arc<Generated>> {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex, OnceLock};
-    type Key = (ElementwiseProgram, Elem, Option<ReduceOp>);
-    struct Programs {
-        ids: HashMap<ElementwiseProgram, usize>,
-        kernels: HashMap<Key, Option<Arc<Generated>>>,
+    /// A program's number and its kernels per (type, reduction), looked up by the program
+    /// itself: a launch clones nothing.
+    struct Program {
+        id: usize,
+        kernels: HashMap<(Elem, Option<ReduceOp>), Option<Arc<Generated>>>,
     }
-    static MEMO: OnceLock<Mutex<Programs>> = OnceLock::new();
-    let memo = MEMO.get_or_init(|| {
-        Mutex::new(Programs {
-            ids: HashMap::new(),
-            kernels: HashMap::new(),
-        })
-    });
-    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
-    let key = (program.clone(), e, reduce);
-    if let Some(hit) = memo.kernels.get(&key) {
+    static MEMO: OnceLock<Mutex<HashMap<ElementwiseProgram, Program>>> = OnceLock::new();
+    let mut memo = MEMO
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(hit) = memo.get(program).and_then(|p| p.kernels.get(&(e, reduce))) {
         return hit.clone();
     }
-    let next = memo.ids.len();
-    let id = *memo.ids.entry(program.clone()).or_insert(next);
+    let next = memo.len();
+    let entry = memo.entry(program.clone()).or_insert_with(|| Program {
+        id: next,
+        kernels: HashMap::new(),
+    });
     let kernels = match reduce {
-        None => fused_program(program, e, id).map(|k| vec![k]),
-        Some(op) => fused_program_reduce(program, op, e, id).map(|ks| ks.to_vec()),
+        None => fused_program(program, e, entry.id).map(|k| vec![k]),
+        Some(op) => fused_program_reduce(program, op, e, entry.id).map(|ks| ks.to_vec()),
     };
     let made = kernels.map(|kernels| {
         Arc::new(Generated {
@@ -1871,7 +1871,7 @@ pub fn generated_program(
             checked: false,
         })
     });
-    memo.kernels.insert(key, made.clone());
+    entry.kernels.insert((e, reduce), made.clone());
     made
 }
 
