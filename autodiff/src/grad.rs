@@ -88,6 +88,38 @@ fn bias_activation_grad(
     ])
 }
 
+/// `(loss, backprop) = sparse_softmax_cross_entropy_with_logits(logits, labels)`: the
+/// loss's gradient is `backprop`, scaled per row by `gloss`; `backprop = p - one_hot` with
+/// `p = softmax(logits)` has the softmax's Jacobian-vector product `p·(gb - Σ gb·p)`. Both
+/// read the op's outputs, so an outer tape differentiates them again (any order). The
+/// labels get none.
+fn sparse_softmax_cross_entropy(
+    labels: &Tensor,
+    outputs: &[Tensor],
+    grads: &[Option<Tensor>],
+) -> Result<Vec<Option<Tensor>>> {
+    let backprop = &outputs[1];
+    let from_loss = match grads.first().cloned().flatten() {
+        Some(g) => Some(backprop.mul(&g.expand_dims(-1)?)?),
+        None => None,
+    };
+    let from_backprop = match grads.get(1).cloned().flatten() {
+        Some(gb) => {
+            let classes = backprop.shape().last().copied().unwrap_or(0);
+            let one_hot = Tensor::one_hot(labels, classes, 1.0, 0.0, backprop.dtype())?;
+            let p = backprop.add(&one_hot)?;
+            let inner = gb.mul(&p)?.reduce_sum(-1isize, true)?;
+            Some(p.mul(&gb.sub(&inner)?)?)
+        }
+        None => None,
+    };
+    let d_logits = match (from_loss, from_backprop) {
+        (Some(a), Some(b)) => Some(a.add(&b)?),
+        (a, b) => a.or(b),
+    };
+    Ok(vec![d_logits, None])
+}
+
 /// A fused elementwise program: its ops recomputed one by one under a tape of their own and
 /// differentiated there (an outer tape records that too: higher orders work).
 /// `reduce`: the reduction a `FusedReduce` applies to the program's first output.
@@ -142,6 +174,9 @@ pub(crate) fn backward(
     let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     if let Op::BiasActivationGrad(activation) = op {
         return bias_activation_grad(*activation, &inputs[1], grads);
+    }
+    if let Op::SparseSoftmaxCrossEntropy = op {
+        return sparse_softmax_cross_entropy(&inputs[1], outputs, grads);
     }
     if let Op::FusedElementwise(program) = op {
         return fused_elementwise(program, None, inputs, grads);

@@ -526,6 +526,20 @@ fn scans_sorts_and_nn_ops_match_finite_differences() {
     check("top_k", &|x| Ok(x[0].top_k(2)?.0), &[x.clone()]);
     check("softmax", &|x| x[0].softmax(-1), &[x.clone()]);
     check("log_softmax", &|x| x[0].log_softmax(0), &[x.clone()]);
+    // The fused cross-entropy's two outputs, each and together (the backprop output's
+    // gradient is the softmax's Jacobian).
+    let labels = Tensor::from_vec(vec![2i64, 0, 3], &[3]).unwrap();
+    let xent = |x: &[Tensor]| x[0].sparse_softmax_cross_entropy_with_logits(&labels);
+    check("sparse xent loss", &|x| Ok(xent(x)?.0), &[x.clone()]);
+    check("sparse xent backprop", &|x| Ok(xent(x)?.1), &[x.clone()]);
+    check(
+        "sparse xent loss and backprop",
+        &|x| {
+            let (loss, backprop) = xent(x)?;
+            backprop.add(&loss.expand_dims(-1)?)
+        },
+        &[x.clone()],
+    );
     let img = input(&[2, 5, 5, 2], 12, -1.0, 1.0);
     let filt = input(&[3, 2, 2, 3], 13, -1.0, 1.0);
     check(
@@ -663,6 +677,16 @@ fn hessians_from_nested_tapes_match_finite_differences() {
                 a2.matmul(&x.reshape(&[3, 1])?)?
                     .tanh()?
                     .square()?
+                    .reduce_sum(Axes::All, false)
+            }),
+        ),
+        (
+            "sparse softmax cross-entropy",
+            Box::new(|x: &Tensor| {
+                let labels = Tensor::from_vec(vec![1i64], &[1]).unwrap();
+                x.reshape(&[1, 3])?
+                    .sparse_softmax_cross_entropy_with_logits(&labels)?
+                    .0
                     .reduce_sum(Axes::All, false)
             }),
         ),

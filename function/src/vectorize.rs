@@ -169,6 +169,8 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
         | Op::StopGradient { .. }
         | Op::ClipScalar { .. }
         | Op::Fft { .. } => run(op.clone(), vec![single()?]),
+        // Rows of logits and their labels: any leading axes, the batch one included.
+        Op::SparseSoftmaxCrossEntropy => run(op.clone(), all_batched()?),
         Op::Binary(_) | Op::Select | Op::FusedElementwise(_) => {
             // Broadcast as one example would: batched inputs get the output's rank.
             let rank = inputs.iter().map(Value::example_rank).max().unwrap_or(0);

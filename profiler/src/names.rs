@@ -40,6 +40,7 @@ pub fn tf_op_type_of_name(name: &'static str) -> &'static str {
         "conv2d" => "Conv2D",
         "fused_conv2d" => "_FusedConv2D",
         "bias_activation_grad" => "BiasAddGrad",
+        "sparse_softmax_cross_entropy_with_logits" => "SparseSoftmaxCrossEntropyWithLogits",
         "conv2d_backprop_input" => "Conv2DBackpropInput",
         "conv2d_backprop_filter" => "Conv2DBackpropFilter",
         "clip_scalar" => "ClipByValue",
@@ -189,6 +190,8 @@ pub fn cost(op: &Op, inputs: &[&Tensor], outputs: &[Tensor]) -> (u64, u64) {
         Op::Unary(_) | Op::Binary(_) | Op::Select | Op::ClipScalar { .. } => out_elems,
         Op::OptimizerUpdate(_) => 8 * out_elems,
         Op::BiasActivationGrad(_) => inputs.first().map_or(0, |t| 2 * elements(t)),
+        // max, exp and sum, the loss, the softmax and its one-hot difference per logit.
+        Op::SparseSoftmaxCrossEntropy => inputs.first().map_or(0, |t| 5 * elements(t)),
         _ => 0,
     };
     (flops, bytes)
@@ -204,6 +207,10 @@ mod tests {
         assert_eq!(tf_op_type(&Op::Unary(UnaryOp::Relu)), "Relu");
         assert_eq!(tf_op_type(&Op::Unary(UnaryOp::Log1p)), "Log1p");
         assert_eq!(tf_op_type(&Op::Binary(BinaryOp::Mul)), "Mul");
+        assert_eq!(
+            tf_op_type(&Op::SparseSoftmaxCrossEntropy),
+            "SparseSoftmaxCrossEntropyWithLogits"
+        );
         assert_eq!(
             tf_op_type(&Op::Binary(BinaryOp::GreaterEqual)),
             "GreaterEqual"

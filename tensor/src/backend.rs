@@ -213,6 +213,25 @@ pub trait Backend: Send + Sync + 'static {
         })
     }
 
+    /// Softmax cross-entropy of `logits` (`[.., classes]`, f32 or f64) against int32 or
+    /// int64 `labels` (its shape without the class axis): `(loss, backprop)`, the loss per
+    /// row and `softmax(logits) - one_hot(labels)`, in one pass per row; a label outside
+    /// `[0, classes)` is [`Error::IndexOutOfRange`] naming
+    /// `sparse_softmax_cross_entropy_with_logits`. Called where [`Backend::has_fused`]
+    /// says so; elsewhere [`crate::Tensor::sparse_softmax_cross_entropy_with_logits`]
+    /// composes `log_softmax`.
+    fn sparse_softmax_cross_entropy(
+        &self,
+        _logits: Operand<'_>,
+        _labels: Operand<'_>,
+    ) -> Result<(BufferBox, BufferBox)> {
+        Err(Error::NotSupportedByBackend {
+            op: "sparse_softmax_cross_entropy",
+            backend: self.name(),
+            detail: ", it declares no such fused kernel (`Backend::has_fused`)".into(),
+        })
+    }
+
     /// Fused `min(max(x, min), max)` with constant bounds (NaN stays NaN), called where
     /// [`Backend::has_fused`] says so; elsewhere [`crate::Tensor::clip_scalar`] composes
     /// `maximum` and `minimum`.

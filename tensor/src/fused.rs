@@ -30,6 +30,9 @@ pub enum FusedKernel {
     /// which backends get from their `fused_elementwise` and `reduce` unless they override
     /// it).
     Elementwise,
+    /// Softmax cross-entropy against integer labels with its gradient, one pass per row
+    /// ([`crate::Backend::sparse_softmax_cross_entropy`]).
+    SparseSoftmaxCrossEntropy,
 }
 
 impl FusedKernel {
@@ -40,6 +43,7 @@ impl FusedKernel {
         FusedKernel::ClipScalar,
         FusedKernel::OptimizerUpdate,
         FusedKernel::Elementwise,
+        FusedKernel::SparseSoftmaxCrossEntropy,
     ];
     /// The name of its `Backend` method and tensor method.
     pub fn name(self) -> &'static str {
@@ -49,6 +53,7 @@ impl FusedKernel {
             FusedKernel::ClipScalar => "clip_scalar",
             FusedKernel::OptimizerUpdate => "optimizer_update",
             FusedKernel::Elementwise => "fused_elementwise",
+            FusedKernel::SparseSoftmaxCrossEntropy => "sparse_softmax_cross_entropy",
         }
     }
 }

@@ -619,6 +619,10 @@ pub enum Op {
     /// gradient `g` and the output `y`: inputs [g, y], outputs [dx, dbias] (TF's `ReluGrad`
     /// and `BiasAddGrad` in one pass). A fused kernel, not a primitive ([`crate::fused`]).
     BiasActivationGrad(FusedActivation),
+    /// Softmax cross-entropy against integer labels: inputs [logits, labels], outputs
+    /// [loss, backprop] (TF's `SparseSoftmaxCrossEntropyWithLogits`). A fused kernel, not a
+    /// primitive ([`crate::fused`]).
+    SparseSoftmaxCrossEntropy,
     /// Gradient of conv2d w.r.t. its input; inputs [filter, dy].
     Conv2dBackpropInput(Window2d),
     /// Gradient of conv2d w.r.t. its filter; inputs [x, dy].
@@ -717,6 +721,7 @@ impl Op {
             Op::Conv2d(_) => "conv2d",
             Op::FusedConv2d(..) => "fused_conv2d",
             Op::BiasActivationGrad(_) => "bias_activation_grad",
+            Op::SparseSoftmaxCrossEntropy => "sparse_softmax_cross_entropy_with_logits",
             Op::Conv2dBackpropInput(_) => "conv2d_backprop_input",
             Op::Conv2dBackpropFilter(_) => "conv2d_backprop_filter",
             Op::Pool2d(k, _) => k.name(),

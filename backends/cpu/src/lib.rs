@@ -132,12 +132,15 @@ impl Backend for CpuBackend {
     }
     /// Every fused kernel: the convolution ones for every float dtype (half precision
     /// computes in f32), `clip_scalar` for every numeric dtype, the optimizer update and
-    /// elementwise programs for f32 and f64 (half-precision variables are rare: mixed precision keeps them in f32).
+    /// elementwise programs and the sparse softmax cross-entropy for f32 and f64 (half-precision
+    /// variables are rare: mixed precision keeps them in f32; half logits compute in f32).
     fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
         match kernel {
             FusedKernel::FusedConv2d | FusedKernel::BiasActivationGrad => dtype.is_float(),
             FusedKernel::ClipScalar => dtype != DType::Bool && !dtype.is_complex(),
-            FusedKernel::OptimizerUpdate | FusedKernel::Elementwise => {
+            FusedKernel::OptimizerUpdate
+            | FusedKernel::Elementwise
+            | FusedKernel::SparseSoftmaxCrossEntropy => {
                 matches!(dtype, DType::F32 | DType::F64)
             }
         }
@@ -287,6 +290,14 @@ impl Backend for CpuBackend {
                 ))
             }
         })
+    }
+    fn sparse_softmax_cross_entropy(
+        &self,
+        logits: Operand<'_>,
+        labels: Operand<'_>,
+    ) -> Result<(BufferBox, BufferBox)> {
+        let (loss, backprop) = kernels::xent::sparse_softmax_cross_entropy(logits, labels)?;
+        Ok((out(loss)?, out(backprop)?))
     }
     fn clip_scalar(&self, x: Operand<'_>, min: f64, max: f64) -> Result<BufferBox> {
         out(kernels::unary::clip_scalar(x, min, max)?)

@@ -271,7 +271,9 @@ impl Backend for WgpuBackend {
     fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
         matches!(
             kernel,
-            FusedKernel::OptimizerUpdate | FusedKernel::Elementwise
+            FusedKernel::OptimizerUpdate
+                | FusedKernel::Elementwise
+                | FusedKernel::SparseSoftmaxCrossEntropy
         ) && dtype == DType::F32
     }
     fn supports_dtype(&self, ordinal: usize, dtype: DType) -> bool {
@@ -330,6 +332,15 @@ impl Backend for WgpuBackend {
             &In::new(on_true)?,
             &In::new(on_false)?,
         )?)
+    }
+    fn sparse_softmax_cross_entropy(
+        &self,
+        logits: Operand<'_>,
+        labels: Operand<'_>,
+    ) -> Result<(BufferBox, BufferBox)> {
+        let (loss, backprop) =
+            kernels::index::sparse_softmax_cross_entropy(&In::new(logits)?, &In::new(labels)?)?;
+        Ok((boxed(loss)?, boxed(backprop)?))
     }
     fn gather(&self, x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Result<BufferBox> {
         boxed(kernels::index::gather(

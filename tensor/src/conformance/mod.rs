@@ -76,6 +76,7 @@ macro_rules! conformance_tests {
             bias_activation_grad => nn::bias_activation_grad,
             pooling => nn::pooling,
             softmax => nn::softmax,
+            sparse_softmax_cross_entropy => nn::sparse_softmax_cross_entropy,
             creation_and_round_trip => creation::creation_and_round_trip,
             random_statistics => creation::random_statistics,
             variables => creation::variables,

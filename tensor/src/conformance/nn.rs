@@ -653,3 +653,117 @@ pub fn softmax(device: &Device) {
         )
     });
 }
+
+/// sparse_softmax_cross_entropy_with_logits vs the reference (`loss = logsumexp - x[label]`,
+/// `backprop = softmax - one_hot`) in every float type with int32 and int64 labels, logits
+/// up to ±300 (a naive exp overflows), over views and class counts from 1 to 70; a label
+/// outside `[0, classes)` is the op's `IndexOutOfRange`.
+pub fn sparse_softmax_cross_entropy(device: &Device) {
+    const OP: &str = "sparse_softmax_cross_entropy_with_logits";
+    let floats = supported(device, &FLOATS);
+    let ints = supported(device, &[DType::I32, DType::I64]);
+    if ints.is_empty() {
+        return;
+    }
+    let strat = (
+        nonempty_array(3, 5, -30.0, 30.0),
+        prop_oneof![Just(0usize), 14..70usize],
+        0..floats.len(),
+        0..ints.len(),
+        any::<u64>(),
+        view_kind(),
+    );
+    let case = |dtype: DType, label_dtype: DType, shape: &[usize], seed: u64, view: ViewKind| {
+        let classes = shape[shape.len() - 1];
+        let n: usize = shape.iter().product();
+        let rows = n / classes;
+        let xs: Vec<f64> = values(n, seed).iter().map(|v| v * 300.0).collect();
+        let x = RefArray::new(shape, quantize(dtype, &xs));
+        let mut g = crate::random::Philox::new([seed, 23]);
+        let ids: Vec<f64> = (0..rows)
+            .map(|_| ((g.next_f64() * classes as f64) as usize).min(classes - 1) as f64)
+            .collect();
+        let ids = RefArray::new(&shape[..shape.len() - 1], ids);
+        let logits = ok("logits", make_tensor(device, dtype, &x, view))?;
+        let labels = ok("labels", make_tensor(device, label_dtype, &ids, view))?;
+        let (loss, backprop) = ok(OP, logits.sparse_softmax_cross_entropy_with_logits(&labels))?;
+        let (mut want_loss, mut want_bp) = (vec![0.0; rows], vec![0.0; n]);
+        let mut p = vec![0.0; n];
+        let mut scale = 1.0f64;
+        for r in 0..rows {
+            let row = &x.data[r * classes..(r + 1) * classes];
+            let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+            let label = ids.data[r] as usize;
+            want_loss[r] = s.ln() + m - row[label];
+            for (k, v) in row.iter().enumerate() {
+                p[r * classes + k] = (v - m).exp() / s;
+                want_bp[r * classes + k] = p[r * classes + k] - f64::from(k == label);
+                scale = scale.max(v.abs());
+            }
+        }
+        // As softmax: each probability within a few ulps of the dtype plus the error of
+        // exp(x - max) in the dtype computed in (float32 for half types); the loss's
+        // cancellation error grows with the logits' size.
+        let compute_eps = epsilon(if dtype == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        });
+        let rel = 4.0 * compute_eps * (1.0 + 2.0 * scale);
+        let bp_tol: Vec<f64> = want_bp
+            .iter()
+            .zip(&p)
+            .map(|(w, p)| rel * p + 2.0 * epsilon(dtype) * w.abs() + min_normal(dtype))
+            .collect();
+        let bp_want = RefArray::new(shape, quantize(dtype, &want_bp));
+        assert_within(&format!("backprop {dtype}"), &backprop, &bp_want, &bp_tol)?;
+        let loss_tol: Vec<f64> = want_loss
+            .iter()
+            .map(|w| rel * (1.0 + classes as f64) + 2.0 * epsilon(dtype) * w.abs())
+            .collect();
+        let loss_want = RefArray::new(&shape[..shape.len() - 1], quantize(dtype, &want_loss));
+        assert_within(&format!("loss {dtype}"), &loss, &loss_want, &loss_tol)
+    };
+    check(OP, strat, |(a, wide, di, ii, seed, view)| {
+        let mut shape = a.shape.clone();
+        if wide > 0 {
+            *shape.last_mut().expect("rank >= 1") = wide;
+        }
+        case(floats[di], ints[ii], &shape, seed, view)
+    });
+    // Batches large enough that backends split the rows among threads or workgroups.
+    for &dtype in &floats {
+        for (shape, view) in [
+            ([4099, 10], ViewKind::Contiguous),
+            ([700, 33], ViewKind::Transposed),
+        ] {
+            let r = case(dtype, ints[0], &shape, 5, view);
+            assert!(r.is_ok(), "{dtype} {shape:?}: {r:?}");
+        }
+    }
+    for &dtype in &floats {
+        for &label_dtype in &ints {
+            let logits = Tensor::from_host_on(
+                crate::HostData::from_f64_slice(dtype, &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+                &[2, 3],
+                *device,
+            )
+            .expect("logits");
+            for bad in [3.0, -1.0] {
+                let labels = Tensor::from_host_on(
+                    crate::HostData::from_f64_slice(label_dtype, &[0.0, bad]),
+                    &[2],
+                    *device,
+                )
+                .expect("labels");
+                match logits.sparse_softmax_cross_entropy_with_logits(&labels) {
+                    Err(crate::Error::IndexOutOfRange { op, index, bound }) => {
+                        assert_eq!((op, index, bound), (OP, bad as i64, 3), "{dtype}");
+                    }
+                    other => panic!("{device} {dtype} {label_dtype}: label {bad} gave {other:?}"),
+                }
+            }
+        }
+    }
+}

@@ -173,6 +173,12 @@ impl Op {
                 let (dx, db) = inputs[0].bias_activation_grad(inputs[1], *activation)?;
                 Ok(vec![dx, db])
             }
+            Op::SparseSoftmaxCrossEntropy => {
+                n(2)?;
+                let (loss, backprop) =
+                    inputs[0].sparse_softmax_cross_entropy_with_logits(inputs[1])?;
+                Ok(vec![loss, backprop])
+            }
             Op::Conv2dBackpropInput(w) => {
                 n(2)?;
                 one(Tensor::conv2d_backprop_input(

@@ -264,6 +264,110 @@ impl Tensor {
         )
     }
 
+    /// Softmax cross-entropy of `self` (logits, `[.., classes]`) against integer class ids
+    /// `labels` (int32 or int64, the logits' shape without the class axis), as TF's
+    /// `tf.nn.sparse_softmax_cross_entropy_with_logits` computes it: `(loss, backprop)` with
+    /// `loss = logsumexp(logits) - logits[label]` per row and `backprop = softmax(logits) -
+    /// one_hot(label)` (the loss's gradient, which TF's kernel returns beside it). One pass
+    /// over each row where the backend has the fused kernel (TF's
+    /// `SparseSoftmaxCrossEntropyWithLogits`), else composed from `log_softmax`. A label
+    /// outside `[0, classes)` is [`Error::IndexOutOfRange`] (TF's CPU kernel refuses it too).
+    /// Float16 and bfloat16 logits are computed in float32, the results rounded back.
+    /// Differentiable in the logits, to any order.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::Tensor;
+    /// let logits = Tensor::from_vec(vec![0.0f32, 0.0, 2.0, 0.0], &[2, 2])?;
+    /// let labels = Tensor::from_vec(vec![1i64, 0], &[2])?;
+    /// let (loss, backprop) = logits.sparse_softmax_cross_entropy_with_logits(&labels)?;
+    /// assert!((loss.to_vec::<f32>()?[0] - 2f32.ln()).abs() < 1e-6);
+    /// assert!((backprop.to_vec::<f32>()?[1] + 0.5).abs() < 1e-6);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn sparse_softmax_cross_entropy_with_logits(
+        &self,
+        labels: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        const OP: &str = "sparse_softmax_cross_entropy_with_logits";
+        self.check_float(OP)?;
+        if !matches!(labels.dtype(), DType::I32 | DType::I64) {
+            return Err(Error::UnsupportedDType {
+                op: OP,
+                dtype: labels.dtype(),
+                expected: "int32 or int64 labels",
+            });
+        }
+        if self.rank() == 0 || labels.shape() != &self.shape()[..self.rank() - 1] {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                msg: "labels must have the logits' shape without the last (class) axis",
+                lhs: self.shape().to_vec(),
+                rhs: labels.shape().to_vec(),
+            });
+        }
+        let classes = self.shape()[self.rank() - 1];
+        if classes == 0 && labels.num_elements() > 0 {
+            return Err(Error::invalid(
+                OP,
+                "the logits have no classes (last axis of size 0)",
+            ));
+        }
+        if self.is_half() {
+            let (loss, backprop) = self
+                .upcast_half()?
+                .sparse_softmax_cross_entropy_with_logits(labels)?;
+            return Ok((loss.cast(self.dtype())?, backprop.cast(self.dtype())?));
+        }
+        if !device_has_fused(
+            self.device(),
+            FusedKernel::SparseSoftmaxCrossEntropy,
+            self.dtype(),
+        ) {
+            return self.composed_sparse_softmax_cross_entropy(labels, classes);
+        }
+        dispatch(
+            || Op::SparseSoftmaxCrossEntropy,
+            &[self, labels],
+            |p| {
+                let (loss, backprop) = p
+                    .backend
+                    .sparse_softmax_cross_entropy(self.operand(), labels.operand())?;
+                Ok((
+                    Tensor::from_buffer(loss, labels.shape(), self.dtype(), p.backend, p.device),
+                    Tensor::from_buffer(backprop, self.shape(), self.dtype(), p.backend, p.device),
+                ))
+            },
+        )
+    }
+
+    /// [`Tensor::sparse_softmax_cross_entropy_with_logits`] from primitives: the labels
+    /// checked on the device by a gather from `classes` zeros (added to the one-hot
+    /// targets, so a traced graph keeps the check), then `log_softmax`.
+    fn composed_sparse_softmax_cross_entropy(
+        &self,
+        labels: &Tensor,
+        classes: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let check = Tensor::zeros(&[classes], self.dtype())?
+            .to_device(labels.device())?
+            .gather(labels, 0)
+            .map_err(|e| match e {
+                Error::IndexOutOfRange { index, bound, .. } => Error::IndexOutOfRange {
+                    op: "sparse_softmax_cross_entropy_with_logits",
+                    index,
+                    bound,
+                },
+                e => e,
+            })?;
+        let targets = Tensor::one_hot(labels, classes, 1.0, 0.0, self.dtype())?
+            .add(&check.expand_dims(-1)?)?;
+        let log_p = self.log_softmax(-1)?;
+        let loss = targets.mul(&log_p)?.reduce_sum(-1isize, false)?.neg()?;
+        let backprop = log_p.exp()?.sub(&targets)?;
+        Ok((loss, backprop))
+    }
+
     /// Gradient of [`Tensor::conv2d`] with respect to its input of shape `input_shape`
     /// (`tf.nn.conv2d_transpose` is this op).
     pub fn conv2d_backprop_input(

@@ -17,3 +17,4 @@ pub(crate) mod program;
 pub(crate) mod reduce;
 pub(crate) mod scan;
 pub(crate) mod unary;
+pub(crate) mod xent;

@@ -1,6 +1,7 @@
 //! Indexing: `gather` (`wgsl/gather.wgsl`) and its adjoint `scatter_add`
 //! (`wgsl/scatter_add.wgsl`), with int32 or int64 indices checked on the device (an index out
-//! of range is the op's error, read back from the kernel's error word).
+//! of range is the op's error, read back from the kernel's error word), and the sparse
+//! softmax cross-entropy (`wgsl/sparse_softmax_xent.wgsl`), whose labels are indices too.
 
 use super::{map_source, output, run_map, same_gpu, In};
 use crate::buffer::WgpuBuffer;
@@ -184,4 +185,65 @@ fn run_indexed(
         n,
     )?;
     index_error(gpu, word, op, bound)
+}
+
+/// The sparse softmax cross-entropy over float32 logits with int32 or int64 labels, or `None`.
+pub(crate) fn sparse_softmax_cross_entropy_source(ie: Elem) -> Option<String> {
+    let body = fill(
+        include_str!("../wgsl/sparse_softmax_xent.wgsl"),
+        &[("INDEX_LOAD", index_load(ie)?), ("FLAG", index_flag(ie))],
+    );
+    Some(map_source(
+        &[Elem::F32],
+        &["f32", ie.store()],
+        &["f32", "f32"],
+        true,
+        &body,
+    ))
+}
+
+/// `(loss, backprop)` of float32 `logits` (`[.., classes]`) against int32/int64 `labels`:
+/// one invocation per row; a label outside `[0, classes)` is the op's error.
+pub(crate) fn sparse_softmax_cross_entropy(
+    logits: &In<'_>,
+    labels: &In<'_>,
+) -> Result<(WgpuBuffer, WgpuBuffer)> {
+    const OP: &str = "sparse_softmax_cross_entropy_with_logits";
+    same_gpu(OP, logits, labels)?;
+    let gpu = logits.gpu();
+    if logits.elem() != Elem::F32 {
+        return Err(unsupported_on(gpu, OP, logits.elem().dtype()));
+    }
+    let ie = labels.elem();
+    if index_load(ie).is_none() {
+        return Err(backend_error(format!(
+            "{OP}: labels must be int32 or int64"
+        )));
+    }
+    let classes = logits.op.shape().last().copied().unwrap_or(0);
+    let rows = labels.n();
+    let loss = output(gpu, Elem::F32, rows)?;
+    let backprop = output(gpu, Elem::F32, logits.n())?;
+    if rows == 0 || classes == 0 {
+        return Ok((loss, backprop));
+    }
+    let k = gpu.kernel(&format!("sparse_softmax_xent_{ie:?}"), 2, 3, || {
+        sparse_softmax_cross_entropy_source(ie).unwrap_or_default()
+    })?;
+    let p = Params::new(rows)
+        .set(6, classes as u32)
+        .set(7, f32::NEG_INFINITY.to_bits())
+        .desc(0, logits.desc())
+        .desc(1, labels.desc());
+    let word = run_map(
+        gpu,
+        &k,
+        p,
+        &[logits.buf.raw(), labels.buf.raw()],
+        &[loss.raw(), backprop.raw()],
+        true,
+        rows,
+    )?;
+    index_error(gpu, word, OP, classes)?;
+    Ok((loss, backprop))
 }
