@@ -336,7 +336,7 @@ impl CategoricalCrossentropy {
 /// probabilities (as Keras' backend does).
 fn crossentropy_with(y: &Tensor, y_pred: &Tensor, from_logits: bool) -> Result<Tensor> {
     let log_p = if from_logits {
-        return softmax_crossentropy_with_logits(y, y_pred, false);
+        return softmax_crossentropy_with_logits(y, y_pred);
     } else {
         let p = y_pred.div(&y_pred.reduce_sum(-1isize, true)?)?;
         let eps = p.scalar_like(EPSILON)?;
@@ -347,26 +347,16 @@ fn crossentropy_with(y: &Tensor, y_pred: &Tensor, from_logits: bool) -> Result<T
 }
 
 /// `-Σ y·log_softmax(logits)` over the last axis, with TF's fused gradient
-/// (`SoftmaxCrossEntropyWithLogits`): `(softmax(logits)·Σy - y)·dy` for the logits (`Σy` is 1
-/// for `one_hot_targets`, which get no gradient) and `-log_softmax(logits)·dy` for the
-/// targets, instead of the gradient of every op of the composition (about a dozen ops
-/// fewer per step). The gradient recomputes the log-softmax from the logits, so it is
-/// differentiable again (second order), and in a graph it merges with the forward's.
-fn softmax_crossentropy_with_logits(
-    y: &Tensor,
-    logits: &Tensor,
-    one_hot_targets: bool,
-) -> Result<Tensor> {
+/// (`SoftmaxCrossEntropyWithLogits`): `(softmax(logits)·Σy - y)·dy` for the logits and
+/// `-log_softmax(logits)·dy` for the targets, instead of the gradient of every op of the
+/// composition (about a dozen ops fewer per step). The gradient recomputes the log-softmax
+/// from the logits, so it is differentiable again (second order), and in a graph it merges
+/// with the forward's. (Integer targets have their own fused op,
+/// `Tensor::sparse_softmax_cross_entropy_with_logits`.)
+fn softmax_crossentropy_with_logits(y: &Tensor, logits: &Tensor) -> Result<Tensor> {
     use ferroflow_autodiff::{custom_gradient, GradFn};
-    let inputs = if one_hot_targets {
-        vec![logits.clone()]
-    } else {
-        vec![logits.clone(), y.clone()]
-    };
-    let one_hot = one_hot_targets.then(|| y.clone());
-    let loss = custom_gradient(&inputs, move |xs| {
-        let targets = one_hot.clone().unwrap_or_else(|| xs[1].clone());
-        let loss = targets
+    let loss = custom_gradient(&[logits.clone(), y.clone()], move |xs| {
+        let loss = xs[1]
             .mul(&xs[0].log_softmax(-1)?)?
             .reduce_sum(-1isize, false)?
             .neg()?;
@@ -375,14 +365,9 @@ fn softmax_crossentropy_with_logits(
             let dy = dy[0].expand_dims(-1)?;
             let log_p = xs[0].log_softmax(-1)?;
             let p = log_p.exp()?;
-            Ok(match &one_hot {
-                Some(y) => vec![Some(p.sub(y)?.mul(&dy)?)],
-                None => {
-                    let y = &xs[1];
-                    let d_logits = p.mul(&y.reduce_sum(-1isize, true)?)?.sub(y)?.mul(&dy)?;
-                    vec![Some(d_logits), Some(log_p.mul(&dy)?.neg()?)]
-                }
-            })
+            let y = &xs[1];
+            let d_logits = p.mul(&y.reduce_sum(-1isize, true)?)?.sub(y)?.mul(&dy)?;
+            Ok(vec![Some(d_logits), Some(log_p.mul(&dy)?.neg()?)])
         });
         Ok((vec![loss], grad))
     })?;
@@ -465,6 +450,10 @@ impl Loss for SparseCategoricalCrossentropy {
     fn per_sample(&self, y_true: &Tensor, y_pred: &Tensor) -> Result<Tensor> {
         check_float(self.name(), y_pred)?;
         let ids = class_ids(y_true, y_pred)?;
+        if self.from_logits {
+            // TF's fused kernel: the loss and its gradient in one pass, labels checked.
+            return Ok(y_pred.sparse_softmax_cross_entropy_with_logits(&ids)?.0);
+        }
         let classes = *y_pred.shape().last().unwrap_or(&0);
         // TF's kernel rejects a label outside [0, classes), where one_hot would silently give
         // a zero row. A gather of the labels from `classes` zeros checks them on the device
@@ -475,9 +464,6 @@ impl Loss for SparseCategoricalCrossentropy {
             .gather(&ids, 0)?;
         let y = Tensor::one_hot(&ids, classes, 1.0, 0.0, y_pred.dtype())?
             .add(&check.expand_dims(-1)?)?;
-        if self.from_logits {
-            return softmax_crossentropy_with_logits(&y, y_pred, true);
-        }
         crossentropy_with(&y, y_pred, false)
     }
     fn reduction(&self) -> Reduction {
