@@ -316,6 +316,21 @@ pub(crate) fn backward(
             grads.push(db);
             grads
         }
+        // y = act(a @ b + bias): the gradient through the activation, then matmul's and
+        // the bias add's.
+        Op::FusedMatMul(activation) => {
+            let (g, db) = match activation {
+                _ if need(2) => {
+                    let (g, db) = g.bias_activation_grad(y, *activation)?;
+                    (g, Some(db))
+                }
+                FusedActivation::Linear => (g, None),
+                FusedActivation::Relu => (g.relu_grad(y)?, None),
+            };
+            let mut grads = matmul(&inputs[0], &inputs[1], &g, false, false, [need(0), need(1)])?;
+            grads.push(db);
+            grads
+        }
         // backprop_input(f, dy) is linear in each: d/df = backprop_filter(g, dy), d/ddy = conv2d(g, f).
         Op::Conv2dBackpropInput(w) => {
             let (f, dy) = (&inputs[0], &inputs[1]);
@@ -470,8 +485,10 @@ fn real_unary(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Option<
                 .exp()?
                 .mul(&scalar(x, std::f64::consts::FRAC_2_SQRT_PI)?)?,
         )?,
-        // d relu = [x > 0]
-        Relu => g.relu_grad(x)?,
+        // d relu = [x > 0] = [y > 0] (NaN in both): read off the output, as TF's ReluGrad
+        // does, so a graph's backward does not keep the activation's input alive (the
+        // product, bias add and ReLU of a Dense layer then fuse into one op).
+        Relu => g.relu_grad(y)?,
         // piecewise constant or boolean: no gradient
         Sign | Floor | Ceil | Round | IsFinite | IsNan | LogicalNot => return Ok(None),
         // handled in `unary`

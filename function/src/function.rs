@@ -2,7 +2,9 @@
 //! `tf.function` and its `ConcreteFunction`s).
 
 use crate::graph::{Graph, GraphStats, ValueRef, ValueType};
-use crate::passes::{eliminate_common_subexpressions, eliminate_dead_code, fuse_elementwise};
+use crate::passes::{
+    eliminate_common_subexpressions, eliminate_dead_code, fuse_elementwise, fuse_matmul_bias,
+};
 use crate::tape_op::TapeOp;
 use crate::trace::trace;
 use ferroflow_tensor::{DType, Device, Error, Result, Tensor};
@@ -105,7 +107,7 @@ impl ConcreteFunction {
         let traced_nodes = graph.nodes.len() + folded;
         let merged = eliminate_common_subexpressions(&mut graph);
         let dead = eliminate_dead_code(&mut graph);
-        let fused = fuse_elementwise(&mut graph);
+        let fused = fuse_matmul_bias(&mut graph) + fuse_elementwise(&mut graph);
         let mut function = ConcreteFunction::from_graph(graph);
         function.stats = GraphStats {
             traced_nodes,

@@ -203,7 +203,8 @@ pub struct GraphStats {
     pub merged: usize,
     /// Nodes removed because nothing used them.
     pub dead: usize,
-    /// Elementwise op nodes replaced by fused ones (`Op::FusedElementwise`).
+    /// Op nodes replaced by fused ones: elementwise ops (`Op::FusedElementwise`), and
+    /// products with their bias add and ReLU (`Op::FusedMatMul`).
     pub fused: usize,
     /// Nodes left.
     pub nodes: usize,

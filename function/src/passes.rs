@@ -1,5 +1,6 @@
-//! Graph passes: common-subexpression elimination and dead-code elimination (constant
-//! folding happens while tracing, where the values are at hand: `trace`).
+//! Graph passes: common-subexpression elimination, dead-code elimination, product-bias-
+//! activation fusion and elementwise fusion (constant folding happens while tracing, where
+//! the values are at hand: `trace`).
 
 use crate::graph::{Graph, NodeKind, ValueRef};
 use std::collections::HashMap;
@@ -136,10 +137,17 @@ pub(crate) fn eliminate_dead_code(graph: &mut Graph) -> usize {
         }
         stack.extend(graph.nodes[i].inputs.iter().map(|v| v.node));
     }
+    keep_nodes(graph, &live)
+}
+
+/// Drops the nodes `keep` does not mark and renumbers every reference to the rest (no
+/// kept node may read a dropped one); returns how many were dropped.
+fn keep_nodes(graph: &mut Graph, keep: &[bool]) -> usize {
+    let n = graph.nodes.len();
     let mut index = vec![usize::MAX; n];
     let mut kept = Vec::with_capacity(n);
     for (i, node) in std::mem::take(&mut graph.nodes).into_iter().enumerate() {
-        if live[i] {
+        if keep[i] {
             index[i] = kept.len();
             kept.push(node);
         }
@@ -152,6 +160,101 @@ pub(crate) fn eliminate_dead_code(graph: &mut Graph) -> usize {
     let removed = n - kept.len();
     graph.nodes = kept;
     removed
+}
+
+/// Who reads each value (each reader once, in node order; `usize::MAX`: the graph returns
+/// it).
+fn readers_of(graph: &Graph) -> HashMap<ValueRef, Vec<usize>> {
+    let mut readers: HashMap<ValueRef, Vec<usize>> = HashMap::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for v in &node.inputs {
+            let r = readers.entry(*v).or_default();
+            if r.last() != Some(&i) {
+                r.push(i);
+            }
+        }
+    }
+    for v in &graph.outputs {
+        readers.entry(*v).or_default().push(usize::MAX);
+    }
+    readers
+}
+
+/// Product, bias and activation fusion (TF grappler's remapper): a float32 or float64
+/// `matmul` without transposes whose only reader adds a bias vector along its last axis
+/// becomes one `Op::FusedMatMul` node, which also takes in a ReLU when that is the sum's
+/// only reader (a Dense layer's forward: one kernel instead of a product and an
+/// elementwise pass). Runs before elementwise fusion. Returns how many nodes it replaced.
+pub(crate) fn fuse_matmul_bias(graph: &mut Graph) -> usize {
+    use ferroflow_tensor::{BinaryOp, DType, FusedActivation, Op, UnaryOp};
+    let readers = readers_of(graph);
+    let only_reader = |node: usize| -> Option<usize> {
+        match readers.get(&ValueRef { node, output: 0 })?.as_slice() {
+            [j] if *j != usize::MAX => Some(*j),
+            _ => None,
+        }
+    };
+    let n = graph.nodes.len();
+    let mut keep = vec![true; n];
+    let mut fused = 0;
+    for i in 0..n {
+        let product = &graph.nodes[i];
+        let is_product = matches!(
+            product.kind,
+            NodeKind::Op(Op::MatMul {
+                transpose_a: false,
+                transpose_b: false
+            })
+        );
+        let Some(out) = product.outputs.first() else {
+            continue;
+        };
+        if !is_product
+            || !matches!(out.dtype, DType::F32 | DType::F64)
+            || product.inputs.len() != 2
+        {
+            continue;
+        }
+        let Some(j) = only_reader(i) else {
+            continue;
+        };
+        let add = &graph.nodes[j];
+        if !matches!(add.kind, NodeKind::Op(Op::Binary(BinaryOp::Add))) || add.outputs[0] != *out
+        {
+            continue;
+        }
+        let me = ValueRef { node: i, output: 0 };
+        let bias = match add.inputs.as_slice() {
+            [x, b] if *x == me && *b != me => *b,
+            [b, x] if *x == me && *b != me => *b,
+            _ => continue,
+        };
+        let bias_type = &graph.nodes[bias.node].outputs[bias.output];
+        if bias_type.dtype != out.dtype || bias_type.shape != [out.shape[out.shape.len() - 1]] {
+            continue;
+        }
+        let inputs = vec![product.inputs[0], product.inputs[1], bias];
+        // The ReLU joins when it alone reads the sum.
+        let relu = only_reader(j).filter(|&k| {
+            matches!(graph.nodes[k].kind, NodeKind::Op(Op::Unary(UnaryOp::Relu)))
+                && graph.nodes[k].outputs[0] == *out
+        });
+        let (at, activation) = match relu {
+            Some(k) => (k, FusedActivation::Relu),
+            None => (j, FusedActivation::Linear),
+        };
+        let node = &mut graph.nodes[at];
+        node.kind = NodeKind::Op(Op::FusedMatMul(activation));
+        node.inputs = inputs;
+        keep[i] = false;
+        fused += 2;
+        if at != j {
+            keep[j] = false;
+            fused += 1;
+        }
+    }
+    keep_nodes(graph, &keep);
+    fused
 }
 
 /// The program step of a node when it is a fusible elementwise op of floats.
@@ -184,18 +287,7 @@ fn fusible_step(graph: &Graph, i: usize) -> Option<()> {
 pub(crate) fn fuse_elementwise(graph: &mut Graph) -> usize {
     use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep, Op, ReduceOp};
     let n = graph.nodes.len();
-    let mut readers: HashMap<ValueRef, Vec<usize>> = HashMap::new();
-    for (i, node) in graph.nodes.iter().enumerate() {
-        for v in &node.inputs {
-            let r = readers.entry(*v).or_default();
-            if r.last() != Some(&i) {
-                r.push(i);
-            }
-        }
-    }
-    for v in &graph.outputs {
-        readers.entry(*v).or_default().push(usize::MAX);
-    }
+    let readers = readers_of(graph);
     let fusible: Vec<bool> = (0..n).map(|i| fusible_step(graph, i).is_some()).collect();
     // Each fusible node joins the tree of its first fusible reader of the same output type;
     // its other readers then read it as an extra output of the fused node.
@@ -361,22 +453,7 @@ pub(crate) fn fuse_elementwise(graph: &mut Graph) -> usize {
         }
     }
     // Drop the absorbed nodes; what outside their tree read them reads the fused node now.
-    let mut index = vec![usize::MAX; n];
-    let mut kept = Vec::with_capacity(n);
-    for (i, node) in std::mem::take(&mut graph.nodes).into_iter().enumerate() {
-        if !removed[i] {
-            index[i] = kept.len();
-            kept.push(node);
-        }
-    }
-    for node in kept.iter_mut() {
-        for v in node.inputs.iter_mut() {
-            v.node = index[v.node];
-        }
-    }
-    for v in graph.outputs.iter_mut() {
-        v.node = index[v.node];
-    }
-    graph.nodes = kept;
+    let keep: Vec<bool> = removed.iter().map(|r| !r).collect();
+    keep_nodes(graph, &keep);
     fused
 }

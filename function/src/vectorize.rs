@@ -304,6 +304,19 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
             out.extend_from_slice(shape);
             Ok(Some(vec![sums.reshape_to(&out)?]))
         }
+        // [batch, .., m, k] @ [k, n] + bias: one product of all rows, as `MatMul`'s rule;
+        // a batched weight or bias runs once per example.
+        Op::FusedMatMul(activation) => match inputs {
+            [Value::Batched(x), Value::Invariant(w), Value::Invariant(bias)] if w.rank() == 2 => {
+                let k = x.shape()[x.rank() - 1];
+                let rows = x.num_elements() / k.max(1);
+                let y = x.reshape_to(&[rows, k])?.fused_matmul(w, bias, *activation)?;
+                let mut shape = x.shape()[..x.rank() - 1].to_vec();
+                shape.push(y.shape()[1]);
+                Ok(Some(vec![y.reshape_to(&shape)?]))
+            }
+            _ => Ok(None),
+        },
         Op::MatMul {
             transpose_a,
             transpose_b,

@@ -647,3 +647,44 @@ fn a_reduction_at_the_end_of_a_chain_joins_it() {
         assert!((e - t).abs() <= 1e-12 * (1.0 + e.abs()), "{e} vs {t}");
     }
 }
+
+/// A Dense layer's product, bias add and ReLU in a graph are one `FusedMatMul` (TF's
+/// remapper), also with the gradients in the same graph (the ReLU's gradient reads its
+/// output, so the sum is not kept); the results and gradients equal eager ones to the bit.
+#[test]
+fn a_product_its_bias_and_relu_are_one_kernel() {
+    ferroflow::init();
+    let x = f32s(&[8, 5], 11);
+    let w = f32s(&[5, 4], 12);
+    let b = f32s(&[4], 13);
+    let forward = |a: &[Tensor]| -> ferroflow::Result<Tensor> {
+        let h = a[0].matmul(&a[1])?.add(&a[2])?.relu()?;
+        h.matmul(&a[1].transpose(&[1, 0])?)?.add(&a[0].reduce_sum(0isize, false)?)
+    };
+    let step = |a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
+        let tape = GradientTape::new();
+        tape.watch(&a[1]);
+        tape.watch(&a[2]);
+        let loss = forward(a)?.square()?.reduce_sum(Axes::All, false)?;
+        let g = tape.gradient(&loss, &[(&a[1]).into(), (&a[2]).into()])?;
+        Ok(vec![loss, g[0].clone().unwrap(), g[1].clone().unwrap()])
+    };
+    let f = Function::new(move |a: &[Tensor]| step(a));
+    let args = [x.clone(), w.clone(), b.clone()];
+    let traced = f.call(&args).unwrap();
+    let c = f.get_concrete_function(&args).unwrap();
+    let listing = c.graph().listing();
+    let fused: Vec<&str> = listing
+        .lines()
+        .filter(|l| l.contains("fused_matmul"))
+        .collect();
+    // The first layer (product + bias + ReLU) and the second (product + a bias vector).
+    assert_eq!(fused.len(), 2, "{listing}");
+    assert!(!listing.contains(" relu("), "{listing}");
+    let eager = step(&args).unwrap();
+    for (t, e) in traced.iter().zip(&eager) {
+        assert_eq!(bits(t), bits(e), "{listing}");
+    }
+    let replayed = f.call(&args).unwrap();
+    assert_eq!(bits(&replayed[1]), bits(&eager[1]));
+}

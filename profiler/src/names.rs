@@ -41,6 +41,7 @@ pub fn tf_op_type_of_name(name: &'static str) -> &'static str {
         "fused_conv2d" => "_FusedConv2D",
         "bias_activation_grad" => "BiasAddGrad",
         "sparse_softmax_cross_entropy_with_logits" => "SparseSoftmaxCrossEntropyWithLogits",
+        "fused_matmul" => "_FusedMatMul",
         "conv2d_backprop_input" => "Conv2DBackpropInput",
         "conv2d_backprop_filter" => "Conv2DBackpropFilter",
         "clip_scalar" => "ClipByValue",
@@ -163,6 +164,14 @@ pub fn cost(op: &Op, inputs: &[&Tensor], outputs: &[Tensor]) -> (u64, u64) {
                     s[s.len() - 1]
                 };
                 2 * elements(out) * k as u64
+            }
+            _ => 0,
+        },
+        // The product's multiply-adds, then the bias add and activation per output.
+        Op::FusedMatMul(_) => match (inputs.first(), outputs.first()) {
+            (Some(a), Some(out)) => {
+                let k = a.shape().last().copied().unwrap_or(1) as u64;
+                2 * elements(out) * k + 2 * elements(out)
             }
             _ => 0,
         },

@@ -213,6 +213,25 @@ pub trait Backend: Send + Sync + 'static {
         })
     }
 
+    /// `activation(a @ b + bias)` for float operands laid out as [`Backend::matmul`] gets
+    /// them (batch axes broadcast) and a bias vector along the output's last axis, the bias
+    /// and activation applied as the product is stored (ReLU keeps NaN, as the `relu`
+    /// kernel). Called where [`Backend::has_fused`] says so; elsewhere
+    /// [`crate::Tensor::fused_matmul`] composes `matmul`, `add` and `relu`.
+    fn fused_matmul(
+        &self,
+        _a: Operand<'_>,
+        _b: Operand<'_>,
+        _bias: Operand<'_>,
+        _activation: FusedActivation,
+    ) -> Result<BufferBox> {
+        Err(Error::NotSupportedByBackend {
+            op: "fused_matmul",
+            backend: self.name(),
+            detail: ", it declares no such fused kernel (`Backend::has_fused`)".into(),
+        })
+    }
+
     /// Softmax cross-entropy of `logits` (`[.., classes]`, f32 or f64) against int32 or
     /// int64 `labels` (its shape without the class axis): `(loss, backprop)`, the loss per
     /// row and `softmax(logits) - one_hot(labels)`, in one pass per row; a label outside

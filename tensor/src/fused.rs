@@ -33,6 +33,9 @@ pub enum FusedKernel {
     /// Softmax cross-entropy against integer labels with its gradient, one pass per row
     /// ([`crate::Backend::sparse_softmax_cross_entropy`]).
     SparseSoftmaxCrossEntropy,
+    /// `activation(a @ b + bias)` with the bias and activation applied as the product is
+    /// stored ([`crate::Backend::fused_matmul`]).
+    FusedMatMul,
 }
 
 impl FusedKernel {
@@ -44,6 +47,7 @@ impl FusedKernel {
         FusedKernel::OptimizerUpdate,
         FusedKernel::Elementwise,
         FusedKernel::SparseSoftmaxCrossEntropy,
+        FusedKernel::FusedMatMul,
     ];
     /// The name of its `Backend` method and tensor method.
     pub fn name(self) -> &'static str {
@@ -54,6 +58,7 @@ impl FusedKernel {
             FusedKernel::OptimizerUpdate => "optimizer_update",
             FusedKernel::Elementwise => "fused_elementwise",
             FusedKernel::SparseSoftmaxCrossEntropy => "sparse_softmax_cross_entropy",
+            FusedKernel::FusedMatMul => "fused_matmul",
         }
     }
 }

@@ -619,6 +619,11 @@ pub enum Op {
     /// gradient `g` and the output `y`: inputs [g, y], outputs [dx, dbias] (TF's `ReluGrad`
     /// and `BiasAddGrad` in one pass). A fused kernel, not a primitive ([`crate::fused`]).
     BiasActivationGrad(FusedActivation),
+    /// `activation(a @ b + bias)` (bias along the last axis): inputs [a, b, bias] (TF's
+    /// `_FusedMatMul` with `BiasAdd` and an optional `Relu`). A fused kernel, not a
+    /// primitive ([`crate::fused`]); graph functions make it of a product, its bias add and
+    /// its ReLU.
+    FusedMatMul(FusedActivation),
     /// Softmax cross-entropy against integer labels: inputs [logits, labels], outputs
     /// [loss, backprop] (TF's `SparseSoftmaxCrossEntropyWithLogits`). A fused kernel, not a
     /// primitive ([`crate::fused`]).
@@ -722,6 +727,7 @@ impl Op {
             Op::FusedConv2d(..) => "fused_conv2d",
             Op::BiasActivationGrad(_) => "bias_activation_grad",
             Op::SparseSoftmaxCrossEntropy => "sparse_softmax_cross_entropy_with_logits",
+            Op::FusedMatMul(_) => "fused_matmul",
             Op::Conv2dBackpropInput(_) => "conv2d_backprop_input",
             Op::Conv2dBackpropFilter(_) => "conv2d_backprop_filter",
             Op::Pool2d(k, _) => k.name(),

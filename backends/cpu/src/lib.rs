@@ -132,7 +132,7 @@ impl Backend for CpuBackend {
     }
     /// Every fused kernel: the convolution ones for every float dtype (half precision
     /// computes in f32), `clip_scalar` for every numeric dtype, the optimizer update and
-    /// elementwise programs and the sparse softmax cross-entropy for f32 and f64 (half-precision
+    /// elementwise programs, the sparse softmax cross-entropy and the fused matmul for f32 and f64 (half-precision
     /// variables are rare: mixed precision keeps them in f32; half logits compute in f32).
     fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
         match kernel {
@@ -140,7 +140,8 @@ impl Backend for CpuBackend {
             FusedKernel::ClipScalar => dtype != DType::Bool && !dtype.is_complex(),
             FusedKernel::OptimizerUpdate
             | FusedKernel::Elementwise
-            | FusedKernel::SparseSoftmaxCrossEntropy => {
+            | FusedKernel::SparseSoftmaxCrossEntropy
+            | FusedKernel::FusedMatMul => {
                 matches!(dtype, DType::F32 | DType::F64)
             }
         }
@@ -179,6 +180,15 @@ impl Backend for CpuBackend {
     }
     fn matmul(&self, lhs: Operand<'_>, rhs: Operand<'_>) -> Result<BufferBox> {
         out(kernels::matmul::matmul(lhs, rhs)?)
+    }
+    fn fused_matmul(
+        &self,
+        a: Operand<'_>,
+        b: Operand<'_>,
+        bias: Operand<'_>,
+        activation: FusedActivation,
+    ) -> Result<BufferBox> {
+        out(kernels::bias::fused_matmul(a, b, bias, activation)?)
     }
     fn select(
         &self,

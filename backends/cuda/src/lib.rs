@@ -1029,7 +1029,7 @@ impl Backend for Cuda {
             FusedKernel::FusedConv2d | FusedKernel::BiasActivationGrad => float,
             FusedKernel::ClipScalar => dtype != DType::Bool && Elem::of(dtype).is_some(),
             FusedKernel::Elementwise => float,
-            FusedKernel::SparseSoftmaxCrossEntropy => false,
+            FusedKernel::SparseSoftmaxCrossEntropy | FusedKernel::FusedMatMul => false,
         }
     }
     fn fused_conv2d(

@@ -46,8 +46,8 @@ pub use buffer::WgpuBuffer;
 
 use ferroflow_tensor::{
     ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, ElementwiseProgram,
-    Error, FusedKernel, HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule,
-    Window2d,
+    Error, FusedActivation, FusedKernel, HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp,
+    UpdateRule, Window2d,
 };
 use gpu::{backend_error, Gpu};
 use kernels::In;
@@ -274,6 +274,7 @@ impl Backend for WgpuBackend {
             FusedKernel::OptimizerUpdate
                 | FusedKernel::Elementwise
                 | FusedKernel::SparseSoftmaxCrossEntropy
+                | FusedKernel::FusedMatMul
         ) && dtype == DType::F32
     }
     fn supports_dtype(&self, ordinal: usize, dtype: DType) -> bool {
@@ -331,6 +332,20 @@ impl Backend for WgpuBackend {
             &In::new(cond)?,
             &In::new(on_true)?,
             &In::new(on_false)?,
+        )?)
+    }
+    fn fused_matmul(
+        &self,
+        a: Operand<'_>,
+        b: Operand<'_>,
+        bias: Operand<'_>,
+        activation: FusedActivation,
+    ) -> Result<BufferBox> {
+        boxed(kernels::gemm::fused_matmul(
+            &In::new(a)?,
+            &In::new(b)?,
+            &In::new(bias)?,
+            activation,
         )?)
     }
     fn sparse_softmax_cross_entropy(

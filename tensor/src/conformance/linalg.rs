@@ -138,3 +138,100 @@ pub fn matmul(device: &Device) {
         .to_string();
     assert!(msg.contains("matmul") && msg.contains("[2, 3]"), "{msg}");
 }
+
+/// `fused_matmul` (`activation(a @ b + bias)`) against the reference in every float type:
+/// random sizes, a batched left operand, views of it, both activations; then products
+/// whose GEMM splits K and a strided bias (the kernels' other paths).
+pub fn fused_matmul(device: &Device) {
+    use crate::FusedActivation;
+    let floats = supported(device, &DTYPES[..4]);
+    let case = |dtype: DType,
+                sa: &[usize],
+                (k, n): (usize, usize),
+                relu: bool,
+                view: ViewKind,
+                bias_step: usize,
+                seed: u64|
+     -> Result<(), TestCaseError> {
+        let mut g = crate::random::Philox::new([seed, 31]);
+        let mut draw = |len: usize| -> Vec<f64> {
+            (0..len).map(|_| g.next_f64() * 4.0 - 2.0).collect()
+        };
+        let a = quantized(dtype, &RefArray::new(sa, draw(sa.iter().product())));
+        let b = quantized(dtype, &RefArray::new(&[k, n], draw(k * n)));
+        let long_bias = quantized(dtype, &RefArray::new(&[n * bias_step], draw(n * bias_step)));
+        let x = ok("lhs", make_tensor(device, dtype, &a, view))?;
+        let w = ok("rhs", make_tensor(device, dtype, &b, ViewKind::Contiguous))?;
+        let bias = ok(
+            "bias",
+            make_tensor(device, dtype, &long_bias, ViewKind::Contiguous).and_then(|t| {
+                t.strided_slice(&[crate::SliceSpec::Range {
+                    start: None,
+                    stop: None,
+                    step: bias_step as isize,
+                }])
+            }),
+        )?;
+        let activation = if relu {
+            FusedActivation::Relu
+        } else {
+            FusedActivation::Linear
+        };
+        let got = ok("fused_matmul", x.fused_matmul(&w, &bias, activation))?;
+        let product = a.matmul(&b);
+        let data: Vec<f64> = product
+            .data
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let s = v + long_bias.data[(i % n) * bias_step];
+                if relu && s <= 0.0 {
+                    0.0
+                } else {
+                    s
+                }
+            })
+            .collect();
+        let want = RefArray::new(&product.shape, quantize(dtype, &data));
+        // The product's rounding grows with Σ|a·b| (≤ 4k here), not with the result, which
+        // the bias can cancel to near zero.
+        let atol = (2.0 + k as f64) * epsilon(dtype) * 4.0 * (k as f64 + 1.0);
+        assert_close(
+            &format!("fused_matmul {activation:?} {dtype} {sa:?}x[{k}, {n}]"),
+            &got,
+            &want,
+            2.0 + k as f64,
+            atol,
+        )
+    };
+    let strat = (
+        1..20usize,
+        1..40usize,
+        1..20usize,
+        any::<bool>(),
+        any::<bool>(),
+        0..floats.len(),
+        any::<u64>(),
+        view_kind(),
+    );
+    check(
+        "fused_matmul",
+        strat,
+        |(m, k, n, batched, relu, di, seed, view)| {
+            let sa = if batched { vec![2, m, k] } else { vec![m, k] };
+            case(floats[di], &sa, (k, n), relu, view, 1, seed)
+        },
+    );
+    for &dtype in &floats {
+        // A long K over few output tiles (GPU GEMMs split K there), a strided bias, and a
+        // Dense layer's shape.
+        for (sa, k, n, step) in [
+            (vec![4, 2048], 2048, 8, 1),
+            (vec![9, 7], 7, 5, 2),
+            (vec![32, 784], 784, 256, 1),
+        ] {
+            let r = case(dtype, &sa, (k, n), true, ViewKind::Contiguous, step, 3);
+            assert!(r.is_ok(), "{dtype} {sa:?}x[{k}, {n}] bias step {step}: {r:?}");
+        }
+    }
+}

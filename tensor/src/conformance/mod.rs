@@ -62,6 +62,7 @@ macro_rules! conformance_tests {
             mean_and_logsumexp => reduce::mean_and_logsumexp,
             arg_reductions => reduce::arg_reductions,
             matmul => linalg::matmul,
+            fused_matmul => linalg::fused_matmul,
             reshape_transpose_reverse => shape::reshape_transpose_reverse,
             strided_slice => shape::strided_slice,
             concat_split_stack => shape::concat_split_stack,

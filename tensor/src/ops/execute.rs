@@ -173,6 +173,10 @@ impl Op {
                 let (dx, db) = inputs[0].bias_activation_grad(inputs[1], *activation)?;
                 Ok(vec![dx, db])
             }
+            Op::FusedMatMul(activation) => {
+                n(3)?;
+                one(inputs[0].fused_matmul(inputs[1], inputs[2], *activation)?)
+            }
             Op::SparseSoftmaxCrossEntropy => {
                 n(2)?;
                 let (loss, backprop) =

@@ -1,10 +1,12 @@
 //! `matmul`: batched matrix products with transposes and broadcast batch axes.
 
 use crate::backend::Operand;
+use crate::device::device_has_fused;
 use crate::dispatch::dispatch;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::layout::broadcast_shapes;
+use crate::fused::{FusedActivation, FusedKernel};
+use crate::layout::{broadcast_shapes, Layout};
 use crate::op::Op;
 use crate::tensor::Tensor;
 
@@ -17,6 +19,133 @@ impl Tensor {
     /// `op(self) @ op(rhs)` where `op` transposes the last two axes when asked.
     /// Transposes are free: the kernel reads through the transposed layout.
     pub fn matmul_t(&self, rhs: &Tensor, transpose_a: bool, transpose_b: bool) -> Result<Tensor> {
+        let (la, lb, out_shape) = self.matmul_layouts(rhs, transpose_a, transpose_b)?;
+        dispatch(
+            || Op::MatMul {
+                transpose_a,
+                transpose_b,
+            },
+            &[self, rhs],
+            |p| {
+                p.check_output("matmul", la.shape(), self.dtype())?;
+                p.check_output("matmul", lb.shape(), self.dtype())?;
+                if p.check_output("matmul", &out_shape, self.dtype())? == 0 {
+                    return p.empty(&out_shape, self.dtype());
+                }
+                let buf = p.backend.matmul(
+                    Operand {
+                        layout: &la,
+                        ..self.operand()
+                    },
+                    Operand {
+                        layout: &lb,
+                        ..rhs.operand()
+                    },
+                )?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &out_shape,
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
+    }
+
+    /// `activation(self @ rhs + bias)` (`bias` along the last axis, as a Dense layer adds
+    /// it), in one kernel where the backend has it (TF's `_FusedMatMul` with `BiasAdd` and
+    /// an optional `Relu`: the bias and activation applied as the product is stored), else
+    /// composed. What a graph function's pass makes of a Dense layer's forward.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::{FusedActivation, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[1, 2])?;
+    /// let w = Tensor::from_vec(vec![1.0f32, -1.0, 1.0, -1.0], &[2, 2])?;
+    /// let b = Tensor::from_vec(vec![0.5f32, 0.5], &[2])?;
+    /// let y = x.fused_matmul(&w, &b, FusedActivation::Relu)?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![3.5, 0.0]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn fused_matmul(
+        &self,
+        rhs: &Tensor,
+        bias: &Tensor,
+        activation: FusedActivation,
+    ) -> Result<Tensor> {
+        const OP: &str = "fused_matmul";
+        if !self.dtype().is_float() {
+            return Err(Error::UnsupportedDType {
+                op: OP,
+                dtype: self.dtype(),
+                expected: "a float dtype",
+            });
+        }
+        let (la, lb, out_shape) = self.matmul_layouts(rhs, false, false)?;
+        if bias.dtype() != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: OP,
+                lhs: self.dtype(),
+                rhs: bias.dtype(),
+            });
+        }
+        let n = out_shape[out_shape.len() - 1];
+        if bias.shape() != [n] {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                msg: "the bias must be a vector as long as the product's last axis",
+                lhs: out_shape,
+                rhs: bias.shape().to_vec(),
+            });
+        }
+        if !device_has_fused(self.device(), FusedKernel::FusedMatMul, self.dtype()) {
+            let y = self.matmul(rhs)?.add(bias)?;
+            return match activation {
+                FusedActivation::Linear => Ok(y),
+                FusedActivation::Relu => y.relu(),
+            };
+        }
+        dispatch(
+            || Op::FusedMatMul(activation),
+            &[self, rhs, bias],
+            |p| {
+                p.check_output(OP, la.shape(), self.dtype())?;
+                p.check_output(OP, lb.shape(), self.dtype())?;
+                if p.check_output(OP, &out_shape, self.dtype())? == 0 {
+                    return p.empty(&out_shape, self.dtype());
+                }
+                let buf = p.backend.fused_matmul(
+                    Operand {
+                        layout: &la,
+                        ..self.operand()
+                    },
+                    Operand {
+                        layout: &lb,
+                        ..rhs.operand()
+                    },
+                    bias.operand(),
+                    activation,
+                )?;
+                Ok(Tensor::from_buffer(
+                    buf,
+                    &out_shape,
+                    self.dtype(),
+                    p.backend,
+                    p.device,
+                ))
+            },
+        )
+    }
+
+    /// The operands' layouts for a product (transposed as asked, batch axes broadcast) and
+    /// the output shape, or the error naming what does not fit.
+    fn matmul_layouts(
+        &self,
+        rhs: &Tensor,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> Result<(Layout, Layout, Vec<usize>)> {
         if self.dtype() != rhs.dtype() {
             return Err(Error::DTypeMismatch {
                 op: "matmul",
@@ -71,38 +200,7 @@ impl Tensor {
         };
         let la = la.broadcast_to("matmul", &with([m, k]))?;
         let lb = lb.broadcast_to("matmul", &with([k, n]))?;
-        let out_shape = with([m, n]);
-        dispatch(
-            || Op::MatMul {
-                transpose_a,
-                transpose_b,
-            },
-            &[self, rhs],
-            |p| {
-                p.check_output("matmul", la.shape(), self.dtype())?;
-                p.check_output("matmul", lb.shape(), self.dtype())?;
-                if p.check_output("matmul", &out_shape, self.dtype())? == 0 {
-                    return p.empty(&out_shape, self.dtype());
-                }
-                let buf = p.backend.matmul(
-                    Operand {
-                        layout: &la,
-                        ..self.operand()
-                    },
-                    Operand {
-                        layout: &lb,
-                        ..rhs.operand()
-                    },
-                )?;
-                Ok(Tensor::from_buffer(
-                    buf,
-                    &out_shape,
-                    self.dtype(),
-                    p.backend,
-                    p.device,
-                ))
-            },
-        )
+        Ok((la, lb, with([m, n])))
     }
 }
 

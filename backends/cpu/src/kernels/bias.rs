@@ -32,6 +32,27 @@ pub(crate) fn bias_activation<T: Num + Send + Sync + num_traits::Float>(
     });
 }
 
+/// `activation(a @ b + bias)` for f32 or f64: the product, then the bias and activation
+/// in place over it while it is fresh in cache (no second buffer).
+pub(crate) fn fused_matmul(
+    a: Operand<'_>,
+    b: Operand<'_>,
+    bias: Operand<'_>,
+    activation: FusedActivation,
+) -> Result<HostData> {
+    let mut y = super::matmul::matmul(a, b)?;
+    match (&mut y, host(&bias)?) {
+        (HostData::F32(v), HostData::F32(c)) => {
+            bias_activation(v, &dense(c, bias.layout), activation)
+        }
+        (HostData::F64(v), HostData::F64(c)) => {
+            bias_activation(v, &dense(c, bias.layout), activation)
+        }
+        _ => return Err(unsupported("cpu", "fused_matmul", a.dtype)),
+    }
+    Ok(y)
+}
+
 /// `(dx, dbias)` for `y = activation(x + bias)` from `y`'s gradient `g`, in every float
 /// type (half precision computed in f32 chunk by chunk).
 pub(crate) fn bias_activation_grad(

@@ -12,7 +12,9 @@ use super::pool::{avg_pool_grad_source, max_pool_grad_source, pool2d_source};
 use super::reduce::{arg_reduce_source, reduce_source};
 use super::scan::{cumulative_source, sort_source};
 use crate::elem::Elem;
-use ferroflow_tensor::{ArgReduceOp, BinaryOp, CumulativeOp, DType, PoolKind, ReduceOp, UnaryOp};
+use ferroflow_tensor::{
+    ArgReduceOp, BinaryOp, CumulativeOp, DType, FusedActivation, PoolKind, ReduceOp, UnaryOp,
+};
 
 /// Every storage type a kernel can see.
 const ELEMS: [Elem; 6] = [
@@ -170,6 +172,14 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
                         format!("matmul_{t:?}_{e:?}_{o:?}_{r:?}"),
                         Some(gemm_full_source(t, (e, e, o), r, &matmul_loaders(e, r))),
                     );
+                    if e == Elem::F32 {
+                        for a in [FusedActivation::Linear, FusedActivation::Relu] {
+                            add(
+                                format!("fused_matmul_{a:?}_{t:?}_{r:?}"),
+                                Some(gemm::gemm_epilogue_source(t, r, &matmul_loaders(e, r), a)),
+                            );
+                        }
+                    }
                 }
                 if e.is_float() {
                     for (name, readers) in [

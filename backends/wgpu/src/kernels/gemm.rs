@@ -11,7 +11,9 @@ use super::{output, In};
 use crate::elem::{Elem, Params};
 use crate::gpu::{backend_error, Gpu, Kernel};
 use crate::shaders::{fill, kernel_source, GEO_LIB};
-use ferroflow_tensor::{DType, Layout, Operand, ReduceOp, Result, Window2d};
+use ferroflow_tensor::{
+    BinaryOp, DType, FusedActivation, Layout, Operand, ReduceOp, Result, UnaryOp, Window2d,
+};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -75,7 +77,7 @@ fn gemm_source(
     c: &str,
     fma: bool,
     reads: Reads,
-    store: &dyn Fn(&str) -> String,
+    store: &dyn Fn(&str, &str) -> String,
 ) -> String {
     let (rt, ct) = (t.bm / t.tm, t.bn / t.tn);
     assert_eq!(rt * ct, 256, "GEMM tiles use 256 threads");
@@ -212,11 +214,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             t.tm
         );
         for j in 0..t.tn {
+            let col = format!("col0 + tc + {}u", j * ct);
             s += &format!(
-                "        if col0 + tc + {}u < N {{ Y[(b * M + r{i}) * N + col0 + tc + {}u] = {}; }}\n",
-                j * ct,
-                j * ct,
-                store(&format!("c{i}_{j}"))
+                "        if {col} < N {{ Y[(b * M + r{i}) * N + {col}] = {}; }}\n",
+                store(&format!("c{i}_{j}"), &col)
             );
         }
         s += "    }\n";
@@ -236,7 +237,7 @@ pub(crate) fn gemm_full_source(
 ) -> String {
     let f16 = [a, b, out].contains(&Elem::F16);
     let c = a.compute().unwrap_or("f32");
-    let body = gemm_source(t, c, a.is_float(), reads, &|v| out.store_expr(v));
+    let body = gemm_source(t, c, a.is_float(), reads, &|v, _| out.store_expr(v));
     let (ta, tb) = match reads {
         Reads::Vec4 => ("A4: array<vec4<f32>>", "B4: array<vec4<f32>>"),
         Reads::Scalar { .. } => ("A: array<$A>", "B: array<$B>"),
@@ -251,6 +252,40 @@ pub(crate) fn gemm_full_source(
         &[("A", a.store()), ("B", b.store()), ("Y", out.store())],
     );
     kernel_source(f16, &format!("{decl}{loaders}{body}"))
+}
+
+/// The float32 GEMM with a bias-and-activation epilogue (`fused_matmul`): the bias
+/// (binding 3, dense from word `P[13]`) added to each output column as the tile is
+/// stored, then the activation (ReLU keeps NaN, as the `relu` kernel).
+pub(crate) fn gemm_epilogue_source(
+    t: Tile,
+    reads: Reads,
+    loaders: &str,
+    activation: FusedActivation,
+) -> String {
+    let body = gemm_source(t, "f32", true, reads, &|v, col| {
+        format!("epilogue({v}, {col})")
+    });
+    let (ta, tb) = match reads {
+        Reads::Vec4 => ("A4: array<vec4<f32>>", "B4: array<vec4<f32>>"),
+        Reads::Scalar { .. } => ("A: array<f32>", "B: array<f32>"),
+    };
+    let act = match activation {
+        FusedActivation::Linear => "return s;",
+        FusedActivation::Relu => "return select(s, 0.0, s <= 0.0);",
+    };
+    let decl = format!(
+        "@group(0) @binding(1) var<storage, read> {ta};
+@group(0) @binding(2) var<storage, read> {tb};
+@group(0) @binding(3) var<storage, read> Bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> Y: array<f32>;
+fn epilogue(v: f32, col: u32) -> f32 {{
+    let s = v + Bias[P[13] + col];
+    {act}
+}}
+"
+    );
+    kernel_source(false, &format!("{decl}{loaders}{body}"))
 }
 
 /// Builds (once) the GEMM kernel with the given operand readers.
@@ -304,7 +339,17 @@ fn load_b(base: i32, k: u32, n: u32) -> {c} {{
 }
 
 /// `[..batch, m, k] × [..batch, k, n]` with strided (and broadcast) operands.
-pub(crate) fn matmul(a: &In<'_>, b: &In<'_>) -> Result<crate::buffer::WgpuBuffer> {
+/// A matmul's kernel choice: tile, operand reads, loaders, parameters and `(batch, m, n,
+/// k)`; `None` when the output is empty.
+struct MatmulPlan {
+    tile: Tile,
+    reads: Reads,
+    loaders: String,
+    params: Params,
+    dims: (usize, usize, usize, usize),
+}
+
+fn plan_matmul(a: &In<'_>, b: &In<'_>) -> Result<Option<MatmulPlan>> {
     let gpu = a.gpu();
     let e = a.elem();
     if !Arc::ptr_eq(gpu, b.gpu()) {
@@ -319,7 +364,7 @@ pub(crate) fn matmul(a: &In<'_>, b: &In<'_>) -> Result<crate::buffer::WgpuBuffer
     let batch_dims = &sa[..r - 2];
     let batch: usize = batch_dims.iter().product();
     if batch * m * n == 0 {
-        return output(gpu, e, 0);
+        return Ok(None);
     }
     if batch > 65535 {
         return Err(backend_error(format!(
@@ -365,15 +410,112 @@ pub(crate) fn matmul(a: &In<'_>, b: &In<'_>) -> Result<crate::buffer::WgpuBuffer
             1,
             crate::elem::descriptor(batch_dims, &bst[..r - 2], b.op.layout.offset()),
         );
+    Ok(Some(MatmulPlan {
+        tile: t,
+        reads,
+        loaders,
+        params: p,
+        dims: (batch, m, n, k),
+    }))
+}
+
+pub(crate) fn matmul(a: &In<'_>, b: &In<'_>) -> Result<crate::buffer::WgpuBuffer> {
+    let Some(plan) = plan_matmul(a, b)? else {
+        return output(a.gpu(), a.elem(), 0);
+    };
     launch(
-        gpu,
+        a.gpu(),
         "matmul",
-        (t, e, reads),
-        &loaders,
-        p,
+        (plan.tile, a.elem(), plan.reads),
+        &plan.loaders,
+        plan.params,
         (a.buf.raw(), b.buf.raw()),
-        (batch, m, n, k),
+        plan.dims,
     )
+}
+
+/// `activation(a @ b + bias)` for float32 operands: the GEMM with the bias and activation
+/// in its epilogue (one kernel); a product that splits K, or a strided bias, runs the
+/// GEMM and then the bias add and activation kernels.
+pub(crate) fn fused_matmul(
+    a: &In<'_>,
+    b: &In<'_>,
+    bias: &In<'_>,
+    activation: FusedActivation,
+) -> Result<crate::buffer::WgpuBuffer> {
+    let gpu = a.gpu();
+    if !Arc::ptr_eq(gpu, b.gpu()) || !Arc::ptr_eq(gpu, bias.gpu()) {
+        return Err(backend_error(
+            "fused_matmul: operands live on different GPUs",
+        ));
+    }
+    if [a.elem(), b.elem(), bias.elem()] != [Elem::F32; 3] {
+        return Err(crate::elem::unsupported_on(
+            gpu,
+            "fused_matmul",
+            a.elem().dtype(),
+        ));
+    }
+    let Some(plan) = plan_matmul(a, b)? else {
+        return output(gpu, Elem::F32, 0);
+    };
+    let (batch, m, n, _) = plan.dims;
+    let splits = k_splits(plan.tile, Elem::F32, plan.dims);
+    let dense_bias = bias.op.layout.contiguous_range().map(|(offset, _)| offset);
+    let (Some(offset), 1) = (dense_bias, splits) else {
+        let y = matmul(a, b)?;
+        let sa = a.op.shape();
+        let mut shape = sa[..sa.len() - 2].to_vec();
+        shape.extend([m, n]);
+        let layout = Layout::contiguous(&shape);
+        let y_op = Operand {
+            buffer: &y,
+            layout: &layout,
+            dtype: DType::F32,
+        };
+        let bias_layout = bias.op.layout.broadcast_to("fused_matmul", &shape)?;
+        let bias_op = Operand {
+            layout: &bias_layout,
+            ..bias.op
+        };
+        let sum = super::elementwise::binary(BinaryOp::Add, &In::new(y_op)?, &In::new(bias_op)?)?;
+        return match activation {
+            FusedActivation::Linear => Ok(sum),
+            FusedActivation::Relu => {
+                let sum_op = Operand {
+                    buffer: &sum,
+                    layout: &layout,
+                    dtype: DType::F32,
+                };
+                super::elementwise::unary(UnaryOp::Relu, &In::new(sum_op)?)
+            }
+        };
+    };
+    let t = plan.tile;
+    let groups = [
+        n.div_ceil(t.bn as usize) as u32,
+        m.div_ceil(t.bm as usize) as u32,
+        batch as u32,
+    ];
+    if groups.iter().any(|&g| g > 65535) {
+        return Err(backend_error(
+            "fused_matmul: the problem exceeds one dispatch's workgroups",
+        ));
+    }
+    let key = format!("fused_matmul_{activation:?}_{t:?}_{:?}", plan.reads);
+    let kern = gpu.kernel_trusted(&key, 3, 1, || {
+        gemm_epilogue_source(t, plan.reads, &plan.loaders, activation)
+    })?;
+    let out = output(gpu, Elem::F32, batch * m * n)?;
+    let p = plan.params.set(12, 0).set(13, offset as u32);
+    gpu.dispatch(
+        &kern,
+        &p.0,
+        &[a.buf.raw(), b.buf.raw(), bias.buf.raw()],
+        &[out.raw()],
+        groups,
+    )?;
+    Ok(out)
 }
 
 /// How many slabs to split K into: problems with few output tiles and a long K (the filter
