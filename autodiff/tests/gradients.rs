@@ -620,6 +620,19 @@ fn backprop_primitives_match_finite_differences() {
         &|x| Tensor::avg_pool_grad([2, 5, 4, 2], &x[0], [3, 2], [1, 2], Padding::Same),
         &[input(&[2, 5, 2, 2], 25, -1.0, 1.0)],
     );
+    // fused_matmul(a, b, bias): the product's, the bias add's and the ReLU's gradients (a
+    // batched left operand; the bias keeps the sums away from ReLU's kink).
+    for activation in [FusedActivation::Linear, FusedActivation::Relu] {
+        check(
+            &format!("fused_matmul {activation:?}"),
+            &|x| x[0].fused_matmul(&x[1], &x[2], activation),
+            &[
+                input(&[2, 3, 4], 28, -1.0, 1.0),
+                input(&[4, 5], 29, -1.0, 1.0),
+                (vec![5], vec![2.5, -2.5, 2.5, -2.5, 2.5]),
+            ],
+        );
+    }
     // bias_activation_grad(g, y): dx = g·[y > 0] and db = Σ dx; y away from 0.
     let g = input(&[3, 4], 26, -1.0, 1.0);
     let y: (Vec<usize>, Vec<f64>) = (

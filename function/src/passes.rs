@@ -209,9 +209,7 @@ pub(crate) fn fuse_matmul_bias(graph: &mut Graph) -> usize {
         let Some(out) = product.outputs.first() else {
             continue;
         };
-        if !is_product
-            || !matches!(out.dtype, DType::F32 | DType::F64)
-            || product.inputs.len() != 2
+        if !is_product || !matches!(out.dtype, DType::F32 | DType::F64) || product.inputs.len() != 2
         {
             continue;
         }
@@ -219,8 +217,7 @@ pub(crate) fn fuse_matmul_bias(graph: &mut Graph) -> usize {
             continue;
         };
         let add = &graph.nodes[j];
-        if !matches!(add.kind, NodeKind::Op(Op::Binary(BinaryOp::Add))) || add.outputs[0] != *out
-        {
+        if !matches!(add.kind, NodeKind::Op(Op::Binary(BinaryOp::Add))) || add.outputs[0] != *out {
             continue;
         }
         let me = ValueRef { node: i, output: 0 };

@@ -310,7 +310,9 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
             [Value::Batched(x), Value::Invariant(w), Value::Invariant(bias)] if w.rank() == 2 => {
                 let k = x.shape()[x.rank() - 1];
                 let rows = x.num_elements() / k.max(1);
-                let y = x.reshape_to(&[rows, k])?.fused_matmul(w, bias, *activation)?;
+                let y = x
+                    .reshape_to(&[rows, k])?
+                    .fused_matmul(w, bias, *activation)?;
                 let mut shape = x.shape()[..x.rank() - 1].to_vec();
                 shape.push(y.shape()[1]);
                 Ok(Some(vec![y.reshape_to(&shape)?]))

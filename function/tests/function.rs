@@ -659,7 +659,8 @@ fn a_product_its_bias_and_relu_are_one_kernel() {
     let b = f32s(&[4], 13);
     let forward = |a: &[Tensor]| -> ferroflow::Result<Tensor> {
         let h = a[0].matmul(&a[1])?.add(&a[2])?.relu()?;
-        h.matmul(&a[1].transpose(&[1, 0])?)?.add(&a[0].reduce_sum(0isize, false)?)
+        h.matmul(&a[1].transpose(&[1, 0])?)?
+            .add(&a[0].reduce_sum(0isize, false)?)
     };
     let step = |a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
         let tape = GradientTape::new();

@@ -154,9 +154,8 @@ pub fn fused_matmul(device: &Device) {
                 seed: u64|
      -> Result<(), TestCaseError> {
         let mut g = crate::random::Philox::new([seed, 31]);
-        let mut draw = |len: usize| -> Vec<f64> {
-            (0..len).map(|_| g.next_f64() * 4.0 - 2.0).collect()
-        };
+        let mut draw =
+            |len: usize| -> Vec<f64> { (0..len).map(|_| g.next_f64() * 4.0 - 2.0).collect() };
         let a = quantized(dtype, &RefArray::new(sa, draw(sa.iter().product())));
         let b = quantized(dtype, &RefArray::new(&[k, n], draw(k * n)));
         let long_bias = quantized(dtype, &RefArray::new(&[n * bias_step], draw(n * bias_step)));
@@ -231,7 +230,10 @@ pub fn fused_matmul(device: &Device) {
             (vec![32, 784], 784, 256, 1),
         ] {
             let r = case(dtype, &sa, (k, n), true, ViewKind::Contiguous, step, 3);
-            assert!(r.is_ok(), "{dtype} {sa:?}x[{k}, {n}] bias step {step}: {r:?}");
+            assert!(
+                r.is_ok(),
+                "{dtype} {sa:?}x[{k}, {n}] bias step {step}: {r:?}"
+            );
         }
     }
 }
