@@ -171,8 +171,12 @@ fn save_weights_killed_at_random_moments_leaves_a_whole_file() {
     let mut probe = model();
     let mut last = 0.0;
     let mut advanced = 0;
+    // Runs killed since the last one that completed a save: each may leave one temporary
+    // file, which the next completed save removes.
+    let mut since_a_save = 0;
     for (kill, delay) in delays(7).take(KILLS).enumerate() {
         run_and_kill(&format!("weights:{}", path.display()), delay);
+        since_a_save += 1;
         if !path.exists() {
             assert_eq!(last, 0.0, "kill {kill}: the weights file vanished");
             continue;
@@ -184,6 +188,9 @@ fn save_weights_killed_at_random_moments_leaves_a_whole_file() {
             .unwrap_or_else(|e| panic!("kill {kill} after {delay:?}: {e}"));
         assert!(v >= last, "kill {kill}: went back from save {last} to {v}");
         advanced += usize::from(v > last);
+        if v > last {
+            since_a_save = 0;
+        }
         last = v;
     }
     saves_completed("save_weights", advanced);
@@ -193,7 +200,12 @@ fn save_weights_killed_at_random_moments_leaves_a_whole_file() {
         .map(|e| e.file_name())
         .filter(|n| n != "ckpt.safetensors")
         .collect();
-    assert!(strays.len() <= 1, "temporary files pile up: {strays:?}");
+    // A run that completed a save and was then killed mid-write leaves one; so may each run
+    // after it that completed none (a loaded machine starts the children slowly).
+    assert!(
+        strays.len() <= since_a_save + 1,
+        "temporary files pile up: {strays:?} ({since_a_save} runs since the last completed save)"
+    );
 }
 
 #[test]

@@ -476,21 +476,6 @@ impl Gpu {
             return Ok(());
         }
         DISPATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if std::env::var_os("FF_DEBUG_DISPATCH").is_some() {
-            let bt = std::backtrace::Backtrace::force_capture().to_string();
-            let frames: Vec<&str> = bt
-                .lines()
-                .filter(|l| {
-                    l.contains("ferroflow")
-                        && !l.contains("at ")
-                        && !l.contains("gpu::Gpu::dispatch")
-                        && !l.contains("backtrace")
-                })
-                .take(4)
-                .map(|l| l.trim())
-                .collect();
-            eprintln!("DISPATCH {}", frames.join(" <- "));
-        }
         let pbuf = self.params_buffer(params)?;
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,

@@ -18,7 +18,7 @@ pub(crate) fn bias_activation<T: Num + Send + Sync + num_traits::Float>(
 ) {
     let c = bias.len().max(1);
     let rows = (65536 / c).max(1);
-    y.par_chunks_mut(rows * c).for_each(|part| {
+    let part = |part: &mut [T]| {
         for row in part.chunks_mut(c) {
             for (v, &b) in row.iter_mut().zip(bias) {
                 let s = *v + b;
@@ -29,7 +29,13 @@ pub(crate) fn bias_activation<T: Num + Send + Sync + num_traits::Float>(
                 };
             }
         }
-    });
+    };
+    if y.len() <= rows * c {
+        // One chunk: on this thread (handing it to the pool costs more than it does).
+        part(y);
+    } else {
+        y.par_chunks_mut(rows * c).for_each(part);
+    }
 }
 
 /// `activation(a @ b + bias)` for f32 or f64: the product, then the bias and activation
