@@ -88,6 +88,26 @@ fn bias_activation_grad(
     ])
 }
 
+/// The gradient of `y = activation(z + bias)` with respect to `z` from `y`'s gradient `g`
+/// (ReLU: where y > 0, i.e. where its input was positive), and the bias's when `bias` is
+/// asked for (one fused pass then): the first half of a fused convolution's or product's
+/// gradient.
+fn through_bias_activation(
+    g: Tensor,
+    y: &Tensor,
+    activation: FusedActivation,
+    bias: bool,
+) -> Result<(Tensor, Option<Tensor>)> {
+    Ok(match activation {
+        _ if bias => {
+            let (g, db) = g.bias_activation_grad(y, activation)?;
+            (g, Some(db))
+        }
+        FusedActivation::Linear => (g, None),
+        FusedActivation::Relu => (g.relu_grad(y)?, None),
+    })
+}
+
 /// `(loss, backprop) = sparse_softmax_cross_entropy_with_logits(logits, labels)`: the
 /// loss's gradient is `backprop`, scaled per row by `gloss`; `backprop = p - one_hot` with
 /// `p = softmax(logits)` has the softmax's Jacobian-vector product `p·(gb - Σ gb·p)`. Both
@@ -304,14 +324,7 @@ pub(crate) fn backward(
         // y = act(conv2d(x, f) + b): the gradient through the activation (ReLU: where y > 0,
         // i.e. where its input was positive), then conv2d's and a bias add's.
         Op::FusedConv2d(w, activation) => {
-            let (g, db) = match activation {
-                _ if need(2) => {
-                    let (g, db) = g.bias_activation_grad(y, *activation)?;
-                    (g, Some(db))
-                }
-                FusedActivation::Linear => (g, None),
-                FusedActivation::Relu => (g.relu_grad(y)?, None),
-            };
+            let (g, db) = through_bias_activation(g, y, *activation, need(2))?;
             let mut grads = conv2d_grads(w, &inputs[0], &inputs[1], &g, [need(0), need(1)])?;
             grads.push(db);
             grads
@@ -319,14 +332,7 @@ pub(crate) fn backward(
         // y = act(a @ b + bias): the gradient through the activation, then matmul's and
         // the bias add's.
         Op::FusedMatMul(activation) => {
-            let (g, db) = match activation {
-                _ if need(2) => {
-                    let (g, db) = g.bias_activation_grad(y, *activation)?;
-                    (g, Some(db))
-                }
-                FusedActivation::Linear => (g, None),
-                FusedActivation::Relu => (g.relu_grad(y)?, None),
-            };
+            let (g, db) = through_bias_activation(g, y, *activation, need(2))?;
             let mut grads = matmul(&inputs[0], &inputs[1], &g, false, false, [need(0), need(1)])?;
             grads.push(db);
             grads

@@ -1,8 +1,8 @@
 //! `matmul`: batched matrix products with transposes and broadcast batch axes.
 
-use crate::backend::Operand;
+use crate::backend::{BufferBox, Operand};
 use crate::device::device_has_fused;
-use crate::dispatch::dispatch;
+use crate::dispatch::{dispatch, Placement};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fused::{FusedActivation, FusedKernel};
@@ -27,28 +27,9 @@ impl Tensor {
             },
             &[self, rhs],
             |p| {
-                p.check_output("matmul", la.shape(), self.dtype())?;
-                p.check_output("matmul", lb.shape(), self.dtype())?;
-                if p.check_output("matmul", &out_shape, self.dtype())? == 0 {
-                    return p.empty(&out_shape, self.dtype());
-                }
-                let buf = p.backend.matmul(
-                    Operand {
-                        layout: &la,
-                        ..self.operand()
-                    },
-                    Operand {
-                        layout: &lb,
-                        ..rhs.operand()
-                    },
-                )?;
-                Ok(Tensor::from_buffer(
-                    buf,
-                    &out_shape,
-                    self.dtype(),
-                    p.backend,
-                    p.device,
-                ))
+                run_product("matmul", self, rhs, (&la, &lb, &out_shape), &p, |a, b| {
+                    p.backend.matmul(a, b)
+                })
             },
         )
     }
@@ -110,30 +91,9 @@ impl Tensor {
             || Op::FusedMatMul(activation),
             &[self, rhs, bias],
             |p| {
-                p.check_output(OP, la.shape(), self.dtype())?;
-                p.check_output(OP, lb.shape(), self.dtype())?;
-                if p.check_output(OP, &out_shape, self.dtype())? == 0 {
-                    return p.empty(&out_shape, self.dtype());
-                }
-                let buf = p.backend.fused_matmul(
-                    Operand {
-                        layout: &la,
-                        ..self.operand()
-                    },
-                    Operand {
-                        layout: &lb,
-                        ..rhs.operand()
-                    },
-                    bias.operand(),
-                    activation,
-                )?;
-                Ok(Tensor::from_buffer(
-                    buf,
-                    &out_shape,
-                    self.dtype(),
-                    p.backend,
-                    p.device,
-                ))
+                run_product(OP, self, rhs, (&la, &lb, &out_shape), &p, |a, b| {
+                    p.backend.fused_matmul(a, b, bias.operand(), activation)
+                })
             },
         )
     }
@@ -202,6 +162,40 @@ impl Tensor {
         let lb = lb.broadcast_to("matmul", &with([k, n]))?;
         Ok((la, lb, with([m, n])))
     }
+}
+
+/// Runs a product's kernel on `p`: the operands' and the output's sizes checked, an empty
+/// output without a kernel, the operands read through the product's layouts.
+fn run_product(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    (la, lb, out_shape): (&Layout, &Layout, &[usize]),
+    p: &Placement<'_>,
+    kernel: impl FnOnce(Operand<'_>, Operand<'_>) -> Result<BufferBox>,
+) -> Result<Tensor> {
+    p.check_output(op, la.shape(), a.dtype())?;
+    p.check_output(op, lb.shape(), a.dtype())?;
+    if p.check_output(op, out_shape, a.dtype())? == 0 {
+        return p.empty(out_shape, a.dtype());
+    }
+    let buf = kernel(
+        Operand {
+            layout: la,
+            ..a.operand()
+        },
+        Operand {
+            layout: lb,
+            ..b.operand()
+        },
+    )?;
+    Ok(Tensor::from_buffer(
+        buf,
+        out_shape,
+        a.dtype(),
+        p.backend,
+        p.device,
+    ))
 }
 
 fn swap_last(rank: usize) -> Vec<usize> {
