@@ -446,6 +446,46 @@ impl Cuda {
         Ok(y)
     }
 
+    /// `activation(y + bias)` over a dense product `y` of shape `out` (bias along the last
+    /// axis) as one elementwise program, each step rounded where the composed ops round:
+    /// the fused convolution's and product's epilogue after their GEMM.
+    fn bias_activation_epilogue(
+        &self,
+        op: &'static str,
+        y: BufferBox,
+        dtype: DType,
+        out: &[usize],
+        bias: Operand<'_>,
+        activation: FusedActivation,
+    ) -> Result<BufferBox> {
+        let dense = Layout::contiguous(out);
+        let mut steps = vec![ElementwiseStep::Binary(BinaryOp::Add, 0, 1)];
+        if activation == FusedActivation::Relu {
+            steps.push(ElementwiseStep::Unary(UnaryOp::Relu, 2));
+        }
+        let epilogue = ElementwiseProgram {
+            num_inputs: 2,
+            outputs: vec![1 + steps.len()],
+            steps,
+        };
+        let mut outputs = self.fused_elementwise(
+            &epilogue,
+            &[
+                Operand {
+                    buffer: y.as_ref(),
+                    layout: &dense,
+                    dtype,
+                },
+                bias,
+            ],
+            out,
+        )?;
+        outputs.pop().ok_or_else(|| Error::Backend {
+            backend: BACKEND,
+            msg: format!("{op}: the epilogue returned no buffer"),
+        })
+    }
+
     /// Copies `x` into the part of `y` that starts at `offset` and steps by `strides` (a
     /// dense output's strides).
     #[allow(clippy::too_many_arguments)]
@@ -1029,7 +1069,8 @@ impl Backend for Cuda {
             FusedKernel::FusedConv2d | FusedKernel::BiasActivationGrad => float,
             FusedKernel::ClipScalar => dtype != DType::Bool && Elem::of(dtype).is_some(),
             FusedKernel::Elementwise => float,
-            FusedKernel::SparseSoftmaxCrossEntropy | FusedKernel::FusedMatMul => false,
+            FusedKernel::SparseSoftmaxCrossEntropy => matches!(dtype, DType::F32 | DType::F64),
+            FusedKernel::FusedMatMul => float,
         }
     }
     fn fused_conv2d(
@@ -1048,37 +1089,73 @@ impl Backend for Cuda {
             // step rounded where the composed ops round).
             let y = self.conv2d_gemm(op, x, filter, w, shape)?;
             let out = [w.input[0], w.output[0], w.output[1], cout];
-            let dense = Layout::contiguous(&out);
-            let mut steps = vec![ElementwiseStep::Binary(BinaryOp::Add, 0, 1)];
-            if activation == FusedActivation::Relu {
-                steps.push(ElementwiseStep::Unary(UnaryOp::Relu, 2));
-            }
-            let epilogue = ElementwiseProgram {
-                num_inputs: 2,
-                outputs: vec![1 + steps.len()],
-                steps,
-            };
-            let mut outputs = self.fused_elementwise(
-                &epilogue,
-                &[
-                    Operand {
-                        buffer: y.as_ref(),
-                        layout: &dense,
-                        dtype: x.dtype,
-                    },
-                    bias,
-                ],
-                &out,
-            )?;
-            return outputs.pop().ok_or_else(|| Error::Backend {
-                backend: BACKEND,
-                msg: format!("{op}: the epilogue returned no buffer"),
-            });
+            return self.bias_activation_epilogue(op, y, x.dtype, &out, bias, activation);
         }
         let n = w.input[0] * w.output[0] * w.output[1] * cout;
         let g = kernels(source::KernelKey::FusedConv2d(e, activation), op, x.dtype)?;
         let geometry = geo(w, cout, x.layout, Some(filter.layout))?;
         boxed(self.window_with_bias(op, &g.kernels[0], x, filter, bias, n, geometry)?)
+    }
+    /// cuBLAS's product, then the bias and activation as the fused convolution's epilogue.
+    fn fused_matmul(
+        &self,
+        a: Operand<'_>,
+        b: Operand<'_>,
+        bias: Operand<'_>,
+        activation: FusedActivation,
+    ) -> Result<BufferBox> {
+        let op = "fused_matmul";
+        float_elem(a.dtype, op)?;
+        let y = self.matmul(a, b)?;
+        let (sa, sb) = (a.layout.shape(), b.layout.shape());
+        let mut out = sa[..sa.len() - 2].to_vec();
+        out.extend([sa[sa.len() - 2], sb[sb.len() - 1]]);
+        self.bias_activation_epilogue(op, y, a.dtype, &out, bias, activation)
+    }
+    fn sparse_softmax_cross_entropy(
+        &self,
+        logits: Operand<'_>,
+        labels: Operand<'_>,
+    ) -> Result<(BufferBox, BufferBox)> {
+        let op = "sparse_softmax_cross_entropy_with_logits";
+        let e = elem(logits.dtype, op)?;
+        let ie = elem(labels.dtype, op)?;
+        let k = kernels(
+            source::KernelKey::SparseSoftmaxXent(e, ie),
+            op,
+            logits.dtype,
+        )?;
+        let (gpu, lbuf) = self.gpu_of(&logits, op)?;
+        let ibuf = ours(&labels, op)?;
+        let classes = logits.layout.shape().last().copied().unwrap_or(0);
+        let rows = labels.layout.num_elements();
+        let size = logits.dtype.size_in_bytes();
+        let loss = output(gpu, rows * size)?;
+        let backprop = output(gpu, logits.layout.num_elements() * size)?;
+        if rows > 0 && classes > 0 {
+            let (va, vb) = (view(logits.layout, op)?, view(labels.layout, op)?);
+            let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
+            gpu.zero(&mut word)?;
+            let kernel = &k.kernels[0];
+            gpu.launch(
+                &kernel.name,
+                || kernel.clone(),
+                Launch::Items(rows),
+                &[
+                    Arg::Buf(&lbuf.mem),
+                    Arg::View(va),
+                    Arg::Buf(&ibuf.mem),
+                    Arg::View(vb),
+                    Arg::Buf(&loss.mem),
+                    Arg::Buf(&backprop.mem),
+                    Arg::I64(rows as i64),
+                    Arg::I64(classes as i64),
+                    Arg::Buf(&word),
+                ],
+            )?;
+            Self::data_error(op, read_error(gpu, &word)?, classes)?;
+        }
+        Ok((boxed(loss)?, boxed(backprop)?))
     }
     fn bias_activation_grad(
         &self,

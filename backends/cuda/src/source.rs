@@ -883,6 +883,43 @@ pub fn gather(e: Elem, ie: Elem) -> Option<KernelSource> {
     Some(program_source(&name, "", &kernel))
 }
 
+/// The sparse softmax cross-entropy (`Backend::sparse_softmax_cross_entropy`): thread `i`
+/// takes row `i` of the logits (`bound` classes, read through the view once, into the
+/// backprop output), writes the softmax minus the one-hot label there and the loss
+/// `logsumexp - x[label]` (shifted by the row's maximum, as TF's kernel) into `L`, in the
+/// compute type; a label outside `[0, bound)` is recorded in the error word.
+pub fn sparse_softmax_xent(e: Elem, ie: Elem) -> Option<KernelSource> {
+    if !matches!(e, Elem::F32 | Elem::F64) {
+        return None;
+    }
+    let name = format!("sparse_softmax_xent_{}_{}", e.tag(), ie.tag());
+    let load = index_load(ie, "continue;")?;
+    let c = e.compute();
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View va, const {is}* __restrict__ B, View vb, \
+         {s}* __restrict__ L, {s}* __restrict__ BP, ff_i64 rows, ff_i64 bound, unsigned int* E) {{\n\
+         FF_LOOP(rows) {{\n\
+         ff_i64 j = i;\n\
+         {load}\
+         ff_i64 base = i * bound;\n\
+         {c} m = {lo};\n\
+         {c} picked = 0;\n\
+         for (ff_i64 k = 0; k < bound; ++k) {{ {c} v = A[at(va, base + k)]; BP[base + k] = v; if (v > m) m = v; if (k == r) picked = v; }}\n\
+         {c} s = 0;\n\
+         for (ff_i64 k = 0; k < bound; ++k) {{ {c} x = {exp}(BP[base + k] - m); BP[base + k] = x; s = s + x; }}\n\
+         {c} inv = ({c})1 / s;\n\
+         for (ff_i64 k = 0; k < bound; ++k) {{ BP[base + k] = BP[base + k] * inv; }}\n\
+         BP[base + r] = BP[base + r] - ({c})1;\n\
+         L[i] = {log}(s) - (picked - m);\n}}\n}}\n",
+        s = e.store(),
+        is = ie.store(),
+        lo = e.limits().0,
+        exp = e.math("exp"),
+        log = e.math("log"),
+    );
+    Some(program_source(&name, "", &kernel))
+}
+
 /// The adjoint of gather: output `i` (of `outer × bound × inner`, zeros first) sums the
 /// updates whose index selects its row, in index order (deterministic, no atomics); an index
 /// out of range is recorded in the error word.
@@ -2013,6 +2050,8 @@ pub enum KernelKey {
     ClipScalar(Elem),
     /// [`bias_activation_grad`].
     BiasActivationGrad(Elem, FusedActivation),
+    /// [`sparse_softmax_xent`]: logits and labels.
+    SparseSoftmaxXent(Elem, Elem),
 }
 
 /// An op's generated kernels, and whether they write the error word.
@@ -2047,6 +2086,7 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::Fill(e) => one(Some(fill(e))),
         KernelKey::Gather(e, ie) => gather(e, ie).map(|k| (vec![k], true)),
         KernelKey::ScatterAdd(e, ie) => scatter_add(e, ie).map(|k| (vec![k], true)),
+        KernelKey::SparseSoftmaxXent(e, ie) => sparse_softmax_xent(e, ie).map(|k| (vec![k], true)),
         KernelKey::Cumulative(op, e) => one(cumulative(op, e)),
         KernelKey::Sort(e) => one(sort(e)),
         KernelKey::MatmulInt(e) => one(matmul_int(e)),
@@ -2101,6 +2141,7 @@ pub fn catalog() -> Vec<KernelSource> {
         for ie in [Elem::I32, Elem::I64] {
             all.extend(gather(e, ie));
             all.extend(scatter_add(e, ie));
+            all.extend(sparse_softmax_xent(e, ie));
         }
         for &op in CumulativeOp::ALL {
             all.extend(cumulative(op, e));
@@ -2199,6 +2240,8 @@ mod tests {
                 KernelKey::Gather(e, Elem::I64),
                 KernelKey::ScatterAdd(e, Elem::I32),
                 KernelKey::ScatterAdd(e, Elem::I64),
+                KernelKey::SparseSoftmaxXent(e, Elem::I32),
+                KernelKey::SparseSoftmaxXent(e, Elem::I64),
                 KernelKey::Sort(e),
                 KernelKey::MatmulInt(e),
                 KernelKey::MaxPoolGrad(e),
