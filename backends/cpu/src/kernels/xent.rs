@@ -6,6 +6,7 @@
 use crate::buffer::{dense, host};
 use ferroflow_tensor::{backend::unsupported, Error, HostData, Operand, Result};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 const OP: &str = "sparse_softmax_cross_entropy_with_logits";
 
@@ -15,8 +16,9 @@ pub(crate) fn sparse_softmax_cross_entropy(
     labels: Operand<'_>,
 ) -> Result<(HostData, HostData)> {
     let classes = logits.shape().last().copied().unwrap_or(0);
-    let ids: Vec<i64> = match host(&labels)? {
-        HostData::I64(v) => dense(v, labels.layout).into_owned(),
+    // int64 labels as they lie when dense (no copy per step); int32 widened.
+    let ids: Cow<'_, [i64]> = match host(&labels)? {
+        HostData::I64(v) => dense(v, labels.layout),
         HostData::I32(v) => dense(v, labels.layout).iter().map(|&i| i as i64).collect(),
         _ => return Err(unsupported("cpu", OP, labels.dtype)),
     };

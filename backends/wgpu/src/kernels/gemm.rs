@@ -238,10 +238,7 @@ pub(crate) fn gemm_full_source(
     let f16 = [a, b, out].contains(&Elem::F16);
     let c = a.compute().unwrap_or("f32");
     let body = gemm_source(t, c, a.is_float(), reads, &|v, _| out.store_expr(v));
-    let (ta, tb) = match reads {
-        Reads::Vec4 => ("A4: array<vec4<f32>>", "B4: array<vec4<f32>>"),
-        Reads::Scalar { .. } => ("A: array<$A>", "B: array<$B>"),
-    };
+    let (ta, tb) = operand_declarations(reads);
     let decl = fill(
         &format!(
             "@group(0) @binding(1) var<storage, read> {ta};
@@ -252,6 +249,14 @@ pub(crate) fn gemm_full_source(
         &[("A", a.store()), ("B", b.store()), ("Y", out.store())],
     );
     kernel_source(f16, &format!("{decl}{loaders}{body}"))
+}
+
+/// The GEMM's operand bindings for `reads` (element types `$A`/`$B` for scalar reads).
+fn operand_declarations(reads: Reads) -> (&'static str, &'static str) {
+    match reads {
+        Reads::Vec4 => ("A4: array<vec4<f32>>", "B4: array<vec4<f32>>"),
+        Reads::Scalar { .. } => ("A: array<$A>", "B: array<$B>"),
+    }
 }
 
 /// The float32 GEMM with a bias-and-activation epilogue (`fused_matmul`): the bias
@@ -266,16 +271,14 @@ pub(crate) fn gemm_epilogue_source(
     let body = gemm_source(t, "f32", true, reads, &|v, col| {
         format!("epilogue({v}, {col})")
     });
-    let (ta, tb) = match reads {
-        Reads::Vec4 => ("A4: array<vec4<f32>>", "B4: array<vec4<f32>>"),
-        Reads::Scalar { .. } => ("A: array<f32>", "B: array<f32>"),
-    };
+    let (ta, tb) = operand_declarations(reads);
     let act = match activation {
         FusedActivation::Linear => "return s;",
         FusedActivation::Relu => "return select(s, 0.0, s <= 0.0);",
     };
-    let decl = format!(
-        "@group(0) @binding(1) var<storage, read> {ta};
+    let decl = fill(
+        &format!(
+            "@group(0) @binding(1) var<storage, read> {ta};
 @group(0) @binding(2) var<storage, read> {tb};
 @group(0) @binding(3) var<storage, read> Bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> Y: array<f32>;
@@ -284,6 +287,8 @@ fn epilogue(v: f32, col: u32) -> f32 {{
     {act}
 }}
 "
+        ),
+        &[("A", "f32"), ("B", "f32")],
     );
     kernel_source(false, &format!("{decl}{loaders}{body}"))
 }
@@ -338,7 +343,6 @@ fn load_b(base: i32, k: u32, n: u32) -> {c} {{
     )
 }
 
-/// `[..batch, m, k] × [..batch, k, n]` with strided (and broadcast) operands.
 /// A matmul's kernel choice: tile, operand reads, loaders, parameters and `(batch, m, n,
 /// k)`; `None` when the output is empty.
 struct MatmulPlan {
@@ -419,10 +423,16 @@ fn plan_matmul(a: &In<'_>, b: &In<'_>) -> Result<Option<MatmulPlan>> {
     }))
 }
 
+/// `[..batch, m, k] × [..batch, k, n]` with strided (and broadcast) operands.
 pub(crate) fn matmul(a: &In<'_>, b: &In<'_>) -> Result<crate::buffer::WgpuBuffer> {
     let Some(plan) = plan_matmul(a, b)? else {
         return output(a.gpu(), a.elem(), 0);
     };
+    launch_plan(a, b, plan)
+}
+
+/// Runs a planned product (split over K when the plan's output alone cannot fill the GPU).
+fn launch_plan(a: &In<'_>, b: &In<'_>, plan: MatmulPlan) -> Result<crate::buffer::WgpuBuffer> {
     launch(
         a.gpu(),
         "matmul",
@@ -463,7 +473,7 @@ pub(crate) fn fused_matmul(
     let splits = k_splits(plan.tile, Elem::F32, plan.dims);
     let dense_bias = bias.op.layout.contiguous_range().map(|(offset, _)| offset);
     let (Some(offset), 1) = (dense_bias, splits) else {
-        let y = matmul(a, b)?;
+        let y = launch_plan(a, b, plan)?;
         let sa = a.op.shape();
         let mut shape = sa[..sa.len() - 2].to_vec();
         shape.extend([m, n]);
