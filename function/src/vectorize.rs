@@ -317,6 +317,32 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
                 shape.push(y.shape()[1]);
                 Ok(Some(vec![y.reshape_to(&shape)?]))
             }
+            // Otherwise the product by `MatMul`'s rule, then the bias and activation on the
+            // batched product (a batched bias [batch, n] gets the product's rank).
+            [a, b, bias] => {
+                let product = Op::MatMul {
+                    transpose_a: false,
+                    transpose_b: false,
+                };
+                let Some(mut y) = batch_op(&product, &[a.clone(), b.clone()], batch)? else {
+                    return Ok(None);
+                };
+                let y = y.remove(0);
+                let bias = match bias {
+                    Value::Invariant(t) => t.clone(),
+                    Value::Batched(t) => {
+                        let mut shape = vec![1usize; y.rank()];
+                        shape[0] = batch;
+                        shape[y.rank() - 1] = t.shape()[t.rank() - 1];
+                        t.reshape_to(&shape)?
+                    }
+                };
+                let sum = y.add(&bias)?;
+                Ok(Some(vec![match activation {
+                    ferroflow_tensor::FusedActivation::Linear => sum,
+                    ferroflow_tensor::FusedActivation::Relu => sum.relu()?,
+                }]))
+            }
             _ => Ok(None),
         },
         Op::MatMul {
