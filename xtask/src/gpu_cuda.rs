@@ -290,12 +290,13 @@ pub fn run(args: &[String]) -> bool {
         );
     }
     let dir = mnist_dir();
-    let data = ferroflow::data::idx::load_mnist_pixels(&dir, "train").and_then(|train| {
-        Ok((
-            train,
-            ferroflow::data::idx::load_mnist_pixels(&dir, "t10k")?,
-        ))
-    });
+    // The examples' models take f32 pixels in [0, 1] (the main job puts a `Rescaling` in
+    // front of them for its u8 pixels).
+    let split = |name: &str| -> ferroflow::Result<(Tensor, Tensor)> {
+        let (x, y) = ferroflow::data::idx::load_mnist_pixels(&dir, name)?;
+        Ok((x.cast(DType::F32)?.div(&Tensor::scalar(255.0f32)?)?, y))
+    };
+    let data = split("train").and_then(|train| Ok((train, split("t10k")?)));
     let (train, test) = match data {
         Ok(d) => d,
         Err(e) => {

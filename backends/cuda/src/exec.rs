@@ -116,11 +116,18 @@ struct CudaEngine {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
-    functions: Mutex<HashMap<String, CudaFunction>>,
+    /// Compiled kernels by name, each behind a lock of its own: a kernel is compiled once,
+    /// and NVRTC compiles different kernels in parallel (threads wait only for the kernel
+    /// they need; under one lock for all, a test suite's threads queued behind each other).
+    functions: Mutex<HashMap<String, FunctionSlot>>,
     /// Kernels timed while a profiler listens: start and end events recorded on the stream
     /// around each, with the op it ran for, read when the host next waits for the device.
     timed: Mutex<Vec<(CudaEvent, CudaEvent, Option<&'static str>)>>,
 }
+
+/// One kernel's slot in [`CudaEngine::functions`]: empty until compiled (a failed compile
+/// leaves it empty, and the error goes to the caller).
+type FunctionSlot = Arc<Mutex<Option<CudaFunction>>>;
 
 /// Timed kernels kept before the host waits for them itself (a profiled run that never
 /// reads a value would otherwise keep events without bound).
@@ -535,8 +542,12 @@ fn host_gemm<T: GemmScalar>(
 
 impl CudaEngine {
     fn function(&self, name: &str, source: impl FnOnce() -> KernelSource) -> Result<CudaFunction> {
-        let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = cache.get(name) {
+        let slot = {
+            let mut slots = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+            slots.entry(name.to_string()).or_default().clone()
+        };
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = slot.as_ref() {
             return Ok(f.clone());
         }
         let kernel = source();
@@ -548,7 +559,7 @@ impl CudaEngine {
         let f = module
             .load_function(&kernel.name)
             .map_err(|e| driver(&format!("finding kernel {name}"), e))?;
-        cache.insert(name.to_string(), f.clone());
+        *slot = Some(f.clone());
         Ok(f)
     }
 
