@@ -164,6 +164,64 @@ fn resnet_samples_per_second(device: Device, policy: &str) -> ferroflow::Result<
     result
 }
 
+/// Where the ResNet-style step's device time goes: a profile of 3 training steps (batch
+/// 256, float32) after 2 warm-up steps (kernels compiled), its op rows timed on the device,
+/// most first (`top` of them), after a line with their total and the host's step times.
+fn resnet_device_profile(device: Device, top: usize) -> ferroflow::Result<Vec<String>> {
+    ferroflow::random::set_seed(2);
+    ferroflow::with_device(&device.to_string(), || {
+        let x =
+            ferroflow::random::stateless_uniform(&[256, 32, 32, 3], [5, 6], 0.0, 1.0, DType::F32)?;
+        let y = ferroflow::random::stateless_uniform(&[256], [7, 8], 0.0, 10.0, DType::F32)?
+            .floor()?
+            .cast(DType::I64)?;
+        let mut model = resnet_style()?;
+        let step = |model: &mut ferroflow::keras::Model| {
+            model.train_step(std::slice::from_ref(&x), std::slice::from_ref(&y))
+        };
+        for _ in 0..2 {
+            step(&mut model)?;
+        }
+        ferroflow::synchronize(device)?;
+        let dir =
+            std::env::temp_dir().join(format!("ferroflow-cuda-profile-{}", std::process::id()));
+        let profile = ferroflow::profiler::Profile::start(&dir, Default::default())?;
+        let t = Instant::now();
+        for _ in 0..3 {
+            step(&mut model)?;
+        }
+        ferroflow::synchronize(device)?;
+        let wall_ms = t.elapsed().as_secs_f64() * 1e3 / 3.0;
+        let files = profile.finish()?;
+        let space = ferroflow::profiler::read_xspace(&files.xplane)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        let summary = ferroflow::profiler::summarize(&space);
+        let rows: Vec<_> = summary
+            .ops
+            .iter()
+            .filter(|o| o.host_or_device != "Host")
+            .collect();
+        let total: f64 = rows.iter().map(|o| o.self_us).sum::<f64>().max(1e-9);
+        let mut lines = vec![format!(
+            "device time {:.2} ms per step over {} op rows; {wall_ms:.2} ms per step on the \
+             host's clock (profiled)",
+            total / 3e3,
+            rows.len()
+        )];
+        lines.extend(rows.iter().take(top).map(|o| {
+            format!(
+                "{:<26} {:<48} {:>5} {:>9.1} µs {:>5.1}%",
+                o.op_type,
+                o.name,
+                o.count,
+                o.self_us,
+                100.0 * o.self_us / total
+            )
+        }));
+        Ok(lines)
+    })?
+}
+
 /// `xtask gpu-cuda [--sizes 1024,2048,4096,8192] [--epochs N]`: the rows above, printed.
 pub fn run(args: &[String]) -> bool {
     let mut sizes = vec![1024usize, 2048, 4096, 8192];
@@ -288,6 +346,13 @@ pub fn run(args: &[String]) -> bool {
             &format!("CUDA ResNet-style training step, batch 256, 32×32×3, {policy}"),
             &cell,
         );
+    }
+    match resnet_device_profile(gpu, 30) {
+        Ok(lines) => lines.iter().for_each(|l| println!("profile: {l}")),
+        Err(e) => {
+            ok = false;
+            row("CUDA ResNet-style step profile", &format!("error: {e}"));
+        }
     }
     let dir = mnist_dir();
     // The examples' models take f32 pixels in [0, 1] (the main job puts a `Rescaling` in

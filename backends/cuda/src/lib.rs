@@ -111,6 +111,15 @@ pub fn tensor_float_32_execution_enabled() -> bool {
 /// `source::REDUCE_BLOCK` real threads there).
 const HOST_BLOCK_OUTPUTS: usize = 3;
 
+/// The most threads (outputs × segments) a split reduction's `_partials` kernel runs: about
+/// half of what an H200's 132 multiprocessors hold at once, each thread then combining
+/// 32 elements or more.
+const REDUCTION_THREADS: usize = 1 << 17;
+
+/// Outputs from which a reduction along the contiguous axis runs a block per output (twice
+/// an H200's multiprocessors); fewer run split ([`Cuda::launch_reduction`]).
+const REDUCTION_BLOCKS_ENOUGH: usize = 264;
+
 /// The largest column matrix (bytes) a convolution makes to run as im2col and a cuBLAS
 /// GEMM ([`set_convolution_workspace_limit`]); a larger one runs the direct loops.
 static CONVOLUTION_WORKSPACE: std::sync::atomic::AtomicUsize =
@@ -611,22 +620,51 @@ impl Cuda {
         ))
     }
 
-    /// Launches a reduction's `_rows` kernel (a thread per output: short reductions, or
-    /// many outputs; on the host emulation, whose blocks are real threads, all but a few
-    /// outputs), `n` appended to `args`, or its `_blocks` kernel (a block per output, at
-    /// most 2^20 of them), for `outputs` outputs of `m` elements each.
+    /// Launches a reduction ([`source::reduce`]'s four kernels, `ks`) of `outputs` outputs
+    /// of `m` elements each into `y`: `inputs` are the kernels' arguments before `kept`,
+    /// `extras` after `Y`. Short reductions, or very many outputs, run `_rows` (a thread per
+    /// output); long ones over few outputs (fewer than the GPU has multiprocessors to keep
+    /// busy, or outputs along the contiguous axis, where a block per output would read
+    /// strided) run `_partials` into a temporary of [`REDUCTION_THREADS`] partials at most
+    /// and `_finish` on them; the rest `_blocks` (a block per output). On the host
+    /// emulation, whose blocks are real threads, blocks run only for a few outputs.
     fn launch_reduction(
         gpu: &Gpu,
-        (rows, blocks): (&KernelSource, &KernelSource),
-        m: usize,
+        ks: &[KernelSource],
+        inputs: Vec<Arg<'_>>,
+        (kept, red, m): (View, View, usize),
         outputs: usize,
-        mut args: Vec<Arg<'_>>,
+        y: &Memory,
+        extras: Vec<Arg<'_>>,
     ) -> Result<()> {
-        if m <= 64 || outputs > (1 << 20) || (gpu.is_host() && outputs > HOST_BLOCK_OUTPUTS) {
+        let [rows, blocks, partials, finish] = ks else {
+            return Err(Error::Backend {
+                backend: BACKEND,
+                msg: format!("a reduction has four kernels, this one {}", ks.len()),
+            });
+        };
+        let mut args = inputs;
+        args.extend([Arg::View(kept), Arg::View(red), Arg::I64(m as i64)]);
+        let few_blocks = gpu.is_host() && outputs > HOST_BLOCK_OUTPUTS;
+        if m <= 64 || outputs > (1 << 20) || few_blocks {
+            args.push(Arg::Buf(y));
+            args.extend(extras);
             args.push(Arg::I64(outputs as i64));
-            gpu.launch(&rows.name, || rows.clone(), Launch::Items(outputs), &args)
+            return gpu.launch(&rows.name, || rows.clone(), Launch::Items(outputs), &args);
+        }
+        let rank = kept.rank as usize;
+        let kept_contiguous = rank > 0 && kept.strides[rank - 1] == 1;
+        let segments = (m / 32).min(REDUCTION_THREADS / outputs).max(1);
+        // The emulation runs blocks for 2 or 3 outputs, so that its tests reach every kernel.
+        let blocks_enough = if gpu.is_host() {
+            2
         } else {
-            gpu.launch(
+            REDUCTION_BLOCKS_ENOUGH
+        };
+        if !kept_contiguous && outputs >= blocks_enough {
+            args.push(Arg::Buf(y));
+            args.extend(extras);
+            return gpu.launch(
                 &blocks.name,
                 || blocks.clone(),
                 Launch::Blocks {
@@ -634,8 +672,41 @@ impl Cuda {
                     threads: source::REDUCE_BLOCK,
                 },
                 &args,
-            )
+            );
         }
+        if segments == 1 {
+            // Outputs along the contiguous axis, enough of them: a thread each reads
+            // coalesced with its neighbours'.
+            args.push(Arg::Buf(y));
+            args.extend(extras);
+            args.push(Arg::I64(outputs as i64));
+            return gpu.launch(&rows.name, || rows.clone(), Launch::Items(outputs), &args);
+        }
+        // Accumulators are 8 bytes at most (double, 64-bit integers).
+        let parts = gpu.alloc(outputs * segments * 8)?;
+        args.push(Arg::Buf(&parts));
+        args.extend(extras);
+        args.extend([Arg::I64(outputs as i64), Arg::I64(segments as i64)]);
+        gpu.launch(
+            &partials.name,
+            || partials.clone(),
+            Launch::Items(outputs * segments),
+            &args,
+        )?;
+        gpu.launch(
+            &finish.name,
+            || finish.clone(),
+            Launch::Blocks {
+                blocks: outputs as u32,
+                threads: source::REDUCE_BLOCK,
+            },
+            &[
+                Arg::Buf(&parts),
+                Arg::I64(outputs as i64),
+                Arg::I64(segments as i64),
+                Arg::Buf(y),
+            ],
+        )
     }
 
     /// The device, element type and views (broadcast to `shape`) of an elementwise
@@ -1252,7 +1323,6 @@ impl Backend for Cuda {
             outputs.insert(0, reduced);
             return Ok(outputs);
         };
-        let (rows, blocks) = (&k.kernels[0], &k.kernels[1]);
         let dense = Layout::contiguous(shape);
         let (kept, red, m) = Self::split_layout(&dense, axes, "fused_reduce")?;
         let size = e.dtype().size_in_bytes();
@@ -1268,15 +1338,15 @@ impl Backend for Cuda {
         if kept_count > 0 {
             // (X0, v0, .., kept, red, m, Y, O1, ..[, n]); each element of the program's
             // shape is read once, by one output's loop, which also writes the other outputs.
-            let mut args = Self::program_input_args(inputs, &views)?;
-            args.extend([
-                Arg::View(kept),
-                Arg::View(red),
-                Arg::I64(m as i64),
-                Arg::Buf(&y.mem),
-            ]);
-            args.extend(extras.iter().map(|o| Arg::Buf(&o.mem)));
-            Self::launch_reduction(gpu, (rows, blocks), m, kept_count, args)?;
+            Self::launch_reduction(
+                gpu,
+                &k.kernels,
+                Self::program_input_args(inputs, &views)?,
+                (kept, red, m),
+                kept_count,
+                &y.mem,
+                extras.iter().map(|o| Arg::Buf(&o.mem)).collect(),
+            )?;
         }
         std::iter::once(y).chain(extras).map(boxed).collect()
     }
@@ -1508,7 +1578,6 @@ impl Backend for Cuda {
     fn reduce(&self, op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<BufferBox> {
         let e = elem(x.dtype, op.name())?;
         let k = kernels(source::KernelKey::Reduce(op, e), op.name(), x.dtype)?;
-        let (rows, blocks) = (&k.kernels[0], &k.kernels[1]);
         let (gpu, a) = self.gpu_of(&x, op.name())?;
         let (kept, red, m) = Self::split_views(&x, axes, op.name())?;
         let outputs: usize = (0..x.layout.rank())
@@ -1522,16 +1591,12 @@ impl Backend for Cuda {
         // (A, kept, red, m, Y[, n])
         Self::launch_reduction(
             gpu,
-            (rows, blocks),
-            m,
+            &k.kernels,
+            vec![Arg::Buf(&a.mem)],
+            (kept, red, m),
             outputs,
-            vec![
-                Arg::Buf(&a.mem),
-                Arg::View(kept),
-                Arg::View(red),
-                Arg::I64(m as i64),
-                Arg::Buf(&y.mem),
-            ],
+            &y.mem,
+            vec![],
         )?;
         boxed(y)
     }

@@ -741,19 +741,26 @@ pub const REDUCE_BLOCK: u32 = 256;
 
 /// A reduction: output `o` combines the `m` elements `A[at(kept, o) + at(red, j)]`.
 /// `_rows` kernels run one thread per output (short reductions); `_blocks` kernels one block
-/// of [`REDUCE_BLOCK`] threads per output, combined by a fixed tree (long reductions). Both
-/// are deterministic.
-pub fn reduce(op: ReduceOp, e: Elem) -> Option<[KernelSource; 2]> {
+/// of [`REDUCE_BLOCK`] threads per output, combined by a fixed tree (long reductions over
+/// many outputs); `_partials` and `_finish` split long reductions over few outputs (a
+/// full sum, batch norm's per-channel moments): `_partials` runs a thread per (output,
+/// segment), segment `s` of `S` combining elements `j ≡ s (mod S)` (consecutive threads
+/// read consecutive elements whether the kept or the reduced axis is the contiguous one),
+/// and `_finish` a block per output over its `S` partials. All are deterministic: the
+/// partition and the trees depend on the shapes alone.
+pub fn reduce(op: ReduceOp, e: Elem) -> Option<[KernelSource; 4]> {
     let base = format!("{}_{}", op.name(), e.tag());
     let load = e.load("A[base + at(red, j)]");
     let input = format!("const {}* __restrict__ A, ", e.store());
     reduction_kernels(&base, op, e, &input, "", &load, "")
 }
 
-/// The `_rows` and `_blocks` kernels of reduction `op` on `e` (see [`reduce`]) named
-/// `{base}_rows` / `{base}_blocks`: parameters `({inputs}View kept, View red, ff_i64 m,
-/// S* Y{extra}[, ff_i64 n])`, element `j` of output `o`'s reduction read as `load` (with
-/// `base` = `at(kept, o)`), `helpers` before the kernels.
+/// The `_rows`, `_blocks`, `_partials` and `_finish` kernels of reduction `op` on `e` (see
+/// [`reduce`]) named `{base}_rows` and so on: parameters `({inputs}View kept, View red,
+/// ff_i64 m, S* Y{extra}[, ff_i64 n])` (`_partials`: `({inputs}View kept, View red, ff_i64 m,
+/// ACC* P{extra}, ff_i64 n, ff_i64 segments)`, `_finish`: `(const ACC* P, ff_i64 n, ff_i64
+/// segments, S* Y)`, ACC the accumulator type, at most 8 bytes), element `j` of output `o`'s
+/// reduction read as `load` (with `base` = `at(kept, o)`), `helpers` before the kernels.
 fn reduction_kernels(
     base: &str,
     op: ReduceOp,
@@ -762,7 +769,7 @@ fn reduction_kernels(
     extra: &str,
     load: &str,
     helpers: &str,
-) -> Option<[KernelSource; 2]> {
+) -> Option<[KernelSource; 4]> {
     let (acc, init, combine) = reduce_parts(op, e)?;
     let s = e.store();
     let c = e.compute();
@@ -776,6 +783,13 @@ fn reduction_kernels(
          for (ff_i64 j = 0; j < m; ++j) {{ {c} v = {load}; {combine} }}\n\
          Y[i] = {store};\n}}\n}}\n"
     );
+    let tree = format!(
+        "part[threadIdx.x] = r;\n\
+         __syncthreads();\n\
+         for (unsigned int half = {REDUCE_BLOCK} / 2; half > 0; half >>= 1) {{\n\
+         if (threadIdx.x < half) {{ r = part[threadIdx.x]; {acc} v = part[threadIdx.x + half]; {combine} part[threadIdx.x] = r; }}\n\
+         __syncthreads();\n}}\n"
+    );
     let blocks = format!(
         "extern \"C\" __global__ void {base}_blocks({inputs}View kept, View red, ff_i64 m, \
          {s}* __restrict__ Y{extra}) {{\n\
@@ -783,16 +797,32 @@ fn reduction_kernels(
          ff_i64 base = at(kept, (ff_i64)blockIdx.x);\n\
          {acc} r = ({acc}){init};\n\
          for (ff_i64 j = threadIdx.x; j < m; j += {REDUCE_BLOCK}) {{ {c} v = {load}; {combine} }}\n\
-         part[threadIdx.x] = r;\n\
-         __syncthreads();\n\
-         for (unsigned int half = {REDUCE_BLOCK} / 2; half > 0; half >>= 1) {{\n\
-         if (threadIdx.x < half) {{ r = part[threadIdx.x]; {acc} v = part[threadIdx.x + half]; {combine} part[threadIdx.x] = r; }}\n\
-         __syncthreads();\n}}\n\
+         {tree}\
+         if (threadIdx.x == 0) {{ r = part[0]; Y[blockIdx.x] = {store}; }}\n}}\n"
+    );
+    let partials = format!(
+        "extern \"C\" __global__ void {base}_partials({inputs}View kept, View red, ff_i64 m, \
+         {acc}* __restrict__ P{extra}, ff_i64 n, ff_i64 segments) {{\n\
+         FF_LOOP(n * segments) {{\n\
+         ff_i64 base = at(kept, i % n);\n\
+         {acc} r = ({acc}){init};\n\
+         for (ff_i64 j = i / n; j < m; j += segments) {{ {c} v = {load}; {combine} }}\n\
+         P[i] = r;\n}}\n}}\n"
+    );
+    let finish = format!(
+        "extern \"C\" __global__ void {base}_finish(const {acc}* __restrict__ P, ff_i64 n, \
+         ff_i64 segments, {s}* __restrict__ Y) {{\n\
+         __shared__ {acc} part[{REDUCE_BLOCK}];\n\
+         {acc} r = ({acc}){init};\n\
+         for (ff_i64 j = threadIdx.x; j < segments; j += {REDUCE_BLOCK}) {{ {acc} v = P[j * n + blockIdx.x]; {combine} }}\n\
+         {tree}\
          if (threadIdx.x == 0) {{ r = part[0]; Y[blockIdx.x] = {store}; }}\n}}\n"
     );
     Some([
         program_source(&format!("{base}_rows"), helpers, &rows),
         program_source(&format!("{base}_blocks"), helpers, &blocks),
+        program_source(&format!("{base}_partials"), helpers, &partials),
+        program_source(&format!("{base}_finish"), "", &finish),
     ])
 }
 
@@ -1782,7 +1812,7 @@ pub fn fused_program_reduce(
     op: ReduceOp,
     e: Elem,
     id: usize,
-) -> Option<[KernelSource; 2]> {
+) -> Option<[KernelSource; 4]> {
     if program.check().is_err()
         || program.num_inputs > MAX_PROGRAM_INPUTS
         || program.outputs.len() > MAX_PROGRAM_OUTPUTS

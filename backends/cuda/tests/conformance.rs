@@ -5,6 +5,8 @@
 //! unless `FERROFLOW_REQUIRE_CUDA=1` (the H200 script of `cargo xtask gpu`), where a missing
 //! device fails the run.
 
+mod common;
+
 /// `/GPU:0` served by CUDA, or `None` after one loud line (a failure when
 /// `FERROFLOW_REQUIRE_CUDA=1`).
 fn cuda_device() -> Option<ferroflow_tensor::Device> {
@@ -26,3 +28,12 @@ fn cuda_device() -> Option<ferroflow_tensor::Device> {
 }
 
 ferroflow_tensor::conformance_tests!(optional: cuda_device());
+
+/// Long reductions take each of the reduction's plans (see `common`): 300 rows (more than
+/// twice an H200's multiprocessors) take the block-per-output kernels.
+#[test]
+fn long_reductions_match_references_in_every_plan() {
+    if let Some(device) = cuda_device() {
+        common::long_reductions_match_references(device, 300);
+    }
+}

@@ -1,0 +1,108 @@
+//! Checks shared by the CUDA suites on the real device (`conformance.rs`) and on the host
+//! emulation (`emulated.rs`).
+
+/// Long reductions take each of the reduction's plans: the block-per-output kernels (a
+/// shared-memory tree behind `__syncthreads`; real threads on the emulation) for rows along
+/// the contiguous axis, and the split kernels (partials over interleaved segments, then a
+/// tree per output) for columns (outputs along the contiguous axis, batch norm's moments)
+/// and for one output (a full reduction): sums, products, extremes, with a NaN propagating,
+/// in float32, float64 and wrapping int32, against float64 references. `rows` (≥ 2): the
+/// outputs of the row and column plans (the backend picks blocks from a number of rows
+/// that depends on the device).
+pub fn long_reductions_match_references(device: ferroflow_tensor::Device, rows: usize) {
+    use ferroflow_tensor::{DType, Tensor};
+    let m = 1000usize;
+    let values: Vec<f64> = (0..rows * m)
+        .map(|i| ((i * 7919) % 1013) as f64 / 101.0 - 5.0)
+        .collect();
+    type Reduce = fn(&Tensor, isize) -> ferroflow_tensor::Result<Tensor>;
+    // Row r of `x` ([rows, m]) reduced by `f`, by each plan: (plan, one value per row).
+    let by_plan = |x: &Tensor, f: Reduce| -> ferroflow_tensor::Result<Vec<(&str, Vec<f64>)>> {
+        let blocks = f(x, 1)?.to_f64_vec()?;
+        let columns = f(&x.transpose(&[1, 0])?.copy()?, 0)?.to_f64_vec()?;
+        let single = (0..rows)
+            .map(|r| {
+                let row = x.slice(&[r, 0], &[1, m as isize])?.reshape(&[m as isize])?;
+                Ok(f(&row, 0)?.to_f64_vec()?[0])
+            })
+            .collect::<ferroflow_tensor::Result<Vec<f64>>>()?;
+        Ok(vec![
+            ("blocks", blocks),
+            ("columns", columns),
+            ("one output", single),
+        ])
+    };
+    let sum: Reduce = |x, a| x.reduce_sum(a, false);
+    let prod: Reduce = |x, a| x.reduce_prod(a, false);
+    let max: Reduce = |x, a| x.reduce_max(a, false);
+    let min: Reduce = |x, a| x.reduce_min(a, false);
+    ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
+        for dtype in [DType::F32, DType::F64] {
+            let x = Tensor::from_vec(values.clone(), &[rows, m])?.cast(dtype)?;
+            let exact: Vec<f64> = x.to_f64_vec()?;
+            let exact_row = |r: usize| &exact[r * m..(r + 1) * m];
+            for (plan, sums) in by_plan(&x, sum)? {
+                for (r, got) in sums.iter().enumerate() {
+                    let want: f64 = exact_row(r).iter().sum();
+                    assert!(
+                        (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                        "{dtype} sum of row {r} ({plan}): {got} vs {want}"
+                    );
+                }
+            }
+            for ((plan, maxes), (_, mins)) in by_plan(&x, max)?.into_iter().zip(by_plan(&x, min)?) {
+                for r in 0..rows {
+                    let hi = exact_row(r).iter().copied().fold(f64::MIN, f64::max);
+                    let lo = exact_row(r).iter().copied().fold(f64::MAX, f64::min);
+                    assert_eq!(
+                        (maxes[r], mins[r]),
+                        (hi, lo),
+                        "{dtype} extremes of row {r} ({plan})"
+                    );
+                }
+            }
+            // Products of values near 1 stay finite.
+            let near_one = x
+                .div(&Tensor::scalar(1000.0f64)?.cast(dtype)?)?
+                .add(&Tensor::scalar(1.0f64)?.cast(dtype)?)?;
+            let exact_near: Vec<f64> = near_one.to_f64_vec()?;
+            for (plan, prods) in by_plan(&near_one, prod)? {
+                for r in 0..rows {
+                    let want: f64 = exact_near[r * m..(r + 1) * m].iter().product();
+                    assert!(
+                        (prods[r] - want).abs() <= 1e-4 * want.abs(),
+                        "{dtype} product of row {r} ({plan}): {} vs {want}",
+                        prods[r]
+                    );
+                }
+            }
+            // A NaN anywhere in a row wins its max and min.
+            let mut with_nan = values.clone();
+            with_nan[m + 517] = f64::NAN;
+            let y = Tensor::from_vec(with_nan, &[rows, m])?.cast(dtype)?;
+            for ((plan, ymax), (_, ymin)) in by_plan(&y, max)?.into_iter().zip(by_plan(&y, min)?) {
+                assert!(
+                    ymax[1].is_nan() && ymin[1].is_nan(),
+                    "{dtype} ({plan}): NaN did not propagate"
+                );
+                assert!(!ymax[0].is_nan() && !ymax[2].is_nan(), "{dtype} ({plan})");
+            }
+        }
+        // int32 sums wrap as on the CPU.
+        let ints: Vec<i32> = (0..rows * m)
+            .map(|i| (i as i32).wrapping_mul(2_654_435))
+            .collect();
+        let x = Tensor::from_vec(ints.clone(), &[rows, m])?;
+        for (plan, sums) in by_plan(&x, sum)? {
+            for r in 0..rows {
+                let want = ints[r * m..(r + 1) * m]
+                    .iter()
+                    .fold(0i32, |a, &b| a.wrapping_add(b));
+                assert_eq!(sums[r] as i32, want, "int32 sum of row {r} ({plan})");
+            }
+        }
+        Ok(())
+    })
+    .expect("the emulated device")
+    .expect("long reductions");
+}
