@@ -544,7 +544,10 @@ impl CudaEngine {
     fn function(&self, name: &str, source: impl FnOnce() -> KernelSource) -> Result<CudaFunction> {
         let slot = {
             let mut slots = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-            slots.entry(name.to_string()).or_default().clone()
+            match slots.get(name) {
+                Some(slot) => slot.clone(),
+                None => slots.entry(name.to_string()).or_default().clone(),
+            }
         };
         let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = slot.as_ref() {
