@@ -165,6 +165,100 @@ impl ElementwiseProgram {
     }
 }
 
+impl ElementwiseProgram {
+    /// Runs the program through `backend`'s own unary and binary kernels, one step at a
+    /// time, each register a dense buffer of `shape` (inputs read through their layouts
+    /// broadcast to `shape`, all of the first input's dtype); an output register returned
+    /// again later is copied, so each output is a buffer of its own. What a backend's
+    /// `fused_elementwise` does with a program it cannot run as one kernel (more operands
+    /// than a kernel may bind, a type it generates no code for).
+    ///
+    /// ```
+    /// use ferroflow_tensor::{Backend, BufferBox, ElementwiseProgram, Operand, Result};
+    /// // In a backend's `fused_elementwise`, for a program it cannot run as one kernel:
+    /// fn fallback(
+    ///     backend: &dyn Backend,
+    ///     program: &ElementwiseProgram,
+    ///     inputs: &[Operand<'_>],
+    ///     shape: &[usize],
+    /// ) -> Result<Vec<BufferBox>> {
+    ///     program.run_op_by_op(backend, inputs, shape)
+    /// }
+    /// ```
+    pub fn run_op_by_op(
+        &self,
+        backend: &dyn crate::Backend,
+        inputs: &[crate::Operand<'_>],
+        shape: &[usize],
+    ) -> crate::Result<Vec<crate::BufferBox>> {
+        const OP: &str = "fused_elementwise";
+        self.check()?;
+        if inputs.len() != self.num_inputs {
+            return Err(crate::Error::invalid(
+                OP,
+                format!(
+                    "the program reads {} inputs, given {}",
+                    self.num_inputs,
+                    inputs.len()
+                ),
+            ));
+        }
+        let layouts = inputs
+            .iter()
+            .map(|x| x.layout.broadcast_to(OP, shape))
+            .collect::<crate::Result<Vec<_>>>()?;
+        let dense = crate::Layout::contiguous(shape);
+        let dtype = inputs.first().map_or(crate::DType::F32, |x| x.dtype);
+        let n_in = self.num_inputs;
+        let mut registers: Vec<Option<crate::BufferBox>> = Vec::with_capacity(self.steps.len());
+        // (`check` saw to it that every register read is written before.)
+        let unwritten =
+            |r: usize| crate::Error::invalid(OP, format!("register {r} is not written"));
+        for step in &self.steps {
+            let operand = |r: usize| -> crate::Result<crate::Operand<'_>> {
+                if r < n_in {
+                    return Ok(crate::Operand {
+                        buffer: inputs[r].buffer,
+                        layout: &layouts[r],
+                        dtype,
+                    });
+                }
+                let buffer = registers
+                    .get(r - n_in)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| unwritten(r))?;
+                Ok(crate::Operand {
+                    buffer: buffer.as_ref(),
+                    layout: &dense,
+                    dtype,
+                })
+            };
+            let out = match *step {
+                ElementwiseStep::Unary(op, a) => backend.unary(op, operand(a)?)?,
+                ElementwiseStep::Binary(op, a, b) => {
+                    backend.binary(op, operand(a)?, operand(b)?)?
+                }
+            };
+            registers.push(Some(out));
+        }
+        let mut outputs = Vec::with_capacity(self.outputs.len());
+        for (k, &r) in self.outputs.iter().enumerate() {
+            let again = self.outputs[k + 1..].contains(&r);
+            let slot = &mut registers[r - n_in];
+            let buffer = match (again, slot.as_ref()) {
+                (true, Some(b)) => backend.copy(crate::Operand {
+                    buffer: b.as_ref(),
+                    layout: &dense,
+                    dtype,
+                })?,
+                _ => slot.take().ok_or_else(|| unwritten(r))?,
+            };
+            outputs.push(buffer);
+        }
+        Ok(outputs)
+    }
+}
+
 /// The activation a fused convolution applies after its bias ([`crate::Op::FusedConv2d`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

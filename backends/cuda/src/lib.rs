@@ -765,72 +765,6 @@ impl Cuda {
         Ok(args)
     }
 
-    /// A program too wide for one kernel's parameters, run op by op through the ops'
-    /// own kernels (each register a dense buffer of `shape`).
-    fn program_op_by_op(
-        &self,
-        program: &ElementwiseProgram,
-        inputs: &[Operand<'_>],
-        shape: &[usize],
-    ) -> Result<Vec<BufferBox>> {
-        const OP: &str = "fused_elementwise";
-        let layouts = inputs
-            .iter()
-            .map(|x| x.layout.broadcast_to(OP, shape))
-            .collect::<Result<Vec<_>>>()?;
-        let dense = Layout::contiguous(shape);
-        let dtype = inputs.first().map_or(DType::F32, |x| x.dtype);
-        let n_in = program.num_inputs;
-        let mut steps: Vec<BufferBox> = Vec::with_capacity(program.steps.len());
-        for step in &program.steps {
-            let operand = |r: usize| -> Result<Operand<'_>> {
-                Ok(if r < n_in {
-                    Operand {
-                        buffer: inputs[r].buffer,
-                        layout: &layouts[r],
-                        dtype,
-                    }
-                } else {
-                    let buffer = steps.get(r - n_in).ok_or_else(|| Error::Backend {
-                        backend: BACKEND,
-                        msg: format!("{OP}: register {r} is not written"),
-                    })?;
-                    Operand {
-                        buffer: buffer.as_ref(),
-                        layout: &dense,
-                        dtype,
-                    }
-                })
-            };
-            let out = match *step {
-                ElementwiseStep::Unary(op, a) => self.unary(op, operand(a)?)?,
-                ElementwiseStep::Binary(op, a, b) => self.binary(op, operand(a)?, operand(b)?)?,
-            };
-            steps.push(out);
-        }
-        // Each output register's buffer is returned as it is; one returned again later is
-        // copied (each output its own tensor).
-        let mut registers: Vec<Option<BufferBox>> = steps.into_iter().map(Some).collect();
-        let mut outputs = Vec::with_capacity(program.outputs.len());
-        for (k, &r) in program.outputs.iter().enumerate() {
-            let slot = &mut registers[r - n_in];
-            let again = program.outputs[k + 1..].contains(&r);
-            let buffer = match (again, slot.as_ref()) {
-                (true, Some(b)) => self.copy(Operand {
-                    buffer: b.as_ref(),
-                    layout: &dense,
-                    dtype,
-                })?,
-                _ => slot.take().ok_or_else(|| Error::Backend {
-                    backend: BACKEND,
-                    msg: format!("{OP}: register {r} is not written"),
-                })?,
-            };
-            outputs.push(buffer);
-        }
-        Ok(outputs)
-    }
-
     /// The shape `[batch · oh · ow, kh · kw · c]` of a convolution's column matrix
     /// (`source::im2col`), when its bytes fit [`convolution_workspace_limit`] (the
     /// convolution then runs as a GEMM); `None` sends it to the direct loops.
@@ -1278,7 +1212,7 @@ impl Backend for Cuda {
     ) -> Result<Vec<BufferBox>> {
         let (gpu, e, views) = self.program_operands("fused_elementwise", program, inputs, shape)?;
         let Some(k) = source::generated_program(program, e, None) else {
-            return self.program_op_by_op(program, inputs, shape);
+            return program.run_op_by_op(self, inputs, shape);
         };
         let kernel = &k.kernels[0];
         let n: usize = shape.iter().product();
@@ -1308,7 +1242,7 @@ impl Backend for Cuda {
         let Some(k) = source::generated_program(program, e, Some(op)) else {
             // The program op by op (or a reduction this type has no kernel for: refused by
             // `reduce`, naming it), then the reduction.
-            let mut outputs = self.program_op_by_op(program, inputs, shape)?;
+            let mut outputs = program.run_op_by_op(self, inputs, shape)?;
             let first = outputs.remove(0);
             let dense = Layout::contiguous(shape);
             let reduced = self.reduce(

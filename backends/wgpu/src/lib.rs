@@ -465,10 +465,14 @@ impl Backend for WgpuBackend {
             .iter()
             .map(|&x| In::new(x))
             .collect::<Result<Vec<_>>>()?;
-        Ok(kernels::fused::fused_elementwise(program, &ins, shape)?
-            .into_iter()
-            .map(|b| Box::new(b) as BufferBox)
-            .collect())
+        match kernels::fused::fused_elementwise(program, &ins, shape)? {
+            Some(outputs) => Ok(outputs
+                .into_iter()
+                .map(|b| Box::new(b) as BufferBox)
+                .collect()),
+            // More buffers than a kernel may bind: the ops' own kernels, step by step.
+            None => program.run_op_by_op(self, inputs, shape),
+        }
     }
     fn fused_reduce(
         &self,
@@ -482,12 +486,28 @@ impl Backend for WgpuBackend {
             .iter()
             .map(|&x| In::new(x))
             .collect::<Result<Vec<_>>>()?;
-        Ok(
-            kernels::fused::fused_reduce(program, &ins, shape, op, axes)?
+        if let Some(outputs) = kernels::fused::fused_reduce(program, &ins, shape, op, axes)? {
+            return Ok(outputs
                 .into_iter()
                 .map(|b| Box::new(b) as BufferBox)
-                .collect(),
-        )
+                .collect());
+        }
+        // Too many bindings for one kernel: the program, then the reduction of its first
+        // output.
+        let mut outputs = self.fused_elementwise(program, inputs, shape)?;
+        let first = outputs.remove(0);
+        let dense = ferroflow_tensor::Layout::contiguous(shape);
+        let reduced = self.reduce(
+            op,
+            Operand {
+                buffer: first.as_ref(),
+                layout: &dense,
+                dtype: inputs[0].dtype,
+            },
+            axes,
+        )?;
+        outputs.insert(0, reduced);
+        Ok(outputs)
     }
     fn optimizer_update(
         &self,

@@ -520,6 +520,26 @@ pub fn elementwise_program(device: &Device) {
             "{wide:?}"
         );
     }
+    // The shared op-by-op runner on this backend (what a backend's `fused_elementwise` falls
+    // back to for a program wider than one kernel): the same values, each output a buffer
+    // of its own.
+    let backend = crate::device::backend_for(*device).expect("the device's backend");
+    let operands: Vec<_> = inputs.iter().map(|t| t.operand()).collect();
+    let by_ops = wide
+        .run_op_by_op(backend.as_ref(), &operands, &[2, 3])
+        .expect("the program op by op");
+    assert_eq!(by_ops.len(), 3);
+    let by_ops: Vec<Tensor> = by_ops
+        .into_iter()
+        .map(|b| Tensor::from_buffer(b, &[2, 3], DType::F32, &backend, *device))
+        .collect();
+    for (b, c) in by_ops.iter().zip(&composed) {
+        assert_eq!(
+            b.to_f64_vec().expect("read"),
+            c.to_f64_vec().expect("read"),
+            "{wide:?} op by op"
+        );
+    }
     // A long reduction (few outputs, many elements each: reduced in parts, then the parts)
     // with an extra output: the same bits as the program's output reduced on its own.
     let long = Tensor::from_host_on(

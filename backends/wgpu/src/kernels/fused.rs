@@ -15,15 +15,14 @@
 //! A kernel binds its inputs and outputs as storage buffers; a program reading or writing
 //! more than the adapter allows per kernel runs step by step through the ops' own kernels.
 
-use super::elementwise::{binary, binary_expr, unary, unary_expr};
-use super::movement::copy;
-use super::reduce::{parts_of, reduce, reduce_partials, reduce_parts};
+use super::elementwise::{binary_expr, unary_expr};
+use super::reduce::{parts_of, reduce_partials, reduce_parts};
 use super::{output, run_map, same_gpu, In, MAIN};
 use crate::buffer::WgpuBuffer;
 use crate::elem::{descriptor, layout_descriptor, unsupported_on, Elem, Params};
 use crate::gpu::{backend_error, groups_for};
 use crate::shaders::{fill, kernel_source};
-use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep, Layout, Operand, ReduceOp, Result};
+use ferroflow_tensor::{ElementwiseProgram, ElementwiseStep, Layout, ReduceOp, Result};
 
 /// The first parameter slot holding an input's descriptor offset (slots 4..16 are free for
 /// kernel scalars, so a fused kernel reads at most 12 inputs).
@@ -152,15 +151,15 @@ pub(crate) fn fused_reduce_source(program: &ElementwiseProgram, op: ReduceOp) ->
 
 /// Runs `program` over float32 `inputs` broadcast to `shape` and reduces its first output
 /// over `axes` (`Backend::fused_reduce`): one generated kernel (two for a long reduction
-/// split in parts), or the program's kernel then the reduction's where the inputs do not
-/// fit one kernel's bindings.
+/// split in parts); `None` where the inputs do not fit one kernel's bindings (the backend
+/// then runs the program, then the reduction).
 pub(crate) fn fused_reduce(
     program: &ElementwiseProgram,
     inputs: &[In<'_>],
     shape: &[usize],
     op: ReduceOp,
     axes: &[usize],
-) -> Result<Vec<WgpuBuffer>> {
+) -> Result<Option<Vec<WgpuBuffer>>> {
     const OP: &str = "fused_reduce";
     let layouts = check_inputs(OP, program, inputs, shape)?;
     let gpu = inputs[0].gpu();
@@ -168,23 +167,7 @@ pub(crate) fn fused_reduce(
     let fits = program.num_inputs <= REDUCE_MAX_DESC_INPUTS
         && 1 + program.num_inputs + program.outputs.len() <= gpu.max_storage_buffers;
     let Some(source) = source.filter(|_| fits) else {
-        let mut outputs = fused_elementwise(program, inputs, shape)?;
-        let dense = Layout::contiguous(shape);
-        let first = outputs.remove(0);
-        let reduced = reduce(
-            op,
-            &In {
-                buf: &first,
-                op: Operand {
-                    buffer: &first,
-                    layout: &dense,
-                    dtype: first.elem.dtype(),
-                },
-            },
-            axes,
-        )?;
-        outputs.insert(0, reduced);
-        return Ok(outputs);
+        return Ok(None);
     };
     // The program's first output as a dense tensor of `shape`: reduced axes and kept ones.
     let strides = Layout::contiguous(shape).strides().to_vec();
@@ -237,7 +220,7 @@ pub(crate) fn fused_reduce(
             reduce_partials(gpu, op, Elem::F32, partial, n_out, parts, &out)?;
         }
     }
-    Ok(std::iter::once(out).chain(extras).collect())
+    Ok(Some(std::iter::once(out).chain(extras).collect()))
 }
 
 /// Checks a program's float32 inputs (count, one GPU) and gives their layouts broadcast to
@@ -279,19 +262,19 @@ fn fits_one_kernel(program: &ElementwiseProgram, max_storage_buffers: usize) -> 
         && 1 + program.num_inputs + program.outputs.len() <= max_storage_buffers
 }
 
-/// Runs `program` over float32 `inputs` broadcast to `shape` (`Backend::fused_elementwise`):
-/// one generated kernel, or the ops' own kernels step by step where the program binds more
-/// buffers than the adapter allows.
+/// Runs `program` over float32 `inputs` broadcast to `shape` (`Backend::fused_elementwise`)
+/// as one generated kernel; `None` where the program binds more buffers than the adapter
+/// allows (the backend then runs it op by op, `ElementwiseProgram::run_op_by_op`).
 pub(crate) fn fused_elementwise(
     program: &ElementwiseProgram,
     inputs: &[In<'_>],
     shape: &[usize],
-) -> Result<Vec<WgpuBuffer>> {
+) -> Result<Option<Vec<WgpuBuffer>>> {
     const OP: &str = "fused_elementwise";
     let layouts = check_inputs(OP, program, inputs, shape)?;
     let gpu = inputs[0].gpu();
     if !fits_one_kernel(program, gpu.max_storage_buffers) {
-        return step_by_step(program, inputs, &layouts, shape);
+        return Ok(None);
     }
     let source = fused_source(program)
         .ok_or_else(|| backend_error(format!("{OP}: no float32 kernel for {program:?}")))?;
@@ -314,65 +297,7 @@ pub(crate) fn fused_elementwise(
     let ins: Vec<&wgpu::Buffer> = inputs.iter().map(|x| x.buf.raw()).collect();
     let outs: Vec<&wgpu::Buffer> = outputs.iter().map(|o| o.raw()).collect();
     run_map(gpu, &k, params, &ins, &outs, false, n)?;
-    Ok(outputs)
-}
-
-/// The program's steps one kernel each, every register a dense buffer of `shape` (inputs
-/// read through their broadcast `layouts`); an output register returned twice is copied.
-fn step_by_step(
-    program: &ElementwiseProgram,
-    inputs: &[In<'_>],
-    layouts: &[Layout],
-    shape: &[usize],
-) -> Result<Vec<WgpuBuffer>> {
-    let dense = Layout::contiguous(shape);
-    let mut steps: Vec<Option<WgpuBuffer>> = Vec::with_capacity(program.steps.len());
-    let n_in = program.num_inputs;
-    for step in &program.steps {
-        let operand = |r: usize| -> Result<In<'_>> {
-            let (buf, layout) = if r < n_in {
-                (inputs[r].buf, &layouts[r])
-            } else {
-                let buf = steps[r - n_in].as_ref().ok_or_else(|| {
-                    backend_error(format!("fused_elementwise: register {r} is not written"))
-                })?;
-                (buf, &dense)
-            };
-            Ok(In {
-                buf,
-                op: Operand {
-                    buffer: buf,
-                    layout,
-                    dtype: buf.elem.dtype(),
-                },
-            })
-        };
-        let out = match *step {
-            ElementwiseStep::Unary(op, a) => unary(op, &operand(a)?)?,
-            ElementwiseStep::Binary(op, a, b) => binary(op, &operand(a)?, &operand(b)?)?,
-        };
-        steps.push(Some(out));
-    }
-    let mut outputs = Vec::with_capacity(program.outputs.len());
-    for (k, &r) in program.outputs.iter().enumerate() {
-        let later = program.outputs[k + 1..].contains(&r);
-        let slot = &mut steps[r - n_in];
-        let buf = match (later, slot.as_ref()) {
-            (true, Some(buf)) => copy(&In {
-                buf,
-                op: Operand {
-                    buffer: buf,
-                    layout: &dense,
-                    dtype: buf.elem.dtype(),
-                },
-            })?,
-            _ => slot.take().ok_or_else(|| {
-                backend_error(format!("fused_elementwise: register {r} is not written"))
-            })?,
-        };
-        outputs.push(buf);
-    }
-    Ok(outputs)
+    Ok(Some(outputs))
 }
 
 #[cfg(test)]
