@@ -766,7 +766,7 @@ impl Cuda {
     }
 
     /// The shape `[batch · oh · ow, kh · kw · c]` of a convolution's column matrix
-    /// (`source::im2col`), when its bytes fit [`convolution_workspace_limit`] (the
+    /// (`source::im2col`; a pointwise window's is its input), when its bytes fit [`convolution_workspace_limit`] (the
     /// convolution then runs as a GEMM); `None` sends it to the direct loops.
     fn columns_shape(w: &Window2d, dtype: DType) -> Option<[usize; 2]> {
         let m = w.input[0]
@@ -779,24 +779,39 @@ impl Cuda {
         (bytes > 0 && bytes <= convolution_workspace_limit()).then_some([m, k])
     }
 
-    /// The column matrix of `x` for window `w`: dense `[m, k]`.
+    /// Whether window `w` is pointwise (1×1, stride 1, no padding): its column matrix is the
+    /// input itself, `[batch · h · w, c]`, and its input gradient the columns' gradient.
+    fn pointwise(w: &Window2d) -> bool {
+        w.kernel == [1, 1]
+            && w.strides == [1, 1]
+            && w.pad_before == [0, 0]
+            && w.output == [w.input[1], w.input[2]]
+    }
+
+    /// The column matrix `[m, k]` of `x` for window `w`: for a pointwise window a view of
+    /// `x` itself where its layout allows (no copy), else made by `source::im2col`; returned
+    /// as (the buffer made, if one was, to be kept alive beside the layout; the layout).
     fn columns(
         &self,
         op: &'static str,
         x: Operand<'_>,
         w: &Window2d,
         [m, k]: [usize; 2],
-    ) -> Result<CudaBuffer> {
+    ) -> Result<(Option<CudaBuffer>, Layout)> {
+        if Self::pointwise(w) {
+            return self.matrix(&x, [m, k]);
+        }
         let e = float_elem(x.dtype, op)?;
         let g = kernels(source::KernelKey::Im2col(e), op, x.dtype)?;
-        self.window(
+        let cols = self.window(
             op,
             &g.kernels[0],
             x,
             None,
             m * k,
             geo(w, 0, x.layout, None)?,
-        )
+        )?;
+        Ok((Some(cols), Layout::contiguous(&[m, k])))
     }
 
     /// `x` as a `[rows, cols]` matrix: a view of its own buffer where its layout allows,
@@ -819,8 +834,7 @@ impl Cuda {
         [m, k]: [usize; 2],
     ) -> Result<BufferBox> {
         let cout = filter.layout.shape()[3];
-        let cols = self.columns(op, x, w, [m, k])?;
-        let cols_layout = Layout::contiguous(&[m, k]);
+        let (cols, cols_layout) = self.columns(op, x, w, [m, k])?;
         let (dense_f, f_layout) = self.matrix(&filter, [k, cout])?;
         let f_buffer: &dyn DeviceBuffer = match &dense_f {
             Some(d) => d,
@@ -828,7 +842,7 @@ impl Cuda {
         };
         self.matmul(
             Operand {
-                buffer: &cols,
+                buffer: cols.as_ref().map_or(x.buffer, |c| c as &dyn DeviceBuffer),
                 layout: &cols_layout,
                 dtype: x.dtype,
             },
@@ -1844,6 +1858,10 @@ impl Backend for Cuda {
                     dtype: filter.dtype,
                 },
             )?;
+            if Self::pointwise(w) {
+                // Each input element is in one window: the columns' gradient is the input's.
+                return Ok(dcols);
+            }
             let g = kernels(source::KernelKey::Col2im(e), op, dy.dtype)?;
             let input = Layout::contiguous(&w.input);
             return boxed(self.window(
@@ -1883,12 +1901,12 @@ impl Backend for Cuda {
         if let Some([m, k]) = Self::columns_shape(w, x.dtype) {
             // columnsᵀ[k, m] · dy[m, cout]: the filter gradient as [kh · kw · c, cout].
             let cout = filter_shape[3];
-            let cols = self.columns(op, x, w, [m, k])?;
-            let cols_t = Layout::contiguous(&[m, k]).permute(&[1, 0])?;
+            let (cols, cols_layout) = self.columns(op, x, w, [m, k])?;
+            let cols_t = cols_layout.permute(&[1, 0])?;
             let (dense_dy, dy_layout) = self.matrix(&dy, [m, cout])?;
             return self.matmul(
                 Operand {
-                    buffer: &cols,
+                    buffer: cols.as_ref().map_or(x.buffer, |c| c as &dyn DeviceBuffer),
                     layout: &cols_t,
                     dtype: x.dtype,
                 },
