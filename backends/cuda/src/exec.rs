@@ -152,6 +152,14 @@ impl Gpu {
         if ctx.has_async_alloc() {
             keep_freed_memory(ctx.cu_device());
         }
+        // SAFETY: everything on this device runs on one stream, the context's default
+        // (kernels, cuBLAS, copies, stream-ordered allocations and frees), so work on a
+        // buffer is ordered by the stream alone and the host waits for the stream before it
+        // reads. cudarc's per-buffer events would only order work across streams; with them,
+        // every allocation created two driver events and every free destroyed them (four
+        // driver calls per op on top of the allocation and the launch). Called before any
+        // buffer of this context exists.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::Backend {
             backend: BACKEND,
