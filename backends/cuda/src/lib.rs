@@ -766,8 +766,9 @@ impl Cuda {
     }
 
     /// The shape `[batch · oh · ow, kh · kw · c]` of a convolution's column matrix
-    /// (`source::im2col`; a pointwise window's is its input), when its bytes fit [`convolution_workspace_limit`] (the
-    /// convolution then runs as a GEMM); `None` sends it to the direct loops.
+    /// (`source::im2col`; a pointwise window's is its input), when its bytes fit
+    /// [`convolution_workspace_limit`] (the convolution then runs as a GEMM); `None` sends it
+    /// to the direct loops.
     fn columns_shape(w: &Window2d, dtype: DType) -> Option<[usize; 2]> {
         let m = w.input[0]
             .checked_mul(w.output[0])?
