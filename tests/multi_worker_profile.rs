@@ -15,27 +15,58 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Waits (bounded) until every task printed `line`; panics with their output if not.
-fn wait_for(cluster: &mut LocalCluster, tasks: usize, line: &str, limit: Duration) {
+/// Waits (bounded) until every task printed `line`; `Err` with their output if one exited
+/// first or the time ran out.
+fn wait_for(
+    cluster: &mut LocalCluster,
+    tasks: usize,
+    line: &str,
+    limit: Duration,
+) -> Result<(), String> {
     let end = Instant::now() + limit;
     loop {
         if (0..tasks).all(|i| cluster.output(i).contains(line)) {
-            return;
+            return Ok(());
         }
         for i in 0..tasks {
             if let Ok(Some(code)) = cluster.try_code(i) {
-                panic!("task {i} exited with {code}:\n{}", cluster.output(i));
+                return Err(format!(
+                    "task {i} exited with {code}:\n{}",
+                    cluster.output(i)
+                ));
             }
         }
-        assert!(
-            Instant::now() < end,
-            "not every task printed {line:?} within {limit:?}:\n{}",
-            (0..tasks)
-                .map(|i| cluster.output(i))
-                .collect::<Vec<_>>()
-                .join("\n---\n")
-        );
+        if Instant::now() >= end {
+            return Err(format!(
+                "not every task printed {line:?} within {limit:?}:\n{}",
+                (0..tasks)
+                    .map(|i| cluster.output(i))
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            ));
+        }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts `spec`'s tasks and waits (bounded) until each printed `line`. The launcher picks
+/// free loopback ports and lets them go for the tasks to bind; another process on the
+/// machine can take one first (a task then exits with "Address already in use"), and the
+/// cluster starts again on fresh ports, three starts at most. Any other failure panics
+/// with the tasks' output; every task is killed when its cluster drops.
+fn start_and_wait(spec: &LaunchSpec, tasks: usize, line: &str, limit: Duration) -> LocalCluster {
+    const STARTS: usize = 3;
+    let mut start = 1;
+    loop {
+        let mut cluster = LocalCluster::start(spec).unwrap();
+        match wait_for(&mut cluster, tasks, line, limit) {
+            Ok(()) => return cluster,
+            Err(output) if start < STARTS && output.contains("Address already in use") => {
+                eprintln!("a task's port was taken before it bound it; start {start} of {STARTS} again:\n{output}");
+                start += 1;
+            }
+            Err(output) => panic!("{output}"),
+        }
     }
 }
 
@@ -94,17 +125,20 @@ fn two_mnist_workers_captured_while_training() {
         example.display()
     );
     let out = tempfile::tempdir().unwrap();
-    let mut cluster = LocalCluster::start(&LaunchSpec {
-        workers: 2,
-        program: example.to_string_lossy().into_owned(),
-        args: ["--epochs", "5", "--out", &out.path().to_string_lossy()]
-            .map(String::from)
-            .to_vec(),
-        profile_ports: true,
-        ..Default::default()
-    })
-    .unwrap();
-    wait_for(&mut cluster, 2, "training", Duration::from_secs(120));
+    let mut cluster = start_and_wait(
+        &LaunchSpec {
+            workers: 2,
+            program: example.to_string_lossy().into_owned(),
+            args: ["--epochs", "5", "--out", &out.path().to_string_lossy()]
+                .map(String::from)
+                .to_vec(),
+            profile_ports: true,
+            ..Default::default()
+        },
+        2,
+        "training",
+        Duration::from_secs(120),
+    );
     let logdir = out.path().join("logs");
     let capture =
         client::trace(&addresses(&cluster), &logdir, 2000, 3, Default::default()).unwrap();
@@ -241,23 +275,26 @@ fn straggler_child() {
 #[test]
 fn the_pod_viewer_flags_the_worker_slowed_in_its_input() {
     let exe = std::env::current_exe().unwrap();
-    let mut cluster = LocalCluster::start(&LaunchSpec {
-        workers: 2,
-        program: exe.to_string_lossy().into_owned(),
-        args: [
-            "--ignored",
-            "--exact",
-            "straggler_child",
-            "--nocapture",
-            "--test-threads=1",
-        ]
-        .map(String::from)
-        .to_vec(),
-        profile_ports: true,
-        ..Default::default()
-    })
-    .unwrap();
-    wait_for(&mut cluster, 2, "training", Duration::from_secs(60));
+    let cluster = start_and_wait(
+        &LaunchSpec {
+            workers: 2,
+            program: exe.to_string_lossy().into_owned(),
+            args: [
+                "--ignored",
+                "--exact",
+                "straggler_child",
+                "--nocapture",
+                "--test-threads=1",
+            ]
+            .map(String::from)
+            .to_vec(),
+            profile_ports: true,
+            ..Default::default()
+        },
+        2,
+        "training",
+        Duration::from_secs(60),
+    );
     let dir = tempfile::tempdir().unwrap();
     let capture = client::trace(
         &addresses(&cluster),
