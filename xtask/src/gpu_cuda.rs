@@ -126,6 +126,16 @@ fn resnet_style() -> ferroflow::Result<ferroflow::keras::Model> {
     Ok(model)
 }
 
+/// `n` synthetic 32×32×3 images in [0, 1) and int64 labels in 0..10 (fixed seeds): the
+/// ResNet-style network's data (as `bench/torch_resnet.py` makes its own).
+fn synthetic_images(n: usize) -> ferroflow::Result<(Tensor, Tensor)> {
+    let x = ferroflow::random::stateless_uniform(&[n, 32, 32, 3], [5, 6], 0.0, 1.0, DType::F32)?;
+    let y = ferroflow::random::stateless_uniform(&[n], [7, 8], 0.0, 10.0, DType::F32)?
+        .floor()?
+        .cast(DType::I64)?;
+    Ok((x, y))
+}
+
 /// Samples/s of the ResNet-style network's training steps (`fit`, batch 256, synthetic
 /// 32×32×3 data, 10 steps per epoch, the second of two epochs timed) on `device` under
 /// `policy`.
@@ -136,17 +146,7 @@ fn resnet_samples_per_second(device: Device, policy: &str) -> ferroflow::Result<
     set_global_policy(Policy::new(policy)?);
     ferroflow::random::set_seed(2);
     let result = ferroflow::with_device(&device.to_string(), || {
-        let x = ferroflow::random::stateless_uniform(
-            &[BATCH * STEPS, 32, 32, 3],
-            [5, 6],
-            0.0,
-            1.0,
-            DType::F32,
-        )?;
-        let y =
-            ferroflow::random::stateless_uniform(&[BATCH * STEPS], [7, 8], 0.0, 10.0, DType::F32)?
-                .floor()?
-                .cast(DType::I64)?;
+        let (x, y) = synthetic_images(BATCH * STEPS)?;
         let mut model = resnet_style()?;
         let times = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
         model.fit(
@@ -170,11 +170,7 @@ fn resnet_samples_per_second(device: Device, policy: &str) -> ferroflow::Result<
 fn resnet_device_profile(device: Device, top: usize) -> ferroflow::Result<Vec<String>> {
     ferroflow::random::set_seed(2);
     ferroflow::with_device(&device.to_string(), || {
-        let x =
-            ferroflow::random::stateless_uniform(&[256, 32, 32, 3], [5, 6], 0.0, 1.0, DType::F32)?;
-        let y = ferroflow::random::stateless_uniform(&[256], [7, 8], 0.0, 10.0, DType::F32)?
-            .floor()?
-            .cast(DType::I64)?;
+        let (x, y) = synthetic_images(256)?;
         let mut model = resnet_style()?;
         let step = |model: &mut ferroflow::keras::Model| {
             model.train_step(std::slice::from_ref(&x), std::slice::from_ref(&y))

@@ -120,6 +120,37 @@ const REDUCTION_THREADS: usize = 1 << 17;
 /// an H200's multiprocessors); fewer run split ([`Cuda::launch_reduction`]).
 const REDUCTION_BLOCKS_ENOUGH: usize = 264;
 
+/// How a reduction runs ([`Cuda::launch_reduction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReductionPlan {
+    /// `_rows`: a thread per output.
+    Rows,
+    /// `_blocks`: a block per output.
+    Blocks,
+    /// `_partials` over `segments` interleaved segments per output, then `_finish`.
+    Split { segments: usize },
+}
+
+/// The plan for `outputs` reductions of `m` elements each: short reductions, or very many
+/// outputs, a thread per output; long ones over many outputs along a strided kept axis a
+/// block per output; the rest (few outputs, or outputs along the contiguous axis) split,
+/// unless that leaves one segment each, where a thread per output reads coalesced. On the
+/// host emulation, whose blocks are real threads, blocks run for 2 or 3 outputs only, so
+/// its tests still reach every kernel.
+fn reduction_plan(m: usize, outputs: usize, kept_contiguous: bool, host: bool) -> ReductionPlan {
+    if m <= 64 || outputs > (1 << 20) || (host && outputs > HOST_BLOCK_OUTPUTS) {
+        return ReductionPlan::Rows;
+    }
+    let blocks_enough = if host { 2 } else { REDUCTION_BLOCKS_ENOUGH };
+    if !kept_contiguous && outputs >= blocks_enough {
+        return ReductionPlan::Blocks;
+    }
+    match (m / 32).min(REDUCTION_THREADS / outputs) {
+        0 | 1 => ReductionPlan::Rows,
+        segments => ReductionPlan::Split { segments },
+    }
+}
+
 /// The largest column matrix (bytes) a convolution makes to run as im2col and a cuBLAS
 /// GEMM ([`set_convolution_workspace_limit`]); a larger one runs the direct loops.
 static CONVOLUTION_WORKSPACE: std::sync::atomic::AtomicUsize =
@@ -621,13 +652,9 @@ impl Cuda {
     }
 
     /// Launches a reduction ([`source::reduce`]'s four kernels, `ks`) of `outputs` outputs
-    /// of `m` elements each into `y`: `inputs` are the kernels' arguments before `kept`,
-    /// `extras` after `Y`. Short reductions, or very many outputs, run `_rows` (a thread per
-    /// output); long ones over few outputs (fewer than the GPU has multiprocessors to keep
-    /// busy, or outputs along the contiguous axis, where a block per output would read
-    /// strided) run `_partials` into a temporary of [`REDUCTION_THREADS`] partials at most
-    /// and `_finish` on them; the rest `_blocks` (a block per output). On the host
-    /// emulation, whose blocks are real threads, blocks run only for a few outputs.
+    /// of `m` elements each into `y` by [`reduction_plan`]: `inputs` are the kernels'
+    /// arguments before `kept`, `extras` after `Y`; a split reduction's partials (at most
+    /// [`REDUCTION_THREADS`]) go to a temporary.
     fn launch_reduction(
         gpu: &Gpu,
         ks: &[KernelSource],
@@ -643,70 +670,58 @@ impl Cuda {
                 msg: format!("a reduction has four kernels, this one {}", ks.len()),
             });
         };
-        let mut args = inputs;
-        args.extend([Arg::View(kept), Arg::View(red), Arg::I64(m as i64)]);
-        let few_blocks = gpu.is_host() && outputs > HOST_BLOCK_OUTPUTS;
-        if m <= 64 || outputs > (1 << 20) || few_blocks {
-            args.push(Arg::Buf(y));
-            args.extend(extras);
-            args.push(Arg::I64(outputs as i64));
-            return gpu.launch(&rows.name, || rows.clone(), Launch::Items(outputs), &args);
-        }
         let rank = kept.rank as usize;
         let kept_contiguous = rank > 0 && kept.strides[rank - 1] == 1;
-        let segments = (m / 32).min(REDUCTION_THREADS / outputs).max(1);
-        // The emulation runs blocks for 2 or 3 outputs, so that its tests reach every kernel.
-        let blocks_enough = if gpu.is_host() {
-            2
-        } else {
-            REDUCTION_BLOCKS_ENOUGH
-        };
-        if !kept_contiguous && outputs >= blocks_enough {
-            args.push(Arg::Buf(y));
-            args.extend(extras);
-            return gpu.launch(
-                &blocks.name,
-                || blocks.clone(),
-                Launch::Blocks {
-                    blocks: outputs as u32,
-                    threads: source::REDUCE_BLOCK,
-                },
-                &args,
-            );
+        let mut args = inputs;
+        args.extend([Arg::View(kept), Arg::View(red), Arg::I64(m as i64)]);
+        match reduction_plan(m, outputs, kept_contiguous, gpu.is_host()) {
+            ReductionPlan::Rows => {
+                args.push(Arg::Buf(y));
+                args.extend(extras);
+                args.push(Arg::I64(outputs as i64));
+                gpu.launch(&rows.name, || rows.clone(), Launch::Items(outputs), &args)
+            }
+            ReductionPlan::Blocks => {
+                args.push(Arg::Buf(y));
+                args.extend(extras);
+                gpu.launch(
+                    &blocks.name,
+                    || blocks.clone(),
+                    Launch::Blocks {
+                        blocks: outputs as u32,
+                        threads: source::REDUCE_BLOCK,
+                    },
+                    &args,
+                )
+            }
+            ReductionPlan::Split { segments } => {
+                // Accumulators are 8 bytes at most (double, 64-bit integers).
+                let parts = gpu.alloc(outputs * segments * 8)?;
+                args.push(Arg::Buf(&parts));
+                args.extend(extras);
+                args.extend([Arg::I64(outputs as i64), Arg::I64(segments as i64)]);
+                gpu.launch(
+                    &partials.name,
+                    || partials.clone(),
+                    Launch::Items(outputs * segments),
+                    &args,
+                )?;
+                gpu.launch(
+                    &finish.name,
+                    || finish.clone(),
+                    Launch::Blocks {
+                        blocks: outputs as u32,
+                        threads: source::REDUCE_BLOCK,
+                    },
+                    &[
+                        Arg::Buf(&parts),
+                        Arg::I64(outputs as i64),
+                        Arg::I64(segments as i64),
+                        Arg::Buf(y),
+                    ],
+                )
+            }
         }
-        if segments == 1 {
-            // Outputs along the contiguous axis, enough of them: a thread each reads
-            // coalesced with its neighbours'.
-            args.push(Arg::Buf(y));
-            args.extend(extras);
-            args.push(Arg::I64(outputs as i64));
-            return gpu.launch(&rows.name, || rows.clone(), Launch::Items(outputs), &args);
-        }
-        // Accumulators are 8 bytes at most (double, 64-bit integers).
-        let parts = gpu.alloc(outputs * segments * 8)?;
-        args.push(Arg::Buf(&parts));
-        args.extend(extras);
-        args.extend([Arg::I64(outputs as i64), Arg::I64(segments as i64)]);
-        gpu.launch(
-            &partials.name,
-            || partials.clone(),
-            Launch::Items(outputs * segments),
-            &args,
-        )?;
-        gpu.launch(
-            &finish.name,
-            || finish.clone(),
-            Launch::Blocks {
-                blocks: outputs as u32,
-                threads: source::REDUCE_BLOCK,
-            },
-            &[
-                Arg::Buf(&parts),
-                Arg::I64(outputs as i64),
-                Arg::I64(segments as i64),
-                Arg::Buf(y),
-            ],
-        )
     }
 
     /// The device, element type and views (broadcast to `shape`) of an elementwise
@@ -1960,6 +1975,35 @@ impl Backend for Cuda {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reductions_pick_their_plan_from_the_shapes() {
+        use ReductionPlan::*;
+        // Short, or too many outputs: a thread each.
+        assert_eq!(reduction_plan(64, 32, true, false), Rows);
+        assert_eq!(reduction_plan(1000, (1 << 20) + 1, false, false), Rows);
+        // Batch norm's moments (32 channels along the contiguous axis) and a full sum: split.
+        assert_eq!(
+            reduction_plan(262_144, 32, true, false),
+            Split { segments: 4096 }
+        );
+        assert_eq!(
+            reduction_plan(1 << 20, 1, false, false),
+            Split { segments: 32_768 }
+        );
+        // Rows along the contiguous axis, many of them: a block each; few: split.
+        assert_eq!(reduction_plan(1000, 300, false, false), Blocks);
+        assert_eq!(
+            reduction_plan(1000, 3, false, false),
+            Split { segments: 31 }
+        );
+        // Many outputs along the contiguous axis: one segment each, a thread each.
+        assert_eq!(reduction_plan(256, 100_000, true, false), Rows);
+        // The emulation: blocks for 2 or 3 outputs, a thread each beyond.
+        assert_eq!(reduction_plan(1000, 3, false, true), Blocks);
+        assert_eq!(reduction_plan(1000, 1, false, true), Split { segments: 31 });
+        assert_eq!(reduction_plan(1000, 4, false, true), Rows);
+    }
 
     #[test]
     fn views_merge_axes_that_step_as_one_and_drop_unit_axes() {
