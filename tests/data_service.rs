@@ -2,6 +2,7 @@
 //! dispatcher`), workers (this test binary, serving the pipelines registered below), and
 //! the trainer (the test itself). Workers and dispatchers are killed mid-epoch.
 
+use ferroflow::cluster::ReservedPort;
 use ferroflow::data::service::{self, DistributeOptions, ProcessingMode, ServiceStats};
 use ferroflow::data::Dataset;
 use ferroflow::tensor::testing::ChildProcess;
@@ -9,6 +10,7 @@ use ferroflow::{DType, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The pipelines every process of these tests registers (workers run this binary).
@@ -51,11 +53,34 @@ fn start(command: &mut Command) -> ChildProcess {
         .0
 }
 
+/// Ports the OS picked, held listening until the server process that serves on each starts
+/// ([`serve_on`]); a port is never free between the choice and the server.
+static RESERVED: Mutex<Vec<ReservedPort>> = Mutex::new(Vec::new());
+
+/// A loopback port the OS picked, held for the server [`serve_on`] starts on it.
 fn free_port() -> u16 {
-    let a = ferroflow::cluster::free_loopback_addresses(1)
+    let port = ferroflow::cluster::reserve_loopback_ports(1)
         .unwrap()
         .remove(0);
-    a.rsplit_once(':').unwrap().1.parse().unwrap()
+    let number = port.port();
+    RESERVED.lock().unwrap().push(port);
+    number
+}
+
+/// Starts the server process `command` on `port`, handing it the port's socket listening:
+/// the one reserved by [`free_port`] the first time, bound here again when a server is
+/// restarted on its port. This process's copy closes once the server runs (so a dead
+/// server's port refuses connections).
+fn serve_on(command: &mut Command, port: u16) -> ChildProcess {
+    let held = {
+        let mut reserved = RESERVED.lock().unwrap();
+        match reserved.iter().position(|p| p.port() == port) {
+            Some(i) => reserved.swap_remove(i),
+            None => ReservedPort::bind(&format!("127.0.0.1:{port}")).unwrap(),
+        }
+    };
+    ferroflow::cluster::hand_over(command, &[&held]);
+    start(command)
 }
 
 const TOKEN: &str = "s3cret";
@@ -74,7 +99,7 @@ fn dispatcher_with(port: u16, work_dir: Option<&Path>, flags: &[&str]) -> ChildP
     if let Some(d) = work_dir {
         c.arg("--work-dir").arg(d).arg("--fault-tolerant");
     }
-    start(&mut c)
+    serve_on(&mut c, port)
 }
 
 /// A worker process (this binary's `worker_child`) of the dispatcher on `dispatcher_port`.
@@ -87,7 +112,7 @@ fn worker(dispatcher_port: u16, port: u16, max_element_bytes: Option<usize>) -> 
     if let Some(m) = max_element_bytes {
         c.env("FF_TEST_MAX_ELEMENT", m.to_string());
     }
-    start(&mut c)
+    serve_on(&mut c, port)
 }
 
 /// Two worker processes of the dispatcher on `dispatcher_port`, on ports the OS picked.

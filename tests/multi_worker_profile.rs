@@ -49,25 +49,14 @@ fn wait_for(
     }
 }
 
-/// Starts `spec`'s tasks and waits (bounded) until each printed `line`. The launcher picks
-/// free loopback ports and lets them go for the tasks to bind; another process on the
-/// machine can take one first (a task then exits with "Address already in use"), and the
-/// cluster starts again on fresh ports, three starts at most. Any other failure panics
-/// with the tasks' output; every task is killed when its cluster drops.
+/// Starts `spec`'s tasks and waits (bounded) until each printed `line`; any failure panics
+/// with the tasks' output. Every task is killed when its cluster drops.
 fn start_and_wait(spec: &LaunchSpec, tasks: usize, line: &str, limit: Duration) -> LocalCluster {
-    const STARTS: usize = 3;
-    let mut start = 1;
-    loop {
-        let mut cluster = LocalCluster::start(spec).unwrap();
-        match wait_for(&mut cluster, tasks, line, limit) {
-            Ok(()) => return cluster,
-            Err(output) if start < STARTS && output.contains("Address already in use") => {
-                eprintln!("a task's port was taken before it bound it; start {start} of {STARTS} again:\n{output}");
-                start += 1;
-            }
-            Err(output) => panic!("{output}"),
-        }
+    let mut cluster = LocalCluster::start(spec).unwrap();
+    if let Err(output) = wait_for(&mut cluster, tasks, line, limit) {
+        panic!("{output}");
     }
+    cluster
 }
 
 fn addresses(cluster: &LocalCluster) -> String {

@@ -3,6 +3,7 @@
 //! run on).
 
 use crate::spec::TaskId;
+use crate::ReservedPort;
 use ferroflow_tensor::{Error, Result};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -48,6 +49,8 @@ pub const PROFILER_PORT_ENV: &str = "FERROFLOW_PROFILER_PORT";
 /// A task's process and what it printed.
 struct Task {
     id: TaskId,
+    /// Its address in `TF_CONFIG`.
+    address: String,
     /// Its profiler server's loopback address, when the launch gave it a port.
     profiler_address: Option<String>,
     child: Child,
@@ -85,21 +88,16 @@ pub struct LocalCluster {
     spec: LaunchSpec,
 }
 
-/// `n` free loopback addresses: bound by the OS, noted, released (a task binds its own
-/// moments later).
+/// `n` loopback addresses with nothing listening: bound by the OS, noted, released. For an
+/// address that must refuse connections, or a server this crate does not start (another
+/// framework's); a task this crate's launcher starts gets its port already listening
+/// ([`crate::reserve_loopback_ports`]), since a released port can be taken by any socket
+/// before the task binds it.
 pub fn free_loopback_addresses(n: usize) -> Result<Vec<String>> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|e| Error::io("binding a free loopback port", &e))?;
-    listeners
+    Ok(crate::reserve_loopback_ports(n)?
         .iter()
-        .map(|l| {
-            l.local_addr()
-                .map(|a| a.to_string())
-                .map_err(|e| Error::io("reading a bound port", &e))
-        })
-        .collect()
+        .map(|p| p.address().to_string())
+        .collect())
 }
 
 impl LocalCluster {
@@ -120,16 +118,20 @@ impl LocalCluster {
             jobs.push(("ps", spec.ps));
         }
         let total: usize = jobs.iter().map(|j| j.1).sum();
-        let mut addresses = free_loopback_addresses(total)?.into_iter();
+        // Held listening until each task has started with its own (see `hand_over`).
+        let mut ports = crate::reserve_loopback_ports(total)?.into_iter();
         let mut cluster = serde_json::Map::new();
         let mut ids = vec![];
+        let mut task_ports = vec![];
         for (job, n) in &jobs {
             if *n == 0 {
                 continue;
             }
-            let list: Vec<String> = addresses.by_ref().take(*n).collect();
+            let held: Vec<ReservedPort> = ports.by_ref().take(*n).collect();
+            let list: Vec<&str> = held.iter().map(|p| p.address()).collect();
             cluster.insert(job.to_string(), serde_json::json!(list));
             ids.extend((0..*n).map(|i| TaskId::new(*job, i)));
+            task_ports.extend(held);
         }
         let mut spec = spec.clone();
         let set = |k: &str| std::env::var_os(k).is_some() || spec.env.iter().any(|(n, _)| n == k);
@@ -147,22 +149,24 @@ impl LocalCluster {
             tf_configs: vec![],
             spec: spec.clone(),
         };
-        let mut profiler_addresses = if spec.profile_ports {
-            free_loopback_addresses(ids.len())?
+        let mut profiler_ports = if spec.profile_ports {
+            crate::reserve_loopback_ports(ids.len())?
                 .into_iter()
                 .map(Some)
                 .collect()
         } else {
-            vec![None; ids.len()]
+            Vec::from_iter(std::iter::repeat_with(|| None).take(ids.len()))
         }
         .into_iter();
-        for id in ids {
+        for (id, port) in ids.into_iter().zip(task_ports) {
             let tf_config = serde_json::json!({
                 "cluster": cluster,
                 "task": {"type": id.task_type, "index": id.index},
             })
             .to_string();
-            let task = spawn(spec, &id, &tf_config, profiler_addresses.next().flatten())?;
+            let profiler = profiler_ports.next().flatten();
+            // The task owns its sockets from here; this process's copies close.
+            let task = spawn(spec, &id, &tf_config, &port, profiler.as_ref())?;
             out.tf_configs.push(tf_config);
             out.tasks.push(task);
         }
@@ -203,14 +207,27 @@ impl LocalCluster {
     }
 
     /// Starts task `i` again with the same `TF_CONFIG` (killing it first if it still
-    /// runs): a lost machine coming back. Its output starts afresh.
+    /// runs): a lost machine coming back. Its output starts afresh. Its ports are bound
+    /// again here and handed over as at the start (an error names one another process
+    /// took since the task died).
     pub fn restart(&mut self, i: usize) -> Result<()> {
         if poll(&mut self.tasks[i])?.is_none() {
             self.kill(i)?;
         }
         let id = self.tasks[i].id.clone();
-        let profiler = self.tasks[i].profiler_address.clone();
-        let task = spawn(&self.spec, &id, &self.tf_configs[i], profiler)?;
+        let port = ReservedPort::bind(&self.tasks[i].address)?;
+        let profiler = self.tasks[i]
+            .profiler_address
+            .as_deref()
+            .map(ReservedPort::bind)
+            .transpose()?;
+        let task = spawn(
+            &self.spec,
+            &id,
+            &self.tf_configs[i],
+            &port,
+            profiler.as_ref(),
+        )?;
         let old = std::mem::replace(&mut self.tasks[i], task);
         for r in old.relays {
             let _ = r.join();
@@ -329,21 +346,22 @@ fn poll(t: &mut Task) -> Result<Option<i32>> {
     Ok(t.code)
 }
 
+/// Starts task `id`, handing it `port` (its `TF_CONFIG` address) and `profiler` (its
+/// profiler server's port) listening.
 fn spawn(
     spec: &LaunchSpec,
     id: &TaskId,
     tf_config: &str,
-    profiler_address: Option<String>,
+    port: &ReservedPort,
+    profiler: Option<&ReservedPort>,
 ) -> Result<Task> {
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args).env("TF_CONFIG", tf_config);
-    if let Some(port) = profiler_address
-        .as_deref()
-        .and_then(|a| a.rsplit_once(':'))
-        .map(|(_, p)| p)
-    {
-        cmd.env(PROFILER_PORT_ENV, port);
+    if let Some(p) = profiler {
+        cmd.env(PROFILER_PORT_ENV, p.port().to_string());
     }
+    let handed: Vec<&ReservedPort> = std::iter::once(port).chain(profiler).collect();
+    crate::hand_over(&mut cmd, &handed);
     cmd.envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -379,7 +397,8 @@ fn spawn(
     }
     Ok(Task {
         id: id.clone(),
-        profiler_address,
+        address: port.address().to_string(),
+        profiler_address: profiler.map(|p| p.address().to_string()),
         child,
         output,
         relays,

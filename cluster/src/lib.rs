@@ -34,7 +34,9 @@
 //!   (`FERROFLOW_CLUSTER_TOKEN`) and have deadlines; an unreachable or silent peer is
 //!   [`ferroflow_tensor::Error::Unavailable`], naming it.
 //! - [`LocalCluster`]: a job's tasks started as local processes with `TF_CONFIG` filled in
-//!   on free loopback ports, their output prefixed with the task's name, the group stopped
+//!   on loopback ports the OS picked, each handed to its task already listening
+//!   ([`reserve_loopback_ports`], [`hand_over`], [`bind_listener`]: no other process can
+//!   take a port between the launcher's choice and the task's server), their output prefixed with the task's name, the group stopped
 //!   when one fails (`ferroflow launch`, and the multi-process tests).
 //! - [`MpiLaunch`]: a process `mpirun` started, recognised from the launcher's variables
 //!   (the collectives then run over MPI, with no `TF_CONFIG`).
@@ -43,6 +45,7 @@
 
 mod launch;
 mod mpi_env;
+mod ports;
 mod resolver;
 mod server;
 mod slurm;
@@ -52,6 +55,7 @@ pub use launch::{
     free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster, PROFILER_PORT_ENV,
 };
 pub use mpi_env::MpiLaunch;
+pub use ports::{bind_listener, hand_over, reserve_loopback_ports, ReservedPort, LISTEN_FDS_ENV};
 pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
 pub use server::{
     token_from_env, Connector, DeferredHandler, Delivery, Handler, Mailbox, Peer, Pending,

@@ -1,8 +1,9 @@
 //! The collectives across real processes, on both transports: the gRPC ring on loopback
 //! (each test starts its workers as child processes, this test binary again running the
-//! ignored `worker` test, with `TF_CONFIG` filled in on ports the OS picked) and, with the
-//! `mpi` feature, MPI (the same worker started by `mpirun`, no TF_CONFIG). Every test waits
-//! for its processes with a time limit and kills every one it started, also when it fails.
+//! ignored `worker` test, with `TF_CONFIG` filled in on ports the OS picked, each handed
+//! to its worker listening) and, with the `mpi` feature, MPI (the same worker started by
+//! `mpirun`, no TF_CONFIG). Every test waits for its processes with a time limit and kills
+//! every one it started, also when it fails.
 
 use ferroflow::{DType, HostData, Tensor};
 use ferroflow_cluster::TfConfigClusterResolver;
@@ -10,17 +11,6 @@ use ferroflow_distribute::{CollectiveGroup, CommunicationOptions, ReduceOp};
 use proptest::prelude::*;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Free loopback addresses: bound by the OS, noted, released.
-fn free_addresses(n: usize) -> Vec<String> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("addr").to_string())
-        .collect()
-}
 
 /// Kills every child on drop (a failing assertion included).
 struct Workers(Vec<Child>);
@@ -36,7 +26,9 @@ impl Drop for Workers {
 
 /// Starts `n` workers (chief-less cluster) running `mode`; returns them and when they began.
 fn start(n: usize, mode: &str, timeout_s: u64) -> Workers {
-    let addresses = free_addresses(n);
+    // Held listening until each worker has started with its own (`hand_over`).
+    let ports = ferroflow_cluster::reserve_loopback_ports(n).expect("reserve ports");
+    let addresses: Vec<&str> = ports.iter().map(|p| p.address()).collect();
     let cluster = serde_json::json!({ "worker": addresses });
     let exe = std::env::current_exe().expect("test binary");
     let children = (0..n)
@@ -45,7 +37,9 @@ fn start(n: usize, mode: &str, timeout_s: u64) -> Workers {
                 "cluster": cluster,
                 "task": {"type": "worker", "index": i},
             });
-            Command::new(&exe)
+            let mut command = Command::new(&exe);
+            ferroflow_cluster::hand_over(&mut command, &[&ports[i]]);
+            command
                 .args([
                     "--ignored",
                     "--exact",

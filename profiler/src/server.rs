@@ -136,8 +136,12 @@ pub fn start_on(address: &str) -> Result<ProfilerServer> {
         .enable_all()
         .build()
         .map_err(|e| unavailable(format!("cannot start the runtime: {e}")))?;
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(address))
+    // The socket a launcher handed over for this address, else one bound here.
+    let listener = ferroflow_cluster::bind_listener(address)
+        .and_then(|l| {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(l)
+        })
         .map_err(|e| unavailable(format!("cannot listen: {e}")))?;
     let addr = listener
         .local_addr()

@@ -1,0 +1,116 @@
+//! Ports a launcher hands to a task (`hand_over`, `bind_listener`), across a real `exec`:
+//! this test binary starts itself again running the ignored `task` test.
+
+#![cfg(unix)]
+
+use ferroflow_cluster::{bind_listener, hand_over, reserve_loopback_ports, LISTEN_FDS_ENV};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Kills the child on drop (a failing assertion included).
+struct Task(Child);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn task_command(address: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "--ignored",
+        "--exact",
+        "task",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("HANDED_PORT_ADDRESS", address)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    c
+}
+
+/// The first line the task printed (at most 60 s).
+fn first_line(task: &mut Task) -> String {
+    let out = task.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            // libtest may print "test task ... " on the same line first.
+            if let Some(at) = line.find("task: ") {
+                let _ = tx.send(line[at..].to_string());
+                return;
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the task said nothing in 60 s")
+}
+
+/// The child: listens where it is told (through `bind_listener`), says how that went, and
+/// answers one connection with "hello".
+#[test]
+#[ignore = "run by the tests below as a child process"]
+fn task() {
+    let address = std::env::var("HANDED_PORT_ADDRESS").unwrap();
+    match bind_listener(&address) {
+        Err(e) => println!("task: cannot listen: {e}"),
+        Ok(listener) => {
+            listener.set_nonblocking(false).unwrap();
+            println!("task: listening on {}", listener.local_addr().unwrap());
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(b"hello").unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_task_serves_on_the_socket_its_launcher_holds() {
+    let ports = reserve_loopback_ports(1).unwrap();
+    let address = ports[0].address().to_string();
+    let mut command = task_command(&address);
+    hand_over(&mut command, &[&ports[0]]);
+    let mut task = Task(command.spawn().unwrap());
+    // The launcher still holds the port listening: the task could not have bound it anew.
+    let said = first_line(&mut task);
+    assert_eq!(said, format!("task: listening on {address}"));
+    drop(ports);
+    let mut s = std::net::TcpStream::connect(&address).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert_eq!(reply, "hello");
+}
+
+#[test]
+fn without_a_handed_socket_the_task_binds_and_a_held_port_is_in_use() {
+    let ports = reserve_loopback_ports(1).unwrap();
+    let mut task = Task(task_command(ports[0].address()).spawn().unwrap());
+    let said = first_line(&mut task);
+    assert!(said.starts_with("task: cannot listen"), "{said}");
+}
+
+#[test]
+fn a_descriptor_named_for_another_address_is_not_taken() {
+    let ports = reserve_loopback_ports(2).unwrap();
+    let mut command = task_command(ports[1].address());
+    hand_over(&mut command, &[&ports[0]]);
+    // Name port 0's descriptor as port 1's: the task must see it is not that socket.
+    let named = command
+        .get_envs()
+        .find(|(k, _)| *k == LISTEN_FDS_ENV)
+        .and_then(|(_, v)| v)
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let fd = named.rsplit_once('=').unwrap().1;
+    command.env(LISTEN_FDS_ENV, format!("{}={fd}", ports[1].address()));
+    let mut task = Task(command.spawn().unwrap());
+    // Port 1 is still held here: binding it anew fails, and that is what the task reports.
+    let said = first_line(&mut task);
+    assert!(said.starts_with("task: cannot listen"), "{said}");
+}
