@@ -305,23 +305,7 @@ pub trait Backend: Send + Sync + 'static {
         op: crate::op::ReduceOp,
         axes: &[usize],
     ) -> Result<Vec<BufferBox>> {
-        let mut outputs = self.fused_elementwise(program, inputs, shape)?.into_iter();
-        let first = outputs.next().ok_or_else(|| Error::Backend {
-            backend: self.name(),
-            msg: "fused_elementwise returned no buffer".into(),
-        })?;
-        let dtype = inputs.first().map_or(crate::DType::F32, |x| x.dtype);
-        let layout = crate::Layout::contiguous(shape);
-        let reduced = self.reduce(
-            op,
-            Operand {
-                buffer: first.as_ref(),
-                layout: &layout,
-                dtype,
-            },
-            axes,
-        )?;
-        Ok(std::iter::once(reduced).chain(outputs).collect())
+        program_then_reduce(self, program, inputs, shape, op, axes)
     }
 
     /// Draws `distribution` for `seed` into a new buffer of `dtype` holding `n` values on
@@ -356,4 +340,56 @@ pub trait Backend: Send + Sync + 'static {
             detail: ", it declares no such fused kernel (`Backend::has_fused`)".into(),
         })
     }
+}
+
+/// `program` through [`Backend::fused_elementwise`], then `op` over `axes` of its first
+/// output with [`Backend::reduce`]: `[the reduction, the program's other outputs]`, as
+/// [`Backend::fused_reduce`] returns them. The trait's default, and the fallback of a
+/// backend whose one-kernel version cannot take a program (too many bindings, a dtype it
+/// has no kernel for).
+///
+/// ```
+/// use ferroflow_tensor::backend::program_then_reduce;
+/// use ferroflow_tensor::{fused::ElementwiseProgram, op::ReduceOp};
+/// use ferroflow_tensor::{Backend, BufferBox, Operand, Result};
+/// // A backend's `fused_reduce` where its one-kernel version cannot take the program:
+/// fn fallback(
+///     backend: &dyn Backend,
+///     program: &ElementwiseProgram,
+///     inputs: &[Operand<'_>],
+///     shape: &[usize],
+///     op: ReduceOp,
+///     axes: &[usize],
+/// ) -> Result<Vec<BufferBox>> {
+///     program_then_reduce(backend, program, inputs, shape, op, axes)
+/// }
+/// ```
+pub fn program_then_reduce<B: Backend + ?Sized>(
+    backend: &B,
+    program: &crate::fused::ElementwiseProgram,
+    inputs: &[Operand<'_>],
+    shape: &[usize],
+    op: crate::op::ReduceOp,
+    axes: &[usize],
+) -> Result<Vec<BufferBox>> {
+    let mut outputs = backend
+        .fused_elementwise(program, inputs, shape)?
+        .into_iter();
+    let first = outputs.next().ok_or_else(|| Error::Backend {
+        backend: backend.name(),
+        msg: "fused_elementwise returned no buffer".into(),
+    })?;
+    // A program computes in one dtype, its inputs'.
+    let dtype = inputs.first().map_or(DType::F32, |x| x.dtype);
+    let layout = crate::Layout::contiguous(shape);
+    let reduced = backend.reduce(
+        op,
+        Operand {
+            buffer: first.as_ref(),
+            layout: &layout,
+            dtype,
+        },
+        axes,
+    )?;
+    Ok(std::iter::once(reduced).chain(outputs).collect())
 }

@@ -1270,22 +1270,12 @@ impl Backend for Cuda {
     ) -> Result<Vec<BufferBox>> {
         let (gpu, e, views) = self.program_operands("fused_reduce", program, inputs, shape)?;
         let Some(k) = source::generated_program(program, e, Some(op)) else {
-            // The program op by op (or a reduction this type has no kernel for: refused by
-            // `reduce`, naming it), then the reduction.
-            let mut outputs = program.run_op_by_op(self, inputs, shape)?;
-            let first = outputs.remove(0);
-            let dense = Layout::contiguous(shape);
-            let reduced = self.reduce(
-                op,
-                Operand {
-                    buffer: first.as_ref(),
-                    layout: &dense,
-                    dtype: e.dtype(),
-                },
-                axes,
-            )?;
-            outputs.insert(0, reduced);
-            return Ok(outputs);
+            // No kernel for the program with this reduction: the program (one kernel if it
+            // has one alone, else op by op), then the reduction (or its refusal, naming a
+            // reduction this type has none for).
+            return ferroflow_tensor::backend::program_then_reduce(
+                self, program, inputs, shape, op, axes,
+            );
         };
         let dense = Layout::contiguous(shape);
         let (kept, red, m) = Self::split_layout(&dense, axes, "fused_reduce")?;

@@ -494,20 +494,7 @@ impl Backend for WgpuBackend {
         }
         // Too many bindings for one kernel: the program, then the reduction of its first
         // output.
-        let mut outputs = self.fused_elementwise(program, inputs, shape)?;
-        let first = outputs.remove(0);
-        let dense = ferroflow_tensor::Layout::contiguous(shape);
-        let reduced = self.reduce(
-            op,
-            Operand {
-                buffer: first.as_ref(),
-                layout: &dense,
-                dtype: inputs[0].dtype,
-            },
-            axes,
-        )?;
-        outputs.insert(0, reduced);
-        Ok(outputs)
+        ferroflow_tensor::backend::program_then_reduce(self, program, inputs, shape, op, axes)
     }
     fn optimizer_update(
         &self,
