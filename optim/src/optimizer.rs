@@ -9,7 +9,7 @@ use ferroflow_tensor::{
     device_has_fused, Axes, DType, Error, FusedKernel, Result, Tensor, UpdateRule, Variable,
 };
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A list of (gradient, variable) pairs in, the same out: the shape of TF 2.4's
 /// `gradient_aggregator` and `gradient_transformers`.
@@ -46,6 +46,52 @@ pub struct OptimizerCore {
     pub compose_updates: bool,
     /// Gradients of the local replicas of the step in progress under a strategy.
     pub replica_gradients: ReplicaGradients,
+    /// Fused updates deferred while [`Optimizer::apply_gradients`] runs each variable's
+    /// rule, applied together at its end (`None` outside it: updates apply at once).
+    deferred: Mutex<Option<Vec<DeferredUpdate>>>,
+}
+
+/// One variable's fused update, waiting to be applied with the others of its step.
+struct DeferredUpdate {
+    rule: UpdateRule,
+    var: Variable,
+    g: Tensor,
+    slots: Vec<Variable>,
+}
+
+/// Applies deferred fused updates: those of one rule, device and dtype as one
+/// [`Tensor::optimizer_update_group`] (one kernel for a model's variables where the backend
+/// can), in the order they were deferred.
+fn apply_deferred(updates: Vec<DeferredUpdate>) -> Result<()> {
+    let mut groups: Vec<Vec<DeferredUpdate>> = vec![];
+    for u in updates {
+        let key = |d: &DeferredUpdate| (d.rule, d.g.device(), d.g.dtype());
+        match groups.iter_mut().find(|grp| key(&grp[0]) == key(&u)) {
+            Some(grp) => grp.push(u),
+            None => groups.push(vec![u]),
+        }
+    }
+    for group in groups {
+        let rule = group[0].rule;
+        let operands: Vec<(Tensor, Tensor, Vec<Tensor>)> = group
+            .iter()
+            .map(|d| {
+                let slots = d.slots.iter().map(|s| s.peek()).collect();
+                (d.var.peek(), d.g.clone(), slots)
+            })
+            .collect();
+        let updated = match operands.as_slice() {
+            [(w, g, slots)] => vec![Tensor::optimizer_update(&rule, w, g, slots)?],
+            _ => Tensor::optimizer_update_group(&rule, &operands)?,
+        };
+        for (d, (w, slots)) in group.iter().zip(updated) {
+            for (slot, v) in d.slots.iter().zip(slots) {
+                slot.assign(&v)?;
+            }
+            d.var.assign(&w)?;
+        }
+    }
+    Ok(())
 }
 
 /// Gradients paired with their variables, as `apply_gradients` takes them (`None`: the
@@ -310,6 +356,12 @@ impl OptimizerCore {
             .find(|((id, n), _)| *id == var.id() && *n == name)
             .map(|(_, v)| v.clone())
     }
+    /// Starts (`Some(vec![])`) or ends (`None`) deferring fused updates, returning what
+    /// was deferred.
+    fn set_deferred(&self, to: Option<Vec<DeferredUpdate>>) -> Option<Vec<DeferredUpdate>> {
+        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *deferred, to)
+    }
     /// The names of the slots created so far, sorted (`get_slot_names`).
     pub fn get_slot_names(&self) -> Vec<&'static str> {
         let mut names: Vec<&'static str> = self.slots.keys().map(|(_, n)| *n).collect();
@@ -440,9 +492,13 @@ pub trait Optimizer: Send {
             pairs = t(pairs)?;
         }
         let t = self.core().iterations + 1;
-        for (g, v) in &pairs {
-            self.update(g, v, t)?;
-        }
+        // Fused updates wait and apply together (one kernel for many variables); a rule
+        // that fails leaves every variable as it was.
+        self.core().set_deferred(Some(vec![]));
+        let ran = pairs.iter().try_for_each(|(g, v)| self.update(g, v, t));
+        let deferred = self.core().set_deferred(None).unwrap_or_default();
+        ran?;
+        apply_deferred(deferred)?;
         self.core_mut().iterations = t;
         Ok(())
     }
@@ -649,12 +705,27 @@ pub(crate) fn try_fused(
     {
         return Ok(false);
     }
-    let values: Vec<Tensor> = slots.iter().map(|s| s.peek()).collect();
-    let (w, updated) = Tensor::optimizer_update(&rule, &w, g, &values)?;
-    for (slot, v) in slots.iter().zip(updated) {
-        slot.assign(&v)?;
+    let update = DeferredUpdate {
+        rule,
+        var: var.clone(),
+        g: g.clone(),
+        slots: slots.iter().map(|s| (*s).clone()).collect(),
+    };
+    let mut deferred = core.deferred.lock().unwrap_or_else(|e| e.into_inner());
+    match deferred.as_mut() {
+        // A variable given twice in one step is updated twice, in turn, as before.
+        Some(list) if !list.iter().any(|d| d.var.id() == var.id()) => list.push(update),
+        Some(list) => {
+            let earlier = std::mem::take(list);
+            drop(deferred);
+            apply_deferred(earlier)?;
+            apply_deferred(vec![update])?;
+        }
+        None => {
+            drop(deferred);
+            apply_deferred(vec![update])?;
+        }
     }
-    var.assign(&w)?;
     Ok(true)
 }
 

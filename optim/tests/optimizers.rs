@@ -987,3 +987,90 @@ fn builders_set_every_hyperparameter_and_slots_are_found_by_name() {
     assert_eq!(adam.get_slot_names(), vec!["m", "v"]);
     assert!(adam.get_slot(&v, "momentum").is_none());
 }
+
+/// Counts the fused update ops that ran: single updates and groups (with their variables).
+#[derive(Default)]
+struct UpdateOps {
+    singles: Mutex<usize>,
+    groups: Mutex<Vec<usize>>,
+}
+
+impl ferroflow::dispatch::OpObserver for UpdateOps {
+    fn on_op(&self, e: &ferroflow::dispatch::OpEvent<'_>) {
+        match e.op {
+            ferroflow::Op::OptimizerUpdate(_) => *self.singles.lock().unwrap() += 1,
+            ferroflow::Op::OptimizerUpdateGroup(rule) => self
+                .groups
+                .lock()
+                .unwrap()
+                .push(e.inputs.len() / (2 + rule.num_slots())),
+            _ => {}
+        }
+    }
+}
+
+/// `apply_gradients` over several variables updates them as one group (one kernel where
+/// the backend can), with the trajectories of the composed primitives; a variable given
+/// twice in one step is updated twice, in turn.
+#[test]
+fn a_step_updates_its_variables_as_one_group() {
+    ferroflow::init();
+    let shapes: [&[usize]; 4] = [&[3, 2], &[2], &[4, 1, 2], &[]];
+    let make_vars = || -> Vec<Variable> {
+        shapes
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let n: usize = s.iter().product();
+                let data: Vec<f64> = (0..n).map(|i| 0.3 * k as f64 - 0.1 * i as f64).collect();
+                Variable::new(format!("v{k}"), Tensor::from_vec(data, s).unwrap())
+            })
+            .collect()
+    };
+    let grad = |v: &Variable, step: usize| {
+        let w = v.peek();
+        let n = w.shape().iter().product::<usize>();
+        let data: Vec<f64> = (0..n).map(|i| ((i + step) as f64).sin()).collect();
+        Tensor::from_vec(data, w.shape()).unwrap()
+    };
+    let train = |opt: &mut dyn Optimizer, twice: bool| -> Vec<Vec<f64>> {
+        let vars = make_vars();
+        for step in 0..4 {
+            let mut pairs: Vec<(Option<Tensor>, Variable)> = vars
+                .iter()
+                .map(|v| (Some(grad(v, step)), v.clone()))
+                .collect();
+            if twice {
+                pairs.push((Some(grad(&vars[1], step + 7)), vars[1].clone()));
+            }
+            opt.apply_gradients(pairs, true).unwrap();
+        }
+        vars.iter()
+            .map(|v| v.peek().to_vec::<f64>().unwrap())
+            .collect()
+    };
+    for twice in [false, true] {
+        let mut fused = Adam::new(0.05);
+        let mut composed = Adam::new(0.05);
+        composed.core_mut().compose_updates = true;
+        let seen = Arc::new(UpdateOps::default());
+        let got = {
+            let _watch = ferroflow::dispatch::push_thread_observer(seen.clone());
+            train(&mut fused, twice)
+        };
+        let want = train(&mut composed, twice);
+        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_close(&format!("variable {k}, twice {twice}"), a, b);
+        }
+        let (singles, groups) = (
+            *seen.singles.lock().unwrap(),
+            seen.groups.lock().unwrap().clone(),
+        );
+        if twice {
+            // The repeated variable flushes the first four as a group, then runs alone.
+            assert_eq!((singles, groups), (4, vec![4, 4, 4, 4]), "twice");
+        } else {
+            assert_eq!((singles, groups), (0, vec![4, 4, 4, 4]), "once");
+        }
+    }
+}

@@ -19,6 +19,9 @@ pub fn tf_op_type(op: &Op) -> &'static str {
         Op::OptimizerUpdate(UpdateRule::SgdMomentum { .. }) => "ResourceApplyKerasMomentum",
         Op::OptimizerUpdate(UpdateRule::Adam { .. }) => "ResourceApplyAdam",
         Op::OptimizerUpdate(UpdateRule::RmsProp { .. }) => "ResourceApplyRMSProp",
+        // Several variables' updates in one kernel: TF runs one op per variable; the
+        // group keeps the rule's name.
+        Op::OptimizerUpdateGroup(rule) => tf_op_type(&Op::OptimizerUpdate(*rule)),
         _ => tf_op_type_of_name(op.name()),
     }
 }
@@ -198,6 +201,14 @@ pub fn cost(op: &Op, inputs: &[&Tensor], outputs: &[Tensor]) -> (u64, u64) {
         }
         Op::Unary(_) | Op::Binary(_) | Op::Select | Op::ClipScalar { .. } => out_elems,
         Op::OptimizerUpdate(_) => 8 * out_elems,
+        // Each variable's value is the first of its `2 + slots` inputs.
+        Op::OptimizerUpdateGroup(rule) => {
+            8 * inputs
+                .iter()
+                .step_by(2 + rule.num_slots())
+                .map(|t| elements(t))
+                .sum::<u64>()
+        }
         Op::BiasActivationGrad(_) => inputs.first().map_or(0, |t| 2 * elements(t)),
         // max, exp and sum, the loss, the softmax and its one-hot difference per logit.
         Op::SparseSoftmaxCrossEntropy => inputs.first().map_or(0, |t| 5 * elements(t)),

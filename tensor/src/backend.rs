@@ -30,6 +30,17 @@ pub trait DeviceBuffer: Any + Send + Sync {
     fn size_in_bytes(&self) -> usize;
 }
 
+/// One variable's operands of [`Backend::optimizer_update_group`].
+#[derive(Clone)]
+pub struct UpdateOperands<'a> {
+    /// The variable's value.
+    pub w: Operand<'a>,
+    /// Its gradient.
+    pub g: Operand<'a>,
+    /// The rule's slots, in the rule's order.
+    pub slots: Vec<Operand<'a>>,
+}
+
 /// One kernel input: a buffer read through a layout.
 #[derive(Clone, Copy)]
 pub struct Operand<'a> {
@@ -339,6 +350,22 @@ pub trait Backend: Send + Sync + 'static {
             backend: self.name(),
             detail: ", it declares no such fused kernel (`Backend::has_fused`)".into(),
         })
+    }
+
+    /// [`Backend::optimizer_update`] for several variables by one rule (each variable's
+    /// operands one shape, all one dtype and device), in order; declared by
+    /// [`crate::FusedKernel::OptimizerUpdate`]. The default updates them one by one; a
+    /// backend whose launches cost more than the arithmetic (a GPU, for the small variables
+    /// of a model) updates them in one kernel, giving the same bits.
+    fn optimizer_update_group(
+        &self,
+        rule: &UpdateRule,
+        variables: &[UpdateOperands<'_>],
+    ) -> Result<Vec<(BufferBox, Vec<BufferBox>)>> {
+        variables
+            .iter()
+            .map(|v| self.optimizer_update(rule, v.w, v.g, &v.slots))
+            .collect()
     }
 }
 

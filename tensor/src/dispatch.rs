@@ -429,6 +429,15 @@ impl OpOutputs for (Tensor, Tensor) {
     }
 }
 
+/// Several variables' optimizer updates: `[w', slots'..]` per variable, in order.
+impl OpOutputs for Vec<(Tensor, Vec<Tensor>)> {
+    fn to_list(&self) -> Vec<Tensor> {
+        self.iter()
+            .flat_map(|(w, s)| std::iter::once(w.clone()).chain(s.iter().cloned()))
+            .collect()
+    }
+}
+
 impl OpOutputs for (Tensor, Vec<Tensor>) {
     fn to_list(&self) -> Vec<Tensor> {
         let mut v = vec![self.0.clone()];

@@ -10,6 +10,7 @@
 //! | [`FusedKernel::BiasActivationGrad`] | [`crate::Tensor::bias_activation_grad`] | `relu_grad`, `reduce_sum` |
 //! | [`FusedKernel::ClipScalar`] | [`crate::Tensor::clip_scalar`] | `maximum`, `minimum` |
 //! | [`FusedKernel::OptimizerUpdate`] | [`crate::Tensor::optimizer_update`] | the optimizer's rule in primitives (`ferroflow-optim`) |
+//! | [`FusedKernel::OptimizerUpdate`] | [`crate::Tensor::optimizer_update_group`] | one `optimizer_update` per variable |
 //! | [`FusedKernel::Elementwise`] | [`crate::Tensor::fused_elementwise`] | the program's unary and binary ops |
 //! | [`FusedKernel::Elementwise`] | [`crate::Tensor::fused_reduce`] | the program's ops, then `reduce` |
 

@@ -59,7 +59,7 @@ pub mod testing;
 pub mod trace;
 mod variable;
 
-pub use backend::{Backend, BufferBox, DeviceBuffer, Operand};
+pub use backend::{Backend, BufferBox, DeviceBuffer, Operand, UpdateOperands};
 pub use device::{
     backend_for, current_device, device_has_fused, device_scope, device_supports, list_devices,
     register_backend, synchronize, with_device, Device, DeviceKind, DeviceSpec,

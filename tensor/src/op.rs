@@ -641,6 +641,10 @@ pub enum Op {
     /// Fused optimizer step; inputs [w, g, slots..], outputs [w', slots'..] (not
     /// differentiable). A fused kernel, not a primitive ([`crate::fused`]).
     OptimizerUpdate(UpdateRule),
+    /// Fused optimizer steps of several variables by one rule, one kernel where the backend
+    /// can; inputs `[w, g, slots..]` per variable, outputs `[w', slots'..]` per variable
+    /// (not differentiable). Declared by [`crate::FusedKernel::OptimizerUpdate`].
+    OptimizerUpdateGroup(UpdateRule),
     /// `min(max(x, min), max)` with constant bounds in one pass (`tf.clip_by_value` with
     /// scalar bounds). A fused kernel, not a primitive ([`crate::fused`]).
     ClipScalar {
@@ -734,6 +738,7 @@ impl Op {
             Op::MaxPoolGrad(_) => "max_pool_grad",
             Op::AvgPoolGrad(_) => "avg_pool_grad",
             Op::OptimizerUpdate(_) => "optimizer_update",
+            Op::OptimizerUpdateGroup(_) => "optimizer_update_group",
             Op::ClipScalar { .. } => "clip_scalar",
             Op::FusedElementwise(_) => "fused_elementwise",
             Op::FusedReduce { .. } => "fused_reduce",

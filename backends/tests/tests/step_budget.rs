@@ -42,16 +42,19 @@ fn an_mlp_training_step_stays_within_its_dispatch_budget() {
         let per = |a: u64, b: u64| (b - a) as f64 / 5.0;
         let (kernels, reads, uploads) = (per(k0, k1), per(r0, r1), per(u0, u1));
         println!("per step: {kernels} kernels, {reads} reads, {uploads} uploads");
-        // Forward, loss, backward and a fused Adam update per variable, `fit` running its
-        // step as a graph whose elementwise chains are one generated kernel each (with the
-        // values other ops read as extra outputs, and a reduction at the end inlined), the
-        // loss and its gradient one kernel (TF's SparseSoftmaxCrossEntropyWithLogits), each
-        // Dense layer's product, bias and ReLU one GEMM with an epilogue (TF's
-        // `_FusedMatMul`): 25 kernels (72 eagerly, 63 before the wgpu backend ran
-        // elementwise programs in one kernel, 57 before the softmax cross-entropy's fused
-        // gradient, 46 before multi-output fusion, 42 before fused reductions, 36 before the
-        // fused loss kernel, 28 before the fused products).
-        assert!(kernels <= 25.0, "{kernels} kernels per step");
+        // Forward, loss, backward and the fused Adam updates of all variables as one group
+        // (as many variables per kernel as the adapter's storage-buffer limit takes:
+        // lavapipe's 32 take 4 of the 6, so 2 kernels; one on GPUs with more), `fit`
+        // running its step as a graph whose elementwise chains are one generated kernel
+        // each (with the values other ops read as extra outputs, and a reduction at the
+        // end inlined), the loss and its gradient one kernel (TF's
+        // SparseSoftmaxCrossEntropyWithLogits), each Dense layer's product, bias and ReLU
+        // one GEMM with an epilogue (TF's `_FusedMatMul`): 21 kernels (72 eagerly, 63
+        // before the wgpu backend ran elementwise programs in one kernel, 57 before the
+        // softmax cross-entropy's fused gradient, 46 before multi-output fusion, 42 before
+        // fused reductions, 36 before the fused loss kernel, 28 before the fused products,
+        // 25 before the grouped optimizer update).
+        assert!(kernels <= 21.0, "{kernels} kernels per step");
         // The loss, the metrics and the labels' range check.
         assert!(reads <= 6.0, "{reads} waits for the GPU per step");
         // The batch (x, y) and the step's changing scalars; constants come from the cache.

@@ -47,7 +47,7 @@ pub use buffer::WgpuBuffer;
 use ferroflow_tensor::{
     ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, ElementwiseProgram,
     Error, FusedActivation, FusedKernel, HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp,
-    UpdateRule, Window2d,
+    UpdateOperands, UpdateRule, Window2d,
 };
 use gpu::{backend_error, Gpu};
 use kernels::In;
@@ -512,6 +512,30 @@ impl Backend for WgpuBackend {
             Box::new(nw),
             ns.into_iter().map(|b| Box::new(b) as BufferBox).collect(),
         ))
+    }
+    fn optimizer_update_group(
+        &self,
+        rule: &UpdateRule,
+        variables: &[UpdateOperands<'_>],
+    ) -> Result<Vec<(BufferBox, Vec<BufferBox>)>> {
+        let ins = variables
+            .iter()
+            .map(|v| {
+                let slots = v
+                    .slots
+                    .iter()
+                    .map(|&s| In::new(s))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok((In::new(v.w)?, In::new(v.g)?, slots))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(kernels::optimizer::optimizer_update_group(rule, &ins)?
+            .into_iter()
+            .map(|(nw, ns)| {
+                let slots = ns.into_iter().map(|b| Box::new(b) as BufferBox).collect();
+                (Box::new(nw) as BufferBox, slots)
+            })
+            .collect())
     }
 }
 

@@ -269,6 +269,114 @@ pub fn optimizer_update(device: &Device) {
     assert!(Tensor::optimizer_update(&rules()[2], &one, &one, std::slice::from_ref(&one)).is_err());
 }
 
+/// The update of several variables by one rule (`optimizer_update_group`) gives each
+/// variable bit for bit what its own `optimizer_update` gives: 1 to 9 variables of random
+/// shapes (past the wgpu kernel's variables-per-kernel limit), each operand a random view,
+/// in f32 and f64. Mixed dtypes and wrong slot counts are errors; no variables, no update.
+pub fn optimizer_update_group(device: &Device) {
+    let variable = array(3, 4, -2.0, 2.0).prop_flat_map(|w| {
+        let n = w.data.len();
+        (
+            Just(w),
+            prop::collection::vec(-2.0..2.0f64, n),
+            prop::collection::vec(0.05..1.0f64, n),
+            prop::collection::vec(0.05..1.0f64, n),
+            prop::collection::vec(view_kind(), 4),
+        )
+    });
+    let strat = (
+        prop::collection::vec(variable, 1..=9),
+        any::<bool>(),
+        0..8usize,
+    );
+    check("optimizer_update_group", strat, |(variables, f64_, ri)| {
+        let rule = rules()[ri];
+        let dtype = if f64_ {
+            exact_float(device)
+        } else {
+            DType::F32
+        };
+        let mut group = vec![];
+        for (w, g, s0, s1, views) in &variables {
+            let q = |d: &[f64]| RefArray::new(&w.shape, quantize(dtype, d));
+            let t = |a: &RefArray, view: ViewKind| make_tensor(device, dtype, a, view);
+            let s1 = centered_mean(&rule, s0, s1.clone());
+            let slots = [s0.clone(), s1][..rule.num_slots()]
+                .iter()
+                .zip(&views[2..])
+                .map(|(v, &view)| ok("slot", t(&q(v), view)))
+                .collect::<Result<Vec<_>, _>>()?;
+            group.push((
+                ok("w", t(&q(&w.data), views[0]))?,
+                ok("g", t(&q(g), views[1]))?,
+                slots,
+            ));
+        }
+        let result = Tensor::optimizer_update_group(&rule, &group);
+        if !device_has_fused(*device, FusedKernel::OptimizerUpdate, dtype) {
+            prop_assert!(
+                matches!(result, Err(Error::NotSupportedByBackend { .. })),
+                "optimizer_update_group on {dtype}, which the backend does not declare: \
+                     {result:?}"
+            );
+            return Ok(());
+        }
+        let updated = ok("optimizer_update_group", result)?;
+        prop_assert_eq!(updated.len(), group.len());
+        let bits = |t: &Tensor| -> Result<Vec<u64>, TestCaseError> {
+            Ok(ok("read", t.to_f64_vec())?
+                .iter()
+                .map(|x| x.to_bits())
+                .collect())
+        };
+        for (v, ((w, g, slots), (gw, gs))) in group.iter().zip(&updated).enumerate() {
+            let (nw, ns) = ok(
+                "optimizer_update",
+                Tensor::optimizer_update(&rule, w, g, slots),
+            )?;
+            prop_assert_eq!(gw.shape(), w.shape());
+            prop_assert_eq!(bits(gw)?, bits(&nw)?, "{:?} variable {} w", rule, v);
+            prop_assert_eq!(gs.len(), ns.len());
+            for (k, (a, b)) in gs.iter().zip(&ns).enumerate() {
+                prop_assert_eq!(bits(a)?, bits(b)?, "{:?} variable {} slot {}", rule, v, k);
+            }
+        }
+        Ok(())
+    });
+    let on = |v: Vec<f64>, dtype: DType| {
+        let n = v.len();
+        Tensor::from_host_on(crate::HostData::from_f64_slice(dtype, &v), &[n], *device)
+            .expect("upload")
+    };
+    let rule = rules()[4]; // two slots
+    assert!(Tensor::optimizer_update_group(&rule, &[])
+        .expect("no variables")
+        .is_empty());
+    if !device_has_fused(*device, FusedKernel::OptimizerUpdate, DType::F32)
+        || !crate::device_supports(*device, DType::F64)
+    {
+        return;
+    }
+    let f32_var = |n: usize| {
+        let v = || on(vec![0.5; n], DType::F32);
+        (v(), v(), vec![v(), v()])
+    };
+    let f64_var = (
+        on(vec![0.5; 2], DType::F64),
+        on(vec![0.5; 2], DType::F64),
+        vec![on(vec![0.5; 2], DType::F64), on(vec![0.5; 2], DType::F64)],
+    );
+    let mixed = Tensor::optimizer_update_group(&rule, &[f32_var(3), f64_var]);
+    assert!(
+        matches!(mixed, Err(Error::DTypeMismatch { .. })),
+        "one group, two dtypes: {mixed:?}"
+    );
+    let (w, g, mut slots) = f32_var(2);
+    slots.pop();
+    let short = Tensor::optimizer_update_group(&rule, &[f32_var(3), (w, g, slots)]);
+    assert!(short.is_err(), "a variable short of a slot: {short:?}");
+}
+
 /// The fused kernels a device declares are for dtypes it supports, and every fused op's
 /// tensor method runs on every dtype the device supports whether or not it declares the
 /// kernel (composed from primitives where it does not), agreeing with the composition.

@@ -82,6 +82,7 @@ macro_rules! conformance_tests {
             random_statistics => creation::random_statistics,
             variables => creation::variables,
             optimizer_update => fused::optimizer_update,
+            optimizer_update_group => fused::optimizer_update_group,
             complex_unary_ops => complex::complex_unary_ops,
             complex_binary_ops => complex::complex_binary_ops,
             complex_parts_and_casts => complex::complex_parts_and_casts,

@@ -231,6 +231,30 @@ impl Op {
                 let (w, slots) = Tensor::optimizer_update(rule, inputs[0], inputs[1], &slots)?;
                 Ok(std::iter::once(w).chain(slots).collect())
             }
+            Op::OptimizerUpdateGroup(rule) => {
+                let per = 2 + rule.num_slots();
+                if inputs.is_empty() || !inputs.len().is_multiple_of(per) {
+                    return Err(Error::invalid(
+                        "optimizer_update_group",
+                        format!(
+                            "takes (w, g, {} slots) per variable, got {} inputs",
+                            rule.num_slots(),
+                            inputs.len()
+                        ),
+                    ));
+                }
+                let variables: Vec<(Tensor, Tensor, Vec<Tensor>)> = inputs
+                    .chunks(per)
+                    .map(|c| {
+                        let slots = c[2..].iter().map(|t| (*t).clone()).collect();
+                        (c[0].clone(), c[1].clone(), slots)
+                    })
+                    .collect();
+                Ok(Tensor::optimizer_update_group(rule, &variables)?
+                    .into_iter()
+                    .flat_map(|(w, slots)| std::iter::once(w).chain(slots))
+                    .collect())
+            }
             Op::ClipScalar { min, max } => {
                 n(1)?;
                 one(inputs[0].clip_scalar(*min, *max)?)

@@ -2,6 +2,7 @@
 //! pass what a chain of primitives does in many (optimizers compose the chain where the
 //! backend has none).
 
+use crate::backend::UpdateOperands;
 use crate::device::{backend_for, device_has_fused};
 use crate::dispatch::dispatch;
 use crate::error::{Error, Result};
@@ -21,50 +22,7 @@ impl Tensor {
         g: &Tensor,
         slots: &[Tensor],
     ) -> Result<(Tensor, Vec<Tensor>)> {
-        if slots.len() != rule.num_slots() {
-            return Err(Error::invalid(
-                "optimizer_update",
-                format!(
-                    "{rule:?} takes {} slots, got {}",
-                    rule.num_slots(),
-                    slots.len()
-                ),
-            ));
-        }
-        for t in std::iter::once(g).chain(slots) {
-            if t.shape() != w.shape() {
-                return Err(Error::ShapeMismatch {
-                    op: "optimizer_update",
-                    msg: "the variable, gradient and slots must have one shape",
-                    lhs: w.shape().to_vec(),
-                    rhs: t.shape().to_vec(),
-                });
-            }
-            if t.dtype() != w.dtype() {
-                return Err(Error::DTypeMismatch {
-                    op: "optimizer_update",
-                    lhs: w.dtype(),
-                    rhs: t.dtype(),
-                });
-            }
-        }
-        if !w.dtype().is_float() {
-            return Err(Error::UnsupportedDType {
-                op: "optimizer_update",
-                dtype: w.dtype(),
-                expected: "a float dtype",
-            });
-        }
-        if !device_has_fused(w.device(), FusedKernel::OptimizerUpdate, w.dtype()) {
-            return Err(Error::NotSupportedByBackend {
-                op: "optimizer_update",
-                backend: backend_for(w.device())?.name(),
-                detail: format!(
-                    ", {}: it declares no fused optimizer update for it (`Backend::has_fused`)",
-                    w.dtype()
-                ),
-            });
-        }
+        check_update("optimizer_update", rule, w, g, slots)?;
         let mut inputs = vec![w, g];
         inputs.extend(slots.iter());
         dispatch(
@@ -77,6 +35,86 @@ impl Tensor {
                     .optimizer_update(rule, w.operand(), g.operand(), &ops)?;
                 let mk = |buf| Tensor::from_buffer(buf, w.shape(), w.dtype(), p.backend, p.device);
                 Ok((mk(nw), ns.into_iter().map(mk).collect()))
+            },
+        )
+    }
+
+    /// [`Tensor::optimizer_update`] of several variables by one rule: `(w, g, slots)` per
+    /// variable (shapes may differ between variables; one dtype and device for all),
+    /// returning `(w', slots')` per variable, in order. One kernel where the backend can
+    /// (wgpu: as many variables per kernel as its binding limit allows), the same numbers
+    /// as one update per variable; nothing is computed when any variable is refused.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::{Tensor, UpdateRule};
+    /// let rule = UpdateRule::Adagrad { lr: 0.1, epsilon: 1e-7 };
+    /// let (w1, w2) = (Tensor::from_vec(vec![1.0f32, 2.0], &[2])?, Tensor::scalar(3.0f32)?);
+    /// let (g1, g2) = (Tensor::from_vec(vec![0.5f32, 0.5], &[2])?, Tensor::scalar(1.0f32)?);
+    /// let acc1 = Tensor::from_vec(vec![0.1f32, 0.1], &[2])?;
+    /// let acc2 = Tensor::scalar(0.1f32)?;
+    /// let updated = Tensor::optimizer_update_group(
+    ///     &rule,
+    ///     &[(w1, g1, vec![acc1]), (w2, g2, vec![acc2])],
+    /// )?;
+    /// assert_eq!(updated.len(), 2);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn optimizer_update_group(
+        rule: &UpdateRule,
+        variables: &[(Tensor, Tensor, Vec<Tensor>)],
+    ) -> Result<Vec<(Tensor, Vec<Tensor>)>> {
+        const OP: &str = "optimizer_update_group";
+        let Some((w0, _, _)) = variables.first() else {
+            return Ok(vec![]);
+        };
+        for (w, g, slots) in variables {
+            check_update(OP, rule, w, g, slots)?;
+            if w.dtype() != w0.dtype() {
+                return Err(Error::DTypeMismatch {
+                    op: OP,
+                    lhs: w0.dtype(),
+                    rhs: w.dtype(),
+                });
+            }
+        }
+        let inputs: Vec<&Tensor> = variables
+            .iter()
+            .flat_map(|(w, g, slots)| [w, g].into_iter().chain(slots))
+            .collect();
+        dispatch(
+            || Op::OptimizerUpdateGroup(*rule),
+            &inputs,
+            |p| {
+                let operands: Vec<UpdateOperands<'_>> = variables
+                    .iter()
+                    .map(|(w, g, slots)| UpdateOperands {
+                        w: w.operand(),
+                        g: g.operand(),
+                        slots: slots.iter().map(|s| s.operand()).collect(),
+                    })
+                    .collect();
+                let updated = p.backend.optimizer_update_group(rule, &operands)?;
+                if updated.len() != variables.len() {
+                    return Err(Error::Backend {
+                        backend: p.backend.name(),
+                        msg: format!(
+                            "{OP} returned {} updates for {} variables",
+                            updated.len(),
+                            variables.len()
+                        ),
+                    });
+                }
+                Ok(updated
+                    .into_iter()
+                    .zip(variables)
+                    .map(|((nw, ns), (w, _, _))| {
+                        let mk = |buf| {
+                            Tensor::from_buffer(buf, w.shape(), w.dtype(), p.backend, p.device)
+                        };
+                        (mk(nw), ns.into_iter().map(mk).collect())
+                    })
+                    .collect())
             },
         )
     }
@@ -338,4 +376,61 @@ impl ElementwiseProgram {
             })
             .collect()
     }
+}
+
+/// The checks of one variable's fused update (`op` names the caller): the rule's slot
+/// count, one shape and float dtype for the value, gradient and slots, and a backend that
+/// declares the fused kernel for the dtype.
+fn check_update(
+    op: &'static str,
+    rule: &UpdateRule,
+    w: &Tensor,
+    g: &Tensor,
+    slots: &[Tensor],
+) -> Result<()> {
+    if slots.len() != rule.num_slots() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "{rule:?} takes {} slots, got {}",
+                rule.num_slots(),
+                slots.len()
+            ),
+        ));
+    }
+    for t in std::iter::once(g).chain(slots) {
+        if t.shape() != w.shape() {
+            return Err(Error::ShapeMismatch {
+                op,
+                msg: "the variable, gradient and slots must have one shape",
+                lhs: w.shape().to_vec(),
+                rhs: t.shape().to_vec(),
+            });
+        }
+        if t.dtype() != w.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: w.dtype(),
+                rhs: t.dtype(),
+            });
+        }
+    }
+    if !w.dtype().is_float() {
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype: w.dtype(),
+            expected: "a float dtype",
+        });
+    }
+    if !device_has_fused(w.device(), FusedKernel::OptimizerUpdate, w.dtype()) {
+        return Err(Error::NotSupportedByBackend {
+            op,
+            backend: backend_for(w.device())?.name(),
+            detail: format!(
+                ", {}: it declares no fused optimizer update for it (`Backend::has_fused`)",
+                w.dtype()
+            ),
+        });
+    }
+    Ok(())
 }
