@@ -113,6 +113,8 @@ struct CudaEngine {
     arch: &'static str,
     /// Compute capability ≥ 8.0 (TensorFloat-32 tensor cores).
     has_tf32: bool,
+    /// Its streaming multiprocessors (the reductions size their grids by them).
+    multiprocessors: usize,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
@@ -149,6 +151,11 @@ impl Gpu {
         let name = ctx
             .name()
             .map_err(|e| driver("reading the device name", e))?;
+        let multiprocessors = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(|e| driver("reading the multiprocessor count", e))?;
         if ctx.has_async_alloc() {
             keep_freed_memory(ctx.cu_device());
         }
@@ -176,6 +183,7 @@ impl Gpu {
             engine: Engine::Cuda(CudaEngine {
                 arch,
                 has_tf32: major >= 8,
+                multiprocessors: usize::try_from(multiprocessors).unwrap_or(1).max(1),
                 ctx,
                 stream,
                 blas,
@@ -202,9 +210,12 @@ impl Gpu {
         }
     }
 
-    /// True for the emulated device (block-level kernels are not emulated).
-    pub(crate) fn is_host(&self) -> bool {
-        matches!(self.engine, Engine::Host(_))
+    /// The GPU's streaming multiprocessors; `None` on the host emulation.
+    pub(crate) fn multiprocessors(&self) -> Option<usize> {
+        match &self.engine {
+            Engine::Cuda(c) => Some(c.multiprocessors),
+            Engine::Host(_) => None,
+        }
     }
 
     /// `bytes` of device memory (uninitialised on a GPU: every kernel writes its whole output).

@@ -111,14 +111,19 @@ pub fn tensor_float_32_execution_enabled() -> bool {
 /// `source::REDUCE_BLOCK` real threads there).
 const HOST_BLOCK_OUTPUTS: usize = 3;
 
-/// The most threads (outputs × segments) a split reduction's `_partials` kernel runs: about
-/// half of what an H200's 132 multiprocessors hold at once, each thread then combining
-/// 32 elements or more.
-const REDUCTION_THREADS: usize = 1 << 17;
-
-/// Outputs from which a reduction along the contiguous axis runs a block per output (twice
-/// an H200's multiprocessors); fewer run split ([`Cuda::launch_reduction`]).
-const REDUCTION_BLOCKS_ENOUGH: usize = 264;
+/// The most threads (outputs × segments) a split reduction's `_partials` kernel runs on a
+/// GPU with `multiprocessors` of them: about half of what they hold at once (2048 threads
+/// each), rounded down to a power of two (2^17 on an H200's 132), each thread then
+/// combining 32 elements or more; the host emulation's 2^17 too.
+fn reduction_threads(multiprocessors: Option<usize>) -> usize {
+    match multiprocessors {
+        Some(sms) => {
+            let half = (sms * 1024).max(1024);
+            1 << half.ilog2()
+        }
+        None => 1 << 17,
+    }
+}
 
 /// How a reduction runs ([`Cuda::launch_reduction`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,21 +136,28 @@ enum ReductionPlan {
     Split { segments: usize },
 }
 
-/// The plan for `outputs` reductions of `m` elements each: short reductions, or very many
-/// outputs, a thread per output; long ones over many outputs along a strided kept axis a
-/// block per output; the rest (few outputs, or outputs along the contiguous axis) split,
-/// unless that leaves one segment each, where a thread per output reads coalesced. On the
-/// host emulation, whose blocks are real threads, blocks run for 2 or 3 outputs only, so
-/// its tests still reach every kernel.
-fn reduction_plan(m: usize, outputs: usize, kept_contiguous: bool, host: bool) -> ReductionPlan {
+/// The plan for `outputs` reductions of `m` elements each on a GPU with `multiprocessors`
+/// (`None`: the host emulation): short reductions, or very many outputs, a thread per
+/// output; long ones along a strided kept axis a block per output when there are enough of
+/// them (twice the multiprocessors); the rest (few outputs, or outputs along the contiguous
+/// axis) split, unless that leaves one segment each, where a thread per output reads
+/// coalesced. On the host emulation, whose blocks are real threads, blocks run for 2 or 3
+/// outputs only, so its tests still reach every kernel.
+fn reduction_plan(
+    m: usize,
+    outputs: usize,
+    kept_contiguous: bool,
+    multiprocessors: Option<usize>,
+) -> ReductionPlan {
+    let host = multiprocessors.is_none();
     if m <= 64 || outputs > (1 << 20) || (host && outputs > HOST_BLOCK_OUTPUTS) {
         return ReductionPlan::Rows;
     }
-    let blocks_enough = if host { 2 } else { REDUCTION_BLOCKS_ENOUGH };
+    let blocks_enough = multiprocessors.map_or(2, |sms| 2 * sms.max(1));
     if !kept_contiguous && outputs >= blocks_enough {
         return ReductionPlan::Blocks;
     }
-    match (m / 32).min(REDUCTION_THREADS / outputs) {
+    match (m / 32).min(reduction_threads(multiprocessors) / outputs) {
         0 | 1 => ReductionPlan::Rows,
         segments => ReductionPlan::Split { segments },
     }
@@ -654,7 +666,7 @@ impl Cuda {
     /// Launches a reduction ([`source::reduce`]'s four kernels, `ks`) of `outputs` outputs
     /// of `m` elements each into `y` by [`reduction_plan`]: `inputs` are the kernels'
     /// arguments before `kept`, `extras` after `Y`; a split reduction's partials (at most
-    /// [`REDUCTION_THREADS`]) go to a temporary.
+    /// [`reduction_threads`]) go to a temporary.
     fn launch_reduction(
         gpu: &Gpu,
         ks: &[KernelSource],
@@ -674,7 +686,7 @@ impl Cuda {
         let kept_contiguous = rank > 0 && kept.strides[rank - 1] == 1;
         let mut args = inputs;
         args.extend([Arg::View(kept), Arg::View(red), Arg::I64(m as i64)]);
-        match reduction_plan(m, outputs, kept_contiguous, gpu.is_host()) {
+        match reduction_plan(m, outputs, kept_contiguous, gpu.multiprocessors()) {
             ReductionPlan::Rows => {
                 args.push(Arg::Buf(y));
                 args.extend(extras);
@@ -1969,30 +1981,45 @@ mod tests {
     #[test]
     fn reductions_pick_their_plan_from_the_shapes() {
         use ReductionPlan::*;
+        const H200: Option<usize> = Some(132);
+        const HOST: Option<usize> = None;
         // Short, or too many outputs: a thread each.
-        assert_eq!(reduction_plan(64, 32, true, false), Rows);
-        assert_eq!(reduction_plan(1000, (1 << 20) + 1, false, false), Rows);
+        assert_eq!(reduction_plan(64, 32, true, H200), Rows);
+        assert_eq!(reduction_plan(1000, (1 << 20) + 1, false, H200), Rows);
         // Batch norm's moments (32 channels along the contiguous axis) and a full sum: split.
         assert_eq!(
-            reduction_plan(262_144, 32, true, false),
+            reduction_plan(262_144, 32, true, H200),
             Split { segments: 4096 }
         );
         assert_eq!(
-            reduction_plan(1 << 20, 1, false, false),
+            reduction_plan(1 << 20, 1, false, H200),
             Split { segments: 32_768 }
         );
         // Rows along the contiguous axis, many of them: a block each; few: split.
-        assert_eq!(reduction_plan(1000, 300, false, false), Blocks);
+        assert_eq!(reduction_plan(1000, 300, false, H200), Blocks);
+        assert_eq!(reduction_plan(1000, 3, false, H200), Split { segments: 31 });
+        // Many outputs along the contiguous axis: one segment each, a thread each.
+        assert_eq!(reduction_plan(256, 100_000, true, H200), Rows);
+        // The emulation: blocks for 2 or 3 outputs, a thread each beyond.
+        assert_eq!(reduction_plan(1000, 3, false, HOST), Blocks);
+        assert_eq!(reduction_plan(1000, 1, false, HOST), Split { segments: 31 });
+        assert_eq!(reduction_plan(1000, 4, false, HOST), Rows);
+        // The thresholds follow the multiprocessors: 300 rows are not enough blocks for
+        // 256 of them (split instead), and half the multiprocessors split a long sum in
+        // half as many segments.
+        assert_eq!(reduction_threads(H200), 1 << 17);
         assert_eq!(
-            reduction_plan(1000, 3, false, false),
+            reduction_plan(1000, 300, false, Some(256)),
             Split { segments: 31 }
         );
-        // Many outputs along the contiguous axis: one segment each, a thread each.
-        assert_eq!(reduction_plan(256, 100_000, true, false), Rows);
-        // The emulation: blocks for 2 or 3 outputs, a thread each beyond.
-        assert_eq!(reduction_plan(1000, 3, false, true), Blocks);
-        assert_eq!(reduction_plan(1000, 1, false, true), Split { segments: 31 });
-        assert_eq!(reduction_plan(1000, 4, false, true), Rows);
+        assert_eq!(
+            reduction_plan(1 << 22, 1, false, H200),
+            Split { segments: 131_072 }
+        );
+        assert_eq!(
+            reduction_plan(1 << 22, 1, false, Some(66)),
+            Split { segments: 65_536 }
+        );
     }
 
     #[test]
