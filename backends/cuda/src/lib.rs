@@ -66,7 +66,7 @@ pub mod source;
 use std::sync::{Arc, OnceLock};
 
 use cudarc::cublas::{CudaBlas, Gemm};
-use ferroflow_tensor::backend::{unsupported, BufferBox, DeviceBuffer, Operand};
+use ferroflow_tensor::backend::{unsupported, BufferBox, DeviceBuffer, Operand, UpdateOperands};
 use ferroflow_tensor::{
     ArgReduceOp, Backend, BinaryOp, CumulativeOp, DType, DeviceKind, ElementwiseProgram,
     ElementwiseStep, Error, FusedActivation, FusedKernel, HostData, Layout, PoolKind, ReduceOp,
@@ -398,6 +398,81 @@ fn boxed(b: CudaBuffer) -> Result<BufferBox> {
 }
 
 impl Cuda {
+    /// One [`source::optimizer_group`] kernel updating every variable of `group` (dense
+    /// operands, one dtype and device, at most [`source::OPTIMIZER_GROUP_MAX`]).
+    fn update_in_one_kernel(
+        &self,
+        rule: &UpdateRule,
+        group: &[&UpdateOperands<'_>],
+        op: &'static str,
+    ) -> Result<Vec<(BufferBox, Vec<BufferBox>)>> {
+        let dtype = group[0].w.dtype;
+        let e = elem(dtype, op)?;
+        let (kind, p) = source::OptimizerKind::of(rule);
+        let ns = kind.slots();
+        let k = kernels(
+            source::KernelKey::OptimizerGroup(kind, e, group.len()),
+            op,
+            dtype,
+        )?;
+        let (gpu, _) = self.gpu_of(&group[0].w, op)?;
+        let mut outputs = vec![];
+        let mut total = 0usize;
+        for v in group {
+            let bytes = v.w.layout.num_elements() * dtype.size_in_bytes();
+            let y = output(gpu, bytes)?;
+            let slots = (0..ns)
+                .map(|_| output(gpu, bytes))
+                .collect::<Result<Vec<_>>>()?;
+            total += v.w.layout.num_elements();
+            outputs.push((y, slots));
+        }
+        if total > 0 {
+            let scalar = |v: f64| {
+                if e == Elem::F64 {
+                    Arg::F64(v)
+                } else {
+                    Arg::F32(v as f32)
+                }
+            };
+            let mut args = vec![];
+            let mut end = 0usize;
+            for (v, (y, slots)) in group.iter().zip(&outputs) {
+                let inputs: Vec<&Operand<'_>> = [&v.w, &v.g].into_iter().chain(&v.slots).collect();
+                for x in &inputs {
+                    let (g, buf) = self.gpu_of(x, op)?;
+                    if g.ordinal != gpu.ordinal {
+                        return Err(Error::DeviceMismatch {
+                            op,
+                            lhs: format!("/GPU:{}", gpu.ordinal),
+                            rhs: format!("/GPU:{}", g.ordinal),
+                        });
+                    }
+                    args.push(Arg::Buf(&buf.mem));
+                }
+                args.push(Arg::Buf(&y.mem));
+                args.extend(slots.iter().map(|s| Arg::Buf(&s.mem)));
+                end += v.w.layout.num_elements();
+                args.push(Arg::I64(end as i64));
+                for x in &inputs {
+                    let offset = x.layout.contiguous_range().map_or(0, |(off, _)| off);
+                    args.push(Arg::I64(offset as i64));
+                }
+            }
+            args.push(Arg::I64(total as i64));
+            args.extend(p.iter().map(|&v| scalar(v)));
+            let kernel = &k.kernels[0];
+            gpu.launch(&kernel.name, || kernel.clone(), Launch::Items(total), &args)?;
+        }
+        outputs
+            .into_iter()
+            .map(|(y, slots)| {
+                let slots = slots.into_iter().map(boxed).collect::<Result<Vec<_>>>()?;
+                Ok((boxed(y)?, slots))
+            })
+            .collect()
+    }
+
     fn gpu_of<'a>(&self, x: &Operand<'a>, op: &'static str) -> Result<(&Gpu, &'a CudaBuffer)> {
         let b = ours(x, op)?;
         Ok((self.gpu(b.ordinal)?, b))
@@ -1443,6 +1518,47 @@ impl Backend for Cuda {
                 .map(|s| Box::new(s) as BufferBox)
                 .collect(),
         ))
+    }
+    /// Dense variables (every operand one contiguous range) in kernels of up to
+    /// [`source::OPTIMIZER_GROUP_MAX`]; a variable read through a view, or alone in its
+    /// chunk, by [`Backend::optimizer_update`].
+    fn optimizer_update_group(
+        &self,
+        rule: &UpdateRule,
+        variables: &[UpdateOperands<'_>],
+    ) -> Result<Vec<(BufferBox, Vec<BufferBox>)>> {
+        let op = "optimizer_update_group";
+        let dense = |v: &UpdateOperands<'_>| {
+            [&v.w, &v.g]
+                .into_iter()
+                .chain(&v.slots)
+                .all(|o| o.layout.contiguous_range().is_some())
+        };
+        let mut updated: Vec<Option<(BufferBox, Vec<BufferBox>)>> =
+            variables.iter().map(|_| None).collect();
+        let grouped: Vec<usize> = (0..variables.len())
+            .filter(|&i| dense(&variables[i]))
+            .collect();
+        for chunk in grouped.chunks(source::OPTIMIZER_GROUP_MAX) {
+            if let [_, _, ..] = chunk {
+                let group: Vec<&UpdateOperands<'_>> =
+                    chunk.iter().map(|&i| &variables[i]).collect();
+                for (&i, u) in chunk
+                    .iter()
+                    .zip(self.update_in_one_kernel(rule, &group, op)?)
+                {
+                    updated[i] = Some(u);
+                }
+            }
+        }
+        updated
+            .into_iter()
+            .zip(variables)
+            .map(|(u, v)| match u {
+                Some(u) => Ok(u),
+                None => self.optimizer_update(rule, v.w, v.g, &v.slots),
+            })
+            .collect()
     }
     fn memory_bytes(&self, ordinal: usize) -> Option<u64> {
         self.gpus.get(ordinal)?.memory().map(|(_, total)| total)

@@ -1557,18 +1557,13 @@ impl OptimizerKind {
     }
 }
 
-/// One optimizer step per element for float32 or float64 variables: the rule's formula in
-/// TensorFlow's order of operations (the CPU backend's and the wgpu backend's), the scalars
-/// `p0..p4` in the variable's type. `W`, `G` and the slots are read through views; the new
-/// variable goes to `Y`, the new slots to `Z` and `K`.
-pub fn optimizer(kind: OptimizerKind, e: Elem) -> Option<KernelSource> {
-    if !matches!(e, Elem::F32 | Elem::F64) {
-        return None;
-    }
+/// A rule's update of one element in `e` (f32/f64): reads `w`, `g`, `s0`, `s1` and the
+/// scalars `p0..p4`, writes `Y[i]` (w') and the slots `Z[i]`, `K[i]`.
+fn update_body(kind: OptimizerKind, e: Elem) -> String {
     let t = e.store();
     let one = if e == Elem::F64 { "1.0" } else { "1.0f" };
     let m = |f: &str| e.math(f);
-    let body = match kind {
+    match kind {
         OptimizerKind::Sgd => format!(
             "{t} s0n = s0 * p1 - g * p0;\n Z[i] = s0n;\n Y[i] = p2 != 0 ? w + (s0n * p1 - g * p0) : w + s0n;"
         ),
@@ -1602,7 +1597,19 @@ pub fn optimizer(kind: OptimizerKind, e: Elem) -> Option<KernelSource> {
             max = m("fmax"),
             abs = m("fabs")
         ),
-    };
+    }
+}
+
+/// One optimizer step per element for float32 or float64 variables: the rule's formula in
+/// TensorFlow's order of operations (the CPU backend's and the wgpu backend's), the scalars
+/// `p0..p4` in the variable's type. `W`, `G` and the slots are read through views; the new
+/// variable goes to `Y`, the new slots to `Z` and `K`.
+pub fn optimizer(kind: OptimizerKind, e: Elem) -> Option<KernelSource> {
+    if !matches!(e, Elem::F32 | Elem::F64) {
+        return None;
+    }
+    let t = e.store();
+    let body = update_body(kind, e);
     let ns = kind.slots();
     let mut params =
         format!("const {t}* __restrict__ W, View vw, const {t}* __restrict__ G, View vg");
@@ -1626,6 +1633,86 @@ pub fn optimizer(kind: OptimizerKind, e: Elem) -> Option<KernelSource> {
          FF_LOOP(n) {{\n {loads} {body}\n}}\n}}\n"
     );
     Some(program_source(&name, "", &kernel))
+}
+
+/// The most variables one [`optimizer_group`] kernel updates (its parameters stay far
+/// below CUDA's 4 KB: 12 words per variable at most).
+pub const OPTIMIZER_GROUP_MAX: usize = 16;
+
+/// [`optimizer`] for `count` dense variables in one kernel: the variables' elements one
+/// after another as one index space, each thread finding its variable by the running ends
+/// `e0, e1, ..` and updating that element as [`optimizer`] does. Per variable `v`: `W{v}`,
+/// `G{v}`, its slots `S{v}_0`, `S{v}_1`, the outputs `Y{v}`, `Z{v}`, `K{v}`, its end `e{v}`
+/// and its inputs' element offsets `o{v}_w`, `o{v}_g`, `o{v}_0`, `o{v}_1`; then `n` and
+/// `p0..p4`. `None` for other types or more than [`OPTIMIZER_GROUP_MAX`] variables.
+pub fn optimizer_group(kind: OptimizerKind, e: Elem, count: usize) -> Option<KernelSource> {
+    if !matches!(e, Elem::F32 | Elem::F64) || count == 0 || count > OPTIMIZER_GROUP_MAX {
+        return None;
+    }
+    let t = e.store();
+    let ns = kind.slots();
+    let body = update_body(kind, e);
+    let mut params = vec![];
+    let mut branches = String::new();
+    for v in 0..count {
+        params.push(format!("const {t}* __restrict__ W{v}"));
+        params.push(format!("const {t}* __restrict__ G{v}"));
+        for k in 0..ns {
+            params.push(format!("const {t}* __restrict__ S{v}_{k}"));
+        }
+        params.push(format!("{t}* __restrict__ Y{v}"));
+        for name in ["Z", "K"].iter().take(ns) {
+            params.push(format!("{t}* __restrict__ {name}{v}"));
+        }
+        params.push(format!("ff_i64 e{v}"));
+        params.push(format!("ff_i64 o{v}_w"));
+        params.push(format!("ff_i64 o{v}_g"));
+        for k in 0..ns {
+            params.push(format!("ff_i64 o{v}_{k}"));
+        }
+        let start = if v == 0 {
+            "0".to_string()
+        } else {
+            format!("e{}", v - 1)
+        };
+        let keyword = if v == 0 { "if" } else { " else if" };
+        let mut loads = format!(
+            " ff_i64 j = i - {start};\n {t} w = W{v}[o{v}_w + j];\n {t} g = G{v}[o{v}_g + j];\n"
+        );
+        for k in 0..ns {
+            loads += &format!(" {t} s{k} = S{v}_{k}[o{v}_{k} + j];\n");
+        }
+        let update = body
+            .replace("Y[i]", &format!("Y{v}[j]"))
+            .replace("Z[i]", &format!("Z{v}[j]"))
+            .replace("K[i]", &format!("K{v}[j]"));
+        branches += &format!("{keyword} (i < e{v}) {{\n{loads} {update}\n }}");
+    }
+    params.push("ff_i64 n".to_string());
+    params.extend((0..5).map(|k| format!("{t} p{k}")));
+    let name = format!(
+        "optimizer_group_{}_{}_{count}",
+        format!("{kind:?}").to_lowercase(),
+        e.tag()
+    );
+    let kernel = format!(
+        "extern \"C\" __global__ void {name}({}) {{\n\
+         FF_LOOP(n) {{\n {branches}\n}}\n}}\n",
+        params.join(", ")
+    );
+    Some(program_source(&name, "", &kernel))
+}
+
+/// Group kernels for the NVRTC check (generated at run time per variable count, so the
+/// [`catalog`] holds none): every rule, f32 and f64, three variables.
+pub fn optimizer_group_samples() -> Vec<KernelSource> {
+    let mut all = vec![];
+    for e in [Elem::F32, Elem::F64] {
+        for kind in OptimizerKind::ALL {
+            all.extend(optimizer_group(kind, e, 3));
+        }
+    }
+    all
 }
 
 /// `min(max(x, lo), hi)` with the bounds converted to `e` as Rust's `as` / the half crate
@@ -2074,6 +2161,8 @@ pub enum KernelKey {
     RandomNormal(Elem),
     /// [`optimizer`].
     Optimizer(OptimizerKind, Elem),
+    /// [`optimizer_group`] of this many variables.
+    OptimizerGroup(OptimizerKind, Elem, usize),
     /// [`fused_conv2d`].
     FusedConv2d(Elem, FusedActivation),
     /// [`clip_scalar`].
@@ -2131,6 +2220,7 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::RandomUniform(e) => one(random_uniform(e)),
         KernelKey::RandomNormal(e) => one(random_normal(e)),
         KernelKey::Optimizer(kind, e) => one(optimizer(kind, e)),
+        KernelKey::OptimizerGroup(kind, e, count) => one(optimizer_group(kind, e, count)),
         KernelKey::FusedConv2d(e, a) => one(fused_conv2d(e, a)),
         KernelKey::ClipScalar(e) => one(clip_scalar(e)),
         KernelKey::BiasActivationGrad(e, a) => one(bias_activation_grad(e, a)),

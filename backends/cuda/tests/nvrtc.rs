@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use ferroflow_cuda::source::{catalog, program_samples, KernelSource};
+use ferroflow_cuda::source::{catalog, optimizer_group_samples, program_samples, KernelSource};
 
 /// Kernels compiled together: NVRTC's and ptxas' start-up dominates one small kernel, so the
 /// catalog goes through in programs of this many kernels, each in a namespace of its own
@@ -95,6 +95,7 @@ fn every_kernel_compiles_for_sm_80_and_sm_90() {
     };
     let mut kernels = catalog();
     kernels.extend(program_samples());
+    kernels.extend(optimizer_group_samples());
     let groups: Vec<&[KernelSource]> = kernels.chunks(GROUP).collect();
     let dir = std::env::temp_dir().join(format!("ferroflow-nvrtc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary folder");
