@@ -372,6 +372,18 @@ fn kernels(
     source::generated(key).ok_or_else(|| unsupported(BACKEND, op, dtype))
 }
 
+/// An optimizer rule's five scalars `p0..p4` as kernel arguments in the variables' type
+/// (the optimizer kernels take them as `e`).
+fn rule_scalars(e: Elem, p: &[f64; 5]) -> [Arg<'static>; 5] {
+    p.map(|v| {
+        if e == Elem::F64 {
+            Arg::F64(v)
+        } else {
+            Arg::F32(v as f32)
+        }
+    })
+}
+
 /// The lines of `x` along `axis` for the scans and the sort: (the input's line starts, its
 /// step along the axis, the dense output's line starts, its step).
 fn line_views(x: &Operand<'_>, axis: usize, op: &'static str) -> Result<(View, i64, View, i64)> {
@@ -428,13 +440,6 @@ impl Cuda {
             outputs.push((y, slots));
         }
         if total > 0 {
-            let scalar = |v: f64| {
-                if e == Elem::F64 {
-                    Arg::F64(v)
-                } else {
-                    Arg::F32(v as f32)
-                }
-            };
             let mut args = vec![];
             let mut end = 0usize;
             for (v, (y, slots)) in group.iter().zip(&outputs) {
@@ -460,7 +465,7 @@ impl Cuda {
                 }
             }
             args.push(Arg::I64(total as i64));
-            args.extend(p.iter().map(|&v| scalar(v)));
+            args.extend(rule_scalars(e, &p));
             let kernel = &k.kernels[0];
             gpu.launch(&kernel.name, || kernel.clone(), Launch::Items(total), &args)?;
         }
@@ -1486,13 +1491,6 @@ impl Backend for Cuda {
             .map(|_| output(gpu, bytes))
             .collect::<Result<Vec<_>>>()?;
         if n > 0 {
-            let scalar = |v: f64| {
-                if e == Elem::F64 {
-                    Arg::F64(v)
-                } else {
-                    Arg::F32(v as f32)
-                }
-            };
             let mut args = vec![
                 Arg::Buf(&wbuf.mem),
                 Arg::View(view(w.layout, op)?),
@@ -1506,7 +1504,7 @@ impl Backend for Cuda {
             args.push(Arg::Buf(&y.mem));
             args.extend(new_slots.iter().map(|s| Arg::Buf(&s.mem)));
             args.push(Arg::I64(n as i64));
-            args.extend(p.iter().map(|&v| scalar(v)));
+            args.extend(rule_scalars(e, &p));
             let kernel = &k.kernels[0];
             // (W, vw, G, vg, [S0, v0, [S1, v1]], Y, [Z, [K]], n, p0..p4)
             gpu.launch(&kernel.name, || kernel.clone(), Launch::Items(n), &args)?;
