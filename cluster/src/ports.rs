@@ -79,7 +79,8 @@ pub fn reserve_loopback_ports(n: usize) -> Result<Vec<ReservedPort>> {
 }
 
 /// Makes the process `command` starts inherit `ports`, listening, and names them in its
-/// [`LISTEN_FDS_ENV`]; its servers take them with [`bind_listener`]. The caller may drop
+/// [`LISTEN_FDS_ENV`] (after those of earlier calls on the same command); its servers take
+/// them with [`bind_listener`]. The caller may drop
 /// its [`ReservedPort`]s once the process started: the socket lives on in the child (and a
 /// dead child's port then refuses connections instead of queueing them).
 ///
@@ -104,10 +105,22 @@ pub fn hand_over(command: &mut Command, ports: &[&ReservedPort]) {
             return;
         }
         let fds: Vec<i32> = ports.iter().map(|p| p.listener.as_raw_fd()).collect();
-        let named: Vec<String> = ports
-            .iter()
-            .zip(&fds)
-            .map(|(p, fd)| format!("{}={fd}", p.address))
+        // Ports handed over by an earlier call stay named.
+        let earlier = command
+            .get_envs()
+            .find(|(k, _)| *k == LISTEN_FDS_ENV)
+            .and_then(|(_, v)| v)
+            .and_then(|v| v.to_str())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string);
+        let named: Vec<String> = earlier
+            .into_iter()
+            .chain(
+                ports
+                    .iter()
+                    .zip(&fds)
+                    .map(|(p, fd)| format!("{}={fd}", p.address)),
+            )
             .collect();
         command.env(LISTEN_FDS_ENV, named.join(","));
         // SAFETY: runs in the child between fork and exec; it only calls fcntl (which is

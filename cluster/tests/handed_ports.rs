@@ -50,6 +50,15 @@ fn first_line(task: &mut Task) -> String {
         .expect("the task said nothing in 60 s")
 }
 
+/// What the task at `address` answers a connection with (read for at most 30 s).
+fn reply_from(address: &str) -> String {
+    let mut s = std::net::TcpStream::connect(address).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    reply
+}
+
 /// The child: listens where it is told (through `bind_listener`), says how that went, and
 /// answers one connection with "hello".
 #[test]
@@ -78,11 +87,35 @@ fn a_task_serves_on_the_socket_its_launcher_holds() {
     let said = first_line(&mut task);
     assert_eq!(said, format!("task: listening on {address}"));
     drop(ports);
-    let mut s = std::net::TcpStream::connect(&address).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    assert_eq!(reply, "hello");
+    assert_eq!(reply_from(&address), "hello");
+}
+
+#[test]
+fn ports_handed_over_by_two_calls_are_both_named() {
+    let ports = reserve_loopback_ports(2).unwrap();
+    // The task serves on the second port; the first call's port stays named beside it.
+    let mut command = task_command(ports[1].address());
+    hand_over(&mut command, &[&ports[0]]);
+    hand_over(&mut command, &[&ports[1]]);
+    let named = command
+        .get_envs()
+        .find(|(k, _)| *k == LISTEN_FDS_ENV)
+        .and_then(|(_, v)| v)
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(named.split(',').count(), 2, "{named}");
+    assert!(
+        named.starts_with(&format!("{}=", ports[0].address())),
+        "{named}"
+    );
+    let mut task = Task(command.spawn().unwrap());
+    let said = first_line(&mut task);
+    assert_eq!(said, format!("task: listening on {}", ports[1].address()));
+    let address = ports[1].address().to_string();
+    drop(ports);
+    assert_eq!(reply_from(&address), "hello");
 }
 
 #[test]
