@@ -59,6 +59,17 @@ fn reply_from(address: &str) -> String {
     reply
 }
 
+/// What `command` names in [`LISTEN_FDS_ENV`] (`address=fd,..`).
+fn named_ports(command: &Command) -> String {
+    command
+        .get_envs()
+        .find(|(k, _)| *k == LISTEN_FDS_ENV)
+        .and_then(|(_, v)| v)
+        .and_then(|v| v.to_str())
+        .expect("hand_over named the ports")
+        .to_string()
+}
+
 /// The child: listens where it is told (through `bind_listener`), says how that went, and
 /// answers one connection with "hello".
 #[test]
@@ -97,14 +108,7 @@ fn ports_handed_over_by_two_calls_are_both_named() {
     let mut command = task_command(ports[1].address());
     hand_over(&mut command, &[&ports[0]]);
     hand_over(&mut command, &[&ports[1]]);
-    let named = command
-        .get_envs()
-        .find(|(k, _)| *k == LISTEN_FDS_ENV)
-        .and_then(|(_, v)| v)
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let named = named_ports(&command);
     assert_eq!(named.split(',').count(), 2, "{named}");
     assert!(
         named.starts_with(&format!("{}=", ports[0].address())),
@@ -132,14 +136,7 @@ fn a_descriptor_named_for_another_address_is_not_taken() {
     let mut command = task_command(ports[1].address());
     hand_over(&mut command, &[&ports[0]]);
     // Name port 0's descriptor as port 1's: the task must see it is not that socket.
-    let named = command
-        .get_envs()
-        .find(|(k, _)| *k == LISTEN_FDS_ENV)
-        .and_then(|(_, v)| v)
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let named = named_ports(&command);
     let fd = named.rsplit_once('=').unwrap().1;
     command.env(LISTEN_FDS_ENV, format!("{}={fd}", ports[1].address()));
     let mut task = Task(command.spawn().unwrap());
