@@ -673,6 +673,12 @@ fn reduce(
     Ok(Some(match op {
         // d Σx = 1 everywhere
         ReduceOp::ReduceSum => gk.broadcast_to(x.shape())?,
+        // d mean = 1 / count everywhere (divided before broadcasting: one small op)
+        ReduceOp::ReduceMean => {
+            let count: usize = axes.iter().map(|&a| x.shape()[a]).product();
+            gk.div(&gk.scalar_like(count as f64)?)?
+                .broadcast_to(x.shape())?
+        }
         // d max: shared equally by the elements equal to the max (TF's rule)
         ReduceOp::ReduceMax | ReduceOp::ReduceMin => {
             let yk = keep_reduced(y, x, axes, keepdims)?;

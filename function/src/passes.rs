@@ -345,7 +345,8 @@ pub(crate) fn fuse_elementwise(graph: &mut Graph) -> usize {
                 .map(|rs| rs.iter().copied().filter(|&j| !in_group(j)).collect())
                 .unwrap_or_default()
         };
-        // A reduction of the tree's result joins it when everything else read outside the
+        // A reduction (sum, mean, prod, max, min) of the tree's result joins it when
+        // everything else read outside the
         // tree is read after the reduction (the fused node runs where the reduction ran).
         let reduction = outside(r).into_iter().find(|&j| {
             j != usize::MAX
@@ -353,7 +354,11 @@ pub(crate) fn fuse_elementwise(graph: &mut Graph) -> usize {
                     &graph.nodes[j].kind,
                     NodeKind::Op(Op::Reduce { op, .. }) if matches!(
                         op,
-                        ReduceOp::ReduceSum | ReduceOp::ReduceProd | ReduceOp::ReduceMax | ReduceOp::ReduceMin
+                        ReduceOp::ReduceSum
+                            | ReduceOp::ReduceMean
+                            | ReduceOp::ReduceProd
+                            | ReduceOp::ReduceMax
+                            | ReduceOp::ReduceMin
                     )
                 )
                 && graph.nodes[j].inputs.first() == Some(&ValueRef { node: r, output: 0 })

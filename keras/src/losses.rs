@@ -93,11 +93,9 @@ pub trait Loss: Send {
         match self.reduction() {
             Reduction::None => Ok(l),
             Reduction::Sum => l.reduce_sum(Axes::All, false),
-            Reduction::SumOverBatchSize => {
-                let n = l.num_elements().max(1);
-                l.reduce_sum(Axes::All, false)?
-                    .div(&l.scalar_like(n as f64)?)
-            }
+            // TF's `div_no_nan(sum, n)`: one `Mean`, and 0 for an empty batch.
+            Reduction::SumOverBatchSize if l.num_elements() == 0 => l.reduce_sum(Axes::All, false),
+            Reduction::SumOverBatchSize => l.reduce_mean(Axes::All, false),
         }
     }
 }

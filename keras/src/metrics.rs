@@ -221,9 +221,10 @@ fn same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// 1.0 where equal, per element, as f32.
+/// Whether `a` equals `b`, per element (bool; the metric's mean reads it as 1.0 / 0.0,
+/// with no cast to a float tensor first: one kernel fewer per step on a GPU).
 fn matches(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    a.equal(b)?.cast(DType::F32)
+    a.equal(b)
 }
 
 mean_metric!(
@@ -240,7 +241,7 @@ mean_metric!(
         let y = if y_true.rank() + 1 == y_pred.rank() { y_true.expand_dims(-1)? } else { y_true.clone() };
         same_shape("BinaryAccuracy", &y, y_pred)?;
         let pred = y_pred.greater(&y_pred.scalar_like(0.5)?)?.cast(DType::F32)?;
-        matches(&y.cast(DType::F32)?, &pred)?.reduce_mean(-1isize, false)
+        matches(&y.cast(DType::F32)?, &pred)?.cast(DType::F32)?.reduce_mean(-1isize, false)
     }
 );
 

@@ -54,6 +54,7 @@ pub fn tf_op_type_of_name(name: &'static str) -> &'static str {
         "floordiv" => "FloorDiv",
         "floormod" => "FloorMod",
         "reduce_sum" => "Sum",
+        "reduce_mean" => "Mean",
         "reduce_prod" => "Prod",
         "reduce_max" => "Max",
         "reduce_min" => "Min",

@@ -10,7 +10,7 @@
 //! - [`dispatch()`](dispatch::dispatch): the one function every op runs through; it informs
 //!   [`OpObserver`]s (gradient tapes, the profiler, tracers) of each op.
 //! - [`Op`]: the primitive op vocabulary as data. There are 21 primitive kernels (the
-//!   [`Backend`] methods every backend implements) covering 33 unary, 22 binary, 6 reduce,
+//!   [`Backend`] methods every backend implements) covering 33 unary, 22 binary, 7 reduce,
 //!   2 arg-reduce, 2 scan and 2 pool variants; every other op is composed from them. Beside
 //!   them, 7 fused kernels ([`fused`]: the fused convolution, its bias gradient, `clip_scalar`,
 //!   the optimizer update, elementwise programs, the sparse softmax cross-entropy and the

@@ -257,6 +257,9 @@ op_enum!(
         ReduceAny => "reduce_any",
         /// all (bool)
         ReduceAll => "reduce_all",
+        /// Σ / count (TF's `Mean`: integers divide with truncation; half-precision floats
+        /// accumulate and divide in float32; NaN for an empty set of floats)
+        ReduceMean => "reduce_mean",
     }
 );
 

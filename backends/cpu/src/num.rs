@@ -19,6 +19,10 @@ pub(crate) trait Num:
     fn wsub(self, o: Self) -> Self;
     fn wmul(self, o: Self) -> Self;
     fn isnan(self) -> bool;
+    /// A sum divided by the `count` of its terms (TF's `Mean`): integers truncate (the
+    /// count is not narrowed to the type first; an empty integer set, which the tensor
+    /// layer rejects, gives 0), floats give NaN for an empty set.
+    fn mean_of(self, count: usize) -> Self;
 }
 
 macro_rules! num_float {
@@ -43,6 +47,10 @@ macro_rules! num_float {
             #[inline(always)]
             fn isnan(self) -> bool {
                 <$t>::is_nan(self)
+            }
+            #[inline(always)]
+            fn mean_of(self, count: usize) -> Self {
+                self / count as $t
             }
         }
     };
@@ -69,6 +77,14 @@ macro_rules! num_int {
             #[inline(always)]
             fn isnan(self) -> bool {
                 false
+            }
+            #[inline(always)]
+            fn mean_of(self, count: usize) -> Self {
+                if count == 0 {
+                    0
+                } else {
+                    (self as i128 / count as i128) as $t
+                }
             }
         }
     };

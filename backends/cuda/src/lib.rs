@@ -809,6 +809,7 @@ impl Cuda {
                         Arg::Buf(&parts),
                         Arg::I64(outputs as i64),
                         Arg::I64(segments as i64),
+                        Arg::I64(m as i64),
                         Arg::Buf(y),
                     ],
                 )

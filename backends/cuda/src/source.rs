@@ -717,7 +717,7 @@ fn reduce_parts(op: ReduceOp, e: Elem) -> Option<(String, String, String)> {
     };
     let (lo, hi) = e.limits();
     Some(match op {
-        ReduceSum if e != Elem::Bool => (acc, "0".into(), "r = r + v;".into()),
+        ReduceSum | ReduceMean if e != Elem::Bool => (acc, "0".into(), "r = r + v;".into()),
         ReduceProd if e != Elem::Bool => (acc, "1".into(), "r = r * v;".into()),
         ReduceMax if e != Elem::Bool => (
             e.compute().into(),
@@ -759,8 +759,10 @@ pub fn reduce(op: ReduceOp, e: Elem) -> Option<[KernelSource; 4]> {
 /// [`reduce`]) named `{base}_rows` and so on: parameters `({inputs}View kept, View red,
 /// ff_i64 m, S* Y{extra}[, ff_i64 n])` (`_partials`: `({inputs}View kept, View red, ff_i64 m,
 /// ACC* P{extra}, ff_i64 n, ff_i64 segments)`, `_finish`: `(const ACC* P, ff_i64 n, ff_i64
-/// segments, S* Y)`, ACC the accumulator type, at most 8 bytes), element `j` of output `o`'s
-/// reduction read as `load` (with `base` = `at(kept, o)`), `helpers` before the kernels.
+/// segments, ff_i64 m, S* Y)`, ACC the accumulator type, at most 8 bytes), element `j` of
+/// output `o`'s reduction read as `load` (with `base` = `at(kept, o)`), `helpers` before the
+/// kernels. A mean stores its sum divided by `m` (integers: the sum wrapped to the type
+/// first, then divided with truncation, as the CPU backend does).
 fn reduction_kernels(
     base: &str,
     op: ReduceOp,
@@ -773,7 +775,18 @@ fn reduction_kernels(
     let (acc, init, combine) = reduce_parts(op, e)?;
     let s = e.store();
     let c = e.compute();
-    let store = e.store_expr("r");
+    let store = match op {
+        ReduceOp::ReduceMean if e.is_float() => e.store_expr("(r / (double)m)"),
+        ReduceOp::ReduceMean => {
+            let wide = if e.is_signed_int() {
+                "long long"
+            } else {
+                "unsigned long long"
+            };
+            e.store_expr(&format!("(({wide})(({s})r) / ({wide})m)"))
+        }
+        _ => e.store_expr("r"),
+    };
     let rows = format!(
         "extern \"C\" __global__ void {base}_rows({inputs}View kept, View red, ff_i64 m, \
          {s}* __restrict__ Y{extra}, ff_i64 n) {{\n\
@@ -811,7 +824,7 @@ fn reduction_kernels(
     );
     let finish = format!(
         "extern \"C\" __global__ void {base}_finish(const {acc}* __restrict__ P, ff_i64 n, \
-         ff_i64 segments, {s}* __restrict__ Y) {{\n\
+         ff_i64 segments, ff_i64 m, {s}* __restrict__ Y) {{\n\
          __shared__ {acc} part[{REDUCE_BLOCK}];\n\
          {acc} r = ({acc}){init};\n\
          for (ff_i64 j = threadIdx.x; j < segments; j += {REDUCE_BLOCK}) {{ {acc} v = P[j * n + blockIdx.x]; {combine} }}\n\
@@ -1972,6 +1985,7 @@ pub fn program_samples() -> Vec<KernelSource> {
         all.extend(fused_program(&program, e, 0));
         for op in [
             ReduceOp::ReduceSum,
+            ReduceOp::ReduceMean,
             ReduceOp::ReduceProd,
             ReduceOp::ReduceMax,
             ReduceOp::ReduceMin,

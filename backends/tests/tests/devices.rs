@@ -142,3 +142,58 @@ fn transfers_are_observed_ops_and_gradients_cross_back() {
     assert_eq!(dx.device(), Device::CPU, "the gradient lives where x lives");
     assert_eq!(dx.to_vec::<f32>().expect("read"), [2.0, -4.0, 6.0]);
 }
+
+/// `reduce_mean` (TF's `Mean`, one kernel: counted by `step_budget.rs`, whose binary runs
+/// nothing beside it) divides in the reduction's store, and a long mean split into partial
+/// sums divides once, by the whole count, in the second pass: float32 as the CPU computes
+/// it, int32 the wrapped sum truncated.
+#[test]
+fn a_split_mean_divides_by_the_whole_count() {
+    let Some(gpu) = common::wgpu_device() else {
+        return;
+    };
+    let n = 40_000usize;
+    let values: Vec<f32> = (0..2 * n)
+        .map(|i| ((i * 7919) % 1013) as f32 / 101.0)
+        .collect();
+    let ints: Vec<i32> = (0..2 * n as i32)
+        .map(|i| i.wrapping_mul(2_654_435))
+        .collect();
+    let x = Tensor::from_vec(values.clone(), &[2, n]).expect("x");
+    let xi = Tensor::from_vec(ints.clone(), &[2, n]).expect("xi");
+    let on_gpu = |t: &Tensor| t.to_device(gpu).expect("to gpu");
+    let row_mean = |r: usize, len: usize| {
+        values[r * n..r * n + len]
+            .iter()
+            .map(|&v| v as f64)
+            .sum::<f64>()
+            / len as f64
+    };
+    // 100 elements per output: one pass; 40 000: partial sums, then the mean of the parts.
+    for len in [100, n] {
+        let part = on_gpu(&x.slice(&[0, 0], &[2, len as isize]).expect("slice"));
+        let got = part
+            .reduce_mean(1isize, false)
+            .expect("mean")
+            .to_f64_vec()
+            .expect("read");
+        for (r, g) in got.iter().enumerate() {
+            let want = row_mean(r, len);
+            assert!(
+                (g - want).abs() <= 1e-5 * want.abs(),
+                "{len} elements, row {r}: {g} vs {want}"
+            );
+        }
+    }
+    let got = on_gpu(&xi)
+        .reduce_mean(1isize, false)
+        .expect("long int mean")
+        .to_f64_vec()
+        .expect("read");
+    for (r, g) in got.iter().enumerate() {
+        let sum = ints[r * n..(r + 1) * n]
+            .iter()
+            .fold(0i32, |a, &b| a.wrapping_add(b));
+        assert_eq!(*g as i32, sum / n as i32, "int32 row {r}");
+    }
+}

@@ -502,7 +502,7 @@ pub fn elementwise_program(device: &Device) {
         (
             prop::collection::vec(any::<bool>(), 3),
             any::<bool>(),
-            0..4usize,
+            0..5usize,
         ),
     );
     check_cases(
@@ -561,6 +561,7 @@ pub fn elementwise_program(device: &Device) {
                 crate::ReduceOp::ReduceMax,
                 crate::ReduceOp::ReduceMin,
                 crate::ReduceOp::ReduceProd,
+                crate::ReduceOp::ReduceMean,
             ][reduce_op];
             let axes: Vec<isize> = (0..dims.len())
                 .filter(|&a| reduced[a])

@@ -75,11 +75,12 @@ fn keep(want: RefArray, shape: &[usize], axes: &[usize], keepdims: bool) -> RefA
     RefArray::new(&s, want.data)
 }
 
-/// sum, prod, max, min on every numeric dtype over random axes.
+/// sum, mean, prod, max, min on every numeric dtype over random axes.
 pub fn reductions(device: &Device) {
     let numeric = supported(device, &NUMERIC);
     for op in [
         ReduceOp::ReduceSum,
+        ReduceOp::ReduceMean,
         ReduceOp::ReduceProd,
         ReduceOp::ReduceMax,
         ReduceOp::ReduceMin,
@@ -103,10 +104,26 @@ pub fn reductions(device: &Device) {
                 let a = quantized(dtype, &a);
                 let x = ok("input", make_tensor(device, dtype, &a, view))?;
                 let ax = axes.clone().map(Axes::List).unwrap_or(Axes::All);
-                let got = ok(op.name(), x.reduce(op, ax, keepdims))?;
                 let r = resolve(&axes, a.shape.len());
+                // How many elements each output combines.
+                let n: usize = r.iter().map(|&i| a.shape[i]).product();
+                if op == ReduceOp::ReduceMean && !dtype.is_float() && n == 0 {
+                    // The mean of an empty integer set is an error, not a value.
+                    return match x.reduce(op, ax, keepdims) {
+                        Err(crate::Error::Arithmetic { .. }) => Ok(()),
+                        other => Err(proptest::test_runner::TestCaseError::fail(format!(
+                            "reduce_mean {dtype} over an empty axis: {other:?}, not an arithmetic error"
+                        ))),
+                    };
+                }
+                let got = ok(op.name(), x.reduce(op, ax, keepdims))?;
                 let want = match op {
                     ReduceOp::ReduceSum => a.reduce(&r, 0.0, |p, q| p + q),
+                    // Integers: the wrapped sum divided with truncation.
+                    ReduceOp::ReduceMean if !dtype.is_float() => a
+                        .reduce(&r, 0.0, |p, q| p + q)
+                        .map(|v| (wrap_int(dtype, v) / n as f64).trunc()),
+                    ReduceOp::ReduceMean => a.reduce(&r, 0.0, |p, q| p + q).map(|v| v / n as f64),
                     ReduceOp::ReduceProd => a.reduce(&r, 1.0, |p, q| p * q),
                     ReduceOp::ReduceMax => a.reduce(&r, f64::NEG_INFINITY, f64::max),
                     _ => a.reduce(&r, f64::INFINITY, f64::min),
@@ -130,11 +147,19 @@ pub fn reductions(device: &Device) {
                 // Max, min and these products are exact: one input, or products of
                 // {-1, 0, 1}. A sum's rounding error is bounded by the elements that output
                 // adds: eps·(4 + 2√n)·Σ|x| over its own n elements (and exact for integers).
+                // A mean's: that bound over n, and the division's rounding.
                 let tol: Vec<f64> = if op == ReduceOp::ReduceSum && dtype.is_float() {
-                    let n: usize = r.iter().map(|&i| a.shape[i]).product();
                     let abs_sums = a.map(|v| v.abs()).reduce(&r, 0.0, |p, q| p + q);
                     let k = epsilon(dtype) * (4.0 + 2.0 * (n as f64).sqrt());
                     abs_sums.data.iter().map(|s| k * s).collect()
+                } else if op == ReduceOp::ReduceMean && dtype.is_float() {
+                    let abs_sums = a.map(|v| v.abs()).reduce(&r, 0.0, |p, q| p + q);
+                    let k = epsilon(dtype) * (5.0 + 2.0 * (n as f64).sqrt());
+                    abs_sums
+                        .data
+                        .iter()
+                        .map(|s| k * s / n.max(1) as f64)
+                        .collect()
                 } else {
                     vec![0.0; want.data.len()]
                 };

@@ -219,12 +219,16 @@ impl Tensor {
         let (dtype, shape) = program_operands(OP, program, inputs)?;
         if !matches!(
             reduce,
-            ReduceOp::ReduceSum | ReduceOp::ReduceProd | ReduceOp::ReduceMax | ReduceOp::ReduceMin
+            ReduceOp::ReduceSum
+                | ReduceOp::ReduceMean
+                | ReduceOp::ReduceProd
+                | ReduceOp::ReduceMax
+                | ReduceOp::ReduceMin
         ) {
             return Err(Error::invalid(
                 OP,
                 format!(
-                    "{} of floats is not a fusible reduction (sum, prod, max, min)",
+                    "{} of floats is not a fusible reduction (sum, mean, prod, max, min)",
                     reduce.name()
                 ),
             ));

@@ -104,6 +104,15 @@ impl Tensor {
             }
             _ => dtype != DType::Bool,
         };
+        if op == ReduceOp::ReduceMean
+            && dtype.is_int()
+            && axes.iter().any(|&a| self.shape()[a] == 0)
+        {
+            return Err(Error::Arithmetic {
+                op: "reduce_mean",
+                msg: "mean of an empty integer set",
+            });
+        }
         if !ok {
             let expected = if matches!(op, ReduceOp::ReduceAny | ReduceOp::ReduceAll) {
                 "bool"
@@ -160,29 +169,11 @@ impl Tensor {
     pub fn reduce_all(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::ReduceAll, axes, keepdims)
     }
-    /// Mean over `axes` (`tf.reduce_mean`): sum / count. Integers divide with truncation as
-    /// in TF; f16/bf16 are averaged in f32; an empty set gives NaN for floats.
+    /// Mean over `axes` (`tf.reduce_mean`, TF's `Mean`): sum / count in one op. Integers
+    /// divide with truncation as in TF; f16/bf16 accumulate and divide in f32; an empty set
+    /// gives NaN for floats and an error for integers.
     pub fn reduce_mean(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {
-        let axes = axes.into();
-        if matches!(self.dtype(), DType::F16 | DType::BF16) {
-            return self
-                .cast(DType::F32)?
-                .reduce_mean(axes, keepdims)?
-                .cast(self.dtype());
-        }
-        let resolved = axes.resolve("reduce_mean", self.rank())?;
-        let count: usize = resolved.iter().map(|&a| self.shape()[a]).product();
-        let sum = self.reduce_sum(
-            Axes::List(resolved.iter().map(|&a| a as isize).collect()),
-            keepdims,
-        )?;
-        if self.dtype().is_int() && count == 0 {
-            return Err(Error::Arithmetic {
-                op: "reduce_mean",
-                msg: "mean of an empty integer set",
-            });
-        }
-        sum.div(&sum.scalar_like(count as f64)?)
+        self.reduce(ReduceOp::ReduceMean, axes, keepdims)
     }
     /// `log(Σ exp(x))` over `axes`, computed stably by subtracting the maximum.
     pub fn reduce_logsumexp(&self, axes: impl Into<Axes>, keepdims: bool) -> Result<Tensor> {

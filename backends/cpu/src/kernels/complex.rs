@@ -369,7 +369,7 @@ where
     Complex::<F>::into_host(out)
 }
 
-/// Sum or product over `axes` (TF's complex reductions; max and min have no order).
+/// Sum, mean or product over `axes` (TF's complex reductions; max and min have no order).
 pub(crate) fn reduce<F: Part>(
     op: ferroflow_tensor::ReduceOp,
     v: &[Complex<F>],
@@ -382,6 +382,13 @@ where
     use ferroflow_tensor::ReduceOp::*;
     let out = match op {
         ReduceSum => super::reduce::reduce_with(v, layout, axes, Complex::zero(), |a, b| a + b),
+        ReduceMean => {
+            let count = super::reduce::reduced_count(layout, axes);
+            let sums = super::reduce::reduce_with(v, layout, axes, Complex::zero(), |a, b| a + b);
+            sums.into_iter()
+                .map(|s| s / <F as num_traits::NumCast>::from(count).unwrap_or_else(F::nan))
+                .collect()
+        }
         ReduceProd => super::reduce::reduce_with(v, layout, axes, Complex::one(), |a, b| a * b),
         _ => return Err(unsupported("cpu", op.name(), <Complex<F>>::DTYPE)),
     };

@@ -93,6 +93,12 @@ fn reduce_num<T: Num + Sync + Send>(
 ) -> Option<Vec<T>> {
     Some(match op {
         ReduceOp::ReduceSum => reduce_with(data, layout, axes, T::ZERO, |a: T, b: T| a.wadd(b)),
+        ReduceOp::ReduceMean => {
+            let count = reduced_count(layout, axes);
+            let mut sums = reduce_with(data, layout, axes, T::ZERO, |a: T, b: T| a.wadd(b));
+            sums.iter_mut().for_each(|s| *s = s.mean_of(count));
+            sums
+        }
         ReduceOp::ReduceProd => reduce_with(data, layout, axes, T::ONE, |a: T, b: T| a.wmul(b)),
         // `a.isnan()` keeps a NaN once seen; a NaN `b` wins because `a > NaN` is false.
         ReduceOp::ReduceMax => reduce_with(data, layout, axes, T::LOWEST, |a: T, b: T| {
@@ -133,7 +139,7 @@ fn reduce_half_rows<H: Half>(
         return None;
     }
     let (init, combine): (f32, fn(f32, f32) -> f32) = match op {
-        ReduceOp::ReduceSum => (0.0, |a, b| a + b),
+        ReduceOp::ReduceSum | ReduceOp::ReduceMean => (0.0, |a, b| a + b),
         ReduceOp::ReduceProd => (1.0, |a, b| a * b),
         // As `reduce_num`: a NaN, once seen, stays.
         ReduceOp::ReduceMax => (
@@ -169,9 +175,17 @@ fn reduce_half_rows<H: Half>(
             *t = combine(*t, v);
         }
     }
+    if op == ReduceOp::ReduceMean {
+        total.iter_mut().for_each(|t| *t = t.mean_of(rows));
+    }
     let mut out = vec![H::default(); c];
     H::narrow_into(&total, &mut out);
     Some(H::host(out))
+}
+
+/// How many elements each output of a reduction over `axes` combines.
+pub(crate) fn reduced_count(layout: &Layout, axes: &[usize]) -> usize {
+    axes.iter().map(|&a| layout.shape()[a]).product()
 }
 
 pub(crate) fn reduce(op: ReduceOp, x: Operand<'_>, axes: &[usize]) -> Result<HostData> {

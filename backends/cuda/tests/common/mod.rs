@@ -36,6 +36,7 @@ pub fn long_reductions_match_references(device: ferroflow_tensor::Device, rows: 
     let prod: Reduce = |x, a| x.reduce_prod(a, false);
     let max: Reduce = |x, a| x.reduce_max(a, false);
     let min: Reduce = |x, a| x.reduce_min(a, false);
+    let mean: Reduce = |x, a| x.reduce_mean(a, false);
     ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
         for dtype in [DType::F32, DType::F64] {
             let x = Tensor::from_vec(values.clone(), &[rows, m])?.cast(dtype)?;
@@ -47,6 +48,15 @@ pub fn long_reductions_match_references(device: ferroflow_tensor::Device, rows: 
                     assert!(
                         (got - want).abs() <= 1e-4 * want.abs().max(1.0),
                         "{dtype} sum of row {r} ({plan}): {got} vs {want}"
+                    );
+                }
+            }
+            for (plan, means) in by_plan(&x, mean)? {
+                for (r, got) in means.iter().enumerate() {
+                    let want: f64 = exact_row(r).iter().sum::<f64>() / m as f64;
+                    assert!(
+                        (got - want).abs() <= 1e-6 * want.abs().max(1e-2),
+                        "{dtype} mean of row {r} ({plan}): {got} vs {want}"
                     );
                 }
             }
@@ -99,6 +109,19 @@ pub fn long_reductions_match_references(device: ferroflow_tensor::Device, rows: 
                     .iter()
                     .fold(0i32, |a, &b| a.wrapping_add(b));
                 assert_eq!(sums[r] as i32, want, "int32 sum of row {r} ({plan})");
+            }
+        }
+        // Their means: the wrapped sum divided with truncation, as on the CPU.
+        for (plan, means) in by_plan(&x, mean)? {
+            for r in 0..rows {
+                let sum = ints[r * m..(r + 1) * m]
+                    .iter()
+                    .fold(0i32, |a, &b| a.wrapping_add(b));
+                assert_eq!(
+                    means[r] as i32,
+                    sum / m as i32,
+                    "int32 mean of row {r} ({plan})"
+                );
             }
         }
         Ok(())

@@ -139,6 +139,7 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
             add(format!("fused_{program:?}"), fused_source(&program));
             for op in [
                 ReduceOp::ReduceSum,
+                ReduceOp::ReduceMean,
                 ReduceOp::ReduceProd,
                 ReduceOp::ReduceMax,
                 ReduceOp::ReduceMin,

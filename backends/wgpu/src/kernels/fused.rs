@@ -16,7 +16,7 @@
 //! more than the adapter allows per kernel runs step by step through the ops' own kernels.
 
 use super::elementwise::{binary_expr, unary_expr};
-use super::reduce::{parts_of, reduce_partials, reduce_parts};
+use super::reduce::{parts_of, reduce_partials, reduce_parts, reduced_value, MEAN_COUNT_SLOT};
 use super::{output, run_map, same_gpu, In, MAIN};
 use crate::buffer::WgpuBuffer;
 use crate::elem::{descriptor, layout_descriptor, unsupported_on, Elem, Params};
@@ -102,8 +102,8 @@ fn program_body(program: &ElementwiseProgram, first_slot: usize) -> Option<(Stri
 }
 
 /// The first parameter slot of a fused reduction's input descriptors (slots 4..7 hold the
-/// reduction's scalars).
-const REDUCE_FIRST_DESC_SLOT: usize = 7;
+/// reduction's scalars, slot 7 a mean's count).
+const REDUCE_FIRST_DESC_SLOT: usize = MEAN_COUNT_SLOT + 1;
 /// Inputs a fused reduction can address through its parameter block.
 const REDUCE_MAX_DESC_INPUTS: usize = 16 - REDUCE_FIRST_DESC_SLOT;
 
@@ -113,6 +113,7 @@ const REDUCE_MAX_DESC_INPUTS: usize = 16 - REDUCE_FIRST_DESC_SLOT;
 /// in the order the reduction kernel folds a stored tensor, so the bits are the same.
 pub(crate) fn fused_reduce_source(program: &ElementwiseProgram, op: ReduceOp) -> Option<String> {
     let (init, combine) = reduce_parts(Elem::F32, op)?;
+    let store = reduced_value(Elem::F32, op)?;
     let n_in = program.num_inputs;
     let mut s = input_bindings(n_in);
     s += &format!(
@@ -140,7 +141,7 @@ pub(crate) fn fused_reduce_source(program: &ElementwiseProgram, op: ReduceOp) ->
             ("INIT", init),
             ("COMBINE", combine),
             ("LOAD", "program_value(base + at(P[2], r))"),
-            ("STORE", "sh[0]"),
+            ("STORE", &store),
         ],
     );
     Some(kernel_source(
@@ -163,12 +164,11 @@ pub(crate) fn fused_reduce(
     const OP: &str = "fused_reduce";
     let layouts = check_inputs(OP, program, inputs, shape)?;
     let gpu = inputs[0].gpu();
-    let source = fused_reduce_source(program, op);
     let fits = program.num_inputs <= REDUCE_MAX_DESC_INPUTS
         && 1 + program.num_inputs + program.outputs.len() <= gpu.max_storage_buffers;
-    let Some(source) = source.filter(|_| fits) else {
+    if !fits || reduce_parts(Elem::F32, op).is_none() {
         return Ok(None);
-    };
+    }
     // The program's first output as a dense tensor of `shape`: reduced axes and kept ones.
     let strides = Layout::contiguous(shape).strides().to_vec();
     let keep: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
@@ -185,11 +185,17 @@ pub(crate) fn fused_reduce(
     let n: usize = shape.iter().product();
     let parts = parts_of(n_out, n_red);
     let per = n_red.div_ceil(parts).max(1);
+    // A split mean's first pass stores partial sums; the second divides.
+    let first_op = if parts > 1 && op == ReduceOp::ReduceMean {
+        ReduceOp::ReduceSum
+    } else {
+        op
+    };
     let k = gpu.kernel(
-        &format!("fused_reduce_{}_{program:?}", op.name()),
+        &format!("fused_reduce_{}_{program:?}", first_op.name()),
         program.num_inputs,
         program.outputs.len(),
-        || source,
+        || fused_reduce_source(program, first_op).unwrap_or_default(),
     )?;
     let out = output(gpu, Elem::F32, n_out)?;
     let extras = (1..program.outputs.len())
@@ -205,6 +211,7 @@ pub(crate) fn fused_reduce(
         .set(4, n_red as u32)
         .set(5, parts as u32)
         .set(6, per as u32)
+        .set(MEAN_COUNT_SLOT, n_red as u32)
         .desc(0, descriptor(&out_dims, &out_strides, 0))
         .desc(1, descriptor(&red_dims, &red_strides, 0));
     for (k, l) in layouts.iter().enumerate() {
@@ -217,7 +224,7 @@ pub(crate) fn fused_reduce(
     if n_out > 0 {
         gpu.dispatch(&k, &params.0, &ins, &outs, groups_for(n_out * parts, 1)?)?;
         if let Some(partial) = &first {
-            reduce_partials(gpu, op, Elem::F32, partial, n_out, parts, &out)?;
+            reduce_partials(gpu, op, Elem::F32, partial, (n_out, n_red), parts, &out)?;
         }
     }
     Ok(Some(std::iter::once(out).chain(extras).collect()))

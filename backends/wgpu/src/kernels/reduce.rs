@@ -8,11 +8,16 @@ use crate::gpu::groups_for;
 use crate::shaders::{fill, kernel_source};
 use ferroflow_tensor::{ArgReduceOp, ReduceOp, Result};
 
-/// The identity and the combination of `a` and `b` of reduction `op` on elements `e`.
+/// The parameter slot of a mean's count (the reduction kernel's scalars are slots 4..7;
+/// a fused reduction's input descriptors follow it).
+pub(crate) const MEAN_COUNT_SLOT: usize = 7;
+
+/// The identity and the combination of `a` and `b` of reduction `op` on elements `e` (a
+/// mean's are the sum's: its division is the store's, [`reduce_source`]).
 pub(crate) fn reduce_parts(e: Elem, op: ReduceOp) -> Option<(&'static str, &'static str)> {
     use ReduceOp::*;
     let r = match (e, op) {
-        (Elem::F32 | Elem::F16, ReduceSum) => ("0.0", "a + b"),
+        (Elem::F32 | Elem::F16, ReduceSum | ReduceMean) => ("0.0", "a + b"),
         (Elem::F32 | Elem::F16, ReduceProd) => ("1.0", "a * b"),
         (Elem::F32 | Elem::F16, ReduceMax) => (
             "-f_inf()",
@@ -22,11 +27,11 @@ pub(crate) fn reduce_parts(e: Elem, op: ReduceOp) -> Option<(&'static str, &'sta
             "f_inf()",
             "select(select(min(a, b), b, is_nan(b)), a, is_nan(a))",
         ),
-        (Elem::I32, ReduceSum) => ("0", "a + b"),
+        (Elem::I32, ReduceSum | ReduceMean) => ("0", "a + b"),
         (Elem::I32, ReduceProd) => ("1", "a * b"),
         (Elem::I32, ReduceMax) => ("(-2147483647 - 1)", "max(a, b)"),
         (Elem::I32, ReduceMin) => ("2147483647", "min(a, b)"),
-        (Elem::U32, ReduceSum) => ("0u", "a + b"),
+        (Elem::U32, ReduceSum | ReduceMean) => ("0u", "a + b"),
         (Elem::U32, ReduceProd) => ("1u", "a * b"),
         (Elem::U32, ReduceMax) => ("0u", "max(a, b)"),
         (Elem::U32, ReduceMin) => ("4294967295u", "min(a, b)"),
@@ -37,10 +42,26 @@ pub(crate) fn reduce_parts(e: Elem, op: ReduceOp) -> Option<(&'static str, &'sta
     Some(r)
 }
 
+/// What a reduction kernel stores of its tree's result `sh[0]`: a mean divides by the count
+/// in parameter slot [`MEAN_COUNT_SLOT`] (an empty float set giving NaN: WGSL leaves 0 / 0
+/// undefined; integers truncating, as WGSL's division does).
+pub(crate) fn reduced_value(e: Elem, op: ReduceOp) -> Option<String> {
+    Some(if op != ReduceOp::ReduceMean {
+        "sh[0]".to_string()
+    } else if e.is_float() {
+        format!("select(sh[0] / f32(P[{MEAN_COUNT_SLOT}]), f_nan(), P[{MEAN_COUNT_SLOT}] == 0u)")
+    } else {
+        format!("(sh[0] / {}(P[{MEAN_COUNT_SLOT}]))", e.compute()?)
+    })
+}
+
 /// Reduction `op` of elements `e`, reading storage type `in_e` and writing `out_e` (the
-/// partial sums of a split reduction are float32), or `None` where the backend has none.
+/// partial sums of a split reduction are float32), or `None` where the backend has none. A
+/// mean divides what it stores ([`reduced_value`]); the first pass of a split mean is a
+/// sum.
 pub(crate) fn reduce_source(op: ReduceOp, e: Elem, in_e: Elem, out_e: Elem) -> Option<String> {
     let (init, combine) = reduce_parts(e, op)?;
+    let value = reduced_value(e, op)?;
     let body = fill(
         include_str!("../wgsl/reduce.wgsl"),
         &[
@@ -48,7 +69,7 @@ pub(crate) fn reduce_source(op: ReduceOp, e: Elem, in_e: Elem, out_e: Elem) -> O
             ("INIT", init),
             ("COMBINE", combine),
             ("LOAD", &in_e.load("A[base + at(P[2], r)]")),
-            ("STORE", &out_e.store_expr("sh[0]")),
+            ("STORE", &out_e.store_expr(&value)),
         ],
     );
     Some(kernel_source(
@@ -93,6 +114,7 @@ pub(crate) fn reduce(op: ReduceOp, x: &In<'_>, axes: &[usize]) -> Result<WgpuBuf
             .set(4, n_red as u32)
             .set(5, parts as u32)
             .set(6, per as u32)
+            .set(MEAN_COUNT_SLOT, n_red as u32)
             .desc(0, descriptor(&out_dims, &out_strides, offset))
             .desc(1, descriptor(&red_dims, &red_strides, 0))
     };
@@ -108,7 +130,12 @@ pub(crate) fn reduce(op: ReduceOp, x: &In<'_>, axes: &[usize]) -> Result<WgpuBuf
         return Ok(out);
     }
     let partial = output(gpu, partial_elem, n_out * parts)?;
-    let k1 = reduce_kernel(gpu, op, e, e, partial_elem)?;
+    let partial_op = if op == ReduceOp::ReduceMean {
+        ReduceOp::ReduceSum
+    } else {
+        op
+    };
+    let k1 = reduce_kernel(gpu, partial_op, e, e, partial_elem)?;
     gpu.dispatch(
         &k1,
         &params(n_out * parts).0,
@@ -116,7 +143,7 @@ pub(crate) fn reduce(op: ReduceOp, x: &In<'_>, axes: &[usize]) -> Result<WgpuBuf
         &[partial.raw()],
         groups_for(n_out * parts, 1)?,
     )?;
-    reduce_partials(gpu, op, e, &partial, n_out, parts, &out)?;
+    reduce_partials(gpu, op, e, &partial, (n_out, n_red), parts, &out)?;
     Ok(out)
 }
 
@@ -155,13 +182,13 @@ fn reduce_kernel(
 }
 
 /// The second pass of a split reduction: `parts` partial results per output, `n_out`
-/// outputs, into `out`.
+/// outputs each reducing `n_red` elements (a mean's count), into `out`.
 pub(crate) fn reduce_partials(
     gpu: &crate::gpu::Gpu,
     op: ReduceOp,
     e: Elem,
     partial: &WgpuBuffer,
-    n_out: usize,
+    (n_out, n_red): (usize, usize),
     parts: usize,
     out: &WgpuBuffer,
 ) -> Result<()> {
@@ -170,6 +197,7 @@ pub(crate) fn reduce_partials(
         .set(4, parts as u32)
         .set(5, 1)
         .set(6, parts as u32)
+        .set(MEAN_COUNT_SLOT, n_red as u32)
         .desc(0, descriptor(&[n_out], &[parts as isize], 0))
         .desc(1, descriptor(&[parts], &[1], 0));
     gpu.dispatch(
