@@ -142,24 +142,33 @@ fn sparse_softmax_cross_entropy(
 
 /// A fused elementwise program: its ops recomputed one by one under a tape of their own and
 /// differentiated there (an outer tape records that too: higher orders work).
-/// `reduce`: the reduction a `FusedReduce` applies to the program's first output.
+/// `reduce`: the reduction a `FusedReduce` applies to the program's first output;
+/// `product`: a `FusedMatMulReduce`'s transposes (its inputs `[a, b, rest..]`, the program's
+/// `[a @ b, rest..]`).
 fn fused_elementwise(
     program: &ferroflow_tensor::ElementwiseProgram,
     reduce: Option<(ReduceOp, &[usize], bool)>,
+    product: Option<(bool, bool)>,
     inputs: &[Tensor],
     grads: &[Option<Tensor>],
 ) -> Result<Vec<Option<Tensor>>> {
-    let mut shape: Vec<usize> = Vec::new();
-    for x in inputs {
-        shape = ferroflow_tensor::layout::broadcast_shapes("fused_elementwise", &shape, x.shape())?;
-    }
     let tape = crate::GradientTape::new();
     // The inputs themselves, so an outer tape connects the recomputation to them.
     let xs = Tensor::with_distinct_ids(inputs)?;
     for x in &xs {
         tape.watch(x);
     }
-    let mut ys = program.compose(&xs, &shape)?;
+    let operands: Vec<Tensor> = match (product, &xs[..]) {
+        (Some((ta, tb)), [a, b, rest @ ..]) => std::iter::once(a.matmul_t(b, ta, tb)?)
+            .chain(rest.iter().cloned())
+            .collect(),
+        _ => xs.clone(),
+    };
+    let mut shape: Vec<usize> = Vec::new();
+    for x in &operands {
+        shape = ferroflow_tensor::layout::broadcast_shapes("fused_elementwise", &shape, x.shape())?;
+    }
+    let mut ys = program.compose(&operands, &shape)?;
     if let (Some((op, axes, keepdims)), Some(first)) = (reduce, ys.first_mut()) {
         let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
         *first = first.reduce(op, axes, keepdims)?;
@@ -199,7 +208,17 @@ pub(crate) fn backward(
         return sparse_softmax_cross_entropy(&inputs[1], outputs, grads);
     }
     if let Op::FusedElementwise(program) = op {
-        return fused_elementwise(program, None, inputs, grads);
+        return fused_elementwise(program, None, None, inputs, grads);
+    }
+    if let Op::FusedMatMulReduce {
+        program,
+        transpose_a,
+        transpose_b,
+    } = op
+    {
+        let rows = Some((ReduceOp::ReduceSum, &[0usize][..], false));
+        let product = Some((*transpose_a, *transpose_b));
+        return fused_elementwise(program, rows, product, inputs, grads);
     }
     if let Op::FusedReduce {
         program,
@@ -208,7 +227,13 @@ pub(crate) fn backward(
         keepdims,
     } = op
     {
-        return fused_elementwise(program, Some((*reduce, axes, *keepdims)), inputs, grads);
+        return fused_elementwise(
+            program,
+            Some((*reduce, axes, *keepdims)),
+            None,
+            inputs,
+            grads,
+        );
     }
     let Some(g) = grads.first().cloned().flatten() else {
         return Ok(vec![None; inputs.len()]);

@@ -4,6 +4,7 @@
 use crate::graph::{Graph, GraphStats, ValueRef, ValueType};
 use crate::passes::{
     eliminate_common_subexpressions, eliminate_dead_code, fuse_elementwise, fuse_matmul_bias,
+    fuse_matmul_reduce,
 };
 use crate::tape_op::TapeOp;
 use crate::trace::trace;
@@ -107,7 +108,9 @@ impl ConcreteFunction {
         let traced_nodes = graph.nodes.len() + folded;
         let merged = eliminate_common_subexpressions(&mut graph);
         let dead = eliminate_dead_code(&mut graph);
-        let fused = fuse_matmul_bias(&mut graph) + fuse_elementwise(&mut graph);
+        let fused = fuse_matmul_bias(&mut graph)
+            + fuse_elementwise(&mut graph)
+            + fuse_matmul_reduce(&mut graph);
         let mut function = ConcreteFunction::from_graph(graph);
         function.stats = GraphStats {
             traced_nodes,

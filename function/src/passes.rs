@@ -459,3 +459,111 @@ pub(crate) fn fuse_elementwise(graph: &mut Graph) -> usize {
     keep_nodes(graph, &keep);
     fused
 }
+
+/// Product-epilogue fusion (cuBLASLt's `DRELU_BGRAD`): a float32 or float64 rank-2
+/// `matmul` read only by one fused sum over the rows (`Op::FusedReduce`, axis 0 of a rank-2
+/// program, what elementwise fusion makes of a Dense layer's bias gradient and the ReLU
+/// gradient before it) becomes one `Op::FusedMatMulReduce`: the product is the program's
+/// register 0 as the GEMM stores it, and the backward of a Dense layer under another loses
+/// a kernel. Runs after elementwise fusion. Returns how many nodes it removed.
+pub(crate) fn fuse_matmul_reduce(graph: &mut Graph) -> usize {
+    use ferroflow_tensor::{DType, ElementwiseProgram, ElementwiseStep, Op, ReduceOp};
+    let readers = readers_of(graph);
+    let n = graph.nodes.len();
+    let mut keep = vec![true; n];
+    let mut fused = 0;
+    for i in 0..n {
+        let NodeKind::Op(Op::FusedReduce {
+            program,
+            reduce: ReduceOp::ReduceSum,
+            axes,
+            keepdims: false,
+        }) = &graph.nodes[i].kind
+        else {
+            continue;
+        };
+        let Some(first) = graph.nodes[i]
+            .outputs
+            .get(1)
+            .or(graph.nodes[i].outputs.first())
+        else {
+            continue;
+        };
+        let shape_rank = graph.nodes[i]
+            .inputs
+            .iter()
+            .map(|v| graph.nodes[v.node].outputs[v.output].shape.len())
+            .max()
+            .unwrap_or(0);
+        if axes.as_slice() != [0]
+            || shape_rank != 2
+            || !matches!(first.dtype, DType::F32 | DType::F64)
+        {
+            continue;
+        }
+        // The first input made by a product that nothing else reads, of the program's whole
+        // shape (no broadcast widens it).
+        let found = graph.nodes[i].inputs.iter().enumerate().find_map(|(k, v)| {
+            let producer = &graph.nodes[v.node];
+            let NodeKind::Op(Op::MatMul {
+                transpose_a,
+                transpose_b,
+            }) = producer.kind
+            else {
+                return None;
+            };
+            let only_here = readers.get(v).is_some_and(|r| r.as_slice() == [i]);
+            let whole = graph.nodes[i].inputs.iter().all(|u| {
+                let s = &graph.nodes[u.node].outputs[u.output].shape;
+                s.len() <= 2
+                    && s.iter()
+                        .rev()
+                        .zip(producer.outputs[0].shape.iter().rev())
+                        .all(|(&d, &p)| d == p || d == 1)
+            });
+            (only_here
+                && whole
+                && producer.inputs.len() == 2
+                && producer.outputs[0].shape.len() == 2
+                && keep[v.node])
+                .then_some((k, v.node, transpose_a, transpose_b))
+        });
+        let Some((k, product, transpose_a, transpose_b)) = found else {
+            continue;
+        };
+        // The product becomes register 0: swap registers 0 and k.
+        let swap = |r: usize| match r {
+            0 => k,
+            r if r == k => 0,
+            r => r,
+        };
+        let steps = program
+            .steps
+            .iter()
+            .map(|s| match *s {
+                ElementwiseStep::Unary(op, a) => ElementwiseStep::Unary(op, swap(a)),
+                ElementwiseStep::Binary(op, a, b) => ElementwiseStep::Binary(op, swap(a), swap(b)),
+            })
+            .collect();
+        let program = std::sync::Arc::new(ElementwiseProgram {
+            num_inputs: program.num_inputs,
+            steps,
+            outputs: program.outputs.clone(),
+        });
+        let mut rest = graph.nodes[i].inputs.clone();
+        rest.swap(0, k);
+        let mut inputs = graph.nodes[product].inputs.clone();
+        inputs.extend(rest.into_iter().skip(1));
+        let node = &mut graph.nodes[i];
+        node.kind = NodeKind::Op(Op::FusedMatMulReduce {
+            program,
+            transpose_a,
+            transpose_b,
+        });
+        node.inputs = inputs;
+        keep[product] = false;
+        fused += 1;
+    }
+    keep_nodes(graph, &keep);
+    fused
+}

@@ -195,6 +195,41 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
                 ts,
             )
         }
+        // The product by its rule, then the fused row sum by its own.
+        Op::FusedMatMulReduce {
+            program,
+            transpose_a,
+            transpose_b,
+        } => {
+            let [a, b, rest @ ..] = inputs else {
+                return Err(Error::invalid(op.name(), "needs a and b"));
+            };
+            let product = match (a, b) {
+                (Value::Invariant(x), Value::Invariant(w)) => {
+                    Value::Invariant(x.matmul_t(w, *transpose_a, *transpose_b)?)
+                }
+                _ => {
+                    let matmul = Op::MatMul {
+                        transpose_a: *transpose_a,
+                        transpose_b: *transpose_b,
+                    };
+                    let Some(mut y) = batch_op(&matmul, &[a.clone(), b.clone()], batch)? else {
+                        return Ok(None);
+                    };
+                    Value::Batched(y.remove(0))
+                }
+            };
+            let operands: Vec<Value> = std::iter::once(product)
+                .chain(rest.iter().cloned())
+                .collect();
+            let rows = Op::FusedReduce {
+                program: program.clone(),
+                reduce: ferroflow_tensor::ReduceOp::ReduceSum,
+                axes: vec![0],
+                keepdims: false,
+            };
+            batch_op(&rows, &operands, batch)
+        }
         Op::Reduce {
             op: r,
             axes,

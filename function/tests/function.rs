@@ -677,10 +677,13 @@ fn a_product_its_bias_and_relu_are_one_kernel() {
     let listing = c.graph().listing();
     let fused: Vec<&str> = listing
         .lines()
-        .filter(|l| l.contains("fused_matmul"))
+        .filter(|l| l.contains("fused_matmul("))
         .collect();
-    // The first layer (product + bias + ReLU) and the second (product + a bias vector).
+    // The first layer (product + bias + ReLU) and the second (product + a bias vector);
+    // in the backward, the second layer's input gradient with the first's ReLU and bias
+    // gradients.
     assert_eq!(fused.len(), 2, "{listing}");
+    assert_eq!(listing.matches("fused_matmul_reduce(").count(), 1, "{listing}");
     assert!(!listing.contains(" relu("), "{listing}");
     let eager = step(&args).unwrap();
     for (t, e) in traced.iter().zip(&eager) {
@@ -688,4 +691,87 @@ fn a_product_its_bias_and_relu_are_one_kernel() {
     }
     let replayed = f.call(&args).unwrap();
     assert_eq!(bits(&replayed[1]), bits(&eager[1]));
+}
+
+/// A Dense layer's backward under another: the product `g @ wᵀ`, the ReLU gradient of the
+/// layer below and that layer's bias gradient are one `FusedMatMulReduce` (cuBLASLt's
+/// `DRELU_BGRAD`); the results equal eager ones to the bit, and a tape differentiates the
+/// replayed graph through the fused node to second order as it does the eager ops.
+#[test]
+fn a_backward_product_with_the_relu_and_bias_gradients_below_is_one_kernel() {
+    ferroflow::init();
+    let body = |a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
+        // a = [g, w, y]: the upstream gradient, the upper layer's weights, the lower
+        // layer's ReLU output.
+        let dz = a[0].matmul_t(&a[1], false, true)?.relu_grad(&a[2])?;
+        Ok(vec![dz.reduce_sum(0isize, false)?, dz])
+    };
+    let f = Function::new(body);
+    let args = [f32s(&[6, 3], 21), f32s(&[5, 3], 22), f32s(&[6, 5], 23)];
+    let c = f.get_concrete_function(&args).unwrap();
+    let kinds: Vec<String> = c
+        .graph()
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            ferroflow::function::NodeKind::Op(op) => Some(op.name().to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["fused_matmul_reduce"], "{}", c.graph().listing());
+    for s in [21u64, 40] {
+        let args = [f32s(&[6, 3], s), f32s(&[5, 3], s + 1), f32s(&[6, 5], s + 2)];
+        let (eager, traced) = (body(&args).unwrap(), f.call(&args).unwrap());
+        for (e, t) in eager.iter().zip(&traced) {
+            assert_eq!(e.shape(), t.shape());
+            assert_eq!(bits(e), bits(t));
+        }
+    }
+    // A product another op reads too stays a product.
+    let both = Function::new(|a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
+        let p = a[0].matmul_t(&a[1], false, true)?;
+        let dz = p.relu_grad(&a[2])?;
+        Ok(vec![dz.reduce_sum(0isize, false)?, p])
+    });
+    let listing = both.get_concrete_function(&args).unwrap().graph().listing();
+    assert!(!listing.contains("fused_matmul_reduce"), "{listing}");
+    // Gradients through the fused node, first and second order, equal eager ones.
+    let a64: Vec<Tensor> = args.iter().map(|t| t.cast(DType::F64).unwrap()).collect();
+    let grads = |run: &dyn Fn(&[Tensor]) -> ferroflow::Result<Vec<Tensor>>| {
+        let outer = GradientTape::new();
+        outer.watch(&a64[1]);
+        let inner = GradientTape::new();
+        inner.watch(&a64[1]);
+        let y = run(&a64).unwrap();
+        let loss = y[0]
+            .square()
+            .unwrap()
+            .reduce_sum(Axes::All, false)
+            .unwrap()
+            .add(&y[1].reduce_sum(Axes::All, false).unwrap())
+            .unwrap();
+        let g = inner.gradient(&loss, &[(&a64[1]).into()]).unwrap()[0]
+            .clone()
+            .unwrap();
+        let gg = outer
+            .gradient(
+                &g.square().unwrap().reduce_sum(Axes::All, false).unwrap(),
+                &[(&a64[1]).into()],
+            )
+            .unwrap()[0]
+            .clone()
+            .unwrap();
+        (g.to_vec::<f64>().unwrap(), gg.to_vec::<f64>().unwrap())
+    };
+    let f64_fn = Function::new(body);
+    let (eager, traced) = (grads(&body), grads(&|a| f64_fn.call(a)));
+    assert!(!eager.1.is_empty());
+    for (e, t) in eager
+        .0
+        .iter()
+        .zip(&traced.0)
+        .chain(eager.1.iter().zip(&traced.1))
+    {
+        assert!((e - t).abs() <= 1e-12 * (1.0 + e.abs()), "{e} vs {t}");
+    }
 }

@@ -45,6 +45,7 @@ pub fn tf_op_type_of_name(name: &'static str) -> &'static str {
         "bias_activation_grad" => "BiasAddGrad",
         "sparse_softmax_cross_entropy_with_logits" => "SparseSoftmaxCrossEntropyWithLogits",
         "fused_matmul" => "_FusedMatMul",
+        "fused_matmul_reduce" => "_FusedMatMulReduce",
         "conv2d_backprop_input" => "Conv2DBackpropInput",
         "conv2d_backprop_filter" => "Conv2DBackpropFilter",
         "clip_scalar" => "ClipByValue",
@@ -176,6 +177,25 @@ pub fn cost(op: &Op, inputs: &[&Tensor], outputs: &[Tensor]) -> (u64, u64) {
             (Some(a), Some(out)) => {
                 let k = a.shape().last().copied().unwrap_or(1) as u64;
                 2 * elements(out) * k + 2 * elements(out)
+            }
+            _ => 0,
+        },
+        // The product's multiply-adds, then the program and the row sum per element.
+        Op::FusedMatMulReduce {
+            program,
+            transpose_a,
+            transpose_b,
+        } => match (inputs.first(), inputs.get(1)) {
+            (Some(a), Some(b)) if a.rank() == 2 && b.rank() == 2 => {
+                let (sa, sb) = (a.shape(), b.shape());
+                let (m, k) = if *transpose_a {
+                    (sa[1], sa[0])
+                } else {
+                    (sa[0], sa[1])
+                };
+                let n = if *transpose_b { sb[0] } else { sb[1] };
+                let mn = (m * n) as u64;
+                2 * mn * k as u64 + mn * (program.steps.len() as u64 + 1)
             }
             _ => 0,
         },

@@ -319,6 +319,22 @@ pub trait Backend: Send + Sync + 'static {
         program_then_reduce(self, program, inputs, shape, op, axes)
     }
 
+    /// The product `a @ b` (rank 2, float; operands through their layouts, transposes as
+    /// strides) run through `program` as register 0, with `inputs` as registers 1.. (each
+    /// broadcast to the product's shape), the program's first output summed over the rows:
+    /// `[the column sums ([n]), the program's other outputs ([m, n])..]`. Called only where
+    /// [`Backend::has_fused`] declares [`FusedKernel::FusedMatMulReduce`]; the default runs
+    /// the product, then [`Backend::fused_reduce`].
+    fn fused_matmul_reduce(
+        &self,
+        a: Operand<'_>,
+        b: Operand<'_>,
+        program: &crate::fused::ElementwiseProgram,
+        inputs: &[Operand<'_>],
+    ) -> Result<Vec<BufferBox>> {
+        matmul_then_fused_reduce(self, a, b, program, inputs)
+    }
+
     /// Draws `distribution` for `seed` into a new buffer of `dtype` holding `n` values on
     /// device `ordinal`: the numbers the host draws ([`crate::random::Philox`], element `i`
     /// from its own words of the stream), generated where they are used instead of drawn
@@ -367,6 +383,43 @@ pub trait Backend: Send + Sync + 'static {
             .map(|v| self.optimizer_update(rule, v.w, v.g, &v.slots))
             .collect()
     }
+}
+
+/// The product through [`Backend::matmul`], then [`Backend::fused_reduce`] of the program
+/// over its rows with the product as register 0: what [`Backend::fused_matmul_reduce`]
+/// returns. The trait's default, and the fallback of a backend whose one-kernel version
+/// cannot take a product (a shape or program it has no kernel for).
+///
+/// ```
+/// use ferroflow_tensor::backend::matmul_then_fused_reduce;
+/// use ferroflow_tensor::{fused::ElementwiseProgram, Backend, BufferBox, Operand, Result};
+/// fn fallback(
+///     backend: &dyn Backend,
+///     a: Operand<'_>,
+///     b: Operand<'_>,
+///     program: &ElementwiseProgram,
+///     inputs: &[Operand<'_>],
+/// ) -> Result<Vec<BufferBox>> {
+///     matmul_then_fused_reduce(backend, a, b, program, inputs)
+/// }
+/// ```
+pub fn matmul_then_fused_reduce<B: Backend + ?Sized>(
+    backend: &B,
+    a: Operand<'_>,
+    b: Operand<'_>,
+    program: &crate::fused::ElementwiseProgram,
+    inputs: &[Operand<'_>],
+) -> Result<Vec<BufferBox>> {
+    let (m, n) = (a.layout.shape()[0], b.layout.shape()[1]);
+    let product = backend.matmul(a, b)?;
+    let layout = Layout::contiguous(&[m, n]);
+    let mut operands = vec![Operand {
+        buffer: product.as_ref(),
+        layout: &layout,
+        dtype: a.dtype,
+    }];
+    operands.extend_from_slice(inputs);
+    backend.fused_reduce(program, &operands, &[m, n], ReduceOp::ReduceSum, &[0])
 }
 
 /// `program` through [`Backend::fused_elementwise`], then `op` over `axes` of its first

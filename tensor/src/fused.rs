@@ -13,6 +13,7 @@
 //! | [`FusedKernel::OptimizerUpdate`] | [`crate::Tensor::optimizer_update_group`] | one `optimizer_update` per variable |
 //! | [`FusedKernel::Elementwise`] | [`crate::Tensor::fused_elementwise`] | the program's unary and binary ops |
 //! | [`FusedKernel::Elementwise`] | [`crate::Tensor::fused_reduce`] | the program's ops, then `reduce` |
+//! | [`FusedKernel::FusedMatMulReduce`] | [`crate::Tensor::fused_matmul_reduce`] | `matmul`, then `fused_reduce` over the rows |
 
 /// The optional fused kernels, as a backend declares them ([`crate::Backend::has_fused`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,6 +38,9 @@ pub enum FusedKernel {
     /// `activation(a @ b + bias)` with the bias and activation applied as the product is
     /// stored ([`crate::Backend::fused_matmul`]).
     FusedMatMul,
+    /// A product run through an elementwise program as it is stored, the program's first
+    /// output summed over the rows ([`crate::Backend::fused_matmul_reduce`]).
+    FusedMatMulReduce,
 }
 
 impl FusedKernel {
@@ -49,6 +53,7 @@ impl FusedKernel {
         FusedKernel::Elementwise,
         FusedKernel::SparseSoftmaxCrossEntropy,
         FusedKernel::FusedMatMul,
+        FusedKernel::FusedMatMulReduce,
     ];
     /// The name of its `Backend` method and tensor method.
     pub fn name(self) -> &'static str {
@@ -60,6 +65,7 @@ impl FusedKernel {
             FusedKernel::Elementwise => "fused_elementwise",
             FusedKernel::SparseSoftmaxCrossEntropy => "sparse_softmax_cross_entropy",
             FusedKernel::FusedMatMul => "fused_matmul",
+            FusedKernel::FusedMatMulReduce => "fused_matmul_reduce",
         }
     }
 }

@@ -674,6 +674,22 @@ pub enum Op {
         /// Keep reduced axes as size 1.
         keepdims: bool,
     },
+    /// A matrix product whose result is the first input of an [`crate::ElementwiseProgram`],
+    /// the program's first output summed over the rows in the same pass:
+    /// `Σ_rows program(a @ b, inputs..)[0]`; inputs `[a, b, the program's other inputs..]`,
+    /// outputs `[the column sums, the program's other outputs..]` (a Dense layer's backward:
+    /// the product `dy @ wᵀ`, the next layer's ReLU gradient and its bias gradient, as
+    /// cuBLASLt's `DRELU_BGRAD` epilogue). A fused kernel, not a primitive
+    /// ([`crate::fused`]): graph functions make it of a product read only by a fused
+    /// row-sum.
+    FusedMatMulReduce {
+        /// The elementwise program (register 0: the product).
+        program: std::sync::Arc<crate::fused::ElementwiseProgram>,
+        /// Transpose `a` before the product.
+        transpose_a: bool,
+        /// Transpose `b` before the product.
+        transpose_b: bool,
+    },
     /// The discrete Fourier transform of each vector along the last axis of a complex
     /// tensor (TF's `FFT`, unscaled) or its inverse (`IFFT`, scaled by 1/n); input `[x]`.
     Fft {
@@ -745,6 +761,7 @@ impl Op {
             Op::ClipScalar { .. } => "clip_scalar",
             Op::FusedElementwise(_) => "fused_elementwise",
             Op::FusedReduce { .. } => "fused_reduce",
+            Op::FusedMatMulReduce { .. } => "fused_matmul_reduce",
             Op::Fft { inverse: false } => "fft",
             Op::Fft { inverse: true } => "ifft",
             Op::RandomStateful { distribution, .. } => distribution.op_name(),

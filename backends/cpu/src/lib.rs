@@ -132,7 +132,9 @@ impl Backend for CpuBackend {
     }
     /// Every fused kernel: the convolution ones for every float dtype (half precision
     /// computes in f32), `clip_scalar` for every numeric dtype, the optimizer update and
-    /// elementwise programs, the sparse softmax cross-entropy and the fused matmul for f32 and f64 (half-precision
+    /// elementwise programs, the sparse softmax cross-entropy and the fused matmuls for f32
+    /// and f64 (`fused_matmul_reduce`: the trait's default, the product then the program and
+    /// its reduction, one op to the dispatcher; half-precision
     /// variables are rare: mixed precision keeps them in f32; half logits compute in f32).
     fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
         match kernel {
@@ -141,7 +143,8 @@ impl Backend for CpuBackend {
             FusedKernel::OptimizerUpdate
             | FusedKernel::Elementwise
             | FusedKernel::SparseSoftmaxCrossEntropy
-            | FusedKernel::FusedMatMul => {
+            | FusedKernel::FusedMatMul
+            | FusedKernel::FusedMatMulReduce => {
                 matches!(dtype, DType::F32 | DType::F64)
             }
         }

@@ -1199,6 +1199,8 @@ impl Backend for Cuda {
             FusedKernel::Elementwise => float,
             FusedKernel::SparseSoftmaxCrossEntropy => matches!(dtype, DType::F32 | DType::F64),
             FusedKernel::FusedMatMul => float,
+            // The trait's default: cuBLAS, then the fused reduction's kernels.
+            FusedKernel::FusedMatMulReduce => float,
         }
     }
     fn fused_conv2d(

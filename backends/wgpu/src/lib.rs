@@ -275,6 +275,7 @@ impl Backend for WgpuBackend {
                 | FusedKernel::Elementwise
                 | FusedKernel::SparseSoftmaxCrossEntropy
                 | FusedKernel::FusedMatMul
+                | FusedKernel::FusedMatMulReduce
         ) && dtype == DType::F32
     }
     fn supports_dtype(&self, ordinal: usize, dtype: DType) -> bool {
@@ -347,6 +348,29 @@ impl Backend for WgpuBackend {
             &In::new(bias)?,
             activation,
         )?)
+    }
+    fn fused_matmul_reduce(
+        &self,
+        a: Operand<'_>,
+        b: Operand<'_>,
+        program: &ElementwiseProgram,
+        inputs: &[Operand<'_>],
+    ) -> Result<Vec<BufferBox>> {
+        let ins = inputs
+            .iter()
+            .map(|&x| In::new(x))
+            .collect::<Result<Vec<_>>>()?;
+        let one_kernel =
+            kernels::gemm::fused_matmul_reduce(&In::new(a)?, &In::new(b)?, program, &ins)?;
+        match one_kernel {
+            Some(outputs) => Ok(outputs
+                .into_iter()
+                .map(|b| Box::new(b) as BufferBox)
+                .collect()),
+            None => {
+                ferroflow_tensor::backend::matmul_then_fused_reduce(self, a, b, program, inputs)
+            }
+        }
     }
     fn sparse_softmax_cross_entropy(
         &self,

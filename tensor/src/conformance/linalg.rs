@@ -237,3 +237,136 @@ pub fn fused_matmul(device: &Device) {
         }
     }
 }
+
+/// `fused_matmul_reduce` (`Σ_rows program(a @ b, inputs..)[0]` and the program's other
+/// outputs) against the reference in every float type: random sizes, both transposes, a
+/// Dense layer's ReLU gradient (its column sums the bias gradient) and a program with a
+/// broadcast row vector; the fused kernel where the device declares it, the product and
+/// `fused_reduce` elsewhere.
+pub fn fused_matmul_reduce(device: &Device) {
+    use crate::{BinaryOp, ElementwiseProgram, ElementwiseStep, Tensor, UnaryOp};
+    use std::sync::Arc;
+    let floats = supported(device, &DTYPES[..4]);
+    // relu_grad(p, y), returned too; tanh(p · z) with z a row vector, and p · z returned.
+    let relu_grad = Arc::new(ElementwiseProgram {
+        num_inputs: 2,
+        steps: vec![ElementwiseStep::Binary(BinaryOp::ReluGrad, 0, 1)],
+        outputs: vec![2, 2],
+    });
+    let scaled_tanh = Arc::new(ElementwiseProgram {
+        num_inputs: 2,
+        steps: vec![
+            ElementwiseStep::Binary(BinaryOp::Mul, 0, 1),
+            ElementwiseStep::Unary(UnaryOp::Tanh, 2),
+        ],
+        outputs: vec![3, 2],
+    });
+    let strat = (
+        (1..40usize, 1..30usize, 1..40usize),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
+        0..floats.len(),
+        any::<u64>(),
+    );
+    check(
+        "fused_matmul_reduce",
+        strat,
+        |((m, k, n), (ta, tb, relu), di, seed)| {
+            let dtype = floats[di];
+            let mut g = crate::random::Philox::new([seed, 47]);
+            let mut draw =
+                |len: usize| -> Vec<f64> { (0..len).map(|_| g.next_f64() * 4.0 - 2.0).collect() };
+            let a_shape = if ta { [k, m] } else { [m, k] };
+            let b_shape = if tb { [n, k] } else { [k, n] };
+            let a = quantized(dtype, &RefArray::new(&a_shape, draw(m * k)));
+            let b = quantized(dtype, &RefArray::new(&b_shape, draw(k * n)));
+            let other_shape = if relu { vec![m, n] } else { vec![n] };
+            let other = quantized(
+                dtype,
+                &RefArray::new(&other_shape, draw(other_shape.iter().product())),
+            );
+            let at = |i: usize, l: usize| {
+                if ta {
+                    a.data[l * m + i]
+                } else {
+                    a.data[i * k + l]
+                }
+            };
+            let bt = |l: usize, j: usize| {
+                if tb {
+                    b.data[j * k + l]
+                } else {
+                    b.data[l * n + j]
+                }
+            };
+            // The reference: each output's program values, and Σ|a·b| per output for the
+            // product's rounding bound.
+            let mut first = vec![0.0; m * n];
+            let mut second = vec![0.0; m * n];
+            let mut magnitude = vec![0.0; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    let p: f64 = (0..k).map(|l| at(i, l) * bt(l, j)).sum();
+                    magnitude[i * n + j] = (0..k).map(|l| (at(i, l) * bt(l, j)).abs()).sum();
+                    let (v, w) = if relu {
+                        let y = other.data[i * n + j];
+                        let v = if y > 0.0 { p } else { 0.0 };
+                        (v, v)
+                    } else {
+                        let s = p * other.data[j];
+                        (s.tanh(), s)
+                    };
+                    first[i * n + j] = v;
+                    second[i * n + j] = w;
+                }
+            }
+            let sums: Vec<f64> = (0..n)
+                .map(|j| (0..m).map(|i| first[i * n + j]).sum())
+                .collect();
+            let x = ok("a", make_tensor(device, dtype, &a, ViewKind::Contiguous))?;
+            let w = ok("b", make_tensor(device, dtype, &b, ViewKind::Contiguous))?;
+            let o = ok(
+                "other",
+                make_tensor(device, dtype, &other, ViewKind::Contiguous),
+            )?;
+            let program = if relu { &relu_grad } else { &scaled_tanh };
+            let got = ok(
+                "fused_matmul_reduce",
+                Tensor::fused_matmul_reduce(&x, &w, (ta, tb), program, &[o]),
+            )?;
+            prop_assert_eq!(got.len(), 2);
+            let what = format!(
+                "fused_matmul_reduce {} {dtype} [{m}, {k}]x[{k}, {n}] transposes {ta} {tb}",
+                if relu { "relu_grad" } else { "tanh(p·z)" }
+            );
+            // Each output's rounding is bounded by (k + 4)·ε·(Σ|a·b| + 1) (the scale by z and
+            // tanh do not widen it); a column sum's by those of its m terms plus m·ε·Σ|terms|.
+            let eps = epsilon(dtype);
+            let bound: Vec<f64> = magnitude
+                .iter()
+                .map(|s| (k as f64 + 4.0) * eps * (s + 1.0))
+                .collect();
+            let sum_tol: Vec<f64> = (0..n)
+                .map(|j| {
+                    (0..m)
+                        .map(|i| {
+                            bound[i * n + j]
+                                + (m as f64 + 2.0) * eps * (first[i * n + j].abs() + 1.0)
+                        })
+                        .sum()
+                })
+                .collect();
+            assert_within(
+                &format!("{what}: column sums"),
+                &got[0],
+                &RefArray::new(&[n], sums),
+                &sum_tol,
+            )?;
+            assert_within(
+                &format!("{what}: second output"),
+                &got[1],
+                &RefArray::new(&[m, n], second),
+                &bound,
+            )
+        },
+    );
+}

@@ -63,6 +63,7 @@ macro_rules! conformance_tests {
             arg_reductions => reduce::arg_reductions,
             matmul => linalg::matmul,
             fused_matmul => linalg::fused_matmul,
+            fused_matmul_reduce => linalg::fused_matmul_reduce,
             reshape_transpose_reverse => shape::reshape_transpose_reverse,
             strided_slice => shape::strided_slice,
             concat_split_stack => shape::concat_split_stack,

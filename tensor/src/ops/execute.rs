@@ -273,6 +273,26 @@ impl Op {
                 let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
                 Tensor::fused_reduce(program, &inputs, *reduce, axes, *keepdims)
             }
+            Op::FusedMatMulReduce {
+                program,
+                transpose_a,
+                transpose_b,
+            } => {
+                if inputs.len() < 2 {
+                    return Err(Error::invalid(
+                        "fused_matmul_reduce",
+                        format!("needs a and b, got {} inputs", inputs.len()),
+                    ));
+                }
+                let rest: Vec<Tensor> = inputs[2..].iter().map(|t| (*t).clone()).collect();
+                Tensor::fused_matmul_reduce(
+                    inputs[0],
+                    inputs[1],
+                    (*transpose_a, *transpose_b),
+                    program,
+                    &rest,
+                )
+            }
             Op::Fft { inverse } => {
                 n(1)?;
                 one(if *inverse {

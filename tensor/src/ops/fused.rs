@@ -291,6 +291,141 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// The product `a @ b` (each transposed first when asked; rank 2, one float dtype) run
+    /// through `program` as its register 0, with `inputs` as registers 1.. (each broadcast
+    /// to the product's shape `[m, n]`), the program's first output summed over the rows in
+    /// the same pass: `[Σ_rows program(a @ b, inputs..)[0] ([n]), the program's other
+    /// outputs ([m, n])..]`, which is [`Tensor::fused_reduce`] of the product over axis 0.
+    /// One kernel where the backend declares [`FusedKernel::FusedMatMulReduce`] (wgpu: the
+    /// GEMM's epilogue), the product and then `fused_reduce` elsewhere. What a graph
+    /// function's fusion makes of a Dense layer's backward: the product `dy @ wᵀ`, the ReLU
+    /// gradient of the layer below and its bias gradient (cuBLASLt's `DRELU_BGRAD`).
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::{BinaryOp, ElementwiseProgram, ElementwiseStep, Tensor};
+    /// use std::sync::Arc;
+    /// // relu_grad(dy @ wᵀ, y) and its column sums.
+    /// let p = Arc::new(ElementwiseProgram {
+    ///     num_inputs: 2,
+    ///     steps: vec![ElementwiseStep::Binary(BinaryOp::ReluGrad, 0, 1)],
+    ///     outputs: vec![2, 2],
+    /// });
+    /// let dy = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// let w = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0], &[2, 2])?;
+    /// let y = Tensor::from_vec(vec![1.0f32, 0.0, 1.0, 1.0], &[2, 2])?;
+    /// let out = Tensor::fused_matmul_reduce(&dy, &w, (false, true), &p, &[y])?;
+    /// assert_eq!(out[0].to_vec::<f32>()?, vec![4.0, 4.0]);
+    /// assert_eq!(out[1].to_vec::<f32>()?, vec![1.0, 0.0, 3.0, 4.0]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn fused_matmul_reduce(
+        a: &Tensor,
+        b: &Tensor,
+        (transpose_a, transpose_b): (bool, bool),
+        program: &Arc<ElementwiseProgram>,
+        inputs: &[Tensor],
+    ) -> Result<Vec<Tensor>> {
+        const OP: &str = "fused_matmul_reduce";
+        if a.rank() != 2 || b.rank() != 2 {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                msg: "both operands need rank 2",
+                lhs: a.shape().to_vec(),
+                rhs: b.shape().to_vec(),
+            });
+        }
+        let (la, lb, out_shape) = a.matmul_layouts(b, transpose_a, transpose_b)?;
+        let dtype = a.dtype();
+        let declared = device_has_fused(a.device(), FusedKernel::FusedMatMulReduce, dtype);
+        let compose = || -> Result<Vec<Tensor>> {
+            let product = a.matmul_t(b, transpose_a, transpose_b)?;
+            let all: Vec<Tensor> = std::iter::once(product)
+                .chain(inputs.iter().cloned())
+                .collect();
+            Tensor::fused_reduce(program, &all, ReduceOp::ReduceSum, 0isize, false)
+        };
+        if !declared || !dtype.is_float() {
+            return compose();
+        }
+        // The program's operands as `fused_reduce` checks them, the product standing in
+        // for register 0; a broadcast that widens the product is the composed path's error.
+        if program.num_inputs != 1 + inputs.len() {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the program reads {} inputs, got the product and {}",
+                    program.num_inputs,
+                    inputs.len()
+                ),
+            ));
+        }
+        program.check()?;
+        let mut shape = out_shape.clone();
+        for t in inputs {
+            if t.dtype() != dtype {
+                return Err(Error::DTypeMismatch {
+                    op: OP,
+                    lhs: dtype,
+                    rhs: t.dtype(),
+                });
+            }
+            shape = crate::layout::broadcast_shapes(OP, &shape, t.shape())?;
+        }
+        if shape != out_shape || out_shape.contains(&0) {
+            return compose();
+        }
+        let n = out_shape[1];
+        let mut refs: Vec<&Tensor> = vec![a, b];
+        refs.extend(inputs.iter());
+        dispatch(
+            || Op::FusedMatMulReduce {
+                program: program.clone(),
+                transpose_a,
+                transpose_b,
+            },
+            &refs,
+            |p| {
+                p.check_output(OP, &out_shape, dtype)?;
+                let operands: Vec<_> = inputs.iter().map(|t| t.operand()).collect();
+                let bufs = p.backend.fused_matmul_reduce(
+                    crate::backend::Operand {
+                        layout: &la,
+                        ..a.operand()
+                    },
+                    crate::backend::Operand {
+                        layout: &lb,
+                        ..b.operand()
+                    },
+                    program,
+                    &operands,
+                )?;
+                if bufs.len() != program.outputs.len() {
+                    return Err(Error::Backend {
+                        backend: p.backend.name(),
+                        msg: format!(
+                            "fused_matmul_reduce returned {} buffers for {} outputs",
+                            bufs.len(),
+                            program.outputs.len()
+                        ),
+                    });
+                }
+                Ok(FusedOutputs(
+                    bufs.into_iter()
+                        .enumerate()
+                        .map(|(k, buf)| {
+                            let s: &[usize] = if k == 0 { &[n] } else { &out_shape };
+                            Tensor::from_buffer(buf, s, dtype, p.backend, p.device)
+                        })
+                        .collect(),
+                ))
+            },
+        )
+        .map(|o| o.0)
+    }
+}
+
 fn to_isize(axes: &[usize]) -> Vec<isize> {
     axes.iter().map(|&a| a as isize).collect()
 }

@@ -100,7 +100,7 @@ impl Tensor {
 
     /// The operands' layouts for a product (transposed as asked, batch axes broadcast) and
     /// the output shape, or the error naming what does not fit.
-    fn matmul_layouts(
+    pub(crate) fn matmul_layouts(
         &self,
         rhs: &Tensor,
         transpose_a: bool,

@@ -180,6 +180,21 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
                                 Some(gemm::gemm_epilogue_source(t, r, &matmul_loaders(e, r), a)),
                             );
                         }
+                        // A Dense layer's backward: the ReLU gradient of the product and
+                        // the layer's output, returned too, its column sums the bias's.
+                        let relu_grad = ferroflow_tensor::ElementwiseProgram {
+                            num_inputs: 2,
+                            steps: vec![ferroflow_tensor::ElementwiseStep::Binary(
+                                BinaryOp::ReluGrad,
+                                0,
+                                1,
+                            )],
+                            outputs: vec![2, 2],
+                        };
+                        add(
+                            format!("fused_matmul_reduce_{t:?}_{r:?}"),
+                            gemm::gemm_column_sums_source(t, r, &matmul_loaders(e, r), &relu_grad),
+                        );
                     }
                 }
                 if e.is_float() {

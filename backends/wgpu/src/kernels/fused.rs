@@ -54,7 +54,7 @@ pub(crate) fn fused_source(program: &ElementwiseProgram) -> Option<String> {
 }
 
 /// The bindings of a program's `n` inputs `X0..`, from binding 1.
-fn input_bindings(n: usize) -> String {
+pub(crate) fn input_bindings(n: usize) -> String {
     (0..n)
         .map(|k| {
             format!(
@@ -68,7 +68,10 @@ fn input_bindings(n: usize) -> String {
 /// The program's functions (`opaque` and one per step) and the statements computing its
 /// registers `r0..` at element `i`, input `k` read through the descriptor whose offset is
 /// in parameter slot `first_slot + k`.
-fn program_body(program: &ElementwiseProgram, first_slot: usize) -> Option<(String, String)> {
+pub(crate) fn program_body(
+    program: &ElementwiseProgram,
+    first_slot: usize,
+) -> Option<(String, String)> {
     let e = Elem::F32;
     let n_in = program.num_inputs;
     let mut s = format!(

@@ -12,7 +12,8 @@ use crate::elem::{Elem, Params};
 use crate::gpu::{backend_error, Gpu, Kernel};
 use crate::shaders::{fill, kernel_source, GEO_LIB};
 use ferroflow_tensor::{
-    BinaryOp, DType, FusedActivation, Layout, Operand, ReduceOp, Result, UnaryOp, Window2d,
+    BinaryOp, DType, ElementwiseProgram, FusedActivation, Layout, Operand, ReduceOp, Result,
+    UnaryOp, Window2d,
 };
 use std::sync::Arc;
 
@@ -69,18 +70,24 @@ pub(crate) enum Reads {
     Vec4,
 }
 
+/// What a GEMM kernel does with its accumulators.
+enum Epilogue<'a> {
+    /// Stores each output, `Y[(b·M + row)·N + col]` = the expression the closure makes of
+    /// the accumulator's name and the column's expression.
+    Store(&'a dyn Fn(&str, &str) -> String),
+    /// One workgroup per column tile walks every row tile: each output passes through
+    /// `program_value(row·N + col, value)` (which stores what else it writes), and the
+    /// values it returns are summed down the columns into `Y[col]` (no batch, no split K).
+    ColumnSums,
+}
+
 /// The GEMM kernel: thread `(tr, tc)` owns rows `tr·TM + i` and columns `tc + j·CT` of the
 /// tile (columns interleaved, so workgroup-memory reads of B hit distinct banks and stores
 /// coalesce), accumulating in `TM·TN` scalar registers (generated code, no arrays).
-fn gemm_source(
-    t: Tile,
-    c: &str,
-    fma: bool,
-    reads: Reads,
-    store: &dyn Fn(&str, &str) -> String,
-) -> String {
+fn gemm_source(t: Tile, c: &str, fma: bool, reads: Reads, epilogue: Epilogue<'_>) -> String {
     let (rt, ct) = (t.bm / t.tm, t.bn / t.tn);
     assert_eq!(rt * ct, 256, "GEMM tiles use 256 threads");
+    let column_sums = matches!(epilogue, Epilogue::ColumnSums);
     let mut s = format!(
         "const BM: u32 = {}u;
 const BN: u32 = {}u;
@@ -96,7 +103,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let b = wid.z;
     let abase = a_base(b);
     let bbase = b_base(b);
-    let row0 = wid.y * BM;
     let col0 = wid.x * BN;
     let tr = tid / {ct}u;
     let tc = tid % {ct}u;
@@ -107,6 +113,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         t.bm * t.bk,
         t.bn * t.bk
     );
+    if column_sums {
+        for j in 0..t.tn {
+            s += &format!("    var s{j}: f32 = 0.0;\n");
+        }
+        s += "    for (var row0 = 0u; row0 < M; row0 = row0 + BM) {\n";
+    } else {
+        s += "    let row0 = wid.y * BM;\n";
+    }
     for i in 0..t.tm {
         for j in 0..t.tn {
             s += &format!("    var c{i}_{j}: {c} = {c}();\n");
@@ -215,12 +229,42 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         );
         for j in 0..t.tn {
             let col = format!("col0 + tc + {}u", j * ct);
-            s += &format!(
-                "        if {col} < N {{ Y[(b * M + r{i}) * N + {col}] = {}; }}\n",
-                store(&format!("c{i}_{j}"), &col)
-            );
+            s += &match &epilogue {
+                Epilogue::Store(store) => format!(
+                    "        if {col} < N {{ Y[(b * M + r{i}) * N + {col}] = {}; }}\n",
+                    store(&format!("c{i}_{j}"), &col)
+                ),
+                Epilogue::ColumnSums => format!(
+                    "        if {col} < N {{ s{j} = s{j} + program_value(r{i} * N + {col}, c{i}_{j}); }}\n"
+                ),
+            };
         }
         s += "    }\n";
+    }
+    if column_sums {
+        // The row tiles' loop ends; each thread's column partials, then a sum down the
+        // threads of each column (in order: the same bits every run).
+        s += "    }\n";
+        s = s.replacen(
+            "var<workgroup> Bs:",
+            &format!(
+                "var<workgroup> Red: array<f32, {}>;\nvar<workgroup> Bs:",
+                rt * t.bn
+            ),
+            1,
+        );
+        for j in 0..t.tn {
+            s += &format!("    Red[tr * BN + tc + {}u] = s{j};\n", j * ct);
+        }
+        s += &format!(
+            "    workgroupBarrier();
+    if tid < BN && col0 + tid < N {{
+        var total: f32 = 0.0;
+        for (var q = 0u; q < {rt}u; q = q + 1u) {{ total = total + Red[q * BN + tid]; }}
+        Y[col0 + tid] = total;
+    }}
+"
+        );
     }
     s += "}\n";
     s
@@ -237,7 +281,13 @@ pub(crate) fn gemm_full_source(
 ) -> String {
     let f16 = [a, b, out].contains(&Elem::F16);
     let c = a.compute().unwrap_or("f32");
-    let body = gemm_source(t, c, a.is_float(), reads, &|v, _| out.store_expr(v));
+    let body = gemm_source(
+        t,
+        c,
+        a.is_float(),
+        reads,
+        Epilogue::Store(&|v, _| out.store_expr(v)),
+    );
     let (ta, tb) = operand_declarations(reads);
     let decl = fill(
         &format!(
@@ -268,9 +318,13 @@ pub(crate) fn gemm_epilogue_source(
     loaders: &str,
     activation: FusedActivation,
 ) -> String {
-    let body = gemm_source(t, "f32", true, reads, &|v, col| {
-        format!("epilogue({v}, {col})")
-    });
+    let body = gemm_source(
+        t,
+        "f32",
+        true,
+        reads,
+        Epilogue::Store(&|v, col| format!("epilogue({v}, {col})")),
+    );
     let (ta, tb) = operand_declarations(reads);
     let act = match activation {
         FusedActivation::Linear => "return s;",
@@ -526,6 +580,145 @@ pub(crate) fn fused_matmul(
         groups,
     )?;
     Ok(out)
+}
+
+/// The most rows [`fused_matmul_reduce`] walks in one workgroup (a taller product runs the
+/// GEMM, then the fused reduction: a workgroup per column tile would leave the GPU idle).
+const COLUMN_SUMS_MAX_ROWS: usize = 4096;
+/// The parameter slots of the program's other inputs' descriptors in the column-sum GEMM
+/// (`program_body` numbers them from slot 13 + 1: slots 14 and 15, after the GEMM's own).
+const COLUMN_SUMS_FIRST_SLOT: usize = 13;
+/// The program's other inputs the column-sum GEMM can address (slots 14 and 15).
+const COLUMN_SUMS_MAX_INPUTS: usize = 16 - COLUMN_SUMS_FIRST_SLOT - 1;
+
+/// The float32 GEMM whose outputs pass through `program` (the product its register 0, its
+/// other inputs `X1..` read through descriptors from slot 14), writing the program's other
+/// outputs and summing its first down the columns into `Y` ([`Epilogue::ColumnSums`]).
+pub(crate) fn gemm_column_sums_source(
+    t: Tile,
+    reads: Reads,
+    loaders: &str,
+    program: &ElementwiseProgram,
+) -> Option<String> {
+    let (functions, body) = super::fused::program_body(program, COLUMN_SUMS_FIRST_SLOT)?;
+    let product_load = format!("    let r0 = X0[at(P[{COLUMN_SUMS_FIRST_SLOT}], i)];\n");
+    if !body.contains(&product_load) {
+        return None;
+    }
+    let mut body = body.replacen(&product_load, "    let r0 = product;\n", 1);
+    for (k, r) in program.outputs.iter().enumerate().skip(1) {
+        body += &format!("    O{k}[i] = r{r};\n");
+    }
+    let (ta, tb) = operand_declarations(reads);
+    let n_in = program.num_inputs;
+    let mut decl = fill(
+        &format!(
+            "@group(0) @binding(1) var<storage, read> {ta};
+@group(0) @binding(2) var<storage, read> {tb};
+"
+        ),
+        &[("A", "f32"), ("B", "f32")],
+    );
+    for k in 1..n_in {
+        decl += &format!(
+            "@group(0) @binding({}) var<storage, read> X{k}: array<f32>;\n",
+            2 + k
+        );
+    }
+    decl += &format!(
+        "@group(0) @binding({}) var<storage, read_write> Y: array<f32>;\n",
+        2 + n_in
+    );
+    for k in 1..program.outputs.len() {
+        decl += &format!(
+            "@group(0) @binding({}) var<storage, read_write> O{k}: array<f32>;\n",
+            2 + n_in + k
+        );
+    }
+    let value = format!(
+        "fn program_value(i: u32, product: f32) -> f32 {{\n{body}    return r{};\n}}\n",
+        program.outputs[0]
+    );
+    let gemm = gemm_source(t, "f32", true, reads, Epilogue::ColumnSums);
+    Some(kernel_source(
+        false,
+        &format!("{decl}{functions}{value}{loaders}{gemm}"),
+    ))
+}
+
+/// `Σ_rows program(a @ b, inputs..)[0]` and the program's other outputs for float32
+/// operands of rank 2 (`Backend::fused_matmul_reduce`): one kernel, a workgroup per column
+/// tile walking every row tile, the program run on each output as it leaves the
+/// accumulators; `None` where that kernel does not apply (too many rows or program
+/// inputs for its bindings and parameter slots; the backend then runs the GEMM and the
+/// fused reduction).
+pub(crate) fn fused_matmul_reduce(
+    a: &In<'_>,
+    b: &In<'_>,
+    program: &ElementwiseProgram,
+    inputs: &[In<'_>],
+) -> Result<Option<Vec<crate::buffer::WgpuBuffer>>> {
+    let gpu = a.gpu();
+    let same_gpu = std::iter::once(b)
+        .chain(inputs)
+        .all(|x| Arc::ptr_eq(gpu, x.gpu()));
+    let all_f32 = std::iter::once(a)
+        .chain(std::iter::once(b))
+        .chain(inputs)
+        .all(|x| x.elem() == Elem::F32);
+    if !same_gpu || !all_f32 || a.op.layout.rank() != 2 || b.op.layout.rank() != 2 {
+        return Ok(None);
+    }
+    let Some(plan) = plan_matmul(a, b)? else {
+        return Ok(None);
+    };
+    let (batch, m, n, _) = plan.dims;
+    let bindings = 2 + program.num_inputs + program.outputs.len();
+    if batch != 1
+        || m > COLUMN_SUMS_MAX_ROWS
+        || inputs.len() > COLUMN_SUMS_MAX_INPUTS
+        || program.num_inputs != 1 + inputs.len()
+        || bindings > gpu.max_storage_buffers
+    {
+        return Ok(None);
+    }
+    // The program's other inputs broadcast to the product's shape.
+    let mut layouts = Vec::with_capacity(inputs.len());
+    for x in inputs {
+        layouts.push(x.op.layout.broadcast_to("fused_matmul_reduce", &[m, n])?);
+    }
+    let t = SMALL;
+    let key = format!("fused_matmul_reduce_{t:?}_{:?}_{program:?}", plan.reads);
+    let Some(source) = gemm_column_sums_source(t, plan.reads, &plan.loaders, program) else {
+        return Ok(None);
+    };
+    let kern = gpu.kernel_trusted(&key, 2 + inputs.len(), program.outputs.len(), || source)?;
+    let groups = [n.div_ceil(t.bn as usize) as u32, 1, 1];
+    if groups[0] > 65535 {
+        return Ok(None);
+    }
+    let sums = output(gpu, Elem::F32, n)?;
+    let extras = (1..program.outputs.len())
+        .map(|_| output(gpu, Elem::F32, m * n))
+        .collect::<Result<Vec<_>>>()?;
+    let mut p = plan.params.set(12, 0);
+    for (k, l) in layouts.iter().enumerate() {
+        p = p.table(
+            COLUMN_SUMS_FIRST_SLOT + 1 + k,
+            &crate::elem::layout_descriptor(l),
+        );
+    }
+    let ins: Vec<&wgpu::Buffer> = [a, b]
+        .into_iter()
+        .chain(inputs)
+        .map(|x| x.buf.raw())
+        .collect();
+    let outs: Vec<&wgpu::Buffer> = std::iter::once(&sums)
+        .chain(&extras)
+        .map(|o| o.raw())
+        .collect();
+    gpu.dispatch(&kern, &p.0, &ins, &outs, groups)?;
+    Ok(Some(std::iter::once(sums).chain(extras).collect()))
 }
 
 /// How many slabs to split K into: problems with few output tiles and a long K (the filter
