@@ -210,6 +210,21 @@ pub(crate) fn backward(
     if let Op::FusedElementwise(program) = op {
         return fused_elementwise(program, None, None, inputs, grads);
     }
+    // Each tensor's gradient as `gather`'s: scattered back (the indices get none).
+    if let Op::GatherGroup { axis } = op {
+        let Some((indices, xs)) = inputs.split_last() else {
+            return Ok(vec![]);
+        };
+        let mut out = Vec::with_capacity(inputs.len());
+        for (x, g) in xs.iter().zip(grads.iter().chain(std::iter::repeat(&None))) {
+            out.push(match g {
+                Some(g) => Some(Tensor::scatter_add(indices, g, x.shape(), *axis as isize)?),
+                None => None,
+            });
+        }
+        out.push(None);
+        return Ok(out);
+    }
     if let Op::FusedMatMulReduce {
         program,
         transpose_a,

@@ -195,6 +195,21 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
                 ts,
             )
         }
+        // Each tensor's gather by its rule.
+        Op::GatherGroup { axis } => {
+            let Some((indices, xs)) = inputs.split_last() else {
+                return Err(Error::invalid(op.name(), "needs the indices"));
+            };
+            let mut out = Vec::with_capacity(xs.len());
+            for x in xs {
+                let gather = Op::Gather { axis: *axis };
+                let Some(mut y) = batch_op(&gather, &[x.clone(), indices.clone()], batch)? else {
+                    return Ok(None);
+                };
+                out.push(y.remove(0));
+            }
+            Ok(Some(out))
+        }
         // The product by its rule, then the fused row sum by its own.
         Op::FusedMatMulReduce {
             program,

@@ -683,7 +683,11 @@ fn a_product_its_bias_and_relu_are_one_kernel() {
     // in the backward, the second layer's input gradient with the first's ReLU and bias
     // gradients.
     assert_eq!(fused.len(), 2, "{listing}");
-    assert_eq!(listing.matches("fused_matmul_reduce(").count(), 1, "{listing}");
+    assert_eq!(
+        listing.matches("fused_matmul_reduce(").count(),
+        1,
+        "{listing}"
+    );
     assert!(!listing.contains(" relu("), "{listing}");
     let eager = step(&args).unwrap();
     for (t, e) in traced.iter().zip(&eager) {

@@ -22,6 +22,7 @@ pub fn tf_op_type(op: &Op) -> &'static str {
         // Several variables' updates in one kernel: TF runs one op per variable; the
         // group keeps the rule's name.
         Op::OptimizerUpdateGroup(rule) => tf_op_type(&Op::OptimizerUpdate(*rule)),
+        Op::GatherGroup { axis } => tf_op_type(&Op::Gather { axis: *axis }),
         _ => tf_op_type_of_name(op.name()),
     }
 }

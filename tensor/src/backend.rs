@@ -141,6 +141,17 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<BufferBox>;
     /// Output shape `x[..axis] ++ indices ++ x[axis+1..]`; indices are int32/int64.
     fn gather(&self, x: Operand<'_>, indices: Operand<'_>, axis: usize) -> Result<BufferBox>;
+    /// [`Backend::gather`] of each of `xs` by the same `indices` along `axis` (every `xs`
+    /// as long along it), one kernel where the backend can: what `fit` does to a batch's
+    /// inputs and targets. The default gathers them one by one.
+    fn gather_group(
+        &self,
+        xs: &[Operand<'_>],
+        indices: Operand<'_>,
+        axis: usize,
+    ) -> Result<Vec<BufferBox>> {
+        xs.iter().map(|&x| self.gather(x, indices, axis)).collect()
+    }
     /// Adjoint of gather: zeros of `shape`, then `out[.., indices[j], ..] += updates[.., j, ..]`.
     fn scatter_add(
         &self,

@@ -423,6 +423,12 @@ impl OpOutputs for crate::HostData {
         vec![]
     }
 }
+/// A list of outputs (a fused program's, a group's), in order.
+impl OpOutputs for Vec<Tensor> {
+    fn to_list(&self) -> Vec<Tensor> {
+        self.clone()
+    }
+}
 impl OpOutputs for (Tensor, Tensor) {
     fn to_list(&self) -> Vec<Tensor> {
         vec![self.0.clone(), self.1.clone()]

@@ -557,6 +557,13 @@ pub enum Op {
         /// The axis of params indexed.
         axis: usize,
     },
+    /// Gather of several tensors by one index tensor along `axis` (each as
+    /// [`Op::Gather`], one kernel where the backend can: a batch's inputs and targets);
+    /// inputs `[x0, x1, .., indices]`, outputs `[gathered x0, ..]`.
+    GatherGroup {
+        /// The axis of each tensor indexed.
+        axis: usize,
+    },
     /// Adjoint of gather: sums updates into zeros of `shape`; inputs [indices, updates].
     ScatterAdd {
         /// The axis.
@@ -737,6 +744,7 @@ impl Op {
             Op::BroadcastTo { .. } => "broadcast_to",
             Op::Select => "select",
             Op::Gather { .. } => "gather",
+            Op::GatherGroup { .. } => "gather_group",
             Op::ScatterAdd { .. } => "scatter_add",
             Op::Concat { .. } => "concat",
             Op::Pad { .. } => "pad",

@@ -89,11 +89,12 @@ fn the_op_counts_in_the_crate_doc_are_current() {
     }
     // `fused_reduce` is the elementwise program's kernel with a reduction: declared by
     // `FusedKernel::Elementwise`, no kind of its own; `optimizer_update_group` is the
-    // optimizer update of several variables, declared by `FusedKernel::OptimizerUpdate`.
+    // optimizer update of several variables, declared by `FusedKernel::OptimizerUpdate`;
+    // `gather_group` is `gather` of several tensors, which every backend has by default.
     let fused_methods: Vec<&str> = fused
         .iter()
         .copied()
-        .chain(["fused_reduce", "optimizer_update_group"])
+        .chain(["fused_reduce", "optimizer_update_group", "gather_group"])
         .collect();
     let kernels = methods
         .iter()

@@ -388,6 +388,18 @@ impl Backend for WgpuBackend {
             axis,
         )?)
     }
+    fn gather_group(
+        &self,
+        xs: &[Operand<'_>],
+        indices: Operand<'_>,
+        axis: usize,
+    ) -> Result<Vec<BufferBox>> {
+        let ins = xs.iter().map(|&x| In::new(x)).collect::<Result<Vec<_>>>()?;
+        match kernels::index::gather_group(&ins, &In::new(indices)?, axis)? {
+            Some(outs) => Ok(outs.into_iter().map(|b| Box::new(b) as BufferBox).collect()),
+            None => xs.iter().map(|&x| self.gather(x, indices, axis)).collect(),
+        }
+    }
     fn scatter_add(
         &self,
         indices: Operand<'_>,

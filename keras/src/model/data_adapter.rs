@@ -55,10 +55,7 @@ impl Data {
     /// The samples `idx`, gathered where each array lives (the batch moves to the model's
     /// device afterwards, not the whole array).
     pub(super) fn take(&self, idx: &Tensor) -> Result<Vec<Tensor>> {
-        self.0
-            .iter()
-            .map(|t| t.gather(&idx.to_device(t.device())?, 0))
-            .collect()
+        take_rows(&self.0, idx)
     }
     pub(super) fn range(&self, start: usize, end: usize) -> Result<Data> {
         let idx = Tensor::from_vec(
@@ -67,6 +64,21 @@ impl Data {
         )?;
         Ok(Data(self.take(&idx)?))
     }
+}
+
+/// The rows `idx` selects of each of `arrays`, gathered where each lives: arrays on one
+/// device as one `gather_group` (one kernel on a GPU: a batch's inputs and targets).
+fn take_rows(arrays: &[Tensor], idx: &Tensor) -> Result<Vec<Tensor>> {
+    let Some(first) = arrays.first() else {
+        return Ok(vec![]);
+    };
+    if arrays.iter().all(|t| t.device() == first.device()) {
+        return Tensor::gather_group(arrays, &idx.to_device(first.device())?, 0);
+    }
+    arrays
+        .iter()
+        .map(|t| t.gather(&idx.to_device(t.device())?, 0))
+        .collect()
 }
 
 /// One batch as `fit` sees it: the inputs and the targets.
@@ -138,7 +150,10 @@ pub(super) fn array_batches(
         let chunks: Vec<Vec<i64>> = order.chunks(batch_size).map(<[i64]>::to_vec).collect();
         chunks.into_iter().map(move |chunk| {
             let idx = Tensor::from_vec(chunk.clone(), &[chunk.len()])?;
-            Ok((x.take(&idx)?, y.take(&idx)?))
+            let arrays: Vec<Tensor> = x.0.iter().chain(&y.0).cloned().collect();
+            let mut rows = take_rows(&arrays, &idx)?;
+            let targets = rows.split_off(x.0.len());
+            Ok((rows, targets))
         })
     })
 }

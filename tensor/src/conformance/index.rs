@@ -100,6 +100,96 @@ pub fn gather_scatter(device: &Device) {
     assert!(msg.contains("out of range"), "{msg}");
 }
 
+/// `gather_group`: up to four tensors of mixed dtypes (as long along the gathered axis, views
+/// among them) gathered by one index tensor give what each `gather` gives, bit for bit; an
+/// index out of range is the error `gather` gives; tensors of different lengths are an
+/// error naming the shapes.
+pub fn gather_group(device: &Device) {
+    let dtypes = supported(
+        device,
+        &[
+            DType::F32,
+            DType::I64,
+            DType::I32,
+            DType::F16,
+            DType::Bool,
+            DType::F64,
+        ],
+    );
+    let strat = (
+        prop::collection::vec((0..dtypes.len(), 0..3usize, 1..4usize, view_kind()), 1..5),
+        1..6usize,
+        0..2usize,
+        prop::collection::vec(0..100usize, 0..8),
+        any::<bool>(),
+        any::<u64>(),
+    );
+    check(
+        "gather_group",
+        strat,
+        |(tensors, n, axis_choice, raw_idx, i64_idx, seed)| {
+            let mut g = crate::random::Philox::new([seed, 53]);
+            // Each tensor: [n, w] or [w, n] (axis 1) with its own width and dtype.
+            let axis = axis_choice;
+            let mut xs = Vec::new();
+            for &(di, extra, w, view) in &tensors {
+                let dtype = dtypes[di];
+                let mut shape = if axis == 0 { vec![n, w] } else { vec![w, n] };
+                shape.extend(std::iter::repeat_n(2, extra.min(1)));
+                let len: usize = shape.iter().product();
+                let values: Vec<f64> = (0..len)
+                    .map(|_| (g.next_f64() * 8.0).floor() - 3.0)
+                    .collect();
+                let a = quantized(dtype, &RefArray::new(&shape, values));
+                xs.push(ok("input", make_tensor(device, dtype, &a, view))?);
+            }
+            let idx: Vec<usize> = raw_idx.iter().map(|i| i % n).collect();
+            let it = if i64_idx {
+                HostData::I64(idx.iter().map(|&i| i as i64).collect())
+            } else {
+                HostData::I32(idx.iter().map(|&i| i as i32).collect())
+            };
+            let it = ok("indices", Tensor::from_host_on(it, &[idx.len()], *device))?;
+            let got = ok(
+                "gather_group",
+                Tensor::gather_group(&xs, &it, axis as isize),
+            )?;
+            prop_assert_eq!(got.len(), xs.len());
+            for (k, (x, y)) in xs.iter().zip(&got).enumerate() {
+                let want = ok("gather", x.gather(&it, axis as isize))?;
+                prop_assert_eq!(y.shape(), want.shape());
+                prop_assert_eq!(y.dtype(), want.dtype());
+                let (a, b) = (ok("read", y.to_f64_vec())?, ok("read", want.to_f64_vec())?);
+                prop_assert!(
+                    a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                    "tensor {k} ({}): {a:?} vs gather's {b:?}",
+                    x.dtype()
+                );
+            }
+            // One index past the end: gather's error.
+            let bad = ok(
+                "indices",
+                Tensor::from_host_on(HostData::I64(vec![0, n as i64]), &[2], *device),
+            )?;
+            match Tensor::gather_group(&xs, &bad, axis as isize) {
+                Err(crate::Error::IndexOutOfRange { index, bound, .. }) => {
+                    prop_assert_eq!((index, bound), (n as i64, n));
+                }
+                other => prop_assert!(false, "index {n} of {n}: {other:?}"),
+            }
+            Ok(())
+        },
+    );
+    let x = Tensor::from_host_on(HostData::F32(vec![1.0, 2.0]), &[2], *device).expect("upload");
+    let y =
+        Tensor::from_host_on(HostData::F32(vec![1.0, 2.0, 3.0]), &[3], *device).expect("upload");
+    let i = Tensor::from_host_on(HostData::I32(vec![0]), &[1], *device).expect("upload");
+    let msg = Tensor::gather_group(&[x, y], &i, 0)
+        .expect_err("lengths 2 and 3")
+        .to_string();
+    assert!(msg.contains("[2]") && msg.contains("[3]"), "{msg}");
+}
+
 /// gather_nd, scatter_nd and one_hot on small cases with the math spelled out.
 pub fn nd_and_one_hot(device: &Device) {
     let up = |d: HostData, s: &[usize]| Tensor::from_host_on(d, s, *device).expect("upload");

@@ -70,6 +70,7 @@ macro_rules! conformance_tests {
             pad_and_tile => shape::pad_and_tile,
             broadcast_expand_squeeze => shape::broadcast_expand_squeeze,
             gather_scatter => index::gather_scatter,
+            gather_group => index::gather_group,
             nd_and_one_hot => index::nd_and_one_hot,
             scans => sort::scans,
             sorting => sort::sorting,

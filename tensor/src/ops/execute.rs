@@ -110,6 +110,13 @@ impl Op {
                 n(2)?;
                 one(inputs[0].gather(inputs[1], *axis as isize)?)
             }
+            Op::GatherGroup { axis } => {
+                let Some((indices, xs)) = inputs.split_last() else {
+                    return Err(Error::invalid("gather_group", "needs the indices"));
+                };
+                let xs: Vec<Tensor> = xs.iter().map(|t| (*t).clone()).collect();
+                Tensor::gather_group(&xs, indices, *axis as isize)
+            }
             Op::ScatterAdd { axis, shape } => {
                 n(2)?;
                 one(Tensor::scatter_add(

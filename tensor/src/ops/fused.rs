@@ -160,8 +160,7 @@ impl Tensor {
                         .outputs
                         .iter()
                         .map(|_| p.empty(&shape, dtype))
-                        .collect::<Result<Vec<_>>>()
-                        .map(FusedOutputs);
+                        .collect::<Result<Vec<_>>>();
                 }
                 let operands: Vec<_> = inputs.iter().map(|t| t.operand()).collect();
                 let bufs = p.backend.fused_elementwise(program, &operands, &shape)?;
@@ -175,14 +174,12 @@ impl Tensor {
                         ),
                     });
                 }
-                Ok(FusedOutputs(
-                    bufs.into_iter()
-                        .map(|b| Tensor::from_buffer(b, &shape, dtype, p.backend, p.device))
-                        .collect(),
-                ))
+                Ok(bufs
+                    .into_iter()
+                    .map(|b| Tensor::from_buffer(b, &shape, dtype, p.backend, p.device))
+                    .collect::<Vec<Tensor>>())
             },
         )
-        .map(|o| o.0)
     }
 }
 
@@ -276,18 +273,16 @@ impl Tensor {
                         ),
                     });
                 }
-                Ok(FusedOutputs(
-                    bufs.into_iter()
-                        .enumerate()
-                        .map(|(k, b)| {
-                            let s = if k == 0 { &reduced_shape } else { &shape };
-                            Tensor::from_buffer(b, s, dtype, p.backend, p.device)
-                        })
-                        .collect(),
-                ))
+                Ok(bufs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, b)| {
+                        let s = if k == 0 { &reduced_shape } else { &shape };
+                        Tensor::from_buffer(b, s, dtype, p.backend, p.device)
+                    })
+                    .collect::<Vec<Tensor>>())
             },
         )
-        .map(|o| o.0)
     }
 }
 
@@ -411,18 +406,16 @@ impl Tensor {
                         ),
                     });
                 }
-                Ok(FusedOutputs(
-                    bufs.into_iter()
-                        .enumerate()
-                        .map(|(k, buf)| {
-                            let s: &[usize] = if k == 0 { &[n] } else { &out_shape };
-                            Tensor::from_buffer(buf, s, dtype, p.backend, p.device)
-                        })
-                        .collect(),
-                ))
+                Ok(bufs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, buf)| {
+                        let s: &[usize] = if k == 0 { &[n] } else { &out_shape };
+                        Tensor::from_buffer(buf, s, dtype, p.backend, p.device)
+                    })
+                    .collect::<Vec<Tensor>>())
             },
         )
-        .map(|o| o.0)
     }
 }
 
@@ -468,15 +461,6 @@ fn program_operands(
         shape = crate::layout::broadcast_shapes(op, &shape, t.shape())?;
     }
     Ok((dtype, shape))
-}
-
-/// A fused op's list of outputs, as observers see them.
-struct FusedOutputs(Vec<Tensor>);
-
-impl crate::dispatch::OpOutputs for FusedOutputs {
-    fn to_list(&self) -> Vec<Tensor> {
-        self.0.clone()
-    }
 }
 
 impl ElementwiseProgram {

@@ -94,6 +94,81 @@ impl Tensor {
         )
     }
 
+    /// [`Tensor::gather`] of each of `xs` by the same `indices` along `axis`: one kernel
+    /// where the backend can (wgpu: up to three tensors as long along `axis`), the gathers
+    /// one by one elsewhere; the same values and errors as those gathers. What `fit` does to
+    /// a batch's inputs and targets.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?;
+    /// let y = Tensor::from_vec(vec![7i64, 8, 9], &[3])?;
+    /// let idx = Tensor::from_vec(vec![2i64, 0], &[2])?;
+    /// let batch = Tensor::gather_group(&[x, y], &idx, 0)?;
+    /// assert_eq!(batch[0].to_vec::<f32>()?, vec![5.0, 6.0, 1.0, 2.0]);
+    /// assert_eq!(batch[1].to_vec::<i64>()?, vec![9, 7]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn gather_group(xs: &[Tensor], indices: &Tensor, axis: isize) -> Result<Vec<Tensor>> {
+        check_indices("gather_group", indices)?;
+        let Some(first) = xs.first() else {
+            return Ok(vec![]);
+        };
+        let axis = normalize_axis("gather_group", axis, first.rank())?;
+        let mut shapes = Vec::with_capacity(xs.len());
+        for x in xs {
+            if x.rank() <= axis || x.shape()[axis] != first.shape()[axis] {
+                return Err(Error::ShapeMismatch {
+                    op: "gather_group",
+                    msg: "every tensor must be as long along the gathered axis",
+                    lhs: first.shape().to_vec(),
+                    rhs: x.shape().to_vec(),
+                });
+            }
+            let mut shape = x.shape()[..axis].to_vec();
+            shape.extend_from_slice(indices.shape());
+            shape.extend_from_slice(&x.shape()[axis + 1..]);
+            shapes.push(shape);
+        }
+        let one_device = xs.iter().all(|x| x.device() == indices.device());
+        let empty = shapes.iter().any(|s| s.contains(&0));
+        if xs.len() == 1 || !one_device || empty {
+            return xs
+                .iter()
+                .map(|x| x.gather(indices, axis as isize))
+                .collect();
+        }
+        let mut inputs: Vec<&Tensor> = xs.iter().collect();
+        inputs.push(indices);
+        dispatch(
+            || Op::GatherGroup { axis },
+            &inputs,
+            |p| {
+                for (x, s) in xs.iter().zip(&shapes) {
+                    p.check_output("gather_group", s, x.dtype())?;
+                }
+                let operands: Vec<_> = xs.iter().map(|x| x.operand()).collect();
+                let bufs = p.backend.gather_group(&operands, indices.operand(), axis)?;
+                if bufs.len() != xs.len() {
+                    return Err(Error::Backend {
+                        backend: p.backend.name(),
+                        msg: format!(
+                            "gather_group returned {} buffers for {} tensors",
+                            bufs.len(),
+                            xs.len()
+                        ),
+                    });
+                }
+                Ok(bufs
+                    .into_iter()
+                    .zip(xs.iter().zip(&shapes))
+                    .map(|(b, (x, s))| Tensor::from_buffer(b, s, x.dtype(), p.backend, p.device))
+                    .collect::<Vec<Tensor>>())
+            },
+        )
+    }
+
     /// The adjoint of [`Tensor::gather`]: zeros of `shape`, with each slice of `updates` added at
     /// its index along `axis` (repeated indices accumulate; `tf.math.unsorted_segment_sum`).
     pub fn scatter_add(

@@ -5,7 +5,9 @@
 use super::elementwise::{binary_source, cast_source, unary_source};
 use super::fused::{fused_reduce_source, fused_source};
 use super::gemm::{self, conv_loaders, gemm_full_source, matmul_loaders, Reads, Tile};
-use super::index::{gather_source, scatter_add_source, sparse_softmax_cross_entropy_source};
+use super::index::{
+    gather_group_source, gather_source, scatter_add_source, sparse_softmax_cross_entropy_source,
+};
 use super::movement::{concat_source, copy_source, pad_source, select_source};
 use super::optimizer::optimizer_source;
 use super::pool::{avg_pool_grad_source, max_pool_grad_source, pool2d_source};
@@ -88,6 +90,11 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
         }
         for ie in [Elem::I32, Elem::I64] {
             add(format!("gather_{e:?}_{ie:?}"), gather_source(e, ie));
+            // With a batch's targets (int64) and weights (float32) beside it.
+            add(
+                format!("gather_group_{e:?}_{ie:?}"),
+                gather_group_source(&[e, Elem::I64, Elem::F32], ie),
+            );
             add(
                 format!("sparse_softmax_xent_{ie:?}"),
                 sparse_softmax_cross_entropy_source(ie),

@@ -93,6 +93,144 @@ pub(crate) fn gather(x: &In<'_>, idx: &In<'_>, axis: usize) -> Result<WgpuBuffer
     Ok(out)
 }
 
+/// The most tensors one `gather_group` kernel takes (three parameter words each: where its
+/// outputs end in the kernel's index space, its inner size, its descriptor).
+pub(crate) const GATHER_GROUP_MAX: usize = 3;
+
+/// The parameter slot of tensor `t`'s first word in a `gather_group` kernel (slots 2, 5 and
+/// 6 hold the indices' descriptor, their count and the axis's length, as in `gather`).
+fn gather_group_slot(t: usize) -> usize {
+    7 + 3 * t
+}
+
+/// `gather` of tensors of storage types `elems` (at most [`GATHER_GROUP_MAX`]) by indices of
+/// `ie` in one kernel: thread `i` of the joint index space copies one element of the
+/// tensor whose outputs cover `i` (inputs `B` the indices, `X0..`; outputs `O0..`), an
+/// index out of range recorded in the error word as `gather` records it.
+pub(crate) fn gather_group_source(elems: &[Elem], ie: Elem) -> Option<String> {
+    if elems.is_empty() || elems.len() > GATHER_GROUP_MAX {
+        return None;
+    }
+    let g = elems.len();
+    let mut s = format!(
+        "@group(0) @binding(1) var<storage, read> B: array<{}>;\n",
+        ie.store()
+    );
+    for (t, e) in elems.iter().enumerate() {
+        s += &format!(
+            "@group(0) @binding({}) var<storage, read> X{t}: array<{}>;\n",
+            2 + t,
+            e.mov()
+        );
+    }
+    for (t, e) in elems.iter().enumerate() {
+        s += &format!(
+            "@group(0) @binding({}) var<storage, read_write> O{t}: array<{}>;\n",
+            2 + g + t,
+            e.mov()
+        );
+    }
+    s += &format!(
+        "@group(0) @binding({}) var<storage, read_write> E: array<atomic<u32>>;\n",
+        2 + 2 * g
+    );
+    let mut body = String::from("    let ni = P[5];\n");
+    for (t, e) in elems.iter().enumerate() {
+        let slot = gather_group_slot(t);
+        let start = if t == 0 {
+            "0u".to_string()
+        } else {
+            format!("P[{}]", gather_group_slot(t - 1))
+        };
+        body += &format!(
+            "    if i < P[{slot}] {{
+        let k = i - {start};
+        let inner = P[{}];
+        let j = (k / inner) % ni;
+        {}
+        if !ok {{ {} O{t}[k] = {}(); return; }}
+        O{t}[k] = X{t}[at(P[{}], ((k / (inner * ni)) * P[6] + r) * inner + k % inner)];
+        return;
+    }}
+",
+            slot + 1,
+            index_load(ie)?,
+            index_flag(ie),
+            e.mov(),
+            slot + 2,
+        );
+    }
+    Some(crate::shaders::kernel_source(
+        elems.contains(&Elem::F16),
+        &format!("{s}{}{body}}}\n", super::MAIN),
+    ))
+}
+
+/// `gather` of each of `xs` by `idx` along `axis` in one kernel (`Backend::gather_group`),
+/// or `None` where one kernel cannot take them (more than [`GATHER_GROUP_MAX`] tensors, or
+/// more bindings than the adapter allows): the backend then gathers them one by one.
+pub(crate) fn gather_group(
+    xs: &[In<'_>],
+    idx: &In<'_>,
+    axis: usize,
+) -> Result<Option<Vec<WgpuBuffer>>> {
+    let Some(first) = xs.first() else {
+        return Ok(Some(vec![]));
+    };
+    let gpu = first.gpu();
+    let ie = idx.elem();
+    if xs.len() > GATHER_GROUP_MAX
+        || 3 + 2 * xs.len() > gpu.max_storage_buffers
+        || index_load(ie).is_none()
+    {
+        return Ok(None);
+    }
+    for x in xs {
+        same_gpu("gather_group", x, idx)?;
+    }
+    let bound = first.op.shape()[axis];
+    let ni = idx.n();
+    let elems: Vec<Elem> = xs.iter().map(|x| x.elem()).collect();
+    let name = elems.iter().map(|e| e.mov()).collect::<Vec<_>>().join("_");
+    let k = gpu.kernel(
+        &format!("gather_group_{name}_{ie:?}"),
+        1 + xs.len(),
+        xs.len() + 1,
+        || gather_group_source(&elems, ie).unwrap_or_default(),
+    )?;
+    let mut outs = Vec::with_capacity(xs.len());
+    let mut p = Params::new(0)
+        .set(5, ni as u32)
+        .set(6, bound as u32)
+        .desc(1, idx.desc());
+    let mut end = 0usize;
+    for (t, x) in xs.iter().enumerate() {
+        let shape = x.op.shape();
+        let inner: usize = shape[axis + 1..].iter().product();
+        let outer: usize = shape[..axis].iter().product();
+        let n = outer * ni * inner;
+        outs.push(output(gpu, x.elem(), n)?);
+        end += n;
+        let slot = gather_group_slot(t);
+        p = p
+            .set(slot, end as u32)
+            .set(slot + 1, inner.max(1) as u32)
+            .table(slot + 2, &x.desc());
+    }
+    if end == 0 {
+        return Ok(Some(outs));
+    }
+    crate::elem::check_len("gather_group", end)?;
+    p.0[0] = end as u32;
+    let inputs: Vec<&wgpu::Buffer> = std::iter::once(idx.buf.raw())
+        .chain(xs.iter().map(|x| x.buf.raw()))
+        .collect();
+    let out_raw: Vec<&wgpu::Buffer> = outs.iter().map(|o| o.raw()).collect();
+    let word = run_map(gpu, &k, p, &inputs, &out_raw, true, end)?;
+    index_error(gpu, word, "gather", bound)?;
+    Ok(Some(outs))
+}
+
 /// scatter_add of elements `e` (float32, float16, int32, uint32) with indices of `ie`, or `None`.
 pub(crate) fn scatter_add_source(e: Elem, ie: Elem) -> Option<String> {
     if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
