@@ -22,6 +22,57 @@ fn f32s(shape: &[usize], seed: u64) -> Tensor {
     random::stateless_normal(shape, [seed, 7], 0.0, 2.0, DType::F32).unwrap()
 }
 
+/// The op names of a traced graph's op nodes, in order.
+fn op_kinds(c: &ferroflow::function::ConcreteFunction) -> Vec<String> {
+    c.graph()
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            ferroflow::function::NodeKind::Op(op) => Some(op.name().to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The first and second gradients of `loss(run(args))` in `args[watched]` (the second of
+/// the first's squares summed), under nested tapes.
+fn first_and_second_order(
+    run: &dyn Fn(&[Tensor]) -> ferroflow::Result<Vec<Tensor>>,
+    args: &[Tensor],
+    watched: usize,
+    loss: &dyn Fn(&[Tensor]) -> Tensor,
+) -> (Vec<f64>, Vec<f64>) {
+    let x = &args[watched];
+    let outer = GradientTape::new();
+    outer.watch(x);
+    let inner = GradientTape::new();
+    inner.watch(x);
+    let l = loss(&run(args).unwrap());
+    let g = inner.gradient(&l, &[x.into()]).unwrap()[0].clone().unwrap();
+    let gg = outer
+        .gradient(
+            &g.square().unwrap().reduce_sum(Axes::All, false).unwrap(),
+            &[x.into()],
+        )
+        .unwrap()[0]
+        .clone()
+        .unwrap();
+    (g.to_vec::<f64>().unwrap(), gg.to_vec::<f64>().unwrap())
+}
+
+/// Eager and traced gradients agree to 1e-12 relative.
+fn assert_same_gradients(eager: &(Vec<f64>, Vec<f64>), traced: &(Vec<f64>, Vec<f64>)) {
+    assert!(!eager.1.is_empty());
+    for (e, t) in eager
+        .0
+        .iter()
+        .zip(&traced.0)
+        .chain(eager.1.iter().zip(&traced.1))
+    {
+        assert!((e - t).abs() <= 1e-12 * (1.0 + e.abs()), "{e} vs {t}");
+    }
+}
+
 const UNARY: [UnaryOp; 9] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
@@ -584,15 +635,7 @@ fn a_reduction_at_the_end_of_a_chain_joins_it() {
     let (x, m) = (f32s(&[5, 7], 3), f32s(&[5, 1], 4));
     let args = [x.clone(), m.clone()];
     let c = f.get_concrete_function(&args).unwrap();
-    let kinds: Vec<String> = c
-        .graph()
-        .nodes
-        .iter()
-        .filter_map(|n| match &n.kind {
-            ferroflow::function::NodeKind::Op(op) => Some(op.name().to_string()),
-            _ => None,
-        })
-        .collect();
+    let kinds = op_kinds(&c);
     // sub and exp with the sum (sub and exp also returned as extra outputs: tanh reads
     // one, the caller the other), then tanh and mul with the max.
     assert_eq!(
@@ -610,42 +653,18 @@ fn a_reduction_at_the_end_of_a_chain_joins_it() {
         }
     }
     // Gradients through the fused reduction, first and second order, equal eager ones.
-    let x64 = x.cast(DType::F64).unwrap();
-    let m64 = m.cast(DType::F64).unwrap();
-    let grads = |run: &dyn Fn(&[Tensor]) -> ferroflow::Result<Vec<Tensor>>| {
-        let outer = GradientTape::new();
-        outer.watch(&x64);
-        let inner = GradientTape::new();
-        inner.watch(&x64);
-        let y = run(&[x64.clone(), m64.clone()]).unwrap();
-        let loss = y[0]
-            .reduce_sum(Axes::All, false)
+    let args64 = [x.cast(DType::F64).unwrap(), m.cast(DType::F64).unwrap()];
+    let loss = |y: &[Tensor]| {
+        y[0].reduce_sum(Axes::All, false)
             .unwrap()
             .add(&y[1].reduce_sum(Axes::All, false).unwrap())
-            .unwrap();
-        let g = inner.gradient(&loss, &[(&x64).into()]).unwrap()[0]
-            .clone()
-            .unwrap();
-        let gg = outer
-            .gradient(
-                &g.square().unwrap().reduce_sum(Axes::All, false).unwrap(),
-                &[(&x64).into()],
-            )
-            .unwrap()[0]
-            .clone()
-            .unwrap();
-        (g.to_vec::<f64>().unwrap(), gg.to_vec::<f64>().unwrap())
+            .unwrap()
     };
     let f64_fn = Function::new(body);
-    let (eager, traced) = (grads(&body), grads(&|a| f64_fn.call(a)));
-    for (e, t) in eager
-        .0
-        .iter()
-        .zip(&traced.0)
-        .chain(eager.1.iter().zip(&traced.1))
-    {
-        assert!((e - t).abs() <= 1e-12 * (1.0 + e.abs()), "{e} vs {t}");
-    }
+    assert_same_gradients(
+        &first_and_second_order(&body, &args64, 0, &loss),
+        &first_and_second_order(&|a| f64_fn.call(a), &args64, 0, &loss),
+    );
 }
 
 /// A Dense layer's product, bias add and ReLU in a graph are one `FusedMatMul` (TF's
@@ -713,15 +732,7 @@ fn a_backward_product_with_the_relu_and_bias_gradients_below_is_one_kernel() {
     let f = Function::new(body);
     let args = [f32s(&[6, 3], 21), f32s(&[5, 3], 22), f32s(&[6, 5], 23)];
     let c = f.get_concrete_function(&args).unwrap();
-    let kinds: Vec<String> = c
-        .graph()
-        .nodes
-        .iter()
-        .filter_map(|n| match &n.kind {
-            ferroflow::function::NodeKind::Op(op) => Some(op.name().to_string()),
-            _ => None,
-        })
-        .collect();
+    let kinds = op_kinds(&c);
     assert_eq!(kinds, ["fused_matmul_reduce"], "{}", c.graph().listing());
     for s in [21u64, 40] {
         let args = [f32s(&[6, 3], s), f32s(&[5, 3], s + 1), f32s(&[6, 5], s + 2)];
@@ -741,41 +752,17 @@ fn a_backward_product_with_the_relu_and_bias_gradients_below_is_one_kernel() {
     assert!(!listing.contains("fused_matmul_reduce"), "{listing}");
     // Gradients through the fused node, first and second order, equal eager ones.
     let a64: Vec<Tensor> = args.iter().map(|t| t.cast(DType::F64).unwrap()).collect();
-    let grads = |run: &dyn Fn(&[Tensor]) -> ferroflow::Result<Vec<Tensor>>| {
-        let outer = GradientTape::new();
-        outer.watch(&a64[1]);
-        let inner = GradientTape::new();
-        inner.watch(&a64[1]);
-        let y = run(&a64).unwrap();
-        let loss = y[0]
-            .square()
+    let loss = |y: &[Tensor]| {
+        y[0].square()
             .unwrap()
             .reduce_sum(Axes::All, false)
             .unwrap()
             .add(&y[1].reduce_sum(Axes::All, false).unwrap())
-            .unwrap();
-        let g = inner.gradient(&loss, &[(&a64[1]).into()]).unwrap()[0]
-            .clone()
-            .unwrap();
-        let gg = outer
-            .gradient(
-                &g.square().unwrap().reduce_sum(Axes::All, false).unwrap(),
-                &[(&a64[1]).into()],
-            )
-            .unwrap()[0]
-            .clone()
-            .unwrap();
-        (g.to_vec::<f64>().unwrap(), gg.to_vec::<f64>().unwrap())
+            .unwrap()
     };
     let f64_fn = Function::new(body);
-    let (eager, traced) = (grads(&body), grads(&|a| f64_fn.call(a)));
-    assert!(!eager.1.is_empty());
-    for (e, t) in eager
-        .0
-        .iter()
-        .zip(&traced.0)
-        .chain(eager.1.iter().zip(&traced.1))
-    {
-        assert!((e - t).abs() <= 1e-12 * (1.0 + e.abs()), "{e} vs {t}");
-    }
+    assert_same_gradients(
+        &first_and_second_order(&body, &a64, 1, &loss),
+        &first_and_second_order(&|a| f64_fn.call(a), &a64, 1, &loss),
+    );
 }

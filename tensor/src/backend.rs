@@ -150,7 +150,7 @@ pub trait Backend: Send + Sync + 'static {
         indices: Operand<'_>,
         axis: usize,
     ) -> Result<Vec<BufferBox>> {
-        xs.iter().map(|&x| self.gather(x, indices, axis)).collect()
+        gather_each(self, xs, indices, axis)
     }
     /// Adjoint of gather: zeros of `shape`, then `out[.., indices[j], ..] += updates[.., j, ..]`.
     fn scatter_add(
@@ -394,6 +394,32 @@ pub trait Backend: Send + Sync + 'static {
             .map(|v| self.optimizer_update(rule, v.w, v.g, &v.slots))
             .collect()
     }
+}
+
+/// [`Backend::gather`] of each of `xs` in turn: the [`Backend::gather_group`] default, and
+/// the fallback of a backend whose one-kernel version cannot take the group.
+///
+/// ```
+/// use ferroflow_tensor::backend::gather_each;
+/// use ferroflow_tensor::{Backend, BufferBox, Operand, Result};
+/// fn fallback(
+///     backend: &dyn Backend,
+///     xs: &[Operand<'_>],
+///     indices: Operand<'_>,
+///     axis: usize,
+/// ) -> Result<Vec<BufferBox>> {
+///     gather_each(backend, xs, indices, axis)
+/// }
+/// ```
+pub fn gather_each<B: Backend + ?Sized>(
+    backend: &B,
+    xs: &[Operand<'_>],
+    indices: Operand<'_>,
+    axis: usize,
+) -> Result<Vec<BufferBox>> {
+    xs.iter()
+        .map(|&x| backend.gather(x, indices, axis))
+        .collect()
 }
 
 /// The product through [`Backend::matmul`], then [`Backend::fused_reduce`] of the program

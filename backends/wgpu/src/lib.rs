@@ -397,7 +397,7 @@ impl Backend for WgpuBackend {
         let ins = xs.iter().map(|&x| In::new(x)).collect::<Result<Vec<_>>>()?;
         match kernels::index::gather_group(&ins, &In::new(indices)?, axis)? {
             Some(outs) => Ok(outs.into_iter().map(|b| Box::new(b) as BufferBox).collect()),
-            None => xs.iter().map(|&x| self.gather(x, indices, axis)).collect(),
+            None => ferroflow_tensor::backend::gather_each(self, xs, indices, axis),
         }
     }
     fn scatter_add(

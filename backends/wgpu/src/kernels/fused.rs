@@ -65,6 +65,19 @@ pub(crate) fn input_bindings(n: usize) -> String {
         .collect()
 }
 
+/// The outputs of a program whose first output is reduced: the reduction `Y` at binding
+/// `first`, the program's other outputs `O1..` after it.
+pub(crate) fn reduction_output_bindings(first: usize, outputs: usize) -> String {
+    let mut s = format!("@group(0) @binding({first}) var<storage, read_write> Y: array<f32>;\n");
+    for k in 1..outputs {
+        s += &format!(
+            "@group(0) @binding({}) var<storage, read_write> O{k}: array<f32>;\n",
+            first + k
+        );
+    }
+    s
+}
+
 /// The program's functions (`opaque` and one per step) and the statements computing its
 /// registers `r0..` at element `i`, input `k` read through the descriptor whose offset is
 /// in parameter slot `first_slot + k`.
@@ -119,16 +132,7 @@ pub(crate) fn fused_reduce_source(program: &ElementwiseProgram, op: ReduceOp) ->
     let store = reduced_value(Elem::F32, op)?;
     let n_in = program.num_inputs;
     let mut s = input_bindings(n_in);
-    s += &format!(
-        "@group(0) @binding({}) var<storage, read_write> Y: array<f32>;\n",
-        1 + n_in
-    );
-    for k in 1..program.outputs.len() {
-        s += &format!(
-            "@group(0) @binding({}) var<storage, read_write> O{k}: array<f32>;\n",
-            1 + n_in + k
-        );
-    }
+    s += &reduction_output_bindings(1 + n_in, program.outputs.len());
     let (functions, mut body) = program_body(program, REDUCE_FIRST_DESC_SLOT)?;
     for (k, r) in program.outputs.iter().enumerate().skip(1) {
         body += &format!("    O{k}[i] = r{r};\n");

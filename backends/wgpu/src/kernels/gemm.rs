@@ -625,16 +625,7 @@ pub(crate) fn gemm_column_sums_source(
             2 + k
         );
     }
-    decl += &format!(
-        "@group(0) @binding({}) var<storage, read_write> Y: array<f32>;\n",
-        2 + n_in
-    );
-    for k in 1..program.outputs.len() {
-        decl += &format!(
-            "@group(0) @binding({}) var<storage, read_write> O{k}: array<f32>;\n",
-            2 + n_in + k
-        );
-    }
+    decl += &super::fused::reduction_output_bindings(2 + n_in, program.outputs.len());
     let value = format!(
         "fn program_value(i: u32, product: f32) -> f32 {{\n{body}    return r{};\n}}\n",
         program.outputs[0]
