@@ -482,11 +482,7 @@ pub(crate) fn fuse_matmul_reduce(graph: &mut Graph) -> usize {
         else {
             continue;
         };
-        let Some(first) = graph.nodes[i]
-            .outputs
-            .get(1)
-            .or(graph.nodes[i].outputs.first())
-        else {
+        let Some(first) = graph.nodes[i].outputs.first() else {
             continue;
         };
         let shape_rank = graph.nodes[i]

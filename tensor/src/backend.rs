@@ -447,7 +447,16 @@ pub fn matmul_then_fused_reduce<B: Backend + ?Sized>(
     program: &crate::fused::ElementwiseProgram,
     inputs: &[Operand<'_>],
 ) -> Result<Vec<BufferBox>> {
-    let (m, n) = (a.layout.shape()[0], b.layout.shape()[1]);
+    let (&[m, _], &[_, n]) = (a.layout.shape(), b.layout.shape()) else {
+        return Err(Error::invalid(
+            "fused_matmul_reduce",
+            format!(
+                "operands of rank 2 needed, got {:?} and {:?}",
+                a.layout.shape(),
+                b.layout.shape()
+            ),
+        ));
+    };
     let product = backend.matmul(a, b)?;
     let layout = Layout::contiguous(&[m, n]);
     let mut operands = vec![Operand {

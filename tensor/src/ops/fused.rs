@@ -346,28 +346,7 @@ impl Tensor {
         }
         // The program's operands as `fused_reduce` checks them, the product standing in
         // for register 0; a broadcast that widens the product is the composed path's error.
-        if program.num_inputs != 1 + inputs.len() {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "the program reads {} inputs, got the product and {}",
-                    program.num_inputs,
-                    inputs.len()
-                ),
-            ));
-        }
-        program.check()?;
-        let mut shape = out_shape.clone();
-        for t in inputs {
-            if t.dtype() != dtype {
-                return Err(Error::DTypeMismatch {
-                    op: OP,
-                    lhs: dtype,
-                    rhs: t.dtype(),
-                });
-            }
-            shape = crate::layout::broadcast_shapes(OP, &shape, t.shape())?;
-        }
+        let (_, shape) = program_operands_after(OP, program, (dtype, &out_shape), inputs)?;
         if shape != out_shape || out_shape.contains(&0) {
             return compose();
         }
@@ -430,18 +409,31 @@ fn program_operands(
     program: &ElementwiseProgram,
     inputs: &[Tensor],
 ) -> Result<(crate::DType, Vec<usize>)> {
+    let Some((first, rest)) = inputs.split_first() else {
+        return Err(Error::invalid(op, "the program reads no inputs"));
+    };
+    program_operands_after(op, program, (first.dtype(), first.shape()), rest)
+}
+
+/// [`program_operands`] with the first input given by its dtype and shape (a product the
+/// same kernel makes).
+fn program_operands_after(
+    op: &'static str,
+    program: &ElementwiseProgram,
+    (dtype, first_shape): (crate::DType, &[usize]),
+    rest: &[Tensor],
+) -> Result<(crate::DType, Vec<usize>)> {
     program.check()?;
-    if inputs.len() != program.num_inputs || inputs.is_empty() {
+    if rest.len() + 1 != program.num_inputs {
         return Err(Error::invalid(
             op,
             format!(
                 "the program reads {} inputs, got {}",
                 program.num_inputs,
-                inputs.len()
+                rest.len() + 1
             ),
         ));
     }
-    let dtype = inputs[0].dtype();
     if !dtype.is_float() {
         return Err(Error::UnsupportedDType {
             op,
@@ -449,8 +441,8 @@ fn program_operands(
             expected: "a float dtype",
         });
     }
-    let mut shape = inputs[0].shape().to_vec();
-    for t in &inputs[1..] {
+    let mut shape = first_shape.to_vec();
+    for t in rest {
         if t.dtype() != dtype {
             return Err(Error::DTypeMismatch {
                 op,

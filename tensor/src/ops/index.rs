@@ -131,9 +131,10 @@ impl Tensor {
             shape.extend_from_slice(&x.shape()[axis + 1..]);
             shapes.push(shape);
         }
-        let one_device = xs.iter().all(|x| x.device() == indices.device());
+        // One tensor, or an empty output: `gather` as it is (devices are checked by
+        // `dispatch` either way).
         let empty = shapes.iter().any(|s| s.contains(&0));
-        if xs.len() == 1 || !one_device || empty {
+        if xs.len() == 1 || empty {
             return xs
                 .iter()
                 .map(|x| x.gather(indices, axis as isize))

@@ -16,7 +16,9 @@
 //! more than the adapter allows per kernel runs step by step through the ops' own kernels.
 
 use super::elementwise::{binary_expr, unary_expr};
-use super::reduce::{parts_of, reduce_partials, reduce_parts, reduced_value, MEAN_COUNT_SLOT};
+use super::reduce::{
+    partial_pass, parts_of, reduce_partials, reduce_parts, reduced_value, MEAN_COUNT_SLOT,
+};
 use super::{output, run_map, same_gpu, In, MAIN};
 use crate::buffer::WgpuBuffer;
 use crate::elem::{descriptor, layout_descriptor, unsupported_on, Elem, Params};
@@ -43,7 +45,7 @@ pub(crate) fn fused_source(program: &ElementwiseProgram) -> Option<String> {
             1 + program.num_inputs + k
         );
     }
-    let (functions, mut body) = program_body(program, FIRST_DESC_SLOT)?;
+    let (functions, mut body) = program_body(program, FIRST_DESC_SLOT, 0)?;
     for (k, r) in program.outputs.iter().enumerate() {
         body += &format!("    O{k}[i] = r{r};\n");
     }
@@ -80,10 +82,12 @@ pub(crate) fn reduction_output_bindings(first: usize, outputs: usize) -> String 
 
 /// The program's functions (`opaque` and one per step) and the statements computing its
 /// registers `r0..` at element `i`, input `k` read through the descriptor whose offset is
-/// in parameter slot `first_slot + k`.
+/// in parameter slot `first_slot + k`; inputs below `loaded_from` are not read (the caller
+/// defines those registers: a GEMM's product).
 pub(crate) fn program_body(
     program: &ElementwiseProgram,
     first_slot: usize,
+    loaded_from: usize,
 ) -> Option<(String, String)> {
     let e = Elem::F32;
     let n_in = program.num_inputs;
@@ -91,7 +95,7 @@ pub(crate) fn program_body(
         "fn opaque(x: f32) -> f32 {{ return bitcast<f32>(bitcast<u32>(x) ^ P[{ZERO_SLOT}]); }}\n"
     );
     let mut body = String::new();
-    for k in 0..n_in {
+    for k in loaded_from..n_in {
         body += &format!("    let r{k} = X{k}[at(P[{}], i)];\n", first_slot + k);
     }
     for (k, step) in program.steps.iter().enumerate() {
@@ -133,7 +137,7 @@ pub(crate) fn fused_reduce_source(program: &ElementwiseProgram, op: ReduceOp) ->
     let n_in = program.num_inputs;
     let mut s = input_bindings(n_in);
     s += &reduction_output_bindings(1 + n_in, program.outputs.len());
-    let (functions, mut body) = program_body(program, REDUCE_FIRST_DESC_SLOT)?;
+    let (functions, mut body) = program_body(program, REDUCE_FIRST_DESC_SLOT, 0)?;
     for (k, r) in program.outputs.iter().enumerate().skip(1) {
         body += &format!("    O{k}[i] = r{r};\n");
     }
@@ -192,12 +196,7 @@ pub(crate) fn fused_reduce(
     let n: usize = shape.iter().product();
     let parts = parts_of(n_out, n_red);
     let per = n_red.div_ceil(parts).max(1);
-    // A split mean's first pass stores partial sums; the second divides.
-    let first_op = if parts > 1 && op == ReduceOp::ReduceMean {
-        ReduceOp::ReduceSum
-    } else {
-        op
-    };
+    let first_op = if parts > 1 { partial_pass(op) } else { op };
     let k = gpu.kernel(
         &format!("fused_reduce_{}_{program:?}", first_op.name()),
         program.num_inputs,

@@ -600,12 +600,8 @@ pub(crate) fn gemm_column_sums_source(
     loaders: &str,
     program: &ElementwiseProgram,
 ) -> Option<String> {
-    let (functions, body) = super::fused::program_body(program, COLUMN_SUMS_FIRST_SLOT)?;
-    let product_load = format!("    let r0 = X0[at(P[{COLUMN_SUMS_FIRST_SLOT}], i)];\n");
-    if !body.contains(&product_load) {
-        return None;
-    }
-    let mut body = body.replacen(&product_load, "    let r0 = product;\n", 1);
+    let (functions, loads) = super::fused::program_body(program, COLUMN_SUMS_FIRST_SLOT, 1)?;
+    let mut body = format!("    let r0 = product;\n{loads}");
     for (k, r) in program.outputs.iter().enumerate().skip(1) {
         body += &format!("    O{k}[i] = r{r};\n");
     }
@@ -680,10 +676,11 @@ pub(crate) fn fused_matmul_reduce(
     }
     let t = SMALL;
     let key = format!("fused_matmul_reduce_{t:?}_{:?}_{program:?}", plan.reads);
-    let Some(source) = gemm_column_sums_source(t, plan.reads, &plan.loaders, program) else {
-        return Ok(None);
-    };
-    let kern = gpu.kernel_trusted(&key, 2 + inputs.len(), program.outputs.len(), || source)?;
+    // Generated on the first call only (a program with no float32 expression, which
+    // `ElementwiseProgram::check` refuses before it gets here, would not compile).
+    let kern = gpu.kernel_trusted(&key, 2 + inputs.len(), program.outputs.len(), || {
+        gemm_column_sums_source(t, plan.reads, &plan.loaders, program).unwrap_or_default()
+    })?;
     let groups = [n.div_ceil(t.bn as usize) as u32, 1, 1];
     if groups[0] > 65535 {
         return Ok(None);

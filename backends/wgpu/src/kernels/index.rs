@@ -188,7 +188,14 @@ pub(crate) fn gather_group(
     for x in xs {
         same_gpu("gather_group", x, idx)?;
     }
-    let bound = first.op.shape()[axis];
+    // Every tensor as long along `axis` (the tensor layer checks it; a direct call that
+    // breaks it runs the gathers one by one, each checking its own).
+    let Some(&bound) = first.op.shape().get(axis) else {
+        return Ok(None);
+    };
+    if xs.iter().any(|x| x.op.shape().get(axis) != Some(&bound)) {
+        return Ok(None);
+    }
     let ni = idx.n();
     let elems: Vec<Elem> = xs.iter().map(|x| x.elem()).collect();
     let name = elems.iter().map(|e| e.mov()).collect::<Vec<_>>().join("_");

@@ -130,12 +130,7 @@ pub(crate) fn reduce(op: ReduceOp, x: &In<'_>, axes: &[usize]) -> Result<WgpuBuf
         return Ok(out);
     }
     let partial = output(gpu, partial_elem, n_out * parts)?;
-    let partial_op = if op == ReduceOp::ReduceMean {
-        ReduceOp::ReduceSum
-    } else {
-        op
-    };
-    let k1 = reduce_kernel(gpu, partial_op, e, e, partial_elem)?;
+    let k1 = reduce_kernel(gpu, partial_pass(op), e, e, partial_elem)?;
     gpu.dispatch(
         &k1,
         &params(n_out * parts).0,
@@ -154,6 +149,16 @@ pub(crate) fn parts_of(n_out: usize, n_red: usize) -> usize {
         (n_red / 4096).clamp(2, 1024)
     } else {
         1
+    }
+}
+
+/// The reduction the first pass of a split `op` runs: a mean's parts are sums (the second
+/// pass divides once, by the whole count).
+pub(crate) fn partial_pass(op: ReduceOp) -> ReduceOp {
+    if op == ReduceOp::ReduceMean {
+        ReduceOp::ReduceSum
+    } else {
+        op
     }
 }
 
