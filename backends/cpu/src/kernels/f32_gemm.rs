@@ -1,4 +1,4 @@
-//! float32 matrix products on AVX-512 for the shapes training produces: one side a batch
+//! float32 matrix products on AVX-512 and AVX2 for the shapes training produces: one side a batch
 //! (32 to a few hundred rows) or a short inner dimension (a weight gradient, K = batch).
 //!
 //! `gemm`'s kernels run such thin products at single-core peak but pack a whole operand
@@ -15,13 +15,20 @@
 //! - threads split the longer side of the output into chunks they claim as they come
 //!   ([`crate::simd::for_each_chunk_shared`]).
 //!
-//! Chosen at run time on CPUs with AVX-512 ([`crate::simd::has_avx512`]); elsewhere the
-//! products go to `gemm` as before.
+//! Chosen at run time on CPUs with AVX-512 ([`crate::simd::has_avx512`]) and, with the
+//! same blocking and packing, on CPUs with AVX2 + FMA only (tiles of 6 rows by [`NR`]
+//! columns, run as two `6 x 16` register blocks of twelve ymm accumulators:
+//! [`Tile::run_rows_avx2`]; packing with 8x8 transposes); elsewhere the products go to
+//! `gemm` as before.
 
 use super::matmul::StridedMatrix;
+use crate::simd::Isa;
 
 /// Rows of a register tile.
 pub(super) const MR: usize = 8;
+/// Rows of a register tile with AVX2 (twelve ymm accumulators: 6 rows by 16 columns, each
+/// half of the tile's [`NR`] columns in turn).
+const AVX2_ROWS: usize = 6;
 /// Columns of a register tile (two zmm registers of f32).
 pub(super) const NR: usize = 32;
 /// Steps of `k` per packed block of the right operand (at most; blocks are equal).
@@ -65,6 +72,9 @@ impl NativeGemm for f32 {
         rhs: StridedMatrix<'_, f32>,
         accumulate: bool,
     ) -> bool {
+        let Some(isa) = native_isa() else {
+            return false;
+        };
         if !suits(m, n, k) {
             return false;
         }
@@ -72,28 +82,41 @@ impl NativeGemm for f32 {
             dst.len() >= m * n && lhs.fits(m, k) && rhs.fits(k, n),
             "native_gemm: operands out of bounds"
         );
-        // SAFETY: `suits` checked AVX-512; the assert keeps every access in bounds, and dst
-        // holds initialised values (read only when accumulating).
-        unsafe { gemm_f32(dst.as_mut_ptr(), m, n, k, lhs, rhs, accumulate) };
+        // SAFETY: `native_isa` checked the instruction set; the assert keeps every access
+        // in bounds, and dst holds initialised values (read only when accumulating).
+        unsafe { gemm_f32(isa, dst.as_mut_ptr(), m, n, k, lhs, rhs, accumulate) };
         true
     }
 }
 
-/// Whether this kernel takes an `m x k · k x n` product: AVX-512 present and the product
-/// thin, a batch of rows (m ≤ 256) or a short inner dimension (k ≤ 256, weight gradients).
-/// Measured against `gemm` on two cores: 1.0-1.3x on MLP shapes (batch 32 and 128), 1.5x
-/// with k = 9; `gemm`'s blocking wins on tall products with long rows (25088x288 · 288x64,
-/// an im2col convolution: 0.8x) and on large square ones, so those stay with it.
-pub(crate) fn suits(m: usize, n: usize, k: usize) -> bool {
-    crate::simd::has_avx512() && m > 0 && n > 0 && m.min(k) <= 256
+/// The instruction set this kernel runs with here: AVX-512 where the CPU has it (and
+/// `FERROFLOW_CPU_ISA` allows it), else AVX2 + FMA, else none (`gemm` takes every product).
+pub(crate) fn native_isa() -> Option<Isa> {
+    match crate::simd::isa() {
+        Isa::Scalar => None,
+        isa => Some(isa),
+    }
 }
 
-/// `dst = [dst +] lhs · rhs` with `dst` dense row-major (`m x n`), split across threads.
+/// Whether this kernel takes an `m x k · k x n` product: AVX-512 or AVX2 present and the
+/// product thin, a batch of rows (m ≤ 256) or a short inner dimension (k ≤ 256, weight
+/// gradients). Measured against `gemm` on two cores with AVX-512: 1.0-1.3x on MLP shapes
+/// (batch 32 and 128), 1.5x with k = 9; `gemm`'s blocking wins on tall products with long
+/// rows (25088x288 · 288x64, an im2col convolution: 0.8x) and on large square ones, so
+/// those stay with it. With AVX2 only: see BENCHMARKS.md (thirty-fourth session).
+pub(crate) fn suits(m: usize, n: usize, k: usize) -> bool {
+    native_isa().is_some() && m > 0 && n > 0 && m.min(k) <= 256
+}
+
+/// `dst = [dst +] lhs · rhs` with `dst` dense row-major (`m x n`), split across threads,
+/// with the kernels of `isa` (AVX-512 or AVX2).
 ///
 /// # Safety
-/// The CPU has AVX-512F; `dst` is valid for `m * n` writes (and reads of initialised
-/// values when `accumulate`); both operands fit their slices.
+/// The CPU has `isa` (AVX-512F; AVX2 and FMA); `dst` is valid for `m * n` writes (and
+/// reads of initialised values when `accumulate`); both operands fit their slices.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_f32(
+    isa: Isa,
     dst: *mut f32,
     m: usize,
     n: usize,
@@ -114,15 +137,23 @@ pub(crate) unsafe fn gemm_f32(
     let threads = rayon::current_num_threads();
     let out = crate::simd::SharedMut(dst);
     let run = |rows: (usize, usize), cols: (usize, usize)| {
+        let (lhs, rhs) = (&lhs, &rhs);
         // SAFETY: the caller's guarantees, for a sub-block of the output.
-        unsafe { block(out.get(), n, rows, cols, k, &lhs, &rhs, accumulate) }
+        unsafe {
+            if isa >= Isa::Avx512 {
+                block_avx512(out.get(), n, rows, cols, k, lhs, rhs, accumulate)
+            } else {
+                block_avx2(out.get(), n, rows, cols, k, lhs, rhs, accumulate)
+            }
+        }
     };
     if threads < 2 || m * n * k < PAR_MACS {
         run((0, m), (0, n));
     } else if m >= n && (m.div_ceil(CHUNKS_PER_THREAD * threads) >= MIN_ROWS_PER_PACK || n < 2 * NR)
     {
         // Row tiles; every chunk packs the (short) right operand again.
-        let rows = (m.div_ceil(CHUNKS_PER_THREAD * threads)).next_multiple_of(MR);
+        let tile_rows = if isa >= Isa::Avx512 { MR } else { AVX2_ROWS };
+        let rows = (m.div_ceil(CHUNKS_PER_THREAD * threads)).next_multiple_of(tile_rows);
         crate::simd::for_each_chunk_shared(m.div_ceil(rows), |c| {
             run((c * rows, ((c + 1) * rows).min(m)), (0, n))
         });
@@ -141,11 +172,68 @@ pub(super) fn column_masks(width: usize) -> (u16, u16) {
     (bits(width), bits(width.saturating_sub(16)))
 }
 
-/// The output rows `rows.0..rows.1` by columns `cols.0..cols.1`.
+/// One instruction set's tile kernel and panel packing, for [`block`].
+trait TileKernels {
+    /// Rows per register tile (at most [`MR`]).
+    const ROWS: usize;
+    /// [`Tile::run_rows`] or [`Tile::run_rows_avx2`].
+    unsafe fn run_rows(tile: &Tile<'_>, h: usize);
+    /// [`pack_panel`] or [`pack_panel_avx2`].
+    unsafe fn pack_panel(
+        src: *const f32,
+        strides: (isize, isize),
+        kc: usize,
+        width: usize,
+        dst: *mut f32,
+    );
+}
+
+struct Avx512Kernels;
+struct Avx2Kernels;
+
+#[cfg(target_arch = "x86_64")]
+impl TileKernels for Avx512Kernels {
+    const ROWS: usize = MR;
+    #[inline(always)]
+    unsafe fn run_rows(tile: &Tile<'_>, h: usize) {
+        tile.run_rows(h)
+    }
+    #[inline(always)]
+    unsafe fn pack_panel(
+        src: *const f32,
+        strides: (isize, isize),
+        kc: usize,
+        width: usize,
+        dst: *mut f32,
+    ) {
+        pack_panel(src, strides, kc, width, dst)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl TileKernels for Avx2Kernels {
+    const ROWS: usize = AVX2_ROWS;
+    #[inline(always)]
+    unsafe fn run_rows(tile: &Tile<'_>, h: usize) {
+        tile.run_rows_avx2(h)
+    }
+    #[inline(always)]
+    unsafe fn pack_panel(
+        src: *const f32,
+        strides: (isize, isize),
+        kc: usize,
+        width: usize,
+        dst: *mut f32,
+    ) {
+        pack_panel_avx2(src, strides, kc, width, dst)
+    }
+}
+
+/// [`block`] with the AVX-512 kernels.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn block(
+unsafe fn block_avx512(
     dst: *mut f32,
     ldc: usize,
     rows: (usize, usize),
@@ -155,17 +243,77 @@ unsafe fn block(
     rhs: &StridedMatrix<'_, f32>,
     accumulate: bool,
 ) {
+    // The closure inherits this function's instruction set; `block` inlines into it.
+    with_pack(packs(rhs, rows, Avx512Kernels::ROWS), |pack| {
+        block::<Avx512Kernels>(pack, dst, ldc, rows, cols, k, lhs, rhs, accumulate)
+    })
+}
+
+/// [`block`] with the AVX2 + FMA kernels.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_avx2(
+    dst: *mut f32,
+    ldc: usize,
+    rows: (usize, usize),
+    cols: (usize, usize),
+    k: usize,
+    lhs: &StridedMatrix<'_, f32>,
+    rhs: &StridedMatrix<'_, f32>,
+    accumulate: bool,
+) {
+    // The closure inherits this function's instruction set; `block` inlines into it.
+    with_pack(packs(rhs, rows, Avx2Kernels::ROWS), |pack| {
+        block::<Avx2Kernels>(pack, dst, ldc, rows, cols, k, lhs, rhs, accumulate)
+    })
+}
+
+/// Whether [`block`] packs the right operand (else it reads it in place: one row tile of
+/// `tile_rows` and contiguous rows).
+fn packs(rhs: &StridedMatrix<'_, f32>, rows: (usize, usize), tile_rows: usize) -> bool {
+    !(rhs.cs == 1 && rows.1 - rows.0 <= tile_rows)
+}
+
+/// Runs `f` with this thread's packing buffer ([`KC`] x [`NC`] floats when `needed`).
+fn with_pack(needed: bool, f: impl FnOnce(*mut f32)) {
     thread_local! {
         static PACK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     }
+    PACK.with_borrow_mut(|pack| {
+        if needed && pack.len() < KC * NC {
+            pack.resize(KC * NC, 0.0);
+        }
+        f(pack.as_mut_ptr())
+    })
+}
+
+/// The output rows `rows.0..rows.1` by columns `cols.0..cols.1`, with the kernels `K`
+/// (inlined into [`block_avx512`] / [`block_avx2`], which enable their instruction sets;
+/// no closures here, which would not inherit them), packing into `pack`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block<K: TileKernels>(
+    pack: *mut f32,
+    dst: *mut f32,
+    ldc: usize,
+    rows: (usize, usize),
+    cols: (usize, usize),
+    k: usize,
+    lhs: &StridedMatrix<'_, f32>,
+    rhs: &StridedMatrix<'_, f32>,
+    accumulate: bool,
+) {
     let a = lhs.data.as_ptr().add(lhs.offset);
     let b = rhs.data.as_ptr().add(rhs.offset);
     // One row tile: B is read once, in place when its rows are contiguous.
-    let in_place = rhs.cs == 1 && rows.1 - rows.0 <= MR;
-    PACK.with_borrow_mut(|pack| {
-        if !in_place && pack.len() < KC * NC {
-            pack.resize(KC * NC, 0.0);
-        }
+    let in_place = !packs(rhs, rows, K::ROWS);
+    let mut row_offsets = [0isize; MR];
+    for (r, o) in row_offsets.iter_mut().enumerate() {
+        *o = r as isize * lhs.rs;
+    }
+    {
         // Equal blocks of at most KC steps of k.
         let kstep = k.div_ceil(k.div_ceil(KC));
         for k0 in (0..k).step_by(kstep) {
@@ -178,28 +326,28 @@ unsafe fn block(
                 if !in_place {
                     // Panel q holds columns jb + 32q.. as kc rows of NR floats.
                     for q in 0..panels {
-                        pack_panel(
+                        K::pack_panel(
                             block_at.offset((q * NR) as isize * rhs.cs),
                             (rhs.rs, rhs.cs),
                             kc,
                             NR.min(ncols - q * NR),
-                            pack.as_mut_ptr().add(q * KC * NR),
+                            pack.add(q * KC * NR),
                         );
                     }
                 }
                 // Each row tile of A (8 x kc, L1-resident) meets every panel of the block.
                 let mut i0 = rows.0;
                 while i0 < rows.1 {
-                    let h = MR.min(rows.1 - i0);
+                    let h = K::ROWS.min(rows.1 - i0);
                     for q in 0..panels {
                         let (bp, b_rs) = if in_place {
                             (block_at.add(q * NR), rhs.rs)
                         } else {
-                            (pack.as_ptr().add(q * KC * NR), NR as isize)
+                            (pack.add(q * KC * NR) as *const f32, NR as isize)
                         };
-                        Tile {
+                        let tile = Tile {
                             a: a.offset(i0 as isize * lhs.rs + k0 as isize * lhs.cs),
-                            rows: std::array::from_fn(|r| r as isize * lhs.rs),
+                            rows: row_offsets,
                             a_cs: lhs.cs,
                             segments: &[0],
                             seg_len: kc,
@@ -211,14 +359,14 @@ unsafe fn block(
                             add,
                             bias: std::ptr::null(),
                             relu: false,
-                        }
-                        .run_rows(h);
+                        };
+                        K::run_rows(&tile, h);
                     }
                     i0 += h;
                 }
             }
         }
-    });
+    }
 }
 
 /// Packs `kc` rows of a panel `width` (≤ NR) columns wide whose element (p, j) is at
@@ -247,13 +395,140 @@ pub(super) unsafe fn pack_panel(
     } else if rs == 1 {
         pack_transposed(src, cs, kc, width, dst);
     } else {
-        // Strided both ways: element by element, along k.
-        for j in 0..width {
-            let s = src.offset(j as isize * cs);
-            for p in 0..kc {
-                *dst.add(p * NR + j) = *s.offset(p as isize * rs);
+        pack_strided(src, (rs, cs), kc, width, dst);
+    }
+}
+
+/// [`pack_panel`] of a matrix strided both ways: element by element, along k.
+///
+/// # Safety
+/// As [`pack_panel`]'s (no instruction-set requirement).
+unsafe fn pack_strided(
+    src: *const f32,
+    (rs, cs): (isize, isize),
+    kc: usize,
+    width: usize,
+    dst: *mut f32,
+) {
+    for j in 0..width {
+        let s = src.offset(j as isize * cs);
+        for p in 0..kc {
+            *dst.add(p * NR + j) = *s.offset(p as isize * rs);
+        }
+    }
+}
+
+/// Eight floats at `p`, or (not `FULL`) the lanes `mask` selects and zeros (a plain
+/// function, not a closure, so it inlines into the caller's instruction set).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load8<const FULL: bool>(
+    p: *const f32,
+    mask: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    if FULL {
+        _mm256_loadu_ps(p)
+    } else {
+        _mm256_maskload_ps(p, mask)
+    }
+}
+
+/// The first `n` (0..=8) lanes of a ymm register, as the mask `_mm256_maskload_ps` takes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn lanes_avx2(n: usize) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(n.min(8) as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    )
+}
+
+/// [`pack_panel`] with AVX2: the same layout (`kc` rows of [`NR`] floats, columns past
+/// `width` zero where a row is written through registers).
+///
+/// # Safety
+/// AVX2 is present, the panel lies inside its buffer and `dst` holds `kc * NR` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn pack_panel_avx2(
+    src: *const f32,
+    (rs, cs): (isize, isize),
+    kc: usize,
+    width: usize,
+    dst: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    if cs == 1 {
+        let masks: [__m256i; NR / 8] =
+            std::array::from_fn(|q| lanes_avx2(width.saturating_sub(8 * q)));
+        for p in 0..kc {
+            let s = src.offset(p as isize * rs);
+            let d = dst.add(p * NR);
+            for (q, &mask) in masks.iter().enumerate() {
+                _mm256_storeu_ps(d.add(8 * q), _mm256_maskload_ps(s.add(8 * q), mask));
             }
         }
+    } else if rs == 1 {
+        pack_transposed_avx2(src, cs, kc, width, dst);
+    } else {
+        pack_strided(src, (rs, cs), kc, width, dst);
+    }
+}
+
+/// [`pack_transposed`] with AVX2: 8x8 blocks through registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_transposed_avx2(src: *const f32, cs: isize, kc: usize, width: usize, dst: *mut f32) {
+    use std::arch::x86_64::*;
+    for p0 in (0..kc).step_by(8) {
+        let depth = 8.min(kc - p0);
+        let load_mask = lanes_avx2(depth);
+        for oct in 0..width.div_ceil(8) {
+            let mut r = [_mm256_setzero_ps(); 8];
+            for (jj, v) in r.iter_mut().enumerate() {
+                let j = oct * 8 + jj;
+                if j < width {
+                    *v = _mm256_maskload_ps(src.offset(j as isize * cs).add(p0), load_mask);
+                }
+            }
+            transpose8(&mut r);
+            for (pp, v) in r.iter().enumerate().take(depth) {
+                _mm256_storeu_ps(dst.add((p0 + pp) * NR + oct * 8), *v);
+            }
+        }
+    }
+}
+
+/// Transposes an 8x8 block of f32 held as 8 rows.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn transpose8(r: &mut [std::arch::x86_64::__m256; 8]) {
+    use std::arch::x86_64::*;
+    let t: [__m256; 8] = std::array::from_fn(|i| {
+        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+        if i % 2 == 0 {
+            _mm256_unpacklo_ps(a, b)
+        } else {
+            _mm256_unpackhi_ps(a, b)
+        }
+    });
+    // t0 = a0b0a1b1|a4b4a5b5, t1 = a2b2a3b3|a6b6a7b7 (rows 0 and 1), t2/t3 rows 2 and 3..
+    let s: [__m256; 8] = std::array::from_fn(|i| {
+        let (lo, hi) = (t[(i / 4) * 4 + (i % 2)], t[(i / 4) * 4 + 2 + (i % 2)]);
+        if (i / 2) % 2 == 0 {
+            _mm256_shuffle_ps::<0x44>(lo, hi)
+        } else {
+            _mm256_shuffle_ps::<0xEE>(lo, hi)
+        }
+    });
+    // s[0..4]: columns 0, 4 / 2, 6 / 1, 5 / 3, 7 of rows 0-3 (low | high lane); s[4..8]
+    // the same of rows 4-7.
+    let order = [0usize, 2, 1, 3];
+    for (c, &q) in order.iter().enumerate() {
+        r[c] = _mm256_permute2f128_ps::<0x20>(s[q], s[q + 4]);
+        r[c + 4] = _mm256_permute2f128_ps::<0x31>(s[q], s[q + 4]);
     }
 }
 
@@ -317,7 +592,7 @@ unsafe fn transpose16(r: &mut [std::arch::x86_64::__m512; 16]) {
 
 #[cfg(not(target_arch = "x86_64"))]
 #[allow(clippy::too_many_arguments)]
-unsafe fn block(
+unsafe fn block_avx512(
     _dst: *mut f32,
     _ldc: usize,
     _rows: (usize, usize),
@@ -327,8 +602,11 @@ unsafe fn block(
     _rhs: &StridedMatrix<'_, f32>,
     _accumulate: bool,
 ) {
-    unreachable!("native_gemm is only chosen on x86-64 with AVX-512")
+    unreachable!("native_gemm is only chosen on x86-64 with AVX-512 or AVX2")
 }
+
+#[cfg(not(target_arch = "x86_64"))]
+use block_avx512 as block_avx2;
 
 /// One register tile: `C[0..R, 0..width] = [C +] A[0..R, 0..kc] · B[0..kc, 0..width]`.
 ///
@@ -418,6 +696,97 @@ impl Tile<'_> {
     }
 }
 
+impl Tile<'_> {
+    /// [`Tile::run_rows`] with AVX2 + FMA: the tile's first `h` (1..=MR) rows in blocks of
+    /// up to [`AVX2_ROWS`] rows by 16 columns (twelve ymm accumulators, two loads of B and a
+    /// broadcast of A per row and step of k), each half of the [`NR`] columns that holds
+    /// any.
+    ///
+    /// # Safety
+    /// AVX2 and FMA are present and every address the tile describes is valid.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(super) unsafe fn run_rows_avx2(&self, h: usize) {
+        let width = (self.masks.0.count_ones() + self.masks.1.count_ones()) as usize;
+        let mut r0 = 0;
+        while r0 < h.min(MR) {
+            let rows = AVX2_ROWS.min(h - r0);
+            for col in (0..width).step_by(16) {
+                let w = (width - col).min(16);
+                match (rows, w == 16) {
+                    (6, true) => self.run_avx2::<6, true>(r0, col, w),
+                    (6, false) => self.run_avx2::<6, false>(r0, col, w),
+                    (5, true) => self.run_avx2::<5, true>(r0, col, w),
+                    (5, false) => self.run_avx2::<5, false>(r0, col, w),
+                    (4, true) => self.run_avx2::<4, true>(r0, col, w),
+                    (4, false) => self.run_avx2::<4, false>(r0, col, w),
+                    (3, true) => self.run_avx2::<3, true>(r0, col, w),
+                    (3, false) => self.run_avx2::<3, false>(r0, col, w),
+                    (2, true) => self.run_avx2::<2, true>(r0, col, w),
+                    (2, false) => self.run_avx2::<2, false>(r0, col, w),
+                    (_, true) => self.run_avx2::<1, true>(r0, col, w),
+                    (_, false) => self.run_avx2::<1, false>(r0, col, w),
+                }
+            }
+            r0 += rows;
+        }
+    }
+
+    /// Rows `r0..r0 + R` by columns `col..col + width` (`width` ≤ 16; `FULL`: 16, read and
+    /// written without masks).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn run_avx2<const R: usize, const FULL: bool>(
+        &self,
+        r0: usize,
+        col: usize,
+        width: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let (k0, k1) = (lanes_avx2(width), lanes_avx2(width.saturating_sub(8)));
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        let mut bp = self.b.add(col);
+        for &segment in self.segments {
+            let mut ap = self.a.offset(segment);
+            for _ in 0..self.seg_len {
+                let b0 = load8::<FULL>(bp, k0);
+                let b1 = load8::<FULL>(bp.add(8), k1);
+                for (r, row) in acc.iter_mut().enumerate() {
+                    let av = _mm256_broadcast_ss(&*ap.offset(self.rows[r0 + r]));
+                    row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                    row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+                }
+                ap = ap.offset(self.a_cs);
+                bp = bp.offset(self.b_rs);
+            }
+        }
+        let zero = _mm256_setzero_ps();
+        for (r, row) in acc.iter().enumerate() {
+            let cp = self.c.add((r0 + r) * self.ldc + col);
+            let (mut x0, mut x1) = (row[0], row[1]);
+            if self.add {
+                x0 = _mm256_add_ps(x0, load8::<FULL>(cp, k0));
+                x1 = _mm256_add_ps(x1, load8::<FULL>(cp.add(8), k1));
+            }
+            if !self.bias.is_null() {
+                x0 = _mm256_add_ps(x0, load8::<FULL>(self.bias.add(col), k0));
+                x1 = _mm256_add_ps(x1, load8::<FULL>(self.bias.add(col + 8), k1));
+            }
+            if self.relu {
+                x0 = _mm256_blendv_ps(x0, zero, _mm256_cmp_ps::<_CMP_LE_OQ>(x0, zero));
+                x1 = _mm256_blendv_ps(x1, zero, _mm256_cmp_ps::<_CMP_LE_OQ>(x1, zero));
+            }
+            if FULL {
+                _mm256_storeu_ps(cp, x0);
+                _mm256_storeu_ps(cp.add(8), x1);
+            } else {
+                _mm256_maskstore_ps(cp, k0, x0);
+                _mm256_maskstore_ps(cp.add(8), k1, x1);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,8 +829,9 @@ mod tests {
             accumulate: bool,
             seed in 0..1000u64,
         ) {
-            if !crate::simd::has_avx512() {
-                eprintln!("skipped: this CPU has no AVX-512, the kernel under test never runs");
+            let isas = kernel_isas();
+            if isas.is_empty() {
+                eprintln!("skipped: this CPU has neither AVX-512 nor AVX2, the kernels under test never run");
                 return Ok(());
             }
             let value = |i: usize| (((i as u64 * 2654435761 + seed) % 1000) as f32) / 500.0 - 1.0;
@@ -477,37 +847,82 @@ mod tests {
             let (bd, bo, brs, bcs) = layout(k, n, b_layout, 7);
             let a = StridedMatrix { data: &ad, offset: ao, rs: ars, cs: acs };
             let b = StridedMatrix { data: &bd, offset: bo, rs: brs, cs: bcs };
-            let mut c: Vec<f32> = (0..m * n).map(|i| value(i + 13)).collect();
-            let want = reference((m, n, k), &a, &b, &c, accumulate);
-            prop_assert!(f32::native_gemm(&mut c, (m, n, k), a, b, accumulate));
-            for (i, (&g, &w)) in c.iter().zip(&want).enumerate() {
-                prop_assert!(
-                    (g as f64 - w).abs() <= 1e-5 * (k as f64 + 1.0),
-                    "({}, {}): {} vs {}", i / n, i % n, g, w
-                );
+            let c0: Vec<f32> = (0..m * n).map(|i| value(i + 13)).collect();
+            let want = reference((m, n, k), &a, &b, &c0, accumulate);
+            for isa in isas {
+                let mut c = c0.clone();
+                // SAFETY: `kernel_isas` lists what this CPU has; `c` holds m x n values and
+                // `layout` made both operands fit their slices.
+                unsafe { gemm_f32(isa, c.as_mut_ptr(), m, n, k, a, b, accumulate) };
+                for (i, (&g, &w)) in c.iter().zip(&want).enumerate() {
+                    prop_assert!(
+                        (g as f64 - w).abs() <= 1e-5 * (k as f64 + 1.0),
+                        "{:?} ({}, {}): {} vs {}", isa, i / n, i % n, g, w
+                    );
+                }
             }
         }
     }
 
+    /// The instruction sets this CPU can run the kernels with (whatever `FERROFLOW_CPU_ISA`
+    /// says: the tests check every version the CPU has).
+    fn kernel_isas() -> Vec<Isa> {
+        let mut isas = vec![];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                isas.push(Isa::Avx512);
+            }
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                isas.push(Isa::Avx2);
+            }
+        }
+        isas
+    }
+
     #[test]
-    fn transposed_panels_pack_like_element_by_element() {
-        if !crate::simd::has_avx512() {
-            eprintln!("skipped: this CPU has no AVX-512, the kernel under test never runs");
+    fn panels_pack_like_element_by_element() {
+        let isas = kernel_isas();
+        if isas.is_empty() {
+            eprintln!(
+                "skipped: this CPU has neither AVX-512 nor AVX2, the kernels under test never run"
+            );
             return;
         }
-        for (kc, width) in [(16, 16), (128, 32), (37, 21), (5, 3), (1, 32)] {
-            let cs = kc + 3;
-            let src: Vec<f32> = (0..width * cs).map(|i| i as f32).collect();
-            let mut got = vec![f32::NAN; kc * NR];
-            // SAFETY: AVX-512 checked; src holds width rows of cs >= kc values, got kc x NR.
-            unsafe { pack_transposed(src.as_ptr(), cs as isize, kc, width, got.as_mut_ptr()) };
-            for p in 0..kc {
-                for j in 0..width {
-                    assert_eq!(
-                        got[p * NR + j],
-                        src[j * cs + p],
-                        "kc {kc} width {width} ({p}, {j})"
-                    );
+        for isa in isas {
+            for (kc, width) in [
+                (16, 16),
+                (128, 32),
+                (37, 21),
+                (5, 3),
+                (1, 32),
+                (9, 8),
+                (8, 9),
+            ] {
+                let cs = kc + 3;
+                let src: Vec<f32> = (0..(kc + 3) * (width + 3)).map(|i| i as f32).collect();
+                // Transposed (rows of the panel contiguous along k) and row-major panels.
+                for (rs, cs) in [(1, cs as isize), (width as isize + 2, 1)] {
+                    let mut got = vec![f32::NAN; kc * NR];
+                    // SAFETY: `kernel_isas` lists what this CPU has; src holds every
+                    // element of the panel in both layouts, got kc x NR.
+                    unsafe {
+                        let pack = if isa == Isa::Avx512 {
+                            pack_panel
+                        } else {
+                            pack_panel_avx2
+                        };
+                        pack(src.as_ptr(), (rs, cs), kc, width, got.as_mut_ptr())
+                    };
+                    for p in 0..kc {
+                        for j in 0..width {
+                            assert_eq!(
+                                got[p * NR + j],
+                                src[(p as isize * rs + j as isize * cs) as usize],
+                                "{isa:?} strides ({rs}, {cs}) kc {kc} width {width} ({p}, {j})"
+                            );
+                        }
+                    }
                 }
             }
         }
@@ -516,7 +931,9 @@ mod tests {
     #[test]
     fn an_empty_inner_dimension_gives_zeros_or_leaves_the_sum() {
         if !suits(2, 3, 0) {
-            eprintln!("skipped: this CPU has no AVX-512, the kernel under test never runs");
+            eprintln!(
+                "skipped: this CPU has neither AVX-512 nor AVX2, the kernel under test never runs"
+            );
             return;
         }
         let (a, b) = ([0f32; 0], [0f32; 0]);
