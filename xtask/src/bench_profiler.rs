@@ -1,10 +1,12 @@
 //! `cargo xtask bench profiler`: what profiling costs. Training steps of the main job's
-//! MNIST CNN (Keras `train_step`, Adam, batch 128) in blocks of 20, with no profiler and with
-//! one running (every op, every allocation, the step markers; the files are written between
-//! blocks, untimed), in turn; the overhead is the median of the paired ratios. TensorFlow's
-//! profiler on the same Keras model the same way (`bench/tf_profiler_overhead.py`) where
-//! TensorFlow imports. Also the cost of an inert trace span (what every hook costs while no
-//! profiler runs).
+//! MNIST CNN (Keras `train_step`, Adam, batch 128) in short blocks, with no profiler and
+//! with one running (every op, every allocation, the step markers; the files are written
+//! between blocks, untimed), in turn; the overhead is the median of the paired ratios, with
+//! a bootstrap interval. TensorFlow's profiler on the same Keras model the same way
+//! (`bench/tf_profiler_overhead.py`) where TensorFlow imports, and the interval of the
+//! difference of the two overheads (many short pairs: on this shared machine a block's time
+//! swings by more than either overhead, and only their number narrows the interval). Also
+//! the cost of an inert trace span (what every hook costs while no profiler runs).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -113,8 +115,43 @@ fn step_event_counts(model: &mut Model, x: &Tensor, y: &Tensor) -> Option<(usize
     Some((ops / 3, mems / 3))
 }
 
-const BLOCKS: usize = 6;
-const STEPS_PER_BLOCK: usize = 20;
+/// Pairs of blocks (off, on) per round.
+const BLOCKS: usize = 30;
+/// Training steps per block.
+const STEPS_PER_BLOCK: usize = 4;
+
+/// The 5th and 95th percentiles of `stat` over 2000 bootstrap resamples of `groups` (each
+/// resampled on its own, with replacement; a fixed seed, so a run's figures are repeatable):
+/// a 90% interval for `stat` of the populations the samples came from.
+fn bootstrap_interval(groups: &[&[f64]], stat: impl Fn(&[Vec<f64>]) -> f64) -> Option<(f64, f64)> {
+    if groups.iter().any(|g| g.is_empty()) {
+        return None;
+    }
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        // splitmix64
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut stats: Vec<f64> = (0..2000)
+        .map(|_| {
+            let resampled: Vec<Vec<f64>> = groups
+                .iter()
+                .map(|g| {
+                    (0..g.len())
+                        .map(|_| g[(next() % g.len() as u64) as usize])
+                        .collect()
+                })
+                .collect();
+            stat(&resampled)
+        })
+        .collect();
+    stats.sort_by(f64::total_cmp);
+    Some((stats[100], stats[1899]))
+}
 
 pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String {
     ferroflow::init();
@@ -154,13 +191,15 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
             series.entry("ratio").or_default().push(on / off - 1.0);
         }
         if has_tf {
-            let n = "128".to_string();
             let dir = mnist.to_string_lossy().to_string();
-            for (k, v) in python_figures_with(&script, &[&dir, &n]).unwrap_or_default() {
+            let (blocks, steps) = (BLOCKS.to_string(), STEPS_PER_BLOCK.to_string());
+            let args = [dir.as_str(), "128", blocks.as_str(), steps.as_str()];
+            for (k, v) in python_figures_with(&script, &args).unwrap_or_default() {
                 let key = match k.as_str() {
                     "tf_cnn_step_off" => "tf off",
                     "tf_cnn_step_on" => "tf on",
-                    _ => "tf ratio",
+                    k if k.starts_with("tf_cnn_pair_") => "tf ratio",
+                    _ => continue,
                 };
                 series.entry(key).or_default().push(v);
             }
@@ -197,15 +236,43 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
             figures.insert("profiler_overhead_vs_tf".into(), a.max(0.0) / b);
         }
     }
+    let pairs = |k: &str| series.get(k).cloned().unwrap_or_default();
+    let (ours_pairs, tf_pairs) = (pairs("ratio"), pairs("tf ratio"));
+    let of_median = |g: &[Vec<f64>]| median(&g[0]).unwrap_or(f64::NAN);
+    let ours_interval = bootstrap_interval(&[&ours_pairs], of_median);
+    let tf_interval = bootstrap_interval(&[&tf_pairs], of_median);
+    // Ours minus TensorFlow's: at or below 0 at the interval's top, ours is shown ≤ TF's.
+    let difference = bootstrap_interval(&[&ours_pairs, &tf_pairs], |g| {
+        median(&g[0]).unwrap_or(f64::NAN) - median(&g[1]).unwrap_or(f64::NAN)
+    });
+    if let Some((_, hi)) = difference {
+        figures.insert("profiler_overhead_minus_tf_upper".into(), hi);
+    }
     let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{:.2}", v * 1e3));
     let pct = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{:+.1}%", v * 100.0));
+    let interval = |v: Option<(f64, f64)>| {
+        v.map_or("n/a".to_string(), |(lo, hi)| {
+            format!("{:+.1}% to {:+.1}%", lo * 100.0, hi * 100.0)
+        })
+    };
     let mut md = format!(
-        "\n### Profiler overhead (MNIST CNN training step, batch 128; {rounds} rounds of {BLOCKS} blocks of {STEPS_PER_BLOCK} steps off and on in turn, the first of each pair alternating, medians; overhead: the median of the paired ratios)\n\n\
-         | | ms per step, not profiling | ms per step, profiling | overhead |\n|---|---|---|---|\n\
-         | ferroflow (every op, every allocation) | {} | {} | {} |\n\
-         | TensorFlow (tf.profiler.experimental.start) | {} | {} | {} |\n",
-        ms(off), ms(on), pct(ours), ms(tf_off), ms(tf_on), pct(theirs)
+        "\n### Profiler overhead (MNIST CNN training step, batch 128; {rounds} rounds of {BLOCKS} pairs of blocks of {STEPS_PER_BLOCK} steps off and on, the first of each pair alternating, medians; overhead: the median of the paired ratios, with its 90% bootstrap interval)\n\n\
+         | | ms per step, not profiling | ms per step, profiling | overhead | 90% interval |\n|---|---|---|---|---|\n\
+         | ferroflow (every op, every allocation) | {} | {} | {} | {} |\n\
+         | TensorFlow (tf.profiler.experimental.start) | {} | {} | {} | {} |\n",
+        ms(off), ms(on), pct(ours), interval(ours_interval), ms(tf_off), ms(tf_on), pct(theirs), interval(tf_interval)
     );
+    if let Some((lo, hi)) = difference {
+        md.push_str(&format!(
+            "\nOurs minus TensorFlow's overhead ({} and {} pairs): 90% interval {:+.2} to {:+.2} \
+             points; ours ≤ TensorFlow's is {}.\n",
+            ours_pairs.len(),
+            tf_pairs.len(),
+            lo * 100.0,
+            hi * 100.0,
+            if hi <= 0.0 { "shown" } else { "not shown" }
+        ));
+    }
     if let (Some((op_ns, mem_ns)), Some((ops, mems)), Some(d)) = (per_op, events, derived) {
         md.push_str(&format!(
             "\nThe profiler's own cost, measured on tiny ops: {:.2} µs per op event, {:.2} µs per \
