@@ -72,12 +72,9 @@ impl NativeGemm for f32 {
         rhs: StridedMatrix<'_, f32>,
         accumulate: bool,
     ) -> bool {
-        let Some(isa) = native_isa() else {
+        let Some(isa) = native_isa().filter(|_| suits(m, n, k)) else {
             return false;
         };
-        if !suits(m, n, k) {
-            return false;
-        }
         assert!(
             dst.len() >= m * n && lhs.fits(m, k) && rhs.fits(k, n),
             "native_gemm: operands out of bounds"
@@ -98,14 +95,14 @@ pub(crate) fn native_isa() -> Option<Isa> {
     }
 }
 
-/// Whether this kernel takes an `m x k · k x n` product: AVX-512 or AVX2 present and the
-/// product thin, a batch of rows (m ≤ 256) or a short inner dimension (k ≤ 256, weight
+/// Whether this kernel takes an `m x k · k x n` product (where [`native_isa`] has one):
+/// the product thin, a batch of rows (m ≤ 256) or a short inner dimension (k ≤ 256, weight
 /// gradients). Measured against `gemm` on two cores with AVX-512: 1.0-1.3x on MLP shapes
 /// (batch 32 and 128), 1.5x with k = 9; `gemm`'s blocking wins on tall products with long
 /// rows (25088x288 · 288x64, an im2col convolution: 0.8x) and on large square ones, so
 /// those stay with it. With AVX2 only: see BENCHMARKS.md (thirty-fourth session).
-pub(crate) fn suits(m: usize, n: usize, k: usize) -> bool {
-    native_isa().is_some() && m > 0 && n > 0 && m.min(k) <= 256
+fn suits(m: usize, n: usize, k: usize) -> bool {
+    m > 0 && n > 0 && m.min(k) <= 256
 }
 
 /// `dst = [dst +] lhs · rhs` with `dst` dense row-major (`m x n`), split across threads,
@@ -136,11 +133,12 @@ pub(crate) unsafe fn gemm_f32(
     }
     let threads = rayon::current_num_threads();
     let out = crate::simd::SharedMut(dst);
+    let avx512 = isa >= Isa::Avx512;
     let run = |rows: (usize, usize), cols: (usize, usize)| {
         let (lhs, rhs) = (&lhs, &rhs);
         // SAFETY: the caller's guarantees, for a sub-block of the output.
         unsafe {
-            if isa >= Isa::Avx512 {
+            if avx512 {
                 block_avx512(out.get(), n, rows, cols, k, lhs, rhs, accumulate)
             } else {
                 block_avx2(out.get(), n, rows, cols, k, lhs, rhs, accumulate)
@@ -152,7 +150,7 @@ pub(crate) unsafe fn gemm_f32(
     } else if m >= n && (m.div_ceil(CHUNKS_PER_THREAD * threads) >= MIN_ROWS_PER_PACK || n < 2 * NR)
     {
         // Row tiles; every chunk packs the (short) right operand again.
-        let tile_rows = if isa >= Isa::Avx512 { MR } else { AVX2_ROWS };
+        let tile_rows = if avx512 { MR } else { AVX2_ROWS };
         let rows = (m.div_ceil(CHUNKS_PER_THREAD * threads)).next_multiple_of(tile_rows);
         crate::simd::for_each_chunk_shared(m.div_ceil(rows), |c| {
             run((c * rows, ((c + 1) * rows).min(m)), (0, n))
@@ -313,57 +311,55 @@ unsafe fn block<K: TileKernels>(
     for (r, o) in row_offsets.iter_mut().enumerate() {
         *o = r as isize * lhs.rs;
     }
-    {
-        // Equal blocks of at most KC steps of k.
-        let kstep = k.div_ceil(k.div_ceil(KC));
-        for k0 in (0..k).step_by(kstep) {
-            let kc = kstep.min(k - k0);
-            let add = accumulate || k0 > 0;
-            for jb in (cols.0..cols.1).step_by(NC) {
-                let ncols = NC.min(cols.1 - jb);
-                let panels = ncols.div_ceil(NR);
-                let block_at = b.offset(k0 as isize * rhs.rs + jb as isize * rhs.cs);
-                if !in_place {
-                    // Panel q holds columns jb + 32q.. as kc rows of NR floats.
-                    for q in 0..panels {
-                        K::pack_panel(
-                            block_at.offset((q * NR) as isize * rhs.cs),
-                            (rhs.rs, rhs.cs),
-                            kc,
-                            NR.min(ncols - q * NR),
-                            pack.add(q * KC * NR),
-                        );
-                    }
+    // Equal blocks of at most KC steps of k.
+    let kstep = k.div_ceil(k.div_ceil(KC));
+    for k0 in (0..k).step_by(kstep) {
+        let kc = kstep.min(k - k0);
+        let add = accumulate || k0 > 0;
+        for jb in (cols.0..cols.1).step_by(NC) {
+            let ncols = NC.min(cols.1 - jb);
+            let panels = ncols.div_ceil(NR);
+            let block_at = b.offset(k0 as isize * rhs.rs + jb as isize * rhs.cs);
+            if !in_place {
+                // Panel q holds columns jb + 32q.. as kc rows of NR floats.
+                for q in 0..panels {
+                    K::pack_panel(
+                        block_at.offset((q * NR) as isize * rhs.cs),
+                        (rhs.rs, rhs.cs),
+                        kc,
+                        NR.min(ncols - q * NR),
+                        pack.add(q * KC * NR),
+                    );
                 }
-                // Each row tile of A (8 x kc, L1-resident) meets every panel of the block.
-                let mut i0 = rows.0;
-                while i0 < rows.1 {
-                    let h = K::ROWS.min(rows.1 - i0);
-                    for q in 0..panels {
-                        let (bp, b_rs) = if in_place {
-                            (block_at.add(q * NR), rhs.rs)
-                        } else {
-                            (pack.add(q * KC * NR) as *const f32, NR as isize)
-                        };
-                        let tile = Tile {
-                            a: a.offset(i0 as isize * lhs.rs + k0 as isize * lhs.cs),
-                            rows: row_offsets,
-                            a_cs: lhs.cs,
-                            segments: &[0],
-                            seg_len: kc,
-                            b: bp,
-                            b_rs,
-                            masks: column_masks(NR.min(ncols - q * NR)),
-                            c: dst.add(i0 * ldc + jb + q * NR),
-                            ldc,
-                            add,
-                            bias: std::ptr::null(),
-                            relu: false,
-                        };
-                        K::run_rows(&tile, h);
-                    }
-                    i0 += h;
+            }
+            // Each row tile of A (K::ROWS x kc, L1-resident) meets every panel of the block.
+            let mut i0 = rows.0;
+            while i0 < rows.1 {
+                let h = K::ROWS.min(rows.1 - i0);
+                for q in 0..panels {
+                    let (bp, b_rs) = if in_place {
+                        (block_at.add(q * NR), rhs.rs)
+                    } else {
+                        (pack.add(q * KC * NR) as *const f32, NR as isize)
+                    };
+                    let tile = Tile {
+                        a: a.offset(i0 as isize * lhs.rs + k0 as isize * lhs.cs),
+                        rows: row_offsets,
+                        a_cs: lhs.cs,
+                        segments: &[0],
+                        seg_len: kc,
+                        b: bp,
+                        b_rs,
+                        masks: column_masks(NR.min(ncols - q * NR)),
+                        c: dst.add(i0 * ldc + jb + q * NR),
+                        ldc,
+                        add,
+                        bias: std::ptr::null(),
+                        relu: false,
+                    };
+                    K::run_rows(&tile, h);
                 }
+                i0 += h;
             }
         }
     }
@@ -930,7 +926,7 @@ mod tests {
 
     #[test]
     fn an_empty_inner_dimension_gives_zeros_or_leaves_the_sum() {
-        if !suits(2, 3, 0) {
+        if native_isa().is_none() {
             eprintln!(
                 "skipped: this CPU has neither AVX-512 nor AVX2, the kernel under test never runs"
             );
