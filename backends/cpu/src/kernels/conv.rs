@@ -285,7 +285,7 @@ fn conv2d_then(
     // Half-precision data through the float32 kernels, read and written as its own type
     // (the filter, small, widened).
     if let (true, Some(a)) = (
-        super::f32_conv::available() && filter.dtype == x.dtype,
+        super::f32_conv::available_for_halves() && filter.dtype == x.dtype,
         dense_half(&x),
     ) {
         if let Floats::F32(f) = floats("conv2d", &filter)? {
@@ -597,7 +597,7 @@ pub(crate) fn conv2d_backprop_input(
         ));
     }
     if let (true, Some(g)) = (
-        super::f32_conv::available() && filter.dtype == dy.dtype,
+        super::f32_conv::available_for_halves() && filter.dtype == dy.dtype,
         dense_half(&dy),
     ) {
         if let Floats::F32(f) = floats(op, &filter)? {
@@ -671,7 +671,7 @@ pub(crate) fn conv2d_backprop_filter(
             DType::BF16,
         ));
     }
-    if super::f32_conv::available() {
+    if super::f32_conv::available_for_halves() {
         match (dense_half(&x), dense_half(&dy)) {
             (Some(HalfView::BF16(a)), Some(HalfView::BF16(g))) => {
                 let grad = super::f32_conv::backprop_filter(&a[..], &g[..], w, cout);

@@ -1,5 +1,7 @@
-//! Direct float32 convolutions on AVX-512 (NHWC input, `[kh, kw, cin, cout]` filter) on the
-//! register tiles of [`super::f32_gemm`]: no im2col matrix is ever written.
+//! Direct float32 convolutions on AVX-512 or AVX2 + FMA (NHWC input, `[kh, kw, cin, cout]`
+//! filter) on the register tiles of [`super::f32_gemm`]: no im2col matrix is ever written.
+//! Each kernel is written once over [`Kernels`] and compiled per instruction set
+//! ([`with_isa!`]).
 //!
 //! A tile is up to [`MR`] consecutive output pixels by [`NR`] output channels; its k steps
 //! are the `kh·kw` filter taps, each a run of `cin` contiguous input channels read in place
@@ -15,14 +17,26 @@
 //! gradient sums, per image, pixel-by-pixel outer products of input windows and output
 //! gradients into `[kh·kw·cin, cout]` tiles.
 
-use super::f32_gemm::{column_masks, pack_panel, Tile, MR, NR};
+use super::f32_gemm::{column_masks, native_isa, with_isa, Kernels, Tile, NR};
 use crate::lanes::Lanes;
-use crate::simd::{for_each_chunk_shared, SharedMut};
+use crate::simd::{for_each_chunk_shared, Isa, SharedMut};
 use ferroflow_tensor::{FusedActivation, Window2d};
 
-/// Whether these kernels run here (AVX-512); callers fall back to im2col + GEMM otherwise.
+/// Whether these kernels take float32 data here (AVX-512, or AVX2 + FMA); callers fall back
+/// to im2col + GEMM otherwise.
 pub(crate) fn available() -> bool {
+    native_isa().is_some()
+}
+
+/// Whether they take bfloat16 and float16 data here: with AVX-512 only, which converts in
+/// registers ([`Lanes`]); the AVX2 versions would convert element by element.
+pub(crate) fn available_for_halves() -> bool {
     crate::simd::has_avx512()
+}
+
+/// The instruction set the kernels run with (callers checked [`available`]).
+fn kernel_isa() -> Isa {
+    native_isa().unwrap_or(Isa::Avx2)
 }
 
 /// A convolution's shape: `[n, h, w, cin]` in, `[n, oh, ow, cout]` out.
@@ -164,12 +178,19 @@ pub(super) struct PackedFilter {
 }
 
 impl PackedFilter {
-    pub(super) fn new(f: &[f32], k: usize, cout: usize) -> PackedFilter {
-        PackedFilter::strided(f, k, cout, (cout as isize, 1))
+    pub(super) fn new(isa: Isa, f: &[f32], k: usize, cout: usize) -> PackedFilter {
+        PackedFilter::strided(isa, f, k, cout, (cout as isize, 1))
     }
 
-    /// A `[k, n]` matrix whose element `(p, j)` is `f[p·rs + j·cs]`.
-    pub(super) fn strided(f: &[f32], k: usize, n: usize, (rs, cs): (isize, isize)) -> PackedFilter {
+    /// A `[k, n]` matrix whose element `(p, j)` is `f[p·rs + j·cs]`, packed with `isa`'s
+    /// kernels.
+    pub(super) fn strided(
+        isa: Isa,
+        f: &[f32],
+        k: usize,
+        n: usize,
+        (rs, cs): (isize, isize),
+    ) -> PackedFilter {
         let last = (k.max(1) - 1) as isize * rs + (n.max(1) - 1) as isize * cs;
         assert!(
             k * n == 0 || (rs >= 0 && cs >= 0 && (last as usize) < f.len()),
@@ -178,10 +199,11 @@ impl PackedFilter {
         let panels = n.div_ceil(NR);
         let mut data = vec![0f32; panels * k * NR];
         for q in 0..panels {
-            // SAFETY: AVX-512 (callers check `available`); the panel lies inside f (checked
-            // above) and data.
+            // SAFETY: the CPU has `isa` (callers check `available`); the panel lies inside f
+            // (checked above) and data.
             unsafe {
                 pack_panel(
+                    isa,
                     f.as_ptr().offset((q * NR) as isize * cs),
                     (rs, cs),
                     k,
@@ -196,6 +218,29 @@ impl PackedFilter {
     pub(super) fn panel(&self, q: usize) -> *const f32 {
         self.data[q * self.k * NR..].as_ptr()
     }
+}
+
+/// [`Kernels::pack_panel`] of `K`.
+#[inline(always)]
+unsafe fn pack_panel_with<K: Kernels>(
+    src: *const f32,
+    strides: (isize, isize),
+    kc: usize,
+    width: usize,
+    dst: *mut f32,
+) {
+    K::pack_panel(src, strides, kc, width, dst)
+}
+
+with_isa! {
+    /// Packs a panel of `NR` columns with `isa`'s kernels.
+    unsafe fn pack_panel(
+        src: *const f32,
+        strides: (isize, isize),
+        kc: usize,
+        width: usize,
+        dst: *mut f32,
+    ) = pack_panel_with;
 }
 
 /// Images per parallel chunk (a few chunks per thread, claimed as threads come).
@@ -216,72 +261,64 @@ pub(crate) struct Epilogue<'a> {
     pub(crate) activation: FusedActivation,
 }
 
-/// The output pixels of one image, `[oh * ow, cout]` at `out`.
+/// A fused convolution's bias (null: none) and whether it applies ReLU.
+fn epilogue_parts(epilogue: Option<Epilogue<'_>>, cout: usize) -> (*const f32, bool) {
+    match epilogue {
+        Some(e) => {
+            assert!(
+                e.bias.len() >= cout,
+                "bias shorter than the output channels"
+            );
+            (e.bias.as_ptr(), e.activation == FusedActivation::Relu)
+        }
+        None => (std::ptr::null(), false),
+    }
+}
+
+/// The output pixels of one image, `[oh * ow, cout]` at `out`, with `K`'s tiles.
 ///
 /// # Safety
-/// AVX-512F is present; `out` is valid for the image's `oh * ow * cout` floats.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn forward_image(
+/// The CPU has `K`'s instruction set; `out` is valid for the image's `oh * ow * cout`
+/// floats.
+#[inline(always)]
+unsafe fn forward_image_with<K: Kernels>(
     img: &Image,
     g: &Geometry,
     filter: &PackedFilter,
     epilogue: Option<Epilogue<'_>>,
     out: *mut f32,
 ) {
-    let (bias, relu) = match epilogue {
-        Some(e) => {
-            assert!(
-                e.bias.len() >= g.cout,
-                "bias shorter than the output channels"
-            );
-            (e.bias.as_ptr(), e.activation == FusedActivation::Relu)
-        }
-        None => (std::ptr::null(), false),
-    };
+    let (bias, relu) = epilogue_parts(epilogue, g.cout);
     let taps = g.taps(img.pitch);
     let corner = |oy: usize, ox: usize| {
         ((oy * g.strides[0] * img.pitch + ox * g.strides[1]) * g.cin) as isize
     };
-    let tile = |rows: [isize; MR], h: usize, p0: usize, tap_rows: (usize, usize)| {
-        let kw = g.kernel[1];
-        let k0 = tap_rows.0 * kw;
-        for q in 0..g.cout.div_ceil(NR) {
-            // Every window of the tile's pixels lies inside the image (a padded copy when
-            // needed); the panel holds k x NR floats; the tile writes rows p0..p0+h,
-            // columns of panel q.
-            Tile {
-                a: img.data,
-                rows,
-                a_cs: 1,
-                segments: &taps[k0..tap_rows.1 * kw],
-                seg_len: g.cin,
-                b: filter.panel(q).add(k0 * g.cin * NR),
-                b_rs: NR as isize,
-                masks: column_masks(NR.min(g.cout - q * NR)),
-                c: out.add(p0 * g.cout + q * NR),
-                ldc: g.cout,
-                add: false,
-                bias: if bias.is_null() {
-                    bias
-                } else {
-                    bias.add(q * NR)
-                },
-                relu,
-            }
-            .run_rows(h)
-        }
-    };
+    let kw = g.kernel[1];
     if g.inside() {
         // No padding: tiles run across output rows, every tap in use.
         let pixels = g.oh * g.ow;
-        for p0 in (0..pixels).step_by(MR) {
-            let h = MR.min(pixels - p0);
+        for p0 in (0..pixels).step_by(K::ROWS) {
+            let h = K::ROWS.min(pixels - p0);
             let rows = std::array::from_fn(|r| {
                 let p = p0 + r.min(h - 1);
                 corner(p / g.ow, p % g.ow)
             });
-            tile(rows, h, p0, (0, g.kernel[0]));
+            let pixel_tile = Tile {
+                a: img.data,
+                rows,
+                a_cs: 1,
+                segments: &taps,
+                seg_len: g.cin,
+                b: std::ptr::null(),
+                b_rs: NR as isize,
+                masks: (0, 0),
+                c: out.add(p0 * g.cout),
+                ldc: g.cout,
+                add: false,
+                bias,
+                relu,
+            };
+            run_panels::<K>(pixel_tile, filter, 0, g.cout, h);
         }
         return;
     }
@@ -290,38 +327,80 @@ unsafe fn forward_image(
     // convolutions).
     let pad_top = g.pad_before[0];
     for oy in 0..g.oh {
-        let row_of = |ty: usize| oy * g.strides[0] + ty * g.dilations[0];
-        let real = |ty: usize| (pad_top..pad_top + g.h).contains(&row_of(ty));
+        let real = |ty: usize| {
+            (pad_top..pad_top + g.h).contains(&(oy * g.strides[0] + ty * g.dilations[0]))
+        };
         let first = (0..g.kernel[0]).find(|&ty| real(ty));
         let last = (0..g.kernel[0]).rev().find(|&ty| real(ty));
-        for ox0 in (0..g.ow).step_by(MR) {
-            let h = MR.min(g.ow - ox0);
+        // The filter rows in use; none when the whole window row is padding (sums of
+        // zero, then the epilogue).
+        let (t0, t1) = match (first, last) {
+            (Some(a), Some(b)) => (a, b + 1),
+            _ => (0, 0),
+        };
+        for ox0 in (0..g.ow).step_by(K::ROWS) {
+            let h = K::ROWS.min(g.ow - ox0);
             let p0 = oy * g.ow + ox0;
-            match (first, last) {
-                (Some(a), Some(b)) => {
-                    let rows = std::array::from_fn(|r| corner(oy, ox0 + r.min(h - 1)));
-                    tile(rows, h, p0, (a, b + 1));
-                }
-                // The whole window row is padding: no taps (sums of zero, then the
-                // epilogue).
-                _ => {
-                    let rows = std::array::from_fn(|r| corner(oy, ox0 + r.min(h - 1)));
-                    tile(rows, h, p0, (0, 0));
-                }
-            }
+            let pixel_tile = Tile {
+                a: img.data,
+                rows: std::array::from_fn(|r| corner(oy, ox0 + r.min(h - 1))),
+                a_cs: 1,
+                segments: &taps[t0 * kw..t1 * kw],
+                seg_len: g.cin,
+                b: std::ptr::null(),
+                b_rs: NR as isize,
+                masks: (0, 0),
+                c: out.add(p0 * g.cout),
+                ldc: g.cout,
+                add: false,
+                bias,
+                relu,
+            };
+            run_panels::<K>(pixel_tile, filter, t0 * kw * g.cin, g.cout, h);
         }
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn forward_image(
-    _: &Image,
-    _: &Geometry,
-    _: &PackedFilter,
-    _: Option<Epilogue<'_>>,
-    _: *mut f32,
+/// Runs `tile` (its B, columns and masks left to set) against every panel of `filter`
+/// from filter row `k0` on: the tile's `h` rows by all `n` columns.
+///
+/// # Safety
+/// As [`forward_image_with`]: the tile's A rows and C rows are valid, the filter's panels
+/// hold `k0` plus the tile's steps of k.
+#[inline(always)]
+unsafe fn run_panels<K: Kernels>(
+    tile: Tile<'_>,
+    filter: &PackedFilter,
+    k0: usize,
+    n: usize,
+    h: usize,
 ) {
-    unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
+    let (c, bias) = (tile.c, tile.bias);
+    for q in 0..n.div_ceil(NR) {
+        let panel = Tile {
+            b: filter.panel(q).add(k0 * NR),
+            masks: column_masks(NR.min(n - q * NR)),
+            c: c.add(q * NR),
+            bias: if bias.is_null() {
+                bias
+            } else {
+                bias.add(q * NR)
+            },
+            ..tile
+        };
+        K::run_rows(&panel, h);
+    }
+}
+
+with_isa! {
+    /// [`forward_image_with`] on `isa`'s kernels.
+    unsafe fn forward_image(
+        img: &Image,
+        g: &Geometry,
+        filter: &PackedFilter,
+        epilogue: Option<Epilogue<'_>>,
+        out: *mut f32,
+    ) = forward_image_with;
 }
 
 /// `conv2d(x, filter)`: `x` `[n, h, w, cin]`, `filter` `[kh, kw, cin, cout]`, both dense;
@@ -338,8 +417,9 @@ pub(crate) fn forward<T: Lanes>(
     if super::f32_winograd::suits(w, cout) {
         return super::f32_winograd::forward(x, filter, w, cout, epilogue);
     }
+    let isa = kernel_isa();
     let g = &Geometry::of(w, cout);
-    let filter = &PackedFilter::new(filter, g.kernel[0] * g.kernel[1] * g.cin, cout);
+    let filter = &PackedFilter::new(isa, filter, g.kernel[0] * g.kernel[1] * g.cin, cout);
     let pixels = g.oh * g.ow;
     let total = g.n * pixels * g.cout;
     assert!(
@@ -355,15 +435,15 @@ pub(crate) fn forward<T: Lanes>(
             WIDE.with_borrow_mut(|[wide_in, wide_out]| {
                 let image = as_f32(&x[b * per_in..(b + 1) * per_in], wide_in);
                 Image::with(image, g, 0, |img| {
-                    // SAFETY: AVX-512 (checked by callers); image b's rows of `out` belong
-                    // to this chunk only; an f32 `T` is f32.
+                    // SAFETY: the CPU has `isa` (callers check `available`); image b's rows
+                    // of `out` belong to this chunk only; an f32 `T` is f32.
                     unsafe {
                         let out = dst.get().add(b * per_out);
                         if T::IS_F32 {
-                            forward_image(img, g, filter, epilogue, out as *mut f32)
+                            forward_image(isa, img, g, filter, epilogue, out as *mut f32)
                         } else {
                             wide_out.resize(per_out, 0.0);
-                            forward_image(img, g, filter, epilogue, wide_out.as_mut_ptr());
+                            forward_image(isa, img, g, filter, epilogue, wide_out.as_mut_ptr());
                             T::narrow_to(wide_out, out);
                         }
                     }
@@ -396,7 +476,8 @@ pub(crate) fn backprop_input<T: Lanes>(filter: &[f32], dy: &[T], w: &Window2d) -
         "conv operands smaller than their shapes"
     );
     // Wᵀ as a [cout, kh·kw·cin] matrix: element (j, t·cin + c) = filter[(t·cin + c)·cout + j].
-    let packed = PackedFilter::strided(filter, cout, zcols, (1, cout as isize));
+    let isa = kernel_isa();
+    let packed = PackedFilter::strided(isa, filter, cout, zcols, (1, cout as isize));
     let per_image = h * wd * cin;
     let mut dx: Vec<T> = Vec::with_capacity(n * per_image);
     let dst = SharedMut(dx.as_mut_ptr());
@@ -410,13 +491,14 @@ pub(crate) fn backprop_input<T: Lanes>(filter: &[f32], dy: &[T], w: &Window2d) -
             for b in c * per..((c + 1) * per).min(n) {
                 WIDE.with_borrow_mut(|[wide_dy, _]| {
                     let dy = as_f32(&dy[b * pixels * cout..(b + 1) * pixels * cout], wide_dy);
-                    // SAFETY: AVX-512 (checked by callers); dy holds image b's gradients;
-                    // z holds pixels x zcols floats; image b's part of dx belongs to this
-                    // chunk.
+                    // SAFETY: the CPU has `isa` (callers check `available`); dy holds
+                    // image b's gradients; z holds pixels x zcols floats; image b's part of
+                    // dx belongs to this chunk.
                     unsafe {
                         // z = dy · Wᵀ: each output pixel's contribution to every tap.
-                        packed_product(dy.as_ptr(), pixels, cout, &packed, zcols, z.as_mut_ptr());
-                        gather_windows(z, w, dst.get().add(b * per_image));
+                        let (a, out) = (dy.as_ptr(), z.as_mut_ptr());
+                        packed_product(isa, a, pixels, cout, &packed, zcols, out);
+                        gather_windows(isa, z, w, dst.get().add(b * per_image));
                     }
                 })
             }
@@ -428,14 +510,13 @@ pub(crate) fn backprop_input<T: Lanes>(filter: &[f32], dy: &[T], w: &Window2d) -
 }
 
 /// `out = a · b`: `a` `[rows, k]` row-major, `b` packed `[k, n]`, `out` `[rows, n]`
-/// row-major, on the register tiles.
+/// row-major, on `K`'s register tiles.
 ///
 /// # Safety
-/// AVX-512F is present; `a` holds `rows * k` floats and `out` has room for `rows * n`;
-/// `b` is `[k, n]`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn packed_product(
+/// The CPU has `K`'s instruction set; `a` holds `rows * k` floats and `out` has room for
+/// `rows * n`; `b` is `[k, n]`.
+#[inline(always)]
+unsafe fn packed_product_with<K: Kernels>(
     a: *const f32,
     rows: usize,
     k: usize,
@@ -443,28 +524,37 @@ pub(super) unsafe fn packed_product(
     n: usize,
     out: *mut f32,
 ) {
-    for r0 in (0..rows).step_by(MR) {
-        let h = MR.min(rows - r0);
-        let offsets = std::array::from_fn(|r| (r.min(h - 1) * k) as isize);
-        for q in 0..n.div_ceil(NR) {
-            Tile {
-                a: a.add(r0 * k),
-                rows: offsets,
-                a_cs: 1,
-                segments: &[0],
-                seg_len: k,
-                b: b.panel(q),
-                b_rs: NR as isize,
-                masks: column_masks(NR.min(n - q * NR)),
-                c: out.add(r0 * n + q * NR),
-                ldc: n,
-                add: false,
-                bias: std::ptr::null(),
-                relu: false,
-            }
-            .run_rows(h)
-        }
+    for r0 in (0..rows).step_by(K::ROWS) {
+        let h = K::ROWS.min(rows - r0);
+        let row_tile = Tile {
+            a: a.add(r0 * k),
+            rows: std::array::from_fn(|r| (r.min(h - 1) * k) as isize),
+            a_cs: 1,
+            segments: &[0],
+            seg_len: k,
+            b: std::ptr::null(),
+            b_rs: NR as isize,
+            masks: (0, 0),
+            c: out.add(r0 * n),
+            ldc: n,
+            add: false,
+            bias: std::ptr::null(),
+            relu: false,
+        };
+        run_panels::<K>(row_tile, b, 0, n, h);
     }
+}
+
+with_isa! {
+    /// [`packed_product_with`] on `isa`'s kernels.
+    pub(super) unsafe fn packed_product(
+        a: *const f32,
+        rows: usize,
+        k: usize,
+        b: &PackedFilter,
+        n: usize,
+        out: *mut f32,
+    ) = packed_product_with;
 }
 
 /// `dx` (one image, `h x w x cin`): each input pixel's gradient is the sum of the
@@ -472,12 +562,10 @@ pub(super) unsafe fn packed_product(
 /// stored once.
 ///
 /// # Safety
-/// AVX-512F is present; `z` holds the image's `oh·ow x kh·kw·cin` contributions; `dx` has
-/// room for the image's `h * w * cin` floats.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn gather_windows<T: Lanes>(z: &[f32], w: &Window2d, dx: *mut T) {
-    use std::arch::x86_64::*;
+/// The CPU has `K`'s instruction set; `z` holds the image's `oh·ow x kh·kw·cin`
+/// contributions; `dx` has room for the image's `h * w * cin` floats.
+#[inline(always)]
+unsafe fn gather_windows_with<K: Kernels, T: Lanes>(z: &[f32], w: &Window2d, dx: *mut T) {
     let [_, h, wd, cin] = w.input;
     let [oh, ow] = w.output;
     let [kh, kw] = w.kernel;
@@ -509,33 +597,21 @@ unsafe fn gather_windows<T: Lanes>(z: &[f32], w: &Window2d, dx: *mut T) {
                 }
             }
             let d = dx.add((iy * wd + ix) * cin);
-            for c0 in (0..cin).step_by(16) {
-                let len = 16.min(cin - c0);
-                let mut acc = _mm512_setzero_ps();
+            for c0 in (0..cin).step_by(K::LANES) {
+                let len = K::LANES.min(cin - c0);
+                let mut acc = K::zero();
                 for &o in &segments {
-                    acc = _mm512_add_ps(acc, f32::load(z.as_ptr().add(o + c0), len));
+                    acc = K::add(acc, K::load(z.as_ptr().add(o + c0), len));
                 }
-                T::store(d.add(c0), len, acc);
+                K::store_to(d.add(c0), len, acc);
             }
         }
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-pub(super) unsafe fn packed_product(
-    _: *const f32,
-    _: usize,
-    _: usize,
-    _: &PackedFilter,
-    _: usize,
-    _: *mut f32,
-) {
-    unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn gather_windows<T>(_: &[f32], _: &Window2d, _: *mut T) {
-    unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
+with_isa! {
+    /// [`gather_windows_with`] on `isa`'s kernels.
+    unsafe fn gather_windows[T: Lanes][T](z: &[f32], w: &Window2d, dx: *mut T) = gather_windows_with;
 }
 
 /// The filter gradient `[kh, kw, cin, cout]` of `conv2d` for input `x` and output gradient
@@ -546,6 +622,7 @@ pub(crate) fn backprop_filter<T: Lanes>(x: &[T], dy: &[T], w: &Window2d, cout: u
     if super::f32_winograd::suits(w, cout) {
         return super::f32_winograd::backprop_filter(x, dy, w, cout);
     }
+    let isa = kernel_isa();
     let g = Geometry::of(w, cout);
     let rows = g.kernel[0] * g.kernel[1] * g.cin;
     let pixels = g.oh * g.ow;
@@ -564,10 +641,11 @@ pub(crate) fn backprop_filter<T: Lanes>(x: &[T], dy: &[T], w: &Window2d, cout: u
                 let image = as_f32(&x[b * per_in..(b + 1) * per_in], wide_in);
                 let dy = as_f32(&dy[b * per_out..(b + 1) * per_out], wide_dy);
                 Image::with(image, &g, 0, |img| {
-                    // SAFETY: AVX-512 (checked by callers); dy holds image b's pixels;
-                    // partial c (rows x cout floats) belongs to this chunk only.
+                    // SAFETY: the CPU has `isa` (callers check `available`); dy holds image
+                    // b's pixels; partial c (rows x cout floats) belongs to this chunk only.
                     unsafe {
-                        filter_grad_image(img, &g, dy.as_ptr(), dst.get().add(c * rows * cout))
+                        let partial = dst.get().add(c * rows * cout);
+                        filter_grad_image(isa, img, &g, dy.as_ptr(), partial)
                     }
                 })
             });
@@ -589,14 +667,18 @@ pub(super) fn sum_partials(mut partials: Vec<f32>, len: usize) -> Vec<f32> {
     partials
 }
 
-/// Adds one image's filter gradient to `grad` (`[kh·kw·cin, cout]`).
+/// Adds one image's filter gradient to `grad` (`[kh·kw·cin, cout]`), with `K`'s tiles.
 ///
 /// # Safety
-/// AVX-512F is present; `dy` holds the image's `oh * ow * cout` gradients and `grad` is
-/// valid for `kh·kw·cin * cout` floats.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn filter_grad_image(img: &Image, g: &Geometry, dy: *const f32, grad: *mut f32) {
+/// The CPU has `K`'s instruction set; `dy` holds the image's `oh * ow * cout` gradients and
+/// `grad` is valid for `kh·kw·cin * cout` floats.
+#[inline(always)]
+unsafe fn filter_grad_image_with<K: Kernels>(
+    img: &Image,
+    g: &Geometry,
+    dy: *const f32,
+    grad: *mut f32,
+) {
     let taps = g.taps(img.pitch);
     let rows = taps.len() * g.cin;
     // Filter row m = (tap, channel) reads the input at the pixel's corner + this offset.
@@ -605,11 +687,11 @@ unsafe fn filter_grad_image(img: &Image, g: &Geometry, dy: *const f32, grad: *mu
     let output_rows: Vec<isize> = (0..g.oh)
         .map(|oy| (oy * g.strides[0] * img.pitch * g.cin) as isize)
         .collect();
-    for m0 in (0..rows).step_by(MR) {
-        let h = MR.min(rows - m0);
+    for m0 in (0..rows).step_by(K::ROWS) {
+        let h = K::ROWS.min(rows - m0);
         let row_offsets = std::array::from_fn(|r| if r < h { offset(m0 + r) } else { 0 });
         for q in 0..g.cout.div_ceil(NR) {
-            Tile {
+            let tile = Tile {
                 a: img.data,
                 rows: row_offsets,
                 a_cs: (g.strides[1] * g.cin) as isize,
@@ -623,15 +705,20 @@ unsafe fn filter_grad_image(img: &Image, g: &Geometry, dy: *const f32, grad: *mu
                 add: true,
                 bias: std::ptr::null(),
                 relu: false,
-            }
-            .run_rows(h)
+            };
+            K::run_rows(&tile, h);
         }
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn filter_grad_image(_: &Image, _: &Geometry, _: *const f32, _: *mut f32) {
-    unreachable!("the direct convolutions are only chosen on x86-64 with AVX-512")
+with_isa! {
+    /// [`filter_grad_image_with`] on `isa`'s kernels.
+    unsafe fn filter_grad_image(
+        img: &Image,
+        g: &Geometry,
+        dy: *const f32,
+        grad: *mut f32,
+    ) = filter_grad_image_with;
 }
 
 #[cfg(test)]

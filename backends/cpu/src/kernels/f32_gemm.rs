@@ -22,6 +22,7 @@
 //! `gemm` as before.
 
 use super::matmul::StridedMatrix;
+use crate::lanes::Lanes;
 use crate::simd::Isa;
 
 /// Rows of a register tile.
@@ -170,10 +171,19 @@ pub(super) fn column_masks(width: usize) -> (u16, u16) {
     (bits(width), bits(width.saturating_sub(16)))
 }
 
-/// One instruction set's tile kernel and panel packing, for [`block`].
-trait TileKernels {
+/// One instruction set's float32 building blocks: the register tile and panel packing of
+/// [`block`], and vectors of [`Kernels::LANES`] channels for the convolutions' transforms
+/// and gathers ([`super::f32_conv`], [`super::f32_winograd`]). Code generic over it is
+/// `#[inline(always)]` and holds no closures that call it (a closure does not inherit its
+/// caller's instruction set: every intrinsic in it would become a call); [`with_isa!`]
+/// compiles it once per instruction set.
+pub(super) trait Kernels {
     /// Rows per register tile (at most [`MR`]).
     const ROWS: usize;
+    /// float32 lanes per vector.
+    const LANES: usize;
+    /// A vector of [`Kernels::LANES`] floats.
+    type V: Copy;
     /// [`Tile::run_rows`] or [`Tile::run_rows_avx2`].
     unsafe fn run_rows(tile: &Tile<'_>, h: usize);
     /// [`pack_panel`] or [`pack_panel_avx2`].
@@ -184,14 +194,38 @@ trait TileKernels {
         width: usize,
         dst: *mut f32,
     );
+    /// All lanes zero.
+    unsafe fn zero() -> Self::V;
+    /// All lanes `x`.
+    unsafe fn splat(x: f32) -> Self::V;
+    /// `a + b`.
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+    /// `a - b`.
+    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
+    /// `a · b + c`, fused.
+    unsafe fn fmadd(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// Lanes `<= 0` set to 0 (NaN kept): ReLU as the fused kernels apply it.
+    unsafe fn relu(v: Self::V) -> Self::V;
+    /// `len` (≤ LANES) floats at `p`, zero beyond.
+    unsafe fn load(p: *const f32, len: usize) -> Self::V;
+    /// The first `len` (≤ LANES) lanes stored at `p`.
+    unsafe fn store(p: *mut f32, len: usize, v: Self::V);
+    /// `len` (≤ LANES) elements of `T` at `p` widened to f32, zero beyond.
+    unsafe fn load_from<T: Lanes>(p: *const T, len: usize) -> Self::V;
+    /// The first `len` (≤ LANES) lanes stored at `p`, rounded to `T`.
+    unsafe fn store_to<T: Lanes>(p: *mut T, len: usize, v: Self::V);
 }
 
-struct Avx512Kernels;
-struct Avx2Kernels;
+/// The AVX-512F building blocks.
+pub(super) struct Avx512Kernels;
+/// The AVX2 + FMA building blocks.
+pub(super) struct Avx2Kernels;
 
 #[cfg(target_arch = "x86_64")]
-impl TileKernels for Avx512Kernels {
+impl Kernels for Avx512Kernels {
     const ROWS: usize = MR;
+    const LANES: usize = 16;
+    type V = std::arch::x86_64::__m512;
     #[inline(always)]
     unsafe fn run_rows(tile: &Tile<'_>, h: usize) {
         tile.run_rows(h)
@@ -206,11 +240,55 @@ impl TileKernels for Avx512Kernels {
     ) {
         pack_panel(src, strides, kc, width, dst)
     }
+    #[inline(always)]
+    unsafe fn zero() -> Self::V {
+        std::arch::x86_64::_mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self::V {
+        std::arch::x86_64::_mm512_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V {
+        std::arch::x86_64::_mm512_add_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V {
+        std::arch::x86_64::_mm512_sub_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        std::arch::x86_64::_mm512_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn relu(v: Self::V) -> Self::V {
+        use std::arch::x86_64::*;
+        let zero = _mm512_setzero_ps();
+        _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(v, zero), zero)
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32, len: usize) -> Self::V {
+        f32::load(p, len)
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, len: usize, v: Self::V) {
+        f32::store(p, len, v)
+    }
+    #[inline(always)]
+    unsafe fn load_from<T: Lanes>(p: *const T, len: usize) -> Self::V {
+        T::load(p, len)
+    }
+    #[inline(always)]
+    unsafe fn store_to<T: Lanes>(p: *mut T, len: usize, v: Self::V) {
+        T::store(p, len, v)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
-impl TileKernels for Avx2Kernels {
+impl Kernels for Avx2Kernels {
     const ROWS: usize = AVX2_ROWS;
+    const LANES: usize = 8;
+    type V = std::arch::x86_64::__m256;
     #[inline(always)]
     unsafe fn run_rows(tile: &Tile<'_>, h: usize) {
         tile.run_rows_avx2(h)
@@ -225,7 +303,113 @@ impl TileKernels for Avx2Kernels {
     ) {
         pack_panel_avx2(src, strides, kc, width, dst)
     }
+    #[inline(always)]
+    unsafe fn zero() -> Self::V {
+        std::arch::x86_64::_mm256_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self::V {
+        std::arch::x86_64::_mm256_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V {
+        std::arch::x86_64::_mm256_add_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V {
+        std::arch::x86_64::_mm256_sub_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        std::arch::x86_64::_mm256_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn relu(v: Self::V) -> Self::V {
+        use std::arch::x86_64::*;
+        let zero = _mm256_setzero_ps();
+        _mm256_blendv_ps(v, zero, _mm256_cmp_ps::<_CMP_LE_OQ>(v, zero))
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32, len: usize) -> Self::V {
+        if len >= 8 {
+            std::arch::x86_64::_mm256_loadu_ps(p)
+        } else {
+            std::arch::x86_64::_mm256_maskload_ps(p, lanes_avx2(len))
+        }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, len: usize, v: Self::V) {
+        if len >= 8 {
+            std::arch::x86_64::_mm256_storeu_ps(p, v)
+        } else {
+            std::arch::x86_64::_mm256_maskstore_ps(p, lanes_avx2(len), v)
+        }
+    }
+    /// float32 directly; other types element by element (correct, not fast: the AVX2
+    /// kernels are chosen for float32 data only, see `f32_conv::available_for_halves`).
+    #[inline(always)]
+    unsafe fn load_from<T: Lanes>(p: *const T, len: usize) -> Self::V {
+        if T::IS_F32 {
+            return Self::load(p as *const f32, len);
+        }
+        let (len, mut wide) = (len.min(8), [0f32; 8]);
+        T::widen_into(std::slice::from_raw_parts(p, len), &mut wide[..len]);
+        std::arch::x86_64::_mm256_loadu_ps(wide.as_ptr())
+    }
+    /// As [`Kernels::load_from`]: float32 directly, other types element by element.
+    #[inline(always)]
+    unsafe fn store_to<T: Lanes>(p: *mut T, len: usize, v: Self::V) {
+        if T::IS_F32 {
+            return Self::store(p as *mut f32, len, v);
+        }
+        let mut wide = [0f32; 8];
+        std::arch::x86_64::_mm256_storeu_ps(wide.as_mut_ptr(), v);
+        T::narrow_to(&wide[..len.min(8)], p)
+    }
 }
+
+/// Defines `$name(isa, args..)`, which runs `$generic::<K, ..>(args..)` compiled for the
+/// instruction set `isa` names: [`Avx512Kernels`] with AVX-512F, else [`Avx2Kernels`] with
+/// AVX2 + FMA (a function cannot be generic over its target features, so each instruction
+/// set gets a wrapper that enables them and inlines the generic body).
+///
+/// `with_isa!(unsafe fn name [T: Lanes] [T] (a: A, b: B) -> R = generic);`
+macro_rules! with_isa {
+    ($(#[$meta:meta])* $vis:vis unsafe fn $name:ident $([$($bound:tt)*] [$($g:ident),*])?
+        ($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? = $generic:ident;) => {
+        $(#[$meta])*
+        #[allow(clippy::too_many_arguments)]
+        $vis unsafe fn $name$(<$($bound)*>)?(
+            isa: crate::simd::Isa,
+            $($arg: $ty),*
+        ) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx512$(<$($bound)*>)?($($arg: $ty),*) $(-> $ret)? {
+                    $generic::<$crate::kernels::f32_gemm::Avx512Kernels $($(, $g)*)?>($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx2$(<$($bound)*>)?($($arg: $ty),*) $(-> $ret)? {
+                    $generic::<$crate::kernels::f32_gemm::Avx2Kernels $($(, $g)*)?>($($arg),*)
+                }
+                if isa >= crate::simd::Isa::Avx512 {
+                    avx512$(::<$($g),*>)?($($arg),*)
+                } else {
+                    avx2$(::<$($g),*>)?($($arg),*)
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                let _ = (isa, $($arg),*);
+                unreachable!("the native float32 kernels are only chosen on x86-64")
+            }
+        }
+    };
+}
+pub(super) use with_isa;
 
 /// [`block`] with the AVX-512 kernels.
 #[cfg(target_arch = "x86_64")]
@@ -292,7 +476,7 @@ fn with_pack(needed: bool, f: impl FnOnce(*mut f32)) {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn block<K: TileKernels>(
+unsafe fn block<K: Kernels>(
     pack: *mut f32,
     dst: *mut f32,
     ldc: usize,
@@ -611,6 +795,7 @@ use block_avx512 as block_avx2;
 /// product has one run and evenly spaced rows; a direct convolution has one run per filter
 /// tap (`kh·kw` runs of `cin` channels) and rows at the output pixels' windows, which need
 /// not be evenly spaced (a tile may wrap to the next output row). B advances `b_rs` per step.
+#[derive(Clone, Copy)]
 pub(super) struct Tile<'s> {
     pub a: *const f32,
     pub rows: [isize; MR],

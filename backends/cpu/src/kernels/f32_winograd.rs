@@ -1,5 +1,6 @@
-//! Winograd F(4x4, 3x3) float32 convolutions on AVX-512: 3x3 filters at stride 1 (the body
-//! of most CNNs), forward and both gradients.
+//! Winograd F(4x4, 3x3) float32 convolutions on AVX-512 or AVX2 + FMA: 3x3 filters at
+//! stride 1 (the body of most CNNs), forward and both gradients. The transforms are written
+//! once over [`Kernels`]' vectors and compiled per instruction set ([`with_isa!`]).
 //!
 //! A 4x4 block of outputs (a *tile*) reads a 6x6 patch `d` of input. With the patch
 //! transformed as `V = Bᵀ d B`, each filter as `U = G g Gᵀ` and `Y = Aᵀ M A`, the
@@ -28,8 +29,9 @@
 //! transforms amplify that rounding to errors of 40% of the outputs' mean magnitude.)
 
 use super::f32_conv::{packed_product, sum_partials, Epilogue, PackedFilter};
-use super::f32_gemm::{column_masks, Tile, MR, NR};
+use super::f32_gemm::{column_masks, native_isa, with_isa, Kernels, Tile, NR};
 use crate::lanes::Lanes;
+use crate::simd::Isa;
 use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::{FusedActivation, Window2d};
 use std::cell::RefCell;
@@ -160,55 +162,64 @@ impl Plan {
 }
 
 /// `U = G g Gᵀ` of every filter `g` (`[3, 3, cin, cout]`): `[36, cin, cout]`.
-fn filter_transform(filter: &[f32], cin: usize, cout: usize) -> Vec<f32> {
+fn filter_transform(isa: Isa, filter: &[f32], cin: usize, cout: usize) -> Vec<f32> {
     assert!(
         filter.len() >= 9 * cin * cout,
         "filter smaller than its shape"
     );
     let mut u = vec![0f32; POSITIONS * cin * cout];
-    // SAFETY: AVX-512 (suits checked it); sizes checked above.
-    unsafe { filter_transforms(&G, filter.as_ptr(), u.as_mut_ptr(), cin, cout) };
+    // SAFETY: the CPU has `isa` (suits checked it); sizes checked above.
+    unsafe { filter_transforms(isa, &G, filter.as_ptr(), u.as_mut_ptr(), cin, cout) };
     u
 }
 
 /// `dg = Gᵀ dU G` of every transformed filter gradient (`[36, cin, cout]`):
 /// `[3, 3, cin, cout]`.
-fn filter_gradient_inverse(du: &[f32], cin: usize, cout: usize) -> Vec<f32> {
+fn filter_gradient_inverse(isa: Isa, du: &[f32], cin: usize, cout: usize) -> Vec<f32> {
     assert!(du.len() >= POSITIONS * cin * cout);
     let mut dg = vec![0f32; 9 * cin * cout];
-    // SAFETY: AVX-512 (suits checked it); sizes checked above.
-    unsafe { filter_transforms(&GT, du.as_ptr(), dg.as_mut_ptr(), cin, cout) };
+    // SAFETY: the CPU has `isa` (suits checked it); sizes checked above.
+    unsafe { filter_transforms(isa, &GT, du.as_ptr(), dg.as_mut_ptr(), cin, cout) };
     dg
 }
 
 /// `m · f · mᵀ` for every (input, output) channel pair of `from` (`[I, I, cin, cout]`)
-/// into `to` (`[O, O, cin, cout]`), 16 output channels at a time.
+/// into `to` (`[O, O, cin, cout]`), a vector of output channels at a time.
 ///
 /// # Safety
-/// AVX-512F is present; `from` and `to` hold their shapes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn filter_transforms<const I: usize, const O: usize>(
+/// The CPU has `K`'s instruction set; `from` and `to` hold their shapes.
+#[inline(always)]
+unsafe fn filter_transforms_with<K: Kernels, const I: usize, const O: usize>(
     m: &[[f32; I]; O],
     from: *const f32,
     to: *mut f32,
     cin: usize,
     cout: usize,
 ) {
-    use std::arch::x86_64::*;
     for ci in 0..cin {
-        for c0 in (0..cout).step_by(16) {
-            let k = channel_mask(cout, c0);
-            let mut f = [[_mm512_setzero_ps(); I]; I];
+        for c0 in (0..cout).step_by(K::LANES) {
+            let len = K::LANES.min(cout - c0);
+            let mut f = [[K::zero(); I]; I];
             for (t, value) in f.as_flattened_mut().iter_mut().enumerate() {
-                *value = _mm512_maskz_loadu_ps(k, from.add((t * cin + ci) * cout + c0));
+                *value = K::load(from.add((t * cin + ci) * cout + c0), len);
             }
-            let transformed = transforms::two_d(m, &f);
+            let transformed = two_d::<K, I, O>(m, &f);
             for (t, &value) in transformed.as_flattened().iter().enumerate() {
-                _mm512_mask_storeu_ps(to.add((t * cin + ci) * cout + c0), k, value);
+                K::store(to.add((t * cin + ci) * cout + c0), len, value);
             }
         }
     }
+}
+
+with_isa! {
+    /// [`filter_transforms_with`] on `isa`'s kernels.
+    unsafe fn filter_transforms[const I: usize, const O: usize][I, O](
+        m: &[[f32; I]; O],
+        from: *const f32,
+        to: *mut f32,
+        cin: usize,
+        cout: usize,
+    ) = filter_transforms_with;
 }
 
 thread_local! {
@@ -237,9 +248,10 @@ pub(crate) fn forward<T: Lanes>(
             "bias shorter than the output channels"
         );
     }
-    let u = filter_transform(filter, p.cin, cout);
+    let isa = kernel_isa();
+    let u = filter_transform(isa, filter, p.cin, cout);
     let packed: Vec<PackedFilter> = (0..POSITIONS)
-        .map(|xi| PackedFilter::new(&u[xi * p.cin * cout..], p.cin, cout))
+        .map(|xi| PackedFilter::new(isa, &u[xi * p.cin * cout..], p.cin, cout))
         .collect();
     let (per_in, per_out) = (p.h * p.w * p.cin, p.oh * p.ow * cout);
     let mut out: Vec<T> = Vec::with_capacity(p.n * per_out);
@@ -250,17 +262,18 @@ pub(crate) fn forward<T: Lanes>(
         BUFFERS.with_borrow_mut(|[v, m, _]| {
             v.resize(POSITIONS * rows * p.cin, 0.0);
             m.resize(POSITIONS * rows * cout, 0.0);
-            // SAFETY: AVX-512 (suits checked it); the chunk's images lie in x (checked
-            // above); the buffers hold the chunk's transformed values; the chunk's images'
-            // part of `out` belongs to this chunk only.
+            // SAFETY: the CPU has `isa` (suits checked it); the chunk's images lie in x
+            // (checked above); the buffers hold the chunk's transformed values; the chunk's
+            // images' part of `out` belongs to this chunk only.
             unsafe {
                 for (i, b) in images.clone().enumerate() {
-                    input_transform(p, x.as_ptr().add(b * per_in), v, (rows, i * p.tiles));
+                    let image = x.as_ptr().add(b * per_in);
+                    input_transform(isa, p, image, v, (rows, i * p.tiles));
                 }
-                products(rows, v, p.cin, &packed, cout, m.as_mut_ptr());
+                products(isa, rows, v, p.cin, &packed, cout, m.as_mut_ptr());
                 for (i, b) in images.enumerate() {
-                    let first = i * p.tiles;
-                    output_transform(p, m, (rows, first), epilogue, dst.get().add(b * per_out));
+                    let (at, out) = ((rows, i * p.tiles), dst.get().add(b * per_out));
+                    output_transform(isa, p, m, at, epilogue, out);
                 }
             }
         })
@@ -282,11 +295,19 @@ pub(crate) fn backprop_input<T: Lanes>(
         dy.len() >= p.n * p.oh * p.ow * cout,
         "conv operands smaller than their shapes"
     );
-    let u = filter_transform(filter, p.cin, cout);
+    let isa = kernel_isa();
+    let u = filter_transform(isa, filter, p.cin, cout);
     // U[ξ]ᵀ: [cout, cin], element (j, c) = u[ξ][c][j].
-    let packed: Vec<PackedFilter> = (0..POSITIONS)
-        .map(|xi| PackedFilter::strided(&u[xi * p.cin * cout..], cout, p.cin, (1, cout as isize)))
-        .collect();
+    let transposed = |xi: usize| {
+        PackedFilter::strided(
+            isa,
+            &u[xi * p.cin * cout..],
+            cout,
+            p.cin,
+            (1, cout as isize),
+        )
+    };
+    let packed: Vec<PackedFilter> = (0..POSITIONS).map(transposed).collect();
     let (per_in, per_out) = (p.h * p.w * p.cin, p.oh * p.ow * cout);
     let mut dx: Vec<T> = Vec::with_capacity(p.n * per_in);
     let dst = SharedMut(dx.as_mut_ptr());
@@ -296,18 +317,19 @@ pub(crate) fn backprop_input<T: Lanes>(
         BUFFERS.with_borrow_mut(|[dm, dv, patches]| {
             dm.resize(POSITIONS * rows * cout, 0.0);
             dv.resize(POSITIONS * rows * p.cin, 0.0);
-            // SAFETY: AVX-512 (suits checked it); the chunk's gradients lie in dy (checked
-            // above); the buffers hold the chunk's values; the chunk's images' part of dx
-            // belongs to this chunk only.
+            // SAFETY: the CPU has `isa` (suits checked it); the chunk's gradients lie in
+            // dy (checked above); the buffers hold the chunk's values; the chunk's images'
+            // part of dx belongs to this chunk only.
             unsafe {
                 for (i, b) in images.clone().enumerate() {
-                    let first = i * p.tiles;
-                    output_gradient_transform(p, dy.as_ptr().add(b * per_out), dm, (rows, first));
+                    let (image, at) = (dy.as_ptr().add(b * per_out), (rows, i * p.tiles));
+                    output_gradient_transform(isa, p, image, dm, at);
                 }
-                products(rows, dm, cout, &packed, p.cin, dv.as_mut_ptr());
+                products(isa, rows, dm, cout, &packed, p.cin, dv.as_mut_ptr());
                 for (i, b) in images.enumerate() {
                     let first = i * p.tiles;
                     input_gradient_transform(
+                        isa,
                         p,
                         dv,
                         (rows, first),
@@ -330,6 +352,7 @@ pub(crate) fn backprop_filter<T: Lanes>(x: &[T], dy: &[T], w: &Window2d, cout: u
         x.len() >= p.n * p.h * p.w * p.cin && dy.len() >= p.n * p.oh * p.ow * cout,
         "conv operands smaller than their shapes"
     );
+    let isa = kernel_isa();
     let partial_len = POSITIONS * p.cin * cout;
     // Two groups of chunks per thread: each group keeps its own transformed gradient sum.
     let per_group = p.chunks().div_ceil(2 * rayon::current_num_threads()).max(1);
@@ -344,50 +367,70 @@ pub(crate) fn backprop_filter<T: Lanes>(x: &[T], dy: &[T], w: &Window2d, cout: u
                 let rows = images.len() * p.tiles;
                 v.resize(POSITIONS * rows * p.cin, 0.0);
                 dm.resize(POSITIONS * rows * cout, 0.0);
-                // SAFETY: AVX-512 (suits checked it); the chunk's images lie in x and their
-                // gradients in dy (checked above); partial `group` belongs to this group.
+                // SAFETY: the CPU has `isa` (suits checked it); the chunk's images lie in x
+                // and their gradients in dy (checked above); partial `group` belongs to this
+                // group.
                 unsafe {
                     for (i, b) in images.enumerate() {
                         let at = (rows, i * p.tiles);
-                        input_transform(p, x.as_ptr().add(b * per_in), v, at);
-                        output_gradient_transform(p, dy.as_ptr().add(b * per_out), dm, at);
+                        input_transform(isa, p, x.as_ptr().add(b * per_in), v, at);
+                        output_gradient_transform(isa, p, dy.as_ptr().add(b * per_out), dm, at);
                     }
-                    filter_gradient_products(p, rows, v, dm, dst.get().add(group * partial_len));
+                    let du = dst.get().add(group * partial_len);
+                    filter_gradient_products(isa, p, rows, v, dm, du);
                 }
             }
         })
     });
-    filter_gradient_inverse(&sum_partials(partials, partial_len), p.cin, cout)
+    filter_gradient_inverse(isa, &sum_partials(partials, partial_len), p.cin, cout)
+}
+
+/// The instruction set the transforms and products run with (`suits` checked there is one).
+fn kernel_isa() -> Isa {
+    native_isa().unwrap_or(Isa::Avx2)
 }
 
 /// `out[ξ] = a[ξ] · b[ξ]` for the 36 positions: `a[ξ]` `[rows, k]` row-major, `b[ξ]`
 /// packed `[k, n]`, `out[ξ]` `[rows, n]`.
 ///
 /// # Safety
-/// AVX-512F is present; `out` has room for `36 * rows * n` floats.
-unsafe fn products(rows: usize, a: &[f32], k: usize, b: &[PackedFilter], n: usize, out: *mut f32) {
+/// The CPU has `isa`; `out` has room for `36 * rows * n` floats.
+unsafe fn products(
+    isa: Isa,
+    rows: usize,
+    a: &[f32],
+    k: usize,
+    b: &[PackedFilter],
+    n: usize,
+    out: *mut f32,
+) {
     assert!(a.len() >= POSITIONS * rows * k && b.len() == POSITIONS);
     for (xi, b) in b.iter().enumerate() {
         let (a, out) = (a.as_ptr().add(xi * rows * k), out.add(xi * rows * n));
-        packed_product(a, rows, k, b, n, out);
+        packed_product(isa, a, rows, k, b, n, out);
     }
 }
 
 /// `du[ξ] += v[ξ]ᵀ · dm[ξ]` for the 36 positions of a chunk's `rows` tiles (`[cin, cout]`
-/// each, k over the tiles).
+/// each, k over the tiles), on `K`'s register tiles.
 ///
 /// # Safety
-/// AVX-512F is present; `du` is valid for `36 * cin * cout` floats.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn filter_gradient_products(p: &Plan, rows: usize, v: &[f32], dm: &[f32], du: *mut f32) {
+/// The CPU has `K`'s instruction set; `du` is valid for `36 * cin * cout` floats.
+#[inline(always)]
+unsafe fn filter_gradient_products_with<K: Kernels>(
+    p: &Plan,
+    rows: usize,
+    v: &[f32],
+    dm: &[f32],
+    du: *mut f32,
+) {
     assert!(v.len() >= POSITIONS * rows * p.cin && dm.len() >= POSITIONS * rows * p.cout);
     for xi in 0..POSITIONS {
-        for c0 in (0..p.cin).step_by(MR) {
-            let h = MR.min(p.cin - c0);
+        for c0 in (0..p.cin).step_by(K::ROWS) {
+            let h = K::ROWS.min(p.cin - c0);
             let offsets = std::array::from_fn(|r| (c0 + r.min(h - 1)) as isize);
             for q in 0..p.cout.div_ceil(NR) {
-                Tile {
+                let tile = Tile {
                     a: v.as_ptr().add(xi * rows * p.cin),
                     rows: offsets,
                     a_cs: p.cin as isize,
@@ -401,71 +444,70 @@ unsafe fn filter_gradient_products(p: &Plan, rows: usize, v: &[f32], dm: &[f32],
                     add: true,
                     bias: std::ptr::null(),
                     relu: false,
-                }
-                .run_rows(h)
+                };
+                K::run_rows(&tile, h);
             }
         }
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-mod transforms {
-    //! The transforms on vectors of 16 channels.
-    use std::arch::x86_64::*;
-
-    /// `m · v`. With `m` a constant, the zero terms vanish, ±1 become additions and the
-    /// starting `-0.0` folds away (`-0.0 + x` is `x`): straight-line code.
-    #[inline(always)]
-    unsafe fn apply<const I: usize, const O: usize>(
-        m: &[[f32; I]; O],
-        v: &[__m512; I],
-    ) -> [__m512; O] {
-        let mut out = [_mm512_setzero_ps(); O];
-        for (o, row) in m.iter().enumerate() {
-            let mut acc = _mm512_set1_ps(-0.0);
-            for (&c, &x) in row.iter().zip(v) {
-                if c == 1.0 {
-                    acc = _mm512_add_ps(acc, x);
-                } else if c == -1.0 {
-                    acc = _mm512_sub_ps(acc, x);
-                } else if c != 0.0 {
-                    acc = _mm512_fmadd_ps(_mm512_set1_ps(c), x, acc);
-                }
-            }
-            out[o] = acc;
-        }
-        out
-    }
-
-    /// `m · d · mᵀ` of an `I x I` patch.
-    #[inline(always)]
-    pub(super) unsafe fn two_d<const I: usize, const O: usize>(
-        m: &[[f32; I]; O],
-        d: &[[__m512; I]; I],
-    ) -> [[__m512; O]; O] {
-        let mut columns = [[_mm512_setzero_ps(); I]; O];
-        for j in 0..I {
-            let mut column = [_mm512_setzero_ps(); I];
-            for i in 0..I {
-                column[i] = d[i][j];
-            }
-            let transformed = apply(m, &column);
-            for o in 0..O {
-                columns[o][j] = transformed[o];
-            }
-        }
-        let mut out = [[_mm512_setzero_ps(); O]; O];
-        for o in 0..O {
-            out[o] = apply(m, &columns[o]);
-        }
-        out
-    }
+with_isa! {
+    /// [`filter_gradient_products_with`] on `isa`'s kernels.
+    unsafe fn filter_gradient_products(
+        p: &Plan,
+        rows: usize,
+        v: &[f32],
+        dm: &[f32],
+        du: *mut f32,
+    ) = filter_gradient_products_with;
 }
 
-/// The mask of the 16-channel group starting at `c0` of `channels`.
+/// `m · v` on vectors of channels. With `m` a constant, the zero terms vanish, ±1 become
+/// additions and the starting `-0.0` folds away (`-0.0 + x` is `x`): straight-line code.
 #[inline(always)]
-fn channel_mask(channels: usize, c0: usize) -> u16 {
-    column_masks(channels - c0).0
+unsafe fn apply<K: Kernels, const I: usize, const O: usize>(
+    m: &[[f32; I]; O],
+    v: &[K::V; I],
+) -> [K::V; O] {
+    let mut out = [K::zero(); O];
+    for (o, row) in m.iter().enumerate() {
+        let mut acc = K::splat(-0.0);
+        for (&c, &x) in row.iter().zip(v) {
+            if c == 1.0 {
+                acc = K::add(acc, x);
+            } else if c == -1.0 {
+                acc = K::sub(acc, x);
+            } else if c != 0.0 {
+                acc = K::fmadd(K::splat(c), x, acc);
+            }
+        }
+        out[o] = acc;
+    }
+    out
+}
+
+/// `m · d · mᵀ` of an `I x I` patch of vectors.
+#[inline(always)]
+unsafe fn two_d<K: Kernels, const I: usize, const O: usize>(
+    m: &[[f32; I]; O],
+    d: &[[K::V; I]; I],
+) -> [[K::V; O]; O] {
+    let mut columns = [[K::zero(); I]; O];
+    for j in 0..I {
+        let mut column = [K::zero(); I];
+        for i in 0..I {
+            column[i] = d[i][j];
+        }
+        let transformed = apply::<K, I, O>(m, &column);
+        for o in 0..O {
+            columns[o][j] = transformed[o];
+        }
+    }
+    let mut out = [[K::zero(); O]; O];
+    for o in 0..O {
+        out[o] = apply::<K, I, O>(m, &columns[o]);
+    }
+    out
 }
 
 /// `V = Bᵀ d B` of every tile's 6x6 input patch of one image (`[h, w, cin]` at `image`;
@@ -473,25 +515,22 @@ fn channel_mask(channels: usize, c0: usize) -> u16 {
 /// `first..` of `v` (`[36, rows, cin]`).
 ///
 /// # Safety
-/// AVX-512F is present; `image` holds the image.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn input_transform<T: Lanes>(
+/// The CPU has `K`'s instruction set; `image` holds the image.
+#[inline(always)]
+unsafe fn input_transform_with<K: Kernels, T: Lanes>(
     p: &Plan,
     image: *const T,
     v: &mut [f32],
     (rows, first): (usize, usize),
 ) {
-    use std::arch::x86_64::*;
     assert!(v.len() >= POSITIONS * rows * p.cin && first + p.tiles <= rows);
     let v = v.as_mut_ptr();
     for ty in 0..p.th {
         for tx in 0..p.tw {
             let t = first + ty * p.tw + tx;
-            for c0 in (0..p.cin).step_by(16) {
-                let k = channel_mask(p.cin, c0);
-                let len = 16.min(p.cin - c0);
-                let mut d = [[_mm512_setzero_ps(); PATCH]; PATCH];
+            for c0 in (0..p.cin).step_by(K::LANES) {
+                let len = K::LANES.min(p.cin - c0);
+                let mut d = [[K::zero(); PATCH]; PATCH];
                 for (a, patch_row) in d.iter_mut().enumerate() {
                     let Some(r) = (TILE * ty + a).checked_sub(p.pad[0]).filter(|&r| r < p.h) else {
                         continue;
@@ -499,17 +538,27 @@ unsafe fn input_transform<T: Lanes>(
                     for (b, value) in patch_row.iter_mut().enumerate() {
                         if let Some(c) = (TILE * tx + b).checked_sub(p.pad[1]).filter(|&c| c < p.w)
                         {
-                            *value = T::load(image.add((r * p.w + c) * p.cin + c0), len);
+                            *value = K::load_from(image.add((r * p.w + c) * p.cin + c0), len);
                         }
                     }
                 }
-                let transformed = transforms::two_d(&BT, &d);
+                let transformed = two_d::<K, PATCH, PATCH>(&BT, &d);
                 for (xi, &value) in transformed.as_flattened().iter().enumerate() {
-                    _mm512_mask_storeu_ps(v.add((xi * rows + t) * p.cin + c0), k, value);
+                    K::store(v.add((xi * rows + t) * p.cin + c0), len, value);
                 }
             }
         }
     }
+}
+
+with_isa! {
+    /// [`input_transform_with`] on `isa`'s kernels.
+    unsafe fn input_transform[T: Lanes][T](
+        p: &Plan,
+        image: *const T,
+        v: &mut [f32],
+        at: (usize, usize),
+    ) = input_transform_with;
 }
 
 /// `dM = A dY Aᵀ` of every tile's 4x4 block of one image's output gradient (`[oh, ow,
@@ -517,41 +566,48 @@ unsafe fn input_transform<T: Lanes>(
 /// `first..` of `dm` (`[36, rows, cout]`).
 ///
 /// # Safety
-/// AVX-512F is present; `dy` holds the image's gradients.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn output_gradient_transform<T: Lanes>(
+/// The CPU has `K`'s instruction set; `dy` holds the image's gradients.
+#[inline(always)]
+unsafe fn output_gradient_transform_with<K: Kernels, T: Lanes>(
     p: &Plan,
     dy: *const T,
     dm: &mut [f32],
     (rows, first): (usize, usize),
 ) {
-    use std::arch::x86_64::*;
     assert!(dm.len() >= POSITIONS * rows * p.cout && first + p.tiles <= rows);
     let dm = dm.as_mut_ptr();
     for ty in 0..p.th {
         for tx in 0..p.tw {
             let t = first + ty * p.tw + tx;
-            for c0 in (0..p.cout).step_by(16) {
-                let k = channel_mask(p.cout, c0);
-                let len = 16.min(p.cout - c0);
-                let mut y = [[_mm512_setzero_ps(); TILE]; TILE];
+            for c0 in (0..p.cout).step_by(K::LANES) {
+                let len = K::LANES.min(p.cout - c0);
+                let mut y = [[K::zero(); TILE]; TILE];
                 for (a, block_row) in y.iter_mut().enumerate() {
                     let r = TILE * ty + a;
                     for (b, value) in block_row.iter_mut().enumerate() {
                         let c = TILE * tx + b;
                         if r < p.oh && c < p.ow {
-                            *value = T::load(dy.add((r * p.ow + c) * p.cout + c0), len);
+                            *value = K::load_from(dy.add((r * p.ow + c) * p.cout + c0), len);
                         }
                     }
                 }
-                let transformed = transforms::two_d(&A, &y);
+                let transformed = two_d::<K, TILE, PATCH>(&A, &y);
                 for (xi, &value) in transformed.as_flattened().iter().enumerate() {
-                    _mm512_mask_storeu_ps(dm.add((xi * rows + t) * p.cout + c0), k, value);
+                    K::store(dm.add((xi * rows + t) * p.cout + c0), len, value);
                 }
             }
         }
     }
+}
+
+with_isa! {
+    /// [`output_gradient_transform_with`] on `isa`'s kernels.
+    unsafe fn output_gradient_transform[T: Lanes][T](
+        p: &Plan,
+        dy: *const T,
+        dm: &mut [f32],
+        at: (usize, usize),
+    ) = output_gradient_transform_with;
 }
 
 /// `Y = Aᵀ M A` of one image's tiles (rows `first..` of `m`, `[36, rows, cout]`), then
@@ -559,35 +615,31 @@ unsafe fn output_gradient_transform<T: Lanes>(
 /// the output are dropped).
 ///
 /// # Safety
-/// AVX-512F is present; `out` has room for the image's `oh * ow * cout` floats.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn output_transform<T: Lanes>(
+/// The CPU has `K`'s instruction set; `out` has room for the image's `oh * ow * cout`
+/// floats.
+#[inline(always)]
+unsafe fn output_transform_with<K: Kernels, T: Lanes>(
     p: &Plan,
     m: &[f32],
     (rows, first): (usize, usize),
     epilogue: Option<Epilogue<'_>>,
     out: *mut T,
 ) {
-    use std::arch::x86_64::*;
     assert!(m.len() >= POSITIONS * rows * p.cout && first + p.tiles <= rows);
     let relu = matches!(epilogue, Some(e) if e.activation == FusedActivation::Relu);
-    let zero = _mm512_setzero_ps();
     for ty in 0..p.th {
         for tx in 0..p.tw {
             let t = first + ty * p.tw + tx;
-            for c0 in (0..p.cout).step_by(16) {
-                let k = channel_mask(p.cout, c0);
-                let len = 16.min(p.cout - c0);
-                let mut sums = [[zero; PATCH]; PATCH];
+            for c0 in (0..p.cout).step_by(K::LANES) {
+                let len = K::LANES.min(p.cout - c0);
+                let mut sums = [[K::zero(); PATCH]; PATCH];
                 for (xi, value) in sums.as_flattened_mut().iter_mut().enumerate() {
-                    *value =
-                        _mm512_maskz_loadu_ps(k, m.as_ptr().add((xi * rows + t) * p.cout + c0));
+                    *value = K::load(m.as_ptr().add((xi * rows + t) * p.cout + c0), len);
                 }
-                let y = transforms::two_d(&AT, &sums);
+                let y = two_d::<K, PATCH, TILE>(&AT, &sums);
                 let bias = match epilogue {
-                    Some(e) => _mm512_maskz_loadu_ps(k, e.bias.as_ptr().add(c0)),
-                    None => zero,
+                    Some(e) => K::load(e.bias.as_ptr().add(c0), len),
+                    None => K::zero(),
                 };
                 for (a, values) in y.iter().enumerate() {
                     let r = TILE * ty + a;
@@ -596,15 +648,11 @@ unsafe fn output_transform<T: Lanes>(
                         if r >= p.oh || c >= p.ow {
                             continue;
                         }
-                        let mut value = _mm512_add_ps(value, bias);
+                        let mut value = K::add(value, bias);
                         if relu {
-                            value = _mm512_mask_mov_ps(
-                                value,
-                                _mm512_cmp_ps_mask::<_CMP_LE_OQ>(value, zero),
-                                zero,
-                            );
+                            value = K::relu(value);
                         }
-                        T::store(out.add((r * p.ow + c) * p.cout + c0), len, value);
+                        K::store_to(out.add((r * p.ow + c) * p.cout + c0), len, value);
                     }
                 }
             }
@@ -612,22 +660,31 @@ unsafe fn output_transform<T: Lanes>(
     }
 }
 
+with_isa! {
+    /// [`output_transform_with`] on `isa`'s kernels.
+    unsafe fn output_transform[T: Lanes][T](
+        p: &Plan,
+        m: &[f32],
+        at: (usize, usize),
+        epilogue: Option<Epilogue<'_>>,
+        out: *mut T,
+    ) = output_transform_with;
+}
+
 /// `dd = B dV Bᵀ` of one image's tiles (rows `first..` of `dv`, `[36, rows, cin]`), added
 /// into the tiles' 6x6 patches in `patches` (`(4·th + 2) x (4·tw + 2) x cin`, padding
 /// included, zeroed here), then the image's part (`[h, w, cin]`) copied to `dx`.
 ///
 /// # Safety
-/// AVX-512F is present; `dx` has room for the image's `h * w * cin` floats.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn input_gradient_transform<T: Lanes>(
+/// The CPU has `K`'s instruction set; `dx` has room for the image's `h * w * cin` floats.
+#[inline(always)]
+unsafe fn input_gradient_transform_with<K: Kernels, T: Lanes>(
     p: &Plan,
     dv: &[f32],
     (rows, first): (usize, usize),
     patches: &mut Vec<f32>,
     dx: *mut T,
 ) {
-    use std::arch::x86_64::*;
     assert!(dv.len() >= POSITIONS * rows * p.cin && first + p.tiles <= rows);
     let pitch = TILE * p.tw + 2;
     patches.clear();
@@ -636,22 +693,17 @@ unsafe fn input_gradient_transform<T: Lanes>(
     for ty in 0..p.th {
         for tx in 0..p.tw {
             let t = first + ty * p.tw + tx;
-            for c0 in (0..p.cin).step_by(16) {
-                let k = channel_mask(p.cin, c0);
-                let mut n = [[_mm512_setzero_ps(); PATCH]; PATCH];
+            for c0 in (0..p.cin).step_by(K::LANES) {
+                let len = K::LANES.min(p.cin - c0);
+                let mut n = [[K::zero(); PATCH]; PATCH];
                 for (xi, value) in n.as_flattened_mut().iter_mut().enumerate() {
-                    *value =
-                        _mm512_maskz_loadu_ps(k, dv.as_ptr().add((xi * rows + t) * p.cin + c0));
+                    *value = K::load(dv.as_ptr().add((xi * rows + t) * p.cin + c0), len);
                 }
-                let patch = transforms::two_d(&B, &n);
+                let patch = two_d::<K, PATCH, PATCH>(&B, &n);
                 for (a, values) in patch.iter().enumerate() {
                     for (b, &value) in values.iter().enumerate() {
                         let at = acc.add(((TILE * ty + a) * pitch + TILE * tx + b) * p.cin + c0);
-                        _mm512_mask_storeu_ps(
-                            at,
-                            k,
-                            _mm512_add_ps(_mm512_maskz_loadu_ps(k, at), value),
-                        );
+                        K::store(at, len, K::add(K::load(at, len), value));
                     }
                 }
             }
@@ -664,45 +716,13 @@ unsafe fn input_gradient_transform<T: Lanes>(
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn filter_transforms<const I: usize, const O: usize>(
-    _: &[[f32; I]; O],
-    _: *const f32,
-    _: *mut f32,
-    _: usize,
-    _: usize,
-) {
-    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
-}
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn filter_gradient_products(_: &Plan, _: usize, _: &[f32], _: &[f32], _: *mut f32) {
-    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
-}
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn input_transform<T>(_: &Plan, _: *const T, _: &mut [f32], _: (usize, usize)) {
-    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
-}
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn output_gradient_transform<T>(_: &Plan, _: *const T, _: &mut [f32], _: (usize, usize)) {
-    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
-}
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn output_transform<T>(
-    _: &Plan,
-    _: &[f32],
-    _: (usize, usize),
-    _: Option<Epilogue<'_>>,
-    _: *mut T,
-) {
-    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
-}
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn input_gradient_transform<T>(
-    _: &Plan,
-    _: &[f32],
-    _: (usize, usize),
-    _: &mut Vec<f32>,
-    _: *mut T,
-) {
-    unreachable!("the Winograd convolutions are only chosen on x86-64 with AVX-512")
+with_isa! {
+    /// [`input_gradient_transform_with`] on `isa`'s kernels.
+    unsafe fn input_gradient_transform[T: Lanes][T](
+        p: &Plan,
+        dv: &[f32],
+        at: (usize, usize),
+        patches: &mut Vec<f32>,
+        dx: *mut T,
+    ) = input_gradient_transform_with;
 }
