@@ -799,6 +799,7 @@ pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<Hos
     let [_, h, wd, c] = w.input;
     let out_per_image = w.output[0] * w.output[1] * c;
     let fast = kind == PoolKind::MaxPool2d && super::max_pool::available();
+    let fast_halves = kind == PoolKind::MaxPool2d && super::max_pool::available_for_halves();
     let pool_f32 = |x: &[f32], part: &Window2d| {
         if fast {
             super::max_pool::max_pool(x, part)
@@ -808,13 +809,13 @@ pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<Hos
     };
     let kernel = |part: &Window2d, ins: &[Vec<f32>]| pool_f32(&ins[0], part);
     match dense_half(&x) {
-        Some(HalfView::F16(v)) if fast => {
+        Some(HalfView::F16(v)) if fast_halves => {
             return Ok(HostData::F16(super::max_pool::max_pool(&v, w)))
         }
         Some(HalfView::F16(v)) => {
             return Ok(pool_half(w, &[(&v, h * wd * c)], out_per_image, kernel))
         }
-        Some(HalfView::BF16(v)) if fast => {
+        Some(HalfView::BF16(v)) if fast_halves => {
             return Ok(HostData::BF16(super::max_pool::max_pool(&v, w)))
         }
         Some(HalfView::BF16(v)) => {
@@ -893,6 +894,7 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
     let [_, h, wd, c] = w.input;
     let (per_x, per_dy) = (h * wd * c, w.output[0] * w.output[1] * c);
     let fast = super::max_pool::available();
+    let fast_halves = super::max_pool::available_for_halves();
     let grad_f32 = |x: &[f32], dy: &[f32], part: &Window2d| {
         if fast {
             super::max_pool::max_pool_grad(x, dy, part)
@@ -903,7 +905,7 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
     let kernel = |part: &Window2d, ins: &[Vec<f32>]| grad_f32(&ins[0], &ins[1], part);
     match (dense_half(&x), dense_half(&dy)) {
         (Some(HalfView::F16(a)), Some(HalfView::F16(g)))
-            if fast && super::max_pool::grad_exact::<half::f16>(w) =>
+            if fast_halves && super::max_pool::grad_exact::<half::f16>(w) =>
         {
             return Ok(HostData::F16(super::max_pool::max_pool_grad(&a, &g, w)))
         }
@@ -911,7 +913,7 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
             return Ok(pool_half(w, &[(&a, per_x), (&g, per_dy)], per_x, kernel))
         }
         (Some(HalfView::BF16(a)), Some(HalfView::BF16(g)))
-            if fast && super::max_pool::grad_exact::<half::bf16>(w) =>
+            if fast_halves && super::max_pool::grad_exact::<half::bf16>(w) =>
         {
             return Ok(HostData::BF16(super::max_pool::max_pool_grad(&a, &g, w)))
         }

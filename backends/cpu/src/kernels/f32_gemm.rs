@@ -214,6 +214,26 @@ pub(super) trait Kernels {
     unsafe fn load_from<T: Lanes>(p: *const T, len: usize) -> Self::V;
     /// The first `len` (≤ LANES) lanes stored at `p`, rounded to `T`.
     unsafe fn store_to<T: Lanes>(p: *mut T, len: usize, v: Self::V);
+    /// A lane predicate.
+    type Mask: Copy;
+    /// The first `len` lanes.
+    unsafe fn first_lanes(len: usize) -> Self::Mask;
+    /// `a` and `b`.
+    unsafe fn and(a: Self::Mask, b: Self::Mask) -> Self::Mask;
+    /// `a` and not `b`.
+    unsafe fn and_not(a: Self::Mask, b: Self::Mask) -> Self::Mask;
+    /// `v` where `mask`, else 0.
+    unsafe fn keep(mask: Self::Mask, v: Self::V) -> Self::V;
+    /// `sum + v` where `mask`, else `sum` (unchanged, a `-0.0` too).
+    unsafe fn add_where(sum: Self::V, mask: Self::Mask, v: Self::V) -> Self::V;
+    /// A running maximum `m` updated with a later value `v`: `v` where it is greater or NaN
+    /// (max pooling's rule: the last NaN wins).
+    unsafe fn max_last_nan(m: Self::V, v: Self::V) -> Self::V;
+    /// As [`Kernels::max_last_nan`] but the first NaN wins: `v` where it is greater, or NaN
+    /// while `m` is not.
+    unsafe fn max_first_nan(m: Self::V, v: Self::V) -> Self::V;
+    /// The lanes where `v` equals the maximum `m` (NaN matching NaN).
+    unsafe fn is_max(v: Self::V, m: Self::V) -> Self::Mask;
 }
 
 /// The AVX-512F building blocks.
@@ -281,6 +301,48 @@ impl Kernels for Avx512Kernels {
     #[inline(always)]
     unsafe fn store_to<T: Lanes>(p: *mut T, len: usize, v: Self::V) {
         T::store(p, len, v)
+    }
+    type Mask = std::arch::x86_64::__mmask16;
+    #[inline(always)]
+    unsafe fn first_lanes(len: usize) -> Self::Mask {
+        crate::lanes::avx512::first(len)
+    }
+    #[inline(always)]
+    unsafe fn and(a: Self::Mask, b: Self::Mask) -> Self::Mask {
+        a & b
+    }
+    #[inline(always)]
+    unsafe fn and_not(a: Self::Mask, b: Self::Mask) -> Self::Mask {
+        a & !b
+    }
+    #[inline(always)]
+    unsafe fn keep(mask: Self::Mask, v: Self::V) -> Self::V {
+        std::arch::x86_64::_mm512_maskz_mov_ps(mask, v)
+    }
+    #[inline(always)]
+    unsafe fn add_where(sum: Self::V, mask: Self::Mask, v: Self::V) -> Self::V {
+        std::arch::x86_64::_mm512_mask_add_ps(sum, mask, sum, v)
+    }
+    #[inline(always)]
+    unsafe fn max_last_nan(m: Self::V, v: Self::V) -> Self::V {
+        use std::arch::x86_64::*;
+        let take =
+            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+        _mm512_mask_mov_ps(m, take, v)
+    }
+    #[inline(always)]
+    unsafe fn max_first_nan(m: Self::V, v: Self::V) -> Self::V {
+        use std::arch::x86_64::*;
+        let greater = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m);
+        let new_nan =
+            _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) & !_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, m);
+        _mm512_mask_mov_ps(m, greater | new_nan, v)
+    }
+    #[inline(always)]
+    unsafe fn is_max(v: Self::V, m: Self::V) -> Self::Mask {
+        use std::arch::x86_64::*;
+        _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(v, m)
+            | (_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) & _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, m))
     }
 }
 
@@ -365,6 +427,57 @@ impl Kernels for Avx2Kernels {
         let mut wide = [0f32; 8];
         std::arch::x86_64::_mm256_storeu_ps(wide.as_mut_ptr(), v);
         T::narrow_to(&wide[..len.min(8)], p)
+    }
+    /// All-ones lanes where true.
+    type Mask = std::arch::x86_64::__m256;
+    #[inline(always)]
+    unsafe fn first_lanes(len: usize) -> Self::Mask {
+        std::arch::x86_64::_mm256_castsi256_ps(lanes_avx2(len))
+    }
+    #[inline(always)]
+    unsafe fn and(a: Self::Mask, b: Self::Mask) -> Self::Mask {
+        std::arch::x86_64::_mm256_and_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn and_not(a: Self::Mask, b: Self::Mask) -> Self::Mask {
+        std::arch::x86_64::_mm256_andnot_ps(b, a)
+    }
+    #[inline(always)]
+    unsafe fn keep(mask: Self::Mask, v: Self::V) -> Self::V {
+        std::arch::x86_64::_mm256_and_ps(mask, v)
+    }
+    #[inline(always)]
+    unsafe fn add_where(sum: Self::V, mask: Self::Mask, v: Self::V) -> Self::V {
+        use std::arch::x86_64::*;
+        _mm256_blendv_ps(sum, _mm256_add_ps(sum, v), mask)
+    }
+    #[inline(always)]
+    unsafe fn max_last_nan(m: Self::V, v: Self::V) -> Self::V {
+        use std::arch::x86_64::*;
+        let take = _mm256_or_ps(
+            _mm256_cmp_ps::<_CMP_GT_OQ>(v, m),
+            _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v),
+        );
+        _mm256_blendv_ps(m, v, take)
+    }
+    #[inline(always)]
+    unsafe fn max_first_nan(m: Self::V, v: Self::V) -> Self::V {
+        use std::arch::x86_64::*;
+        let greater = _mm256_cmp_ps::<_CMP_GT_OQ>(v, m);
+        let new_nan = _mm256_andnot_ps(
+            _mm256_cmp_ps::<_CMP_UNORD_Q>(m, m),
+            _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v),
+        );
+        _mm256_blendv_ps(m, v, _mm256_or_ps(greater, new_nan))
+    }
+    #[inline(always)]
+    unsafe fn is_max(v: Self::V, m: Self::V) -> Self::Mask {
+        use std::arch::x86_64::*;
+        let both_nan = _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v),
+            _mm256_cmp_ps::<_CMP_UNORD_Q>(m, m),
+        );
+        _mm256_or_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(v, m), both_nan)
     }
 }
 

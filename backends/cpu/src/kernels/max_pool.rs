@@ -1,9 +1,11 @@
-//! Max pooling and its gradient on AVX-512 (NHWC) in float32, bfloat16 and float16: per
-//! window, 16 channels per vector, the window's taps read in place, one pass over the input.
+//! Max pooling and its gradient on AVX-512 or AVX2 (NHWC): per window, a vector of channels
+//! at a time, the window's taps read in place, one pass over the input; written once over
+//! [`Kernels`] and compiled per instruction set ([`with_isa!`]).
 //!
-//! Half types run natively: their values widen exactly to f32 lanes in registers, the
-//! maximum of half values is one of them, and a gradient element is a `dy` value or zero, so
-//! every half-precision store is exact. No f32 buffer is made.
+//! With AVX-512, half types run natively: their values widen exactly to f32 lanes in
+//! registers, the maximum of half values is one of them, and a gradient element is a `dy`
+//! value or zero, so every half-precision store is exact. No f32 buffer is made. (The AVX2
+//! versions take float32 only: [`available_for_halves`].)
 //!
 //! The gradient recomputes each window's maximum and sends the window's gradient to the
 //! first tap holding it (a NaN: the first NaN), as the generic kernel in `conv.rs` does; it
@@ -14,13 +16,25 @@
 
 use super::conv::for_windows;
 use super::f32_conv::Geometry;
+use super::f32_gemm::{native_isa, with_isa, Kernels};
 use crate::lanes::Lanes;
-use crate::simd::{for_each_chunk_shared, SharedMut};
+use crate::simd::{for_each_chunk_shared, Isa, SharedMut};
 use ferroflow_tensor::Window2d;
 
-/// Whether these kernels run here (AVX-512); callers use the generic kernels otherwise.
+/// Whether these kernels take float32 data here (AVX-512, or AVX2); callers use the generic
+/// kernels otherwise.
 pub(crate) fn available() -> bool {
+    native_isa().is_some()
+}
+
+/// Whether they take bfloat16 and float16 data here (AVX-512 only).
+pub(crate) fn available_for_halves() -> bool {
     crate::simd::has_avx512()
+}
+
+/// The instruction set the kernels run with (callers checked [`available`]).
+fn kernel_isa() -> Isa {
+    native_isa().unwrap_or(Isa::Avx2)
 }
 
 /// Runs `image(b, out_of_image_b)` for every image on the pool, `per_image` outputs each,
@@ -91,10 +105,11 @@ pub(crate) fn max_pool<T: Lanes>(x: &[T], w: &Window2d) -> Vec<T> {
         x.len() >= n * h * wd * c,
         "max_pool2d input smaller than its shape"
     );
+    let isa = kernel_isa();
     per_image(n, w.output[0] * w.output[1] * c, |b, out| {
-        // SAFETY: AVX-512 (callers check `available`); image b lies in x; `out` holds the
-        // image's oh * ow * c outputs.
-        unsafe { max_pool_image(x[b * h * wd * c..].as_ptr(), w, out) }
+        // SAFETY: the CPU has `isa` (callers check `available`); image b lies in x; `out`
+        // holds the image's oh * ow * c outputs.
+        unsafe { max_pool_image(isa, x[b * h * wd * c..].as_ptr(), w, out) }
     })
 }
 
@@ -123,11 +138,13 @@ pub(crate) fn max_pool_grad<T: Lanes>(x: &[T], dy: &[T], w: &Window2d) -> Vec<T>
         grad_exact::<T>(w),
         "overlapping half-precision pooling windows would round their sums"
     );
+    let isa = kernel_isa();
     per_image(n, h * wd * c, |b, dx| {
-        // SAFETY: AVX-512 (callers check `available`); image b lies in x and its gradients
-        // in dy; `dx` holds the image's h * w * c floats.
+        // SAFETY: the CPU has `isa` (callers check `available`); image b lies in x and its
+        // gradients in dy; `dx` holds the image's h * w * c floats.
         unsafe {
             max_pool_grad_image(
+                isa,
                 x[b * h * wd * c..].as_ptr(),
                 dy[b * per_dy..].as_ptr(),
                 w,
@@ -137,39 +154,13 @@ pub(crate) fn max_pool_grad<T: Lanes>(x: &[T], dy: &[T], w: &Window2d) -> Vec<T>
     })
 }
 
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    pub(super) use crate::lanes::avx512::first;
-
-    /// The maximum of `m` and `v` per lane, a NaN in `v` taken unless `m` is one already
-    /// (so the first NaN wins).
-    #[inline(always)]
-    pub(super) unsafe fn max_first_nan(m: __m512, v: __m512) -> __m512 {
-        let greater = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m);
-        let new_nan =
-            _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) & !_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, m);
-        _mm512_mask_mov_ps(m, greater | new_nan, v)
-    }
-
-    /// Lanes where `v` is the maximum `m` (NaN matching NaN).
-    #[inline(always)]
-    pub(super) unsafe fn is_max(v: __m512, m: __m512) -> __mmask16 {
-        _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(v, m)
-            | (_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) & _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, m))
-    }
-}
-
 /// The pooled outputs of one image.
 ///
 /// # Safety
-/// AVX-512F is present; `x` holds the image's `h * w * c` elements and `out` has room for
-/// its `oh * ow * c` outputs.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn max_pool_image<T: Lanes>(x: *const T, w: &Window2d, out: *mut T) {
-    use std::arch::x86_64::*;
+/// The CPU has `K`'s instruction set; `x` holds the image's `h * w * c` elements and `out`
+/// has room for its `oh * ow * c` outputs.
+#[inline(always)]
+unsafe fn max_pool_image_with<K: Kernels, T: Lanes>(x: *const T, w: &Window2d, out: *mut T) {
     let c = w.input[3];
     let [oh, ow] = w.output;
     let mut windows = Windows::new(w);
@@ -177,32 +168,37 @@ unsafe fn max_pool_image<T: Lanes>(x: *const T, w: &Window2d, out: *mut T) {
         for ox in 0..ow {
             let (corner, taps) = windows.at(w, oy, ox);
             let (x, o) = (x.add(corner), out.add((oy * ow + ox) * c));
-            for c0 in (0..c).step_by(16) {
-                let len = 16.min(c - c0);
-                let mut m = _mm512_set1_ps(T::LOWEST);
+            for c0 in (0..c).step_by(K::LANES) {
+                let len = K::LANES.min(c - c0);
+                let mut m = K::splat(T::LOWEST);
                 for &t in taps {
                     // Generic kernel's rule: a later tap wins when greater or NaN.
-                    let v = T::load(x.add(t + c0), len);
-                    let take = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m)
-                        | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-                    m = _mm512_mask_mov_ps(m, take, v);
+                    m = K::max_last_nan(m, K::load_from(x.add(t + c0), len));
                 }
-                T::store_exact(o.add(c0), len, m);
+                K::store_to(o.add(c0), len, m);
             }
         }
     }
 }
 
+with_isa! {
+    /// [`max_pool_image_with`] on `isa`'s kernels.
+    unsafe fn max_pool_image[T: Lanes][T](x: *const T, w: &Window2d, out: *mut T) = max_pool_image_with;
+}
+
 /// The input gradient of one image.
 ///
 /// # Safety
-/// AVX-512F is present; `x` holds the image's `h * w * c` elements, `dy` its `oh * ow * c`
-/// gradients, and `dx` has room for `h * w * c` elements; overlapping windows only for f32
-/// (`grad_exact`).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn max_pool_grad_image<T: Lanes>(x: *const T, dy: *const T, w: &Window2d, dx: *mut T) {
-    use std::arch::x86_64::*;
+/// The CPU has `K`'s instruction set; `x` holds the image's `h * w * c` elements, `dy` its
+/// `oh * ow * c` gradients, and `dx` has room for `h * w * c` elements; overlapping windows
+/// only for f32 (`grad_exact`).
+#[inline(always)]
+unsafe fn max_pool_grad_image_with<K: Kernels, T: Lanes>(
+    x: *const T,
+    dy: *const T,
+    w: &Window2d,
+    dx: *mut T,
+) {
     let [_, h, wd, c] = w.input;
     let [oh, ow] = w.output;
     let tiled = tiles(w);
@@ -219,24 +215,24 @@ unsafe fn max_pool_grad_image<T: Lanes>(x: *const T, dy: *const T, w: &Window2d,
             };
             let (x, dx) = (x.add(corner), dx.add(corner));
             let g = dy.add((oy * ow + ox) * c);
-            for c0 in (0..c).step_by(16) {
-                let len = 16.min(c - c0);
-                let mut m = T::load(x.add(first + c0), len);
+            for c0 in (0..c).step_by(K::LANES) {
+                let len = K::LANES.min(c - c0);
+                let mut m = K::load_from(x.add(first + c0), len);
                 for &t in &taps[1..] {
-                    m = avx512::max_first_nan(m, T::load(x.add(t + c0), len));
+                    m = K::max_first_nan(m, K::load_from(x.add(t + c0), len));
                 }
-                let grad = T::load(g.add(c0), len);
-                let mut open: __mmask16 = avx512::first(len);
+                let grad = K::load_from(g.add(c0), len);
+                let mut open = K::first_lanes(len);
                 for &t in taps {
-                    let hit = avx512::is_max(T::load(x.add(t + c0), len), m) & open;
-                    open &= !hit;
+                    let hit = K::and(K::is_max(K::load_from(x.add(t + c0), len), m), open);
+                    open = K::and_not(open, hit);
                     let d = dx.add(t + c0);
                     if tiled {
-                        T::store_exact(d, len, _mm512_maskz_mov_ps(hit, grad));
+                        K::store_to(d, len, K::keep(hit, grad));
                     } else {
                         // f32 only (grad_exact): the sum is the f32 kernel's.
-                        let sum = T::load(d, len);
-                        T::store(d, len, _mm512_mask_add_ps(sum, hit, sum, grad));
+                        let sum = K::load_from(d, len);
+                        K::store_to(d, len, K::add_where(sum, hit, grad));
                     }
                 }
             }
@@ -244,14 +240,14 @@ unsafe fn max_pool_grad_image<T: Lanes>(x: *const T, dy: *const T, w: &Window2d,
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn max_pool_image<T>(_: *const T, _: &Window2d, _: *mut T) {
-    unreachable!("the AVX-512 pooling kernels are only chosen on x86-64 with AVX-512")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn max_pool_grad_image<T>(_: *const T, _: *const T, _: &Window2d, _: *mut T) {
-    unreachable!("the AVX-512 pooling kernels are only chosen on x86-64 with AVX-512")
+with_isa! {
+    /// [`max_pool_grad_image_with`] on `isa`'s kernels.
+    unsafe fn max_pool_grad_image[T: Lanes][T](
+        x: *const T,
+        dy: *const T,
+        w: &Window2d,
+        dx: *mut T,
+    ) = max_pool_grad_image_with;
 }
 
 #[cfg(test)]
