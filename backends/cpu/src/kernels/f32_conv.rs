@@ -17,7 +17,7 @@
 //! gradient sums, per image, pixel-by-pixel outer products of input windows and output
 //! gradients into `[kh·kw·cin, cout]` tiles.
 
-use super::f32_gemm::{column_masks, native_isa, with_isa, Kernels, Tile, NR};
+use super::f32_gemm::{column_masks, native_isa, with_isa, Kernels, Tile, MR, NR};
 use crate::lanes::Lanes;
 use crate::simd::{for_each_chunk_shared, Isa, SharedMut};
 use ferroflow_tensor::{FusedActivation, Window2d};
@@ -303,22 +303,9 @@ unsafe fn forward_image_with<K: Kernels>(
                 let p = p0 + r.min(h - 1);
                 corner(p / g.ow, p % g.ow)
             });
-            let pixel_tile = Tile {
-                a: img.data,
-                rows,
-                a_cs: 1,
-                segments: &taps,
-                seg_len: g.cin,
-                b: std::ptr::null(),
-                b_rs: NR as isize,
-                masks: (0, 0),
-                c: out.add(p0 * g.cout),
-                ldc: g.cout,
-                add: false,
-                bias,
-                relu,
-            };
-            run_panels::<K>(pixel_tile, filter, 0, g.cout, h);
+            let a = (img.data, rows, &taps[..], g.cin);
+            let tile = tile_of_rows(a, (out.add(p0 * g.cout), g.cout), (bias, relu));
+            run_panels::<K>(tile, filter, 0, g.cout, h);
         }
         return;
     }
@@ -341,23 +328,36 @@ unsafe fn forward_image_with<K: Kernels>(
         for ox0 in (0..g.ow).step_by(K::ROWS) {
             let h = K::ROWS.min(g.ow - ox0);
             let p0 = oy * g.ow + ox0;
-            let pixel_tile = Tile {
-                a: img.data,
-                rows: std::array::from_fn(|r| corner(oy, ox0 + r.min(h - 1))),
-                a_cs: 1,
-                segments: &taps[t0 * kw..t1 * kw],
-                seg_len: g.cin,
-                b: std::ptr::null(),
-                b_rs: NR as isize,
-                masks: (0, 0),
-                c: out.add(p0 * g.cout),
-                ldc: g.cout,
-                add: false,
-                bias,
-                relu,
-            };
-            run_panels::<K>(pixel_tile, filter, t0 * kw * g.cin, g.cout, h);
+            let rows = std::array::from_fn(|r| corner(oy, ox0 + r.min(h - 1)));
+            let a = (img.data, rows, &taps[t0 * kw..t1 * kw], g.cin);
+            let tile = tile_of_rows(a, (out.add(p0 * g.cout), g.cout), (bias, relu));
+            run_panels::<K>(tile, filter, t0 * kw * g.cin, g.cout, h);
         }
+    }
+}
+
+/// A tile whose rows of A are `(a, rows, segments, seg_len)` (contiguous runs) and whose
+/// output starts at `c` (`ldc` apart), with an epilogue `(bias, relu)`; its B, columns and
+/// masks are set per panel by [`run_panels`].
+fn tile_of_rows<'s>(
+    (a, rows, segments, seg_len): (*const f32, [isize; MR], &'s [isize], usize),
+    (c, ldc): (*mut f32, usize),
+    (bias, relu): (*const f32, bool),
+) -> Tile<'s> {
+    Tile {
+        a,
+        rows,
+        a_cs: 1,
+        segments,
+        seg_len,
+        b: std::ptr::null(),
+        b_rs: NR as isize,
+        masks: (0, 0),
+        c,
+        ldc,
+        add: false,
+        bias,
+        relu,
     }
 }
 
@@ -526,22 +526,10 @@ unsafe fn packed_product_with<K: Kernels>(
 ) {
     for r0 in (0..rows).step_by(K::ROWS) {
         let h = K::ROWS.min(rows - r0);
-        let row_tile = Tile {
-            a: a.add(r0 * k),
-            rows: std::array::from_fn(|r| (r.min(h - 1) * k) as isize),
-            a_cs: 1,
-            segments: &[0],
-            seg_len: k,
-            b: std::ptr::null(),
-            b_rs: NR as isize,
-            masks: (0, 0),
-            c: out.add(r0 * n),
-            ldc: n,
-            add: false,
-            bias: std::ptr::null(),
-            relu: false,
-        };
-        run_panels::<K>(row_tile, b, 0, n, h);
+        let rows = std::array::from_fn(|r| (r.min(h - 1) * k) as isize);
+        let a = (a.add(r0 * k), rows, &[0isize][..], k);
+        let tile = tile_of_rows(a, (out.add(r0 * n), n), (std::ptr::null(), false));
+        run_panels::<K>(tile, b, 0, n, h);
     }
 }
 
