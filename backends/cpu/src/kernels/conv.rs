@@ -1,9 +1,9 @@
 //! conv2d (NHWC x HWIO), the fused conv2d + bias + activation, the two backprop kernels,
-//! and 2-D pooling. float32, bfloat16 and float16 run the AVX-512 kernels of `f32_conv` /
-//! `max_pool` where the CPU has them (half types read and written in registers, f32
-//! arithmetic; see `crate::lanes`); bf16 convolutions those kernels do not take use
-//! AVX512-BF16 products, and everything else goes through im2col + gemm here (half types
-//! widened).
+//! and 2-D pooling. float32 runs the kernels of `f32_conv` / `f32_winograd` / `max_pool` on
+//! CPUs with AVX-512 or AVX2 + FMA; bfloat16 and float16 run them with AVX-512 (half types
+//! read and written in registers, f32 arithmetic; see `crate::lanes`); bf16 convolutions
+//! those kernels do not take use AVX512-BF16 products, and everything else goes through
+//! im2col + gemm here (half types widened).
 //!
 //! im2col turns each output position's receptive field into a row of `kh·kw·cin` values, so
 //! the convolution becomes one [rows, kh·kw·cin] x [kh·kw·cin, cout] product — the filter in

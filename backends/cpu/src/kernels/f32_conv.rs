@@ -724,7 +724,7 @@ mod tests {
         if !available() {
             return ferroflow_tensor::testing::skip(
                 "FERROFLOW_REQUIRE_AVX512",
-                "no AVX-512 on this CPU; these kernels do not run",
+                "neither AVX-512 nor AVX2 + FMA here (or FERROFLOW_CPU_ISA=scalar); these kernels do not run",
             );
         }
         matches_widened(bf16::from_f32, bf16::to_f32);

@@ -340,7 +340,7 @@ mod tests {
         if !available() {
             return ferroflow_tensor::testing::skip(
                 "FERROFLOW_REQUIRE_AVX512",
-                "no AVX-512 on this CPU; the half pooling kernels do not run",
+                "neither AVX-512 nor AVX2 here (or FERROFLOW_CPU_ISA=scalar); the pooling kernels do not run",
             );
         }
         pooling_matches_float32_on_widened_values::<bf16>();
