@@ -34,8 +34,9 @@ pub(crate) fn available_for_halves() -> bool {
     crate::simd::has_avx512()
 }
 
-/// The instruction set the kernels run with (callers checked [`available`]).
-fn kernel_isa() -> Isa {
+/// The instruction set the native float32 kernels run with (the convolutions here and in
+/// `f32_winograd`, max pooling); callers checked [`available`].
+pub(super) fn kernel_isa() -> Isa {
     native_isa().unwrap_or(Isa::Avx2)
 }
 

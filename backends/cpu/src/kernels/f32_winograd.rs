@@ -28,8 +28,8 @@
 //! `vdpbf16ps` would need the transformed values in bf16: tried, the F(4x4, 3x3)
 //! transforms amplify that rounding to errors of 40% of the outputs' mean magnitude.)
 
-use super::f32_conv::{packed_product, sum_partials, Epilogue, PackedFilter};
-use super::f32_gemm::{column_masks, native_isa, with_isa, Kernels, Tile, NR};
+use super::f32_conv::{kernel_isa, packed_product, sum_partials, Epilogue, PackedFilter};
+use super::f32_gemm::{column_masks, with_isa, Kernels, Tile, NR};
 use crate::lanes::Lanes;
 use crate::simd::Isa;
 use crate::simd::{for_each_chunk_shared, SharedMut};
@@ -383,11 +383,6 @@ pub(crate) fn backprop_filter<T: Lanes>(x: &[T], dy: &[T], w: &Window2d, cout: u
         })
     });
     filter_gradient_inverse(isa, &sum_partials(partials, partial_len), p.cin, cout)
-}
-
-/// The instruction set the transforms and products run with (`suits` checked there is one).
-fn kernel_isa() -> Isa {
-    native_isa().unwrap_or(Isa::Avx2)
 }
 
 /// `out[ξ] = a[ξ] · b[ξ]` for the 36 positions: `a[ξ]` `[rows, k]` row-major, `b[ξ]`

@@ -15,27 +15,15 @@
 //! addition, so [`grad_exact`] sends them to the widened path).
 
 use super::conv::for_windows;
-use super::f32_conv::Geometry;
-use super::f32_gemm::{native_isa, with_isa, Kernels};
+use super::f32_conv::{kernel_isa, Geometry};
+use super::f32_gemm::{with_isa, Kernels};
 use crate::lanes::Lanes;
-use crate::simd::{for_each_chunk_shared, Isa, SharedMut};
+use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::Window2d;
 
-/// Whether these kernels take float32 data here (AVX-512, or AVX2); callers use the generic
-/// kernels otherwise.
-pub(crate) fn available() -> bool {
-    native_isa().is_some()
-}
-
-/// Whether they take bfloat16 and float16 data here (AVX-512 only).
-pub(crate) fn available_for_halves() -> bool {
-    crate::simd::has_avx512()
-}
-
-/// The instruction set the kernels run with (callers checked [`available`]).
-fn kernel_isa() -> Isa {
-    native_isa().unwrap_or(Isa::Avx2)
-}
+/// Whether these kernels take float32 data here, and half-precision data: as the
+/// convolutions' (AVX-512 or AVX2; halves with AVX-512 only).
+pub(crate) use super::f32_conv::{available, available_for_halves};
 
 /// Runs `image(b, out_of_image_b)` for every image on the pool, `per_image` outputs each,
 /// into a new uninitialised buffer every image fills entirely.
