@@ -50,6 +50,7 @@ mod resolver;
 mod server;
 mod slurm;
 mod spec;
+mod transport;
 
 pub use launch::{
     free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster, PROFILER_PORT_ENV,
