@@ -542,6 +542,40 @@ impl Peer {
         self.spawn(self.call_future(method, payload, retry))
     }
 
+    /// [`Peer::start_call`] whose outcome goes through `then` the moment it arrives, on
+    /// the runtime's thread (`then` must not block), before [`Pending::wait`] returns what
+    /// `then` made of it: a reply a third thread waits for reaches it without waking the
+    /// caller's thread in between.
+    ///
+    /// ```
+    /// use ferroflow_cluster::TaskServer;
+    /// use std::time::Duration;
+    /// let server = TaskServer::start("127.0.0.1:0", None)?;
+    /// server.handle("echo", Ok);
+    /// let client = TaskServer::start("127.0.0.1:0", None)?;
+    /// let peer = client.peer("/job:worker/task:0", &server.local_addr().to_string(), Duration::from_secs(5))?;
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let call = peer.start_call_then("echo", b"hi".to_vec().into(), true, move |reply| {
+    ///     let _ = tx.send(reply.clone());
+    ///     reply.map(|b| b.len())
+    /// });
+    /// assert_eq!(&rx.recv().unwrap()?[..], b"hi");
+    /// assert_eq!(call.wait()?, 2);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn start_call_then<T: Send + 'static>(
+        &self,
+        method: &str,
+        payload: Bytes,
+        retry: bool,
+        then: impl FnOnce(Result<Bytes>) -> Result<T> + Send + 'static,
+    ) -> Pending<T> {
+        self.spawn(
+            self.call_future(method, payload, retry)
+                .map(|call| async move { then(call.await) }),
+        )
+    }
+
     /// The call of `method` as a future, for [`Peer::call`] and [`Peer::start_call`].
     fn call_future(
         &self,

@@ -13,7 +13,7 @@
 use super::strategy::ParameterServerStrategy;
 use super::worker::{DatasetRequest, HelloReply, IteratorRequest, RunOutcome, RunRequest};
 use bytes::Bytes;
-use ferroflow_cluster::{Peer, PendingCall};
+use ferroflow_cluster::{Peer, Pending};
 use ferroflow_tensor::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -68,7 +68,9 @@ pub struct RemoteValue<T> {
 }
 
 impl<T: DeserializeOwned> RemoteValue<T> {
-    /// Waits for the function and returns its result, or its error.
+    /// Waits for the function and returns its result, or its error. A result is here the
+    /// moment the worker's reply arrives; [`ClusterCoordinator::done`] and
+    /// [`ClusterCoordinator::join`] count the closure as finished a moment later.
     pub fn fetch(&self) -> Result<T> {
         let mut v = self.slot.value.lock().unwrap_or_else(|e| e.into_inner());
         let outcome = loop {
@@ -428,7 +430,7 @@ fn worker_loop(index: usize, control: &Peer, runner: &Peer, shared: &Shared) {
         // Keep up to CLOSURES_IN_FLIGHT closures sent to the worker (its function thread
         // runs them one after another: the next one is there when the last one ends), until
         // new setup arrives or the coordinator stops.
-        let mut sent: VecDeque<(Arc<Closure>, PendingCall)> = VecDeque::new();
+        let mut sent: VecDeque<(Arc<Closure>, Pending<Delivered>)> = VecDeque::new();
         loop {
             let taken = {
                 let mut q = shared.lock();
@@ -452,12 +454,26 @@ fn worker_loop(index: usize, control: &Peer, runner: &Peer, shared: &Shared) {
             };
             if let Some(closure) = taken {
                 closure.attempts.fetch_add(1, Ordering::Relaxed);
+                // A function's result reaches its `RemoteValue` from the runtime's thread
+                // as it arrives; this thread does the bookkeeping after.
+                let result = closure.result.clone();
                 let call = json(&RunRequest {
                     incarnation: inc,
                     function: closure.function.clone(),
                     args: closure.args.clone(),
                 })
-                .map(|p| runner.start_call("worker.run", p, false));
+                .map(|p| {
+                    runner.start_call_then("worker.run", p, false, move |reply| {
+                        let outcome = run_outcome(reply)?;
+                        Ok(match outcome {
+                            RunOutcome::Done(json) => {
+                                result.set(Ok(json));
+                                Delivered::Result
+                            }
+                            other => Delivered::Not(other),
+                        })
+                    })
+                });
                 match call {
                     Ok(call) => sent.push_back((closure, call)),
                     Err(e) => {
@@ -474,20 +490,11 @@ fn worker_loop(index: usize, control: &Peer, runner: &Peer, shared: &Shared) {
             let Some((closure, call)) = sent.pop_front() else {
                 break;
             };
-            let outcome = call.wait().and_then(|b| {
-                serde_json::from_slice::<RunOutcome>(&b)
-                    .map_err(|e| Error::invalid("worker.run", format!("malformed reply: {e}")))
-            });
-            if !finish(index, runner, shared, closure, outcome) {
+            if !finish(index, runner, shared, closure, call.wait()) {
                 // The worker is gone or restarted: what else was sent to it goes back to
                 // the queue too (or counts, if it finished before).
                 while let Some((closure, call)) = sent.pop_front() {
-                    let outcome = call.wait().and_then(|b| {
-                        serde_json::from_slice::<RunOutcome>(&b).map_err(|e| {
-                            Error::invalid("worker.run", format!("malformed reply: {e}"))
-                        })
-                    });
-                    finish(index, runner, shared, closure, outcome);
+                    finish(index, runner, shared, closure, call.wait());
                 }
                 healthy = false;
                 break;
@@ -499,6 +506,20 @@ fn worker_loop(index: usize, control: &Peer, runner: &Peer, shared: &Shared) {
     }
 }
 
+/// A `worker.run` reply as the outcome it says.
+fn run_outcome(reply: Result<Bytes>) -> Result<RunOutcome> {
+    serde_json::from_slice::<RunOutcome>(&reply?)
+        .map_err(|e| Error::invalid("worker.run", format!("malformed reply: {e}")))
+}
+
+/// A `worker.run` call's outcome once its result, if it has one, is in the closure's slot.
+enum Delivered {
+    /// The function finished and its result is delivered.
+    Result,
+    /// Any other outcome (never `Done`).
+    Not(RunOutcome),
+}
+
 /// Records how a closure sent to worker `index` ended; `false` when the worker stopped
 /// answering or restarted (the closure is queued again, at the front).
 fn finish(
@@ -506,19 +527,24 @@ fn finish(
     runner: &Peer,
     shared: &Shared,
     closure: Arc<Closure>,
-    outcome: Result<RunOutcome>,
+    outcome: Result<Delivered>,
 ) -> bool {
     let mut q = shared.lock();
     q.in_flight -= 1;
     let mut worker_ok = true;
+    let outcome = outcome.map(|delivered| match delivered {
+        Delivered::Result => None,
+        Delivered::Not(outcome) => Some(outcome),
+    });
     match outcome {
-        Ok(RunOutcome::Done(json)) => closure.result.set(Ok(json)),
-        Ok(RunOutcome::Restarted) => {
+        Ok(None) => {}
+        Ok(Some(RunOutcome::Done(json))) => closure.result.set(Ok(json)),
+        Ok(Some(RunOutcome::Restarted)) => {
             q.closures.push_front(closure);
             q.retried += 1;
             worker_ok = false;
         }
-        Ok(RunOutcome::Failed(msg)) => {
+        Ok(Some(RunOutcome::Failed(msg))) => {
             let e = Error::Remote {
                 op: format!("function {:?}", closure.function),
                 peer: runner.name().to_string(),
@@ -527,7 +553,7 @@ fn finish(
             closure.result.set(Err(e.clone()));
             q.error.get_or_insert(e);
         }
-        Ok(RunOutcome::PsUnavailable(msg)) => {
+        Ok(Some(RunOutcome::PsUnavailable(msg))) => {
             let e = Error::Unavailable {
                 op: format!("function {:?}", closure.function),
                 peer: runner.name().to_string(),
