@@ -148,6 +148,19 @@ struct Queue {
     scheduled: u64,
     retried: u64,
     workers_up: Vec<bool>,
+    /// Per worker: its thread waits for closures with none in flight and the worker set
+    /// up to date, so `schedule` may send the next one itself.
+    idle: Vec<Option<IdleWorker>>,
+    /// Per worker: the closure `schedule` sent it, for its thread to take over.
+    handed: Vec<Option<(Arc<Closure>, Pending<Delivered>)>>,
+}
+
+/// A worker ready for a closure, as its thread left it for `schedule`.
+struct IdleWorker {
+    runner: Arc<Peer>,
+    incarnation: u64,
+    /// How much of the setup it has.
+    set_up: usize,
 }
 
 struct Shared {
@@ -200,6 +213,8 @@ impl ClusterCoordinator {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 workers_up: vec![false; workers.len()],
+                idle: (0..workers.len()).map(|_| None).collect(),
+                handed: (0..workers.len()).map(|_| None).collect(),
                 ..Default::default()
             }),
             wake: Condvar::new(),
@@ -210,7 +225,7 @@ impl ClusterCoordinator {
         let mut threads = vec![];
         for (i, (name, address)) in workers.into_iter().enumerate() {
             let control = server.peer(&name, &address, Duration::from_secs(5))?;
-            let runner = server.peer(&name, &address, function_timeout())?;
+            let runner = Arc::new(server.peer(&name, &address, function_timeout())?);
             let shared = shared.clone();
             threads.push(
                 std::thread::Builder::new()
@@ -254,15 +269,45 @@ impl ClusterCoordinator {
             )
         })?;
         let slot = Arc::new(Slot::default());
-        let mut q = self.shared.lock();
-        self.check_error(&mut q)?;
-        q.scheduled += 1;
-        q.closures.push_back(Arc::new(Closure {
+        let closure = Arc::new(Closure {
             function: function.to_string(),
             args,
             result: slot.clone(),
             attempts: AtomicUsize::new(0),
-        }));
+        });
+        let mut q = self.shared.lock();
+        self.check_error(&mut q)?;
+        q.scheduled += 1;
+        // A worker waiting for work with nothing queued before this closure: send it from
+        // here, and its thread takes the call over (the call does not wait for that
+        // thread to wake).
+        let setup = q.setup.len();
+        let ready = q.closures.is_empty().then(|| {
+            q.idle
+                .iter()
+                .position(|w| w.as_ref().is_some_and(|w| w.set_up == setup))
+        });
+        if let Some(index) = ready.flatten() {
+            if let Some(worker) = q.idle[index].take() {
+                q.in_flight += 1;
+                match send_closure(&worker.runner, worker.incarnation, &closure) {
+                    Ok(call) => q.handed[index] = Some((closure, call)),
+                    Err(e) => {
+                        q.in_flight -= 1;
+                        closure.result.set(Err(e.clone()));
+                        q.error.get_or_insert(e);
+                        self.shared.finished.notify_all();
+                    }
+                }
+                drop(q);
+                self.shared.wake.notify_all();
+                return Ok(RemoteValue {
+                    slot,
+                    _t: PhantomData,
+                });
+            }
+        }
+        q.closures.push_back(closure);
         drop(q);
         self.shared.wake.notify_one();
         Ok(RemoteValue {
@@ -347,7 +392,7 @@ fn json<T: Serialize>(v: &T) -> Result<Bytes> {
 
 /// One worker's thread: keep the worker set up, run closures on it, hand back the ones it
 /// did not finish.
-fn worker_loop(index: usize, control: &Peer, runner: &Peer, shared: &Shared) {
+fn worker_loop(index: usize, control: &Peer, runner: &Arc<Peer>, shared: &Shared) {
     let mut incarnation: Option<u64> = None;
     let mut healthy = false;
     let mut set_up = 0usize;
@@ -434,7 +479,11 @@ fn worker_loop(index: usize, control: &Peer, runner: &Peer, shared: &Shared) {
         loop {
             let taken = {
                 let mut q = shared.lock();
-                loop {
+                let taken = loop {
+                    if let Some(handed) = q.handed[index].take() {
+                        sent.push_back(handed);
+                        continue;
+                    }
                     if q.stopping || q.setup.len() > set_up || sent.len() == CLOSURES_IN_FLIGHT {
                         break None;
                     }
@@ -445,36 +494,24 @@ fn worker_loop(index: usize, control: &Peer, runner: &Peer, shared: &Shared) {
                     if !sent.is_empty() {
                         break None;
                     }
+                    // Nothing in flight and nothing queued: `schedule` may send the next
+                    // closure itself.
+                    q.idle[index] = Some(IdleWorker {
+                        runner: runner.clone(),
+                        incarnation: inc,
+                        set_up,
+                    });
                     q = shared
                         .wake
                         .wait_timeout(q, Duration::from_millis(500))
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
-                }
+                };
+                q.idle[index] = None;
+                taken
             };
             if let Some(closure) = taken {
-                closure.attempts.fetch_add(1, Ordering::Relaxed);
-                // A function's result reaches its `RemoteValue` from the runtime's thread
-                // as it arrives; this thread does the bookkeeping after.
-                let result = closure.result.clone();
-                let call = json(&RunRequest {
-                    incarnation: inc,
-                    function: closure.function.clone(),
-                    args: closure.args.clone(),
-                })
-                .map(|p| {
-                    runner.start_call_then("worker.run", p, false, move |reply| {
-                        let outcome = run_outcome(reply)?;
-                        Ok(match outcome {
-                            RunOutcome::Done(json) => {
-                                result.set(Ok(json));
-                                Delivered::Result
-                            }
-                            other => Delivered::Not(other),
-                        })
-                    })
-                });
-                match call {
+                match send_closure(runner, inc, &closure) {
                     Ok(call) => sent.push_back((closure, call)),
                     Err(e) => {
                         let mut q = shared.lock();
@@ -504,6 +541,30 @@ fn worker_loop(index: usize, control: &Peer, runner: &Peer, shared: &Shared) {
             return;
         }
     }
+}
+
+/// Sends `closure` to the worker `runner` reaches (its incarnation `incarnation`); the
+/// function's result reaches its `RemoteValue` from the runtime's thread as it arrives, and
+/// the call's outcome is left for the worker's thread to book.
+fn send_closure(runner: &Peer, incarnation: u64, closure: &Closure) -> Result<Pending<Delivered>> {
+    closure.attempts.fetch_add(1, Ordering::Relaxed);
+    let result = closure.result.clone();
+    let request = json(&RunRequest {
+        incarnation,
+        function: closure.function.clone(),
+        args: closure.args.clone(),
+    })?;
+    Ok(
+        runner.start_call_then("worker.run", request, false, move |reply| {
+            Ok(match run_outcome(reply)? {
+                RunOutcome::Done(json) => {
+                    result.set(Ok(json));
+                    Delivered::Result
+                }
+                other => Delivered::Not(other),
+            })
+        }),
+    )
 }
 
 /// A `worker.run` reply as the outcome it says.
