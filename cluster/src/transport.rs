@@ -7,8 +7,8 @@
 //! through two extra tasks on the client (the buffer's worker and hyper's dispatcher) and
 //! one more per stream on the server: on a 2-vCPU VM a call between two servers took
 //! 135 µs (170 µs of CPU) with it and takes 82–88 µs (about 100 µs of CPU) on plain `h2`
-//! (BENCHMARKS.md, thirty-sixth session). Here a call writes its frames from the caller's task into the
-//! connection, and the reply is read by the task that waits for it.
+//! (BENCHMARKS.md, thirty-sixth session). Here a call writes its frames from the caller's
+//! task into the connection, and the reply is read by the task that waits for it.
 //!
 //! On the wire nothing changes: gRPC over HTTP/2 (`content-type: application/grpc`,
 //! length-prefixed protobuf messages, the status in trailers), so any gRPC client or
