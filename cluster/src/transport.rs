@@ -155,6 +155,17 @@ struct ChannelInner {
     connecting: tokio::sync::Mutex<u64>,
 }
 
+impl ChannelInner {
+    /// Forgets connection `id` (ended, or refusing new streams) unless a newer one
+    /// replaced it already: the next call connects again.
+    fn forget(&self, id: u64) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.as_ref().is_some_and(|(open_id, _)| *open_id == id) {
+            *open = None;
+        }
+    }
+}
+
 impl Channel {
     /// A channel to `address` (`host:port`); nothing connects until the first call.
     pub(crate) fn new(
@@ -177,19 +188,20 @@ impl Channel {
         })
     }
 
-    fn open(&self) -> Option<h2::client::SendRequest<Bytes>> {
+    fn open(&self) -> Option<(u64, h2::client::SendRequest<Bytes>)> {
         let open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.as_ref().map(|(_, send)| send.clone())
+        open.clone()
     }
 
-    /// The open connection's request handle, connecting first when there is none.
-    async fn connection(&self) -> Result<h2::client::SendRequest<Bytes>, tonic::Status> {
-        if let Some(send) = self.open() {
-            return Ok(send);
+    /// The open connection's number and request handle, connecting first when there is
+    /// none.
+    async fn connection(&self) -> Result<(u64, h2::client::SendRequest<Bytes>), tonic::Status> {
+        if let Some(open) = self.open() {
+            return Ok(open);
         }
         let mut count = self.inner.connecting.lock().await;
-        if let Some(send) = self.open() {
-            return Ok(send);
+        if let Some(open) = self.open() {
+            return Ok(open);
         }
         let inner = &self.inner;
         let unavailable = |what: String| tonic::Status::unavailable(what);
@@ -219,29 +231,21 @@ impl Channel {
         tokio::spawn(async move {
             let _ = connection.await;
             if let Some(inner) = weak.upgrade() {
-                let mut open = inner.open.lock().unwrap_or_else(|e| e.into_inner());
-                if open.as_ref().is_some_and(|(i, _)| *i == id) {
-                    *open = None;
-                }
+                inner.forget(id);
             }
         });
-        Ok(send)
-    }
-
-    /// Forgets the open connection: it refuses new streams.
-    fn forget_broken(&self) {
-        *self.inner.open.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        Ok((id, send))
     }
 
     async fn request(
         self,
         request: http::Request<tonic::body::Body>,
     ) -> Result<http::Response<RecvBody>, tonic::Status> {
-        let send = self.connection().await?;
+        let (id, send) = self.connection().await?;
         let mut send = match send.ready().await {
             Ok(send) => send,
             Err(e) => {
-                self.forget_broken();
+                self.inner.forget(id);
                 return Err(h2_status(&e));
             }
         };

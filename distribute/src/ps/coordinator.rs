@@ -152,8 +152,12 @@ struct Queue {
     /// up to date, so `schedule` may send the next one itself.
     idle: Vec<Option<IdleWorker>>,
     /// Per worker: the closure `schedule` sent it, for its thread to take over.
-    handed: Vec<Option<(Arc<Closure>, Pending<Delivered>)>>,
+    handed: Vec<Option<SentClosure>>,
 }
+
+/// A closure sent to a worker and its call: `None` when it finished and its result is
+/// delivered, else the other outcome the worker answered.
+type SentClosure = (Arc<Closure>, Pending<Option<RunOutcome>>);
 
 /// A worker ready for a closure, as its thread left it for `schedule`.
 struct IdleWorker {
@@ -282,34 +286,32 @@ impl ClusterCoordinator {
         // here, and its thread takes the call over (the call does not wait for that
         // thread to wake).
         let setup = q.setup.len();
-        let ready = q.closures.is_empty().then(|| {
-            q.idle
-                .iter()
-                .position(|w| w.as_ref().is_some_and(|w| w.set_up == setup))
-        });
-        if let Some(index) = ready.flatten() {
-            if let Some(worker) = q.idle[index].take() {
-                q.in_flight += 1;
+        let idle = match q.closures.is_empty() {
+            true => q
+                .idle
+                .iter_mut()
+                .enumerate()
+                .find_map(|(i, w)| w.take_if(|w| w.set_up == setup).map(|w| (i, w))),
+            false => None,
+        };
+        match idle {
+            Some((index, worker)) => {
                 match send_closure(&worker.runner, worker.incarnation, &closure) {
-                    Ok(call) => q.handed[index] = Some((closure, call)),
-                    Err(e) => {
-                        q.in_flight -= 1;
-                        closure.result.set(Err(e.clone()));
-                        q.error.get_or_insert(e);
-                        self.shared.finished.notify_all();
+                    Ok(call) => {
+                        q.in_flight += 1;
+                        q.handed[index] = Some((closure, call));
                     }
+                    Err(e) => unsent(&mut q, &self.shared, &closure, e),
                 }
                 drop(q);
                 self.shared.wake.notify_all();
-                return Ok(RemoteValue {
-                    slot,
-                    _t: PhantomData,
-                });
+            }
+            None => {
+                q.closures.push_back(closure);
+                drop(q);
+                self.shared.wake.notify_one();
             }
         }
-        q.closures.push_back(closure);
-        drop(q);
-        self.shared.wake.notify_one();
         Ok(RemoteValue {
             slot,
             _t: PhantomData,
@@ -475,7 +477,7 @@ fn worker_loop(index: usize, control: &Peer, runner: &Arc<Peer>, shared: &Shared
         // Keep up to CLOSURES_IN_FLIGHT closures sent to the worker (its function thread
         // runs them one after another: the next one is there when the last one ends), until
         // new setup arrives or the coordinator stops.
-        let mut sent: VecDeque<(Arc<Closure>, Pending<Delivered>)> = VecDeque::new();
+        let mut sent: VecDeque<SentClosure> = VecDeque::new();
         loop {
             let taken = {
                 let mut q = shared.lock();
@@ -516,10 +518,7 @@ fn worker_loop(index: usize, control: &Peer, runner: &Arc<Peer>, shared: &Shared
                     Err(e) => {
                         let mut q = shared.lock();
                         q.in_flight -= 1;
-                        closure.result.set(Err(e.clone()));
-                        q.error.get_or_insert(e);
-                        drop(q);
-                        shared.finished.notify_all();
+                        unsent(&mut q, shared, &closure, e);
                     }
                 }
                 continue;
@@ -546,7 +545,11 @@ fn worker_loop(index: usize, control: &Peer, runner: &Arc<Peer>, shared: &Shared
 /// Sends `closure` to the worker `runner` reaches (its incarnation `incarnation`); the
 /// function's result reaches its `RemoteValue` from the runtime's thread as it arrives, and
 /// the call's outcome is left for the worker's thread to book.
-fn send_closure(runner: &Peer, incarnation: u64, closure: &Closure) -> Result<Pending<Delivered>> {
+fn send_closure(
+    runner: &Peer,
+    incarnation: u64,
+    closure: &Closure,
+) -> Result<Pending<Option<RunOutcome>>> {
     closure.attempts.fetch_add(1, Ordering::Relaxed);
     let result = closure.result.clone();
     let request = json(&RunRequest {
@@ -559,9 +562,9 @@ fn send_closure(runner: &Peer, incarnation: u64, closure: &Closure) -> Result<Pe
             Ok(match run_outcome(reply)? {
                 RunOutcome::Done(json) => {
                     result.set(Ok(json));
-                    Delivered::Result
+                    None
                 }
-                other => Delivered::Not(other),
+                other => Some(other),
             })
         }),
     )
@@ -573,30 +576,26 @@ fn run_outcome(reply: Result<Bytes>) -> Result<RunOutcome> {
         .map_err(|e| Error::invalid("worker.run", format!("malformed reply: {e}")))
 }
 
-/// A `worker.run` call's outcome once its result, if it has one, is in the closure's slot.
-enum Delivered {
-    /// The function finished and its result is delivered.
-    Result,
-    /// Any other outcome (never `Done`).
-    Not(RunOutcome),
+/// A closure that could not be sent: its error is its result and the job's next error.
+fn unsent(q: &mut Queue, shared: &Shared, closure: &Closure, e: Error) {
+    closure.result.set(Err(e.clone()));
+    q.error.get_or_insert(e);
+    shared.finished.notify_all();
 }
 
-/// Records how a closure sent to worker `index` ended; `false` when the worker stopped
-/// answering or restarted (the closure is queued again, at the front).
+/// Records how a closure sent to worker `index` ended (`Ok(None)`: it finished and its
+/// result is delivered); `false` when the worker stopped answering or restarted (the
+/// closure is queued again, at the front).
 fn finish(
     index: usize,
     runner: &Peer,
     shared: &Shared,
     closure: Arc<Closure>,
-    outcome: Result<Delivered>,
+    outcome: Result<Option<RunOutcome>>,
 ) -> bool {
     let mut q = shared.lock();
     q.in_flight -= 1;
     let mut worker_ok = true;
-    let outcome = outcome.map(|delivered| match delivered {
-        Delivered::Result => None,
-        Delivered::Not(outcome) => Some(outcome),
-    });
     match outcome {
         Ok(None) => {}
         Ok(Some(RunOutcome::Done(json))) => closure.result.set(Ok(json)),
