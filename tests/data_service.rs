@@ -104,7 +104,20 @@ fn dispatcher_with(port: u16, work_dir: Option<&Path>, flags: &[&str]) -> ChildP
 
 /// A worker process (this binary's `worker_child`) of the dispatcher on `dispatcher_port`.
 fn worker(dispatcher_port: u16, port: u16, max_element_bytes: Option<usize>) -> ChildProcess {
+    worker_with(dispatcher_port, port, max_element_bytes, None)
+}
+
+/// [`worker`], heartbeating every `heartbeat` (the default when `None`).
+fn worker_with(
+    dispatcher_port: u16,
+    port: u16,
+    max_element_bytes: Option<usize>,
+    heartbeat: Option<Duration>,
+) -> ChildProcess {
     let mut c = Command::new(std::env::current_exe().unwrap());
+    if let Some(h) = heartbeat {
+        c.env("FF_TEST_HEARTBEAT_MS", h.as_millis().to_string());
+    }
     c.args(["--ignored", "--exact", "worker_child", "--nocapture"])
         .env("FERROFLOW_CLUSTER_TOKEN", TOKEN)
         .env("FF_TEST_DISPATCHER", format!("127.0.0.1:{dispatcher_port}"))
@@ -134,6 +147,9 @@ fn worker_child() {
         .unwrap();
     if let Ok(m) = std::env::var("FF_TEST_MAX_ELEMENT") {
         config.max_element_bytes = m.parse().unwrap();
+    }
+    if let Ok(ms) = std::env::var("FF_TEST_HEARTBEAT_MS") {
+        config.heartbeat_interval = Duration::from_millis(ms.parse().unwrap());
     }
     let mut worker = service::WorkerServer::new(config);
     worker.start().unwrap();
@@ -228,6 +244,46 @@ fn mnist_through_two_workers_distributed_once_and_parallel_twice() {
         assert_eq!(stats.elements(), 10_000 * copies as u64);
         assert!(stats.lost_workers().is_empty());
     }
+}
+
+/// A job's start (the worker hearing of its task) and end (the dispatcher hearing that the
+/// task's end was told) each wait for a round trip, not for the worker's next heartbeat: a
+/// consumer asking for a task the worker has not heard of, and a task's end, make the
+/// worker heartbeat at once. Here the worker's own interval is 60 s, so without that each
+/// epoch would wait a minute. Also checks that, of requests in flight together, one
+/// answered "no such task" after another found the task is not taken for a lost task.
+#[test]
+fn epochs_start_and_end_without_waiting_for_the_worker_heartbeat_interval() {
+    register_pipelines();
+    let dport = free_port();
+    let _d = dispatcher_with(dport, None, &["--worker-timeout", "300s"]);
+    let _w = worker_with(dport, free_port(), None, Some(Duration::from_secs(60)));
+    // The worker's first heartbeat (at its start) registers it.
+    std::thread::sleep(Duration::from_millis(500));
+    let target = format!("grpc://127.0.0.1:{dport}");
+    let started = Instant::now();
+    let mut epoch_ms = vec![];
+    for epoch in 0..20 {
+        let stats = ServiceStats::default();
+        let t = Instant::now();
+        let got: Vec<Tensor> = slow_epoch(&target, 30, 0, &stats)
+            .iter()
+            .collect::<ferroflow::Result<_>>()
+            .unwrap_or_else(|e| panic!("epoch {epoch}: {e}"));
+        epoch_ms.push(t.elapsed().as_millis());
+        assert_eq!(
+            unique_sorted(&got),
+            (0..30).collect::<Vec<i64>>(),
+            "epoch {epoch}"
+        );
+        assert_eq!(stats.lost_workers(), Vec::<String>::new(), "epoch {epoch}");
+    }
+    eprintln!("epochs of 30 elements, ms: {epoch_ms:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "20 epochs took {:?} (each, ms: {epoch_ms:?})",
+        started.elapsed()
+    );
 }
 
 #[test]

@@ -5,14 +5,14 @@ use bytes::Bytes;
 use ferroflow_cluster::{Connector, Peer};
 use ferroflow_tensor::{Error, Result};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::protocol::*;
 use super::worker::strip_scheme;
-use super::{Compression, ProcessingMode};
+use super::{Compression, ProcessingMode, Wakeup};
 use crate::dataset::{Cardinality, ElementIter};
 use crate::{decode_element, Dataset, Structure};
 
@@ -412,6 +412,10 @@ struct Shared<T> {
     permits: Permits,
     stats: ServiceStats,
     timeout: Duration,
+    /// Readers whose thread has not ended.
+    readers_running: AtomicUsize,
+    /// Wakes [`follow_job`] when a reader ends: the job may be finished.
+    reader_ended: Wakeup,
 }
 
 impl<T: Structure> Consumer<T> {
@@ -450,6 +454,8 @@ impl<T: Structure> Consumer<T> {
             },
             stats: options.stats.clone(),
             timeout: options.timeout,
+            readers_running: AtomicUsize::new(0),
+            reader_ended: Wakeup::default(),
         });
         std::thread::Builder::new()
             .name("tf.data consumer".into())
@@ -470,6 +476,7 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
     let mut last_answer = Instant::now();
     let mut last_worker = Instant::now();
     let mut last_read = Instant::now();
+    let mut idle_wait = Duration::from_millis(1);
     let fail = |e: Error| {
         let _ = shared.tx.send(Item::Element(Err(e)));
         let _ = shared.tx.send(Item::End);
@@ -506,14 +513,24 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
                 continue;
             }
             let (s, task) = (shared.clone(), t.clone());
-            if let Ok(h) = std::thread::Builder::new()
+            s.readers_running.fetch_add(1, Ordering::SeqCst);
+            let spawned = std::thread::Builder::new()
                 .name(format!("tf.data reader {}", t.task_id))
-                .spawn(move || read_task(s, task))
-            {
-                readers.insert(t.task_id, h);
+                .spawn(move || {
+                    read_task(s.clone(), task);
+                    s.readers_running.fetch_sub(1, Ordering::SeqCst);
+                    s.reader_ended.wake();
+                });
+            match spawned {
+                Ok(h) => {
+                    readers.insert(t.task_id, h);
+                }
+                Err(_) => {
+                    shared.readers_running.fetch_sub(1, Ordering::SeqCst);
+                }
             }
         }
-        let reading = readers.values().any(|h| !h.is_finished());
+        let reading = shared.readers_running.load(Ordering::SeqCst) > 0;
         if hb.finished && !reading {
             break;
         }
@@ -539,13 +556,26 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
             // counts a task running: say so rather than wait for ever.
             return stalled("no task of the job has been read");
         }
-        std::thread::sleep(Duration::from_millis(50));
+        if reading {
+            shared.reader_ended.wait(FOLLOW_INTERVAL);
+            idle_wait = Duration::from_millis(1);
+        } else {
+            // No reader: the job is about to finish (its workers report their tasks' ends
+            // right after telling them), or it waits for a worker. Ask again soon, then
+            // less and less often.
+            shared.reader_ended.wait(idle_wait);
+            idle_wait = (idle_wait * 2).min(FOLLOW_INTERVAL);
+        }
     }
     for (_, h) in readers {
         let _ = h.join();
     }
     let _ = shared.tx.send(Item::End);
 }
+
+/// How often a consumer asks the dispatcher about its job while its readers read (new
+/// tasks, lost workers); sooner when a reader ends.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(50);
 
 /// How many bytes of elements one `GetElement` reply may carry: all the worker has ready,
 /// up to this (a reply per element would cost a round trip per element).
@@ -573,8 +603,12 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
     let mut in_flight = VecDeque::new();
     let mut ending = false;
     // The dispatcher lists a task before its worker's next heartbeat tells the worker of
-    // it: until the worker answers for it once, "no such task" means "not yet".
-    let (started, mut known) = (Instant::now(), false);
+    // it: until the worker answers for it once, "no such task" means "not yet". Requests
+    // in flight together may be answered in any order: only a request sent after the first
+    // answer for the task came back can tell that the worker dropped it.
+    let started = Instant::now();
+    let mut known = TaskKnown::default();
+    let mut not_yet_wait = Duration::from_millis(1);
     'reading: loop {
         if shared.stop.load(Ordering::Relaxed) {
             break;
@@ -584,13 +618,19 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
                 if !shared.permits.take(&shared.stop) {
                     break;
                 }
-                in_flight.push_back(worker.start_call(GET_ELEMENT, request.clone(), false));
+                in_flight.push_back((
+                    Instant::now(),
+                    worker.start_call(GET_ELEMENT, request.clone(), false),
+                ));
             }
             while in_flight.len() < 4 && shared.permits.try_take() {
-                in_flight.push_back(worker.start_call(GET_ELEMENT, request.clone(), false));
+                in_flight.push_back((
+                    Instant::now(),
+                    worker.start_call(GET_ELEMENT, request.clone(), false),
+                ));
             }
         }
-        let Some(call) = in_flight.pop_front() else {
+        let Some((sent, call)) = in_flight.pop_front() else {
             break;
         };
         let answer = call.wait();
@@ -609,7 +649,9 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
             }
         };
         for (header, body) in frames {
-            known |= header.kind != ElementKind::UnknownTask;
+            if header.kind != ElementKind::UnknownTask {
+                known.found();
+            }
             let item = match header.kind {
                 ElementKind::Element => decode(&body, header.compressed, &task.worker_address),
                 ElementKind::NotReady => continue,
@@ -617,15 +659,21 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
                     ending = true;
                     continue;
                 }
-                ElementKind::UnknownTask if !known && started.elapsed() < shared.timeout => {
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                ElementKind::UnknownTask => {
-                    lost(&shared);
-                    ending = true;
-                    continue;
-                }
+                ElementKind::UnknownTask => match known.no_such_task(sent) {
+                    NoSuchTask::Stale => continue,
+                    NoSuchTask::NotYet if started.elapsed() < shared.timeout => {
+                        // The worker hears of the task at its next heartbeat, which this
+                        // request hastened.
+                        std::thread::sleep(not_yet_wait);
+                        not_yet_wait = (not_yet_wait * 2).min(Duration::from_millis(10));
+                        continue;
+                    }
+                    NoSuchTask::NotYet | NoSuchTask::Dropped => {
+                        lost(&shared);
+                        ending = true;
+                        continue;
+                    }
+                },
                 ElementKind::ElementError(msg) => Err(remote(&task.worker_address, msg)),
                 ElementKind::TaskError(msg) => {
                     // Every request in flight tells the same: pass it on once.
@@ -651,9 +699,48 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
     drain(&mut in_flight, &shared.permits);
 }
 
+/// Whether a worker knows a reader's task, from its answers: several requests are in
+/// flight at once and the worker serves them on threads of their own, so one sent earlier
+/// may find the task while one sent later, looked up a moment sooner, did not.
+#[derive(Default)]
+struct TaskKnown {
+    /// When the reader first got an answer for the task.
+    since: Option<Instant>,
+}
+
+/// What a worker's "no such task" means ([`TaskKnown::no_such_task`]).
+#[derive(Debug, PartialEq)]
+enum NoSuchTask {
+    /// The worker has not heard of the task yet (from the dispatcher, at its next
+    /// heartbeat): ask again.
+    NotYet,
+    /// The request was sent before the worker's first answer for the task arrived: an
+    /// answer overtaken by that one, meaning nothing now.
+    Stale,
+    /// Sent after the worker had answered for the task: it dropped the task (it restarted,
+    /// or the dispatcher gave the task up).
+    Dropped,
+}
+
+impl TaskKnown {
+    /// An answer for the task arrived.
+    fn found(&mut self) {
+        self.since.get_or_insert_with(Instant::now);
+    }
+
+    /// What "no such task" means for a request sent at `sent`.
+    fn no_such_task(&self, sent: Instant) -> NoSuchTask {
+        match self.since {
+            None => NoSuchTask::NotYet,
+            Some(since) if sent <= since => NoSuchTask::Stale,
+            Some(_) => NoSuchTask::Dropped,
+        }
+    }
+}
+
 /// Waits out the requests still in flight (each answers within the worker's wait).
-fn drain(in_flight: &mut VecDeque<ferroflow_cluster::PendingCall>, permits: &Permits) {
-    for call in in_flight.drain(..) {
+fn drain(in_flight: &mut VecDeque<(Instant, ferroflow_cluster::PendingCall)>, permits: &Permits) {
+    for (_, call) in in_flight.drain(..) {
         let _ = call.wait();
         permits.give();
     }
@@ -676,5 +763,25 @@ fn decode<T: Structure>(body: &Bytes, compressed: bool, worker: &str) -> Result<
         decode_element(&raw, &what)
     } else {
         decode_element(body, &what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_such_task_is_a_drop_only_for_a_request_sent_after_the_task_was_found() {
+        let mut known = TaskKnown::default();
+        let early = Instant::now();
+        assert_eq!(known.no_such_task(early), NoSuchTask::NotYet);
+        std::thread::sleep(Duration::from_millis(2));
+        known.found();
+        // An earlier request answered after the one that found the task.
+        assert_eq!(known.no_such_task(early), NoSuchTask::Stale);
+        std::thread::sleep(Duration::from_millis(2));
+        known.found();
+        assert_eq!(known.no_such_task(early), NoSuchTask::Stale);
+        assert_eq!(known.no_such_task(Instant::now()), NoSuchTask::Dropped);
     }
 }

@@ -85,3 +85,31 @@ pub enum Compression {
     /// Snappy (TF's `"AUTO"`).
     Snappy,
 }
+
+/// A thread's periodic wait that another thread can end early: the worker's heartbeat
+/// loop (woken when a consumer asks for a task the worker has not heard of yet, or has
+/// been told a task's end) and a consumer's job-following loop (woken when a reader
+/// ends), so a job's start and end cost a round trip instead of a heartbeat interval.
+#[derive(Default)]
+pub(crate) struct Wakeup {
+    woken: std::sync::Mutex<bool>,
+    changed: std::sync::Condvar,
+}
+
+impl Wakeup {
+    /// Ends the current (or the next) [`wait`](Self::wait).
+    pub fn wake(&self) {
+        *self.woken.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits until woken or `timeout` has passed; true when woken.
+    pub fn wait(&self, timeout: std::time::Duration) -> bool {
+        let woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut woken, _) = self
+            .changed
+            .wait_timeout_while(woken, timeout, |w| !*w)
+            .unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *woken)
+    }
+}

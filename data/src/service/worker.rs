@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::dispatcher::StopHandle;
 use super::protocol::*;
-use super::{Compression, ProcessingMode};
+use super::{Compression, ProcessingMode, Wakeup};
 use crate::split::{with_split_provider, SplitProvider};
 
 /// A [`WorkerServer`]'s settings (TF's `tf.data.experimental.service.WorkerConfig`).
@@ -223,6 +223,9 @@ impl TaskRun {
     }
 }
 
+/// The shortest time between two heartbeats of a worker (see [`Worker::heartbeat_due`]).
+const MIN_HEARTBEAT_GAP: Duration = Duration::from_millis(2);
+
 /// How long a reply waits for more elements after its first (see [`TaskRun::take`]).
 const GATHER_TIME: Duration = Duration::from_millis(2);
 /// A reply with this many bytes of elements goes at once.
@@ -250,6 +253,10 @@ struct Worker {
     dispatcher: Peer,
     tasks: Mutex<HashMap<u64, Arc<TaskRun>>>,
     finished: Mutex<BTreeSet<u64>>,
+    /// Wakes the heartbeat loop before its interval: the dispatcher has news for this
+    /// worker (a consumer asked for a task it has not heard of), or this worker has news
+    /// for the dispatcher (a consumer was told a task's end, which finishes the task).
+    heartbeat_due: Wakeup,
 }
 
 /// Hands a distributed epoch's splits to the task's source, from the dispatcher. While the
@@ -466,10 +473,16 @@ impl Worker {
             .get(&r.task_id)
             .cloned();
         let Some(run) = run else {
+            self.heartbeat_due.wake();
             return Ok(header_only(ElementKind::UnknownTask));
         };
         let max_bytes = (r.max_bytes as usize).min(self.config.max_element_bytes);
-        Ok(run.take(Duration::from_millis(250), max_bytes))
+        let end_told = run.end_told.load(Ordering::Relaxed);
+        let reply = run.take(Duration::from_millis(250), max_bytes);
+        if !end_told && run.end_told.load(Ordering::Relaxed) {
+            self.heartbeat_due.wake();
+        }
+        Ok(reply)
     }
 }
 
@@ -539,6 +552,7 @@ impl WorkerServer {
             dispatcher,
             tasks: Mutex::default(),
             finished: Mutex::default(),
+            heartbeat_due: Wakeup::default(),
         });
         let w = worker.clone();
         server.handle(GET_ELEMENT, move |payload| w.get_element(payload));
@@ -547,8 +561,12 @@ impl WorkerServer {
         self.heartbeats = Some(std::thread::spawn(move || {
             let _connector = connector;
             while !s.load(Ordering::Relaxed) {
+                let started = Instant::now();
                 let _ = w.heartbeat();
-                std::thread::sleep(interval);
+                w.heartbeat_due.wait(interval);
+                // Woken early: at most one heartbeat per MIN_HEARTBEAT_GAP, however often
+                // consumers ask for unknown tasks.
+                std::thread::sleep(MIN_HEARTBEAT_GAP.saturating_sub(started.elapsed()));
             }
         }));
         *self.stopped.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
@@ -582,6 +600,7 @@ impl WorkerServer {
     pub fn stop(&mut self) {
         if let Some((server, worker, stop)) = self.running.take() {
             stop.store(true, Ordering::Relaxed);
+            worker.heartbeat_due.wake();
             for run in worker
                 .tasks
                 .lock()
