@@ -574,7 +574,7 @@ impl Dispatcher {
         if start >= n {
             return Ok(GetSplitReply { split: None });
         }
-        let end = (start + split_size(n)).min(n);
+        let end = (start + split_size(n, r.want)).min(n);
         self.commit(
             &mut s,
             Record::Split {
@@ -591,10 +591,13 @@ impl Dispatcher {
     }
 }
 
-/// Source elements per split: about 256 splits per pass (a dead worker loses at most the
-/// few it holds), at most 4096 elements each.
-fn split_size(n: u64) -> u64 {
-    n.div_ceil(256).clamp(1, 4096)
+/// Source elements per split of a source of `n`: about 256 splits per pass (a dead worker
+/// loses at most the few it holds), at most 4096 elements each, unless the worker `want`s
+/// more (its pipeline reads them quickly: a split per few milliseconds of reading); never
+/// more than a sixteenth of the pass, so the workers still share its end.
+fn split_size(n: u64, want: u64) -> u64 {
+    let base = n.div_ceil(256).clamp(1, 4096);
+    want.min(n.div_ceil(16)).max(base)
 }
 
 /// The tf.data service's dispatcher (TF's `tf.data.experimental.service.DispatchServer`):
@@ -843,6 +846,7 @@ mod tests {
                 task_id,
                 num_elements: 1000,
                 split_index,
+                want: if split_index < 2 { 0 } else { 100 },
             })
             .map(|r| r.split)
         };
@@ -852,6 +856,8 @@ mod tests {
         assert!(split(2).unwrap_err().to_string().contains("was given 1"));
         assert_eq!(split(1).unwrap(), Some((4, 8)));
         assert_eq!(d.lock().tasks[&task_id].split_elements(), 8);
+        // A worker that reads quickly asks for more: at most a sixteenth of the source.
+        assert_eq!(split(2).unwrap(), Some((8, 71)));
         // The same address from another process: its tasks are lost.
         d.worker_heartbeat(WorkerHeartbeatRequest {
             worker_address: "w:1".into(),
@@ -866,8 +872,22 @@ mod tests {
     #[test]
     fn splits_cover_the_source_once() {
         for n in [1u64, 7, 255, 256, 257, 60_000, 10_000_000] {
-            let s = split_size(n);
+            let s = split_size(n, 0);
             assert!((1..=4096).contains(&s) && n.div_ceil(s) <= 256.max(n.div_ceil(4096)));
+            // What a worker wants, between that and a sixteenth of the source.
+            for want in [1, 100, 5000, u64::MAX] {
+                let w = split_size(n, want);
+                assert!(
+                    w >= s && (w == s || w <= n.div_ceil(16)),
+                    "n {n} want {want}: {w}"
+                );
+                assert!(
+                    w == s || w == want || w == n.div_ceil(16),
+                    "n {n} want {want}: {w}"
+                );
+            }
         }
+        assert_eq!(split_size(60_000, 1000), 1000);
+        assert_eq!(split_size(60_000, 100_000), 3750);
     }
 }

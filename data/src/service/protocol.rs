@@ -116,6 +116,11 @@ pub(crate) struct GetSplitRequest {
     /// Which of the task's splits this is (0, 1, ...): asking again for the same index
     /// gives the same split, so a worker may retry a call whose reply it lost.
     pub split_index: u64,
+    /// How many source elements the worker would like (0: the dispatcher's choice): what
+    /// its pipeline reads in about `SPLIT_TIME` at the pace of its last split, so a fast
+    /// pipeline does not wait on a dispatcher call every few elements.
+    #[serde(default)]
+    pub want: u64,
 }
 
 #[derive(Serialize, Deserialize)]

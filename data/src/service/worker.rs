@@ -73,7 +73,13 @@ struct TaskRun {
     /// pipeline's, which is often the bottleneck).
     compression: Compression,
     queue: Mutex<Queue>,
-    changed: Condvar,
+    /// Wakes the consumers' requests: an element arrived in an empty buffer, the buffer is
+    /// full, the pipeline ended, a reply finished gathering, or the task stopped. Not every
+    /// element: a reply gathers several, and a wake-up per element cost more than the
+    /// element's copy.
+    ready: Condvar,
+    /// Wakes the pipeline's thread waiting for room in a full buffer.
+    room: Condvar,
     stop: AtomicBool,
     /// A consumer has been told the end: the task is finished.
     end_told: AtomicBool,
@@ -94,7 +100,7 @@ impl TaskRun {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         while q.ready.len() >= capacity && !self.stop.load(Ordering::Relaxed) {
             q = self
-                .changed
+                .room
                 .wait_timeout(q, Duration::from_millis(100))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
@@ -103,8 +109,18 @@ impl TaskRun {
             return false;
         }
         q.ready.push_back(element);
-        self.changed.notify_all();
+        // A request waits for a first element, or a gathering reply for a full buffer (or
+        // the end of its gathering time).
+        if (q.ready.len() == 1 && !q.gathering) || q.ready.len() >= capacity {
+            self.ready.notify_all();
+        }
         true
+    }
+
+    /// Wakes everything waiting on the task (it ended or stopped).
+    fn wake_all(&self) {
+        self.ready.notify_all();
+        self.room.notify_all();
     }
 
     /// An element as it travels: snappy-compressed (by `encoder`, one per reply) when the
@@ -138,7 +154,7 @@ impl TaskRun {
 
     fn end(&self, error: Option<String>) {
         self.queue.lock().unwrap_or_else(|e| e.into_inner()).ended = Some(error);
-        self.changed.notify_all();
+        self.wake_all();
     }
 
     /// The next reply for a consumer: the elements ready within a short gathering time,
@@ -155,7 +171,7 @@ impl TaskRun {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let wait_until = |q, until: Instant| {
             let left = until.saturating_duration_since(Instant::now());
-            self.changed
+            self.ready
                 .wait_timeout(q, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0
@@ -193,7 +209,7 @@ impl TaskRun {
                 taken.extend(q.ready.pop_front());
             }
             // Room in the buffer: the pipeline goes on meanwhile.
-            self.changed.notify_all();
+            self.room.notify_all();
             if full
                 || bytes >= GATHER_BYTES
                 || q.ended.is_some()
@@ -206,7 +222,8 @@ impl TaskRun {
         }
         q.gathering = false;
         drop(q);
-        self.changed.notify_all();
+        // The next request's turn.
+        self.ready.notify_all();
         // Compressed and framed outside the lock.
         let mut taken = taken.into_iter();
         let Some((header, body)) = taken.next() else {
@@ -221,6 +238,18 @@ impl TaskRun {
         }
         reply.into_bytes()
     }
+}
+
+/// About how long a worker's pipeline should take to read one split of a distributed
+/// epoch: a split costs a dispatcher call, so a pipeline that reads quickly asks for more
+/// elements at a time (see [`split_want`]).
+const SPLIT_TIME: Duration = Duration::from_millis(10);
+
+/// The elements to ask for in the next split, after the pipeline read `elements` in
+/// `took`: about [`SPLIT_TIME`]'s worth, at most four times the last split.
+fn split_want(elements: u64, took: Duration) -> u64 {
+    let per_split = elements as f64 * SPLIT_TIME.as_secs_f64() / took.as_secs_f64().max(1e-6);
+    (per_split as u64).min(elements.saturating_mul(4))
 }
 
 /// The shortest time between two heartbeats of a worker (see [`Worker::heartbeat_due`]).
@@ -270,17 +299,21 @@ struct DispatcherSplits {
     /// Splits received so far (the next request's `split_index`), and the request for it
     /// already on its way.
     next: Mutex<(u64, Option<PendingCall>)>,
+    /// When the pipeline got its last split, and that split's elements: the pace that sizes
+    /// the next request (`want`).
+    last: Mutex<Option<(Instant, u64)>>,
     /// The task (its retries end when it is stopped).
     run: Arc<TaskRun>,
 }
 
 impl DispatcherSplits {
-    fn request(&self, split_index: u64, num_elements: u64) -> PendingCall {
+    fn request(&self, split_index: u64, num_elements: u64, want: u64) -> PendingCall {
         let request = to_bytes(&GetSplitRequest {
             job_id: self.job_id,
             task_id: self.task_id,
             num_elements,
             split_index,
+            want,
         });
         // Not retried inside the call: `next_split` retries every kind of unavailability
         // (refused, reset mid-call) against one deadline.
@@ -296,10 +329,16 @@ impl SplitProvider for DispatcherSplits {
         let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
         let index = next.0;
         let started = Instant::now();
+        // The pipeline read its last split in the time since it got it.
+        let want = self
+            .last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map_or(0, |(got, elements)| split_want(elements, got.elapsed()));
         let mut call = next
             .1
             .take()
-            .unwrap_or_else(|| self.request(index, num_elements));
+            .unwrap_or_else(|| self.request(index, num_elements, want));
         let reply = loop {
             match call.wait() {
                 Err(Error::Unavailable { .. })
@@ -307,14 +346,16 @@ impl SplitProvider for DispatcherSplits {
                         && !self.run.stop.load(Ordering::Relaxed) =>
                 {
                     std::thread::sleep(Duration::from_millis(50));
-                    call = self.request(index, num_elements);
+                    call = self.request(index, num_elements, want);
                 }
                 other => break other?,
             }
         };
         let reply: GetSplitReply = from_bytes("GetSplit reply", &reply)?;
-        if reply.split.is_some() {
-            *next = (index + 1, Some(self.request(index + 1, num_elements)));
+        if let Some((start, end)) = reply.split {
+            *next = (index + 1, Some(self.request(index + 1, num_elements, want)));
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((Instant::now(), end.saturating_sub(start)));
         }
         Ok(reply.split.map(|(a, b)| a..b))
     }
@@ -336,6 +377,7 @@ impl Worker {
                     task_id: def.task_id,
                     read: read.clone(),
                     next: Mutex::new((0, None)),
+                    last: Mutex::new(None),
                     run: run.clone(),
                 });
                 match with_split_provider(provider, || super::registry::build_encoded(&def.dataset))
@@ -439,7 +481,7 @@ impl Worker {
             let keep = listed.contains(id) || finished.contains(id);
             if !keep {
                 run.stop.store(true, Ordering::Relaxed);
-                run.changed.notify_all();
+                run.wake_all();
             }
             keep
         });
@@ -450,7 +492,8 @@ impl Worker {
             let run = Arc::new(TaskRun {
                 compression: def.compression,
                 queue: Mutex::default(),
-                changed: Condvar::new(),
+                ready: Condvar::new(),
+                room: Condvar::new(),
                 stop: AtomicBool::new(false),
                 end_told: AtomicBool::new(false),
             });
@@ -608,7 +651,7 @@ impl WorkerServer {
                 .values()
             {
                 run.stop.store(true, Ordering::Relaxed);
-                run.changed.notify_all();
+                run.wake_all();
             }
             drop(server);
             if let Some(h) = self.heartbeats.take() {
