@@ -51,6 +51,7 @@ mod server;
 mod slurm;
 mod spec;
 mod transport;
+mod wire;
 
 pub use launch::{
     free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster, PROFILER_PORT_ENV,

@@ -14,13 +14,13 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use tonic::metadata::MetadataValue;
 
 use crate::transport::{Answer, Channel, RecvBody, Route, Settings};
+use crate::wire;
 
 /// The generated protobuf and gRPC code (`proto/ferroflow_cluster.proto`).
 #[allow(missing_docs, clippy::all)]
-mod pb {
+pub(crate) mod pb {
     tonic::include_proto!("ferroflow.cluster");
 }
 
@@ -145,41 +145,55 @@ impl pb::task_server::Task for TaskService {
         request: tonic::Request<pb::CallRequest>,
     ) -> std::result::Result<tonic::Response<pb::CallReply>, tonic::Status> {
         let m = request.into_inner();
-        let handler = self
-            .handlers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&m.method)
-            .cloned();
-        let Some(handler) = handler else {
-            return Err(tonic::Status::unimplemented(format!(
-                "this task serves no method {:?} (is it the right kind of task: ps, worker?)",
-                m.method
-            )));
-        };
-        let payload = m.payload;
-        let answer = match handler {
-            Method::Blocking(handler) => tokio::task::spawn_blocking(move || handler(payload))
-                .await
-                .map_err(|e| format!("the handler of {:?} panicked: {e}", m.method)),
-            Method::Deferred(handler) => {
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                handler(payload, Reply(tx));
-                rx.await
-                    .map_err(|_| format!("the handler of {:?} dropped its reply", m.method))
-            }
-        };
-        match answer {
-            Ok(Ok(reply)) => Ok(tonic::Response::new(pb::CallReply { payload: reply })),
-            Ok(Err(e)) => Err(tonic::Status::aborted(e.to_string())),
-            Err(msg) => Err(tonic::Status::aborted(msg)),
-        }
+        run_method(&self.handlers, m.method, m.payload)
+            .await
+            .map(|payload| tonic::Response::new(pb::CallReply { payload }))
     }
 }
 
-/// The services of a task's server, as its transport routes calls to them.
+/// Runs the handler registered for `method` on `payload`: its reply, or its error (or the
+/// lack of such a method) as the status the caller gets.
+async fn run_method(
+    handlers: &Handlers,
+    method: String,
+    payload: Bytes,
+) -> std::result::Result<Bytes, tonic::Status> {
+    let handler = handlers
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&method)
+        .cloned();
+    let Some(handler) = handler else {
+        return Err(tonic::Status::unimplemented(format!(
+            "this task serves no method {method:?} (is it the right kind of task: ps, worker?)"
+        )));
+    };
+    let answer = match handler {
+        Method::Blocking(handler) => tokio::task::spawn_blocking(move || handler(payload))
+            .await
+            .map_err(|e| format!("the handler of {method:?} panicked: {e}")),
+        Method::Deferred(handler) => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            handler(payload, Reply(tx));
+            rx.await
+                .map_err(|_| format!("the handler of {method:?} dropped its reply"))
+        }
+    };
+    match answer {
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(e)) => Err(tonic::Status::aborted(e.to_string())),
+        Err(msg) => Err(tonic::Status::aborted(msg)),
+    }
+}
+
+/// The services of a task's server, as its transport routes calls to them: `Deliver` and
+/// `Call` with uncompressed messages straight from the frames ([`crate::wire`]), anything
+/// else through tonic's generated services.
 #[derive(Clone)]
 struct Services {
+    mailbox_box: Arc<Mailbox>,
+    handlers: Handlers,
+    token: TokenCheck,
     mailbox: tonic::service::interceptor::InterceptedService<
         pb::mailbox_server::MailboxServer<MailboxService>,
         TokenCheck,
@@ -197,6 +211,13 @@ impl Route for Services {
         respond: h2::server::SendResponse<Bytes>,
     ) -> Answer {
         let path = request.uri().path();
+        let compressed = request
+            .headers()
+            .get("grpc-encoding")
+            .is_some_and(|e| e.as_bytes() != b"identity");
+        if !compressed && (path == wire::DELIVER_PATH || path == wire::CALL_PATH) {
+            return self.answer_plain(request, respond);
+        }
         let service_is = |name: &str| {
             path.strip_prefix('/')
                 .and_then(|p| p.strip_prefix(name))
@@ -209,6 +230,39 @@ impl Route for Services {
         } else {
             crate::transport::unimplemented(path, respond)
         }
+    }
+}
+
+impl Services {
+    /// Answers a `Deliver` or `Call` whose message is not compressed, reading the payload
+    /// out of the frames it arrived in and sending the reply's from its own buffer.
+    fn answer_plain(
+        &self,
+        request: http::Request<RecvBody>,
+        respond: h2::server::SendResponse<Bytes>,
+    ) -> Answer {
+        let this = self.clone();
+        Box::pin(async move {
+            let deliver = request.uri().path() == wire::DELIVER_PATH;
+            let reply = async {
+                this.token.check(request.headers())?;
+                let mut body = request.into_body().into_stream();
+                let message = wire::read_message(&mut body, MAX_MESSAGE_BYTES).await?;
+                let [name, payload] = wire::fields(message)?;
+                let payload = payload.unwrap_or_default();
+                if deliver {
+                    this.mailbox_box.put(wire::text(name, "the key")?, payload);
+                    Ok(wire::message(None, Bytes::new()))
+                } else {
+                    let method = wire::text(name, "the method")?;
+                    let reply = run_method(&this.handlers, method, payload).await?;
+                    wire::check_size(&reply, MAX_MESSAGE_BYTES)?;
+                    Ok(wire::message(None, reply))
+                }
+            }
+            .await;
+            wire::respond(respond, reply);
+        })
     }
 }
 
@@ -230,20 +284,28 @@ impl TokenCheck {
     }
 }
 
+impl TokenCheck {
+    /// Whether a call with these headers carries the token.
+    fn check(&self, headers: &http::HeaderMap) -> std::result::Result<(), tonic::Status> {
+        let Some(want) = &self.0 else {
+            return Ok(());
+        };
+        match headers.get(TOKEN_KEY) {
+            Some(got) if got.as_bytes() == want.as_bytes() => Ok(()),
+            _ => Err(tonic::Status::unauthenticated(
+                "this task requires the cluster token (FERROFLOW_CLUSTER_TOKEN)",
+            )),
+        }
+    }
+}
+
 impl tonic::service::Interceptor for TokenCheck {
     fn call(
         &mut self,
         request: tonic::Request<()>,
     ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-        let Some(want) = &self.0 else {
-            return Ok(request);
-        };
-        match request.metadata().get(TOKEN_KEY) {
-            Some(got) if got.as_bytes() == want.as_bytes() => Ok(request),
-            _ => Err(tonic::Status::unauthenticated(
-                "this task requires the cluster token (FERROFLOW_CLUSTER_TOKEN)",
-            )),
-        }
+        self.check(request.metadata().as_ref())?;
+        Ok(request)
     }
 }
 
@@ -320,6 +382,9 @@ impl TaskServer {
             Services {
                 mailbox: service,
                 task: task_service,
+                mailbox_box: mailbox.clone(),
+                handlers: handlers.clone(),
+                token: TokenCheck(token.clone()),
             },
             SETTINGS,
             stopped,
@@ -447,16 +512,9 @@ fn connect(
         peer: format!("{name} ({address})"),
         msg,
     })?;
-    let tasks = pb::task_client::TaskClient::new(channel.clone())
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let client = pb::mailbox_client::MailboxClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
     Ok(Peer {
         runtime: runtime.clone(),
-        client,
-        tasks,
+        channel,
         name: format!("{name} ({address})"),
         token,
         timeout,
@@ -482,8 +540,7 @@ impl Drop for TaskServer {
 /// A client of another task's server.
 pub struct Peer {
     runtime: Arc<tokio::runtime::Runtime>,
-    client: pb::mailbox_client::MailboxClient<Channel>,
-    tasks: pb::task_client::TaskClient<Channel>,
+    channel: Channel,
     name: String,
     token: Option<Arc<str>>,
     timeout: Duration,
@@ -506,18 +563,24 @@ impl Peer {
     /// others (each message under its own key, so their order does not matter), and
     /// [`Delivery::wait`] gives its outcome.
     pub fn send(&self, key: &str, payload: Bytes) -> Delivery {
-        let client = self.client.clone();
+        let channel = self.channel.clone();
         let key2 = key.to_string();
         self.spawn(self.attempts(format!("deliver {key}"), true, move |token| {
-            let mut request = tonic::Request::new(pb::DeliverRequest {
-                key: key2.clone(),
-                payload: payload.clone(),
-            });
-            if let Some(t) = token {
-                request.metadata_mut().insert(TOKEN_KEY, t);
+            let frames = wire::check_size(&payload, MAX_MESSAGE_BYTES)
+                .map(|()| wire::message(Some(&key2), payload.clone()));
+            let channel = channel.clone();
+            async move {
+                let metadata = token.map(|t| (TOKEN_KEY, t));
+                wire::unary(
+                    &channel,
+                    wire::DELIVER_PATH,
+                    metadata,
+                    frames?,
+                    MAX_MESSAGE_BYTES,
+                )
+                .await
+                .map(|_| ())
             }
-            let mut client = client.clone();
-            async move { client.deliver(request).await.map(|_| ()) }
         }))
     }
 
@@ -582,18 +645,25 @@ impl Peer {
         payload: Bytes,
         retry: bool,
     ) -> Result<impl std::future::Future<Output = Result<Bytes>> + Send + 'static> {
-        let tasks = self.tasks.clone();
+        let channel = self.channel.clone();
         let method2 = method.to_string();
         self.attempts(method.to_string(), retry, move |token| {
-            let mut request = tonic::Request::new(pb::CallRequest {
-                method: method2.clone(),
-                payload: payload.clone(),
-            });
-            if let Some(t) = token {
-                request.metadata_mut().insert(TOKEN_KEY, t);
+            let frames = wire::check_size(&payload, MAX_MESSAGE_BYTES)
+                .map(|()| wire::message(Some(&method2), payload.clone()));
+            let channel = channel.clone();
+            async move {
+                let metadata = token.map(|t| (TOKEN_KEY, t));
+                let reply = wire::unary(
+                    &channel,
+                    wire::CALL_PATH,
+                    metadata,
+                    frames?,
+                    MAX_MESSAGE_BYTES,
+                )
+                .await?;
+                let [payload, _] = wire::fields(reply)?;
+                Ok(payload.unwrap_or_default())
             }
-            let mut tasks = tasks.clone();
-            async move { tasks.call(request).await.map(|r| r.into_inner().payload) }
         })
     }
 
@@ -608,12 +678,12 @@ impl Peer {
     ) -> Result<impl std::future::Future<Output = Result<T>> + Send + 'static>
     where
         T: Send + 'static,
-        F: Fn(Option<MetadataValue<tonic::metadata::Ascii>>) -> Fut + Send + 'static,
+        F: Fn(Option<http::HeaderValue>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = std::result::Result<T, tonic::Status>> + Send,
     {
         let name = self.name.clone();
         let token = match &self.token {
-            Some(t) => match MetadataValue::try_from(&**t) {
+            Some(t) => match http::HeaderValue::from_str(t) {
                 Ok(v) => Some(v),
                 Err(_) => {
                     return Err(Error::Unavailable {
@@ -761,6 +831,128 @@ mod tests {
         assert_eq!(b.mailbox().take("big", T).as_deref(), Some(&big[..]));
         // Taken once: a second take waits and gives up.
         assert_eq!(b.mailbox().take("small", Duration::from_millis(50)), None);
+    }
+
+    /// The hand-framed `Deliver` and `Call` ([`crate::wire`]) and tonic's generated code
+    /// understand each other both ways: tonic's clients against a task server, and a peer
+    /// against tonic's generated services alone (with the token, an empty payload, a
+    /// payload spanning several HTTP/2 frames, and a handler's error).
+    #[test]
+    fn hand_framed_calls_and_tonic_s_generated_code_speak_the_same_grpc() {
+        let server = TaskServer::start("127.0.0.1:0", Some("tok")).unwrap();
+        server.handle("twice", |p: Bytes| Ok([&p[..], &p[..]].concat().into()));
+        server.handle("fail", |_| Err(Error::invalid("fail", "as asked")));
+        let big = Bytes::from(
+            (0..(3usize << 20))
+                .map(|i| (i % 253) as u8)
+                .collect::<Vec<u8>>(),
+        );
+        // tonic's clients, through this crate's channel, against the server.
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let channel = Channel::new(&server.local_addr().to_string(), T, SETTINGS).unwrap();
+            fn token<M>(mut r: tonic::Request<M>) -> tonic::Request<M> {
+                r.metadata_mut().insert(TOKEN_KEY, "tok".parse().unwrap());
+                r
+            }
+            let mut mailbox = pb::mailbox_client::MailboxClient::new(channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            for (key, payload) in [("big", big.clone()), ("empty", Bytes::new())] {
+                let request = tonic::Request::new(pb::DeliverRequest {
+                    key: key.into(),
+                    payload,
+                });
+                mailbox.deliver(token(request)).await.unwrap();
+            }
+            let refused = mailbox
+                .deliver(tonic::Request::new(pb::DeliverRequest::default()))
+                .await
+                .unwrap_err();
+            assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+            let mut tasks = pb::task_client::TaskClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let request = |method: &str, payload: Bytes| {
+                token(tonic::Request::new(pb::CallRequest {
+                    method: method.into(),
+                    payload,
+                }))
+            };
+            let reply = tasks.call(request("twice", big.clone())).await.unwrap();
+            assert_eq!(reply.into_inner().payload, [&big[..], &big[..]].concat());
+            let failed = tasks.call(request("fail", Bytes::new())).await.unwrap_err();
+            assert_eq!(failed.code(), tonic::Code::Aborted);
+            assert!(failed.message().contains("as asked"), "{failed:?}");
+        });
+        assert_eq!(server.mailbox().take("big", T), Some(big.clone()));
+        assert_eq!(server.mailbox().take("empty", T), Some(Bytes::new()));
+
+        // A peer against tonic's generated services alone.
+        #[derive(Clone)]
+        struct TonicOnly(Services);
+        impl Route for TonicOnly {
+            fn answer(
+                &self,
+                request: http::Request<RecvBody>,
+                respond: h2::server::SendResponse<Bytes>,
+            ) -> Answer {
+                if request.uri().path() == wire::DELIVER_PATH {
+                    crate::transport::answer_with(self.0.mailbox.clone(), request, respond)
+                } else {
+                    crate::transport::answer_with(self.0.task.clone(), request, respond)
+                }
+            }
+        }
+        let mailbox = Arc::new(Mailbox::default());
+        let handlers: Handlers = Arc::default();
+        handlers.write().unwrap().insert(
+            "twice".into(),
+            Method::Blocking(Arc::new(|p: Bytes| Ok([&p[..], &p[..]].concat().into()))),
+        );
+        let token = TokenCheck::new(Some("tok"));
+        let services = Services {
+            mailbox: tonic::service::interceptor::InterceptedService::new(
+                pb::mailbox_server::MailboxServer::new(MailboxService {
+                    mailbox: mailbox.clone(),
+                })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+                token.clone(),
+            ),
+            task: tonic::service::interceptor::InterceptedService::new(
+                pb::task_server::TaskServer::new(TaskService {
+                    handlers: handlers.clone(),
+                })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                token.clone(),
+            ),
+            mailbox_box: mailbox.clone(),
+            handlers,
+            token,
+        };
+        let client = TaskServer::start("127.0.0.1:0", Some("tok")).unwrap();
+        let listener = client
+            .runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (_stop, stopped) = tokio::sync::oneshot::channel();
+        client.runtime.spawn(crate::transport::serve(
+            listener,
+            TonicOnly(services),
+            SETTINGS,
+            stopped,
+        ));
+        let peer = client.peer("tonic", &address, T).unwrap();
+        peer.deliver("big", big.to_vec()).unwrap();
+        peer.deliver("empty", vec![]).unwrap();
+        assert_eq!(mailbox.take("big", T), Some(big.clone()));
+        assert_eq!(mailbox.take("empty", T), Some(Bytes::new()));
+        let reply = peer.call("twice", big.clone()).unwrap();
+        assert_eq!(reply, [&big[..], &big[..]].concat());
+        let missing = peer.call("nothing", Bytes::new()).unwrap_err();
+        assert!(missing.to_string().contains("no method"), "{missing}");
     }
 
     #[test]

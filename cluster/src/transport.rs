@@ -12,7 +12,9 @@
 //!
 //! On the wire nothing changes: gRPC over HTTP/2 (`content-type: application/grpc`,
 //! length-prefixed protobuf messages, the status in trailers), so any gRPC client or
-//! server speaks to these.
+//! server speaks to these. The two hot methods, `Mailbox.Deliver` and `Task.Call`, skip
+//! tonic's codec (it copies every payload twice) and are framed by [`crate::wire`] on
+//! [`Channel::start`]'s streams.
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
@@ -49,6 +51,11 @@ impl RecvBody {
             stream,
             data_done: false,
         }
+    }
+
+    /// The HTTP/2 stream, for a reader of its own ([`crate::wire::read_message`]).
+    pub(crate) fn into_stream(self) -> h2::RecvStream {
+        self.stream
     }
 }
 
@@ -89,7 +96,7 @@ impl Body for RecvBody {
 /// An HTTP/2 failure as the gRPC status a caller sees: a connection that broke, went away
 /// or refused the stream is `UNAVAILABLE` (a caller that retries tries again), a cancelled
 /// stream `CANCELLED`, anything else `INTERNAL`.
-fn h2_status(e: &h2::Error) -> tonic::Status {
+pub(crate) fn h2_status(e: &h2::Error) -> tonic::Status {
     if e.is_io() || e.is_go_away() || e.reason() == Some(h2::Reason::REFUSED_STREAM) {
         tonic::Status::unavailable(format!("the connection failed: {e}"))
     } else if e.reason() == Some(h2::Reason::CANCEL) {
@@ -237,10 +244,13 @@ impl Channel {
         Ok((id, send))
     }
 
-    async fn request(
-        self,
-        request: http::Request<tonic::body::Body>,
-    ) -> Result<http::Response<RecvBody>, tonic::Status> {
+    /// Opens a stream for `request` (its path on this channel's server; `end`: no body
+    /// follows): the response to wait for and the stream to send the body on.
+    pub(crate) async fn start(
+        &self,
+        request: http::Request<()>,
+        end: bool,
+    ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), tonic::Status> {
         let (id, send) = self.connection().await?;
         let mut send = match send.ready().await {
             Ok(send) => send,
@@ -249,17 +259,26 @@ impl Channel {
                 return Err(h2_status(&e));
             }
         };
-        let (mut parts, body) = request.into_parts();
+        let (mut parts, ()) = request.into_parts();
         let mut uri = http::uri::Parts::default();
         uri.scheme = Some(http::uri::Scheme::HTTP);
         uri.authority = Some(self.inner.authority.clone());
         uri.path_and_query = parts.uri.path_and_query().cloned();
         parts.uri = http::Uri::from_parts(uri)
             .map_err(|e| tonic::Status::internal(format!("bad request URI: {e}")))?;
+        send.send_request(http::Request::from_parts(parts, ()), end)
+            .map_err(|e| h2_status(&e))
+    }
+
+    async fn request(
+        self,
+        request: http::Request<tonic::body::Body>,
+    ) -> Result<http::Response<RecvBody>, tonic::Status> {
+        let (parts, body) = request.into_parts();
         let end = body.is_end_stream();
-        let (response, mut stream) = send
-            .send_request(http::Request::from_parts(parts, ()), end)
-            .map_err(|e| h2_status(&e))?;
+        let (response, mut stream) = self
+            .start(http::Request::from_parts(parts, ()), end)
+            .await?;
         if !end {
             send_body(body, &mut stream).await?;
         }
