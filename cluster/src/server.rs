@@ -234,6 +234,32 @@ impl Route for Services {
 }
 
 impl Services {
+    /// The services of a server with `mailbox` and the methods in `handlers`, refusing calls
+    /// without `token`.
+    fn new(mailbox: Arc<Mailbox>, handlers: Handlers, token: TokenCheck) -> Services {
+        Services {
+            mailbox: tonic::service::interceptor::InterceptedService::new(
+                pb::mailbox_server::MailboxServer::new(MailboxService {
+                    mailbox: mailbox.clone(),
+                })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                token.clone(),
+            ),
+            task: tonic::service::interceptor::InterceptedService::new(
+                pb::task_server::TaskServer::new(TaskService {
+                    handlers: handlers.clone(),
+                })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                token.clone(),
+            ),
+            mailbox_box: mailbox,
+            handlers,
+            token,
+        }
+    }
+
     /// Answers a `Deliver` or `Call` whose message is not compressed, reading the payload
     /// out of the frames it arrived in and sending the reply's from its own buffer.
     fn answer_plain(
@@ -359,33 +385,11 @@ impl TaskServer {
             .map_err(|e| unavailable(e.to_string()))?;
         let token: Option<Arc<str>> = token.map(Arc::from);
         let mailbox = Arc::new(Mailbox::default());
-        let service = tonic::service::interceptor::InterceptedService::new(
-            pb::mailbox_server::MailboxServer::new(MailboxService {
-                mailbox: mailbox.clone(),
-            })
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            TokenCheck(token.clone()),
-        );
         let handlers: Handlers = Arc::default();
-        let task_service = tonic::service::interceptor::InterceptedService::new(
-            pb::task_server::TaskServer::new(TaskService {
-                handlers: handlers.clone(),
-            })
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            TokenCheck(token.clone()),
-        );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let serving = runtime.spawn(crate::transport::serve(
             listener,
-            Services {
-                mailbox: service,
-                task: task_service,
-                mailbox_box: mailbox.clone(),
-                handlers: handlers.clone(),
-                token: TokenCheck(token.clone()),
-            },
+            Services::new(mailbox.clone(), handlers.clone(), TokenCheck(token.clone())),
             SETTINGS,
             stopped,
         ));
@@ -910,27 +914,7 @@ mod tests {
             "twice".into(),
             Method::Blocking(Arc::new(|p: Bytes| Ok([&p[..], &p[..]].concat().into()))),
         );
-        let token = TokenCheck::new(Some("tok"));
-        let services = Services {
-            mailbox: tonic::service::interceptor::InterceptedService::new(
-                pb::mailbox_server::MailboxServer::new(MailboxService {
-                    mailbox: mailbox.clone(),
-                })
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
-                token.clone(),
-            ),
-            task: tonic::service::interceptor::InterceptedService::new(
-                pb::task_server::TaskServer::new(TaskService {
-                    handlers: handlers.clone(),
-                })
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-                token.clone(),
-            ),
-            mailbox_box: mailbox.clone(),
-            handlers,
-            token,
-        };
+        let services = Services::new(mailbox.clone(), handlers, TokenCheck::new(Some("tok")));
         let client = TaskServer::start("127.0.0.1:0", Some("tok")).unwrap();
         let listener = client
             .runtime
