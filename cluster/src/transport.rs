@@ -222,7 +222,7 @@ impl Channel {
         socket
             .set_nodelay(true)
             .map_err(|e| unavailable(format!("cannot set TCP_NODELAY: {e}")))?;
-        let (send, connection) = h2::client::Builder::new()
+        let (send, mut connection) = h2::client::Builder::new()
             .max_frame_size(inner.settings.frame_bytes)
             .initial_window_size(inner.settings.stream_window)
             .initial_connection_window_size(inner.settings.connection_window)
@@ -232,11 +232,16 @@ impl Channel {
         *count += 1;
         let id = *count;
         *inner.open.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, send.clone()));
-        // The connection runs until it breaks or every handle to it is gone; then the next
-        // call connects again.
+        // The connection runs until it breaks, every handle to it is gone, or the server
+        // stops answering pings; then the next call connects again.
         let weak = Arc::downgrade(&self.inner);
+        let pings = connection.ping_pong();
         tokio::spawn(async move {
-            let _ = connection.await;
+            tokio::select! {
+                _ = &mut connection => {}
+                // Dropping the connection fails the calls on it: `UNAVAILABLE`.
+                () = keepalive(pings, keepalive_interval()) => {}
+            }
             if let Some(inner) = weak.upgrade() {
                 inner.forget(id);
             }
@@ -284,6 +289,36 @@ impl Channel {
         }
         let response = response.await.map_err(|e| h2_status(&e))?;
         Ok(response.map(RecvBody::new))
+    }
+}
+
+/// How often a client pings its server, and how long it waits for the answer
+/// (`FERROFLOW_KEEPALIVE_SECONDS`, 10 by default): a server whose host vanished or whose
+/// process hangs sends no TCP reset, and without pings its calls would wait for their
+/// deadlines (a scheduled function's is 10 minutes).
+pub(crate) fn keepalive_interval() -> Duration {
+    std::env::var("FERROFLOW_KEEPALIVE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && s.is_finite())
+        .map_or(Duration::from_secs(10), Duration::from_secs_f64)
+}
+
+/// Pings the server every `interval`; returns when a ping goes unanswered for `interval`
+/// (HTTP/2 PING frames, answered by the server's connection itself: a live process answers
+/// at once, busy or not). Never returns without `pings` (taken already) or once the
+/// connection fails (its own task notices that).
+async fn keepalive(pings: Option<h2::PingPong>, interval: Duration) {
+    let Some(mut pings) = pings else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(interval).await;
+        match tokio::time::timeout(interval, pings.ping(h2::Ping::opaque())).await {
+            Ok(Ok(_pong)) => {}
+            Ok(Err(_)) => return std::future::pending().await,
+            Err(_) => return,
+        }
     }
 }
 
