@@ -26,7 +26,8 @@ use std::time::Duration;
 
 /// How long a scheduled function may run on a worker before the coordinator gives up on
 /// the worker (`FERROFLOW_FUNCTION_TIMEOUT` seconds; 600 by default). A worker that dies
-/// is noticed at once: its connection closes.
+/// is noticed at once: its connection closes; one that hangs or whose host vanishes, when
+/// the connection's keepalive pings go unanswered (`FERROFLOW_KEEPALIVE_SECONDS`, 10 s).
 fn function_timeout() -> Duration {
     std::env::var("FERROFLOW_FUNCTION_TIMEOUT")
         .ok()
