@@ -717,6 +717,70 @@ fn a_worker_killed_mid_training_is_replaced_and_rejoins_and_the_model_trains() {
     );
 }
 
+/// A worker that hangs (stopped with SIGSTOP: its connections stay open, no reset comes, as
+/// when its host vanishes) is given up when the chief's keepalive pings go unanswered, not
+/// at the function timeout (10 minutes); its closures run on the other workers, and once it
+/// continues the job still ends well.
+#[cfg(unix)]
+#[test]
+fn a_hung_worker_is_given_up_when_its_pings_go_unanswered_and_training_goes_on() {
+    let signal = |c: &LocalCluster, i: usize, sig: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, &c.pid(i).to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {sig}");
+    };
+    let mut c = start(
+        "worker_fault",
+        3,
+        2,
+        vec![("FERROFLOW_KEEPALIVE_SECONDS".into(), "1".into())],
+    );
+    // Chief 0, workers 1-3, ps 4-5. Stop worker 2 at a random step in the first half.
+    let stop_at = 200 + (std::process::id() as usize % 400);
+    let end = Instant::now() + Duration::from_secs(300);
+    while progress(&c, 0) < stop_at {
+        assert!(
+            Instant::now() < end && c.try_code(0).unwrap().is_none(),
+            "the chief ended or stalled before step {stop_at}\n{}",
+            all_output(&c)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    signal(&c, 2, "-STOP");
+    let stopped_at = progress(&c, 0);
+    // Two keepalive intervals and some: the closures the worker held are given up on.
+    std::thread::sleep(Duration::from_secs(4));
+    let during = progress(&c, 0);
+    signal(&c, 2, "-CONT");
+    let result = wait_line(&mut c, 0, "RESULT", Duration::from_secs(400))
+        .unwrap_or_else(|| panic!("no result\n{}", all_output(&c)));
+    println!("stopped at step {stopped_at}, {during} done 4 s later, continued; {result}");
+    let outcome = c.wait(Some(Duration::from_secs(60))).unwrap();
+    assert!(
+        outcome.first_failure.is_none(),
+        "{outcome:?}\n{}",
+        all_output(&c)
+    );
+    let scheduled: i64 = field(&result, "scheduled");
+    let executed: i64 = field(&result, "executed");
+    let lost: i64 = field(&result, "lost");
+    let retried: i64 = field(&result, "retried");
+    let accuracy: f64 = field(&result, "accuracy");
+    assert_eq!(scheduled, 4000);
+    assert_eq!(lost, 0, "{result}");
+    assert!(executed >= scheduled, "{result}");
+    // The closures the hung worker held were sent again elsewhere (without the pings they
+    // would have waited for it, and it answered them once continued).
+    assert!(retried >= 1, "{result}");
+    assert!(
+        during > stopped_at + 50,
+        "training stalled while the worker hung: {stopped_at} -> {during}\n{result}"
+    );
+    assert!(accuracy >= 0.97, "{result}");
+}
+
 #[test]
 fn a_ps_killed_mid_training_stops_the_chief_which_restarts_from_the_checkpoint() {
     let dir = std::env::temp_dir().join(format!("ferroflow-ps-fault-{}", std::process::id()));
