@@ -512,22 +512,12 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
             if readers.contains_key(&t.task_id) {
                 continue;
             }
-            let (s, task) = (shared.clone(), t.clone());
-            s.readers_running.fetch_add(1, Ordering::SeqCst);
-            let spawned = std::thread::Builder::new()
+            let (running, task) = (ReaderRunning::new(&shared), t.clone());
+            if let Ok(h) = std::thread::Builder::new()
                 .name(format!("tf.data reader {}", t.task_id))
-                .spawn(move || {
-                    read_task(s.clone(), task);
-                    s.readers_running.fetch_sub(1, Ordering::SeqCst);
-                    s.reader_ended.wake();
-                });
-            match spawned {
-                Ok(h) => {
-                    readers.insert(t.task_id, h);
-                }
-                Err(_) => {
-                    shared.readers_running.fetch_sub(1, Ordering::SeqCst);
-                }
+                .spawn(move || read_task(running.0.clone(), task))
+            {
+                readers.insert(t.task_id, h);
             }
         }
         let reading = shared.readers_running.load(Ordering::SeqCst) > 0;
@@ -571,6 +561,24 @@ fn follow_job<T: Structure>(shared: Arc<Shared<T>>, dispatcher: Peer, job_id: u6
         let _ = h.join();
     }
     let _ = shared.tx.send(Item::End);
+}
+
+/// A reader counted in [`Shared::readers_running`] from its start until its thread ends
+/// (however it ends, or when it could not start), which wakes [`follow_job`].
+struct ReaderRunning<T>(Arc<Shared<T>>);
+
+impl<T> ReaderRunning<T> {
+    fn new(shared: &Arc<Shared<T>>) -> ReaderRunning<T> {
+        shared.readers_running.fetch_add(1, Ordering::SeqCst);
+        ReaderRunning(shared.clone())
+    }
+}
+
+impl<T> Drop for ReaderRunning<T> {
+    fn drop(&mut self) {
+        self.0.readers_running.fetch_sub(1, Ordering::SeqCst);
+        self.0.reader_ended.wake();
+    }
 }
 
 /// How often a consumer asks the dispatcher about its job while its readers read (new
