@@ -7,7 +7,8 @@
 //!
 //! - `ds_local_rate`: batches/s of the pipeline in this process;
 //! - `ds_rate_<N>` (`_none`): batches/s through the service from N workers, a distributed
-//!   epoch (each batch once), with the default snappy compression (without);
+//!   epoch (each batch once), with snappy compression (without: what the default `Auto`
+//!   does for workers on loopback);
 //!   `ds_rate_1_parallel`: one worker, parallel epochs (the worker reads it all: no
 //!   splits);
 //! - `ds_first_<N>`: seconds from the iteration's start to its first batch (the job's

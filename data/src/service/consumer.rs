@@ -21,7 +21,7 @@ use crate::{decode_element, Dataset, Structure};
 /// ```
 /// use ferroflow_data::service::{Compression, DistributeOptions};
 /// let options = DistributeOptions { job_name: Some("shared".into()), ..Default::default() };
-/// assert_eq!(options.compression, Compression::Snappy);
+/// assert_eq!(options.compression, Compression::Auto);
 /// ```
 #[derive(Clone, Debug)]
 pub struct DistributeOptions {
@@ -31,7 +31,7 @@ pub struct DistributeOptions {
     /// Element requests in flight at once, over all workers (TF's
     /// `max_outstanding_requests`).
     pub max_outstanding_requests: usize,
-    /// How elements travel (TF's `compression`: snappy unless turned off).
+    /// How elements travel (TF's `compression`: `Auto`, snappy between hosts, unless set).
     pub compression: Compression,
     /// Calls to the dispatcher and workers give up after this long; a dispatcher unreachable
     /// this long, or no live worker for this long, ends the iteration with an error.
@@ -47,7 +47,7 @@ impl Default for DistributeOptions {
         DistributeOptions {
             job_name: None,
             max_outstanding_requests: 8,
-            compression: Compression::Snappy,
+            compression: Compression::Auto,
             timeout: Duration::from_secs(30),
             stats: ServiceStats::default(),
             token: ferroflow_cluster::token_from_env(),
@@ -412,6 +412,8 @@ struct Shared<T> {
     permits: Permits,
     stats: ServiceStats,
     timeout: Duration,
+    /// The job's compression, as this consumer asked for it.
+    compression: Compression,
     /// Readers whose thread has not ended.
     readers_running: AtomicUsize,
     /// Wakes [`follow_job`] when a reader ends: the job may be finished.
@@ -454,6 +456,7 @@ impl<T: Structure> Consumer<T> {
             },
             stats: options.stats.clone(),
             timeout: options.timeout,
+            compression: options.compression,
             readers_running: AtomicUsize::new(0),
             reader_ended: Wakeup::default(),
         });
@@ -607,6 +610,7 @@ fn read_task<T: Structure>(shared: Arc<Shared<T>>, task: TaskInfo) {
     let request = to_bytes(&GetElementRequest {
         task_id: task.task_id,
         max_bytes: REPLY_BYTES,
+        compressed: shared.compression.compresses_for(&task.worker_address),
     });
     let mut in_flight = VecDeque::new();
     let mut ending = false;

@@ -78,12 +78,50 @@ pub enum ProcessingMode {
 }
 
 /// How elements travel from workers to trainers (TF's `compression`).
+///
+/// ```
+/// use ferroflow_data::service::Compression;
+/// assert!(Compression::Auto.compresses_for("10.0.0.7:5050"));
+/// assert!(!Compression::Auto.compresses_for("127.0.0.1:5050"));
+/// assert!(Compression::Snappy.compresses_for("127.0.0.1:5050"));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Compression {
     /// As encoded.
     None,
-    /// Snappy (TF's `"AUTO"`).
+    /// Snappy, always.
     Snappy,
+    /// TF's `"AUTO"` (the default): the service decides. Snappy between hosts; none from a
+    /// worker on the consumer's own loopback interface, where compressing costs CPU (more
+    /// than making an MNIST batch) and saves nothing.
+    Auto,
+}
+
+impl Compression {
+    /// Whether elements from the worker at `worker_address` (`host:port`) travel
+    /// compressed.
+    pub fn compresses_for(self, worker_address: &str) -> bool {
+        match self {
+            Compression::None => false,
+            Compression::Snappy => true,
+            Compression::Auto => !is_loopback(worker_address),
+        }
+    }
+}
+
+/// Whether `address` (`host:port`, `[v6]:port` or a bare host) names this machine's
+/// loopback interface.
+fn is_loopback(address: &str) -> bool {
+    let address = worker::strip_scheme(address);
+    let host = match address.parse::<std::net::SocketAddr>() {
+        Ok(a) => return a.ip().is_loopback(),
+        Err(_) => address.rsplit_once(':').map_or(address, |(h, _)| h),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A thread's periodic wait that another thread can end early: the worker's heartbeat
@@ -111,5 +149,34 @@ impl Wakeup {
             .wait_timeout_while(woken, timeout, |w| !*w)
             .unwrap_or_else(|e| e.into_inner());
         std::mem::take(&mut *woken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_compresses_for_other_hosts_only() {
+        for local in [
+            "127.0.0.1:5050",
+            "127.3.4.5:1",
+            "[::1]:5050",
+            "localhost:5050",
+            "LOCALHOST:1",
+            "grpc://127.0.0.1:7",
+        ] {
+            assert!(!Compression::Auto.compresses_for(local), "{local}");
+            assert!(Compression::Snappy.compresses_for(local), "{local}");
+        }
+        for remote in [
+            "10.0.0.7:5050",
+            "[2001:db8::1]:5050",
+            "worker-3:5050",
+            "example.com:1",
+        ] {
+            assert!(Compression::Auto.compresses_for(remote), "{remote}");
+            assert!(!Compression::None.compresses_for(remote), "{remote}");
+        }
     }
 }

@@ -133,6 +133,14 @@ pub(crate) struct GetElementRequest {
     pub task_id: u64,
     /// The reply carries every ready element up to about this many bytes (at least one).
     pub max_bytes: u64,
+    /// Whether the consumer wants the elements compressed, under a job's
+    /// [`Compression::Auto`](super::Compression::Auto) (the consumer knows where it is).
+    #[serde(default = "compressed_by_default")]
+    pub compressed: bool,
+}
+
+fn compressed_by_default() -> bool {
+    true
 }
 
 /// What a `GetElement` reply carries.

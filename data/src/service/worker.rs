@@ -124,14 +124,20 @@ impl TaskRun {
     }
 
     /// An element as it travels: snappy-compressed (by `encoder`, one per reply) when the
-    /// job asks for it.
+    /// job asks for it (under [`Compression::Auto`], when the consumer's request does).
     fn compress(
         &self,
         encoder: &mut snap::raw::Encoder,
+        wanted: bool,
         header: ElementHeader,
         body: Vec<u8>,
     ) -> (ElementHeader, Vec<u8>) {
-        if self.compression != Compression::Snappy || header.kind != ElementKind::Element {
+        let compress = match self.compression {
+            Compression::None => false,
+            Compression::Snappy => true,
+            Compression::Auto => wanted,
+        };
+        if !compress || header.kind != ElementKind::Element {
             return (header, body);
         }
         match encoder.compress_vec(&body) {
@@ -164,7 +170,7 @@ impl TaskRun {
     /// One reply gathers at a time, for up to [`GATHER_TIME`] or [`GATHER_BYTES`]: a
     /// consumer that keeps requests waiting would otherwise get each element in a call of
     /// its own, and a call costs far more than copying an element.
-    fn take(&self, wait: Duration, max_bytes: usize) -> Bytes {
+    fn take(&self, wait: Duration, max_bytes: usize, compressed: bool) -> Bytes {
         // Each element's framing counted as this many bytes.
         const FRAMING: usize = 256;
         let end = Instant::now() + wait;
@@ -230,10 +236,10 @@ impl TaskRun {
             return header_only(ElementKind::NotReady);
         };
         let mut encoder = snap::raw::Encoder::new();
-        let (header, body) = self.compress(&mut encoder, header, body);
+        let (header, body) = self.compress(&mut encoder, compressed, header, body);
         let mut reply = Frames::new(&header, body);
         for (header, body) in taken {
-            let (header, body) = self.compress(&mut encoder, header, body);
+            let (header, body) = self.compress(&mut encoder, compressed, header, body);
             reply.push(&header, &body);
         }
         reply.into_bytes()
@@ -406,11 +412,12 @@ impl Worker {
             }
         };
         let limit = self.config.max_element_bytes;
-        // The most an element of `n` bytes takes on the wire (snappy may grow it a little).
+        // The most an element of `n` bytes takes on the wire (snappy may grow it a little;
+        // under `Auto` a consumer may ask for it compressed).
         let wire_len = |n: usize| match def.compression {
             Compression::None => n,
             // 0: too large for snappy at all.
-            Compression::Snappy => match snap::raw::max_compress_len(n) {
+            Compression::Snappy | Compression::Auto => match snap::raw::max_compress_len(n) {
                 0 if n > 0 => usize::MAX,
                 m => m,
             },
@@ -521,7 +528,7 @@ impl Worker {
         };
         let max_bytes = (r.max_bytes as usize).min(self.config.max_element_bytes);
         let end_told = run.end_told.load(Ordering::Relaxed);
-        let reply = run.take(Duration::from_millis(250), max_bytes);
+        let reply = run.take(Duration::from_millis(250), max_bytes, r.compressed);
         if !end_told && run.end_told.load(Ordering::Relaxed) {
             self.heartbeat_due.wake();
         }
@@ -665,5 +672,48 @@ impl WorkerServer {
 impl Drop for WorkerServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(compression: Compression) -> TaskRun {
+        TaskRun {
+            compression,
+            queue: Mutex::default(),
+            ready: Condvar::new(),
+            room: Condvar::new(),
+            stop: AtomicBool::new(false),
+            end_told: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the element of a reply `take` made for a request asking `compressed` left
+    /// compressed (and decompresses to what went in).
+    fn sent_compressed(compression: Compression, compressed: bool) -> bool {
+        let run = run(compression);
+        let body = vec![7u8; 10_000];
+        assert!(run.push((status(ElementKind::Element, 0), body.clone()), 8));
+        let reply = run.take(Duration::from_secs(5), 1 << 20, compressed);
+        let frames = unframe(&reply).unwrap();
+        let (header, got) = &frames[0];
+        assert_eq!(header.kind, ElementKind::Element);
+        if header.compressed {
+            let raw = snap::raw::Decoder::new().decompress_vec(got).unwrap();
+            assert_eq!(raw, body);
+        } else {
+            assert_eq!(&got[..], &body[..]);
+        }
+        header.compressed
+    }
+
+    #[test]
+    fn elements_are_compressed_as_the_job_and_under_auto_the_request_ask() {
+        assert!(!sent_compressed(Compression::Auto, false));
+        assert!(sent_compressed(Compression::Auto, true));
+        assert!(sent_compressed(Compression::Snappy, false));
+        assert!(!sent_compressed(Compression::None, true));
     }
 }
