@@ -273,7 +273,9 @@ impl Services {
             let reply = async {
                 this.token.check(request.headers())?;
                 let mut body = request.into_body().into_stream();
-                let message = wire::read_message(&mut body, MAX_MESSAGE_BYTES).await?;
+                let message = wire::read_message(&mut body, MAX_MESSAGE_BYTES)
+                    .await?
+                    .ok_or_else(wire::no_message)?;
                 let [name, payload] = wire::fields(message)?;
                 let payload = payload.unwrap_or_default();
                 if deliver {

@@ -176,13 +176,14 @@ pub(crate) fn text(field: Option<Bytes>, what: &str) -> Result<String, tonic::St
 }
 
 /// Reads the one message of a unary call's body from `stream` (giving the flow-control
-/// room back as frames are read): its bytes as the frames carried them. Errors: a
-/// compressed message (this path does not decompress), one longer than `limit`, a body
-/// that ends early or carries more than one message.
+/// room back as frames are read): its bytes as the frames carried them, or `None` when the
+/// body ended before a whole message (a reply's status then comes in its trailers). Errors:
+/// a compressed message (this path does not decompress), one longer than `limit`, a body
+/// that carries more than one message.
 pub(crate) async fn read_message(
     stream: &mut h2::RecvStream,
     limit: usize,
-) -> Result<Chunks, tonic::Status> {
+) -> Result<Option<Chunks>, tonic::Status> {
     let mut got = Chunks::default();
     let mut length = None;
     loop {
@@ -216,13 +217,15 @@ pub(crate) async fn read_message(
             ));
         }
     }
-    match length {
-        Some(len) if got.len() == len => Ok(got),
-        _ => Err(tonic::Status::internal(format!(
-            "the body ended {} bytes into its message",
-            got.len()
-        ))),
-    }
+    Ok(match length {
+        Some(len) if got.len() == len => Some(got),
+        _ => None,
+    })
+}
+
+/// The error a body that ended before its whole message is.
+pub(crate) fn no_message() -> tonic::Status {
+    tonic::Status::internal("the body ended before its whole message")
 }
 
 /// The error a message longer than gRPC can frame, or than the limit, is.
@@ -275,14 +278,21 @@ pub(crate) async fn unary(
             parts.status
         )));
     }
+    // The body read to its end (a failure while reading it leaves frames unread: no
+    // trailers to wait for).
     let message = read_message(&mut body, limit).await?;
     let trailers = std::future::poll_fn(|cx| body.poll_trailers(cx))
         .await
         .map_err(|e| h2_status(&e))?;
-    match trailers.as_ref().and_then(tonic::Status::from_header_map) {
-        Some(status) if status.code() == tonic::Code::Ok => Ok(message),
-        Some(status) => Err(status),
-        None => Err(tonic::Status::internal("the reply had no gRPC status")),
+    match (
+        trailers.as_ref().and_then(tonic::Status::from_header_map),
+        message,
+    ) {
+        // A server that failed after its headers says so in the trailers, with no message.
+        (Some(status), _) if status.code() != tonic::Code::Ok => Err(status),
+        (Some(_), Some(message)) => Ok(message),
+        (Some(_), None) => Err(no_message()),
+        (None, _) => Err(tonic::Status::internal("the reply had no gRPC status")),
     }
 }
 
