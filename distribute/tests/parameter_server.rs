@@ -518,12 +518,10 @@ fn field<T: std::str::FromStr>(line: &str, name: &str) -> T {
     panic!("no {name} in {line:?}")
 }
 
-/// Waits (bounded) until the chief (task 0) has saved its first checkpoint (step 200) and
-/// reported `steps` steps done.
-fn run_past_first_checkpoint(c: &mut LocalCluster, steps: usize) {
-    wait_line(c, 0, "checkpoint 200", Duration::from_secs(300))
-        .unwrap_or_else(|| panic!("no checkpoint\n{}", all_output(c)));
-    let end = Instant::now() + Duration::from_secs(120);
+/// Waits until the chief (task 0) has reported `steps` steps done, failing when it ends or
+/// `limit` passes first.
+fn run_to_step(c: &mut LocalCluster, steps: usize, limit: Duration) {
+    let end = Instant::now() + limit;
     while progress(c, 0) < steps {
         assert!(
             Instant::now() < end && c.try_code(0).unwrap().is_none(),
@@ -532,6 +530,49 @@ fn run_past_first_checkpoint(c: &mut LocalCluster, steps: usize) {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Waits (bounded) until the chief (task 0) has saved its first checkpoint (step 200) and
+/// reported `steps` steps done.
+fn run_past_first_checkpoint(c: &mut LocalCluster, steps: usize) {
+    wait_line(c, 0, "checkpoint 200", Duration::from_secs(300))
+        .unwrap_or_else(|| panic!("no checkpoint\n{}", all_output(c)));
+    run_to_step(c, steps, Duration::from_secs(120));
+}
+
+/// What a `worker_fault` chief reported: its `RESULT` line and the counts in it.
+struct FaultResult {
+    line: String,
+    scheduled: i64,
+    executed: i64,
+    lost: i64,
+    retried: i64,
+    accuracy: f64,
+}
+
+/// Waits (bounded) for the `worker_fault` chief's result and for every task to end well;
+/// checks that every one of the 4000 scheduled steps ran at least once and none was lost.
+fn fault_result(c: &mut LocalCluster) -> FaultResult {
+    let line = wait_line(c, 0, "RESULT", Duration::from_secs(400))
+        .unwrap_or_else(|| panic!("no result\n{}", all_output(c)));
+    let outcome = c.wait(Some(Duration::from_secs(60))).unwrap();
+    assert!(
+        outcome.first_failure.is_none(),
+        "{outcome:?}\n{}",
+        all_output(c)
+    );
+    let r = FaultResult {
+        scheduled: field(&line, "scheduled"),
+        executed: field(&line, "executed"),
+        lost: field(&line, "lost"),
+        retried: field(&line, "retried"),
+        accuracy: field(&line, "accuracy"),
+        line,
+    };
+    assert_eq!(r.scheduled, 4000, "{}", r.line);
+    assert_eq!(r.lost, 0, "{}", r.line);
+    assert!(r.executed >= r.scheduled, "{}", r.line);
+    r
 }
 
 /// The restarted chief (task 0): waits (bounded) for its result, checks that it restored a
@@ -670,45 +711,27 @@ fn a_worker_killed_mid_training_is_replaced_and_rejoins_and_the_model_trains() {
     let mut c = start("worker_fault", 3, 2, vec![]);
     // Chief 0, workers 1-3, ps 4-5. Kill worker 2 at a random step in the first half.
     let kill_at = 200 + (std::process::id() as usize % 400);
-    let end = Instant::now() + Duration::from_secs(300);
-    while progress(&c, 0) < kill_at {
-        assert!(
-            Instant::now() < end && c.try_code(0).unwrap().is_none(),
-            "the chief ended or stalled before step {kill_at}\n{}",
-            all_output(&c)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    run_to_step(&mut c, kill_at, Duration::from_secs(300));
     c.kill(2).unwrap();
     let killed_at = progress(&c, 0);
     std::thread::sleep(Duration::from_millis(1500));
     let during = progress(&c, 0);
     c.restart(2).unwrap();
-    let result = wait_line(&mut c, 0, "RESULT", Duration::from_secs(400))
-        .unwrap_or_else(|| panic!("no result\n{}", all_output(&c)));
-    println!("killed at step {killed_at}, {during} done 1.5 s later, restarted; {result}");
-    let outcome = c.wait(Some(Duration::from_secs(60))).unwrap();
-    assert!(
-        outcome.first_failure.is_none(),
-        "{outcome:?}\n{}",
-        all_output(&c)
+    let r = fault_result(&mut c);
+    println!(
+        "killed at step {killed_at}, {during} done 1.5 s later, restarted; {}",
+        r.line
     );
-    let scheduled: i64 = field(&result, "scheduled");
-    let executed: i64 = field(&result, "executed");
-    let lost: i64 = field(&result, "lost");
-    let accuracy: f64 = field(&result, "accuracy");
     println!(
         "steps run twice (at-least-once after the lost worker): {}",
-        executed - scheduled
+        r.executed - r.scheduled
     );
-    assert_eq!(scheduled, 4000);
-    assert_eq!(lost, 0, "{result}");
-    assert!(executed >= scheduled, "{result}");
     assert!(
         during > killed_at,
-        "training stopped while the worker was gone: {result}"
+        "training stopped while the worker was gone: {}",
+        r.line
     );
-    assert!(accuracy >= 0.97, "{result}");
+    assert!(r.accuracy >= 0.97, "{}", r.line);
     // The restarted worker took closures again.
     assert!(
         c.output(2).is_empty() || !c.output(2).contains("ERROR"),
@@ -739,46 +762,27 @@ fn a_hung_worker_is_given_up_when_its_pings_go_unanswered_and_training_goes_on()
     );
     // Chief 0, workers 1-3, ps 4-5. Stop worker 2 at a random step in the first half.
     let stop_at = 200 + (std::process::id() as usize % 400);
-    let end = Instant::now() + Duration::from_secs(300);
-    while progress(&c, 0) < stop_at {
-        assert!(
-            Instant::now() < end && c.try_code(0).unwrap().is_none(),
-            "the chief ended or stalled before step {stop_at}\n{}",
-            all_output(&c)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    run_to_step(&mut c, stop_at, Duration::from_secs(300));
     signal(&c, 2, "-STOP");
     let stopped_at = progress(&c, 0);
     // Two keepalive intervals and some: the closures the worker held are given up on.
     std::thread::sleep(Duration::from_secs(4));
     let during = progress(&c, 0);
     signal(&c, 2, "-CONT");
-    let result = wait_line(&mut c, 0, "RESULT", Duration::from_secs(400))
-        .unwrap_or_else(|| panic!("no result\n{}", all_output(&c)));
-    println!("stopped at step {stopped_at}, {during} done 4 s later, continued; {result}");
-    let outcome = c.wait(Some(Duration::from_secs(60))).unwrap();
-    assert!(
-        outcome.first_failure.is_none(),
-        "{outcome:?}\n{}",
-        all_output(&c)
+    let r = fault_result(&mut c);
+    println!(
+        "stopped at step {stopped_at}, {during} done 4 s later, continued; {}",
+        r.line
     );
-    let scheduled: i64 = field(&result, "scheduled");
-    let executed: i64 = field(&result, "executed");
-    let lost: i64 = field(&result, "lost");
-    let retried: i64 = field(&result, "retried");
-    let accuracy: f64 = field(&result, "accuracy");
-    assert_eq!(scheduled, 4000);
-    assert_eq!(lost, 0, "{result}");
-    assert!(executed >= scheduled, "{result}");
     // The closures the hung worker held were sent again elsewhere (without the pings they
     // would have waited for it, and it answered them once continued).
-    assert!(retried >= 1, "{result}");
+    assert!(r.retried >= 1, "{}", r.line);
     assert!(
         during > stopped_at + 50,
-        "training stalled while the worker hung: {stopped_at} -> {during}\n{result}"
+        "training stalled while the worker hung: {stopped_at} -> {during}\n{}",
+        r.line
     );
-    assert!(accuracy >= 0.97, "{result}");
+    assert!(r.accuracy >= 0.97, "{}", r.line);
 }
 
 #[test]
