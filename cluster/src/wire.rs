@@ -43,7 +43,7 @@ pub(crate) fn message(name: Option<&str>, payload: Bytes) -> [Bytes; 2] {
     let length = fields.len() + payload.len();
     let mut head = BytesMut::with_capacity(5 + fields.len());
     head.put_u8(0);
-    // Lengths beyond u32 cannot be framed: `MessageTooLarge` checks before this.
+    // Lengths beyond u32 cannot be framed: callers check with `check_size` first.
     head.put_u32(length as u32);
     head.extend_from_slice(&fields);
     [head.freeze(), payload]
