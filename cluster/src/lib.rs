@@ -60,8 +60,8 @@ pub use mpi_env::MpiLaunch;
 pub use ports::{bind_listener, hand_over, reserve_loopback_ports, ReservedPort, LISTEN_FDS_ENV};
 pub use resolver::{ClusterResolver, SimpleClusterResolver, TfConfigClusterResolver};
 pub use server::{
-    token_from_env, Connector, DeferredHandler, Delivery, Handler, Mailbox, Peer, Pending,
-    PendingCall, Reply, TaskServer, TokenCheck, MAX_MESSAGE_BYTES, TOKEN_KEY,
+    seconds_from_env, token_from_env, Connector, DeferredHandler, Delivery, Handler, Mailbox, Peer,
+    Pending, PendingCall, Reply, TaskServer, TokenCheck, MAX_MESSAGE_BYTES, TOKEN_KEY,
 };
 pub use slurm::{expand_hostlist, SlurmClusterResolver};
 pub use spec::{check_address, ClusterSpec, TaskId};

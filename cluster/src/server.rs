@@ -46,6 +46,24 @@ const RUNTIME_WORKERS: usize = 1;
 /// The metadata key the cluster token travels under (gRPC metadata of every call).
 pub const TOKEN_KEY: &str = "x-ferroflow-cluster-token";
 
+/// A duration in seconds from the environment variable `name` (`"2.5"`), else `default`:
+/// unset, not a number, not positive, or too long for a `Duration`.
+///
+/// ```
+/// use std::time::Duration;
+/// std::env::set_var("FERROFLOW_DOC_SECONDS", "1e40");
+/// let d = ferroflow_cluster::seconds_from_env("FERROFLOW_DOC_SECONDS", Duration::from_secs(3));
+/// assert_eq!(d, Duration::from_secs(3));
+/// ```
+pub fn seconds_from_env(name: &str, default: Duration) -> Duration {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .unwrap_or(default)
+}
+
 /// The cluster's shared token from `FERROFLOW_CLUSTER_TOKEN` (unset or empty: none).
 pub fn token_from_env() -> Option<String> {
     std::env::var("FERROFLOW_CLUSTER_TOKEN")
@@ -191,14 +209,14 @@ async fn run_method(
 /// else through tonic's generated services.
 #[derive(Clone)]
 struct Services {
-    mailbox_box: Arc<Mailbox>,
+    mailbox: Arc<Mailbox>,
     handlers: Handlers,
     token: TokenCheck,
-    mailbox: tonic::service::interceptor::InterceptedService<
+    mailbox_service: tonic::service::interceptor::InterceptedService<
         pb::mailbox_server::MailboxServer<MailboxService>,
         TokenCheck,
     >,
-    task: tonic::service::interceptor::InterceptedService<
+    task_service: tonic::service::interceptor::InterceptedService<
         pb::task_server::TaskServer<TaskService>,
         TokenCheck,
     >,
@@ -224,9 +242,9 @@ impl Route for Services {
                 .is_some_and(|p| p.starts_with('/'))
         };
         if service_is(pb::task_server::SERVICE_NAME) {
-            crate::transport::answer_with(self.task.clone(), request, respond)
+            crate::transport::answer_with(self.task_service.clone(), request, respond)
         } else if service_is(pb::mailbox_server::SERVICE_NAME) {
-            crate::transport::answer_with(self.mailbox.clone(), request, respond)
+            crate::transport::answer_with(self.mailbox_service.clone(), request, respond)
         } else {
             crate::transport::unimplemented(path, respond)
         }
@@ -238,7 +256,7 @@ impl Services {
     /// without `token`.
     fn new(mailbox: Arc<Mailbox>, handlers: Handlers, token: TokenCheck) -> Services {
         Services {
-            mailbox: tonic::service::interceptor::InterceptedService::new(
+            mailbox_service: tonic::service::interceptor::InterceptedService::new(
                 pb::mailbox_server::MailboxServer::new(MailboxService {
                     mailbox: mailbox.clone(),
                 })
@@ -246,7 +264,7 @@ impl Services {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
                 token.clone(),
             ),
-            task: tonic::service::interceptor::InterceptedService::new(
+            task_service: tonic::service::interceptor::InterceptedService::new(
                 pb::task_server::TaskServer::new(TaskService {
                     handlers: handlers.clone(),
                 })
@@ -254,7 +272,7 @@ impl Services {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
                 token.clone(),
             ),
-            mailbox_box: mailbox,
+            mailbox,
             handlers,
             token,
         }
@@ -267,11 +285,12 @@ impl Services {
         request: http::Request<RecvBody>,
         respond: h2::server::SendResponse<Bytes>,
     ) -> Answer {
-        let this = self.clone();
+        let (mailbox, handlers) = (self.mailbox.clone(), self.handlers.clone());
+        let checked = self.token.check(request.headers());
         Box::pin(async move {
             let deliver = request.uri().path() == wire::DELIVER_PATH;
             let reply = async {
-                this.token.check(request.headers())?;
+                checked?;
                 let mut body = request.into_body().into_stream();
                 let message = wire::read_message(&mut body, MAX_MESSAGE_BYTES)
                     .await?
@@ -279,11 +298,11 @@ impl Services {
                 let [name, payload] = wire::fields(message)?;
                 let payload = payload.unwrap_or_default();
                 if deliver {
-                    this.mailbox_box.put(wire::text(name, "the key")?, payload);
+                    mailbox.put(wire::text(name, "the key")?, payload);
                     Ok(wire::message(None, Bytes::new()))
                 } else {
                     let method = wire::text(name, "the method")?;
-                    let reply = run_method(&this.handlers, method, payload).await?;
+                    let reply = run_method(&handlers, method, payload).await?;
                     wire::check_size(&reply, MAX_MESSAGE_BYTES)?;
                     Ok(wire::message(None, reply))
                 }
@@ -904,9 +923,9 @@ mod tests {
                 respond: h2::server::SendResponse<Bytes>,
             ) -> Answer {
                 if request.uri().path() == wire::DELIVER_PATH {
-                    crate::transport::answer_with(self.0.mailbox.clone(), request, respond)
+                    crate::transport::answer_with(self.0.mailbox_service.clone(), request, respond)
                 } else {
-                    crate::transport::answer_with(self.0.task.clone(), request, respond)
+                    crate::transport::answer_with(self.0.task_service.clone(), request, respond)
                 }
             }
         }

@@ -297,11 +297,7 @@ impl Channel {
 /// process hangs sends no TCP reset, and without pings its calls would wait for their
 /// deadlines (a scheduled function's is 10 minutes).
 pub(crate) fn keepalive_interval() -> Duration {
-    std::env::var("FERROFLOW_KEEPALIVE_SECONDS")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| *s > 0.0 && s.is_finite())
-        .map_or(Duration::from_secs(10), Duration::from_secs_f64)
+    crate::seconds_from_env("FERROFLOW_KEEPALIVE_SECONDS", Duration::from_secs(10))
 }
 
 /// Pings the server every `interval`; returns when a ping goes unanswered for `interval`

@@ -28,39 +28,39 @@ pub(crate) const CALL_PATH: &str = "/ferroflow.cluster.Task/Call";
 /// with every field but the payload's bytes, then the payload itself (not copied). An empty
 /// payload is left out, as proto3 leaves out empty fields.
 pub(crate) fn message(name: Option<&str>, payload: Bytes) -> [Bytes; 2] {
-    let mut fields = Vec::with_capacity(24 + name.map_or(0, str::len));
+    // The prefix, then the fields; the prefix's length is filled in once they are known.
+    let mut head = BytesMut::with_capacity(5 + 24 + name.map_or(0, str::len));
+    head.put_u8(0);
+    head.put_u32(0);
     let payload_field = match name {
         Some(name) => {
-            put_bytes_key(&mut fields, 1, name.len());
-            fields.extend_from_slice(name.as_bytes());
+            put_bytes_key(&mut head, 1, name.len());
+            head.extend_from_slice(name.as_bytes());
             2
         }
         None => 1,
     };
     if !payload.is_empty() {
-        put_bytes_key(&mut fields, payload_field, payload.len());
+        put_bytes_key(&mut head, payload_field, payload.len());
     }
-    let length = fields.len() + payload.len();
-    let mut head = BytesMut::with_capacity(5 + fields.len());
-    head.put_u8(0);
     // Lengths beyond u32 cannot be framed: callers check with `check_size` first.
-    head.put_u32(length as u32);
-    head.extend_from_slice(&fields);
+    let length = (head.len() - 5 + payload.len()) as u32;
+    head[1..5].copy_from_slice(&length.to_be_bytes());
     [head.freeze(), payload]
 }
 
 /// A length-delimited field's key and length.
-fn put_bytes_key(out: &mut Vec<u8>, field: u32, len: usize) {
+fn put_bytes_key(out: &mut BytesMut, field: u32, len: usize) {
     put_varint(out, u64::from(field << 3 | 2));
     put_varint(out, len as u64);
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+fn put_varint(out: &mut BytesMut, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out.put_u8((v as u8) | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.put_u8(v as u8);
 }
 
 /// Bytes that arrived as several buffers (HTTP/2 data frames), read from the front.

@@ -29,11 +29,7 @@ use std::time::Duration;
 /// is noticed at once: its connection closes; one that hangs or whose host vanishes, when
 /// the connection's keepalive pings go unanswered (`FERROFLOW_KEEPALIVE_SECONDS`, 10 s).
 fn function_timeout() -> Duration {
-    std::env::var("FERROFLOW_FUNCTION_TIMEOUT")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| *s > 0.0)
-        .map_or(Duration::from_secs(600), Duration::from_secs_f64)
+    ferroflow_cluster::seconds_from_env("FERROFLOW_FUNCTION_TIMEOUT", Duration::from_secs(600))
 }
 
 /// How many closures the coordinator keeps sent to one worker at a time: the worker runs
@@ -287,13 +283,13 @@ impl ClusterCoordinator {
         // here, and its thread takes the call over (the call does not wait for that
         // thread to wake).
         let setup = q.setup.len();
-        let idle = match q.closures.is_empty() {
-            true => q
-                .idle
+        let idle = if q.closures.is_empty() {
+            q.idle
                 .iter_mut()
                 .enumerate()
-                .find_map(|(i, w)| w.take_if(|w| w.set_up == setup).map(|w| (i, w))),
-            false => None,
+                .find_map(|(i, w)| w.take_if(|w| w.set_up == setup).map(|w| (i, w)))
+        } else {
+            None
         };
         match idle {
             Some((index, worker)) => {

@@ -14,11 +14,7 @@ use std::time::Duration;
 /// How long a call to a parameter server may take before it is an error naming the ps
 /// (`FERROFLOW_PS_TIMEOUT` seconds; 30 by default).
 pub(crate) fn ps_timeout() -> Duration {
-    std::env::var("FERROFLOW_PS_TIMEOUT")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| *s > 0.0)
-        .map_or(Duration::from_secs(30), Duration::from_secs_f64)
+    ferroflow_cluster::seconds_from_env("FERROFLOW_PS_TIMEOUT", Duration::from_secs(30))
 }
 
 /// The cluster's parameter servers and workers, as the resolver describes them.
