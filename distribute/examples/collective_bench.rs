@@ -1,12 +1,15 @@
 //! The worker of `cargo xtask bench distribute`, started once per worker by `ferroflow
 //! launch` (the gRPC ring) or by `mpirun` (MPI, with the `mpi` feature):
 //!
-//! - `allreduce MB,MB,.. REPEATS`: all-reduces one f32 tensor of each size, `REPEATS` times
-//!   after a warm-up; rank 0 prints `allreduce BYTES SECONDS` (the median).
-//! - `fit none|mwms MNIST_DIR BATCH`: Keras `fit` of the MNIST MLP for one epoch (after a
-//!   50-step warm-up) at `BATCH` examples per worker, with no strategy or under
+//! - `allreduce MB,MB,.. REPEATS [grpc]`: all-reduces one f32 tensor of each size, `REPEATS`
+//!   times after a warm-up; rank 0 prints `allreduce BYTES SECONDS` (the median).
+//! - `fit none|mwms MNIST_DIR BATCH [grpc]`: Keras `fit` of the MNIST MLP for one epoch
+//!   (after a 50-step warm-up) at `BATCH` examples per worker, with no strategy or under
 //!   `MultiWorkerMirroredStrategy`; the chief prints `fit SAMPLES_PER_SECOND` over all
 //!   workers.
+//!
+//! A trailing `grpc` turns the ring's shared memory off (`CommunicationOptions::
+//! shared_memory`): the messages go over loopback gRPC even though the workers share a host.
 
 use std::time::Instant;
 
@@ -24,13 +27,21 @@ fn main() -> Result<()> {
     let bad = || {
         Error::invalid(
             "collective_bench",
-            "usage: collective_bench allreduce MB,MB,.. REPEATS | fit none|mwms MNIST_DIR BATCH",
+            "usage: collective_bench allreduce MB,MB,.. REPEATS [grpc] | fit none|mwms MNIST_DIR BATCH [grpc]",
         )
     };
-    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let options = CommunicationOptions {
+        shared_memory: args.last() != Some(&"grpc"),
+        ..CommunicationOptions::default()
+    };
+    if !options.shared_memory {
+        args.pop();
+    }
+    match args[..] {
         ["allreduce", sizes, repeats] => {
             let repeats: usize = repeats.parse().map_err(|_| bad())?;
-            let strategy = MultiWorkerMirroredStrategy::new(CommunicationOptions::default())?;
+            let strategy = MultiWorkerMirroredStrategy::new(options)?;
             let group = strategy.collectives();
             for mb in sizes.split(',') {
                 let mb: f64 = mb.parse().map_err(|_| bad())?;
@@ -64,9 +75,7 @@ fn main() -> Result<()> {
             let y = read("train-labels-idx1-ubyte.gz")?.cast(DType::I64)?;
             ferroflow::random::set_seed(1);
             let strategy = match which {
-                "mwms" => Some(MultiWorkerMirroredStrategy::new(
-                    CommunicationOptions::default(),
-                )?),
+                "mwms" => Some(MultiWorkerMirroredStrategy::new(options)?),
                 "none" => None,
                 _ => return Err(bad()),
             };

@@ -1,7 +1,8 @@
-//! The collectives across real processes, on both transports: the gRPC ring on loopback
-//! (each test starts its workers as child processes, this test binary again running the
-//! ignored `worker` test, with `TF_CONFIG` filled in on ports the OS picked, each handed
-//! to its worker listening) and, with the `mpi` feature, MPI (the same worker started by
+//! The collectives across real processes, on every transport: the ring over shared memory
+//! (the workers all on this host) and over gRPC on loopback (each test starts its workers
+//! as child processes, this test binary again running the ignored `worker` test, with
+//! `TF_CONFIG` filled in on ports the OS picked, each handed to its worker listening) and,
+//! with the `mpi` feature, MPI (the same worker started by
 //! `mpirun`, no TF_CONFIG). Every test waits for its processes with a time limit and kills
 //! every one it started, also when it fails.
 
@@ -117,6 +118,11 @@ fn contribution(rank: usize) -> (Vec<f32>, Vec<f64>, Vec<i64>, Vec<i32>) {
 fn worker() {
     ferroflow::init();
     let mode = std::env::var("FERROFLOW_COLLECTIVE_MODE").expect("started by a test");
+    // `MODE/grpc`: shared memory off, the messages over loopback gRPC.
+    let (mode, shared_memory) = match mode.strip_suffix("/grpc") {
+        Some(m) => (m.to_string(), false),
+        None => (mode, true),
+    };
     let timeout = Duration::from_secs(
         std::env::var("FERROFLOW_COLLECTIVE_TIMEOUT_S")
             .ok()
@@ -136,6 +142,7 @@ fn worker() {
             (_, Some((_, pack))) => pack,
             _ => 0,
         },
+        shared_memory,
         ..CommunicationOptions::default()
     };
     let group = CollectiveGroup::new(&resolver, options).expect("group");
@@ -150,8 +157,12 @@ fn worker() {
     );
     if let Some((seed, _)) = property {
         let bits = property_case(&group, seed);
+        println!("LINKS {}", group.transport());
         println!("CHECKSUM {bits:016x}");
         return;
+    }
+    if mode == "kill-mid" {
+        kill_mid_collective(&group);
     }
     if (mode == "die" || mode == "kill") && rank == n - 1 {
         if mode == "kill" {
@@ -232,27 +243,107 @@ fn worker() {
     let b = group.broadcast(&mine, root).unwrap();
     assert_eq!(b.to_vec::<i64>().unwrap(), vec![root as i64 * 10, -1]);
     group.barrier().unwrap();
+    println!("LINKS {}", group.transport());
     let bits: u64 = got_a
         .iter()
         .fold(0u64, |h, v| h.rotate_left(5) ^ v.to_bits() as u64);
     println!("CHECKSUM {bits:016x}");
 }
 
+/// `kill-mid` mode: all-reduces 64 MB tensors over and over; the last rank kills itself
+/// with SIGKILL 300 ms in, in the middle of one. The others print the error they get.
+fn kill_mid_collective(group: &CollectiveGroup) -> ! {
+    let (rank, n) = (group.rank(), group.world_size());
+    if rank == n - 1 {
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = Command::new("kill")
+                .args(["-KILL", &std::process::id().to_string()])
+                .status();
+        });
+    }
+    let big = Tensor::from_vec(vec![1.0f32; 16 << 20], &[16 << 20]).unwrap();
+    let started = Instant::now();
+    for _ in 0..1000 {
+        if let Err(e) = group.all_reduce(std::slice::from_ref(&big), ReduceOp::Sum) {
+            println!("LINKS {}", group.transport());
+            println!("ERROR after {:?}: {e}", started.elapsed());
+            std::process::exit(3);
+        }
+    }
+    println!("no error after 1000 all-reduces");
+    std::process::exit(4);
+}
+
+/// Whether this machine offers POSIX shared memory (`/dev/shm`) to this user: there the
+/// tasks of one host must find their shared-memory links.
+fn shared_memory_available() -> bool {
+    let probe = format!(
+        "/dev/shm/ferroflow-collectives-probe-{}",
+        std::process::id()
+    );
+    let ok = cfg!(target_os = "linux") && std::fs::write(&probe, b"probe").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    if !ok {
+        println!(
+            "NOTE: no writable /dev/shm here: the collectives run over gRPC only and the \
+             shared-memory links go untested"
+        );
+    }
+    ok
+}
+
+/// The transport each worker reported (`LINKS ...`).
+fn links(results: &[(i32, String)]) -> Vec<String> {
+    results
+        .iter()
+        .map(|(_, out)| {
+            out.lines()
+                .find_map(|l| l.strip_prefix("LINKS ").map(str::to_string))
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
 #[test]
 fn collectives_equal_the_local_results_for_1_to_4_workers_with_identical_bits() {
-    for (n, mode) in [(1, "plain"), (2, "plain"), (3, "packed"), (4, "plain")] {
+    let shm = shared_memory_available();
+    for (n, mode) in [
+        (1, "plain"),
+        (2, "plain"),
+        (2, "plain/grpc"),
+        (3, "packed"),
+        (3, "packed/grpc"),
+        (4, "plain"),
+    ] {
         let mut workers = start(n, mode, 30);
         let results = wait_all(&mut workers, Duration::from_secs(120));
         checksums(&results, &format!("{n} workers ({mode})"));
+        let want = match (n, mode.ends_with("/grpc"), shm) {
+            (1, _, _) => "none",
+            (_, false, true) => "shared memory",
+            _ => "grpc",
+        };
+        assert!(
+            links(&results).iter().all(|l| l == want),
+            "{n} workers ({mode}): the collectives went over {:?}, not {want}",
+            links(&results)
+        );
     }
 }
 
 #[test]
 fn a_dead_worker_is_an_error_naming_a_peer_within_the_timeout() {
+    for mode in ["die", "die/grpc"] {
+        dead_worker_is_an_error(mode);
+    }
+}
+
+fn dead_worker_is_an_error(mode: &str) {
     let n = 3;
     let timeout_s = 3;
     let started = Instant::now();
-    let mut workers = start(n, "die", timeout_s);
+    let mut workers = start(n, mode, timeout_s);
     let results = wait_all(&mut workers, Duration::from_secs(60));
     let took = started.elapsed();
     assert_eq!(results[n - 1].0, 0, "the dying worker exits cleanly");
@@ -270,7 +361,31 @@ fn a_dead_worker_is_an_error_naming_a_peer_within_the_timeout() {
         took < Duration::from_secs(2 * timeout_s + 20),
         "took {took:?}"
     );
-    println!("survivors failed within {took:?} (timeout {timeout_s} s)");
+    println!("{mode}: survivors failed within {took:?} (timeout {timeout_s} s)");
+}
+
+#[test]
+fn a_worker_killed_amid_a_shared_memory_all_reduce_is_an_error_at_once_not_at_the_timeout() {
+    if !shared_memory_available() {
+        return;
+    }
+    let n = 3;
+    let timeout_s = 60;
+    let started = Instant::now();
+    let mut workers = start(n, "kill-mid", timeout_s);
+    let results = wait_all(&mut workers, Duration::from_secs(90));
+    let took = started.elapsed();
+    for (rank, (code, out)) in results[..n - 1].iter().enumerate() {
+        assert_eq!(*code, 3, "rank {rank} should fail with an error:\n{out}");
+        assert!(
+            out.contains("LINKS shared memory") && out.contains("/job:worker/task:"),
+            "rank {rank}: not over shared memory, or the error names no peer:\n{out}"
+        );
+    }
+    // The dead process is seen within a poll (10 ms); a chain of two survivors, each
+    // failing on the one before, ends far inside the 60 s timeout.
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    println!("survivors failed {took:?} after the start (timeout {timeout_s} s)");
 }
 
 /// A small deterministic generator (splitmix64): every rank derives the same case from the
@@ -442,8 +557,9 @@ proptest! {
         workers in 1usize..=5,
         seed in any::<u64>(),
         pack in prop_oneof![Just(0usize), 1usize..64],
+        grpc in any::<bool>(),
     ) {
-        let mode = format!("property:{seed}:{pack}");
+        let mode = format!("property:{seed}:{pack}{}", if grpc { "/grpc" } else { "" });
         let mut started = start(workers, &mode, 30);
         let results = wait_all(&mut started, Duration::from_secs(120));
         checksums(&results, &format!("{workers} workers, {mode}"));

@@ -2,11 +2,13 @@
 //! measured in the same run, rounds interleaved, medians of the rounds:
 //!
 //! - all-reduce bus bandwidth of 4 local processes, 1 MB to 256 MB (one f32 tensor; bus
-//!   bandwidth = 2(n-1)/n × bytes / time, as nccl-tests report it): our gRPC ring (started by
-//!   `ferroflow launch`) and our MPI path (`mpirun`) against Open MPI's own `MPI_Allreduce`
-//!   (`bench/mpi_allreduce.c`, compiled here with mpicc);
-//! - Keras `fit` of the MNIST MLP (batch 64 per worker): 2 local workers over the ring and
-//!   over MPI against our single process at the same global batch, against TensorFlow's
+//!   bandwidth = 2(n-1)/n × bytes / time, as nccl-tests report it): our ring (started by
+//!   `ferroflow launch`) over shared memory and over gRPC, and our MPI path (`mpirun`),
+//!   against Open MPI's own `MPI_Allreduce` (`bench/mpi_allreduce.c`, compiled here with
+//!   mpicc) over its shared-memory transport and over TCP (`--mca btl tcp,self`, the
+//!   like-for-like reference of the gRPC ring);
+//! - Keras `fit` of the MNIST MLP (batch 64 per worker): 2 local workers over the ring (shared
+//!   memory, gRPC) and over MPI against our single process at the same global batch, against TensorFlow's
 //!   MultiWorkerMirroredStrategy on 2 local workers (`bench/tf_mwms_mnist.py`, where
 //!   TensorFlow imports), and `MultiWorkerMirroredStrategy` with 1 worker against no strategy.
 //!
@@ -67,6 +69,22 @@ fn mpirun(np: usize, program: &Path) -> Command {
     c.args([
         "--allow-run-as-root",
         "--oversubscribe",
+        "-np",
+        &np.to_string(),
+    ])
+    .arg(program);
+    c
+}
+
+/// [`mpirun`] with Open MPI's byte transfer kept to TCP (no shared memory).
+fn mpirun_tcp(np: usize, program: &Path) -> Command {
+    let mut c = Command::new("mpirun");
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--mca",
+        "btl",
+        "tcp,self",
         "-np",
         &np.to_string(),
     ])
@@ -177,6 +195,13 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
                     "MPI_Allreduce",
                 ),
             );
+            add(
+                "openmpi-tcp",
+                figures_of(
+                    mpirun_tcp(RANKS, &reference).args([&sizes, REPEATS]),
+                    "MPI_Allreduce over TCP",
+                ),
+            );
         }
         if have_mpi {
             add(
@@ -192,6 +217,17 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
             figures_of(
                 &mut launch(&launcher, RANKS, &[&worker_s, "allreduce", &sizes, REPEATS]),
                 "ring all-reduce",
+            ),
+        );
+        add(
+            "ring-grpc",
+            figures_of(
+                &mut launch(
+                    &launcher,
+                    RANKS,
+                    &[&worker_s, "allreduce", &sizes, REPEATS, "grpc"],
+                ),
+                "ring all-reduce over gRPC",
             ),
         );
         add(
@@ -213,6 +249,17 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
             figures_of(
                 &mut launch(&launcher, 2, &[&worker_s, "fit", "mwms", &mnist, "64"]),
                 "fit, 2 workers (ring)",
+            ),
+        );
+        add(
+            "ring2-grpc",
+            figures_of(
+                &mut launch(
+                    &launcher,
+                    2,
+                    &[&worker_s, "fit", "mwms", &mnist, "64", "grpc"],
+                ),
+                "fit, 2 workers (ring over gRPC)",
             ),
         );
         if have_mpi {
@@ -237,8 +284,8 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
     let get = |k: &str| series.get(k).and_then(|v| median(v));
     let mut md = format!(
         "\n### Distributed ({RANKS} local processes for all-reduce, 2 for fit; {rounds} rounds, medians)\n\n\
-         | all-reduce | Open MPI bus GB/s | ours over MPI GB/s | ours over the gRPC ring GB/s | MPI path / Open MPI | ring / Open MPI |\n\
-         |---|---|---|---|---|---|\n"
+         | all-reduce | Open MPI bus GB/s | Open MPI over TCP | ours over MPI | our ring, shared memory | our ring, gRPC | MPI path / Open MPI | ring (shared memory) / Open MPI | ring (gRPC) / Open MPI over TCP |\n\
+         |---|---|---|---|---|---|---|---|---|\n"
     );
     let bus = |secs: Option<f64>, bytes: f64| {
         secs.map(|s| 2.0 * (RANKS as f64 - 1.0) / RANKS as f64 * bytes / s / 1e9)
@@ -247,25 +294,33 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
     for mb in SIZES_MB {
         let bytes = (mb << 20) as f64;
         let key = |side: &str| format!("{side} allreduce {}", mb << 20);
-        let (reference, mpi, ring) = (
+        let (reference, reference_tcp, mpi, ring, ring_grpc) = (
             bus(get(&key("openmpi")), bytes),
+            bus(get(&key("openmpi-tcp")), bytes),
             bus(get(&key("mpi")), bytes),
             bus(get(&key("ring")), bytes),
+            bus(get(&key("ring-grpc")), bytes),
         );
         let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
         if let Some(v) = ratio(ring, reference) {
             figures.insert(format!("allreduce_ring_vs_mpi_{mb}MB"), v);
         }
+        if let Some(v) = ratio(ring_grpc, reference_tcp) {
+            figures.insert(format!("allreduce_ring_grpc_vs_mpi_tcp_{mb}MB"), v);
+        }
         if let Some(v) = ratio(mpi, reference) {
             figures.insert(format!("allreduce_mpi_path_vs_mpi_{mb}MB"), v);
         }
         md.push_str(&format!(
-            "| {mb} MB | {} | {} | {} | {} | {} |\n",
+            "| {mb} MB | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             cell(reference),
+            cell(reference_tcp),
             cell(mpi),
             cell(ring),
+            cell(ring_grpc),
             cell(ratio(mpi, reference)),
-            cell(ratio(ring, reference))
+            cell(ratio(ring, reference)),
+            cell(ratio(ring_grpc, reference_tcp))
         ));
     }
     let single = get("single fit");
@@ -275,7 +330,8 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
     for (label, key) in [
         ("ours, one process, no strategy", "single fit"),
         ("ours, MultiWorkerMirrored, 1 worker", "mwms1 fit"),
-        ("ours, 2 workers, gRPC ring", "ring2 fit"),
+        ("ours, 2 workers, ring over shared memory", "ring2 fit"),
+        ("ours, 2 workers, ring over gRPC", "ring2-grpc fit"),
         ("ours, 2 workers, MPI", "mpi2 fit"),
         ("TensorFlow MultiWorkerMirrored, 2 workers", "tf2 fit_tf"),
     ] {
