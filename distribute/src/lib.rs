@@ -14,8 +14,9 @@
 //! - Input: [`DistributedDataset`], [`InputContext`], [`AutoShardPolicy`].
 //! - [`CollectiveGroup`]: the training tasks of a cluster (the chief, then the workers),
 //!   each serving on its cluster address, and their collectives: `all_reduce` (a ring
-//!   reduce-scatter then all-gather over gRPC, tensors packed per
-//!   [`CommunicationOptions::bytes_per_pack`]), `all_gather`, `broadcast`, `barrier`.
+//!   reduce-scatter then all-gather over gRPC, or over shared memory when every task runs
+//!   on one host, tensors packed per [`CommunicationOptions::bytes_per_pack`]),
+//!   `all_gather`, `broadcast`, `barrier`.
 //!
 //! A dead or hung peer is an error naming the peer and the collective within the timeout,
 //! never a hang.

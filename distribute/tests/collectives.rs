@@ -250,19 +250,23 @@ fn worker() {
     println!("CHECKSUM {bits:016x}");
 }
 
-/// `kill-mid` mode: all-reduces 64 MB tensors over and over; the last rank kills itself
-/// with SIGKILL 300 ms in, in the middle of one. The others print the error they get.
+/// `kill-mid` mode: all-reduces 64 MB tensors over and over; after the first (the links
+/// set up), the last rank kills itself with SIGKILL 100 ms later, in the middle of one. The
+/// others print the error they get.
 fn kill_mid_collective(group: &CollectiveGroup) -> ! {
     let (rank, n) = (group.rank(), group.world_size());
+    let big = Tensor::from_vec(vec![1.0f32; 16 << 20], &[16 << 20]).unwrap();
+    group
+        .all_reduce(std::slice::from_ref(&big), ReduceOp::Sum)
+        .expect("the first all-reduce");
     if rank == n - 1 {
         std::thread::spawn(|| {
-            std::thread::sleep(Duration::from_millis(300));
+            std::thread::sleep(Duration::from_millis(100));
             let _ = Command::new("kill")
                 .args(["-KILL", &std::process::id().to_string()])
                 .status();
         });
     }
-    let big = Tensor::from_vec(vec![1.0f32; 16 << 20], &[16 << 20]).unwrap();
     let started = Instant::now();
     for _ in 0..1000 {
         if let Err(e) = group.all_reduce(std::slice::from_ref(&big), ReduceOp::Sum) {
