@@ -5,7 +5,9 @@
 //! # Layout
 //! Each task creates one segment in `/dev/shm` (mode 0600, its pages reserved up front so
 //! a full `/dev/shm` is an error at setup, never a `SIGBUS` later): a header with the
-//! task's doorbell, then one inbox channel per other task. A channel is a single-producer
+//! task's doorbell, then one inbox channel per other task (1 MiB from the previous task of
+//! the ring, which carries the ring algorithms' data; 128 KiB from each other task, for
+//! short all-reduces' direct exchanges: 4 tasks take 5 MiB in all). A channel is a single-producer
 //! single-consumer byte ring: the sender advances `head`, the receiver `tail`, both only
 //! forward, every position a multiple of 16. A message is a 16-byte header (a hash of its
 //! key, its length) and its payload padded to 16 bytes, written and read in pieces as room
@@ -41,14 +43,19 @@ use std::time::{Duration, Instant};
 
 /// The segment header's first word ("ffshm", version 1).
 const MAGIC: u64 = u64::from_le_bytes(*b"ffshm\0\x01\0");
-/// Bytes of one inbox channel's ring.
+/// Bytes of the ring of the inbox channel from the previous task of the ring, which carries
+/// the ring algorithms' data.
 const CHANNEL_BYTES: usize = 1 << 20;
+/// Bytes of the ring of every other inbox channel: only short all-reduces' direct exchanges
+/// use them (longer messages stream through a ring in pieces all the same).
+const SIDE_CHANNEL_BYTES: usize = 128 << 10;
 /// The segment header: magic, nonce, sizes; the doorbell and the sleeping flag on cache
 /// lines of their own.
 const SEGMENT_HEADER: usize = 4096;
 const NONCE_AT: usize = 8;
 const WORLD_AT: usize = 16;
 const CHANNEL_BYTES_AT: usize = 24;
+const SIDE_CHANNEL_BYTES_AT: usize = 32;
 const DOORBELL_AT: usize = 128;
 const SLEEPING_AT: usize = 256;
 /// A channel's `head` and `tail` on cache lines of their own, then its ring.
@@ -127,24 +134,46 @@ impl Drop for Mapping {
     }
 }
 
-/// The bytes of a segment for a group of `world` tasks.
+/// The bytes of a segment for a group of `world` tasks (at least 2): the channel from the
+/// previous task, then one for each other task.
 fn segment_bytes(world: usize) -> usize {
-    SEGMENT_HEADER + world.saturating_sub(1) * (CHANNEL_HEADER + CHANNEL_BYTES)
-}
-
-/// The offset of the inbox channel for messages from `from` in the segment of task `owner`.
-fn channel_at(owner: usize, from: usize) -> usize {
-    let slot = if from < owner { from } else { from - 1 };
-    SEGMENT_HEADER + slot * (CHANNEL_HEADER + CHANNEL_BYTES)
+    SEGMENT_HEADER
+        + (CHANNEL_HEADER + CHANNEL_BYTES)
+        + world.saturating_sub(2) * (CHANNEL_HEADER + SIDE_CHANNEL_BYTES)
 }
 
 /// One channel of a segment: its positions and its ring.
 struct Channel<'a> {
     segment: &'a Mapping,
+    /// Where its header starts in the segment.
     at: usize,
+    /// Its ring's bytes.
+    capacity: usize,
 }
 
-impl Channel<'_> {
+impl<'a> Channel<'a> {
+    /// The inbox channel for messages from task `from` in `segment`, task `owner`'s of a
+    /// group of `world`.
+    fn new(segment: &'a Mapping, owner: usize, from: usize, world: usize) -> Channel<'a> {
+        let previous = (owner + world - 1) % world;
+        if from == previous {
+            return Channel {
+                segment,
+                at: SEGMENT_HEADER,
+                capacity: CHANNEL_BYTES,
+            };
+        }
+        // The others in rank order, without the owner and the previous task.
+        let slot = from - usize::from(from > owner) - usize::from(from > previous);
+        Channel {
+            segment,
+            at: SEGMENT_HEADER
+                + (CHANNEL_HEADER + CHANNEL_BYTES)
+                + slot * (CHANNEL_HEADER + SIDE_CHANNEL_BYTES),
+            capacity: SIDE_CHANNEL_BYTES,
+        }
+    }
+
     fn head(&self) -> &AtomicU64 {
         self.segment.word(self.at)
     }
@@ -154,9 +183,9 @@ impl Channel<'_> {
     /// The ring's bytes from position `pos` (mod its size) up to `len` of them, not past the
     /// ring's end.
     fn span(&self, pos: u64, len: usize) -> (*mut u8, usize) {
-        let start = (pos % CHANNEL_BYTES as u64) as usize;
-        let n = len.min(CHANNEL_BYTES - start);
-        // SAFETY: `start + n <= CHANNEL_BYTES`, inside the channel's ring.
+        let start = (pos % self.capacity as u64) as usize;
+        let n = len.min(self.capacity - start);
+        // SAFETY: `start + n <= capacity`, inside the channel's ring.
         let ptr = unsafe { self.segment.ptr.add(self.at + CHANNEL_HEADER + start) };
         (ptr, n)
     }
@@ -344,6 +373,9 @@ fn create_segment(world: usize, nonce: u64) -> std::io::Result<(Mapping, String)
         segment
             .word(CHANNEL_BYTES_AT)
             .store(CHANNEL_BYTES as u64, Ordering::Relaxed);
+        segment
+            .word(SIDE_CHANNEL_BYTES_AT)
+            .store(SIDE_CHANNEL_BYTES as u64, Ordering::Relaxed);
         segment.word(0).store(MAGIC, Ordering::SeqCst);
         Ok(segment)
     })();
@@ -370,7 +402,8 @@ fn open_segment(path: &str, world: usize, nonce: u64) -> Option<Mapping> {
     let matches = segment.word(0).load(Ordering::SeqCst) == MAGIC
         && segment.word(NONCE_AT).load(Ordering::Relaxed) == nonce
         && segment.word(WORLD_AT).load(Ordering::Relaxed) == world as u64
-        && segment.word(CHANNEL_BYTES_AT).load(Ordering::Relaxed) == CHANNEL_BYTES as u64;
+        && segment.word(CHANNEL_BYTES_AT).load(Ordering::Relaxed) == CHANNEL_BYTES as u64
+        && segment.word(SIDE_CHANNEL_BYTES_AT).load(Ordering::Relaxed) == SIDE_CHANNEL_BYTES as u64;
     matches.then_some(segment)
 }
 
@@ -477,10 +510,7 @@ impl ShmLinks {
         header[..8].copy_from_slice(&key_hash(key).to_le_bytes());
         header[8..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         let peer = self.peer(to)?;
-        let channel = Channel {
-            segment: &peer.segment,
-            at: channel_at(to, self.rank),
-        };
+        let channel = Channel::new(&peer.segment, to, self.rank, self.peers.len());
         let mut written = 0;
         if queued[to].is_empty() {
             written = write_some(&channel, &header, payload, 0);
@@ -507,10 +537,7 @@ impl ShmLinks {
                 continue;
             }
             let peer = self.peer(to)?;
-            let channel = Channel {
-                segment: &peer.segment,
-                at: channel_at(to, self.rank),
-            };
+            let channel = Channel::new(&peer.segment, to, self.rank, self.peers.len());
             let mut moved = false;
             while let Some(out) = queue.front_mut() {
                 let n = write_some(&channel, &out.header, &out.payload, out.written);
@@ -553,10 +580,7 @@ impl ShmLinks {
     ) -> Result<()> {
         let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
         let peer = self.peer(from)?;
-        let channel = Channel {
-            segment: &self.own,
-            at: channel_at(self.rank, from),
-        };
+        let channel = Channel::new(&self.own, self.rank, from, self.peers.len());
         let (head, tail) = (channel.head(), channel.tail());
         let op = key.rsplit_once('/').map_or(key, |(k, _)| k);
         // The header.
@@ -707,7 +731,7 @@ fn write_some(channel: &Channel<'_>, header: &[u8; 16], payload: &[u8], from: us
     let total = MESSAGE_HEADER + padded(payload.len());
     let head = channel.head().load(Ordering::Relaxed);
     let tail = channel.tail().load(Ordering::Acquire);
-    let room = CHANNEL_BYTES - (head - tail) as usize;
+    let room = channel.capacity - (head - tail) as usize;
     let n = room.min(total - from);
     let mut done = 0;
     while done < n {

@@ -225,6 +225,26 @@ fn worker() {
         long_sum[0].to_vec::<f32>().unwrap() == want_long,
         "the long tensor's sum differs"
     );
+    // 128 KiB: with 3 tasks exchanged directly, each message (with its header) longer than
+    // a shared-memory side channel, so it streams through in pieces.
+    let side = |r: usize| -> Vec<f32> {
+        (0..32_768usize)
+            .map(|i| ((i + 3 * r) % 17) as f32)
+            .collect()
+    };
+    let side_sum = group
+        .all_reduce(
+            &[Tensor::from_vec(side(rank), &[32_768]).unwrap()],
+            ReduceOp::Sum,
+        )
+        .unwrap();
+    let want_side: Vec<f32> = (0..32_768usize)
+        .map(|i| (0..n).map(|r| ((i + 3 * r) % 17) as f32).sum())
+        .collect();
+    assert!(
+        side_sum[0].to_vec::<f32>().unwrap() == want_side,
+        "the 128 KiB tensor's sum differs"
+    );
     // The mean, and every rank's bits: print a checksum the parent compares.
     let mean = group.all_reduce(&tensors[..2], ReduceOp::Mean).unwrap();
     let m = mean[1].to_vec::<f64>().unwrap();
