@@ -40,6 +40,11 @@ pub struct LaunchSpec {
     /// server with `profiler::server::start_from_env()`, and
     /// [`LocalCluster::profiler_addresses`] lists where to capture.
     pub profile_ports: bool,
+    /// Close each task's ports before starting it instead of handing them over listening
+    /// (`ferroflow launch --release-ports`): for programs that bind their `TF_CONFIG` address
+    /// themselves without taking the socket (TensorFlow, another framework), which would
+    /// find the port busy. Another socket can then take a port before the task binds it.
+    pub release_ports: bool,
 }
 
 /// The environment variable that gives a task its profiler server's port (read by
@@ -166,7 +171,7 @@ impl LocalCluster {
             .to_string();
             let profiler = profiler_ports.next().flatten();
             // The task owns its sockets from here; this process's copies close.
-            let task = spawn(spec, &id, &tf_config, &port, profiler.as_ref())?;
+            let task = spawn(spec, &id, &tf_config, port, profiler)?;
             out.tf_configs.push(tf_config);
             out.tasks.push(task);
         }
@@ -221,13 +226,7 @@ impl LocalCluster {
             .as_deref()
             .map(ReservedPort::bind)
             .transpose()?;
-        let task = spawn(
-            &self.spec,
-            &id,
-            &self.tf_configs[i],
-            &port,
-            profiler.as_ref(),
-        )?;
+        let task = spawn(&self.spec, &id, &self.tf_configs[i], port, profiler)?;
         let old = std::mem::replace(&mut self.tasks[i], task);
         for r in old.relays {
             let _ = r.join();
@@ -347,21 +346,27 @@ fn poll(t: &mut Task) -> Result<Option<i32>> {
 }
 
 /// Starts task `id`, handing it `port` (its `TF_CONFIG` address) and `profiler` (its
-/// profiler server's port) listening.
+/// profiler server's port) listening, or closed first ([`LaunchSpec::release_ports`]).
 fn spawn(
     spec: &LaunchSpec,
     id: &TaskId,
     tf_config: &str,
-    port: &ReservedPort,
-    profiler: Option<&ReservedPort>,
+    port: ReservedPort,
+    profiler: Option<ReservedPort>,
 ) -> Result<Task> {
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args).env("TF_CONFIG", tf_config);
-    if let Some(p) = profiler {
+    if let Some(p) = &profiler {
         cmd.env(PROFILER_PORT_ENV, p.port().to_string());
     }
-    let handed: Vec<&ReservedPort> = std::iter::once(port).chain(profiler).collect();
-    crate::hand_over(&mut cmd, &handed);
+    let address = port.address().to_string();
+    let profiler_address = profiler.as_ref().map(|p| p.address().to_string());
+    let handed: Vec<ReservedPort> = std::iter::once(port).chain(profiler).collect();
+    if spec.release_ports {
+        drop(handed);
+    } else {
+        crate::hand_over(&mut cmd, &handed.iter().collect::<Vec<_>>());
+    }
     cmd.envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -397,8 +402,8 @@ fn spawn(
     }
     Ok(Task {
         id: id.clone(),
-        address: port.address().to_string(),
-        profiler_address: profiler.map(|p| p.address().to_string()),
+        address,
+        profiler_address,
         child,
         output,
         relays,

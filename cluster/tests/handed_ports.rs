@@ -1,5 +1,6 @@
 //! Ports a launcher hands to a task (`hand_over`, `bind_listener`), across a real `exec`:
-//! this test binary starts itself again running the ignored `task` test.
+//! this test binary starts itself again running the ignored `task` test (or, through
+//! `LocalCluster`, `foreign_task`: a program that binds its address itself).
 
 #![cfg(unix)]
 
@@ -143,4 +144,49 @@ fn a_descriptor_named_for_another_address_is_not_taken() {
     // Port 1 is still held here: binding it anew fails, and that is what the task reports.
     let said = first_line(&mut task);
     assert!(said.starts_with("task: cannot listen"), "{said}");
+}
+
+/// A program that binds its `TF_CONFIG` address itself, as TensorFlow does (no
+/// `bind_listener`): says whether it could.
+#[test]
+#[ignore = "run by the tests below as a child process"]
+fn foreign_task() {
+    let Ok(tf_config) = std::env::var("TF_CONFIG") else {
+        return;
+    };
+    let config: serde_json::Value = serde_json::from_str(&tf_config).unwrap();
+    let index = config["task"]["index"].as_u64().unwrap() as usize;
+    let address = config["cluster"]["worker"][index].as_str().unwrap();
+    match std::net::TcpListener::bind(address) {
+        Ok(_) => println!("task: bound {address}"),
+        Err(e) => println!("task: cannot bind {address}: {e}"),
+    }
+}
+
+/// What each task of a `ferroflow launch`-style job of 2 foreign tasks said.
+fn foreign_job(release_ports: bool) -> Vec<String> {
+    let spec = ferroflow_cluster::LaunchSpec {
+        workers: 2,
+        program: std::env::current_exe().unwrap().to_string_lossy().into(),
+        args: ["--ignored", "--exact", "foreign_task", "--nocapture"]
+            .map(String::from)
+            .to_vec(),
+        release_ports,
+        ..Default::default()
+    };
+    let mut job = ferroflow_cluster::LocalCluster::start(&spec).unwrap();
+    job.wait(Some(Duration::from_secs(60))).unwrap();
+    (0..2).map(|i| job.output(i)).collect()
+}
+
+#[test]
+fn release_ports_lets_a_program_bind_its_tf_config_address_itself() {
+    for out in foreign_job(true) {
+        assert!(out.contains("task: bound 127.0.0.1:"), "{out}");
+    }
+    // Handed over listening (the default), the port is the task's socket already: a
+    // program that binds anew finds it in use.
+    for out in foreign_job(false) {
+        assert!(out.contains("task: cannot bind"), "{out}");
+    }
 }

@@ -17,7 +17,7 @@ use ferroflow::cluster::{LaunchSpec, LocalCluster};
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--profile-ports] [--timeout SECONDS] -- <program> [args...]
+const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--profile-ports] [--release-ports] [--timeout SECONDS] -- <program> [args...]
        ferroflow profile summarize <logdir>
        ferroflow profile report [--step N] <logdir>
        ferroflow profile capture --workers grpc://host:port[,grpc://host:port...] [--duration 2s] [--attempts 3] <logdir>
@@ -33,7 +33,9 @@ const USAGE: &str = "usage: ferroflow launch --workers N [--ps M] [--chief] [--p
   servers are stopped once the chief and workers are done; --ps implies --chief (the chief
   coordinates a parameter-server job). --profile-ports gives each task a free port for its
   profiler server (FERROFLOW_PROFILER_PORT, read by profiler::server::start_from_env) and
-  prints the addresses to capture from.
+  prints the addresses to capture from. Each task gets its port already listening (a
+  ferroflow program takes the socket); --release-ports closes it first instead, for
+  programs that bind their TF_CONFIG address themselves (TensorFlow).
 
   profile summarize: checks the event files and the newest profile under <logdir> and
   prints the scalars, the step-time breakdown and the top ops. profile report: writes
@@ -196,6 +198,7 @@ fn parse(args: &[String]) -> Result<(LaunchSpec, Option<Duration>), String> {
             "--ps" => spec.ps = number("--ps", it.next())?,
             "--chief" => spec.chief = true,
             "--profile-ports" => spec.profile_ports = true,
+            "--release-ports" => spec.release_ports = true,
             "--timeout" => {
                 timeout = Some(Duration::from_secs(number("--timeout", it.next())? as u64))
             }

@@ -275,7 +275,12 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
             add(
                 "tf2",
                 figures_of(
-                    &mut launch(&launcher, 2, &["python3", &tf_script, &mnist, "64"]),
+                    // TensorFlow binds its TF_CONFIG port itself.
+                    &mut launch_job(
+                        &launcher,
+                        &["--workers", "2", "--release-ports"],
+                        &["python3", &tf_script, &mnist, "64"],
+                    ),
                     "TensorFlow MWMS fit",
                 ),
             );
