@@ -281,8 +281,8 @@ impl CollectiveGroup {
 
     /// The profiler's span of one collective (inert, an atomic load, while none runs):
     /// `<scope>/<type>:<type>` with TF's op type, and what the Pod viewer and the trace show
-    /// of it: the algorithm, the bytes this task contributes, the group's size and the peers
-    /// it exchanges with.
+    /// of it: the algorithm, the transport, the bytes this task contributes, the group's size
+    /// and the peers it exchanges with.
     fn span(&self, scope_and_type: &'static str, bytes: usize) -> TraceMe {
         let mut span = TraceMe::new(scope_and_type);
         if span.is_recording() {
@@ -293,6 +293,7 @@ impl CollectiveGroup {
                 Transport::Mpi(_) => ("mpi", "every rank".to_string()),
             };
             span.stat("algorithm", StatValue::Str(algorithm.into()))
+                .stat("transport", StatValue::Str(self.transport().into()))
                 .stat("bytes", StatValue::U64(bytes as u64))
                 .stat("group_size", StatValue::U64(self.world as u64))
                 .stat("peers", StatValue::Str(peers.into()));

@@ -26,7 +26,8 @@
 //! # Setup
 //! [`ShmLinks::connect`] runs over the group's gRPC mailboxes at its first collective:
 //! the tasks compare their hosts' boot ids; if all match, each creates its segment and
-//! sends its path and a random nonce; each maps the others' and says whether it could; the
+//! sends its path, a random nonce and its process; each maps the others' (their processes
+//! seen in its own `/proc`, else it could not tell them dead) and says whether it could; the
 //! links are used only when every task could map every other's (all or none, so the ring
 //! never mixes transports). The segment files are unlinked once all have answered: a
 //! crash later leaves nothing behind in `/dev/shm`.
@@ -458,14 +459,18 @@ impl ShmLinks {
                 let [path, nonce, pid, start] = offer.split(' ').collect::<Vec<_>>()[..] else {
                     return None;
                 };
+                let process = ProcessId {
+                    pid: pid.parse().ok()?,
+                    start: start.parse().ok()?,
+                };
+                // Its process must be the one this task's `/proc` shows (not so from
+                // another pid namespace sharing the host's `/dev/shm`): a dead peer is
+                // told from there.
+                if !process.alive() {
+                    return None;
+                }
                 let segment = open_segment(path, world, nonce.parse().ok()?)?;
-                Some(Peer {
-                    segment,
-                    process: ProcessId {
-                        pid: pid.parse().ok()?,
-                        start: start.parse().ok()?,
-                    },
-                })
+                Some(Peer { segment, process })
             })
             .collect();
         let mapped_all =

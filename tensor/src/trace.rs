@@ -29,8 +29,8 @@ use std::time::Instant;
 pub const INPUT_SPAN: &str = "IteratorGetNext";
 
 /// The op types (TF's names) of the collectives' spans, which the distribution crate records
-/// as `<scope>/<type>:<type>` around each collective, with stats `algorithm`, `bytes`,
-/// `group_size` and `peers`: the profiler counts time inside them as communication.
+/// as `<scope>/<type>:<type>` around each collective, with stats `algorithm`, `transport`,
+/// `bytes`, `group_size` and `peers`: the profiler counts time inside them as communication.
 pub const COLLECTIVE_OP_TYPES: &[&str] = &[
     "CollectiveReduceV2",
     "CollectiveGatherV2",
