@@ -466,7 +466,7 @@ fn start(mode: &str, workers: usize, ps: usize, env: Vec<(String, String)>) -> L
         .to_vec(),
         env,
         echo: false,
-        profile_ports: false,
+        ..LaunchSpec::default()
     })
     .expect("start the cluster")
 }
