@@ -65,30 +65,21 @@ pub(crate) fn figures_of(cmd: &mut Command, what: &str) -> Option<BTreeMap<Strin
 }
 
 fn mpirun(np: usize, program: &Path) -> Command {
-    let mut c = Command::new("mpirun");
-    c.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-np",
-        &np.to_string(),
-    ])
-    .arg(program);
-    c
+    mpirun_with(&[], np, program)
 }
 
 /// [`mpirun`] with Open MPI's byte transfer kept to TCP (no shared memory).
 fn mpirun_tcp(np: usize, program: &Path) -> Command {
+    mpirun_with(&["--mca", "btl", "tcp,self"], np, program)
+}
+
+/// `mpirun` of `np` ranks of `program` with `options` of its own.
+fn mpirun_with(options: &[&str], np: usize, program: &Path) -> Command {
     let mut c = Command::new("mpirun");
-    c.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--mca",
-        "btl",
-        "tcp,self",
-        "-np",
-        &np.to_string(),
-    ])
-    .arg(program);
+    c.args(["--allow-run-as-root", "--oversubscribe"])
+        .args(options)
+        .args(["-np", &np.to_string()])
+        .arg(program);
     c
 }
 
