@@ -44,10 +44,6 @@ mod input;
 #[cfg(feature = "mpi")]
 mod mpi_transport;
 mod ps;
-#[cfg(target_os = "linux")]
-mod shm;
-#[cfg(not(target_os = "linux"))]
-#[path = "shm_unsupported.rs"]
 mod shm;
 mod strategy;
 mod values;

@@ -1,28 +1,12 @@
-//! Shared-memory links between the tasks of a group exist on Linux only (futexes and
-//! `/proc`); elsewhere the group keeps to gRPC: [`ShmLinks::connect`] finds none.
+//! Elsewhere than Linux (no futexes, no `/proc`) a group keeps to gRPC:
+//! [`ShmLinks::connect`] finds no links, and the type has no values.
 
-use bytes::Bytes;
+use super::{Piece, Rendezvous};
 use ferroflow_tensor::Result;
 use std::time::Duration;
 
-/// What [`ShmLinks::receive`] hands its sink (never, here).
-pub(crate) enum Piece<'a> {
-    /// The payload's length in bytes.
-    Length(usize),
-    /// The payload's bytes from `offset`.
-    Bytes { offset: usize, bytes: &'a [u8] },
-}
-
 /// No links can exist on this platform: a type without values.
 pub(crate) enum ShmLinks {}
-
-/// How the setup reaches the other tasks (unused here).
-pub(crate) trait Rendezvous {
-    /// Delivers `payload` to task `to` under `key`.
-    fn send(&self, to: usize, key: &str, payload: Vec<u8>) -> Result<()>;
-    /// What task `from` delivered under `key`.
-    fn receive(&self, from: usize, key: &str) -> Result<Bytes>;
-}
 
 impl ShmLinks {
     /// Never any links on this platform.
