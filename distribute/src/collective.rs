@@ -17,7 +17,8 @@ pub enum CommunicationImplementation {
     /// The best available: MPI in a process `mpirun` started without `TF_CONFIG` (with the
     /// `mpi` cargo feature), else the ring.
     Auto,
-    /// Ring reduce-scatter and all-gather over gRPC (TF's cross-host path).
+    /// Ring reduce-scatter and all-gather over gRPC (TF's cross-host path), or over shared
+    /// memory when every task runs on this host ([`CommunicationOptions::shared_memory`]).
     Ring,
     /// MPI's own collectives (`MPI_Allreduce`, ...) through the `mpi` crate: the `mpi` cargo
     /// feature, and a program started by `mpirun`; the ranks are the workers.
@@ -82,14 +83,14 @@ pub struct CollectiveGroup {
 enum Transport {
     /// A group of one: nothing to send.
     Alone,
-    /// The gRPC ring.
+    /// The ring: over gRPC, or over shared memory when every task is on this host.
     Ring(Box<Ring>),
     /// MPI's collectives.
     #[cfg(feature = "mpi")]
     Mpi(crate::mpi_transport::MpiTransport),
 }
 
-/// This task's part of the gRPC ring.
+/// This task's part of the ring (its messages over gRPC or shared memory).
 struct Ring {
     /// This task's server, its mailbox receiving the previous task's messages.
     server: TaskServer,
