@@ -283,8 +283,12 @@ impl CollectiveGroup {
     /// The profiler's span of one collective (inert, an atomic load, while none runs):
     /// `<scope>/<type>:<type>` with TF's op type, and what the Pod viewer and the trace show
     /// of it: the algorithm, the transport, the bytes this task contributes, the group's size
-    /// and the peers it exchanges with.
-    fn span(&self, scope_and_type: &'static str, bytes: usize) -> TraceMe {
+    /// and the peers it exchanges with. The group's first collective (`key`) first looks
+    /// for shared-memory links, so that its span names the transport it takes.
+    fn span(&self, key: &str, scope_and_type: &'static str, bytes: usize) -> Result<TraceMe> {
+        if let Transport::Ring(ring) = &self.transport {
+            ring.links(key)?;
+        }
         let mut span = TraceMe::new(scope_and_type);
         if span.is_recording() {
             let (algorithm, peers) = match &self.transport {
@@ -299,7 +303,7 @@ impl CollectiveGroup {
                 .stat("group_size", StatValue::U64(self.world as u64))
                 .stat("peers", StatValue::Str(peers.into()));
         }
-        span
+        Ok(span)
     }
 
     /// How the group's messages travel: `"shared memory"` (every task on this host, found
@@ -353,7 +357,11 @@ impl CollectiveGroup {
             .iter()
             .map(|t| t.num_elements() * t.dtype().size_in_bytes())
             .sum();
-        let _span = self.span("allreduce/CollectiveReduceV2:CollectiveReduceV2", bytes);
+        let _span = self.span(
+            &name,
+            "allreduce/CollectiveReduceV2:CollectiveReduceV2",
+            bytes,
+        )?;
         let mut host: Vec<HostData> = tensors.iter().map(|t| t.to_host()).collect::<Result<_>>()?;
         for (i, h) in host.iter().enumerate() {
             if !(h.dtype().is_float() || matches!(h.dtype(), DType::I32 | DType::I64)) {
@@ -410,9 +418,10 @@ impl CollectiveGroup {
             ));
         }
         let _span = self.span(
+            &name,
             "allgather/CollectiveGatherV2:CollectiveGatherV2",
             tensor.num_elements() * tensor.dtype().size_in_bytes(),
-        );
+        )?;
         let mine = tensor.to_host()?.to_le_bytes();
         let all = match &self.transport {
             Transport::Alone => mine,
@@ -445,24 +454,24 @@ impl CollectiveGroup {
                 format!("root {root} is not a task of a group of {}", self.world),
             ));
         }
+        let key = format!("broadcast {instance}/0");
         let _span = self.span(
+            &key,
             if self.rank == root {
                 "broadcast/CollectiveBcastSendV2:CollectiveBcastSendV2"
             } else {
                 "broadcast/CollectiveBcastRecvV2:CollectiveBcastRecvV2"
             },
             tensor.num_elements() * tensor.dtype().size_in_bytes(),
-        );
+        )?;
         let mine = tensor.to_host()?.to_le_bytes();
         let bytes = match &self.transport {
             Transport::Alone => return Ok(tensor.clone()),
             // One message key: every hop of the chain carries the same value.
-            Transport::Ring(ring) => {
-                match ring.broadcast(&format!("broadcast {instance}/0"), mine.clone(), root)? {
-                    None => return Ok(tensor.clone()),
-                    Some(got) => got,
-                }
-            }
+            Transport::Ring(ring) => match ring.broadcast(&key, mine.clone(), root)? {
+                None => return Ok(tensor.clone()),
+                Some(got) => got,
+            },
             #[cfg(feature = "mpi")]
             Transport::Mpi(mpi) => {
                 mpi.agree("broadcast", &[mine.len() as i64, tensor.dtype() as i64])?;
@@ -489,12 +498,13 @@ impl CollectiveGroup {
     /// Waits until every task of the group has reached its barrier.
     pub fn barrier(&self) -> Result<()> {
         let instance = self.instance.fetch_add(1, Ordering::SeqCst);
-        let _span = self.span("barrier/CollectiveReduceV2:CollectiveReduceV2", 4);
+        let key = format!("barrier {instance}");
+        let _span = self.span(&key, "barrier/CollectiveReduceV2:CollectiveReduceV2", 4)?;
         match &self.transport {
             Transport::Alone => Ok(()),
             Transport::Ring(ring) => {
                 let mut count = [1i32];
-                ring.all_reduce(&format!("barrier {instance}"), &mut count)?;
+                ring.all_reduce(&key, &mut count)?;
                 let n = count[0];
                 if n as usize != self.world {
                     return Err(Error::invalid(

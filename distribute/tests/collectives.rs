@@ -11,6 +11,7 @@ use ferroflow_cluster::TfConfigClusterResolver;
 use ferroflow_distribute::{CollectiveGroup, CommunicationOptions, ReduceOp};
 use proptest::prelude::*;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Kills every child on drop (a failing assertion included).
@@ -180,6 +181,9 @@ fn worker() {
         Tensor::from_vec(d, &[3]).unwrap(),
     ];
     let started = Instant::now();
+    // The first collective's profiler span, which must name the transport it took.
+    let spans = Arc::new(SpanTransports::default());
+    let sink = ferroflow::trace::install_sink(spans.clone());
     let sums = match group.all_reduce(&tensors, ReduceOp::Sum) {
         Ok(s) => s,
         Err(e) => {
@@ -187,6 +191,10 @@ fn worker() {
             std::process::exit(3);
         }
     };
+    drop(sink);
+    if let Some(first) = spans.0.lock().unwrap().first() {
+        println!("SPAN_TRANSPORT {first}");
+    }
     let all: Vec<_> = (0..n).map(contribution).collect();
     let want_a: Vec<f64> = (0..1000)
         .map(|i| all.iter().map(|c| c.0[i] as f64).sum())
@@ -268,6 +276,21 @@ fn worker() {
         .iter()
         .fold(0u64, |h, v| h.rotate_left(5) ^ v.to_bits() as u64);
     println!("CHECKSUM {bits:016x}");
+}
+
+/// The `transport` stat of every collective span (a trace sink).
+#[derive(Default)]
+struct SpanTransports(Mutex<Vec<String>>);
+
+impl ferroflow::trace::TraceSink for SpanTransports {
+    fn on_host_event(&self, event: &ferroflow::trace::HostEvent<'_>) {
+        for (name, value) in event.stats {
+            if let (&"transport", ferroflow::trace::StatValue::Str(t)) = (name, value) {
+                self.0.lock().unwrap().push(t.to_string());
+            }
+        }
+    }
+    fn on_memory(&self, _: &ferroflow::trace::MemoryEvent) {}
 }
 
 /// `kill-mid` mode: all-reduces 64 MB tensors over and over; after the first (the links
@@ -353,6 +376,12 @@ fn collectives_equal_the_local_results_for_1_to_4_workers_with_identical_bits() 
             "{n} workers ({mode}): the collectives went over {:?}, not {want}",
             links(&results)
         );
+        for (rank, (_, out)) in results.iter().enumerate() {
+            assert!(
+                out.contains(&format!("SPAN_TRANSPORT {want}\n")),
+                "{n} workers ({mode}): rank {rank}'s first collective span does not say {want}:\n{out}"
+            );
+        }
     }
 }
 
