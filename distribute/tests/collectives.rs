@@ -340,6 +340,24 @@ fn shared_memory_available() -> bool {
     ok
 }
 
+/// Fails if any of `workers` left a shared-memory segment in `/dev/shm` (they are unlinked
+/// once the group's links are set up).
+fn assert_no_segments_left(workers: &Workers) {
+    let pids: Vec<String> = workers.0.iter().map(|c| c.id().to_string()).collect();
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .filter(|name| {
+                    pids.iter()
+                        .any(|p| name.starts_with(&format!("ferroflow-collectives-{p}-")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "segments left in /dev/shm: {left:?}");
+}
+
 /// The transport each worker reported (`LINKS ...`).
 fn links(results: &[(i32, String)]) -> Vec<String> {
     results
@@ -366,6 +384,7 @@ fn collectives_equal_the_local_results_for_1_to_4_workers_with_identical_bits() 
         let mut workers = start(n, mode, 30);
         let results = wait_all(&mut workers, Duration::from_secs(120));
         checksums(&results, &format!("{n} workers ({mode})"));
+        assert_no_segments_left(&workers);
         let want = match (n, mode.ends_with("/grpc"), shm) {
             (1, _, _) => "none",
             (_, false, true) => "shared memory",
@@ -428,6 +447,7 @@ fn a_worker_killed_amid_a_shared_memory_all_reduce_is_an_error_at_once_not_at_th
     let mut workers = start(n, "kill-mid", timeout_s);
     let results = wait_all(&mut workers, Duration::from_secs(90));
     let took = started.elapsed();
+    assert_no_segments_left(&workers);
     for (rank, (code, out)) in results[..n - 1].iter().enumerate() {
         assert_eq!(*code, 3, "rank {rank} should fail with an error:\n{out}");
         assert!(

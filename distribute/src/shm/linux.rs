@@ -342,6 +342,15 @@ fn create_segment(world: usize, nonce: u64) -> std::io::Result<(Mapping, String)
     }
 }
 
+/// Removes a file when dropped.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Maps another task's segment at `path` and checks it is the one its nonce says.
 fn open_segment(path: &str, world: usize, nonce: u64) -> Option<Mapping> {
     if !path.starts_with("/dev/shm/ferroflow-collectives-") || path.contains("..") {
@@ -388,6 +397,9 @@ impl ShmLinks {
         let nonce = random_u64();
         let me = ProcessId::current();
         let created = me.and_then(|_| create_segment(world, nonce).ok());
+        // The file goes when the setup ends, however it ends: by then every task that could
+        // map it has.
+        let _unlink = created.as_ref().map(|(_, path)| RemoveOnDrop(path.clone()));
         let offer = match (&created, me) {
             (Some((_, path)), Some(me)) => {
                 format!("{path} {nonce} {} {}", me.pid, me.start).into_bytes()
@@ -435,10 +447,6 @@ impl ShmLinks {
             &format!("{key}/shared-memory/mapped"),
             vec![u8::from(mapped_all)],
         );
-        // Every task has mapped what it could: the files can go whatever the answers.
-        if let Some((_, path)) = &created {
-            let _ = std::fs::remove_file(path);
-        }
         let all = answers?.iter().all(|a| a[..] == [1]);
         let Some((own, _)) = created.filter(|_| all) else {
             return Ok(None);
