@@ -660,10 +660,11 @@ impl Ring {
 
     /// The messages of one collective (`key` its name): over shared memory when the group
     /// has it, else gRPC. Fails first with the error of an earlier gRPC delivery.
-    fn messages(&self, key: &str) -> Result<Messages<'_>> {
+    fn messages<'a>(&'a self, key: &'a str) -> Result<Messages<'a>> {
         self.check_unanswered()?;
         Ok(Messages {
             ring: self,
+            key,
             shm: self.links(key)?,
             in_flight: vec![],
         })
@@ -878,6 +879,8 @@ enum Combine {
 /// (written straight into the peer's inbox, read in place), else over gRPC.
 struct Messages<'a> {
     ring: &'a Ring,
+    /// The collective's name, for errors.
+    key: &'a str,
     shm: Option<&'a ShmLinks>,
     /// The gRPC deliveries sent, their answers not awaited.
     in_flight: Vec<Delivery>,
@@ -963,7 +966,7 @@ impl Messages<'_> {
     /// the gRPC deliveries' answers are left for the next collective to check.
     fn finish(self) -> Result<()> {
         if let Some(shm) = self.shm {
-            return shm.flush();
+            return shm.flush(self.key);
         }
         let mut unanswered = self
             .ring

@@ -215,44 +215,10 @@ fn worker() {
     assert_eq!(sums[0].shape(), &[10, 100]);
     // A long tensor: its chunks travel in several pipelined segments (1 MiB each), the last
     // one short. Small integers, so the sums are exact.
-    let long = |r: usize| -> Vec<f32> {
-        (0..1_500_001usize)
-            .map(|i| ((i * 7 + r) % 13) as f32)
-            .collect()
-    };
-    let long_sum = group
-        .all_reduce(
-            &[Tensor::from_vec(long(rank), &[1_500_001]).unwrap()],
-            ReduceOp::Sum,
-        )
-        .unwrap();
-    let want_long: Vec<f32> = (0..1_500_001usize)
-        .map(|i| (0..n).map(|r| ((i * 7 + r) % 13) as f32).sum())
-        .collect();
-    assert!(
-        long_sum[0].to_vec::<f32>().unwrap() == want_long,
-        "the long tensor's sum differs"
-    );
+    assert_exact_sum(&group, 1_500_001, |i, r| ((i * 7 + r) % 13) as f32, "long");
     // 128 KiB: with 3 tasks exchanged directly, each message (with its header) longer than
     // a shared-memory side channel, so it streams through in pieces.
-    let side = |r: usize| -> Vec<f32> {
-        (0..32_768usize)
-            .map(|i| ((i + 3 * r) % 17) as f32)
-            .collect()
-    };
-    let side_sum = group
-        .all_reduce(
-            &[Tensor::from_vec(side(rank), &[32_768]).unwrap()],
-            ReduceOp::Sum,
-        )
-        .unwrap();
-    let want_side: Vec<f32> = (0..32_768usize)
-        .map(|i| (0..n).map(|r| ((i + 3 * r) % 17) as f32).sum())
-        .collect();
-    assert!(
-        side_sum[0].to_vec::<f32>().unwrap() == want_side,
-        "the 128 KiB tensor's sum differs"
-    );
+    assert_exact_sum(&group, 32_768, |i, r| ((i + 3 * r) % 17) as f32, "128 KiB");
     // The mean, and every rank's bits: print a checksum the parent compares.
     let mean = group.all_reduce(&tensors[..2], ReduceOp::Mean).unwrap();
     let m = mean[1].to_vec::<f64>().unwrap();
@@ -276,6 +242,28 @@ fn worker() {
         .iter()
         .fold(0u64, |h, v| h.rotate_left(5) ^ v.to_bits() as u64);
     println!("CHECKSUM {bits:016x}");
+}
+
+/// All-reduces a `len`-long f32 tensor whose element `i` on rank `r` is `value(i, r)`
+/// (small integers, so the sum is exact) and checks the sum on this rank.
+fn assert_exact_sum(
+    group: &CollectiveGroup,
+    len: usize,
+    value: fn(usize, usize) -> f32,
+    what: &str,
+) {
+    let (rank, n) = (group.rank(), group.world_size());
+    let mine: Vec<f32> = (0..len).map(|i| value(i, rank)).collect();
+    let sum = group
+        .all_reduce(&[Tensor::from_vec(mine, &[len]).unwrap()], ReduceOp::Sum)
+        .unwrap();
+    let want: Vec<f32> = (0..len)
+        .map(|i| (0..n).map(|r| value(i, r)).sum())
+        .collect();
+    assert!(
+        sum[0].to_vec::<f32>().unwrap() == want,
+        "the {what} tensor's sum differs"
+    );
 }
 
 /// The `transport` stat of every collective span (a trace sink).

@@ -183,31 +183,27 @@ struct ProcessId {
 impl ProcessId {
     fn current() -> Option<ProcessId> {
         let pid = std::process::id();
-        Some(ProcessId {
-            pid,
-            start: process_start(pid)?,
-        })
+        let (_, start) = process_state(pid)?;
+        Some(ProcessId { pid, start })
     }
 
     /// Whether the process still runs (not ended, not a zombie, not another with its pid).
     fn alive(&self) -> bool {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
-            return false;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        !matches!(fields.first(), Some(&"Z") | Some(&"X") | None)
-            && fields.get(19).and_then(|s| s.parse().ok()) == Some(self.start)
+        process_state(self.pid)
+            .is_some_and(|(state, start)| !matches!(state, 'Z' | 'X') && start == self.start)
     }
 }
 
-/// The start time of process `pid` (field 22 of `/proc/PID/stat`, in clock ticks).
-fn process_start(pid: u32) -> Option<u64> {
+/// Process `pid`'s state letter and start time (fields 3 and 22 of `/proc/PID/stat`, the
+/// start in clock ticks); `None` when there is no such process.
+fn process_state(pid: u32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces and parentheses.
     let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
 }
 
 /// FNV-1a of a message key: what a message's header carries to catch a receiver and a
@@ -523,8 +519,8 @@ impl ShmLinks {
     }
 
     /// Waits until every queued message is written into its peer's inbox (the end of each
-    /// collective: a task may leave, or compute for long, after it).
-    pub(crate) fn flush(&self) -> Result<()> {
+    /// collective `op`, which errors name: a task may leave, or compute for long, after it).
+    pub(crate) fn flush(&self, op: &str) -> Result<()> {
         let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
         if queued.iter().all(VecDeque::is_empty) {
             return Ok(());
@@ -532,7 +528,7 @@ impl ShmLinks {
         let waiting_for: Vec<usize> = (0..queued.len())
             .filter(|&k| !queued[k].is_empty())
             .collect();
-        self.wait(&mut queued, &waiting_for, "flush", |flushed| flushed)
+        self.wait(&mut queued, &waiting_for, op, |flushed| flushed)
     }
 
     /// Receives the message task `from` sent under `key`, handing `sink` its length, then
@@ -687,7 +683,7 @@ impl Drop for ShmLinks {
     /// Writes what is still queued (each peer within the timeout), so a task that ends
     /// right after its last collective does not cut its last messages off.
     fn drop(&mut self) {
-        let _ = self.flush();
+        let _ = self.flush("the collectives' last messages");
     }
 }
 
@@ -701,28 +697,33 @@ fn write_some(channel: &Channel<'_>, header: &[u8; 16], payload: &[u8], from: us
     let n = room.min(total - from);
     let mut done = 0;
     while done < n {
+        // Up to the ring's end, then from its start.
         let (ptr, span) = channel.span(head + done as u64, n - done);
-        // The message's bytes `from + done ..` for `span` bytes: header, payload, padding.
-        let mut filled = 0;
-        while filled < span {
-            let at = from + done + filled;
-            let (src, len): (&[u8], usize) = if at < MESSAGE_HEADER {
-                (&header[at..], (MESSAGE_HEADER - at).min(span - filled))
-            } else if at - MESSAGE_HEADER < payload.len() {
-                let p = at - MESSAGE_HEADER;
-                (&payload[p..], (payload.len() - p).min(span - filled))
-            } else {
-                (&[], span - filled)
-            };
-            if !src.is_empty() {
-                // SAFETY: `filled + len <= span`, inside the ring's free room: the receiver
-                // reads none of it until `head` is published below.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr.add(filled), len) };
-            }
-            filled += len;
-        }
+        // SAFETY: `span` bytes at `ptr` are inside the ring's free room: the receiver reads
+        // none of them until `head` is published below.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, span) };
+        copy_message_bytes(dst, header, payload, from + done);
         done += span;
     }
     channel.head().store(head + n as u64, Ordering::Release);
     n
+}
+
+/// Fills `dst` with the message's bytes from byte `at` on: the header's, the payload's,
+/// and the padding (left as it was: the receiver skips it).
+fn copy_message_bytes(dst: &mut [u8], header: &[u8; 16], payload: &[u8], at: usize) {
+    let mut filled = 0;
+    let mut copy = |src: &[u8], from: usize| {
+        let rest = dst.len() - filled;
+        let len = src.len().saturating_sub(from).min(rest);
+        if len > 0 {
+            dst[filled..filled + len].copy_from_slice(&src[from..from + len]);
+            filled += len;
+        }
+    };
+    copy(header, at.min(MESSAGE_HEADER));
+    copy(
+        payload,
+        at.saturating_sub(MESSAGE_HEADER).min(payload.len()),
+    );
 }

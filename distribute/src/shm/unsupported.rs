@@ -22,7 +22,7 @@ impl ShmLinks {
     pub(crate) fn send(&self, _to: usize, _key: &str, _payload: &[u8]) -> Result<()> {
         match *self {}
     }
-    pub(crate) fn flush(&self) -> Result<()> {
+    pub(crate) fn flush(&self, _op: &str) -> Result<()> {
         match *self {}
     }
     pub(crate) fn receive(
