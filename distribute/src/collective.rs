@@ -4,7 +4,7 @@ use crate::shm::{Piece, Rendezvous, ShmLinks};
 use bytes::Bytes;
 use ferroflow_cluster::{ClusterResolver, Delivery, MpiLaunch, Peer, TaskId, TaskServer};
 use ferroflow_tensor::trace::{StatValue, TraceMe, PEER_WAIT_SPAN};
-use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
+use ferroflow_tensor::{DType, Element, Error, HostData, Result, Tensor};
 use half::{bf16, f16};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -362,21 +362,20 @@ impl CollectiveGroup {
             "allreduce/CollectiveReduceV2:CollectiveReduceV2",
             bytes,
         )?;
-        let mut host: Vec<HostData> = tensors.iter().map(|t| t.to_host()).collect::<Result<_>>()?;
-        for (i, h) in host.iter().enumerate() {
-            if !(h.dtype().is_float() || matches!(h.dtype(), DType::I32 | DType::I64)) {
+        for (i, t) in tensors.iter().enumerate() {
+            if !(t.dtype().is_float() || matches!(t.dtype(), DType::I32 | DType::I64)) {
                 return Err(Error::UnsupportedDType {
                     op: "all_reduce",
-                    dtype: h.dtype(),
+                    dtype: t.dtype(),
                     expected: "a float dtype, int32 or int64",
                 });
             }
-            if op == ReduceOp::Mean && !h.dtype().is_float() {
+            if op == ReduceOp::Mean && !t.dtype().is_float() {
                 return Err(Error::invalid(
                     "all_reduce",
                     format!(
                         "the mean of tensor {i} ({}) needs a float dtype: cast it first",
-                        h.dtype()
+                        t.dtype()
                     ),
                 ));
             }
@@ -384,24 +383,30 @@ impl CollectiveGroup {
         #[cfg(feature = "mpi")]
         if let Transport::Mpi(mpi) = &self.transport {
             // MPI would mis-sum or wait forever on mismatched buffers: agree first.
-            let signature: Vec<i64> = host
+            let signature: Vec<i64> = tensors
                 .iter()
-                .flat_map(|h| [h.len() as i64, h.dtype() as i64])
+                .flat_map(|t| [t.num_elements() as i64, t.dtype() as i64])
                 .collect();
             mpi.agree("all_reduce", &signature)?;
         }
-        for (pack_index, pack) in self.packs(&host).into_iter().enumerate() {
+        // Every tensor is in one pack, which writes its result here.
+        let mut reduced: Vec<HostData> = vec![HostData::F32(vec![]); tensors.len()];
+        for (pack_index, pack) in self.packs(tensors).into_iter().enumerate() {
             let key = format!("{name}/{pack_index}");
-            match host[pack[0]].dtype() {
-                DType::F64 => self.reduce_pack::<f64>(&key, &mut host, &pack, op)?,
-                DType::I32 => self.reduce_pack::<i32>(&key, &mut host, &pack, op)?,
-                DType::I64 => self.reduce_pack::<i64>(&key, &mut host, &pack, op)?,
-                _ => self.reduce_pack::<f32>(&key, &mut host, &pack, op)?,
-            }
+            let pack = Pack {
+                tensors,
+                indices: &pack,
+            };
+            reduced = match tensors[pack.indices[0]].dtype() {
+                DType::F64 => self.reduce_pack::<f64>(&key, pack, op, reduced)?,
+                DType::I32 => self.reduce_pack::<i32>(&key, pack, op, reduced)?,
+                DType::I64 => self.reduce_pack::<i64>(&key, pack, op, reduced)?,
+                _ => self.reduce_pack::<f32>(&key, pack, op, reduced)?,
+            };
         }
         tensors
             .iter()
-            .zip(host)
+            .zip(reduced)
             .map(|(t, h)| Tensor::from_host_on(h, t.shape(), t.device()))
             .collect()
     }
@@ -524,13 +529,13 @@ impl CollectiveGroup {
 
     /// Indices of `host` grouped into packs: consecutive tensors of one dtype, up to
     /// `bytes_per_pack` bytes (a larger tensor is a pack of its own).
-    fn packs(&self, host: &[HostData]) -> Vec<Vec<usize>> {
+    fn packs(&self, tensors: &[Tensor]) -> Vec<Vec<usize>> {
         let mut packs: Vec<Vec<usize>> = vec![];
         let mut bytes = 0;
-        for (i, h) in host.iter().enumerate() {
-            let size = h.len() * h.dtype().size_in_bytes();
+        for (i, t) in tensors.iter().enumerate() {
+            let size = t.num_elements() * t.dtype().size_in_bytes();
             let fits = packs.last().is_some_and(|p| {
-                host[p[0]].dtype() == h.dtype()
+                tensors[p[0]].dtype() == t.dtype()
                     && (self.options.bytes_per_pack == 0
                         || bytes + size <= self.options.bytes_per_pack)
             });
@@ -545,56 +550,88 @@ impl CollectiveGroup {
         packs
     }
 
-    /// All-reduces the tensors `pack` of `host` (one dtype) as `W` values, in place.
+    /// All-reduces the tensors of `pack` (one dtype) as `W` values; `reduced` comes back with
+    /// their results filled in.
     fn reduce_pack<W: Wire>(
         &self,
         key: &str,
-        host: &mut [HostData],
-        pack: &[usize],
+        pack: Pack<'_>,
         op: ReduceOp,
-    ) -> Result<()> {
-        let dtypes: Vec<DType> = pack.iter().map(|&i| host[i].dtype()).collect();
-        let lens: Vec<usize> = pack.iter().map(|&i| host[i].len()).collect();
-        // A pack of one tensor of the wire type moves its values, no copy.
-        let mut flat: Vec<W> = match pack {
-            [only] => {
-                let h = std::mem::replace(&mut host[*only], HostData::F32(vec![]));
-                W::take(h).unwrap_or_else(|h| {
-                    let mut v = vec![];
-                    W::extend_from(&mut v, &h);
-                    v
-                })
-            }
-            _ => {
-                let mut v = vec![];
-                for &i in pack {
-                    W::extend_from(&mut v, &host[i]);
+        mut reduced: Vec<HostData>,
+    ) -> Result<Vec<HostData>> {
+        let mut flat: Vec<W> = match (&self.transport, pack.host_slice::<W>()) {
+            // MPI reads a CPU tensor's storage in place and writes the sum anew: no copy.
+            #[cfg(feature = "mpi")]
+            (Transport::Mpi(mpi), Some(values)) => mpi.sum(values)?,
+            (transport, _) => {
+                let mut flat = pack.values::<W>()?;
+                match transport {
+                    Transport::Alone => {}
+                    Transport::Ring(ring) => ring.all_reduce(key, &mut flat)?,
+                    #[cfg(feature = "mpi")]
+                    Transport::Mpi(mpi) => flat = mpi.sum(&flat)?,
                 }
-                v
+                flat
             }
         };
-        match &self.transport {
-            Transport::Alone => {}
-            Transport::Ring(ring) => ring.all_reduce(key, &mut flat)?,
-            #[cfg(feature = "mpi")]
-            Transport::Mpi(mpi) => mpi.sum(&mut flat),
-        }
         if op == ReduceOp::Mean {
             let n = self.world as f64;
             for v in &mut flat {
                 *v = W::scaled(*v, 1.0 / n);
             }
         }
-        if let [only] = pack {
-            host[*only] = W::write_back(flat, dtypes[0]);
-            return Ok(());
+        if let Some(t) = pack.only() {
+            reduced[pack.indices[0]] = W::write_back(flat, t.dtype());
+            return Ok(reduced);
         }
         let mut at = 0;
-        for ((&i, len), dtype) in pack.iter().zip(lens).zip(dtypes) {
-            host[i] = W::write_back(flat[at..at + len].to_vec(), dtype);
+        for &i in pack.indices {
+            let t = &pack.tensors[i];
+            let len = t.num_elements();
+            reduced[i] = W::write_back(flat[at..at + len].to_vec(), t.dtype());
             at += len;
         }
-        Ok(())
+        Ok(reduced)
+    }
+}
+
+/// Tensors all-reduced together: `indices` into `tensors`, of one dtype.
+#[derive(Clone, Copy)]
+struct Pack<'a> {
+    tensors: &'a [Tensor],
+    indices: &'a [usize],
+}
+
+impl Pack<'_> {
+    /// The pack's tensor when it has one.
+    fn only(&self) -> Option<&Tensor> {
+        match self.indices {
+            [only] => Some(&self.tensors[*only]),
+            _ => None,
+        }
+    }
+
+    /// The values of a one-tensor pack of the wire type, borrowed from a CPU tensor's
+    /// storage ([`Tensor::host_slice`]).
+    fn host_slice<W: Wire>(&self) -> Option<&[W]> {
+        self.only()?.host_slice::<W>()
+    }
+
+    /// The pack's values, end to end, as `W` (read to the host; a one-tensor pack of the wire
+    /// type moves its host copy, no further copy).
+    fn values<W: Wire>(&self) -> Result<Vec<W>> {
+        if let Some(t) = self.only() {
+            return Ok(W::take(t.to_host()?).unwrap_or_else(|h| {
+                let mut v = vec![];
+                W::extend_from(&mut v, &h);
+                v
+            }));
+        }
+        let mut v = vec![];
+        for &i in self.indices {
+            W::extend_from(&mut v, &self.tensors[i].to_host()?);
+        }
+        Ok(v)
     }
 }
 
@@ -990,7 +1027,7 @@ trait WireEquivalence {}
 impl<T> WireEquivalence for T {}
 
 /// A value type collectives send and add: f32, f64, i32, i64 (little-endian on the wire).
-trait Wire: Copy + WireEquivalence {
+trait Wire: Element + WireEquivalence {
     const BYTES: usize;
     fn extend_from(out: &mut Vec<Self>, h: &HostData);
     /// The values of `h` when it holds this type already (moved), else `h` back.

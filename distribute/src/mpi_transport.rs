@@ -11,8 +11,10 @@
 use ferroflow_tensor::{Error, Result};
 use mpi::collective::SystemOperation;
 use mpi::datatype::Equivalence;
+use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Root};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -140,14 +142,39 @@ impl MpiTransport {
         Ok(())
     }
 
-    /// Sums `data` over the ranks, in place, on every rank (`MPI_Allreduce` with `MPI_SUM`).
-    pub(crate) fn sum<T: Equivalence + Copy>(&self, data: &mut [T]) {
+    /// The sum of `values` over the ranks, on every rank (`MPI_Allreduce` with `MPI_SUM`):
+    /// MPI reads `values` where they are (a tensor's own storage, no copy) and writes the
+    /// sum into a fresh vector, so no value is copied on this side of MPI.
+    pub(crate) fn sum<T: Equivalence + Copy>(&self, values: &[T]) -> Result<Vec<T>> {
         let _calls = CALLS.lock().unwrap_or_else(|e| e.into_inner());
         let world = SimpleCommunicator::world();
-        for part in data.chunks_mut(MAX_COUNT) {
-            let send = part.to_vec();
-            world.all_reduce_into(&send[..], part, SystemOperation::sum());
+        let mut sum: Vec<T> = Vec::with_capacity(values.len());
+        for (i, part) in values.chunks(MAX_COUNT).enumerate() {
+            // SAFETY: `part` is `part.len()` initialised values of `T`, whose MPI datatype
+            // `T::equivalent_datatype()` describes; the receive range starts at element
+            // `i * MAX_COUNT` of `sum`'s capacity (`values.len()`), so its `part.len()` values
+            // fit; the chunk's count fits a C int (`MAX_COUNT`); the buffers do not overlap.
+            let code = unsafe {
+                mpi::ffi::MPI_Allreduce(
+                    part.as_ptr().cast(),
+                    sum.as_mut_ptr().add(i * MAX_COUNT).cast(),
+                    part.len() as c_int,
+                    T::equivalent_datatype().as_raw(),
+                    SystemOperation::sum().as_raw(),
+                    world.as_raw(),
+                )
+            };
+            if code != mpi::ffi::MPI_SUCCESS as c_int {
+                return Err(Error::Unavailable {
+                    op: "all_reduce".into(),
+                    peer: "the MPI library".into(),
+                    msg: format!("MPI_Allreduce returned error code {code}"),
+                });
+            }
         }
+        // SAFETY: the calls above wrote every one of the `values.len()` elements.
+        unsafe { sum.set_len(values.len()) };
+        Ok(sum)
     }
 
     /// Every rank's `bytes` (of one length) concatenated in rank order (`MPI_Allgather`).

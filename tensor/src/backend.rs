@@ -28,6 +28,11 @@ pub trait DeviceBuffer: Any + Send + Sync {
     fn as_any(&self) -> &dyn Any;
     /// Bytes held (for memory accounting).
     fn size_in_bytes(&self) -> usize;
+    /// The elements, when the buffer is host memory the process can read in place (the
+    /// CPU backend's); `None` for device memory.
+    fn host_data(&self) -> Option<&HostData> {
+        None
+    }
 }
 
 /// One variable's operands of [`Backend::optimizer_update_group`].

@@ -355,6 +355,27 @@ impl Tensor {
             |p| p.backend.download(self.operand()),
         )
     }
+    /// The elements, borrowed without a copy, when they already sit in host memory as one
+    /// dense row-major run of `T` (a CPU tensor that is not a strided or broadcast view);
+    /// `None` otherwise (another dtype, a device buffer, a view that needs gathering, or
+    /// inside a traced function), where [`Tensor::to_host`] reads them.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade); the CPU is current.
+    /// use ferroflow_tensor::Tensor;
+    /// let t = Tensor::from_slice(&[1.0f32, 2.0, 3.0])?;
+    /// assert_eq!(t.host_slice::<f32>(), Some(&[1.0f32, 2.0, 3.0][..]));
+    /// assert_eq!(t.host_slice::<f64>(), None); // another dtype
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn host_slice<T: Element>(&self) -> Option<&[T]> {
+        if T::DTYPE != self.dtype() || crate::dispatch::is_tracing() {
+            return None;
+        }
+        let values = T::slice_of(self.0.storage.buffer.host_data()?)?;
+        let (offset, len) = self.0.layout.contiguous_range()?;
+        values.get(offset..offset + len)
+    }
     /// The elements as a `Vec<T>`; `T` must match the dtype.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype() {

@@ -16,6 +16,9 @@ impl DeviceBuffer for CpuBuffer {
     fn size_in_bytes(&self) -> usize {
         self.0.size_in_bytes()
     }
+    fn host_data(&self) -> Option<&HostData> {
+        Some(&self.0)
+    }
 }
 
 /// The host data behind an operand (a buffer from another backend is a bug upstream, reported

@@ -1,0 +1,76 @@
+//! `Tensor::host_slice`: a CPU tensor's elements borrowed in place when they are one dense
+//! row-major run of the requested type (rows sliced off the front or the back of a matrix
+//! included), and `None` for every view that needs gathering, for another dtype, and inside a
+//! trace. What it borrows always equals what `to_host` copies.
+
+use ferroflow_tensor::{DType, Tensor};
+use proptest::prelude::*;
+
+/// A `rows × cols` f32 matrix of distinct values.
+fn matrix(rows: usize, cols: usize) -> Tensor {
+    let values: Vec<f32> = (0..rows * cols).map(|i| i as f32 * 0.5 - 3.0).collect();
+    Tensor::from_vec(values, &[rows, cols]).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn borrowed_values_are_the_tensors_values(
+        rows in 1usize..9,
+        cols in 1usize..9,
+        first in 0usize..9,
+        take in 0usize..9,
+    ) {
+        ferroflow_cpu::register();
+        let x = matrix(rows, cols);
+        let first = first % rows;
+        let take = take.min(rows - first);
+        // Dense: the whole tensor, a reshape of it, a run of whole rows at any offset.
+        for dense in [
+            x.clone(),
+            x.reshape_to(&[rows * cols]).unwrap(),
+            x.slice(&[first, 0], &[take as isize, -1]).unwrap(),
+        ] {
+            let borrowed = dense.host_slice::<f32>();
+            prop_assert_eq!(borrowed, Some(&dense.to_vec::<f32>().unwrap()[..]));
+        }
+        // Another dtype: declined.
+        prop_assert_eq!(x.host_slice::<f64>(), None);
+        prop_assert_eq!(x.host_slice::<i32>(), None);
+        // Views whose elements are not one run: declined.
+        if rows > 1 && cols > 1 {
+            let transposed = x.transpose(&[1, 0]).unwrap();
+            prop_assert_eq!(transposed.host_slice::<f32>(), None);
+        }
+        if cols > 1 {
+            let column = x.slice(&[0, 1], &[-1, 1]).unwrap();
+            prop_assert_eq!(
+                column.host_slice::<f32>().is_none(),
+                rows > 1,
+                "a column of {} rows", rows
+            );
+        }
+        let wide = x.expand_dims(0).unwrap().broadcast_to(&[2, rows, cols]).unwrap();
+        prop_assert_eq!(wide.host_slice::<f32>(), None);
+    }
+}
+
+#[test]
+fn other_dtypes_are_borrowed_as_their_own_type() {
+    ferroflow_cpu::register();
+    let x = matrix(3, 4).cast(DType::F64).unwrap();
+    assert_eq!(x.host_slice::<f64>(), Some(&x.to_vec::<f64>().unwrap()[..]));
+    assert_eq!(x.host_slice::<f32>(), None);
+}
+
+#[test]
+fn nothing_is_borrowed_while_tracing() {
+    ferroflow_cpu::register();
+    let x = matrix(2, 3);
+    let tracing = ferroflow_tensor::dispatch::enter_tracing();
+    // A graph would keep this call's values: declined, as `to_host` refuses.
+    assert_eq!(x.host_slice::<f32>(), None);
+    drop(tracing);
+    assert!(x.host_slice::<f32>().is_some());
+}
