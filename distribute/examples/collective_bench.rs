@@ -2,7 +2,7 @@
 //! launch` (the gRPC ring) or by `mpirun` (MPI, with the `mpi` feature):
 //!
 //! - `allreduce MB,MB,.. REPEATS [grpc]`: all-reduces one f32 tensor of each size, `REPEATS`
-//!   times after a warm-up; rank 0 prints `allreduce BYTES SECONDS` (the median).
+//!   times after [`ALL_REDUCE_WARM_UP`] untimed calls; rank 0 prints `allreduce BYTES SECONDS` (the median).
 //! - `fit none|mwms MNIST_DIR BATCH [grpc]`: Keras `fit` of the MNIST MLP for one epoch
 //!   (after a 50-step warm-up) at `BATCH` examples per worker, with no strategy or under
 //!   `MultiWorkerMirroredStrategy`; the chief prints `fit SAMPLES_PER_SECOND` over all
@@ -20,6 +20,13 @@ use ferroflow::keras::losses::SparseCategoricalCrossentropy;
 use ferroflow::keras::{applications, FitConfig, Model};
 use ferroflow::optim::Adam;
 use ferroflow::{DType, Error, Result, Tensor};
+
+/// Untimed all-reduces per size before the timed ones (as `xtask/bench/mpi_allreduce.c`, the
+/// reference, and OSU's benchmarks do): the first calls of a size pay for first-touch page
+/// faults and the transport's setup (over MPI, the first 5-7 calls of 4 MB took twice as
+/// long as the later ones: a fresh receive vector each call, until the allocator and MPI
+/// settle on reusing its memory).
+const ALL_REDUCE_WARM_UP: usize = 10;
 
 fn main() -> Result<()> {
     ferroflow::init();
@@ -47,7 +54,9 @@ fn main() -> Result<()> {
                 let mb: f64 = mb.parse().map_err(|_| bad())?;
                 let n = (mb * (1 << 20) as f64 / 4.0) as usize;
                 let x = ferroflow::random::stateless_normal(&[n], [1, 2], 0.0, 1.0, DType::F32)?;
-                group.all_reduce(std::slice::from_ref(&x), ReduceOp::Sum)?;
+                for _ in 0..ALL_REDUCE_WARM_UP {
+                    group.all_reduce(std::slice::from_ref(&x), ReduceOp::Sum)?;
+                }
                 let mut times = vec![];
                 for _ in 0..repeats {
                     group.barrier()?;
