@@ -527,7 +527,7 @@ impl CollectiveGroup {
         }
     }
 
-    /// Indices of `host` grouped into packs: consecutive tensors of one dtype, up to
+    /// Indices of `tensors` grouped into packs: consecutive tensors of one dtype, up to
     /// `bytes_per_pack` bytes (a larger tensor is a pack of its own).
     fn packs(&self, tensors: &[Tensor]) -> Vec<Vec<usize>> {
         let mut packs: Vec<Vec<usize>> = vec![];
