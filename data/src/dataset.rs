@@ -990,7 +990,7 @@ fn content_fingerprint(label: &str, parts: &[Tensor]) -> Result<String> {
     let mut bytes = Vec::new();
     for t in parts {
         bytes.extend_from_slice(format!("{}{:?}", t.dtype(), t.shape()).as_bytes());
-        bytes.extend_from_slice(&t.to_host()?.to_le_bytes());
+        t.extend_le_bytes(&mut bytes)?;
     }
     Ok(format!("{label}({})", stable_hash(&bytes)))
 }

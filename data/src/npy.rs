@@ -102,7 +102,7 @@ pub fn to_bytes(tensor: &Tensor) -> Result<Vec<u8>> {
     out.extend_from_slice(dict.as_bytes());
     out.resize(out.len() + header_len - dict.len() - 1, b' ');
     out.push(b'\n');
-    out.extend_from_slice(&tensor.to_host()?.to_le_bytes());
+    tensor.extend_le_bytes(&mut out)?;
     Ok(out)
 }
 

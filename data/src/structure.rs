@@ -325,8 +325,8 @@ pub fn encode_element<T: Structure>(element: &T) -> Result<Vec<u8>> {
         for &d in t.shape() {
             out.extend_from_slice(&(d as u64).to_le_bytes());
         }
-        // The host copy's own bytes where they are the wire's (no second copy).
-        out.extend_from_slice(&t.to_host()?.le_bytes());
+        // Straight from a CPU tensor's storage (one copy), else from its host copy.
+        t.extend_le_bytes(&mut out)?;
     }
     Ok(out)
 }

@@ -376,6 +376,45 @@ impl Tensor {
         let (offset, len) = self.0.layout.contiguous_range()?;
         values.get(offset..offset + len)
     }
+    /// Appends the elements' little-endian bytes (dense, row-major: what
+    /// `to_host()?.to_le_bytes()` gives) to `out`, for writers of messages and files:
+    /// copied once, straight from the storage, when the tensor is a dense run of a CPU
+    /// buffer whose memory already is those bytes; through [`Tensor::to_host`] otherwise
+    /// (inside a traced function, its error).
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::Tensor;
+    /// let t = Tensor::from_slice(&[1i32, -2])?;
+    /// let mut out = vec![7u8];
+    /// t.extend_le_bytes(&mut out)?;
+    /// assert_eq!(out, [7, 1, 0, 0, 0, 254, 255, 255, 255]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn extend_le_bytes(&self, out: &mut Vec<u8>) -> Result<()> {
+        if let Some(bytes) = self.host_le_bytes() {
+            out.extend_from_slice(bytes);
+        } else {
+            out.extend_from_slice(&self.to_host()?.le_bytes());
+        }
+        Ok(())
+    }
+    /// The elements' little-endian bytes borrowed from the storage, where they are a dense
+    /// run of a host buffer whose memory is those bytes.
+    fn host_le_bytes(&self) -> Option<&[u8]> {
+        if crate::dispatch::is_tracing() {
+            return None;
+        }
+        let data = self.0.storage.buffer.host_data()?;
+        let (offset, len) = self.0.layout.contiguous_range()?;
+        let std::borrow::Cow::Borrowed(bytes) = data.le_bytes() else {
+            return None;
+        };
+        let size = self.dtype().size_in_bytes();
+        (data.dtype() == self.dtype())
+            .then(|| bytes.get(offset * size..(offset + len) * size))
+            .flatten()
+    }
     /// The elements as a `Vec<T>`; `T` must match the dtype.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype() {

@@ -3,7 +3,7 @@
 //! included), and `None` for every view that needs gathering, for another dtype, and inside a
 //! trace. What it borrows always equals what `to_host` copies.
 
-use ferroflow_tensor::{DType, Tensor};
+use ferroflow_tensor::{DType, HostData, Tensor};
 use proptest::prelude::*;
 
 /// A `rows × cols` f32 matrix of distinct values.
@@ -54,6 +54,39 @@ proptest! {
         let wide = x.expand_dims(0).unwrap().broadcast_to(&[2, rows, cols]).unwrap();
         prop_assert_eq!(wide.host_slice::<f32>(), None);
     }
+
+    #[test]
+    fn appended_bytes_are_the_host_copys_bytes(
+        rows in 1usize..7,
+        cols in 1usize..7,
+        first in 0usize..7,
+        dtype in prop_oneof![
+            Just(DType::F32),
+            Just(DType::F16),
+            Just(DType::I64),
+            Just(DType::U8),
+            Just(DType::Bool),
+        ],
+    ) {
+        ferroflow_cpu::register();
+        let x = matrix(rows, cols).cast(dtype).unwrap();
+        let first = first % rows;
+        for view in [
+            x.clone(),
+            x.slice(&[first, 0], &[-1, -1]).unwrap(),
+            x.transpose(&[1, 0]).unwrap(),
+            x.expand_dims(0).unwrap().broadcast_to(&[2, rows, cols]).unwrap(),
+        ] {
+            let mut out = vec![0xAB];
+            view.extend_le_bytes(&mut out).unwrap();
+            let mut want = vec![0xAB];
+            want.extend(view.to_host().unwrap().to_le_bytes());
+            prop_assert_eq!(&out, &want, "{:?} {:?}", dtype, view.shape());
+            // And they read back as the values.
+            let back = HostData::from_le_bytes(dtype, &out[1..]).unwrap();
+            prop_assert_eq!(back, view.to_host().unwrap());
+        }
+    }
 }
 
 #[test]
@@ -73,4 +106,16 @@ fn nothing_is_borrowed_while_tracing() {
     assert_eq!(x.host_slice::<f32>(), None);
     drop(tracing);
     assert!(x.host_slice::<f32>().is_some());
+}
+
+#[test]
+fn appending_bytes_while_tracing_is_the_host_reads_error() {
+    ferroflow_cpu::register();
+    let x = matrix(2, 3);
+    let tracing = ferroflow_tensor::dispatch::enter_tracing();
+    let mut out = vec![];
+    let e = x.extend_le_bytes(&mut out).unwrap_err();
+    drop(tracing);
+    assert!(e.to_string().contains("to_host"), "{e}");
+    assert!(out.is_empty());
 }

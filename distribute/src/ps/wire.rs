@@ -32,24 +32,25 @@ struct HeaderIn<H> {
 
 /// `header` and `tensors` as one message.
 pub(crate) fn encode<H: Serialize>(header: &H, tensors: &[Tensor]) -> Result<Bytes> {
-    let mut blobs = Vec::with_capacity(tensors.len());
-    let mut meta = Vec::with_capacity(tensors.len());
-    for t in tensors {
-        meta.push(TensorMeta {
+    let meta = tensors
+        .iter()
+        .map(|t| TensorMeta {
             dtype: t.dtype().to_string(),
             shape: t.shape().to_vec(),
-        });
-        blobs.push(t.to_host()?);
-    }
+        })
+        .collect();
     let head = serde_json::to_vec(&HeaderOut { h: header, t: meta })
         .map_err(|e| Error::invalid("encode", format!("the message header: {e}")))?;
-    let blobs: Vec<_> = blobs.iter().map(|b| b.le_bytes()).collect();
-    let total = 4 + head.len() + blobs.iter().map(|b| b.len()).sum::<usize>();
-    let mut out = Vec::with_capacity(total);
+    let data: usize = tensors
+        .iter()
+        .map(|t| t.num_elements() * t.dtype().size_in_bytes())
+        .sum();
+    let mut out = Vec::with_capacity(4 + head.len() + data);
     out.extend_from_slice(&(head.len() as u32).to_le_bytes());
     out.extend_from_slice(&head);
-    for b in &blobs {
-        out.extend_from_slice(b);
+    // Each tensor's bytes copied once, from a CPU tensor's storage (else its host copy).
+    for t in tensors {
+        t.extend_le_bytes(&mut out)?;
     }
     Ok(Bytes::from(out))
 }
