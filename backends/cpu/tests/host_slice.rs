@@ -1,7 +1,9 @@
-//! `Tensor::host_slice`: a CPU tensor's elements borrowed in place when they are one dense
-//! row-major run of the requested type (rows sliced off the front or the back of a matrix
-//! included), and `None` for every view that needs gathering, for another dtype, and inside a
-//! trace. What it borrows always equals what `to_host` copies.
+//! Reading a CPU tensor's elements in place. `Tensor::host_slice`: borrowed when they are
+//! one dense row-major run of the requested type (rows sliced off the front or the back of a
+//! matrix included), and `None` for every view that needs gathering, for another dtype, and
+//! inside a trace; what it borrows always equals what `to_host` copies.
+//! `Tensor::extend_le_bytes`: the bytes `to_host()?.to_le_bytes()` gives, for every view and
+//! dtype, whether they come from the storage or a host copy.
 
 use ferroflow_tensor::{DType, HostData, Tensor};
 use proptest::prelude::*;
