@@ -394,6 +394,36 @@ impl HostData {
     pub fn to_le_bytes(&self) -> Vec<u8> {
         self.le_bytes().into_owned()
     }
+    /// The values' little-endian bytes where the memory already is those bytes (2-, 4- and
+    /// 8-byte numbers on little-endian machines, and `uint8`): borrowed, nothing computed;
+    /// `None` where [`HostData::le_bytes`] would convert.
+    ///
+    /// ```
+    /// use ferroflow_tensor::HostData;
+    /// assert_eq!(HostData::U8(vec![1, 2]).le_bytes_in_place(), Some(&[1u8, 2][..]));
+    /// assert_eq!(HostData::Bool(vec![true]).le_bytes_in_place(), None); // converted
+    /// ```
+    pub fn le_bytes_in_place(&self) -> Option<&[u8]> {
+        // On little-endian machines the bytes are the memory itself.
+        #[cfg(target_endian = "little")]
+        match self {
+            HostData::F32(v) => return Some(bytemuck::cast_slice(v)),
+            HostData::F64(v) => return Some(bytemuck::cast_slice(v)),
+            HostData::I32(v) => return Some(bytemuck::cast_slice(v)),
+            HostData::I64(v) => return Some(bytemuck::cast_slice(v)),
+            HostData::I16(v) => return Some(bytemuck::cast_slice(v)),
+            HostData::U16(v) => return Some(bytemuck::cast_slice(v)),
+            HostData::U32(v) => return Some(bytemuck::cast_slice(v)),
+            HostData::U64(v) => return Some(bytemuck::cast_slice(v)),
+            HostData::C64(v) => return Some(bytemuck::cast_slice(v)),
+            HostData::C128(v) => return Some(bytemuck::cast_slice(v)),
+            _ => {}
+        }
+        match self {
+            HostData::U8(v) => Some(v),
+            _ => None,
+        }
+    }
     /// [`HostData::to_le_bytes`] without a copy where the memory already is those bytes
     /// (2-, 4- and 8-byte numbers, and `uint8`, on little-endian machines), for writers that
     /// append them to a larger buffer.
@@ -405,23 +435,8 @@ impl HostData {
     /// ```
     pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
         use std::borrow::Cow;
-        // On little-endian machines the bytes are the memory itself.
-        #[cfg(target_endian = "little")]
-        match self {
-            HostData::F32(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
-            HostData::F64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
-            HostData::I32(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
-            HostData::I64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
-            HostData::I16(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
-            HostData::U16(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
-            HostData::U32(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
-            HostData::U64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
-            HostData::C64(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
-            HostData::C128(v) => return Cow::Borrowed(bytemuck::cast_slice(v)),
-            _ => {}
-        }
-        if let HostData::U8(v) = self {
-            return Cow::Borrowed(v);
+        if let Some(bytes) = self.le_bytes_in_place() {
+            return Cow::Borrowed(bytes);
         }
         Cow::Owned(match self {
             HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),

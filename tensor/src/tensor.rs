@@ -407,13 +407,12 @@ impl Tensor {
         }
         let data = self.0.storage.buffer.host_data()?;
         let (offset, len) = self.0.layout.contiguous_range()?;
-        let std::borrow::Cow::Borrowed(bytes) = data.le_bytes() else {
+        if data.dtype() != self.dtype() {
             return None;
-        };
+        }
         let size = self.dtype().size_in_bytes();
-        (data.dtype() == self.dtype())
-            .then(|| bytes.get(offset * size..(offset + len) * size))
-            .flatten()
+        data.le_bytes_in_place()?
+            .get(offset * size..(offset + len) * size)
     }
     /// The elements as a `Vec<T>`; `T` must match the dtype.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
