@@ -260,10 +260,20 @@ pub(crate) async fn unary(
     let (response, mut send) = channel.start(request, false).await?;
     let [head, payload] = frames;
     let payload_follows = !payload.is_empty();
-    send.send_data(head, !payload_follows)
-        .map_err(|e| h2_status(&e))?;
-    if payload_follows {
-        send.send_data(payload, true).map_err(|e| h2_status(&e))?;
+    let sent = send.send_data(head, !payload_follows).and_then(|()| {
+        if payload_follows {
+            send.send_data(payload, true)
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = sent {
+        // A server may answer before it reads the request (a wrong token is refused at
+        // once) and close the stream: its status says why, the closed stream does not.
+        let early = response.await.ok().and_then(|r| {
+            tonic::Status::from_header_map(r.headers()).filter(|s| s.code() != tonic::Code::Ok)
+        });
+        return Err(early.unwrap_or_else(|| h2_status(&e)));
     }
     let response = response.await.map_err(|e| h2_status(&e))?;
     let (parts, mut body) = response.into_parts();
