@@ -369,12 +369,11 @@ impl Tensor {
     /// # Ok::<(), ferroflow_tensor::Error>(())
     /// ```
     pub fn host_slice<T: Element>(&self) -> Option<&[T]> {
-        if T::DTYPE != self.dtype() || crate::dispatch::is_tracing() {
+        if T::DTYPE != self.dtype() {
             return None;
         }
-        let values = T::slice_of(self.0.storage.buffer.host_data()?)?;
-        let (offset, len) = self.0.layout.contiguous_range()?;
-        values.get(offset..offset + len)
+        let (data, offset, len) = self.host_run()?;
+        T::slice_of(data)?.get(offset..offset + len)
     }
     /// Appends the elements' little-endian bytes (dense, row-major: what
     /// `to_host()?.to_le_bytes()` gives) to `out`, for writers of messages and files:
@@ -402,17 +401,25 @@ impl Tensor {
     /// The elements' little-endian bytes borrowed from the storage, where they are a dense
     /// run of a host buffer whose memory is those bytes.
     fn host_le_bytes(&self) -> Option<&[u8]> {
+        let (data, offset, len) = self.host_run()?;
+        let size = self.dtype().size_in_bytes();
+        data.le_bytes_in_place()?
+            .get(offset * size..(offset + len) * size)
+    }
+    /// The host buffer holding the elements as one dense row-major run, with the run's
+    /// element offset and length: `None` for device memory, a view that needs gathering, a
+    /// buffer of another dtype, and inside a traced function (where reading values is
+    /// refused).
+    fn host_run(&self) -> Option<(&HostData, usize, usize)> {
         if crate::dispatch::is_tracing() {
             return None;
         }
         let data = self.0.storage.buffer.host_data()?;
-        let (offset, len) = self.0.layout.contiguous_range()?;
         if data.dtype() != self.dtype() {
             return None;
         }
-        let size = self.dtype().size_in_bytes();
-        data.le_bytes_in_place()?
-            .get(offset * size..(offset + len) * size)
+        let (offset, len) = self.0.layout.contiguous_range()?;
+        Some((data, offset, len))
     }
     /// The elements as a `Vec<T>`; `T` must match the dtype.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
