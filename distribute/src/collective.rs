@@ -559,21 +559,13 @@ impl CollectiveGroup {
         op: ReduceOp,
         mut reduced: Vec<HostData>,
     ) -> Result<Vec<HostData>> {
-        let mut flat: Vec<W> = match (&self.transport, pack.host_slice::<W>()) {
-            // MPI reads a CPU tensor's storage in place and writes the sum anew: no copy.
+        let mut flat = pack.values::<W>()?;
+        match &self.transport {
+            Transport::Alone => {}
+            Transport::Ring(ring) => ring.all_reduce(key, &mut flat)?,
             #[cfg(feature = "mpi")]
-            (Transport::Mpi(mpi), Some(values)) => mpi.sum(values)?,
-            (transport, _) => {
-                let mut flat = pack.values::<W>()?;
-                match transport {
-                    Transport::Alone => {}
-                    Transport::Ring(ring) => ring.all_reduce(key, &mut flat)?,
-                    #[cfg(feature = "mpi")]
-                    Transport::Mpi(mpi) => flat = mpi.sum(&flat)?,
-                }
-                flat
-            }
-        };
+            Transport::Mpi(mpi) => mpi.sum_in_place(&mut flat)?,
+        }
         if op == ReduceOp::Mean {
             let n = self.world as f64;
             for v in &mut flat {
@@ -609,12 +601,6 @@ impl Pack<'_> {
             [only] => Some(&self.tensors[*only]),
             _ => None,
         }
-    }
-
-    /// The values of a one-tensor pack of the wire type, borrowed from a CPU tensor's
-    /// storage ([`Tensor::host_slice`]).
-    fn host_slice<W: Wire>(&self) -> Option<&[W]> {
-        self.only()?.host_slice::<W>()
     }
 
     /// The pack's values, end to end, as `W` (read to the host; a one-tensor pack of the wire

@@ -35,6 +35,11 @@ static UNIVERSE: Mutex<Option<Universe>> = Mutex::new(None);
 /// waits for the other ranks to finalise.
 static FINALIZE_LIMIT_MS: AtomicU64 = AtomicU64::new(0);
 
+extern "C" {
+    /// The MPI library's `MPI_IN_PLACE` (src/mpi_in_place.c, compiled by build.rs).
+    fn ferroflow_mpi_in_place() -> *const std::ffi::c_void;
+}
+
 /// Elements per MPI call: counts are C `int`s.
 const MAX_COUNT: usize = 1 << 30;
 
@@ -142,22 +147,22 @@ impl MpiTransport {
         Ok(())
     }
 
-    /// The sum of `values` over the ranks, on every rank (`MPI_Allreduce` with `MPI_SUM`):
-    /// MPI reads `values` where they are (a tensor's own storage, no copy) and writes the
-    /// sum into a fresh vector, so no value is copied on this side of MPI.
-    pub(crate) fn sum<T: Equivalence + Copy>(&self, values: &[T]) -> Result<Vec<T>> {
+    /// Replaces `values` by their sum over the ranks, on every rank (`MPI_Allreduce` with
+    /// `MPI_SUM` and `MPI_IN_PLACE`): MPI reduces in the caller's buffer. Given a separate
+    /// send buffer, Open MPI copies it into the receive buffer itself first, and that copy
+    /// measured up to twice as slow as the caller's own (`BENCHMARKS.md`, fortieth session).
+    pub(crate) fn sum_in_place<T: Equivalence>(&self, values: &mut [T]) -> Result<()> {
         let _calls = CALLS.lock().unwrap_or_else(|e| e.into_inner());
         let world = SimpleCommunicator::world();
-        let mut sum: Vec<T> = Vec::with_capacity(values.len());
-        for (i, part) in values.chunks(MAX_COUNT).enumerate() {
+        for part in values.chunks_mut(MAX_COUNT) {
             // SAFETY: `part` is `part.len()` initialised values of `T`, whose MPI datatype
-            // `T::equivalent_datatype()` describes; the receive range starts at element
-            // `i * MAX_COUNT` of `sum`'s capacity (`values.len()`), so its `part.len()` values
-            // fit; the chunk's count fits a C int (`MAX_COUNT`); the buffers do not overlap.
+            // `T::equivalent_datatype()` describes, borrowed mutably for the call; the count
+            // fits a C int (`MAX_COUNT`); `ferroflow_mpi_in_place` returns the library's own
+            // `MPI_IN_PLACE` (src/mpi_in_place.c), which tells MPI to read and write `part`.
             let code = unsafe {
                 mpi::ffi::MPI_Allreduce(
-                    part.as_ptr().cast(),
-                    sum.as_mut_ptr().add(i * MAX_COUNT).cast(),
+                    ferroflow_mpi_in_place(),
+                    part.as_mut_ptr().cast(),
                     part.len() as c_int,
                     T::equivalent_datatype().as_raw(),
                     SystemOperation::sum().as_raw(),
@@ -172,9 +177,7 @@ impl MpiTransport {
                 });
             }
         }
-        // SAFETY: the calls above wrote every one of the `values.len()` elements.
-        unsafe { sum.set_len(values.len()) };
-        Ok(sum)
+        Ok(())
     }
 
     /// Every rank's `bytes` (of one length) concatenated in rank order (`MPI_Allgather`).
