@@ -4,7 +4,7 @@ use crate::shm::{Piece, Rendezvous, ShmLinks};
 use bytes::Bytes;
 use ferroflow_cluster::{ClusterResolver, Delivery, MpiLaunch, Peer, TaskId, TaskServer};
 use ferroflow_tensor::trace::{StatValue, TraceMe, PEER_WAIT_SPAN};
-use ferroflow_tensor::{DType, Element, Error, HostData, Result, Tensor};
+use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
 use half::{bf16, f16};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1013,7 +1013,7 @@ trait WireEquivalence {}
 impl<T> WireEquivalence for T {}
 
 /// A value type collectives send and add: f32, f64, i32, i64 (little-endian on the wire).
-trait Wire: Element + WireEquivalence {
+trait Wire: Copy + WireEquivalence {
     const BYTES: usize;
     fn extend_from(out: &mut Vec<Self>, h: &HostData);
     /// The values of `h` when it holds this type already (moved), else `h` back.
