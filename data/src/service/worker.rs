@@ -36,7 +36,11 @@ pub struct WorkerConfig {
     pub heartbeat_interval: Duration,
     /// Each call to the dispatcher gives up after this long.
     pub dispatcher_timeout: Duration,
-    /// Elements each task keeps ready for its consumers.
+    /// Elements each task keeps ready for its consumers (default 32: with 8, one worker
+    /// streaming MNIST batches to a consumer on loopback ran at 0.73× the pipeline in
+    /// process in the median of seven rounds, with 32 at 0.88×; the buffer rides out the
+    /// moments the consumer's requests are in transit). Memory: up to this many encoded
+    /// elements per task.
     pub buffer_size: usize,
     /// The largest encoded element the worker sends: a larger one is an error for that
     /// element, naming both sizes.
@@ -55,7 +59,7 @@ impl WorkerConfig {
             worker_address: None,
             heartbeat_interval: Duration::from_millis(200),
             dispatcher_timeout: Duration::from_secs(10),
-            buffer_size: 8,
+            buffer_size: 32,
             max_element_bytes: MAX_MESSAGE_BYTES - 4096,
             token: ferroflow_cluster::token_from_env(),
         }
