@@ -4,7 +4,7 @@ use crate::shm::{Piece, Rendezvous, ShmLinks};
 use bytes::Bytes;
 use ferroflow_cluster::{ClusterResolver, Delivery, MpiLaunch, Peer, TaskId, TaskServer};
 use ferroflow_tensor::trace::{StatValue, TraceMe, PEER_WAIT_SPAN};
-use ferroflow_tensor::{DType, Error, HostData, Result, Tensor};
+use ferroflow_tensor::{DType, Element, Error, HostData, Result, Tensor};
 use half::{bf16, f16};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -603,8 +603,9 @@ impl Pack<'_> {
         }
     }
 
-    /// The pack's values, end to end, as `W` (read to the host; a one-tensor pack of the wire
-    /// type moves its host copy, no further copy).
+    /// The pack's values, end to end, as `W`: one copy of each tensor (a one-tensor pack of
+    /// the wire type moves its host copy; several tensors are concatenated, a dense CPU
+    /// tensor of the wire type straight from its storage, [`Tensor::host_slice`]).
     fn values<W: Wire>(&self) -> Result<Vec<W>> {
         if let Some(t) = self.only() {
             return Ok(W::take(t.to_host()?).unwrap_or_else(|h| {
@@ -613,9 +614,19 @@ impl Pack<'_> {
                 v
             }));
         }
-        let mut v = vec![];
+        let len = self
+            .indices
+            .iter()
+            .map(|&i| self.tensors[i].num_elements())
+            .sum();
+        let mut v = Vec::with_capacity(len);
         for &i in self.indices {
-            W::extend_from(&mut v, &self.tensors[i].to_host()?);
+            let t = &self.tensors[i];
+            // A dense CPU tensor of the wire type is copied once, from its storage.
+            match t.host_slice::<W>() {
+                Some(values) => v.extend_from_slice(values),
+                None => W::extend_from(&mut v, &t.to_host()?),
+            }
         }
         Ok(v)
     }
@@ -1013,7 +1024,7 @@ trait WireEquivalence {}
 impl<T> WireEquivalence for T {}
 
 /// A value type collectives send and add: f32, f64, i32, i64 (little-endian on the wire).
-trait Wire: Copy + WireEquivalence {
+trait Wire: Element + WireEquivalence {
     const BYTES: usize;
     fn extend_from(out: &mut Vec<Self>, h: &HostData);
     /// The values of `h` when it holds this type already (moved), else `h` back.
