@@ -32,7 +32,10 @@
 //!   task runs on its address, hosting its services (today the [`Mailbox`] collectives
 //!   deliver to); [`Peer`]: a client of another task's server. Calls carry the cluster token
 //!   (`FERROFLOW_CLUSTER_TOKEN`) and have deadlines; an unreachable or silent peer is
-//!   [`ferroflow_tensor::Error::Unavailable`], naming it.
+//!   [`ferroflow_tensor::Error::Unavailable`], naming it. [`DirectListener`] and
+//!   [`DirectClient`]: a task's one hot request/reply method on a TCP connection of its
+//!   own beside the server (token-checked, framed), read by the threads that answer and
+//!   wait, without the gRPC runtime's hand-offs.
 //! - [`LocalCluster`]: a job's tasks started as local processes with `TF_CONFIG` filled in
 //!   on loopback ports the OS picked, each handed to its task already listening
 //!   ([`reserve_loopback_ports`], [`hand_over`], [`bind_listener`]: no other process can
@@ -43,6 +46,7 @@
 
 #![warn(missing_docs)]
 
+mod direct;
 mod launch;
 mod mpi_env;
 mod ports;
@@ -53,6 +57,7 @@ mod spec;
 mod transport;
 mod wire;
 
+pub use direct::{DirectClient, DirectConnection, DirectListener};
 pub use launch::{
     free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster, PROFILER_PORT_ENV,
 };
@@ -65,3 +70,4 @@ pub use server::{
 };
 pub use slurm::{expand_hostlist, SlurmClusterResolver};
 pub use spec::{check_address, ClusterSpec, TaskId};
+pub use transport::keepalive_interval;

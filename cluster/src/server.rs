@@ -479,6 +479,24 @@ impl TaskServer {
     pub fn peer(&self, name: &str, address: &str, timeout: Duration) -> Result<Peer> {
         connect(&self.runtime, self.token.clone(), name, address, timeout)
     }
+
+    /// A listener for direct connections ([`crate::DirectListener`]) on this server's IP
+    /// address, at a port the OS picks; clients must present this server's cluster token.
+    pub fn direct_listener(&self) -> Result<crate::DirectListener> {
+        crate::DirectListener::bind(self.addr.ip(), self.token.clone())
+    }
+
+    /// A direct connection ([`crate::DirectClient`]) to the task `name` at `address`
+    /// (`host:port`, the port its [`crate::DirectListener`] has), connected and greeted
+    /// with this server's cluster token within `timeout`.
+    pub fn connect_direct(
+        &self,
+        name: &str,
+        address: &str,
+        timeout: Duration,
+    ) -> Result<crate::DirectClient> {
+        crate::DirectClient::connect(name, address, self.token.as_deref(), timeout)
+    }
 }
 
 /// Clients of task servers for a process that serves none (a data-service consumer, a

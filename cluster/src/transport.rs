@@ -295,8 +295,13 @@ impl Channel {
 /// How often a client pings its server, and how long it waits for the answer
 /// (`FERROFLOW_KEEPALIVE_SECONDS`, 10 by default): a server whose host vanished or whose
 /// process hangs sends no TCP reset, and without pings its calls would wait for their
-/// deadlines (a scheduled function's is 10 minutes).
-pub(crate) fn keepalive_interval() -> Duration {
+/// deadlines (a scheduled function's is 10 minutes). Whoever waits for an answer on a
+/// [`crate::DirectClient`] asks its task whether it is alive as often.
+///
+/// ```
+/// assert!(ferroflow_cluster::keepalive_interval() > std::time::Duration::ZERO);
+/// ```
+pub fn keepalive_interval() -> Duration {
     crate::seconds_from_env("FERROFLOW_KEEPALIVE_SECONDS", Duration::from_secs(10))
 }
 

@@ -336,6 +336,46 @@ fn basic_chief() -> Result<()> {
     say(format!("NO METHOD {e}"));
     let still = state.w.value().to_vec::<f32>()?;
     say(format!("PS STILL SERVING {}", still.len()));
+    // A worker's direct connection (the port its `worker.hello` names): a stranger is
+    // refused, a damaged request is an error naming it, and the worker goes on serving.
+    let w0 = spec
+        .task_address("worker", 0)
+        .unwrap_or_default()
+        .to_string();
+    let hello: serde_json::Value = serde_json::from_slice(
+        &friend
+            .peer("/job:worker/task:0", &w0, Duration::from_secs(5))?
+            .call("worker.hello", Default::default())?,
+    )
+    .map_err(|e| bad(e.to_string()))?;
+    let port = hello["run_port"]
+        .as_u64()
+        .ok_or_else(|| bad(format!("no direct port in {hello}")))?;
+    let direct_address = format!("127.0.0.1:{port}");
+    let e = match stranger.connect_direct(
+        "/job:worker/task:0",
+        &direct_address,
+        Duration::from_secs(5),
+    ) {
+        Err(e) => e.to_string(),
+        Ok(_) => "let in".to_string(),
+    };
+    say(format!("DIRECT STRANGER {e}"));
+    let direct = friend.connect_direct(
+        "/job:worker/task:0",
+        &direct_address,
+        Duration::from_secs(5),
+    )?;
+    direct.send(b"{oops")?;
+    let e = direct
+        .receive(Duration::from_secs(5))
+        .map(|_| ())
+        .unwrap_err();
+    say(format!("DIRECT MALFORMED {e}"));
+    let again = coordinator
+        .schedule::<_, (i64, Option<usize>)>("echo", &4)?
+        .fetch()?;
+    say(format!("DIRECT STILL SERVING {}", again.0));
     drop(coordinator);
     strategy.shut_down_cluster()
 }
@@ -664,6 +704,14 @@ fn basics_and_bad_input_across_processes() {
     assert!(malformed.contains("malformed"), "{malformed}");
     assert!(line("NO METHOD").contains("ps.no_such_method"), "{out}");
     assert_eq!(line("PS STILL SERVING"), "PS STILL SERVING 6");
+    let stranger = line("DIRECT STRANGER");
+    assert!(stranger.contains("FERROFLOW_CLUSTER_TOKEN"), "{stranger}");
+    let malformed = line("DIRECT MALFORMED");
+    assert!(
+        malformed.contains("malformed") && malformed.contains("/job:worker/task:0"),
+        "{malformed}"
+    );
+    assert_eq!(line("DIRECT STILL SERVING"), "DIRECT STILL SERVING 8");
     println!("{}", line("ROUND TRIP"));
 }
 

@@ -9,11 +9,21 @@
 //! before its worker died); the thread then waits for its worker to come back. A closure
 //! that fails, or finds a parameter server gone, is an error for its [`RemoteValue`] and
 //! for the next `schedule`, `join` or `done`.
+//!
+//! Closures go to a worker on its direct connection when it has one (the port its
+//! `worker.hello` names; `ferroflow_cluster::DirectClient`): the request is written by the
+//! thread that sends it and read by the worker's function thread, and the reply comes back
+//! the same way, without the gRPC runtimes' thread hand-offs: an empty function's round
+//! trip is then close to a bare TCP round trip between the two processes (BENCHMARKS.md,
+//! "Scheduled functions on a direct connection"). While it waits for a reply there, the worker's
+//! thread asks the worker's server every keepalive interval whether the worker is still
+//! the same process: a hung worker is given up as the gRPC path's pings give it up. A
+//! worker whose direct port cannot be reached is served over gRPC.
 
 use super::strategy::ParameterServerStrategy;
 use super::worker::{DatasetRequest, HelloReply, IteratorRequest, RunOutcome, RunRequest};
 use bytes::Bytes;
-use ferroflow_cluster::{Peer, Pending};
+use ferroflow_cluster::{DirectClient, Peer, Pending, TaskServer};
 use ferroflow_tensor::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -22,7 +32,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a scheduled function may run on a worker before the coordinator gives up on
 /// the worker (`FERROFLOW_FUNCTION_TIMEOUT` seconds; 600 by default). A worker that dies
@@ -152,13 +162,27 @@ struct Queue {
     handed: Vec<Option<SentClosure>>,
 }
 
-/// A closure sent to a worker and its call: `None` when it finished and its result is
-/// delivered, else the other outcome the worker answered.
-type SentClosure = (Arc<Closure>, Pending<Option<RunOutcome>>);
+/// A closure sent to a worker, and how its outcome comes back.
+type SentClosure = (Arc<Closure>, InFlight);
+
+/// How a closure sent to a worker is waited for.
+enum InFlight {
+    /// A `worker.run` call over gRPC: `None` when it finished and its result is delivered,
+    /// else the other outcome the worker answered.
+    Grpc(Pending<Option<RunOutcome>>),
+    /// A request on the worker's direct connection; replies come in the order sent.
+    Direct {
+        connection: Arc<DirectClient>,
+        sent: Instant,
+    },
+    /// A request the direct connection could not take (it broke).
+    Broken(Error),
+}
 
 /// A worker ready for a closure, as its thread left it for `schedule`.
 struct IdleWorker {
     runner: Arc<Peer>,
+    direct: Option<Arc<DirectClient>>,
     incarnation: u64,
     /// How much of the setup it has.
     set_up: usize,
@@ -223,15 +247,27 @@ impl ClusterCoordinator {
             next_id: AtomicU64::new(1),
         });
         let server = &strategy.inner.server;
+        // A worker's server answers `worker.hello` while its function thread runs: within
+        // the keepalive interval, or the worker is given up (as its pings would be).
+        let hello_timeout = Duration::from_secs(5).min(ferroflow_cluster::keepalive_interval());
         let mut threads = vec![];
         for (i, (name, address)) in workers.into_iter().enumerate() {
-            let control = server.peer(&name, &address, Duration::from_secs(5))?;
-            let runner = Arc::new(server.peer(&name, &address, function_timeout())?);
+            let link = WorkerLink {
+                index: i,
+                control: server.peer(&name, &address, hello_timeout)?,
+                runner: Arc::new(server.peer(&name, &address, function_timeout())?),
+                server: server.clone(),
+                host: address
+                    .rsplit_once(':')
+                    .map_or(address.as_str(), |(host, _)| host)
+                    .to_string(),
+                name,
+            };
             let shared = shared.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("coordinator-worker-{i}"))
-                    .spawn(move || worker_loop(i, &control, &runner, &shared))
+                    .spawn(move || worker_loop(&link, &shared))
                     .map_err(|e| Error::io("starting a coordinator thread", &e))?,
             );
         }
@@ -293,7 +329,12 @@ impl ClusterCoordinator {
         };
         match idle {
             Some((index, worker)) => {
-                match send_closure(&worker.runner, worker.incarnation, &closure) {
+                match send_closure(
+                    &worker.runner,
+                    worker.direct.as_ref(),
+                    worker.incarnation,
+                    &closure,
+                ) {
                     Ok(call) => {
                         q.in_flight += 1;
                         q.handed[index] = Some((closure, call));
@@ -389,12 +430,97 @@ fn json<T: Serialize>(v: &T) -> Result<Bytes> {
         .map_err(|e| Error::invalid("coordinator", e.to_string()))
 }
 
+/// What a coordinator thread reaches its worker through.
+struct WorkerLink {
+    index: usize,
+    /// The worker's task name, for errors.
+    name: String,
+    /// The host of its address (its direct connection's port is on it).
+    host: String,
+    server: Arc<TaskServer>,
+    /// For `worker.hello`: is it there, which process is it.
+    control: Peer,
+    /// For `worker.run` over gRPC, `worker.dataset` and `worker.iterator`.
+    runner: Arc<Peer>,
+}
+
+impl WorkerLink {
+    fn hello(&self) -> Result<HelloReply> {
+        self.control
+            .start_call("worker.hello", Bytes::new(), false)
+            .wait()
+            .and_then(|b| {
+                serde_json::from_slice::<HelloReply>(&b)
+                    .map_err(|e| Error::invalid("worker.hello", e.to_string()))
+            })
+    }
+
+    /// A direct connection to the worker at `port`, if it can be made.
+    fn connect_direct(&self, port: u16) -> Option<Arc<DirectClient>> {
+        let address = format!("{}:{port}", self.host);
+        self.server
+            .connect_direct(&self.name, &address, Duration::from_secs(5))
+            .ok()
+            .map(Arc::new)
+    }
+
+    /// Waits for the outcome of a closure sent to the worker (its `incarnation`): `None`
+    /// when it finished and its result is delivered.
+    fn wait(
+        &self,
+        incarnation: u64,
+        closure: &Closure,
+        in_flight: InFlight,
+    ) -> Result<Option<RunOutcome>> {
+        let (connection, sent) = match in_flight {
+            InFlight::Grpc(call) => return call.wait(),
+            InFlight::Broken(e) => return Err(e),
+            InFlight::Direct { connection, sent } => (connection, sent),
+        };
+        let lost = |msg: String| Error::Unavailable {
+            op: format!("function {:?}", closure.function),
+            peer: self.name.clone(),
+            msg,
+        };
+        let deadline = sent + function_timeout();
+        loop {
+            match connection.receive(ferroflow_cluster::keepalive_interval())? {
+                Some(reply) => {
+                    return match run_outcome(Ok(reply))? {
+                        RunOutcome::Done(json) => {
+                            closure.result.set(Ok(json));
+                            Ok(None)
+                        }
+                        other => Ok(Some(other)),
+                    };
+                }
+                None if Instant::now() >= deadline => {
+                    return Err(lost(format!(
+                        "no reply within the function timeout ({:?}, FERROFLOW_FUNCTION_TIMEOUT)",
+                        function_timeout()
+                    )))
+                }
+                None => match self.hello() {
+                    Ok(h) if h.incarnation == incarnation => {}
+                    Ok(_) => return Err(lost("the worker restarted".into())),
+                    Err(e) => return Err(lost(format!("the worker stopped answering: {e}"))),
+                },
+            }
+        }
+    }
+}
+
 /// One worker's thread: keep the worker set up, run closures on it, hand back the ones it
 /// did not finish.
-fn worker_loop(index: usize, control: &Peer, runner: &Arc<Peer>, shared: &Shared) {
+fn worker_loop(link: &WorkerLink, shared: &Shared) {
+    let index = link.index;
+    let runner = &link.runner;
     let mut incarnation: Option<u64> = None;
     let mut healthy = false;
     let mut set_up = 0usize;
+    let mut direct: Option<Arc<DirectClient>> = None;
+    // The incarnation whose direct port could not be reached (it is served over gRPC).
+    let mut no_direct: Option<u64> = None;
     let set_up_state = |shared: &Shared, up: bool| {
         shared.lock().workers_up[index] = up;
     };
@@ -406,27 +532,29 @@ fn worker_loop(index: usize, control: &Peer, runner: &Arc<Peer>, shared: &Shared
         // after a failure; while closures succeed, the worker is the one we know.)
         let inc = match (incarnation, healthy) {
             (Some(inc), true) => inc,
-            _ => {
-                let hello = control
-                    .start_call("worker.hello", Bytes::new(), false)
-                    .wait()
-                    .and_then(|b| {
-                        serde_json::from_slice::<HelloReply>(&b)
-                            .map_err(|e| Error::invalid("worker.hello", e.to_string()))
-                    });
-                match hello {
-                    Ok(h) => h.incarnation,
-                    Err(_) => {
-                        set_up_state(shared, false);
-                        let q = shared.lock();
-                        if q.stopping {
-                            return;
-                        }
-                        drop(shared.wake.wait_timeout(q, Duration::from_millis(250)));
-                        continue;
+            _ => match link.hello() {
+                Ok(h) => {
+                    if incarnation != Some(h.incarnation) {
+                        direct = None;
                     }
+                    if direct.is_none() && no_direct != Some(h.incarnation) {
+                        direct = h.run_port.and_then(|port| link.connect_direct(port));
+                        if direct.is_none() {
+                            no_direct = Some(h.incarnation);
+                        }
+                    }
+                    h.incarnation
                 }
-            }
+                Err(_) => {
+                    set_up_state(shared, false);
+                    let q = shared.lock();
+                    if q.stopping {
+                        return;
+                    }
+                    drop(shared.wake.wait_timeout(q, Duration::from_millis(250)));
+                    continue;
+                }
+            },
         };
         if incarnation != Some(inc) {
             incarnation = Some(inc);
@@ -497,6 +625,7 @@ fn worker_loop(index: usize, control: &Peer, runner: &Arc<Peer>, shared: &Shared
                     // closure itself.
                     q.idle[index] = Some(IdleWorker {
                         runner: runner.clone(),
+                        direct: direct.clone(),
                         incarnation: inc,
                         set_up,
                     });
@@ -510,8 +639,8 @@ fn worker_loop(index: usize, control: &Peer, runner: &Arc<Peer>, shared: &Shared
                 taken
             };
             if let Some(closure) = taken {
-                match send_closure(runner, inc, &closure) {
-                    Ok(call) => sent.push_back((closure, call)),
+                match send_closure(runner, direct.as_ref(), inc, &closure) {
+                    Ok(in_flight) => sent.push_back((closure, in_flight)),
                     Err(e) => {
                         let mut q = shared.lock();
                         q.in_flight -= 1;
@@ -520,16 +649,27 @@ fn worker_loop(index: usize, control: &Peer, runner: &Arc<Peer>, shared: &Shared
                 }
                 continue;
             }
-            let Some((closure, call)) = sent.pop_front() else {
+            let Some((closure, in_flight)) = sent.pop_front() else {
                 break;
             };
-            if !finish(index, runner, shared, closure, call.wait()) {
+            let outcome = link.wait(inc, &closure, in_flight);
+            if !finish(index, runner, shared, closure, outcome) {
                 // The worker is gone or restarted: what else was sent to it goes back to
-                // the queue too (or counts, if it finished before).
-                while let Some((closure, call)) = sent.pop_front() {
-                    finish(index, runner, shared, closure, call.wait());
+                // the queue too (or counts, if it finished before). Its direct
+                // connection's later replies cannot come before the one that failed.
+                while let Some((closure, in_flight)) = sent.pop_front() {
+                    let outcome = match in_flight {
+                        InFlight::Direct { .. } => Err(Error::Unavailable {
+                            op: format!("function {:?}", closure.function),
+                            peer: link.name.clone(),
+                            msg: "its worker was lost before it answered".into(),
+                        }),
+                        other => link.wait(inc, &closure, other),
+                    };
+                    finish(index, runner, shared, closure, outcome);
                 }
                 healthy = false;
+                direct = None;
                 break;
             }
         }
@@ -539,23 +679,38 @@ fn worker_loop(index: usize, control: &Peer, runner: &Arc<Peer>, shared: &Shared
     }
 }
 
-/// Sends `closure` to the worker `runner` reaches (its incarnation `incarnation`); the
-/// function's result reaches its `RemoteValue` from the runtime's thread as it arrives, and
-/// the call's outcome is left for the worker's thread to book.
+/// Sends `closure` to the worker `runner` reaches (its incarnation `incarnation`), on its
+/// direct connection when there is one. Over gRPC, the function's result reaches its
+/// `RemoteValue` from the runtime's thread as it arrives, and the call's outcome is left
+/// for the worker's thread to book.
 fn send_closure(
     runner: &Peer,
+    direct: Option<&Arc<DirectClient>>,
     incarnation: u64,
     closure: &Closure,
-) -> Result<Pending<Option<RunOutcome>>> {
+) -> Result<InFlight> {
     closure.attempts.fetch_add(1, Ordering::Relaxed);
-    let result = closure.result.clone();
     let request = json(&RunRequest {
         incarnation,
         function: closure.function.clone(),
         args: closure.args.clone(),
     })?;
-    Ok(
-        runner.start_call_then("worker.run", request, false, move |reply| {
+    if let Some(connection) = direct {
+        return match connection.send(&request) {
+            Ok(()) => Ok(InFlight::Direct {
+                connection: connection.clone(),
+                sent: Instant::now(),
+            }),
+            Err(e @ Error::Unavailable { .. }) => Ok(InFlight::Broken(e)),
+            Err(e) => Err(e),
+        };
+    }
+    let result = closure.result.clone();
+    Ok(InFlight::Grpc(runner.start_call_then(
+        "worker.run",
+        request,
+        false,
+        move |reply| {
             Ok(match run_outcome(reply)? {
                 RunOutcome::Done(json) => {
                     result.set(Ok(json));
@@ -563,8 +718,8 @@ fn send_closure(
                 }
                 other => Some(other),
             })
-        }),
-    )
+        },
+    )))
 }
 
 /// A `worker.run` reply as the outcome it says.

@@ -10,7 +10,9 @@
 //! | `worker.iterator` | incarnation, iterator id, dataset id | — |
 //!
 //! One thread owns the worker's state and runs everything, one call at a time, inside the
-//! strategy's scope; the server's handlers pass it the calls.
+//! strategy's scope; the server's handlers pass it the calls. It also answers `worker.run`
+//! on a direct connection (`ferroflow_cluster::DirectListener`, on Unix): the chief's
+//! requests reach it without the server's runtime, and its replies leave the same way.
 
 use super::strategy::{scope_of, ParameterServerStrategy};
 use super::variables::VariablePartitioner;
@@ -187,6 +189,10 @@ impl WorkerContext {
 #[derive(Serialize, Deserialize)]
 pub(crate) struct HelloReply {
     pub incarnation: u64,
+    /// The port of the worker's direct connection for `worker.run` (on its server's host),
+    /// if it has one.
+    #[serde(default)]
+    pub run_port: Option<u16>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -230,9 +236,36 @@ enum Job {
     Iterator(IteratorRequest, mpsc::Sender<Result<()>>),
 }
 
-/// The worker's serving state; dropping it ends the function thread.
+/// The way into the function thread for the server's handlers: its jobs, and (on Unix) a
+/// socket whose byte wakes it from `poll`, where it also waits for the chief's direct
+/// requests.
+struct Jobs {
+    tx: Mutex<mpsc::Sender<Job>>,
+    #[cfg(unix)]
+    wake: std::os::unix::net::UnixStream,
+}
+
+impl Jobs {
+    fn send(&self, job: Job) -> Result<()> {
+        self.tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(job)
+            .map_err(|_| gone())?;
+        #[cfg(unix)]
+        {
+            use std::io::Write;
+            // The socket does not block: when it is full, the thread is awake already.
+            let _ = (&self.wake).write(&[1]);
+        }
+        Ok(())
+    }
+}
+
+/// The worker's serving state; dropping it (and the server's handlers) ends the function
+/// thread.
 pub(crate) struct WorkerService {
-    _jobs: mpsc::Sender<Job>,
+    _jobs: Arc<Jobs>,
 }
 
 fn json<T: Serialize>(v: &T) -> Result<Bytes> {
@@ -245,8 +278,157 @@ fn parse<T: DeserializeOwned>(what: &'static str, b: &[u8]) -> Result<T> {
     serde_json::from_slice(b).map_err(|e| Error::invalid(what, format!("malformed request: {e}")))
 }
 
+/// What the function thread owns: the state, the functions, the datasets made.
+struct FunctionThread<S> {
+    incarnation: u64,
+    index: usize,
+    num_workers: usize,
+    steps: HashMap<String, StepFn<S>>,
+    datasets: HashMap<String, DatasetFn>,
+    made: HashMap<u64, Box<dyn Fn() -> Box<dyn Any>>>,
+    client: Arc<super::variables::PsClient>,
+    state: S,
+    ctx: WorkerContext,
+}
+
+impl<S> FunctionThread<S> {
+    fn run(&mut self, req: &RunRequest) -> RunOutcome {
+        if req.incarnation != self.incarnation {
+            RunOutcome::Restarted
+        } else {
+            run_function(
+                &self.steps,
+                &self.client,
+                &mut self.state,
+                &mut self.ctx,
+                req,
+            )
+        }
+    }
+
+    /// A `worker.run` request from a direct connection, answered.
+    fn run_direct(&mut self, request: Bytes) -> std::result::Result<Vec<u8>, String> {
+        let req: RunRequest = parse("worker.run", &request).map_err(|e| e.to_string())?;
+        serde_json::to_vec(&self.run(&req)).map_err(|e| format!("worker.run: {e}"))
+    }
+
+    fn handle(&mut self, job: Job) {
+        match job {
+            Job::Run(req, reply) => reply.send(json(&self.run(&req))),
+            Job::Dataset(req, reply) => {
+                let outcome = if req.incarnation != self.incarnation {
+                    Err(Error::invalid("worker.dataset", "this worker restarted"))
+                } else {
+                    match self.datasets.get(&req.name) {
+                        None => Err(Error::invalid(
+                            "worker.dataset",
+                            format!("no dataset function {:?} is registered", req.name),
+                        )),
+                        Some(make) => make(&InputContext {
+                            num_input_pipelines: self.num_workers,
+                            input_pipeline_id: self.index,
+                            num_replicas_in_sync: self.num_workers,
+                        })
+                        .map(|m| {
+                            self.made.insert(req.id, m);
+                        }),
+                    }
+                };
+                let _ = reply.send(outcome);
+            }
+            Job::Iterator(req, reply) => {
+                let outcome = if req.incarnation != self.incarnation {
+                    Err(Error::invalid("worker.iterator", "this worker restarted"))
+                } else {
+                    match self.made.get(&req.dataset) {
+                        None => Err(Error::invalid(
+                            "worker.iterator",
+                            format!("this worker has no dataset {}", req.dataset),
+                        )),
+                        Some(m) => {
+                            self.ctx.iterators.insert(req.id, m());
+                            Ok(())
+                        }
+                    }
+                };
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+
+    /// Runs jobs from the server's handlers and requests from the chief's direct
+    /// connections, one at a time, until the handlers are gone.
+    #[cfg(unix)]
+    fn serve(
+        mut self,
+        inbox: mpsc::Receiver<Job>,
+        mut wake: std::os::unix::net::UnixStream,
+        listener: ferroflow_cluster::DirectListener,
+    ) {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let pollfd = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut connections: Vec<ferroflow_cluster::DirectConnection> = vec![];
+        let mut fds = vec![];
+        loop {
+            loop {
+                match inbox.try_recv() {
+                    Ok(job) => self.handle(job),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => return,
+                }
+            }
+            fds.clear();
+            fds.push(pollfd(wake.as_raw_fd()));
+            fds.push(pollfd(listener.as_raw_fd()));
+            fds.extend(connections.iter().map(|c| pollfd(c.as_raw_fd())));
+            // SAFETY: `fds` is a live array of `fds.len()` pollfd structs.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            if ready < 0 {
+                continue; // EINTR
+            }
+            if fds[0].revents != 0 {
+                let mut bytes = [0u8; 64];
+                loop {
+                    match wake.read(&mut bytes) {
+                        // Every sender is gone: run what they sent, then end.
+                        Ok(0) => {
+                            while let Ok(job) = inbox.try_recv() {
+                                self.handle(job);
+                            }
+                            return;
+                        }
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+            }
+            let mut open = Vec::with_capacity(connections.len() + 1);
+            for (c, fd) in connections.drain(..).zip(&fds[2..]) {
+                let mut c = c;
+                if fd.revents == 0
+                    || matches!(c.serve_readable(&mut |r| self.run_direct(r)), Ok(true))
+                {
+                    open.push(c);
+                }
+            }
+            connections = open;
+            if fds[1].revents != 0 {
+                while let Ok(Some(c)) = listener.accept() {
+                    connections.push(c);
+                }
+            }
+        }
+    }
+}
+
 /// Starts the worker's function thread (building the state) and serves the worker methods
-/// on `server`.
+/// on `server`: `worker.run` also on a direct connection (on Unix), whose port `worker.hello`
+/// tells the chief.
 pub(crate) fn serve_worker<S: 'static>(
     server: &TaskServer,
     strategy: ParameterServerStrategy,
@@ -271,15 +453,36 @@ pub(crate) fn serve_worker<S: 'static>(
         .ok_or_else(|| Error::invalid("Server::run_worker", "the state was already built"))?;
     let steps = std::mem::take(&mut functions.functions);
     let datasets = std::mem::take(&mut functions.datasets);
-    let (jobs, inbox) = mpsc::channel::<Job>();
+    let (tx, inbox) = mpsc::channel::<Job>();
+    #[cfg(unix)]
+    let (jobs, wake, listener) = {
+        let (wake_tx, wake) = std::os::unix::net::UnixStream::pair()
+            .and_then(|(a, b)| {
+                a.set_nonblocking(true)?;
+                b.set_nonblocking(true)?;
+                Ok((a, b))
+            })
+            .map_err(|e| Error::io("making the worker's wake-up socket", &e))?;
+        let jobs = Jobs {
+            tx: Mutex::new(tx),
+            wake: wake_tx,
+        };
+        (jobs, wake, server.direct_listener()?)
+    };
+    #[cfg(not(unix))]
+    let jobs = Jobs { tx: Mutex::new(tx) };
+    #[cfg(unix)]
+    let run_port = Some(listener.port());
+    #[cfg(not(unix))]
+    let run_port = None;
     let (built_tx, built_rx) = mpsc::channel::<Result<()>>();
     let client = strategy.inner.client.clone();
     std::thread::Builder::new()
         .name("ps-worker-functions".into())
         .spawn(move || {
             let _scope = scope_of(&strategy);
-            let mut ctx = WorkerContext::new(Some(index), num_workers);
-            let mut state = match build(&ctx) {
+            let ctx = WorkerContext::new(Some(index), num_workers);
+            let state = match build(&ctx) {
                 Ok(s) => {
                     let _ = built_tx.send(Ok(()));
                     s
@@ -289,55 +492,24 @@ pub(crate) fn serve_worker<S: 'static>(
                     return;
                 }
             };
-            let mut made: HashMap<u64, Box<dyn Fn() -> Box<dyn Any>>> = HashMap::new();
-            for job in inbox {
-                match job {
-                    Job::Run(req, reply) => {
-                        let outcome = if req.incarnation != incarnation {
-                            RunOutcome::Restarted
-                        } else {
-                            run_function(&steps, &client, &mut state, &mut ctx, &req)
-                        };
-                        reply.send(json(&outcome));
-                    }
-                    Job::Dataset(req, reply) => {
-                        let outcome = if req.incarnation != incarnation {
-                            Err(Error::invalid("worker.dataset", "this worker restarted"))
-                        } else {
-                            match datasets.get(&req.name) {
-                                None => Err(Error::invalid(
-                                    "worker.dataset",
-                                    format!("no dataset function {:?} is registered", req.name),
-                                )),
-                                Some(make) => make(&InputContext {
-                                    num_input_pipelines: num_workers,
-                                    input_pipeline_id: index,
-                                    num_replicas_in_sync: num_workers,
-                                })
-                                .map(|m| {
-                                    made.insert(req.id, m);
-                                }),
-                            }
-                        };
-                        let _ = reply.send(outcome);
-                    }
-                    Job::Iterator(req, reply) => {
-                        let outcome = if req.incarnation != incarnation {
-                            Err(Error::invalid("worker.iterator", "this worker restarted"))
-                        } else {
-                            match made.get(&req.dataset) {
-                                None => Err(Error::invalid(
-                                    "worker.iterator",
-                                    format!("this worker has no dataset {}", req.dataset),
-                                )),
-                                Some(m) => {
-                                    ctx.iterators.insert(req.id, m());
-                                    Ok(())
-                                }
-                            }
-                        };
-                        let _ = reply.send(outcome);
-                    }
+            let thread = FunctionThread {
+                incarnation,
+                index,
+                num_workers,
+                steps,
+                datasets,
+                made: HashMap::new(),
+                client,
+                state,
+                ctx,
+            };
+            #[cfg(unix)]
+            thread.serve(inbox, wake, listener);
+            #[cfg(not(unix))]
+            {
+                let mut thread = thread;
+                for job in inbox {
+                    thread.handle(job);
                 }
             }
         })
@@ -348,8 +520,13 @@ pub(crate) fn serve_worker<S: 'static>(
             "the function thread ended while building the state",
         )
     })??;
-    let jobs = Arc::new(Mutex::new(jobs));
-    server.handle("worker.hello", move |_| json(&HelloReply { incarnation }));
+    let jobs = Arc::new(jobs);
+    server.handle("worker.hello", move |_| {
+        json(&HelloReply {
+            incarnation,
+            run_port,
+        })
+    });
     let j = jobs.clone();
     // The function thread answers the chief's run requests itself.
     server.handle_deferred("worker.run", move |b, reply| {
@@ -357,7 +534,7 @@ pub(crate) fn serve_worker<S: 'static>(
             Ok(req) => {
                 // A send fails only when the function thread has ended; the reply dropped
                 // with the job tells the chief so.
-                let _ = send(&j, Job::Run(req, reply));
+                let _ = j.send(Job::Run(req, reply));
             }
             Err(e) => reply.send(Err(e)),
         }
@@ -366,7 +543,7 @@ pub(crate) fn serve_worker<S: 'static>(
     server.handle("worker.dataset", move |b| {
         let req: DatasetRequest = parse("worker.dataset", &b)?;
         let (tx, rx) = mpsc::channel();
-        send(&j, Job::Dataset(req, tx))?;
+        j.send(Job::Dataset(req, tx))?;
         rx.recv().map_err(|_| gone())??;
         Ok(Bytes::new())
     });
@@ -374,23 +551,15 @@ pub(crate) fn serve_worker<S: 'static>(
     server.handle("worker.iterator", move |b| {
         let req: IteratorRequest = parse("worker.iterator", &b)?;
         let (tx, rx) = mpsc::channel();
-        send(&j, Job::Iterator(req, tx))?;
+        j.send(Job::Iterator(req, tx))?;
         rx.recv().map_err(|_| gone())??;
         Ok(Bytes::new())
     });
-    let keep = jobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    Ok(WorkerService { _jobs: keep })
+    Ok(WorkerService { _jobs: jobs })
 }
 
 fn gone() -> Error {
     Error::invalid("worker", "the worker's function thread has ended")
-}
-
-fn send(jobs: &Mutex<mpsc::Sender<Job>>, job: Job) -> Result<()> {
-    jobs.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .send(job)
-        .map_err(|_| gone())
 }
 
 fn run_function<S>(

@@ -1,0 +1,398 @@
+//! Direct connections: one request/reply method of a task served over a TCP connection of
+//! its own, beside the task's gRPC server, for calls whose cost is their round trip (a
+//! parameter-server job's scheduled functions).
+//!
+//! A gRPC call crosses six threads on its way and back (the caller → the client's runtime,
+//! the server's runtime → the thread that answers and back, the client's runtime → the
+//! caller): on a 2-vCPU VM each hand-off costs ~20 µs. A direct connection is read by the
+//! thread that answers it and by the thread that waits for the answer: two hand-offs.
+//!
+//! Frames both ways: a little-endian `u32` length, then that many bytes, at most
+//! [`MAX_MESSAGE_BYTES`]. A reply frame's first byte says what it is: 0 an answer (the
+//! rest), 1 an error (the rest, as text). The first frame a client sends is the cluster
+//! token (empty without one); the server answers an empty answer, or an error naming the
+//! token and closes. A frame over the limit is an error reply, and the connection closes
+//! (its bytes cannot be skipped safely).
+//!
+//! ```
+//! use ferroflow_cluster::TaskServer;
+//! use std::time::Duration;
+//! let server = TaskServer::start("127.0.0.1:0", Some("secret"))?;
+//! let listener = server.direct_listener()?;
+//! let address = format!("127.0.0.1:{}", listener.port());
+//! let answering = std::thread::spawn(move || -> std::io::Result<()> {
+//!     // A real server waits with `poll` on `as_raw_fd()`; this one has one client.
+//!     let mut connection = loop {
+//!         match listener.accept()? {
+//!             Some(c) => break c,
+//!             None => std::thread::sleep(Duration::from_millis(1)),
+//!         }
+//!     };
+//!     // The token, then one request.
+//!     while connection.serve_readable(&mut |request| Ok(request.to_ascii_uppercase()))? {
+//!         std::thread::sleep(Duration::from_millis(1));
+//!     }
+//!     Ok(())
+//! });
+//! let client = TaskServer::start("127.0.0.1:0", Some("secret"))?;
+//! let direct = client.connect_direct("/job:worker/task:0", &address, Duration::from_secs(5))?;
+//! direct.send(b"hello")?;
+//! assert_eq!(&direct.receive(Duration::from_secs(5))?.unwrap()[..], b"HELLO");
+//! drop(direct);
+//! answering.join().unwrap().unwrap();
+//! # Ok::<(), ferroflow_tensor::Error>(())
+//! ```
+
+use crate::MAX_MESSAGE_BYTES;
+use bytes::Bytes;
+use ferroflow_tensor::{Error, Result};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A reply frame's first byte: an answer follows.
+const ANSWER: u8 = 0;
+/// A reply frame's first byte: an error message follows.
+const ERROR: u8 = 1;
+
+/// How long a server waits for a client to take a reply (its socket buffers full) before
+/// it drops the connection.
+const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Writes one frame: the length, then `parts` one after another.
+fn write_frame(stream: &mut TcpStream, parts: &[&[u8]]) -> std::io::Result<()> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len > MAX_MESSAGE_BYTES {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "a message of {len} bytes is larger than the limit of {MAX_MESSAGE_BYTES} bytes"
+            ),
+        ));
+    }
+    let header = (len as u32).to_le_bytes();
+    if len <= 64 << 10 {
+        // One segment on the wire (the connection sends without delay).
+        let mut frame = Vec::with_capacity(4 + len);
+        frame.extend_from_slice(&header);
+        for p in parts {
+            frame.extend_from_slice(p);
+        }
+        stream.write_all(&frame)
+    } else {
+        stream.write_all(&header)?;
+        parts.iter().try_for_each(|p| stream.write_all(p))
+    }
+}
+
+/// Bytes read from a connection, cut into frames as they complete.
+#[derive(Default)]
+struct FrameBuffer {
+    bytes: Vec<u8>,
+    /// Where the first unconsumed byte is.
+    start: usize,
+}
+
+/// What the buffer holds at its front.
+enum Next {
+    /// A whole frame.
+    Frame(Bytes),
+    /// Not a whole frame yet.
+    Partial,
+    /// A frame longer than the limit (its length).
+    TooLong(usize),
+}
+
+impl FrameBuffer {
+    /// Reads once from `stream` into the buffer: `Ok(false)` when the peer closed it.
+    fn fill(&mut self, stream: &mut TcpStream) -> std::io::Result<bool> {
+        if self.start > 0 && self.start == self.bytes.len() {
+            self.bytes.clear();
+            self.start = 0;
+        }
+        // Room for the rest of the frame begun, when its length is known (one read for a
+        // large message, as far as the socket delivers it), else for a few small ones.
+        let have = &self.bytes[self.start..];
+        let rest = match have.first_chunk::<4>() {
+            Some(h) if u32::from_le_bytes(*h) as usize <= MAX_MESSAGE_BYTES => {
+                (4 + u32::from_le_bytes(*h) as usize).saturating_sub(have.len())
+            }
+            _ => 0,
+        };
+        let old = self.bytes.len();
+        self.bytes.resize(old + rest.max(4096), 0);
+        let read = stream.read(&mut self.bytes[old..]);
+        self.bytes.truncate(old + *read.as_ref().unwrap_or(&0));
+        Ok(read? > 0)
+    }
+
+    fn next(&mut self) -> Next {
+        let have = &self.bytes[self.start..];
+        let Some(header) = have.first_chunk::<4>() else {
+            return Next::Partial;
+        };
+        let len = u32::from_le_bytes(*header) as usize;
+        if len > MAX_MESSAGE_BYTES {
+            return Next::TooLong(len);
+        }
+        if have.len() < 4 + len {
+            return Next::Partial;
+        }
+        let frame = Bytes::copy_from_slice(&have[4..4 + len]);
+        self.start += 4 + len;
+        if self.start == self.bytes.len() {
+            self.bytes.clear();
+            self.start = 0;
+        }
+        Next::Frame(frame)
+    }
+}
+
+fn too_long(len: usize) -> String {
+    format!("a message of {len} bytes is larger than the limit of {MAX_MESSAGE_BYTES} bytes")
+}
+
+/// The listening side of a task's direct connections: made by
+/// [`crate::TaskServer::direct_listener`], it accepts without blocking, for a thread that
+/// waits on it with `poll` beside its other work.
+pub struct DirectListener {
+    listener: TcpListener,
+    token: Option<Arc<str>>,
+}
+
+impl DirectListener {
+    /// Listens on `ip` at a port the OS picks; clients must send `token`.
+    pub(crate) fn bind(ip: std::net::IpAddr, token: Option<Arc<str>>) -> Result<DirectListener> {
+        let listener = TcpListener::bind((ip, 0))
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| Error::io("listening for direct connections", &e))?;
+        Ok(DirectListener { listener, token })
+    }
+
+    /// The port it listens on (a client connects to the task's host at this port).
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map_or(0, |a| a.port())
+    }
+
+    /// A client waiting to connect, if one is (`Ok(None)` when none is).
+    pub fn accept(&self) -> std::io::Result<Option<DirectConnection>> {
+        match self.listener.accept() {
+            Ok((stream, _)) => {
+                // Requests are read when `poll` says they are there; a reply waits at most
+                // REPLY_WRITE_TIMEOUT for a client that does not read.
+                stream.set_nonblocking(false)?;
+                stream.set_nodelay(true)?;
+                stream.set_write_timeout(Some(REPLY_WRITE_TIMEOUT))?;
+                // A read never waits long, even when called with nothing there.
+                stream.set_read_timeout(Some(Duration::from_millis(100)))?;
+                Ok(Some(DirectConnection {
+                    stream,
+                    frames: FrameBuffer::default(),
+                    authenticated: false,
+                    token: self.token.clone(),
+                }))
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(unix)]
+impl std::os::fd::AsRawFd for DirectListener {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.listener.as_raw_fd()
+    }
+}
+
+/// A client's connection as its server sees it.
+pub struct DirectConnection {
+    stream: TcpStream,
+    frames: FrameBuffer,
+    authenticated: bool,
+    token: Option<Arc<str>>,
+}
+
+#[cfg(unix)]
+impl std::os::fd::AsRawFd for DirectConnection {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
+    }
+}
+
+impl DirectConnection {
+    /// Reads what has arrived (call it when the connection is readable) and answers each
+    /// whole request with `answer` (its `Err` goes back as an error reply). `Ok(false)`:
+    /// the connection is over (the client closed it, sent the wrong token or a frame over
+    /// the limit); drop it.
+    pub fn serve_readable(
+        &mut self,
+        answer: &mut dyn FnMut(Bytes) -> std::result::Result<Vec<u8>, String>,
+    ) -> std::io::Result<bool> {
+        match self.frames.fill(&mut self.stream) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(true),
+            Err(e) => return Err(e),
+        }
+        loop {
+            match self.frames.next() {
+                Next::Partial => return Ok(true),
+                Next::TooLong(len) => {
+                    write_frame(&mut self.stream, &[&[ERROR], too_long(len).as_bytes()])?;
+                    return Ok(false);
+                }
+                Next::Frame(frame) if !self.authenticated => {
+                    let expected = self.token.as_deref().unwrap_or("");
+                    if frame[..] != *expected.as_bytes() {
+                        let msg = "this task requires the cluster token (FERROFLOW_CLUSTER_TOKEN)";
+                        write_frame(&mut self.stream, &[&[ERROR], msg.as_bytes()])?;
+                        return Ok(false);
+                    }
+                    self.authenticated = true;
+                    write_frame(&mut self.stream, &[&[ANSWER]])?;
+                }
+                Next::Frame(request) => match answer(request) {
+                    Ok(reply) => write_frame(&mut self.stream, &[&[ANSWER], &reply])?,
+                    Err(msg) => write_frame(&mut self.stream, &[&[ERROR], msg.as_bytes()])?,
+                },
+            }
+        }
+    }
+}
+
+/// A client's direct connection to a task (made by [`crate::TaskServer::connect_direct`]):
+/// requests are sent from any thread, replies come back in the order of the requests, to
+/// whichever thread reads them.
+pub struct DirectClient {
+    peer: String,
+    writer: Mutex<TcpStream>,
+    reader: Mutex<(TcpStream, FrameBuffer)>,
+}
+
+impl DirectClient {
+    /// Connects to `address` (`host:port`) within `timeout` and presents `token`.
+    pub(crate) fn connect(
+        peer: &str,
+        address: &str,
+        token: Option<&str>,
+        timeout: Duration,
+    ) -> Result<DirectClient> {
+        let unavailable = |msg: String| Error::Unavailable {
+            op: "connect directly".into(),
+            peer: format!("{peer} ({address})"),
+            msg,
+        };
+        let addresses: Vec<_> = address
+            .to_socket_addrs()
+            .map_err(|e| unavailable(format!("cannot resolve {address:?}: {e}")))?
+            .collect();
+        let mut last = None;
+        let stream = addresses
+            .iter()
+            .find_map(|a| {
+                TcpStream::connect_timeout(a, timeout)
+                    .map_err(|e| last = Some(e))
+                    .ok()
+            })
+            .ok_or_else(|| {
+                unavailable(last.map_or("no address to connect to".into(), |e| e.to_string()))
+            })?;
+        stream
+            .set_nodelay(true)
+            .and_then(|()| stream.set_write_timeout(Some(timeout)))
+            .map_err(|e| unavailable(e.to_string()))?;
+        let reader = stream.try_clone().map_err(|e| unavailable(e.to_string()))?;
+        let client = DirectClient {
+            peer: format!("{peer} ({address})"),
+            writer: Mutex::new(stream),
+            reader: Mutex::new((reader, FrameBuffer::default())),
+        };
+        client.send(token.unwrap_or("").as_bytes())?;
+        match client.receive(timeout)? {
+            Some(_) => Ok(client),
+            None => Err(unavailable(format!(
+                "no answer to the greeting within {timeout:?}"
+            ))),
+        }
+    }
+
+    /// The task it reaches, and the address.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    fn unavailable(&self, op: &str, msg: String) -> Error {
+        Error::Unavailable {
+            op: op.into(),
+            peer: self.peer.clone(),
+            msg,
+        }
+    }
+
+    /// Sends one request (an error when the connection broke or the message is over the
+    /// limit).
+    pub fn send(&self, request: &[u8]) -> Result<()> {
+        let mut stream = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        write_frame(&mut stream, &[request]).map_err(|e| {
+            if e.kind() == ErrorKind::InvalidInput {
+                Error::invalid("a direct call", e.to_string())
+            } else {
+                self.unavailable("send a request", e.to_string())
+            }
+        })
+    }
+
+    /// The next reply, waiting at most `timeout`: `Ok(None)` when none came in that time
+    /// (nothing is lost: a later call reads it); `Error::Remote` for an error reply (the
+    /// server's message), `Error::Unavailable` when the connection broke.
+    pub fn receive(&self, timeout: Duration) -> Result<Option<Bytes>> {
+        let deadline = Instant::now() + timeout;
+        let mut guard = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let (stream, frames) = &mut *guard;
+        loop {
+            match frames.next() {
+                Next::Frame(frame) => {
+                    return match frame.first() {
+                        Some(&ANSWER) => Ok(Some(frame.slice(1..))),
+                        Some(&ERROR) => Err(Error::Remote {
+                            op: "a direct call".into(),
+                            peer: self.peer.clone(),
+                            msg: String::from_utf8_lossy(&frame[1..]).into_owned(),
+                        }),
+                        _ => Err(self.unavailable(
+                            "receive a reply",
+                            "a reply frame without its kind".into(),
+                        )),
+                    };
+                }
+                Next::TooLong(len) => {
+                    return Err(self.unavailable("receive a reply", too_long(len)))
+                }
+                Next::Partial => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            stream
+                .set_read_timeout(Some(left))
+                .map_err(|e| self.unavailable("receive a reply", e.to_string()))?;
+            match frames.fill(stream) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(
+                        self.unavailable("receive a reply", "the connection was closed".into())
+                    )
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.unavailable("receive a reply", e.to_string())),
+            }
+        }
+    }
+}
