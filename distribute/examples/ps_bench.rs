@@ -6,7 +6,10 @@
 //!   chief schedules on the workers (after 50 warm-up steps), as TF's parameter-server
 //!   tutorial's custom loop does;
 //! - `ps_roundtrip` — seconds for one empty function scheduled and its result fetched, one
-//!   at a time;
+//!   at a time (the median of 7 blocks of 100);
+//! - `tcp_roundtrip` — seconds for a bare TCP round trip of 64 bytes between the chief and a
+//!   child process echoing them (`ps_bench --tcp-echo`), in blocks interleaved with the
+//!   previous figure's: the floor under any scheduling round trip on this machine;
 //! - `ps_push`, `ps_pull` — bytes/s of assigning and reading a 1 MiB variable on a ps from
 //!   the chief.
 //!
@@ -23,8 +26,11 @@ use ferroflow::keras::{applications, Layer, Sequential};
 use ferroflow::optim::{Adam, Optimizer};
 use ferroflow::prelude::{GradientTape, Source};
 use ferroflow::{DType, Error, Result, Tensor, Variable};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const BATCH: usize = 128;
 const WARM_UP: usize = 50;
@@ -80,9 +86,91 @@ fn functions(mnist: String) -> Functions<State> {
     })
 }
 
+/// The `--tcp-echo` child: listens on a loopback port the OS picks, prints it, and echoes
+/// one connection's bytes until it closes (or 10 minutes pass).
+fn tcp_echo() -> std::io::Result<()> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    println!("{}", listener.local_addr()?.port());
+    std::io::stdout().flush()?;
+    let (mut stream, _) = listener.accept()?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(Duration::from_secs(600)))?;
+    let mut bytes = [0u8; 64];
+    loop {
+        let n = stream.read(&mut bytes)?;
+        if n == 0 {
+            return Ok(());
+        }
+        stream.write_all(&bytes[..n])?;
+    }
+}
+
+/// A child process echoing over TCP (killed when dropped) and the connection to it.
+struct Echo {
+    child: Child,
+    stream: TcpStream,
+}
+
+impl Echo {
+    fn start() -> std::io::Result<Echo> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("--tcp-echo")
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let port = child
+            .stdout
+            .take()
+            .and_then(|out| BufReader::new(out).lines().next())
+            .and_then(|line| line.ok()?.trim().parse::<u16>().ok());
+        let stream = match port {
+            Some(port) => TcpStream::connect(("127.0.0.1", port)),
+            None => Err(std::io::Error::other(
+                "the echo process did not say its port",
+            )),
+        };
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Echo { child, stream })
+    }
+
+    /// Seconds per round trip of 64 bytes, over `n`.
+    fn round_trips(&mut self, n: usize) -> std::io::Result<f64> {
+        let mut bytes = [7u8; 64];
+        let t = Instant::now();
+        for _ in 0..n {
+            self.stream.write_all(&bytes)?;
+            self.stream.read_exact(&mut bytes)?;
+        }
+        Ok(t.elapsed().as_secs_f64() / n as f64)
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn main() -> Result<()> {
-    ferroflow::init();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--tcp-echo") {
+        return tcp_echo().map_err(|e| Error::io("the TCP echo process", &e));
+    }
+    ferroflow::init();
     let [mnist, steps] = &args[..] else {
         return Err(bad("usage: ps_bench MNIST_DIR STEPS"));
     };
@@ -114,15 +202,25 @@ fn main() -> Result<()> {
     let loss = run(steps)?;
     println!("ps_steps {:.6e}", steps as f64 / t.elapsed().as_secs_f64());
     eprintln!("last loss {loss}");
-    let n = 500;
+    let mut echo = Echo::start().map_err(|e| Error::io("starting the TCP echo process", &e))?;
+    let echo_error = |e: std::io::Error| Error::io("the TCP round trips", &e);
     for _ in 0..20 {
         coordinator.schedule::<_, ()>("empty", &())?.fetch()?;
     }
-    let t = Instant::now();
-    for _ in 0..n {
-        coordinator.schedule::<_, ()>("empty", &())?.fetch()?;
+    echo.round_trips(20).map_err(echo_error)?;
+    let (mut ours, mut tcp) = (vec![], vec![]);
+    let n = 100;
+    for _ in 0..7 {
+        let t = Instant::now();
+        for _ in 0..n {
+            coordinator.schedule::<_, ()>("empty", &())?.fetch()?;
+        }
+        ours.push(t.elapsed().as_secs_f64() / n as f64);
+        tcp.push(echo.round_trips(n).map_err(echo_error)?);
     }
-    println!("ps_roundtrip {:.6e}", t.elapsed().as_secs_f64() / n as f64);
+    drop(echo);
+    println!("ps_roundtrip {:.6e}", median(ours));
+    println!("tcp_roundtrip {:.6e}", median(tcp));
     // 1 MiB of f32 on a ps, written and read from the chief.
     let elements = 1 << 18;
     let v = {

@@ -6,8 +6,10 @@
 //!   by `ferroflow launch --chief --workers N --ps 2`) against TensorFlow's
 //!   `ParameterServerStrategy` + `ClusterCoordinator` on the same processes
 //!   (`bench/tf_ps_mnist.py`, where TensorFlow imports);
-//! - our scheduling round trip (an empty function scheduled and fetched, one at a time) and
-//!   push/pull of a 1 MiB variable between the chief and a ps.
+//! - our scheduling round trip (an empty function scheduled and fetched, one at a time),
+//!   against a bare TCP round trip between two processes measured in the same process in
+//!   interleaved blocks (the floor under it on this machine), and push/pull of a 1 MiB
+//!   variable between the chief and a ps.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -77,10 +79,15 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
         ));
     }
     let roundtrip = get("ours 1 ps_roundtrip").map(|s| s * 1e6);
+    let tcp = get("ours 1 tcp_roundtrip").map(|s| s * 1e6);
+    let over_tcp = roundtrip.zip(tcp).map(|(a, b)| a / b);
     let push = get("ours 1 ps_push").map(|b| b / 1e9);
     let pull = get("ours 1 ps_pull").map(|b| b / 1e9);
     if let Some(v) = roundtrip {
         figures.insert("ps_roundtrip_us".into(), v);
+    }
+    if let Some(v) = over_tcp {
+        figures.insert("ps_roundtrip_vs_tcp".into(), v);
     }
     if let Some(v) = push {
         figures.insert("ps_push_1mib_gbps".into(), v);
@@ -89,9 +96,12 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
         figures.insert("ps_pull_1mib_gbps".into(), v);
     }
     md.push_str(&format!(
-        "\nOurs, 1 worker: an empty scheduled function's round trip {} µs; a 1 MiB variable pushed \
+        "\nOurs, 1 worker: an empty scheduled function's round trip {} µs, {}× a bare TCP round \
+         trip between two processes ({} µs, measured beside it); a 1 MiB variable pushed \
          to a ps at {} GB/s, pulled at {} GB/s.\n",
         cell(roundtrip, 0),
+        cell(over_tcp, 2),
+        cell(tcp, 0),
         cell(push, 2),
         cell(pull, 2)
     ));
