@@ -687,6 +687,10 @@ impl WorkerLink {
                 }
                 return outcome;
             }
+            if let Some(e) = &st.broken {
+                // Given up, and this closure's answer is not here: it cannot come.
+                return Err(lost(format!("its direct connection was given up: {e}")));
+            }
             let now = Instant::now();
             if now >= next_probe {
                 // Is the worker still there (its server answers while a function runs)?
