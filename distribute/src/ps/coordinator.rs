@@ -12,14 +12,13 @@
 //!
 //! Closures go to a worker on its direct connection when it has one (the port its
 //! `worker.hello` names; `ferroflow_cluster::DirectClient`): the request is written by the
-//! thread that sends it and read by the worker's function thread, and the reply is read
-//! by whichever thread needs it first: the worker's thread here, or the `fetch` of the
-//! closure's [`RemoteValue`] (an empty function scheduled and fetched then crosses two
-//! threads, as a bare TCP round trip does; over gRPC it crossed six: BENCHMARKS.md,
-//! "Scheduled functions on a direct connection"). While it waits for a reply there, the
-//! worker's thread asks the worker's server every keepalive interval whether the worker is
-//! still the same process: a hung worker is given up as the gRPC path's pings give it up.
-//! A worker whose direct port cannot be reached is served over gRPC.
+//! thread that sends it and read by the worker's function thread, and the reply comes back
+//! the same way, without the gRPC runtimes' thread hand-offs: an empty function's round
+//! trip is then close to a bare TCP round trip between the two processes (BENCHMARKS.md,
+//! "Scheduled functions on a direct connection"). While it waits for a reply there, the worker's
+//! thread asks the worker's server every keepalive interval whether the worker is still
+//! the same process: a hung worker is given up as the gRPC path's pings give it up. A
+//! worker whose direct port cannot be reached is served over gRPC.
 
 use super::strategy::ParameterServerStrategy;
 use super::worker::{DatasetRequest, HelloReply, IteratorRequest, RunOutcome, RunRequest};
@@ -60,172 +59,12 @@ struct Closure {
 struct Slot {
     value: Mutex<Option<Result<String>>>,
     ready: Condvar,
-    /// The direct connection its closure was last sent on: a `fetch` may read the reply
-    /// there itself.
-    lane: Mutex<std::sync::Weak<Lane>>,
 }
 
 impl Slot {
-    /// The closure's outcome; the first one stays (a closure sent again after its worker
-    /// was lost may be answered twice).
     fn set(&self, v: Result<String>) {
-        let mut value = self.value.lock().unwrap_or_else(|e| e.into_inner());
-        if value.is_none() {
-            *value = Some(v);
-            self.ready.notify_all();
-        }
-    }
-
-    fn is_set(&self) -> bool {
-        self.value
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-    }
-}
-
-/// How long a `fetch` reading replies on a direct connection waits for one before it
-/// looks again at whether its closure is still there (the coordinator's thread checks
-/// that the worker lives; a fetch only reads).
-const FETCH_READ_SLICE: Duration = Duration::from_millis(100);
-
-/// How long a worker's coordinator thread leaves the reply to a closure `schedule` sent
-/// itself for that closure's `fetch` to read (one thread hand-off fewer on the way to the
-/// caller) before it reads the reply itself.
-const HANDED_GRACE: Duration = Duration::from_millis(2);
-
-/// A worker's direct connection and the closures sent on it whose replies are not read
-/// yet. Replies come in the order sent, and whoever needs one first reads them: the
-/// worker's coordinator thread, or a [`RemoteValue::fetch`] waiting for its own closure
-/// (its result then reaches it without another thread in between). The coordinator thread
-/// books every reply in order.
-struct Lane {
-    connection: DirectClient,
-    state: Mutex<LaneState>,
-    /// Signalled when a reply was read, reading is free again, or the lane failed.
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct LaneState {
-    /// Closures sent whose replies are not read yet, in order.
-    waiting: VecDeque<Arc<Closure>>,
-    /// Replies read, for the coordinator thread to book, in order: `None` when the
-    /// closure finished and its result is delivered.
-    answered: VecDeque<(Arc<Closure>, Result<Option<RunOutcome>>)>,
-    /// A thread is reading a reply.
-    reading: bool,
-    /// Why the lane was given up, if it was: nothing more is sent on it or read from it.
-    broken: Option<Error>,
-}
-
-impl Lane {
-    fn new(connection: DirectClient) -> Lane {
-        Lane {
-            connection,
-            state: Mutex::default(),
-            changed: Condvar::new(),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, LaneState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Sends `closure`'s request (in the lane's order: under its lock).
-    fn send(self: &Arc<Self>, closure: &Arc<Closure>, request: &[u8]) -> Result<()> {
-        let mut st = self.lock();
-        if let Some(e) = &st.broken {
-            return Err(e.clone());
-        }
-        self.connection.send(request)?;
-        st.waiting.push_back(closure.clone());
-        *closure
-            .result
-            .lane
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(self);
-        Ok(())
-    }
-
-    /// Reads one reply, waiting at most `timeout`, and hands it to its closure (the caller
-    /// took the reading role); `false` when none came in that time.
-    fn read_one(&self, timeout: Duration) -> bool {
-        let reply = self.connection.receive(timeout);
-        let mut st = self.lock();
-        st.reading = false;
-        let read = match reply {
-            Ok(None) => false,
-            Ok(Some(bytes)) => {
-                self.answer(&mut st, run_outcome(Ok(bytes)));
-                true
-            }
-            // An error reply answers one request.
-            Err(e @ Error::Remote { .. }) => {
-                self.answer(&mut st, Err(e));
-                true
-            }
-            Err(e) => {
-                Self::fail_locked(&mut st, e);
-                true
-            }
-        };
-        drop(st);
-        self.changed.notify_all();
-        read
-    }
-
-    fn answer(&self, st: &mut LaneState, outcome: Result<RunOutcome>) {
-        let Some(closure) = st.waiting.pop_front() else {
-            let e = Error::Unavailable {
-                op: "worker.run".into(),
-                peer: self.connection.peer().to_string(),
-                msg: "a reply came for no request".into(),
-            };
-            return Self::fail_locked(st, e);
-        };
-        let outcome = match outcome {
-            Ok(RunOutcome::Done(json)) => {
-                closure.result.set(Ok(json));
-                Ok(None)
-            }
-            Ok(other) => Ok(Some(other)),
-            Err(e) => Err(e),
-        };
-        st.answered.push_back((closure, outcome));
-    }
-
-    /// Gives the lane up: its closures not answered yet are answered with `e`.
-    fn fail(&self, e: Error) {
-        Self::fail_locked(&mut self.lock(), e);
-        self.changed.notify_all();
-    }
-
-    fn fail_locked(st: &mut LaneState, e: Error) {
-        while let Some(c) = st.waiting.pop_front() {
-            st.answered.push_back((c, Err(e.clone())));
-        }
-        st.broken.get_or_insert(e);
-    }
-
-    /// For a `fetch` of `slot`: reads replies while its closure waits on this lane and
-    /// nobody else reads (each read at most FETCH_READ_SLICE); returns when the slot is
-    /// set, or when reading is not its to do.
-    fn read_for(&self, slot: &Arc<Slot>) {
-        loop {
-            let mut st = self.lock();
-            let mine = st.waiting.iter().any(|c| Arc::ptr_eq(&c.result, slot));
-            if !mine || st.reading || st.broken.is_some() {
-                return;
-            }
-            st.reading = true;
-            drop(st);
-            if !self.read_one(FETCH_READ_SLICE) && !slot.is_set() {
-                // Nothing within the slice: the worker may be busy, or gone (its
-                // coordinator thread finds out); wait for the result instead.
-                return;
-            }
-        }
+        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        self.ready.notify_all();
     }
 }
 
@@ -237,24 +76,9 @@ pub struct RemoteValue<T> {
 
 impl<T: DeserializeOwned> RemoteValue<T> {
     /// Waits for the function and returns its result, or its error. A result is here the
-    /// moment the worker's reply arrives (sent on the worker's direct connection and not
-    /// read yet, this call reads it itself when no other thread is reading there);
-    /// [`ClusterCoordinator::done`] and [`ClusterCoordinator::join`] count the closure as
-    /// finished a moment later.
+    /// moment the worker's reply arrives; [`ClusterCoordinator::done`] and
+    /// [`ClusterCoordinator::join`] count the closure as finished a moment later.
     pub fn fetch(&self) -> Result<T> {
-        // Sent on a direct connection and not answered yet: read the reply here if nobody
-        // else is reading.
-        if !self.slot.is_set() {
-            let lane = self
-                .slot
-                .lane
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .upgrade();
-            if let Some(lane) = lane {
-                lane.read_for(&self.slot);
-            }
-        }
         let mut v = self.slot.value.lock().unwrap_or_else(|e| e.into_inner());
         let outcome = loop {
             match v.as_ref() {
@@ -348,10 +172,8 @@ enum InFlight {
     Grpc(Pending<Option<RunOutcome>>),
     /// A request on the worker's direct connection; replies come in the order sent.
     Direct {
-        lane: Arc<Lane>,
+        connection: Arc<DirectClient>,
         sent: Instant,
-        /// Sent by `schedule` itself (its `fetch` may come to read the reply).
-        handed: bool,
     },
     /// A request the direct connection could not take (it broke).
     Broken(Error),
@@ -360,7 +182,7 @@ enum InFlight {
 /// A worker ready for a closure, as its thread left it for `schedule`.
 struct IdleWorker {
     runner: Arc<Peer>,
-    direct: Option<Arc<Lane>>,
+    direct: Option<Arc<DirectClient>>,
     incarnation: u64,
     /// How much of the setup it has.
     set_up: usize,
@@ -512,7 +334,6 @@ impl ClusterCoordinator {
                     worker.direct.as_ref(),
                     worker.incarnation,
                     &closure,
-                    true,
                 ) {
                     Ok(call) => {
                         q.in_flight += 1;
@@ -635,12 +456,12 @@ impl WorkerLink {
     }
 
     /// A direct connection to the worker at `port`, if it can be made.
-    fn connect_direct(&self, port: u16) -> Option<Arc<Lane>> {
+    fn connect_direct(&self, port: u16) -> Option<Arc<DirectClient>> {
         let address = format!("{}:{port}", self.host);
         self.server
             .connect_direct(&self.name, &address, Duration::from_secs(5))
             .ok()
-            .map(|c| Arc::new(Lane::new(c)))
+            .map(Arc::new)
     }
 
     /// Waits for the outcome of a closure sent to the worker (its `incarnation`): `None`
@@ -648,87 +469,43 @@ impl WorkerLink {
     fn wait(
         &self,
         incarnation: u64,
-        closure: &Arc<Closure>,
+        closure: &Closure,
         in_flight: InFlight,
     ) -> Result<Option<RunOutcome>> {
-        match in_flight {
-            InFlight::Grpc(call) => call.wait(),
-            InFlight::Broken(e) => Err(e),
-            InFlight::Direct { lane, sent, handed } => {
-                self.wait_direct(incarnation, closure, &lane, sent, handed)
-            }
-        }
-    }
-
-    /// The reply to `closure` on `lane`, read here or by its `fetch`; while none comes,
-    /// the worker is asked every keepalive interval whether it is still the same process.
-    fn wait_direct(
-        &self,
-        incarnation: u64,
-        closure: &Arc<Closure>,
-        lane: &Lane,
-        sent: Instant,
-        handed: bool,
-    ) -> Result<Option<RunOutcome>> {
+        let (connection, sent) = match in_flight {
+            InFlight::Grpc(call) => return call.wait(),
+            InFlight::Broken(e) => return Err(e),
+            InFlight::Direct { connection, sent } => (connection, sent),
+        };
         let lost = |msg: String| Error::Unavailable {
             op: format!("function {:?}", closure.function),
             peer: self.name.clone(),
             msg,
         };
-        let keepalive = ferroflow_cluster::keepalive_interval();
         let deadline = sent + function_timeout();
-        let grace_until = sent + if handed { HANDED_GRACE } else { Duration::ZERO };
-        let mut next_probe = Instant::now() + keepalive;
-        let mut st = lane.lock();
         loop {
-            if let Some((answered, outcome)) = st.answered.pop_front() {
-                if !Arc::ptr_eq(&answered, closure) {
-                    return Err(lost("its worker's replies came out of order".into()));
+            match connection.receive(ferroflow_cluster::keepalive_interval())? {
+                Some(reply) => {
+                    return match run_outcome(Ok(reply))? {
+                        RunOutcome::Done(json) => {
+                            closure.result.set(Ok(json));
+                            Ok(None)
+                        }
+                        other => Ok(Some(other)),
+                    };
                 }
-                return outcome;
-            }
-            if let Some(e) = &st.broken {
-                // Given up, and this closure's answer is not here: it cannot come.
-                return Err(lost(format!("its direct connection was given up: {e}")));
-            }
-            let now = Instant::now();
-            if now >= next_probe {
-                // Is the worker still there (its server answers while a function runs)?
-                drop(st);
-                match self.hello() {
-                    Ok(h) if h.incarnation == incarnation => {}
-                    Ok(_) => return Err(lost("the worker restarted".into())),
-                    Err(e) => return Err(lost(format!("the worker stopped answering: {e}"))),
-                }
-                if Instant::now() >= deadline {
+                None if Instant::now() >= deadline => {
                     return Err(lost(format!(
                         "no reply within the function timeout ({:?}, FERROFLOW_FUNCTION_TIMEOUT)",
                         function_timeout()
-                    )));
+                    )))
                 }
-                next_probe = Instant::now() + keepalive;
-                st = lane.lock();
-                continue;
+                None => match self.hello() {
+                    Ok(h) if h.incarnation == incarnation => {}
+                    Ok(_) => return Err(lost("the worker restarted".into())),
+                    Err(e) => return Err(lost(format!("the worker stopped answering: {e}"))),
+                },
             }
-            if st.reading || now < grace_until {
-                let until = next_probe.min(if now < grace_until {
-                    grace_until
-                } else {
-                    next_probe
-                });
-                st = lane
-                    .changed
-                    .wait_timeout(st, until.saturating_duration_since(now))
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-                continue;
-            }
-            st.reading = true;
-            drop(st);
-            if lane.read_one(next_probe.saturating_duration_since(now)) {
-                next_probe = Instant::now() + keepalive;
-            }
-            st = lane.lock();
         }
     }
 }
@@ -741,7 +518,7 @@ fn worker_loop(link: &WorkerLink, shared: &Shared) {
     let mut incarnation: Option<u64> = None;
     let mut healthy = false;
     let mut set_up = 0usize;
-    let mut direct: Option<Arc<Lane>> = None;
+    let mut direct: Option<Arc<DirectClient>> = None;
     // The incarnation whose direct port could not be reached (it is served over gRPC).
     let mut no_direct: Option<u64> = None;
     let set_up_state = |shared: &Shared, up: bool| {
@@ -862,7 +639,7 @@ fn worker_loop(link: &WorkerLink, shared: &Shared) {
                 taken
             };
             if let Some(closure) = taken {
-                match send_closure(runner, direct.as_ref(), inc, &closure, false) {
+                match send_closure(runner, direct.as_ref(), inc, &closure) {
                     Ok(in_flight) => sent.push_back((closure, in_flight)),
                     Err(e) => {
                         let mut q = shared.lock();
@@ -880,18 +657,19 @@ fn worker_loop(link: &WorkerLink, shared: &Shared) {
                 // The worker is gone or restarted: what else was sent to it goes back to
                 // the queue too (or counts, if it finished before). Its direct
                 // connection's later replies cannot come before the one that failed.
-                if let Some(lane) = direct.take() {
-                    lane.fail(Error::Unavailable {
-                        op: "worker.run".into(),
-                        peer: link.name.clone(),
-                        msg: "its worker was lost before it answered".into(),
-                    });
-                }
                 while let Some((closure, in_flight)) = sent.pop_front() {
-                    let outcome = link.wait(inc, &closure, in_flight);
+                    let outcome = match in_flight {
+                        InFlight::Direct { .. } => Err(Error::Unavailable {
+                            op: format!("function {:?}", closure.function),
+                            peer: link.name.clone(),
+                            msg: "its worker was lost before it answered".into(),
+                        }),
+                        other => link.wait(inc, &closure, other),
+                    };
                     finish(index, runner, shared, closure, outcome);
                 }
                 healthy = false;
+                direct = None;
                 break;
             }
         }
@@ -907,10 +685,9 @@ fn worker_loop(link: &WorkerLink, shared: &Shared) {
 /// for the worker's thread to book.
 fn send_closure(
     runner: &Peer,
-    direct: Option<&Arc<Lane>>,
+    direct: Option<&Arc<DirectClient>>,
     incarnation: u64,
-    closure: &Arc<Closure>,
-    handed: bool,
+    closure: &Closure,
 ) -> Result<InFlight> {
     closure.attempts.fetch_add(1, Ordering::Relaxed);
     let request = json(&RunRequest {
@@ -918,12 +695,11 @@ fn send_closure(
         function: closure.function.clone(),
         args: closure.args.clone(),
     })?;
-    if let Some(lane) = direct {
-        return match lane.send(closure, &request) {
+    if let Some(connection) = direct {
+        return match connection.send(&request) {
             Ok(()) => Ok(InFlight::Direct {
-                lane: lane.clone(),
+                connection: connection.clone(),
                 sent: Instant::now(),
-                handed,
             }),
             Err(e @ Error::Unavailable { .. }) => Ok(InFlight::Broken(e)),
             Err(e) => Err(e),
