@@ -7,7 +7,7 @@
 //!   tutorial's custom loop does;
 //! - `ps_roundtrip` — seconds for one empty function scheduled and its result fetched, one
 //!   at a time (the median of 7 blocks of 100);
-//! - `tcp_roundtrip` — seconds for a bare TCP round trip of 64 bytes between the chief and a
+//! - `ps_tcp_roundtrip` — seconds for a bare TCP round trip of 64 bytes between the chief and a
 //!   child process echoing them (`ps_bench --tcp-echo`), in blocks interleaved with the
 //!   previous figure's: the floor under any scheduling round trip on this machine;
 //! - `ps_push`, `ps_pull` — bytes/s of assigning and reading a 1 MiB variable on a ps from
@@ -220,7 +220,7 @@ fn main() -> Result<()> {
     }
     drop(echo);
     println!("ps_roundtrip {:.6e}", median(ours));
-    println!("tcp_roundtrip {:.6e}", median(tcp));
+    println!("ps_tcp_roundtrip {:.6e}", median(tcp));
     // 1 MiB of f32 on a ps, written and read from the chief.
     let elements = 1 << 18;
     let v = {

@@ -79,7 +79,7 @@ pub(crate) fn run(rounds: usize, has_tf: bool, figures: &mut Figures) -> String 
         ));
     }
     let roundtrip = get("ours 1 ps_roundtrip").map(|s| s * 1e6);
-    let tcp = get("ours 1 tcp_roundtrip").map(|s| s * 1e6);
+    let tcp = get("ours 1 ps_tcp_roundtrip").map(|s| s * 1e6);
     let over_tcp = roundtrip.zip(tcp).map(|(a, b)| a / b);
     let push = get("ours 1 ps_push").map(|b| b / 1e9);
     let pull = get("ours 1 ps_pull").map(|b| b / 1e9);
