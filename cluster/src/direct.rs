@@ -56,6 +56,13 @@ const ANSWER: u8 = 0;
 /// A reply frame's first byte: an error message follows.
 const ERROR: u8 = 1;
 
+/// The largest greeting (the token frame) a server reads before the client is known.
+const GREETING_LIMIT: usize = 64 << 10;
+
+/// At most this much room is made ahead of the bytes that arrived (a frame's length is
+/// the peer's word until its bytes are there).
+const READ_AHEAD_LIMIT: usize = 16 << 20;
+
 /// How long a server waits for a client to take a reply (its socket buffers full) before
 /// it drops the connection.
 const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -121,19 +128,21 @@ impl FrameBuffer {
             _ => 0,
         };
         let old = self.bytes.len();
-        self.bytes.resize(old + rest.max(4096), 0);
+        self.bytes
+            .resize(old + rest.clamp(4096, READ_AHEAD_LIMIT), 0);
         let read = stream.read(&mut self.bytes[old..]);
         self.bytes.truncate(old + *read.as_ref().unwrap_or(&0));
         Ok(read? > 0)
     }
 
-    fn next(&mut self) -> Next {
+    /// The frame at the front, if whole; frames longer than `limit` are refused.
+    fn next(&mut self, limit: usize) -> Next {
         let have = &self.bytes[self.start..];
         let Some(header) = have.first_chunk::<4>() else {
             return Next::Partial;
         };
         let len = u32::from_le_bytes(*header) as usize;
-        if len > MAX_MESSAGE_BYTES {
+        if len > limit {
             return Next::TooLong(len);
         }
         if have.len() < 4 + len {
@@ -149,8 +158,8 @@ impl FrameBuffer {
     }
 }
 
-fn too_long(len: usize) -> String {
-    format!("a message of {len} bytes is larger than the limit of {MAX_MESSAGE_BYTES} bytes")
+fn too_long(len: usize, limit: usize) -> String {
+    format!("a message of {len} bytes is larger than the limit of {limit} bytes")
 }
 
 /// The listening side of a task's direct connections: made by
@@ -240,10 +249,16 @@ impl DirectConnection {
             Err(e) => return Err(e),
         }
         loop {
-            match self.frames.next() {
+            let limit = if self.authenticated {
+                MAX_MESSAGE_BYTES
+            } else {
+                GREETING_LIMIT
+            };
+            match self.frames.next(limit) {
                 Next::Partial => return Ok(true),
                 Next::TooLong(len) => {
-                    write_frame(&mut self.stream, &[&[ERROR], too_long(len).as_bytes()])?;
+                    let msg = too_long(len, limit);
+                    write_frame(&mut self.stream, &[&[ERROR], msg.as_bytes()])?;
                     return Ok(false);
                 }
                 Next::Frame(frame) if !self.authenticated => {
@@ -355,7 +370,7 @@ impl DirectClient {
         let mut guard = self.reader.lock().unwrap_or_else(|e| e.into_inner());
         let (stream, frames) = &mut *guard;
         loop {
-            match frames.next() {
+            match frames.next(MAX_MESSAGE_BYTES) {
                 Next::Frame(frame) => {
                     return match frame.first() {
                         Some(&ANSWER) => Ok(Some(frame.slice(1..))),
@@ -371,7 +386,8 @@ impl DirectClient {
                     };
                 }
                 Next::TooLong(len) => {
-                    return Err(self.unavailable("receive a reply", too_long(len)))
+                    let msg = too_long(len, MAX_MESSAGE_BYTES);
+                    return Err(self.unavailable("receive a reply", msg));
                 }
                 Next::Partial => {}
             }

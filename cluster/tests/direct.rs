@@ -230,3 +230,18 @@ fn connecting_to_a_port_nobody_listens_on_is_unavailable_naming_it() {
         "{text}"
     );
 }
+
+#[test]
+fn a_greeting_longer_than_a_token_is_refused_before_any_of_it_is_read() {
+    let answering = Answering::start(|r| Ok(r.to_vec()));
+    let mut raw = TcpStream::connect(answering.address()).unwrap();
+    raw.set_read_timeout(Some(TIMEOUT)).unwrap();
+    // A stranger claiming a 512 MiB first frame: answered at once, nothing reserved for it.
+    raw.write_all(&(512u32 << 20).to_le_bytes()).unwrap();
+    let (kind, text) = raw_reply(&mut raw);
+    let text = String::from_utf8_lossy(&text).into_owned();
+    assert_eq!(kind, 1, "{text}");
+    assert!(text.contains("larger than the limit of 65536"), "{text}");
+    let mut rest = [0u8; 1];
+    assert_eq!(raw.read(&mut rest).unwrap(), 0, "the server closes the connection");
+}

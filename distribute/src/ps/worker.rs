@@ -418,8 +418,17 @@ impl<S> FunctionThread<S> {
             }
             connections = open;
             if fds[1].revents != 0 {
-                while let Ok(Some(c)) = listener.accept() {
-                    connections.push(c);
+                loop {
+                    match listener.accept() {
+                        Ok(Some(c)) => connections.push(c),
+                        Ok(None) => break,
+                        Err(_) => {
+                            // Out of descriptors, or the like: the listener stays
+                            // readable, so do not spin on it.
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                            break;
+                        }
+                    }
                 }
             }
         }
