@@ -243,5 +243,9 @@ fn a_greeting_longer_than_a_token_is_refused_before_any_of_it_is_read() {
     assert_eq!(kind, 1, "{text}");
     assert!(text.contains("larger than the limit of 65536"), "{text}");
     let mut rest = [0u8; 1];
-    assert_eq!(raw.read(&mut rest).unwrap(), 0, "the server closes the connection");
+    assert_eq!(
+        raw.read(&mut rest).unwrap(),
+        0,
+        "the server closes the connection"
+    );
 }
