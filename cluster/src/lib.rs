@@ -57,7 +57,9 @@ mod spec;
 mod transport;
 mod wire;
 
-pub use direct::{DirectClient, DirectConnection, DirectListener};
+#[cfg(unix)]
+pub use direct::poll_readable;
+pub use direct::{busy_poll_window, DirectClient, DirectConnection, DirectListener};
 pub use launch::{
     free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster, PROFILER_PORT_ENV,
 };

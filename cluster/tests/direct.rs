@@ -249,3 +249,72 @@ fn a_greeting_longer_than_a_token_is_refused_before_any_of_it_is_read() {
         "the server closes the connection"
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn poll_readable_polls_until_its_busy_deadline_then_sleeps_until_its_timeout() {
+    use std::os::fd::AsRawFd;
+    let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut fds = [libc::pollfd {
+        fd: a.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // Nothing arrives: the busy phase lasts until its deadline, a zero timeout adds nothing.
+    let t = Instant::now();
+    let busy = Duration::from_millis(30);
+    let ready = ferroflow_cluster::poll_readable(&mut fds, t + busy, Some(Duration::ZERO));
+    assert_eq!(ready.unwrap(), 0);
+    assert!(t.elapsed() >= busy, "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // Nothing arrives: after a short busy phase, it sleeps for the timeout.
+    let t = Instant::now();
+    let timeout = Duration::from_millis(40);
+    let ready = ferroflow_cluster::poll_readable(&mut fds, t, Some(timeout));
+    assert_eq!(ready.unwrap(), 0);
+    assert!(t.elapsed() >= timeout, "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // A byte that comes during the sleep ends it, and `revents` says which.
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        b.write_all(b"x").unwrap();
+        b
+    });
+    let t = Instant::now();
+    let ready = ferroflow_cluster::poll_readable(&mut fds, t, Some(Duration::from_secs(20)));
+    assert_eq!(ready.unwrap(), 1);
+    assert!(fds[0].revents & libc::POLLIN != 0);
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // Already readable: found in the busy phase, at once.
+    let t = Instant::now();
+    let ready = ferroflow_cluster::poll_readable(
+        &mut fds,
+        t + Duration::from_secs(5),
+        Some(Duration::ZERO),
+    );
+    assert_eq!(ready.unwrap(), 1);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    drop(writer.join().unwrap());
+}
+
+#[test]
+fn quick_replies_polled_for_and_a_slow_one_waited_for_all_arrive_in_order() {
+    let answering = Answering::start(|r| {
+        if &r[..] == b"slow" {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        Ok(r.to_vec())
+    });
+    let c = client(Some(TOKEN));
+    let direct = c
+        .connect_direct("/job:worker/task:2", &answering.address(), TIMEOUT)
+        .unwrap();
+    for round in 0..3 {
+        for i in 0..20u8 {
+            direct.send(&[round, i]).unwrap();
+            assert_eq!(&direct.receive(TIMEOUT).unwrap().unwrap()[..], &[round, i]);
+        }
+        direct.send(b"slow").unwrap();
+        assert_eq!(&direct.receive(TIMEOUT).unwrap().unwrap()[..], b"slow");
+    }
+}

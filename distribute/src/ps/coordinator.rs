@@ -29,7 +29,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -59,11 +59,14 @@ struct Closure {
 struct Slot {
     value: Mutex<Option<Result<String>>>,
     ready: Condvar,
+    /// `value` is set (read without the lock by a `fetch` that polls).
+    set: AtomicBool,
 }
 
 impl Slot {
     fn set(&self, v: Result<String>) {
         *self.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        self.set.store(true, Ordering::Release);
         self.ready.notify_all();
     }
 }
@@ -79,6 +82,14 @@ impl<T: DeserializeOwned> RemoteValue<T> {
     /// moment the worker's reply arrives; [`ClusterCoordinator::done`] and
     /// [`ClusterCoordinator::join`] count the closure as finished a moment later.
     pub fn fetch(&self) -> Result<T> {
+        // Poll a while before sleeping: a quick function's result comes within a round
+        // trip, and a thread woken from sleep costs more than that on a VM
+        // (`ferroflow_cluster::busy_poll_window`).
+        let start = Instant::now();
+        let window = ferroflow_cluster::busy_poll_window();
+        while !self.slot.set.load(Ordering::Acquire) && start.elapsed() < window {
+            std::thread::yield_now();
+        }
         let mut v = self.slot.value.lock().unwrap_or_else(|e| e.into_inner());
         let outcome = loop {
             match v.as_ref() {

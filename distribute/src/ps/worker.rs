@@ -374,10 +374,15 @@ impl<S> FunctionThread<S> {
         };
         let mut connections: Vec<ferroflow_cluster::DirectConnection> = vec![];
         let mut fds = vec![];
+        let window = ferroflow_cluster::busy_poll_window();
+        let mut busy_until = std::time::Instant::now();
         loop {
             loop {
                 match inbox.try_recv() {
-                    Ok(job) => self.handle(job),
+                    Ok(job) => {
+                        self.handle(job);
+                        busy_until = std::time::Instant::now() + window;
+                    }
                     Err(mpsc::TryRecvError::Empty) => break,
                     Err(mpsc::TryRecvError::Disconnected) => return,
                 }
@@ -386,10 +391,16 @@ impl<S> FunctionThread<S> {
             fds.push(pollfd(wake.as_raw_fd()));
             fds.push(pollfd(listener.as_raw_fd()));
             fds.extend(connections.iter().map(|c| pollfd(c.as_raw_fd())));
-            // SAFETY: `fds` is a live array of `fds.len()` pollfd structs.
-            let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-            if ready < 0 {
-                continue; // EINTR
+            // Poll a while after answering before sleeping (the next request of a tight
+            // loop comes within a round trip; see `busy_poll_window`).
+            match ferroflow_cluster::poll_readable(&mut fds, busy_until, None) {
+                Ok(0) => continue, // interrupted
+                Ok(_) => {}
+                Err(_) => {
+                    // Not expected of poll on live descriptors; do not spin on it.
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
             }
             if fds[0].revents != 0 {
                 let mut bytes = [0u8; 64];
@@ -410,11 +421,14 @@ impl<S> FunctionThread<S> {
             let mut open = Vec::with_capacity(connections.len() + 1);
             for (c, fd) in connections.drain(..).zip(&fds[2..]) {
                 let mut c = c;
-                if fd.revents == 0
-                    || matches!(c.serve_readable(&mut |r| self.run_direct(r)), Ok(true))
-                {
+                if fd.revents == 0 {
+                    open.push(c);
+                    continue;
+                }
+                if matches!(c.serve_readable(&mut |r| self.run_direct(r)), Ok(true)) {
                     open.push(c);
                 }
+                busy_until = std::time::Instant::now() + window;
             }
             connections = open;
             if fds[1].revents != 0 {
