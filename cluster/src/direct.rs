@@ -82,6 +82,32 @@ fn window_from(value: Option<String>) -> Duration {
     Duration::from_micros(micros.min(1_000_000))
 }
 
+/// Calls `ready` until it gives a value or `until` has passed, yielding the CPU between
+/// calls (it is called at least once): the polling before a sleep that
+/// [`busy_poll_window`] bounds. `None` when `until` came first.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// let mut calls = 0;
+/// let third = ferroflow_cluster::busy_wait(Instant::now() + Duration::from_secs(5), || {
+///     calls += 1;
+///     (calls == 3).then_some("ready")
+/// });
+/// assert_eq!(third, Some("ready"));
+/// assert_eq!(ferroflow_cluster::busy_wait(Instant::now(), || None::<()>), None);
+/// ```
+pub fn busy_wait<T>(until: Instant, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
+    loop {
+        if let Some(value) = ready() {
+            return Some(value);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// Waits until one of `fds` is readable (their `revents` say which) and returns how many
 /// are: polls without sleeping, yielding the CPU between polls, until `busy_until`, then
 /// sleeps in `poll(2)` for at most `timeout` (`None`: until one is readable). `Ok(0)` when
@@ -115,15 +141,14 @@ pub fn poll_readable(
             },
         }
     };
-    loop {
-        let ready = poll(fds, 0)?;
-        if ready > 0 || Instant::now() >= busy_until {
-            if ready > 0 || timeout == Some(Duration::ZERO) {
-                return Ok(ready);
-            }
-            break;
-        }
-        std::thread::yield_now();
+    let polled = busy_wait(busy_until, || match poll(fds, 0) {
+        Ok(0) => None,
+        readable_or_error => Some(readable_or_error),
+    });
+    match polled {
+        Some(readable_or_error) => return readable_or_error,
+        None if timeout == Some(Duration::ZERO) => return Ok(0),
+        None => {}
     }
     let millis = timeout.map_or(-1, |t| {
         // Rounded up: a wait of 0.4 ms is not a poll that returns at once.

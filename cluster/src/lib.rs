@@ -59,7 +59,7 @@ mod wire;
 
 #[cfg(unix)]
 pub use direct::poll_readable;
-pub use direct::{busy_poll_window, DirectClient, DirectConnection, DirectListener};
+pub use direct::{busy_poll_window, busy_wait, DirectClient, DirectConnection, DirectListener};
 pub use launch::{
     free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster, PROFILER_PORT_ENV,
 };

@@ -59,15 +59,20 @@ struct Closure {
 struct Slot {
     value: Mutex<Option<Result<String>>>,
     ready: Condvar,
-    /// `value` is set (read without the lock by a `fetch` that polls).
+    /// `value` is set (read without the lock by a `fetch` that polls, and `is_ready`).
     set: AtomicBool,
 }
 
 impl Slot {
+    /// Delivers the closure's outcome; the first one stays (a closure run again after its
+    /// worker was lost may be answered twice).
     fn set(&self, v: Result<String>) {
-        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
-        self.set.store(true, Ordering::Release);
-        self.ready.notify_all();
+        let mut value = self.value.lock().unwrap_or_else(|e| e.into_inner());
+        if value.is_none() {
+            *value = Some(v);
+            self.set.store(true, Ordering::Release);
+            self.ready.notify_all();
+        }
     }
 }
 
@@ -85,11 +90,10 @@ impl<T: DeserializeOwned> RemoteValue<T> {
         // Poll a while before sleeping: a quick function's result comes within a round
         // trip, and a thread woken from sleep costs more than that on a VM
         // (`ferroflow_cluster::busy_poll_window`).
-        let start = Instant::now();
-        let window = ferroflow_cluster::busy_poll_window();
-        while !self.slot.set.load(Ordering::Acquire) && start.elapsed() < window {
-            std::thread::yield_now();
-        }
+        let until = Instant::now() + ferroflow_cluster::busy_poll_window();
+        ferroflow_cluster::busy_wait(until, || {
+            self.slot.set.load(Ordering::Acquire).then_some(())
+        });
         let mut v = self.slot.value.lock().unwrap_or_else(|e| e.into_inner());
         let outcome = loop {
             match v.as_ref() {
@@ -112,11 +116,7 @@ impl<T: DeserializeOwned> RemoteValue<T> {
     }
     /// Whether the function has finished.
     pub fn is_ready(&self) -> bool {
-        self.slot
-            .value
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.slot.set.load(Ordering::Acquire)
     }
 }
 
