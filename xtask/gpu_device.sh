@@ -16,6 +16,10 @@ LIBS=$(find "$SP/nvidia" /usr/local/cuda/lib64 -maxdepth 4 \( -name 'libnvrtc.so
 echo "libraries: $LIBS"
 export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" RUST_BACKTRACE=1 FERROFLOW_REQUIRE_CUDA=1
 export FERROFLOW_CONFORMANCE_CASES=${CASES:-32}
+# cuDNN found with the other libraries: the suite must use it (convolutions_run_through_cudnn…).
+if [ -n "$LIBS" ] && find ${LIBS//:/ } -maxdepth 1 -name 'libcudnn.so.9*' 2>/dev/null | grep -q .; then
+  export FERROFLOW_REQUIRE_CUDNN=1
+fi
 echo "=== conformance (cases $FERROFLOW_CONFORMANCE_CASES)"
 t0=$(date +%s)
 timeout ${CONF_S:-200} gpu-bundle/cuda_conformance --test-threads=${THREADS:-16} 2>&1 | tee "$OUT/conformance.log" | grep -E -A3 "panicked|test result" | head -120

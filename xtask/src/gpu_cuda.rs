@@ -255,9 +255,10 @@ pub fn run(args: &[String]) -> bool {
     row(
         "CUDA devices and versions",
         &format!(
-            "{:?}; {}; nvidia-smi: {}",
+            "{:?}; {}; {}; nvidia-smi: {}",
             ferroflow_cuda::devices(),
             ferroflow_cuda::versions().unwrap_or_else(|e| e),
+            ferroflow_cuda::cudnn_version().unwrap_or_else(|e| format!("no cuDNN: {e}")),
             std::process::Command::new("nvidia-smi")
                 .args(["--query-gpu=name,driver_version", "--format=csv,noheader"])
                 .output()
@@ -342,6 +343,32 @@ pub fn run(args: &[String]) -> bool {
             &format!("CUDA ResNet-style training step, batch 256, 32×32×3, {policy}"),
             &cell,
         );
+    }
+    // The same float32 step on the backend's own convolutions (im2col and cuBLAS), for
+    // what cuDNN gains.
+    if ferroflow_cuda::cudnn_version().is_ok() {
+        ferroflow_cuda::set_cudnn_enabled(false);
+        let own = resnet_samples_per_second(gpu, "float32");
+        ferroflow_cuda::set_cudnn_enabled(true);
+        let cell = match own {
+            Ok(r) => format!(
+                "{r:.0} samples/s{}",
+                float32_rate
+                    .map(|f| format!("; with cuDNN {:.2}× that", f / r))
+                    .unwrap_or_default()
+            ),
+            Err(e) => {
+                ok = false;
+                format!("error: {e}")
+            }
+        };
+        row(
+            "CUDA ResNet-style step, float32, cuDNN off (im2col + cuBLAS)",
+            &cell,
+        );
+    }
+    for line in ferroflow_cuda::cudnn_report() {
+        row("CUDA convolutions", &line);
     }
     match resnet_device_profile(gpu, 30) {
         Ok(lines) => lines.iter().for_each(|l| println!("profile: {l}")),

@@ -25,6 +25,35 @@ use ferroflow_tensor::{DeviceKind, Error, Result};
 use crate::exec::Gpu;
 use crate::{Cuda, BACKEND};
 
+/// Whether the emulated device runs convolutions through the backend's cuDNN path with a
+/// host stand-in for cuDNN ([`set_cudnn_stand_in`]).
+static CUDNN_STAND_IN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sends the emulated device's float convolutions down the backend's cuDNN path, with a
+/// host stand-in computing cuDNN's convolutions by their definitions (NHWC data, KRSC
+/// filters, padding alike on both sides) in float64: the conformance suite then checks what
+/// the backend hands cuDNN and makes of its results (zeros appended where TF pads one more
+/// after, the filter reordered, the gradients cut and transposed back) without a GPU. Off
+/// by default (the emulation then checks the backend's own convolution kernels).
+///
+/// ```
+/// ferroflow_cuda::emulation::set_cudnn_stand_in(true);
+/// assert!(ferroflow_cuda::emulation::cudnn_stand_in());
+/// ferroflow_cuda::emulation::set_cudnn_stand_in(false);
+/// ```
+pub fn set_cudnn_stand_in(enabled: bool) {
+    CUDNN_STAND_IN.store(enabled, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether [`set_cudnn_stand_in`] is on.
+///
+/// ```
+/// let _ = ferroflow_cuda::emulation::cudnn_stand_in();
+/// ```
+pub fn cudnn_stand_in() -> bool {
+    CUDNN_STAND_IN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The C++ compiler the emulation uses: `$CXX`, else `c++`.
 ///
 /// ```

@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{
-    sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig,
-    PushKernelArg,
+    sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    DriverError, LaunchConfig, PushKernelArg,
 };
 use ferroflow_tensor::{Error, Result};
 
+use crate::dnn::{ConvKey, Dnn, Plan, PlanOutcome};
 use crate::source::{Geo, KernelSource, View};
 use crate::BACKEND;
 
@@ -125,6 +126,8 @@ struct CudaEngine {
     /// Kernels timed while a profiler listens: start and end events recorded on the stream
     /// around each, with the op it ran for, read when the host next waits for the device.
     timed: Mutex<Vec<(CudaEvent, CudaEvent, Option<&'static str>)>>,
+    /// cuDNN's handle, opened at the first convolution (or why there is none).
+    dnn: OnceLock<std::result::Result<Dnn, String>>,
 }
 
 /// One kernel's slot in [`CudaEngine::functions`]: empty until compiled (a failed compile
@@ -189,6 +192,7 @@ impl Gpu {
                 blas,
                 functions: Mutex::new(HashMap::new()),
                 timed: Mutex::new(Vec::new()),
+                dnn: OnceLock::new(),
             }),
             error_word: Mutex::new(Memory::Cuda(word)),
         })
@@ -429,6 +433,86 @@ impl Gpu {
         }
     }
 
+    /// cuDNN's plan for convolution `key` on this device (made on first use: cuDNN times
+    /// its algorithms then), or `None` where the backend's own kernels run it: on the host
+    /// emulation, without cuDNN, with it turned off ([`crate::set_cudnn_enabled`]), or for
+    /// a convolution it refuses (the reason goes to [`Gpu::cudnn_report`]).
+    pub(crate) fn convolution_plan(&self, key: &ConvKey) -> Option<Arc<Plan>> {
+        if !crate::cudnn_enabled() {
+            return None;
+        }
+        let c = match &self.engine {
+            Engine::Cuda(c) => c,
+            Engine::Host(_) => {
+                return crate::emulation::cudnn_stand_in().then(|| Arc::new(Plan::host(*key)))
+            }
+        };
+        let dnn = c.dnn().ok()?;
+        // cuDNN's search allocates and runs on the calling thread's current context.
+        c.ctx.bind_to_thread().ok()?;
+        dnn.plan(key, crate::convolution_workspace_limit()).ok()
+    }
+
+    /// Queues convolution `plan` (see `Dnn::run` for the operands), with a workspace from
+    /// the stream's pool.
+    pub(crate) fn convolve(
+        &self,
+        plan: &Plan,
+        a: (&Memory, usize),
+        b: (&Memory, usize),
+        out: &mut Memory,
+    ) -> Result<()> {
+        self.timed(|| match (&self.engine, a.0, b.0, out) {
+            (Engine::Cuda(e), Memory::Cuda(sa), Memory::Cuda(sb), Memory::Cuda(so)) => {
+                e.convolve(plan, (sa, a.1), (sb, b.1), so)
+            }
+            (Engine::Host(_), Memory::Host(ha), Memory::Host(hb), Memory::Host(ho)) => {
+                let [na, nb, no] = plan.operand_bytes();
+                let short = || Error::Backend {
+                    backend: BACKEND,
+                    msg: "cuDNN's stand-in: an operand is smaller than the plan".into(),
+                };
+                let a = ha.bytes().get(a.1..a.1 + na).ok_or_else(short)?;
+                let b = hb.bytes().get(b.1..b.1 + nb).ok_or_else(short)?;
+                if ho.len < no {
+                    return Err(short());
+                }
+                let mut y = vec![0u8; no];
+                crate::dnn::host_convolution(plan, a, b, &mut y)?;
+                // SAFETY: the output holds at least `no` bytes (checked) and is the op's
+                // own, new buffer: nothing else accesses it now.
+                unsafe { std::ptr::copy_nonoverlapping(y.as_ptr(), ho.ptr(), no) };
+                Ok(())
+            }
+            _ => Err(foreign()),
+        })
+    }
+
+    /// The convolutions cuDNN planned or refused on this device (none on the emulation or
+    /// before cuDNN opened).
+    pub(crate) fn cudnn_plans(&self) -> Vec<(ConvKey, PlanOutcome)> {
+        match &self.engine {
+            Engine::Cuda(c) => match c.dnn.get() {
+                Some(Ok(d)) => d.plans(),
+                _ => Vec::new(),
+            },
+            Engine::Host(_) => Vec::new(),
+        }
+    }
+
+    /// Whether convolutions go through cuDNN on this device, and how many shapes it has
+    /// planned or refused; why not where it does not.
+    pub(crate) fn cudnn_report(&self) -> String {
+        match &self.engine {
+            Engine::Host(_) => "the host emulation runs no cuDNN".into(),
+            Engine::Cuda(c) => match c.dnn.get() {
+                None => "cuDNN: not opened yet (no convolution has run)".into(),
+                Some(Ok(d)) => d.report(),
+                Some(Err(e)) => format!("no cuDNN: {e}"),
+            },
+        }
+    }
+
     /// Column-major `C = op(A)·op(B)` for each of `batch` matrices (cuBLAS's strided batched
     /// GEMM), `T` the element type: `a`/`b`/`c` start at their byte offsets.
     pub(crate) fn gemm<T: GemmScalar>(
@@ -560,6 +644,71 @@ fn host_gemm<T: GemmScalar>(
 }
 
 impl CudaEngine {
+    /// cuDNN's handle on this device, opened on first use.
+    fn dnn(&self) -> std::result::Result<&Dnn, &String> {
+        self.dnn
+            .get_or_init(|| {
+                self.ctx
+                    .bind_to_thread()
+                    .map_err(|e| format!("making the context current: {e}"))?;
+                Dnn::open(self.stream.cu_stream().cast())
+            })
+            .as_ref()
+    }
+
+    fn convolve(
+        &self,
+        plan: &Plan,
+        a: (&CudaSlice<u8>, usize),
+        b: (&CudaSlice<u8>, usize),
+        out: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        let refused = |msg: String| Error::Backend {
+            backend: BACKEND,
+            msg: format!("cuDNN convolution: {msg}"),
+        };
+        let dnn = self.dnn().map_err(|e| refused(e.clone()))?;
+        let [na, nb, nout] = plan.operand_bytes();
+        for (what, have, need) in [
+            ("first operand", a.0.len().saturating_sub(a.1), na),
+            ("second operand", b.0.len().saturating_sub(b.1), nb),
+            ("output", out.len(), nout),
+        ] {
+            if have < need {
+                return Err(refused(format!(
+                    "the {what} holds {have} bytes, the plan reads {need}"
+                )));
+            }
+        }
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver("making the context current for cuDNN", e))?;
+        // Stream-ordered: freed after the convolution on the same stream.
+        let workspace = if plan.workspace > 0 {
+            // SAFETY: the workspace is cuDNN's scratch, written before it is read.
+            Some(
+                unsafe { self.stream.alloc::<u8>(plan.workspace) }.map_err(|e| {
+                    driver(
+                        &format!("allocating {} bytes of cuDNN workspace", plan.workspace),
+                        e,
+                    )
+                })?,
+            )
+        } else {
+            None
+        };
+        let (pa, _ra) = a.0.device_ptr(&self.stream);
+        let (pb, _rb) = b.0.device_ptr(&self.stream);
+        let (po, _ro) = out.device_ptr_mut(&self.stream);
+        let pw = workspace
+            .as_ref()
+            .map_or(0, |w| w.device_ptr(&self.stream).0);
+        // SAFETY: every pointer is this device's memory holding at least the bytes the plan
+        // touches from its offset (checked above); the buffers and the workspace outlive
+        // the queued call in stream order (their frees are queued on the same stream).
+        unsafe { dnn.run(plan, pa + a.1 as u64, pb + b.1 as u64, po, pw) }
+    }
+
     fn function(&self, name: &str, source: impl FnOnce() -> KernelSource) -> Result<CudaFunction> {
         let slot = {
             let mut slots = self.functions.lock().unwrap_or_else(|e| e.into_inner());

@@ -22,10 +22,17 @@
 //! (`source::fused_program`: every step the op's own expression, rounded where the op's
 //! kernel stores it, so the bits equal the ops' one by one), with a reduction of the first
 //! output inside the reduction kernel's loads (`fused_reduce`). Float convolutions and
-//! both their gradients run as im2col (a generated kernel) and one cuBLAS GEMM (tensor
-//! cores, TF32 per the switch), the input gradient's columns summed back per input element
-//! (`col2im`, deterministic); where the column matrix would pass
-//! [`set_convolution_workspace_limit`] (1 GiB) they run direct loops (no cuDNN yet).
+//! both their gradients go through cuDNN 9 where `libcudnn.so.9` loads ([`cudnn_version`];
+//! NHWC, the algorithm picked per shape by cuDNN's own timing within
+//! [`set_convolution_workspace_limit`], TF32 per the switch; [`set_cudnn_enabled`] turns
+//! it off, [`cudnn_plans`] lists what it runs). Without cuDNN, or for a shape it refuses,
+//! they run as im2col (a generated kernel) and one cuBLAS GEMM (tensor cores, TF32 per the
+//! switch), the input gradient's columns summed back per input element (`col2im`,
+//! deterministic); where the column matrix would pass the workspace limit (1 GiB), as
+//! direct loops. The cuDNN path has **not run on a GPU yet**: its side of the backend (the
+//! zeros appended where TF pads one more after, the filter reordered to KRSC, the gradients
+//! cut and transposed back) is checked on the host emulation against a stand-in for cuDNN
+//! ([`emulation::set_cudnn_stand_in`], `tests/emulated_cudnn_convolutions.rs`).
 //! Uniform and normal random numbers are generated on the device (`Backend::random`: the
 //! host's Philox stream, element `i` from its own words, bit for bit the host's draws).
 //! While a profiler listens, every kernel and GEMM is timed on the device (events on the
@@ -59,6 +66,7 @@ compile_error!(
 );
 
 pub mod compile;
+mod dnn;
 pub mod emulation;
 mod exec;
 pub mod source;
@@ -76,6 +84,7 @@ use ferroflow_tensor::{
 pub use compile::{
     compile_ptx, missing_libraries, nvrtc_available, versions, CUDA_MAJOR, LIBRARIES,
 };
+use dnn::{ConvGeometry, ConvKey, Direction};
 use exec::{Arg, GemmCall, GemmScalar, Gpu, Launch, Memory};
 use source::{Elem, KernelSource, View, MAX_RANK};
 
@@ -163,16 +172,17 @@ fn reduction_plan(
     }
 }
 
-/// The largest column matrix (bytes) a convolution makes to run as im2col and a cuBLAS
-/// GEMM ([`set_convolution_workspace_limit`]); a larger one runs the direct loops.
+/// The most workspace (bytes) a convolution may take ([`set_convolution_workspace_limit`]).
 static CONVOLUTION_WORKSPACE: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(1 << 30);
 
-/// Caps the memory a float convolution (or its gradients) may take for its column matrix
-/// (im2col: `batch · out_h · out_w × kh · kw · c` values), the workspace that lets it run
-/// as one cuBLAS GEMM on tensor cores; a convolution needing more runs the direct loops,
-/// which take none (slower). 1 GiB by default (TF's `TF_CUDNN_WORKSPACE_LIMIT_IN_MB` plays
-/// this part for cuDNN); 0 sends every convolution to the direct loops.
+/// Caps the scratch memory a float convolution (or its gradients) may take: cuDNN's
+/// workspace (its algorithms that need more are not picked; TF's
+/// `TF_CUDNN_WORKSPACE_LIMIT_IN_MB`) and, without cuDNN, the column matrix of im2col
+/// (`batch · out_h · out_w × kh · kw · c` values) that lets a convolution run as one cuBLAS
+/// GEMM; one needing more runs the direct loops, which take none (slower). 1 GiB by
+/// default; 0 leaves cuDNN its algorithms without workspace and sends the rest to the
+/// direct loops.
 ///
 /// ```
 /// ferroflow_cuda::set_convolution_workspace_limit(256 << 20);
@@ -190,6 +200,117 @@ pub fn set_convolution_workspace_limit(bytes: usize) {
 /// ```
 pub fn convolution_workspace_limit() -> usize {
     CONVOLUTION_WORKSPACE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether float convolutions go through cuDNN where it loads ([`set_cudnn_enabled`]).
+static CUDNN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Lets float convolutions and their gradients run through cuDNN 9 where its library loads
+/// (`libcudnn.so.9` on the loader's path), or not: then they run as im2col and a cuBLAS
+/// GEMM (or direct loops). On by default; PyTorch's `torch.backends.cudnn.enabled`. Plans
+/// already made are kept for when it is turned on again.
+///
+/// ```
+/// ferroflow_cuda::set_cudnn_enabled(false);
+/// assert!(!ferroflow_cuda::cudnn_enabled());
+/// ferroflow_cuda::set_cudnn_enabled(true);
+/// ```
+pub fn set_cudnn_enabled(enabled: bool) {
+    CUDNN.store(enabled, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether cuDNN may run convolutions (see [`set_cudnn_enabled`]).
+///
+/// ```
+/// let _ = ferroflow_cuda::cudnn_enabled();
+/// ```
+pub fn cudnn_enabled() -> bool {
+    CUDNN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// cuDNN's version where its library loads (`cuDNN 9.x.y`), or why it does not (no GPU
+/// is needed to ask).
+///
+/// ```
+/// match ferroflow_cuda::cudnn_version() {
+///     Ok(v) => assert!(v.starts_with("cuDNN 9.")),
+///     Err(why) => println!("convolutions run without cuDNN: {why}"),
+/// }
+/// ```
+pub fn cudnn_version() -> std::result::Result<String, String> {
+    dnn::library_version()
+}
+
+/// For each CUDA device, whether its convolutions run through cuDNN and how many shapes
+/// cuDNN has planned or refused so far (or why there is no cuDNN there), for reports.
+///
+/// ```
+/// for line in ferroflow_cuda::cudnn_report() {
+///     println!("{line}");
+/// }
+/// ```
+pub fn cudnn_report() -> Vec<String> {
+    shared()
+        .map(|b| {
+            b.gpus
+                .iter()
+                .map(|g| format!("/GPU:{}: {}", g.ordinal, g.cudnn_report()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One convolution cuDNN was asked to run on a CUDA device ([`cudnn_plans`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CudnnPlan {
+    /// The device's ordinal (`/GPU:N`).
+    pub device: usize,
+    /// `conv2d`, `conv2d_backprop_input` or `conv2d_backprop_filter`.
+    pub op: &'static str,
+    pub dtype: DType,
+    /// The input `[n, h, w, c]` as cuDNN runs it (with the zeros appended where TF pads
+    /// one more after than before).
+    pub input: [usize; 4],
+    /// Output channels.
+    pub filters: usize,
+    pub kernel: [usize; 2],
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    /// cuDNN's algorithm number (its `cudnnConvolution…Algo_t`) and the workspace bytes it
+    /// takes, or why cuDNN could not run the convolution (the backend's kernels run it).
+    pub algorithm: std::result::Result<(u32, usize), String>,
+}
+
+/// Every convolution cuDNN was asked to run on the CUDA devices so far, with the algorithm
+/// it picked or why it refused (empty without a GPU or cuDNN).
+///
+/// ```
+/// for p in ferroflow_cuda::cudnn_plans() {
+///     println!("{} {:?} {:?} -> {:?}", p.op, p.dtype, p.input, p.algorithm);
+/// }
+/// ```
+pub fn cudnn_plans() -> Vec<CudnnPlan> {
+    let Ok(b) = shared() else {
+        return Vec::new();
+    };
+    let mut plans = Vec::new();
+    for g in &b.gpus {
+        for (key, algorithm) in g.cudnn_plans() {
+            let geo = key.geometry;
+            plans.push(CudnnPlan {
+                device: g.ordinal,
+                op: key.direction.op(),
+                dtype: key.dtype,
+                input: geo.input,
+                filters: geo.filters,
+                kernel: geo.kernel,
+                strides: geo.strides,
+                dilations: geo.dilations,
+                algorithm,
+            });
+        }
+    }
+    plans
 }
 
 /// Memory of one device of this backend (a GPU's, or the host emulation's).
@@ -873,6 +994,193 @@ impl Cuda {
         Ok(args)
     }
 
+    /// `x` with `paddings` (before, after) elements of `value` around each axis.
+    fn padded(
+        &self,
+        x: Operand<'_>,
+        paddings: &[(usize, usize)],
+        value: f64,
+    ) -> Result<CudaBuffer> {
+        let (gpu, _) = self.gpu_of(&x, "pad")?;
+        let e = elem(x.dtype, "pad")?;
+        let shape: Vec<usize> = x
+            .layout
+            .shape()
+            .iter()
+            .zip(paddings)
+            .map(|(&s, &(lo, hi))| s + lo + hi)
+            .collect();
+        let n: usize = shape.iter().product();
+        let y = output(gpu, n * x.dtype.size_in_bytes())?;
+        if n == 0 {
+            return Ok(y);
+        }
+        // (Y, n, v)
+        let k = kernels(source::KernelKey::Fill(e), "pad", x.dtype)?;
+        gpu.launch(
+            &k.kernels[0].name,
+            || k.kernels[0].clone(),
+            Launch::Items(n),
+            &[Arg::Buf(&y.mem), Arg::I64(n as i64), Arg::F64(value)],
+        )?;
+        let strides = ferroflow_tensor::layout::contiguous_strides(&shape);
+        let offset: usize = paddings
+            .iter()
+            .zip(&strides)
+            .map(|(&(lo, _), &st)| lo * st as usize)
+            .sum();
+        self.copy_into(gpu, e, &x, &y, &strides, offset, "pad")?;
+        Ok(y)
+    }
+
+    /// cuDNN's plan for `direction` of window `w` with `filters` output channels on `gpu`,
+    /// with its geometry and the rows and columns of zeros to append to the input; `None`
+    /// where the backend's own kernels run the convolution.
+    fn cudnn_plan(
+        gpu: &Gpu,
+        direction: Direction,
+        dtype: DType,
+        w: &Window2d,
+        filters: usize,
+    ) -> Option<(Arc<dnn::Plan>, ConvGeometry, [usize; 2])> {
+        let (geometry, extra) = ConvGeometry::of(w, filters)?;
+        let key = ConvKey {
+            direction,
+            dtype,
+            tf32: dtype == DType::F32 && tensor_float_32_execution_enabled(),
+            geometry,
+        };
+        gpu.convolution_plan(&key).map(|p| (p, geometry, extra))
+    }
+
+    /// `x` dense from a byte offset cuDNN may start at (a multiple of 16): its own buffer
+    /// where it is, else a dense copy; (the copy if one was made, the byte offset).
+    fn dense_aligned(&self, x: Operand<'_>) -> Result<(Option<CudaBuffer>, usize)> {
+        let size = x.dtype.size_in_bytes();
+        let offset = x.layout.offset() * size;
+        if x.layout.is_contiguous() && offset.is_multiple_of(16) {
+            return Ok((None, offset));
+        }
+        Ok((Some(self.dense(x)?), 0))
+    }
+
+    /// `x` as cuDNN's input: dense NHWC with `extra` rows and columns of zeros appended
+    /// (see `ConvGeometry::of`); as [`Cuda::dense_aligned`] returns it.
+    fn cudnn_input(
+        &self,
+        x: Operand<'_>,
+        extra: [usize; 2],
+    ) -> Result<(Option<CudaBuffer>, usize)> {
+        if extra == [0, 0] {
+            return self.dense_aligned(x);
+        }
+        let paddings = [(0, 0), (0, extra[0]), (0, extra[1]), (0, 0)];
+        Ok((Some(self.padded(x, &paddings, 0.0)?), 0))
+    }
+
+    /// The filter `[kh, kw, cin, cout]` as cuDNN's dense `[cout, kh, kw, cin]`.
+    fn filter_krsc(&self, filter: Operand<'_>) -> Result<CudaBuffer> {
+        let layout = filter.layout.permute(&[3, 0, 1, 2])?;
+        self.dense(Operand {
+            buffer: filter.buffer,
+            layout: &layout,
+            dtype: filter.dtype,
+        })
+    }
+
+    /// `conv2d` through cuDNN, or `None` where the backend's own kernels run it.
+    fn conv2d_cudnn(
+        &self,
+        op: &'static str,
+        x: Operand<'_>,
+        filter: Operand<'_>,
+        w: &Window2d,
+    ) -> Result<Option<CudaBuffer>> {
+        let (gpu, own) = self.gpu_of(&x, op)?;
+        let filters = filter.layout.shape()[3];
+        let Some((plan, g, extra)) = Self::cudnn_plan(gpu, Direction::Forward, x.dtype, w, filters)
+        else {
+            return Ok(None);
+        };
+        let (made, offset) = self.cudnn_input(x, extra)?;
+        let f = self.filter_krsc(filter)?;
+        let size = x.dtype.size_in_bytes();
+        let mut y = output(gpu, g.output_dims().iter().product::<usize>() * size)?;
+        let xm = made.as_ref().map_or(&own.mem, |b| &b.mem);
+        gpu.convolve(&plan, (xm, offset), (&f.mem, 0), &mut y.mem)?;
+        Ok(Some(y))
+    }
+
+    /// `conv2d_backprop_input` through cuDNN, or `None` where the backend's own kernels
+    /// run it.
+    fn conv2d_backprop_input_cudnn(
+        &self,
+        filter: Operand<'_>,
+        dy: Operand<'_>,
+        w: &Window2d,
+    ) -> Result<Option<CudaBuffer>> {
+        let op = "conv2d_backprop_input";
+        let (gpu, own) = self.gpu_of(&dy, op)?;
+        let filters = filter.layout.shape()[3];
+        let Some((plan, g, extra)) =
+            Self::cudnn_plan(gpu, Direction::BackwardData, dy.dtype, w, filters)
+        else {
+            return Ok(None);
+        };
+        let f = self.filter_krsc(filter)?;
+        let (made, offset) = self.dense_aligned(dy)?;
+        let size = dy.dtype.size_in_bytes();
+        let mut dx = output(gpu, g.input.iter().product::<usize>() * size)?;
+        let dym = made.as_ref().map_or(&own.mem, |b| &b.mem);
+        gpu.convolve(&plan, (&f.mem, 0), (dym, offset), &mut dx.mem)?;
+        if extra == [0, 0] {
+            return Ok(Some(dx));
+        }
+        // The gradient of the appended zeros is dropped.
+        let kept = Layout::contiguous(&g.input).slice_steps(&[0; 4], &w.input, &[1; 4]);
+        Ok(Some(self.dense(Operand {
+            buffer: &dx,
+            layout: &kept,
+            dtype: dy.dtype,
+        })?))
+    }
+
+    /// `conv2d_backprop_filter` through cuDNN, or `None` where the backend's own kernels
+    /// run it.
+    fn conv2d_backprop_filter_cudnn(
+        &self,
+        x: Operand<'_>,
+        dy: Operand<'_>,
+        filter_shape: [usize; 4],
+        w: &Window2d,
+    ) -> Result<Option<CudaBuffer>> {
+        let op = "conv2d_backprop_filter";
+        let (gpu, own_x) = self.gpu_of(&x, op)?;
+        let own_dy = ours(&dy, op)?;
+        let Some((plan, g, extra)) =
+            Self::cudnn_plan(gpu, Direction::BackwardFilter, x.dtype, w, filter_shape[3])
+        else {
+            return Ok(None);
+        };
+        let (made_x, offset_x) = self.cudnn_input(x, extra)?;
+        let (made_dy, offset_dy) = self.dense_aligned(dy)?;
+        let size = x.dtype.size_in_bytes();
+        let mut dw = output(gpu, filter_shape.iter().product::<usize>() * size)?;
+        gpu.convolve(
+            &plan,
+            (made_x.as_ref().map_or(&own_x.mem, |b| &b.mem), offset_x),
+            (made_dy.as_ref().map_or(&own_dy.mem, |b| &b.mem), offset_dy),
+            &mut dw.mem,
+        )?;
+        // cuDNN's [cout, kh, kw, cin] back to [kh, kw, cin, cout].
+        let hwio = Layout::contiguous(&g.filter_dims()).permute(&[1, 2, 3, 0])?;
+        Ok(Some(self.dense(Operand {
+            buffer: &dw,
+            layout: &hwio,
+            dtype: x.dtype,
+        })?))
+    }
+
     /// The shape `[batch · oh · ow, kh · kw · c]` of a convolution's column matrix
     /// (`source::im2col`; a pointwise window's is its input), when its bytes fit
     /// [`convolution_workspace_limit`] (the convolution then runs as a GEMM); `None` sends it
@@ -1214,11 +1522,15 @@ impl Backend for Cuda {
         let op = "fused_conv2d";
         let e = float_elem(x.dtype, op)?;
         let cout = filter.layout.shape()[3];
+        let out = [w.input[0], w.output[0], w.output[1], cout];
+        if let Some(y) = self.conv2d_cudnn(op, x, filter, w)? {
+            // cuDNN's product, then the bias and the activation as with cuBLAS's.
+            return self.bias_activation_epilogue(op, boxed(y)?, x.dtype, &out, bias, activation);
+        }
         if let Some(shape) = Self::columns_shape(w, x.dtype) {
             // The GEMM, then the bias and the activation as one elementwise program (each
             // step rounded where the composed ops round).
             let y = self.conv2d_gemm(op, x, filter, w, shape)?;
-            let out = [w.input[0], w.output[0], w.output[1], cout];
             return self.bias_activation_epilogue(op, y, x.dtype, &out, bias, activation);
         }
         let n = w.input[0] * w.output[0] * w.output[1] * cout;
@@ -1831,36 +2143,7 @@ impl Backend for Cuda {
         boxed(y)
     }
     fn pad(&self, x: Operand<'_>, paddings: &[(usize, usize)], value: f64) -> Result<BufferBox> {
-        let (gpu, _) = self.gpu_of(&x, "pad")?;
-        let e = elem(x.dtype, "pad")?;
-        let shape: Vec<usize> = x
-            .layout
-            .shape()
-            .iter()
-            .zip(paddings)
-            .map(|(&s, &(lo, hi))| s + lo + hi)
-            .collect();
-        let n: usize = shape.iter().product();
-        let y = output(gpu, n * x.dtype.size_in_bytes())?;
-        if n == 0 {
-            return boxed(y);
-        }
-        // (Y, n, v)
-        let k = kernels(source::KernelKey::Fill(e), "pad", x.dtype)?;
-        gpu.launch(
-            &k.kernels[0].name,
-            || k.kernels[0].clone(),
-            Launch::Items(n),
-            &[Arg::Buf(&y.mem), Arg::I64(n as i64), Arg::F64(value)],
-        )?;
-        let strides = ferroflow_tensor::layout::contiguous_strides(&shape);
-        let offset: usize = paddings
-            .iter()
-            .zip(&strides)
-            .map(|(&(lo, _), &st)| lo * st as usize)
-            .sum();
-        self.copy_into(gpu, e, &x, &y, &strides, offset, "pad")?;
-        boxed(y)
+        boxed(self.padded(x, paddings, value)?)
     }
     fn cumulative(
         &self,
@@ -1946,6 +2229,9 @@ impl Backend for Cuda {
     }
     fn conv2d(&self, x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         let e = float_elem(x.dtype, "conv2d")?;
+        if let Some(y) = self.conv2d_cudnn("conv2d", x, filter, w)? {
+            return boxed(y);
+        }
         if let Some(shape) = Self::columns_shape(w, x.dtype) {
             return self.conv2d_gemm("conv2d", x, filter, w, shape);
         }
@@ -1970,6 +2256,9 @@ impl Backend for Cuda {
     ) -> Result<BufferBox> {
         let op = "conv2d_backprop_input";
         let e = float_elem(dy.dtype, op)?;
+        if let Some(dx) = self.conv2d_backprop_input_cudnn(filter, dy, w)? {
+            return boxed(dx);
+        }
         let cout = filter.layout.shape()[3];
         if let Some([m, k]) = Self::columns_shape(w, dy.dtype) {
             // The columns' gradient dy[m, cout] · filterᵀ[cout, k], then each input element
@@ -2033,6 +2322,9 @@ impl Backend for Cuda {
     ) -> Result<BufferBox> {
         let op = "conv2d_backprop_filter";
         let e = float_elem(x.dtype, op)?;
+        if let Some(dw) = self.conv2d_backprop_filter_cudnn(x, dy, filter_shape, w)? {
+            return boxed(dw);
+        }
         if let Some([m, k]) = Self::columns_shape(w, x.dtype) {
             // columnsᵀ[k, m] · dy[m, cout]: the filter gradient as [kh · kw · c, cout].
             let cout = filter_shape[3];

@@ -37,3 +37,37 @@ fn long_reductions_match_references_in_every_plan() {
         common::long_reductions_match_references(device, 300);
     }
 }
+
+/// Where cuDNN loads (`FERROFLOW_REQUIRE_CUDNN=1` makes its absence a failure), float
+/// convolutions go through it: the values of `common::cudnn_path_matches_own_kernels`, and
+/// a cuDNN plan (no refusal) for each of its convolutions in float32, float16 and bfloat16.
+#[test]
+fn convolutions_run_through_cudnn_where_it_loads() {
+    use ferroflow_tensor::DType;
+    let Some(device) = cuda_device() else {
+        return;
+    };
+    if let Err(why) = ferroflow_cuda::cudnn_version() {
+        ferroflow_tensor::testing::skip("FERROFLOW_REQUIRE_CUDNN", &why);
+        return;
+    }
+    common::cudnn_path_matches_own_kernels(device);
+    let plans = ferroflow_cuda::cudnn_plans();
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for op in ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"] {
+            let plan = plans
+                .iter()
+                .find(|p| p.op == op && p.dtype == dtype && p.input == common::CUDNN_CASE_INPUT)
+                .unwrap_or_else(|| panic!("no cuDNN plan for {op} in {dtype}: {plans:?}"));
+            assert!(
+                plan.algorithm.is_ok(),
+                "cuDNN refused {op} in {dtype}: {plan:?}"
+            );
+            assert_eq!(
+                (plan.filters, plan.kernel, plan.strides),
+                (7, [3, 3], [2, 2])
+            );
+        }
+    }
+    println!("{}", ferroflow_cuda::cudnn_report().join("\n"));
+}

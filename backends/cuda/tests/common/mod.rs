@@ -1,5 +1,6 @@
 //! Checks shared by the CUDA suites on the real device (`conformance.rs`) and on the host
-//! emulation (`emulated.rs`).
+//! emulation (`emulated.rs`, `emulated_cudnn_convolutions.rs`); each uses a part.
+#![allow(dead_code)]
 
 /// Long reductions take each of the reduction's plans: the block-per-output kernels (a
 /// shared-memory tree behind `__syncthreads`; real threads on the emulation) for rows along
@@ -128,4 +129,52 @@ pub fn long_reductions_match_references(device: ferroflow_tensor::Device, rows: 
     })
     .expect("the emulated device")
     .expect("long reductions");
+}
+
+/// The input cuDNN runs [`cudnn_path_matches_own_kernels`]'s convolutions on: `[3, 12, 10,
+/// 5]` with a row and a column of zeros appended (stride 2, SAME: TF pads one more after).
+pub const CUDNN_CASE_INPUT: [usize; 4] = [3, 13, 11, 5];
+
+/// The backend's cuDNN path (on a GPU cuDNN; on the emulation its stand-in) and its own
+/// kernels (cuDNN turned off for a moment: tests that convolve meanwhile take the own
+/// kernels, which the suite checks too) give the same values for a stride-2 SAME
+/// convolution whose padding TF puts one more after than before, and its two gradients,
+/// in float32, float16 and bfloat16.
+pub fn cudnn_path_matches_own_kernels(device: ferroflow_tensor::Device) {
+    use ferroflow_tensor::{DType, Padding, Tensor};
+    let (xs, fs) = ([3, 12, 10, 5], [3, 3, 5, 7]);
+    let run = |dtype: DType| -> ferroflow_tensor::Result<Vec<Vec<f64>>> {
+        ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<_> {
+            let values = |n: usize, k: usize| -> Vec<f64> {
+                (0..n).map(|i| ((i * k) % 97) as f64 / 48.5 - 1.0).collect()
+            };
+            let x = Tensor::from_vec(values(xs.iter().product(), 31), &xs)?.cast(dtype)?;
+            let f = Tensor::from_vec(values(fs.iter().product(), 17), &fs)?.cast(dtype)?;
+            let y = x.conv2d(&f, [2, 2], Padding::Same, [1, 1])?;
+            let dy = y.mul(&y)?;
+            let dx = Tensor::conv2d_backprop_input(xs, &f, &dy, [2, 2], Padding::Same, [1, 1])?;
+            let df = x.conv2d_backprop_filter(fs, &dy, [2, 2], Padding::Same, [1, 1])?;
+            [y, dx, df].iter().map(|t| t.to_f64_vec()).collect()
+        })?
+    };
+    for (dtype, tolerance) in [(DType::F32, 1e-4), (DType::F16, 2e-2), (DType::BF16, 1e-1)] {
+        let with_cudnn = run(dtype).expect("convolutions through cuDNN");
+        ferroflow_cuda::set_cudnn_enabled(false);
+        let without = run(dtype);
+        ferroflow_cuda::set_cudnn_enabled(true);
+        let without = without.expect("convolutions on the backend's kernels");
+        for (what, (a, b)) in ["conv2d", "backprop_input", "backprop_filter"]
+            .iter()
+            .zip(with_cudnn.iter().zip(&without))
+        {
+            assert_eq!(a.len(), b.len(), "{dtype} {what}");
+            let scale = b.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            for (i, (p, q)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    (p - q).abs() <= tolerance * scale,
+                    "{dtype} {what}[{i}]: cuDNN path {p}, own kernels {q}"
+                );
+            }
+        }
+    }
 }

@@ -1,0 +1,914 @@
+//! Float convolutions through NVIDIA's cuDNN 9, loaded at run time when its library is
+//! there (`libcudnn.so.9`): the forward product and both gradients, NHWC, with the
+//! algorithm picked once per shape by cuDNN's own timing (`cudnnFind…Algorithm`, TF's
+//! autotuning) within [`crate::convolution_workspace_limit`]. Where cuDNN is missing, turned
+//! off ([`crate::set_cudnn_enabled`]) or refuses a shape, the backend's own kernels run
+//! (im2col and cuBLAS, or the direct loops), so nothing depends on it.
+//!
+//! cuDNN pads both sides of an axis alike; TensorFlow's `SAME` puts the odd row of padding
+//! after. [`ConvGeometry::of`] says how many rows and columns of zeros to append to the
+//! input first (the windows then start where TF's do and cover the same values).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::cudnn::sys;
+use ferroflow_tensor::{DType, Error, Result, Window2d};
+
+use crate::BACKEND;
+
+/// Which of a convolution's three products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Direction {
+    /// `y = conv(x, filter)`.
+    Forward,
+    /// The input's gradient from the filter and the output's gradient.
+    BackwardData,
+    /// The filter's gradient from the input and the output's gradient.
+    BackwardFilter,
+}
+
+/// A convolution as cuDNN runs it: the input `[n, h, w, c]` (NHWC, dense, already extended
+/// by the zeros [`ConvGeometry::of`] asks for), the filter `[k, kh, kw, c]` (KRSC, dense),
+/// the output `[n, oh, ow, k]` (dense), the same padding on both sides of an axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ConvGeometry {
+    pub(crate) input: [usize; 4],
+    pub(crate) filters: usize,
+    pub(crate) kernel: [usize; 2],
+    pub(crate) pad: [usize; 2],
+    pub(crate) strides: [usize; 2],
+    pub(crate) dilations: [usize; 2],
+    pub(crate) output: [usize; 2],
+}
+
+impl ConvGeometry {
+    /// Window `w` with `filters` output channels in cuDNN's terms, with the rows and
+    /// columns of zeros to append to the input (TF pads `SAME` by one more after than
+    /// before where the total is odd; cuDNN pads both sides by `pad_before`, so the extra
+    /// row goes into the input). `None` where cuDNN cannot run it: an empty tensor, a size
+    /// past its 32-bit integers, or padding after smaller than before (explicit padding).
+    pub(crate) fn of(w: &Window2d, filters: usize) -> Option<(ConvGeometry, [usize; 2])> {
+        let mut input = w.input;
+        let mut extra = [0; 2];
+        for a in 0..2 {
+            let span = (w.kernel[a].checked_sub(1)?)
+                .checked_mul(w.dilations[a])?
+                .checked_add(1)?;
+            // The last window ends `span` past its start, `(out - 1) · stride` from the
+            // first, which starts `pad_before` before the input.
+            let end = w.output[a]
+                .checked_sub(1)?
+                .checked_mul(w.strides[a])?
+                .checked_add(span)?;
+            let padded = w.input[1 + a].checked_add(w.pad_before[a].checked_mul(2)?)?;
+            extra[a] = end.saturating_sub(padded);
+            input[1 + a] += extra[a];
+            // cuDNN's output count with symmetric padding must be ours, window for window.
+            let reach = input[1 + a] + 2 * w.pad_before[a];
+            if reach < span || (reach - span) / w.strides[a] + 1 != w.output[a] {
+                return None;
+            }
+        }
+        let geometry = ConvGeometry {
+            input,
+            filters,
+            kernel: w.kernel,
+            pad: w.pad_before,
+            strides: w.strides,
+            dilations: w.dilations,
+            output: w.output,
+        };
+        let int = |v: usize| v > 0 && v <= i32::MAX as usize;
+        let elements = |dims: &[usize]| {
+            dims.iter()
+                .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+                .is_some_and(int)
+        };
+        let [n, h, wd, c] = input;
+        let sizes_fit = [n, h, wd, c, filters]
+            .into_iter()
+            .chain(w.kernel)
+            .chain(w.pad_before)
+            .chain(w.strides)
+            .chain(w.dilations)
+            .chain(w.output)
+            .all(|v| v <= i32::MAX as usize)
+            && elements(&input)
+            && elements(&[filters, w.kernel[0], w.kernel[1], c])
+            && elements(&[n, w.output[0], w.output[1], filters]);
+        sizes_fit.then_some((geometry, extra))
+    }
+
+    /// The output's (forward) or the output gradient's dims `[n, oh, ow, k]`.
+    pub(crate) fn output_dims(&self) -> [usize; 4] {
+        [self.input[0], self.output[0], self.output[1], self.filters]
+    }
+
+    /// The filter's dims in cuDNN's order, `[k, kh, kw, c]`.
+    pub(crate) fn filter_dims(&self) -> [usize; 4] {
+        [self.filters, self.kernel[0], self.kernel[1], self.input[3]]
+    }
+}
+
+/// A plan's outcome: cuDNN's algorithm number and workspace bytes, or why it refused.
+pub(crate) type PlanOutcome = std::result::Result<(u32, usize), String>;
+
+/// What a plan is cached by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ConvKey {
+    pub(crate) direction: Direction,
+    pub(crate) dtype: DType,
+    /// TensorFloat-32 allowed (float32 on compute capability ≥ 8.0 with the switch on).
+    pub(crate) tf32: bool,
+    pub(crate) geometry: ConvGeometry,
+}
+
+/// One convolution's descriptors and algorithm, made once per [`ConvKey`].
+pub(crate) struct Plan {
+    key: ConvKey,
+    /// cuDNN's descriptors; `None` for the host emulation's stand-in ([`host_convolution`]).
+    descriptors: Option<Descriptors>,
+    algo: u32,
+    /// Workspace bytes the algorithm asks for.
+    pub(crate) workspace: usize,
+}
+
+struct Descriptors {
+    x: TensorDesc,
+    w: FilterDesc,
+    y: TensorDesc,
+    conv: ConvDesc,
+}
+
+impl Plan {
+    /// The plan of the host emulation's stand-in for cuDNN ([`host_convolution`]).
+    pub(crate) fn host(key: ConvKey) -> Plan {
+        Plan {
+            key,
+            descriptors: None,
+            algo: 0,
+            workspace: 0,
+        }
+    }
+
+    /// The bytes of the operands `a`, `b` and `out` of [`Dnn::run`] for this plan.
+    pub(crate) fn operand_bytes(&self) -> [usize; 3] {
+        let g = &self.key.geometry;
+        let size = self.key.dtype.size_in_bytes();
+        let [x, w, y] =
+            [g.input, g.filter_dims(), g.output_dims()].map(|d| d.iter().product::<usize>() * size);
+        match self.key.direction {
+            Direction::Forward => [x, w, y],
+            Direction::BackwardData => [w, y, x],
+            Direction::BackwardFilter => [x, y, w],
+        }
+    }
+}
+
+/// cuDNN's handle on one device and its plans.
+pub(crate) struct Dnn {
+    handle: Mutex<Handle>,
+    /// `cuDNN 9.x.y`.
+    pub(crate) version: String,
+    plans: Mutex<HashMap<ConvKey, std::result::Result<Arc<Plan>, String>>>,
+}
+
+struct Handle(sys::cudnnHandle_t);
+// SAFETY: the handle is used under `Dnn::handle`'s lock only, one thread at a time (cuDNN
+// handles may move between threads, not be used by two at once).
+unsafe impl Send for Handle {}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: made by cudnnCreate, destroyed once.
+        unsafe { sys::cudnnDestroy(self.0) };
+    }
+}
+
+macro_rules! descriptor {
+    ($name:ident, $raw:ty, $destroy:ident) => {
+        struct $name($raw);
+        // SAFETY: set once when the plan is made, then only read by cuDNN's calls.
+        unsafe impl Send for $name {}
+        // SAFETY: as above.
+        unsafe impl Sync for $name {}
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: made by the matching create call, destroyed once.
+                unsafe { sys::$destroy(self.0) };
+            }
+        }
+    };
+}
+descriptor!(
+    TensorDesc,
+    sys::cudnnTensorDescriptor_t,
+    cudnnDestroyTensorDescriptor
+);
+descriptor!(
+    FilterDesc,
+    sys::cudnnFilterDescriptor_t,
+    cudnnDestroyFilterDescriptor
+);
+descriptor!(
+    ConvDesc,
+    sys::cudnnConvolutionDescriptor_t,
+    cudnnDestroyConvolutionDescriptor
+);
+
+/// The algorithm-performance record of all three `Find` calls, with plain integers where
+/// the bindings have enums (a newer cuDNN may report values they do not list).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct AlgoPerf {
+    algo: u32,
+    status: u32,
+    time: f32,
+    memory: usize,
+    determinism: u32,
+    math_type: u32,
+    reserved: [i32; 3],
+}
+
+/// Room for the records of one `Find` call (cuDNN 9 has at most 8 algorithms per direction).
+const MAX_ALGOS: usize = 16;
+
+/// A cuDNN status as an error of `what`.
+fn failed(what: &str, status: sys::cudnnStatus_t) -> String {
+    format!("{what}: {status:?}")
+}
+
+fn check(what: &str, status: sys::cudnnStatus_t) -> std::result::Result<(), String> {
+    match status {
+        sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS => Ok(()),
+        s => Err(failed(what, s)),
+    }
+}
+
+/// cuDNN's version when its library loads and is cuDNN 9 (`cuDNN 9.x.y`), or why not.
+pub(crate) fn library_version() -> std::result::Result<String, String> {
+    // SAFETY: tries `dlopen` on the library's names only.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(
+            "libcudnn.so.9 (cuDNN 9) could not be loaded: install it (the pip wheel \
+                    nvidia-cudnn-cu12 or -cu13) and put its lib folder on LD_LIBRARY_PATH"
+                .into(),
+        );
+    }
+    // SAFETY: the library loads; every cuDNN version has cudnnGetVersion (no arguments).
+    let v = unsafe { sys::cudnnGetVersion() };
+    // cuDNN 9 numbers itself major · 10000 + minor · 100 + patch (cuDNN 8: · 1000).
+    if !(90000..100000).contains(&v) {
+        return Err(format!(
+            "the cuDNN found reports version {v}; the bindings are for cuDNN 9"
+        ));
+    }
+    Ok(format!(
+        "cuDNN {}.{}.{}",
+        v / 10000,
+        (v / 100) % 100,
+        v % 100
+    ))
+}
+
+impl Dnn {
+    /// A handle queuing its work on `stream` (the device's one stream), with the device's
+    /// context current on this thread.
+    pub(crate) fn open(stream: *mut std::ffi::c_void) -> std::result::Result<Dnn, String> {
+        let version = library_version()?;
+        let mut handle: sys::cudnnHandle_t = std::ptr::null_mut();
+        // SAFETY: the library is cuDNN 9 (checked); `handle` is written on success only.
+        check("cudnnCreate", unsafe { sys::cudnnCreate(&mut handle) })?;
+        let handle = Handle(handle);
+        // SAFETY: the handle is new; the stream is the device's, alive as long as it.
+        check("cudnnSetStream", unsafe {
+            sys::cudnnSetStream(handle.0, stream as sys::cudaStream_t)
+        })?;
+        Ok(Dnn {
+            handle: Mutex::new(handle),
+            version,
+            plans: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The plan of `key`, made on first use (`Err` with cuDNN's reason where it cannot run
+    /// that convolution: the caller runs its own kernels then). `workspace_limit` bounds
+    /// the workspace of the algorithm picked.
+    pub(crate) fn plan(
+        &self,
+        key: &ConvKey,
+        workspace_limit: usize,
+    ) -> std::result::Result<Arc<Plan>, String> {
+        if let Some(p) = self.lock_plans().get(key) {
+            return p.clone();
+        }
+        let plan = {
+            let handle = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+            make_plan(handle.0, key, workspace_limit).map(Arc::new)
+        };
+        self.lock_plans().insert(*key, plan.clone());
+        plan
+    }
+
+    fn lock_plans(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<ConvKey, std::result::Result<Arc<Plan>, String>>> {
+        self.plans.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every convolution planned so far: its key, and the algorithm and workspace bytes
+    /// picked or why cuDNN refused it.
+    pub(crate) fn plans(&self) -> Vec<(ConvKey, PlanOutcome)> {
+        self.lock_plans()
+            .iter()
+            .map(|(k, p)| {
+                (
+                    *k,
+                    p.as_ref()
+                        .map(|p| (p.algo, p.workspace))
+                        .map_err(Clone::clone),
+                )
+            })
+            .collect()
+    }
+
+    /// Plans made and refused so far, with the first refusal's reason.
+    pub(crate) fn report(&self) -> String {
+        let plans = self.lock_plans();
+        let refused: Vec<&String> = plans.values().filter_map(|p| p.as_ref().err()).collect();
+        let mut s = format!(
+            "{}: {} convolution plans, {} refused",
+            self.version,
+            plans.len() - refused.len(),
+            refused.len()
+        );
+        if let Some(first) = refused.first() {
+            s.push_str(&format!(" (first: {first})"));
+        }
+        s
+    }
+
+    /// Queues `plan` on the stream: `a` and `b` are (x, filter) forward, (filter, dy) for
+    /// the input's gradient, (x, dy) for the filter's; `out` is y, dx or the KRSC filter
+    /// gradient; `workspace` holds `plan.workspace` bytes.
+    ///
+    /// # Safety
+    /// Each pointer addresses device memory of this handle's device holding the dense
+    /// tensor of the plan's geometry in its place (aligned to its element), and stays
+    /// valid until the stream has run the call.
+    pub(crate) unsafe fn run(
+        &self,
+        plan: &Plan,
+        a: u64,
+        b: u64,
+        out: u64,
+        workspace: u64,
+    ) -> Result<()> {
+        let d = plan.descriptors.as_ref().ok_or_else(|| Error::Backend {
+            backend: BACKEND,
+            msg: "cuDNN: the host emulation's plan reached a GPU".into(),
+        })?;
+        let handle = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        let (one_f, zero_f) = (1f32, 0f32);
+        let (one_d, zero_d) = (1f64, 0f64);
+        // Scaling factors are host floats, doubles for double data.
+        let (alpha, beta): (*const std::ffi::c_void, *const std::ffi::c_void) =
+            if plan.key.dtype == DType::F64 {
+                (
+                    (&one_d as *const f64).cast(),
+                    (&zero_d as *const f64).cast(),
+                )
+            } else {
+                (
+                    (&one_f as *const f32).cast(),
+                    (&zero_f as *const f32).cast(),
+                )
+            };
+        let ptr = |p: u64| p as *mut std::ffi::c_void;
+        let ws = if plan.workspace == 0 {
+            std::ptr::null_mut()
+        } else {
+            ptr(workspace)
+        };
+        let status = match plan.key.direction {
+            Direction::Forward => sys::cudnnConvolutionForward(
+                handle.0,
+                alpha,
+                d.x.0,
+                ptr(a),
+                d.w.0,
+                ptr(b),
+                d.conv.0,
+                forward_algo(plan.algo).ok_or_else(|| bad_algo(plan.algo))?,
+                ws,
+                plan.workspace,
+                beta,
+                d.y.0,
+                ptr(out),
+            ),
+            Direction::BackwardData => sys::cudnnConvolutionBackwardData(
+                handle.0,
+                alpha,
+                d.w.0,
+                ptr(a),
+                d.y.0,
+                ptr(b),
+                d.conv.0,
+                data_algo(plan.algo).ok_or_else(|| bad_algo(plan.algo))?,
+                ws,
+                plan.workspace,
+                beta,
+                d.x.0,
+                ptr(out),
+            ),
+            Direction::BackwardFilter => sys::cudnnConvolutionBackwardFilter(
+                handle.0,
+                alpha,
+                d.x.0,
+                ptr(a),
+                d.y.0,
+                ptr(b),
+                d.conv.0,
+                filter_algo(plan.algo).ok_or_else(|| bad_algo(plan.algo))?,
+                ws,
+                plan.workspace,
+                beta,
+                d.w.0,
+                ptr(out),
+            ),
+        };
+        check(plan.key.direction.op(), status).map_err(|msg| Error::Backend {
+            backend: BACKEND,
+            msg: format!("cuDNN: {msg}"),
+        })
+    }
+}
+
+impl Direction {
+    /// The op the direction computes, for errors.
+    pub(crate) fn op(self) -> &'static str {
+        match self {
+            Direction::Forward => "conv2d",
+            Direction::BackwardData => "conv2d_backprop_input",
+            Direction::BackwardFilter => "conv2d_backprop_filter",
+        }
+    }
+}
+
+fn bad_algo(algo: u32) -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        msg: format!("cuDNN: algorithm {algo} is not one the bindings know"),
+    }
+}
+
+fn forward_algo(v: u32) -> Option<sys::cudnnConvolutionFwdAlgo_t> {
+    use sys::cudnnConvolutionFwdAlgo_t::*;
+    [
+        CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+        CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+        CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+        CUDNN_CONVOLUTION_FWD_ALGO_DIRECT,
+        CUDNN_CONVOLUTION_FWD_ALGO_FFT,
+        CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING,
+        CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,
+        CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED,
+    ]
+    .into_iter()
+    .find(|a| *a as u32 == v)
+}
+
+fn data_algo(v: u32) -> Option<sys::cudnnConvolutionBwdDataAlgo_t> {
+    use sys::cudnnConvolutionBwdDataAlgo_t::*;
+    [
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT,
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING,
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD,
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED,
+    ]
+    .into_iter()
+    .find(|a| *a as u32 == v)
+}
+
+fn filter_algo(v: u32) -> Option<sys::cudnnConvolutionBwdFilterAlgo_t> {
+    use sys::cudnnConvolutionBwdFilterAlgo_t::*;
+    [
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING,
+    ]
+    .into_iter()
+    .find(|a| *a as u32 == v)
+}
+
+/// cuDNN's data type and the convolution's compute type for `dtype` (half types
+/// accumulate in float, as TF runs them).
+fn types(dtype: DType) -> Option<(sys::cudnnDataType_t, sys::cudnnDataType_t)> {
+    use sys::cudnnDataType_t::*;
+    match dtype {
+        DType::F32 => Some((CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT)),
+        DType::F64 => Some((CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE)),
+        DType::F16 => Some((CUDNN_DATA_HALF, CUDNN_DATA_FLOAT)),
+        DType::BF16 => Some((CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT)),
+        _ => None,
+    }
+}
+
+/// The math type: tensor cores for the half types, TensorFloat-32 for float32 only where
+/// allowed (`CUDNN_FMA_MATH` keeps float32 exact), cuDNN's default for float64.
+fn math_type(key: &ConvKey) -> sys::cudnnMathType_t {
+    use sys::cudnnMathType_t::*;
+    match key.dtype {
+        DType::F16 | DType::BF16 => CUDNN_TENSOR_OP_MATH,
+        DType::F32 if key.tf32 => CUDNN_TENSOR_OP_MATH,
+        DType::F32 => CUDNN_FMA_MATH,
+        _ => CUDNN_DEFAULT_MATH,
+    }
+}
+
+/// An NHWC tensor descriptor of dims `[n, h, w, c]`.
+fn tensor(
+    dt: sys::cudnnDataType_t,
+    [n, h, w, c]: [usize; 4],
+) -> std::result::Result<TensorDesc, String> {
+    let mut d: sys::cudnnTensorDescriptor_t = std::ptr::null_mut();
+    // SAFETY: `d` is written on success; the dims fit i32 (ConvGeometry::of checked them).
+    unsafe {
+        check(
+            "cudnnCreateTensorDescriptor",
+            sys::cudnnCreateTensorDescriptor(&mut d),
+        )?;
+        let d = TensorDesc(d);
+        check(
+            "cudnnSetTensor4dDescriptor",
+            sys::cudnnSetTensor4dDescriptor(
+                d.0,
+                sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC,
+                dt,
+                n as i32,
+                c as i32,
+                h as i32,
+                w as i32,
+            ),
+        )?;
+        Ok(d)
+    }
+}
+
+fn make_plan(
+    handle: sys::cudnnHandle_t,
+    key: &ConvKey,
+    workspace_limit: usize,
+) -> std::result::Result<Plan, String> {
+    let g = &key.geometry;
+    let (dt, compute) = types(key.dtype).ok_or_else(|| format!("{:?}", key.dtype))?;
+    let x = tensor(dt, g.input)?;
+    let y = tensor(dt, g.output_dims())?;
+    let [k, kh, kw, c] = g.filter_dims();
+    // SAFETY: each descriptor is written on success and wrapped at once (destroyed on
+    // every path); the sizes fit i32 (ConvGeometry::of).
+    let (w, conv) = unsafe {
+        let mut f: sys::cudnnFilterDescriptor_t = std::ptr::null_mut();
+        check(
+            "cudnnCreateFilterDescriptor",
+            sys::cudnnCreateFilterDescriptor(&mut f),
+        )?;
+        let f = FilterDesc(f);
+        check(
+            "cudnnSetFilter4dDescriptor",
+            sys::cudnnSetFilter4dDescriptor(
+                f.0,
+                dt,
+                sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC,
+                k as i32,
+                c as i32,
+                kh as i32,
+                kw as i32,
+            ),
+        )?;
+        let mut cd: sys::cudnnConvolutionDescriptor_t = std::ptr::null_mut();
+        check(
+            "cudnnCreateConvolutionDescriptor",
+            sys::cudnnCreateConvolutionDescriptor(&mut cd),
+        )?;
+        let cd = ConvDesc(cd);
+        check(
+            "cudnnSetConvolution2dDescriptor",
+            sys::cudnnSetConvolution2dDescriptor(
+                cd.0,
+                g.pad[0] as i32,
+                g.pad[1] as i32,
+                g.strides[0] as i32,
+                g.strides[1] as i32,
+                g.dilations[0] as i32,
+                g.dilations[1] as i32,
+                sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                compute,
+            ),
+        )?;
+        check(
+            "cudnnSetConvolutionMathType",
+            sys::cudnnSetConvolutionMathType(cd.0, math_type(key)),
+        )?;
+        // cuDNN's own output dims must be the geometry's.
+        let (mut on, mut oc, mut oh, mut ow) = (0, 0, 0, 0);
+        check(
+            "cudnnGetConvolution2dForwardOutputDim",
+            sys::cudnnGetConvolution2dForwardOutputDim(
+                cd.0, x.0, f.0, &mut on, &mut oc, &mut oh, &mut ow,
+            ),
+        )?;
+        let want = g.output_dims();
+        if [on, oh, ow, oc].map(|v| v as usize) != want {
+            return Err(format!(
+                "cuDNN computes an output of [{on}, {oh}, {ow}, {oc}], the op {want:?}"
+            ));
+        }
+        (f, cd)
+    };
+    // cuDNN times each algorithm once on scratch memory of its own (TF's autotuning); the
+    // fastest that succeeded within the workspace limit is kept.
+    let mut perf = [AlgoPerf::default(); MAX_ALGOS];
+    let mut returned = 0i32;
+    // SAFETY: `perf` holds MAX_ALGOS records of the layout cuDNN writes (AlgoPerf is
+    // cudnnConvolution…AlgoPerf_t with integers for its enums); the descriptors are alive.
+    let status = unsafe {
+        match key.direction {
+            Direction::Forward => sys::cudnnFindConvolutionForwardAlgorithm(
+                handle,
+                x.0,
+                w.0,
+                conv.0,
+                y.0,
+                MAX_ALGOS as i32,
+                &mut returned,
+                perf.as_mut_ptr().cast(),
+            ),
+            Direction::BackwardData => sys::cudnnFindConvolutionBackwardDataAlgorithm(
+                handle,
+                w.0,
+                y.0,
+                conv.0,
+                x.0,
+                MAX_ALGOS as i32,
+                &mut returned,
+                perf.as_mut_ptr().cast(),
+            ),
+            Direction::BackwardFilter => sys::cudnnFindConvolutionBackwardFilterAlgorithm(
+                handle,
+                x.0,
+                y.0,
+                conv.0,
+                w.0,
+                MAX_ALGOS as i32,
+                &mut returned,
+                perf.as_mut_ptr().cast(),
+            ),
+        }
+    };
+    check("finding an algorithm", status)?;
+    let known = |a: u32| match key.direction {
+        Direction::Forward => forward_algo(a).is_some(),
+        Direction::BackwardData => data_algo(a).is_some(),
+        Direction::BackwardFilter => filter_algo(a).is_some(),
+    };
+    let best = pick(
+        &perf[..(returned.max(0) as usize).min(MAX_ALGOS)],
+        workspace_limit,
+        known,
+    )
+    .ok_or_else(|| {
+        format!("no algorithm ran within the {workspace_limit}-byte workspace limit for {key:?}")
+    })?;
+    Ok(Plan {
+        key: *key,
+        descriptors: Some(Descriptors { x, w, y, conv }),
+        algo: best.algo,
+        workspace: best.memory,
+    })
+}
+
+/// The first (fastest: cuDNN sorts them by time) of `results` that succeeded, needs at most
+/// `limit` bytes of workspace and is an algorithm the bindings know.
+fn pick(results: &[AlgoPerf], limit: usize, known: impl Fn(u32) -> bool) -> Option<AlgoPerf> {
+    results
+        .iter()
+        .find(|r| r.status == 0 && r.memory <= limit && known(r.algo))
+        .copied()
+}
+
+/// The host emulation's stand-in for cuDNN: the plan's convolution by cuDNN's definitions
+/// (NHWC input and output, KRSC filter, the same padding on both sides, cross-correlation),
+/// summed in float64 and rounded once to the dtype. It checks what the backend hands cuDNN
+/// and does with its results (the appended zeros, the filter's order, the gradients cut
+/// and transposed back) on a machine without a GPU; cuDNN itself runs on a GPU only.
+/// `a`, `b` and `out` hold [`Plan::operand_bytes`] bytes each.
+pub(crate) fn host_convolution(plan: &Plan, a: &[u8], b: &[u8], out: &mut [u8]) -> Result<()> {
+    let dtype = plan.key.dtype;
+    let g = &plan.key.geometry;
+    let (a, b) = (decode(dtype, a)?, decode(dtype, b)?);
+    let [n, h, w, c] = g.input;
+    let [k, kh, kw] = [g.filters, g.kernel[0], g.kernel[1]];
+    let [oh, ow] = g.output;
+    let mut acc = vec![0f64; out.len() / dtype.size_in_bytes()];
+    let x_at = |b: usize, i: usize, j: usize, ch: usize| ((b * h + i) * w + j) * c + ch;
+    let y_at = |b: usize, i: usize, j: usize, f: usize| ((b * oh + i) * ow + j) * k + f;
+    let w_at = |f: usize, r: usize, s: usize, ch: usize| ((f * kh + r) * kw + s) * c + ch;
+    for bi in 0..n {
+        for (yi, yj) in (0..oh).flat_map(|i| (0..ow).map(move |j| (i, j))) {
+            for (r, s) in (0..kh).flat_map(|r| (0..kw).map(move |s| (r, s))) {
+                let i = (yi * g.strides[0] + r * g.dilations[0]).checked_sub(g.pad[0]);
+                let j = (yj * g.strides[1] + s * g.dilations[1]).checked_sub(g.pad[1]);
+                let (Some(i), Some(j)) = (i, j) else {
+                    continue;
+                };
+                if i >= h || j >= w {
+                    continue;
+                }
+                for (f, ch) in (0..k).flat_map(|f| (0..c).map(move |ch| (f, ch))) {
+                    let (x, y, wt) = (x_at(bi, i, j, ch), y_at(bi, yi, yj, f), w_at(f, r, s, ch));
+                    match plan.key.direction {
+                        Direction::Forward => acc[y] += a[x] * b[wt],
+                        Direction::BackwardData => acc[x] += b[y] * a[wt],
+                        Direction::BackwardFilter => acc[wt] += a[x] * b[y],
+                    }
+                }
+            }
+        }
+    }
+    encode(dtype, &acc, out)
+}
+
+/// The float values of `bytes` (little-endian) of `dtype`.
+fn decode(dtype: DType, bytes: &[u8]) -> Result<Vec<f64>> {
+    let size = dtype.size_in_bytes();
+    bytes
+        .chunks_exact(size)
+        .map(|e| match dtype {
+            DType::F64 => {
+                let mut v = [0; 8];
+                v.copy_from_slice(e);
+                Ok(f64::from_le_bytes(v))
+            }
+            DType::F32 => Ok(f32::from_le_bytes([e[0], e[1], e[2], e[3]]) as f64),
+            DType::F16 => Ok(half::f16::from_le_bytes([e[0], e[1]]).to_f64()),
+            DType::BF16 => Ok(half::bf16::from_le_bytes([e[0], e[1]]).to_f64()),
+            other => Err(ferroflow_tensor::backend::unsupported(
+                BACKEND, "conv2d", other,
+            )),
+        })
+        .collect()
+}
+
+/// `values` rounded to `dtype` into `out` (little-endian).
+fn encode(dtype: DType, values: &[f64], out: &mut [u8]) -> Result<()> {
+    let size = dtype.size_in_bytes();
+    for (v, e) in values.iter().zip(out.chunks_exact_mut(size)) {
+        match dtype {
+            DType::F64 => e.copy_from_slice(&v.to_le_bytes()),
+            DType::F32 => e.copy_from_slice(&(*v as f32).to_le_bytes()),
+            DType::F16 => e.copy_from_slice(&half::f16::from_f64(*v).to_le_bytes()),
+            DType::BF16 => e.copy_from_slice(&half::bf16::from_f64(*v).to_le_bytes()),
+            other => {
+                return Err(ferroflow_tensor::backend::unsupported(
+                    BACKEND, "conv2d", other,
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroflow_tensor::Padding;
+
+    fn window(h: usize, k: usize, s: usize, d: usize, padding: Padding) -> Window2d {
+        Window2d::resolve("conv2d", [2, h, h + 1, 3], [k, k], [s, s], [d, d], padding)
+            .expect("a valid window")
+    }
+
+    /// For every window TF resolves, the geometry cuDNN runs starts each output's window
+    /// where TF's starts, and covers no input position TF's does not (the appended zeros
+    /// stand for TF's padding after).
+    #[test]
+    fn geometry_reproduces_tf_windows() {
+        let mut asymmetric = 0;
+        for h in 1..12 {
+            for k in 1..5 {
+                for s in 1..4 {
+                    for d in 1..3 {
+                        for padding in [Padding::Same, Padding::Valid] {
+                            let span = (k - 1) * d + 1;
+                            if padding == Padding::Valid && span > h {
+                                continue;
+                            }
+                            let w = window(h, k, s, d, padding);
+                            let (g, extra) = ConvGeometry::of(&w, 5).expect("cuDNN runs it");
+                            assert_eq!(g.output, w.output);
+                            assert_eq!(g.output_dims(), [2, w.output[0], w.output[1], 5]);
+                            assert_eq!(g.filter_dims(), [5, k, k, 3]);
+                            for (a, &appended) in extra.iter().enumerate() {
+                                // TF's padding after: what its last window reaches past
+                                // the input.
+                                let end = (w.output[a] - 1) * s + span;
+                                let after = (end as isize
+                                    - (w.input[1 + a] + w.pad_before[a]) as isize)
+                                    .max(0) as usize;
+                                assert_eq!(g.input[1 + a], w.input[1 + a] + appended);
+                                if appended > 0 {
+                                    asymmetric += 1;
+                                    assert_eq!(after, w.pad_before[a] + appended);
+                                }
+                                // cuDNN's count with its symmetric padding is TF's.
+                                let reach = g.input[1 + a] + 2 * g.pad[a];
+                                assert_eq!((reach - span) / s + 1, w.output[a]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(asymmetric > 0, "no window needed appended zeros");
+    }
+
+    #[test]
+    fn geometry_refuses_what_cudnn_cannot_run() {
+        let mut w = window(8, 3, 1, 1, Padding::Same);
+        w.input[0] = 0;
+        assert!(ConvGeometry::of(&w, 4).is_none(), "an empty batch");
+        let w = window(8, 3, 1, 1, Padding::Same);
+        assert!(ConvGeometry::of(&w, 0).is_none(), "no filters");
+        let mut big = w.clone();
+        big.input[0] = 1 << 31;
+        assert!(ConvGeometry::of(&big, 4).is_none(), "a dim past i32");
+        let mut many = w.clone();
+        many.input[0] = 1 << 24;
+        assert!(
+            ConvGeometry::of(&many, 4).is_none(),
+            "2^31 elements or more"
+        );
+        // Padding after smaller than before (explicit padding): cuDNN's count differs.
+        let mut explicit = w;
+        explicit.pad_before = [2, 2];
+        assert!(ConvGeometry::of(&explicit, 4).is_none());
+    }
+
+    #[test]
+    fn pick_takes_the_fastest_that_succeeded_within_the_limit() {
+        let r = |algo, status, memory| AlgoPerf {
+            algo,
+            status,
+            memory,
+            ..AlgoPerf::default()
+        };
+        let results = [
+            r(6, 0, 1 << 30),
+            r(9, 0, 0),
+            r(1, 3, 0),
+            r(2, 0, 64),
+            r(0, 0, 0),
+        ];
+        let known = |a: u32| a < 8;
+        assert_eq!(pick(&results, 1 << 30, known).map(|p| p.algo), Some(6));
+        assert_eq!(pick(&results, 1 << 20, known).map(|p| p.algo), Some(2));
+        assert_eq!(pick(&results, 0, known).map(|p| p.algo), Some(0));
+        assert!(pick(&results[..3], 0, known).is_none());
+    }
+
+    /// Where cuDNN is on the loader's path its version is read (no GPU needed); where not,
+    /// the reason names the library and how to get it. Never a panic.
+    #[test]
+    fn library_version_names_cudnn_9_or_what_is_missing() {
+        match library_version() {
+            Ok(v) => assert!(v.starts_with("cuDNN 9."), "{v}"),
+            Err(why) => assert!(
+                why.contains("libcudnn.so.9") || why.contains("cuDNN 9"),
+                "{why}"
+            ),
+        }
+    }
+
+    #[test]
+    fn every_known_algorithm_round_trips() {
+        for v in 0..8 {
+            assert_eq!(forward_algo(v).map(|a| a as u32), Some(v));
+        }
+        assert!(forward_algo(8).is_none());
+        for v in 0..6 {
+            assert_eq!(data_algo(v).map(|a| a as u32), Some(v));
+        }
+        for v in 0..7 {
+            assert_eq!(filter_algo(v).map(|a| a as u32), Some(v));
+        }
+        assert!(data_algo(6).is_none() && filter_algo(7).is_none());
+    }
+}

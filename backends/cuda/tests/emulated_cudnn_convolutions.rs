@@ -1,0 +1,51 @@
+//! The backend's cuDNN path on the host emulation, with the emulation's stand-in for cuDNN
+//! (`emulation::set_cudnn_stand_in`: cuDNN's convolutions by their definitions, NHWC data
+//! and KRSC filters, in float64): the conformance suite's convolution families and the
+//! cuDNN path against the backend's own kernels. What is checked is the backend's side
+//! (the zeros appended where TF pads one more after, the filter reordered for cuDNN, the
+//! gradients cut and transposed back, the operand offsets); cuDNN itself runs on a GPU
+//! (`conformance.rs`). Without a C++ compiler the tests skip loudly, unless
+//! `FERROFLOW_REQUIRE_CXX=1`.
+
+mod common;
+
+fn emulated_device_with_cudnn_stand_in() -> Option<ferroflow_tensor::Device> {
+    ferroflow_cuda::emulation::set_cudnn_stand_in(true);
+    if ferroflow_cuda::emulation::available() {
+        match ferroflow_cuda::emulation::register() {
+            Ok(_) => return Some(ferroflow_tensor::Device::gpu(0)),
+            Err(e) => panic!("the CUDA emulation did not start: {e}"),
+        }
+    }
+    ferroflow_tensor::testing::skip(
+        "FERROFLOW_REQUIRE_CXX",
+        "no C++ compiler runs (set CXX, or install g++), the cuDNN path was not checked on \
+         the CUDA emulation",
+    );
+    None
+}
+
+fn on_device(check: fn(&ferroflow_tensor::Device)) {
+    let Some(device) = emulated_device_with_cudnn_stand_in() else {
+        return;
+    };
+    ferroflow_tensor::with_device(&device.to_string(), || check(&device))
+        .expect("the emulated device");
+}
+
+#[test]
+fn cudnn_path_conv2d_and_its_gradients() {
+    on_device(ferroflow_tensor::conformance::nn::conv2d);
+}
+
+#[test]
+fn cudnn_path_fused_conv2d() {
+    on_device(ferroflow_tensor::conformance::nn::fused_conv2d);
+}
+
+#[test]
+fn cudnn_path_matches_own_kernels() {
+    if let Some(device) = emulated_device_with_cudnn_stand_in() {
+        common::cudnn_path_matches_own_kernels(device);
+    }
+}
