@@ -1,31 +1,36 @@
-//! Float convolutions through NVIDIA's cuDNN 9, loaded at run time when its library is
-//! there (`libcudnn.so.9`): the forward product and both gradients, NHWC, with the
-//! algorithm picked once per shape by cuDNN's own timing (`cudnnFind…Algorithm`, TF's
-//! autotuning) within [`crate::convolution_workspace_limit`]. Where cuDNN is missing, turned
-//! off ([`crate::set_cudnn_enabled`]) or refuses a shape, the backend's own kernels run
-//! (im2col and cuBLAS, or the direct loops), so nothing depends on it.
+//! Float convolutions and pooling through NVIDIA's cuDNN 9, loaded at run time when its
+//! library is there (`libcudnn.so.9`): the convolution's forward product and both
+//! gradients, NHWC, with the algorithm picked once per shape by cuDNN's own timing
+//! (`cudnnFind…Algorithm`, TF's autotuning) within [`crate::convolution_workspace_limit`];
+//! max and average pooling forward. Where cuDNN is missing, turned off
+//! ([`crate::set_cudnn_enabled`]) or refuses a shape, the backend's own kernels run (im2col
+//! and cuBLAS, or the direct loops; the pooling kernels), so nothing depends on it.
 //!
 //! cuDNN pads both sides of an axis alike; TensorFlow's `SAME` puts the odd row of padding
 //! after. [`ConvGeometry::of`] says how many rows and columns of zeros to append to the
-//! input first (the windows then start where TF's do and cover the same values).
+//! input first (the windows then start where TF's do and cover the same values); pooling
+//! with such padding stays on the backend's kernels (appended zeros would enter a maximum
+//! or a mean).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::cudnn::sys;
-use ferroflow_tensor::{DType, Error, Result, Window2d};
+use ferroflow_tensor::{DType, Error, PoolKind, Result, Window2d};
 
 use crate::BACKEND;
 
-/// Which of a convolution's three products.
+/// What cuDNN is asked to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Direction {
+pub(crate) enum DnnOp {
     /// `y = conv(x, filter)`.
-    Forward,
+    Conv2d,
     /// The input's gradient from the filter and the output's gradient.
-    BackwardData,
+    Conv2dBackpropInput,
     /// The filter's gradient from the input and the output's gradient.
-    BackwardFilter,
+    Conv2dBackpropFilter,
+    /// Max or average pooling (the geometry's `filters` are the input's channels).
+    Pool(PoolKind),
 }
 
 /// A convolution as cuDNN runs it: the input `[n, h, w, c]` (NHWC, dense, already extended
@@ -116,34 +121,41 @@ pub(crate) type PlanOutcome = std::result::Result<(u32, usize), String>;
 
 /// What a plan is cached by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct ConvKey {
-    pub(crate) direction: Direction,
+pub(crate) struct DnnKey {
+    pub(crate) op: DnnOp,
     pub(crate) dtype: DType,
     /// TensorFloat-32 allowed (float32 on compute capability ≥ 8.0 with the switch on).
     pub(crate) tf32: bool,
     pub(crate) geometry: ConvGeometry,
 }
 
-/// One convolution's descriptors and algorithm, made once per [`ConvKey`].
+/// One convolution's descriptors and algorithm, made once per [`DnnKey`].
 pub(crate) struct Plan {
-    key: ConvKey,
-    /// cuDNN's descriptors; `None` for the host emulation's stand-in ([`host_convolution`]).
+    key: DnnKey,
+    /// cuDNN's descriptors; `None` for the host emulation's stand-in ([`host_stand_in`]).
     descriptors: Option<Descriptors>,
     algo: u32,
     /// Workspace bytes the algorithm asks for.
     pub(crate) workspace: usize,
 }
 
-struct Descriptors {
-    x: TensorDesc,
-    w: FilterDesc,
-    y: TensorDesc,
-    conv: ConvDesc,
+enum Descriptors {
+    Conv {
+        x: TensorDesc,
+        w: FilterDesc,
+        y: TensorDesc,
+        conv: ConvDesc,
+    },
+    Pool {
+        x: TensorDesc,
+        y: TensorDesc,
+        pool: PoolDesc,
+    },
 }
 
 impl Plan {
-    /// The plan of the host emulation's stand-in for cuDNN ([`host_convolution`]).
-    pub(crate) fn host(key: ConvKey) -> Plan {
+    /// The plan of the host emulation's stand-in for cuDNN ([`host_stand_in`]).
+    pub(crate) fn host(key: DnnKey) -> Plan {
         Plan {
             key,
             descriptors: None,
@@ -158,10 +170,11 @@ impl Plan {
         let size = self.key.dtype.size_in_bytes();
         let [x, w, y] =
             [g.input, g.filter_dims(), g.output_dims()].map(|d| d.iter().product::<usize>() * size);
-        match self.key.direction {
-            Direction::Forward => [x, w, y],
-            Direction::BackwardData => [w, y, x],
-            Direction::BackwardFilter => [x, y, w],
+        match self.key.op {
+            DnnOp::Conv2d => [x, w, y],
+            DnnOp::Conv2dBackpropInput => [w, y, x],
+            DnnOp::Conv2dBackpropFilter => [x, y, w],
+            DnnOp::Pool(_) => [x, 0, y],
         }
     }
 }
@@ -171,7 +184,7 @@ pub(crate) struct Dnn {
     handle: Mutex<Handle>,
     /// `cuDNN 9.x.y`.
     pub(crate) version: String,
-    plans: Mutex<HashMap<ConvKey, std::result::Result<Arc<Plan>, String>>>,
+    plans: Mutex<HashMap<DnnKey, std::result::Result<Arc<Plan>, String>>>,
 }
 
 struct Handle(sys::cudnnHandle_t);
@@ -212,6 +225,11 @@ descriptor!(
     cudnnDestroyFilterDescriptor
 );
 descriptor!(
+    PoolDesc,
+    sys::cudnnPoolingDescriptor_t,
+    cudnnDestroyPoolingDescriptor
+);
+descriptor!(
     ConvDesc,
     sys::cudnnConvolutionDescriptor_t,
     cudnnDestroyConvolutionDescriptor
@@ -231,7 +249,7 @@ struct AlgoPerf {
     reserved: [i32; 3],
 }
 
-/// Room for the records of one `Find` call (cuDNN 9 has at most 8 algorithms per direction).
+/// Room for the records of one `Find` call (cuDNN 9 has at most 8 algorithms per op).
 const MAX_ALGOS: usize = 16;
 
 /// A cuDNN status as an error of `what`.
@@ -297,7 +315,7 @@ impl Dnn {
     /// the workspace of the algorithm picked.
     pub(crate) fn plan(
         &self,
-        key: &ConvKey,
+        key: &DnnKey,
         workspace_limit: usize,
     ) -> std::result::Result<Arc<Plan>, String> {
         if let Some(p) = self.lock_plans().get(key) {
@@ -313,13 +331,13 @@ impl Dnn {
 
     fn lock_plans(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<ConvKey, std::result::Result<Arc<Plan>, String>>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<DnnKey, std::result::Result<Arc<Plan>, String>>> {
         self.plans.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Every convolution planned so far: its key, and the algorithm and workspace bytes
     /// picked or why cuDNN refused it.
-    pub(crate) fn plans(&self) -> Vec<(ConvKey, PlanOutcome)> {
+    pub(crate) fn plans(&self) -> Vec<(DnnKey, PlanOutcome)> {
         self.lock_plans()
             .iter()
             .map(|(k, p)| {
@@ -391,67 +409,85 @@ impl Dnn {
         } else {
             ptr(workspace)
         };
-        let status = match plan.key.direction {
-            Direction::Forward => sys::cudnnConvolutionForward(
+        let algo = plan.algo;
+        let status = match (plan.key.op, d) {
+            (DnnOp::Conv2d, Descriptors::Conv { x, w, y, conv }) => sys::cudnnConvolutionForward(
                 handle.0,
                 alpha,
-                d.x.0,
+                x.0,
                 ptr(a),
-                d.w.0,
+                w.0,
                 ptr(b),
-                d.conv.0,
-                forward_algo(plan.algo).ok_or_else(|| bad_algo(plan.algo))?,
+                conv.0,
+                forward_algo(algo).ok_or_else(|| bad_algo(algo))?,
                 ws,
                 plan.workspace,
                 beta,
-                d.y.0,
+                y.0,
                 ptr(out),
             ),
-            Direction::BackwardData => sys::cudnnConvolutionBackwardData(
-                handle.0,
-                alpha,
-                d.w.0,
-                ptr(a),
-                d.y.0,
-                ptr(b),
-                d.conv.0,
-                data_algo(plan.algo).ok_or_else(|| bad_algo(plan.algo))?,
-                ws,
-                plan.workspace,
-                beta,
-                d.x.0,
-                ptr(out),
-            ),
-            Direction::BackwardFilter => sys::cudnnConvolutionBackwardFilter(
-                handle.0,
-                alpha,
-                d.x.0,
-                ptr(a),
-                d.y.0,
-                ptr(b),
-                d.conv.0,
-                filter_algo(plan.algo).ok_or_else(|| bad_algo(plan.algo))?,
-                ws,
-                plan.workspace,
-                beta,
-                d.w.0,
-                ptr(out),
-            ),
+            (DnnOp::Conv2dBackpropInput, Descriptors::Conv { x, w, y, conv }) => {
+                sys::cudnnConvolutionBackwardData(
+                    handle.0,
+                    alpha,
+                    w.0,
+                    ptr(a),
+                    y.0,
+                    ptr(b),
+                    conv.0,
+                    data_algo(algo).ok_or_else(|| bad_algo(algo))?,
+                    ws,
+                    plan.workspace,
+                    beta,
+                    x.0,
+                    ptr(out),
+                )
+            }
+            (DnnOp::Conv2dBackpropFilter, Descriptors::Conv { x, w, y, conv }) => {
+                sys::cudnnConvolutionBackwardFilter(
+                    handle.0,
+                    alpha,
+                    x.0,
+                    ptr(a),
+                    y.0,
+                    ptr(b),
+                    conv.0,
+                    filter_algo(algo).ok_or_else(|| bad_algo(algo))?,
+                    ws,
+                    plan.workspace,
+                    beta,
+                    w.0,
+                    ptr(out),
+                )
+            }
+            (DnnOp::Pool(_), Descriptors::Pool { x, y, pool }) => {
+                sys::cudnnPoolingForward(handle.0, pool.0, alpha, x.0, ptr(a), beta, y.0, ptr(out))
+            }
+            _ => {
+                return Err(Error::Backend {
+                    backend: BACKEND,
+                    msg: format!(
+                        "cuDNN: a plan of {} with another op's descriptors",
+                        plan.key.op.op()
+                    ),
+                })
+            }
         };
-        check(plan.key.direction.op(), status).map_err(|msg| Error::Backend {
+        check(plan.key.op.op(), status).map_err(|msg| Error::Backend {
             backend: BACKEND,
             msg: format!("cuDNN: {msg}"),
         })
     }
 }
 
-impl Direction {
-    /// The op the direction computes, for errors.
+impl DnnOp {
+    /// The op the op computes, for errors.
     pub(crate) fn op(self) -> &'static str {
         match self {
-            Direction::Forward => "conv2d",
-            Direction::BackwardData => "conv2d_backprop_input",
-            Direction::BackwardFilter => "conv2d_backprop_filter",
+            DnnOp::Conv2d => "conv2d",
+            DnnOp::Conv2dBackpropInput => "conv2d_backprop_input",
+            DnnOp::Conv2dBackpropFilter => "conv2d_backprop_filter",
+            DnnOp::Pool(kind) => kind.name(),
         }
     }
 }
@@ -523,7 +559,7 @@ fn types(dtype: DType) -> Option<(sys::cudnnDataType_t, sys::cudnnDataType_t)> {
 
 /// The math type: tensor cores for the half types, TensorFloat-32 for float32 only where
 /// allowed (`CUDNN_FMA_MATH` keeps float32 exact), cuDNN's default for float64.
-fn math_type(key: &ConvKey) -> sys::cudnnMathType_t {
+fn math_type(key: &DnnKey) -> sys::cudnnMathType_t {
     use sys::cudnnMathType_t::*;
     match key.dtype {
         DType::F16 | DType::BF16 => CUDNN_TENSOR_OP_MATH,
@@ -564,13 +600,16 @@ fn tensor(
 
 fn make_plan(
     handle: sys::cudnnHandle_t,
-    key: &ConvKey,
+    key: &DnnKey,
     workspace_limit: usize,
 ) -> std::result::Result<Plan, String> {
     let g = &key.geometry;
     let (dt, compute) = types(key.dtype).ok_or_else(|| format!("{:?}", key.dtype))?;
     let x = tensor(dt, g.input)?;
     let y = tensor(dt, g.output_dims())?;
+    if let DnnOp::Pool(kind) = key.op {
+        return pool_plan(key, kind, x, y);
+    }
     let [k, kh, kw, c] = g.filter_dims();
     // SAFETY: each descriptor is written on success and wrapped at once (destroyed on
     // every path); the sizes fit i32 (ConvGeometry::of).
@@ -640,8 +679,8 @@ fn make_plan(
     // SAFETY: `perf` holds MAX_ALGOS records of the layout cuDNN writes (AlgoPerf is
     // cudnnConvolution…AlgoPerf_t with integers for its enums); the descriptors are alive.
     let status = unsafe {
-        match key.direction {
-            Direction::Forward => sys::cudnnFindConvolutionForwardAlgorithm(
+        match key.op {
+            DnnOp::Conv2d => sys::cudnnFindConvolutionForwardAlgorithm(
                 handle,
                 x.0,
                 w.0,
@@ -651,7 +690,7 @@ fn make_plan(
                 &mut returned,
                 perf.as_mut_ptr().cast(),
             ),
-            Direction::BackwardData => sys::cudnnFindConvolutionBackwardDataAlgorithm(
+            DnnOp::Conv2dBackpropInput => sys::cudnnFindConvolutionBackwardDataAlgorithm(
                 handle,
                 w.0,
                 y.0,
@@ -661,7 +700,8 @@ fn make_plan(
                 &mut returned,
                 perf.as_mut_ptr().cast(),
             ),
-            Direction::BackwardFilter => sys::cudnnFindConvolutionBackwardFilterAlgorithm(
+            DnnOp::Pool(_) => sys::cudnnStatus_t::CUDNN_STATUS_BAD_PARAM,
+            DnnOp::Conv2dBackpropFilter => sys::cudnnFindConvolutionBackwardFilterAlgorithm(
                 handle,
                 x.0,
                 y.0,
@@ -674,10 +714,11 @@ fn make_plan(
         }
     };
     check("finding an algorithm", status)?;
-    let known = |a: u32| match key.direction {
-        Direction::Forward => forward_algo(a).is_some(),
-        Direction::BackwardData => data_algo(a).is_some(),
-        Direction::BackwardFilter => filter_algo(a).is_some(),
+    let known = |a: u32| match key.op {
+        DnnOp::Conv2d => forward_algo(a).is_some(),
+        DnnOp::Conv2dBackpropInput => data_algo(a).is_some(),
+        DnnOp::Conv2dBackpropFilter => filter_algo(a).is_some(),
+        DnnOp::Pool(_) => false,
     };
     let best = pick(
         &perf[..(returned.max(0) as usize).min(MAX_ALGOS)],
@@ -689,9 +730,69 @@ fn make_plan(
     })?;
     Ok(Plan {
         key: *key,
-        descriptors: Some(Descriptors { x, w, y, conv }),
+        descriptors: Some(Descriptors::Conv { x, w, y, conv }),
         algo: best.algo,
         workspace: best.memory,
+    })
+}
+
+/// Pooling's plan: max (NaN propagates, as the backend's kernel and TF's) or average over
+/// the window's part inside the input (TF excludes the padding), no workspace.
+fn pool_plan(
+    key: &DnnKey,
+    kind: PoolKind,
+    x: TensorDesc,
+    y: TensorDesc,
+) -> std::result::Result<Plan, String> {
+    let g = &key.geometry;
+    let mode = match kind {
+        PoolKind::MaxPool2d => sys::cudnnPoolingMode_t::CUDNN_POOLING_MAX,
+        PoolKind::AvgPool2d => sys::cudnnPoolingMode_t::CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+    };
+    if g.dilations != [1, 1] {
+        return Err("pooling with dilations".into());
+    }
+    // SAFETY: the descriptor is written on success and wrapped at once; the sizes fit i32
+    // (ConvGeometry::of).
+    let pool = unsafe {
+        let mut p: sys::cudnnPoolingDescriptor_t = std::ptr::null_mut();
+        check(
+            "cudnnCreatePoolingDescriptor",
+            sys::cudnnCreatePoolingDescriptor(&mut p),
+        )?;
+        let p = PoolDesc(p);
+        check(
+            "cudnnSetPooling2dDescriptor",
+            sys::cudnnSetPooling2dDescriptor(
+                p.0,
+                mode,
+                sys::cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN,
+                g.kernel[0] as i32,
+                g.kernel[1] as i32,
+                g.pad[0] as i32,
+                g.pad[1] as i32,
+                g.strides[0] as i32,
+                g.strides[1] as i32,
+            ),
+        )?;
+        let (mut on, mut oc, mut oh, mut ow) = (0, 0, 0, 0);
+        check(
+            "cudnnGetPooling2dForwardOutputDim",
+            sys::cudnnGetPooling2dForwardOutputDim(p.0, x.0, &mut on, &mut oc, &mut oh, &mut ow),
+        )?;
+        let want = g.output_dims();
+        if [on, oh, ow, oc].map(|v| v as usize) != want {
+            return Err(format!(
+                "cuDNN pools to [{on}, {oh}, {ow}, {oc}], the op to {want:?}"
+            ));
+        }
+        p
+    };
+    Ok(Plan {
+        key: *key,
+        descriptors: Some(Descriptors::Pool { x, y, pool }),
+        algo: 0,
+        workspace: 0,
     })
 }
 
@@ -710,9 +811,12 @@ fn pick(results: &[AlgoPerf], limit: usize, known: impl Fn(u32) -> bool) -> Opti
 /// and does with its results (the appended zeros, the filter's order, the gradients cut
 /// and transposed back) on a machine without a GPU; cuDNN itself runs on a GPU only.
 /// `a`, `b` and `out` hold [`Plan::operand_bytes`] bytes each.
-pub(crate) fn host_convolution(plan: &Plan, a: &[u8], b: &[u8], out: &mut [u8]) -> Result<()> {
+pub(crate) fn host_stand_in(plan: &Plan, a: &[u8], b: &[u8], out: &mut [u8]) -> Result<()> {
     let dtype = plan.key.dtype;
     let g = &plan.key.geometry;
+    if let DnnOp::Pool(kind) = plan.key.op {
+        return encode(dtype, &host_pooling(kind, g, &decode(dtype, a)?), out);
+    }
     let (a, b) = (decode(dtype, a)?, decode(dtype, b)?);
     let [n, h, w, c] = g.input;
     let [k, kh, kw] = [g.filters, g.kernel[0], g.kernel[1]];
@@ -734,16 +838,52 @@ pub(crate) fn host_convolution(plan: &Plan, a: &[u8], b: &[u8], out: &mut [u8]) 
                 }
                 for (f, ch) in (0..k).flat_map(|f| (0..c).map(move |ch| (f, ch))) {
                     let (x, y, wt) = (x_at(bi, i, j, ch), y_at(bi, yi, yj, f), w_at(f, r, s, ch));
-                    match plan.key.direction {
-                        Direction::Forward => acc[y] += a[x] * b[wt],
-                        Direction::BackwardData => acc[x] += b[y] * a[wt],
-                        Direction::BackwardFilter => acc[wt] += a[x] * b[y],
+                    match plan.key.op {
+                        DnnOp::Conv2d => acc[y] += a[x] * b[wt],
+                        DnnOp::Conv2dBackpropInput => acc[x] += b[y] * a[wt],
+                        DnnOp::Conv2dBackpropFilter => acc[wt] += a[x] * b[y],
+                        DnnOp::Pool(_) => {}
                     }
                 }
             }
         }
     }
     encode(dtype, &acc, out)
+}
+
+/// cuDNN's pooling of NHWC `x` by its definition: the maximum over the window's part
+/// inside the input (a NaN propagates), or the mean over that part.
+fn host_pooling(kind: PoolKind, g: &ConvGeometry, x: &[f64]) -> Vec<f64> {
+    let [n, h, w, c] = g.input;
+    let [oh, ow] = g.output;
+    let mut y = Vec::with_capacity(n * oh * ow * c);
+    for bi in 0..n {
+        for (yi, yj) in (0..oh).flat_map(|i| (0..ow).map(move |j| (i, j))) {
+            for ch in 0..c {
+                let taps = (0..g.kernel[0])
+                    .flat_map(|r| (0..g.kernel[1]).map(move |s| (r, s)))
+                    .filter_map(|(r, s)| {
+                        let i = (yi * g.strides[0] + r).checked_sub(g.pad[0])?;
+                        let j = (yj * g.strides[1] + s).checked_sub(g.pad[1])?;
+                        (i < h && j < w).then(|| x[((bi * h + i) * w + j) * c + ch])
+                    });
+                y.push(match kind {
+                    PoolKind::MaxPool2d => taps.fold(f64::NEG_INFINITY, |m, v| {
+                        if v.is_nan() || m.is_nan() {
+                            f64::NAN
+                        } else {
+                            m.max(v)
+                        }
+                    }),
+                    PoolKind::AvgPool2d => {
+                        let (sum, count) = taps.fold((0.0, 0usize), |(s, k), v| (s + v, k + 1));
+                        sum / count.max(1) as f64
+                    }
+                });
+            }
+        }
+    }
+    y
 }
 
 /// The float values of `bytes` (little-endian) of `dtype`.

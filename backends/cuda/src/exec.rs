@@ -16,7 +16,7 @@ use cudarc::driver::{
 };
 use ferroflow_tensor::{Error, Result};
 
-use crate::dnn::{ConvKey, Dnn, Plan, PlanOutcome};
+use crate::dnn::{Dnn, DnnKey, Plan, PlanOutcome};
 use crate::source::{Geo, KernelSource, View};
 use crate::BACKEND;
 
@@ -433,11 +433,12 @@ impl Gpu {
         }
     }
 
-    /// cuDNN's plan for convolution `key` on this device (made on first use: cuDNN times
-    /// its algorithms then), or `None` where the backend's own kernels run it: on the host
-    /// emulation, without cuDNN, with it turned off ([`crate::set_cudnn_enabled`]), or for
-    /// a convolution it refuses (the reason goes to [`Gpu::cudnn_report`]).
-    pub(crate) fn convolution_plan(&self, key: &ConvKey) -> Option<Arc<Plan>> {
+    /// cuDNN's plan for `key` on this device (made on first use: cuDNN times a
+    /// convolution's algorithms then), or `None` where the backend's own kernels run it:
+    /// on the host emulation (unless its stand-in for cuDNN is on), without cuDNN, with it
+    /// turned off ([`crate::set_cudnn_enabled`]), or for a shape it refuses (the reason goes
+    /// to [`Gpu::cudnn_plans`]).
+    pub(crate) fn dnn_plan(&self, key: &DnnKey) -> Option<Arc<Plan>> {
         if !crate::cudnn_enabled() {
             return None;
         }
@@ -453,9 +454,9 @@ impl Gpu {
         dnn.plan(key, crate::convolution_workspace_limit()).ok()
     }
 
-    /// Queues convolution `plan` (see `Dnn::run` for the operands), with a workspace from
-    /// the stream's pool.
-    pub(crate) fn convolve(
+    /// Queues cuDNN's `plan` (see `Dnn::run` for the operands; on the emulation its
+    /// stand-in runs it at once), with a workspace from the stream's pool.
+    pub(crate) fn run_cudnn(
         &self,
         plan: &Plan,
         a: (&Memory, usize),
@@ -464,7 +465,7 @@ impl Gpu {
     ) -> Result<()> {
         self.timed(|| match (&self.engine, a.0, b.0, out) {
             (Engine::Cuda(e), Memory::Cuda(sa), Memory::Cuda(sb), Memory::Cuda(so)) => {
-                e.convolve(plan, (sa, a.1), (sb, b.1), so)
+                e.run_cudnn(plan, (sa, a.1), (sb, b.1), so)
             }
             (Engine::Host(_), Memory::Host(ha), Memory::Host(hb), Memory::Host(ho)) => {
                 let [na, nb, no] = plan.operand_bytes();
@@ -478,7 +479,7 @@ impl Gpu {
                     return Err(short());
                 }
                 let mut y = vec![0u8; no];
-                crate::dnn::host_convolution(plan, a, b, &mut y)?;
+                crate::dnn::host_stand_in(plan, a, b, &mut y)?;
                 // SAFETY: the output holds at least `no` bytes (checked) and is the op's
                 // own, new buffer: nothing else accesses it now.
                 unsafe { std::ptr::copy_nonoverlapping(y.as_ptr(), ho.ptr(), no) };
@@ -490,7 +491,7 @@ impl Gpu {
 
     /// The convolutions cuDNN planned or refused on this device (none on the emulation or
     /// before cuDNN opened).
-    pub(crate) fn cudnn_plans(&self) -> Vec<(ConvKey, PlanOutcome)> {
+    pub(crate) fn cudnn_plans(&self) -> Vec<(DnnKey, PlanOutcome)> {
         match &self.engine {
             Engine::Cuda(c) => match c.dnn.get() {
                 Some(Ok(d)) => d.plans(),
@@ -656,7 +657,7 @@ impl CudaEngine {
             .as_ref()
     }
 
-    fn convolve(
+    fn run_cudnn(
         &self,
         plan: &Plan,
         a: (&CudaSlice<u8>, usize),

@@ -22,11 +22,12 @@
 //! (`source::fused_program`: every step the op's own expression, rounded where the op's
 //! kernel stores it, so the bits equal the ops' one by one), with a reduction of the first
 //! output inside the reduction kernel's loads (`fused_reduce`). Float convolutions and
-//! both their gradients go through cuDNN 9 where `libcudnn.so.9` loads ([`cudnn_version`];
-//! NHWC, the algorithm picked per shape by cuDNN's own timing within
-//! [`set_convolution_workspace_limit`], TF32 per the switch; [`set_cudnn_enabled`] turns
-//! it off, [`cudnn_plans`] lists what it runs). Without cuDNN, or for a shape it refuses,
-//! they run as im2col (a generated kernel) and one cuBLAS GEMM (tensor cores, TF32 per the
+//! both their gradients, and pooling (not its gradients), go through cuDNN 9 where
+//! `libcudnn.so.9` loads ([`cudnn_version`]; NHWC, the algorithm picked per shape by
+//! cuDNN's own timing within [`set_convolution_workspace_limit`], TF32 per the switch;
+//! [`set_cudnn_enabled`] turns it off, [`cudnn_plans`] lists what it runs). Without cuDNN,
+//! or for a shape it refuses, pooling runs the backend's kernels and convolutions run
+//! as im2col (a generated kernel) and one cuBLAS GEMM (tensor cores, TF32 per the
 //! switch), the input gradient's columns summed back per input element (`col2im`,
 //! deterministic); where the column matrix would pass the workspace limit (1 GiB), as
 //! direct loops. The cuDNN path has **not run on a GPU yet**: its side of the backend (the
@@ -84,7 +85,7 @@ use ferroflow_tensor::{
 pub use compile::{
     compile_ptx, missing_libraries, nvrtc_available, versions, CUDA_MAJOR, LIBRARIES,
 };
-use dnn::{ConvGeometry, ConvKey, Direction};
+use dnn::{ConvGeometry, DnnKey, DnnOp};
 use exec::{Arg, GemmCall, GemmScalar, Gpu, Launch, Memory};
 use source::{Elem, KernelSource, View, MAX_RANK};
 
@@ -260,29 +261,30 @@ pub fn cudnn_report() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// One convolution cuDNN was asked to run on a CUDA device ([`cudnn_plans`]).
+/// One convolution or pooling cuDNN was asked to run on a CUDA device ([`cudnn_plans`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CudnnPlan {
     /// The device's ordinal (`/GPU:N`).
     pub device: usize,
-    /// `conv2d`, `conv2d_backprop_input` or `conv2d_backprop_filter`.
+    /// `conv2d`, `conv2d_backprop_input`, `conv2d_backprop_filter`, `max_pool2d` or
+    /// `avg_pool2d`.
     pub op: &'static str,
     pub dtype: DType,
     /// The input `[n, h, w, c]` as cuDNN runs it (with the zeros appended where TF pads
     /// one more after than before).
     pub input: [usize; 4],
-    /// Output channels.
+    /// Output channels (pooling: the input's).
     pub filters: usize,
     pub kernel: [usize; 2],
     pub strides: [usize; 2],
     pub dilations: [usize; 2],
-    /// cuDNN's algorithm number (its `cudnnConvolution…Algo_t`) and the workspace bytes it
-    /// takes, or why cuDNN could not run the convolution (the backend's kernels run it).
+    /// cuDNN's algorithm number (its `cudnnConvolution…Algo_t`; 0 for pooling) and the
+    /// workspace bytes it takes, or why cuDNN could not run it (the backend's kernels do).
     pub algorithm: std::result::Result<(u32, usize), String>,
 }
 
-/// Every convolution cuDNN was asked to run on the CUDA devices so far, with the algorithm
-/// it picked or why it refused (empty without a GPU or cuDNN).
+/// Every convolution and pooling cuDNN was asked to run on the CUDA devices so far, with
+/// the algorithm it picked or why it refused (empty without a GPU or cuDNN).
 ///
 /// ```
 /// for p in ferroflow_cuda::cudnn_plans() {
@@ -299,7 +301,7 @@ pub fn cudnn_plans() -> Vec<CudnnPlan> {
             let geo = key.geometry;
             plans.push(CudnnPlan {
                 device: g.ordinal,
-                op: key.direction.op(),
+                op: key.op.op(),
                 dtype: key.dtype,
                 input: geo.input,
                 filters: geo.filters,
@@ -1033,24 +1035,29 @@ impl Cuda {
         Ok(y)
     }
 
-    /// cuDNN's plan for `direction` of window `w` with `filters` output channels on `gpu`,
+    /// cuDNN's plan for `op` of window `w` with `filters` output channels on `gpu`,
     /// with its geometry and the rows and columns of zeros to append to the input; `None`
     /// where the backend's own kernels run the convolution.
     fn cudnn_plan(
         gpu: &Gpu,
-        direction: Direction,
+        op: DnnOp,
         dtype: DType,
         w: &Window2d,
         filters: usize,
     ) -> Option<(Arc<dnn::Plan>, ConvGeometry, [usize; 2])> {
         let (geometry, extra) = ConvGeometry::of(w, filters)?;
-        let key = ConvKey {
-            direction,
+        let pooling = matches!(op, DnnOp::Pool(_));
+        if pooling && extra != [0, 0] {
+            // Appended zeros would enter a window's maximum or mean (padding never does).
+            return None;
+        }
+        let key = DnnKey {
+            op,
             dtype,
-            tf32: dtype == DType::F32 && tensor_float_32_execution_enabled(),
+            tf32: !pooling && dtype == DType::F32 && tensor_float_32_execution_enabled(),
             geometry,
         };
-        gpu.convolution_plan(&key).map(|p| (p, geometry, extra))
+        gpu.dnn_plan(&key).map(|p| (p, geometry, extra))
     }
 
     /// `x` dense from a byte offset cuDNN may start at (a multiple of 16): its own buffer
@@ -1098,7 +1105,7 @@ impl Cuda {
     ) -> Result<Option<CudaBuffer>> {
         let (gpu, own) = self.gpu_of(&x, op)?;
         let filters = filter.layout.shape()[3];
-        let Some((plan, g, extra)) = Self::cudnn_plan(gpu, Direction::Forward, x.dtype, w, filters)
+        let Some((plan, g, extra)) = Self::cudnn_plan(gpu, DnnOp::Conv2d, x.dtype, w, filters)
         else {
             return Ok(None);
         };
@@ -1107,7 +1114,32 @@ impl Cuda {
         let size = x.dtype.size_in_bytes();
         let mut y = output(gpu, g.output_dims().iter().product::<usize>() * size)?;
         let xm = made.as_ref().map_or(&own.mem, |b| &b.mem);
-        gpu.convolve(&plan, (xm, offset), (&f.mem, 0), &mut y.mem)?;
+        gpu.run_cudnn(&plan, (xm, offset), (&f.mem, 0), &mut y.mem)?;
+        Ok(Some(y))
+    }
+
+    /// Pooling through cuDNN (where TF's padding is alike on both sides), or `None` where
+    /// the backend's own kernel runs it. The gradients stay on the backend's kernels:
+    /// TF routes a max-pool gradient to the window's first maximum, which cuDNN does not
+    /// promise, and cuDNN's backward pass reads the forward's input and output, which the
+    /// gradient ops do not have.
+    fn pool2d_cudnn(
+        &self,
+        kind: PoolKind,
+        x: Operand<'_>,
+        w: &Window2d,
+    ) -> Result<Option<CudaBuffer>> {
+        let (gpu, own) = self.gpu_of(&x, kind.name())?;
+        let Some((plan, g, _)) = Self::cudnn_plan(gpu, DnnOp::Pool(kind), x.dtype, w, w.input[3])
+        else {
+            return Ok(None);
+        };
+        let (made, offset) = self.dense_aligned(x)?;
+        let size = x.dtype.size_in_bytes();
+        let mut y = output(gpu, g.output_dims().iter().product::<usize>() * size)?;
+        let xm = made.as_ref().map_or(&own.mem, |b| &b.mem);
+        // The second operand is not read by pooling.
+        gpu.run_cudnn(&plan, (xm, offset), (xm, offset), &mut y.mem)?;
         Ok(Some(y))
     }
 
@@ -1123,7 +1155,7 @@ impl Cuda {
         let (gpu, own) = self.gpu_of(&dy, op)?;
         let filters = filter.layout.shape()[3];
         let Some((plan, g, extra)) =
-            Self::cudnn_plan(gpu, Direction::BackwardData, dy.dtype, w, filters)
+            Self::cudnn_plan(gpu, DnnOp::Conv2dBackpropInput, dy.dtype, w, filters)
         else {
             return Ok(None);
         };
@@ -1132,7 +1164,7 @@ impl Cuda {
         let size = dy.dtype.size_in_bytes();
         let mut dx = output(gpu, g.input.iter().product::<usize>() * size)?;
         let dym = made.as_ref().map_or(&own.mem, |b| &b.mem);
-        gpu.convolve(&plan, (&f.mem, 0), (dym, offset), &mut dx.mem)?;
+        gpu.run_cudnn(&plan, (&f.mem, 0), (dym, offset), &mut dx.mem)?;
         if extra == [0, 0] {
             return Ok(Some(dx));
         }
@@ -1157,16 +1189,20 @@ impl Cuda {
         let op = "conv2d_backprop_filter";
         let (gpu, own_x) = self.gpu_of(&x, op)?;
         let own_dy = ours(&dy, op)?;
-        let Some((plan, g, extra)) =
-            Self::cudnn_plan(gpu, Direction::BackwardFilter, x.dtype, w, filter_shape[3])
-        else {
+        let Some((plan, g, extra)) = Self::cudnn_plan(
+            gpu,
+            DnnOp::Conv2dBackpropFilter,
+            x.dtype,
+            w,
+            filter_shape[3],
+        ) else {
             return Ok(None);
         };
         let (made_x, offset_x) = self.cudnn_input(x, extra)?;
         let (made_dy, offset_dy) = self.dense_aligned(dy)?;
         let size = x.dtype.size_in_bytes();
         let mut dw = output(gpu, filter_shape.iter().product::<usize>() * size)?;
-        gpu.convolve(
+        gpu.run_cudnn(
             &plan,
             (made_x.as_ref().map_or(&own_x.mem, |b| &b.mem), offset_x),
             (made_dy.as_ref().map_or(&own_dy.mem, |b| &b.mem), offset_dy),
@@ -2360,6 +2396,9 @@ impl Backend for Cuda {
     }
     fn pool2d(&self, kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<BufferBox> {
         let e = float_elem(x.dtype, kind.name())?;
+        if let Some(y) = self.pool2d_cudnn(kind, x, w)? {
+            return boxed(y);
+        }
         let n = w.input[0] * w.output[0] * w.output[1] * w.input[3];
         let g = kernels(source::KernelKey::Pool(kind, e), kind.name(), x.dtype)?;
         let k = &g.kernels[0];

@@ -39,8 +39,9 @@ fn long_reductions_match_references_in_every_plan() {
 }
 
 /// Where cuDNN loads (`FERROFLOW_REQUIRE_CUDNN=1` makes its absence a failure), float
-/// convolutions go through it: the values of `common::cudnn_path_matches_own_kernels`, and
-/// a cuDNN plan (no refusal) for each of its convolutions in float32, float16 and bfloat16.
+/// convolutions and pooling go through it: the values of
+/// `common::cudnn_path_matches_own_kernels`, and a cuDNN plan (no refusal) for each of its
+/// convolutions and poolings in float32, float16 and bfloat16.
 #[test]
 fn convolutions_run_through_cudnn_where_it_loads() {
     use ferroflow_tensor::DType;
@@ -66,6 +67,16 @@ fn convolutions_run_through_cudnn_where_it_loads() {
             assert_eq!(
                 (plan.filters, plan.kernel, plan.strides),
                 (7, [3, 3], [2, 2])
+            );
+        }
+        for op in ["max_pool2d", "avg_pool2d"] {
+            let plan = plans
+                .iter()
+                .find(|p| p.op == op && p.dtype == dtype && p.input == common::CUDNN_POOL_INPUT)
+                .unwrap_or_else(|| panic!("no cuDNN plan for {op} in {dtype}: {plans:?}"));
+            assert!(
+                plan.algorithm.is_ok(),
+                "cuDNN refused {op} in {dtype}: {plan:?}"
             );
         }
     }

@@ -44,6 +44,11 @@ fn cudnn_path_fused_conv2d() {
 }
 
 #[test]
+fn cudnn_path_pooling() {
+    on_device(ferroflow_tensor::conformance::nn::pooling);
+}
+
+#[test]
 fn cudnn_path_matches_own_kernels() {
     if let Some(device) = emulated_device_with_cudnn_stand_in() {
         common::cudnn_path_matches_own_kernels(device);

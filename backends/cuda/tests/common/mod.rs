@@ -135,11 +135,16 @@ pub fn long_reductions_match_references(device: ferroflow_tensor::Device, rows: 
 /// 5]` with a row and a column of zeros appended (stride 2, SAME: TF pads one more after).
 pub const CUDNN_CASE_INPUT: [usize; 4] = [3, 13, 11, 5];
 
+/// The input of [`cudnn_path_matches_own_kernels`]'s pooling (as cuDNN runs it: no zeros
+/// appended).
+pub const CUDNN_POOL_INPUT: [usize; 4] = [3, 12, 10, 5];
+
 /// The backend's cuDNN path (on a GPU cuDNN; on the emulation its stand-in) and its own
 /// kernels (cuDNN turned off for a moment: tests that convolve meanwhile take the own
 /// kernels, which the suite checks too) give the same values for a stride-2 SAME
-/// convolution whose padding TF puts one more after than before, and its two gradients,
-/// in float32, float16 and bfloat16.
+/// convolution whose padding TF puts one more after than before, its two gradients, and
+/// max and average pooling over a 3×3 SAME window at stride 1 (padding alike on both sides;
+/// [`CUDNN_POOL_INPUT`]), in float32, float16 and bfloat16.
 pub fn cudnn_path_matches_own_kernels(device: ferroflow_tensor::Device) {
     use ferroflow_tensor::{DType, Padding, Tensor};
     let (xs, fs) = ([3, 12, 10, 5], [3, 3, 5, 7]);
@@ -154,7 +159,12 @@ pub fn cudnn_path_matches_own_kernels(device: ferroflow_tensor::Device) {
             let dy = y.mul(&y)?;
             let dx = Tensor::conv2d_backprop_input(xs, &f, &dy, [2, 2], Padding::Same, [1, 1])?;
             let df = x.conv2d_backprop_filter(fs, &dy, [2, 2], Padding::Same, [1, 1])?;
-            [y, dx, df].iter().map(|t| t.to_f64_vec()).collect()
+            let max = x.max_pool2d([3, 3], [1, 1], Padding::Same)?;
+            let avg = x.avg_pool2d([3, 3], [1, 1], Padding::Same)?;
+            [y, dx, df, max, avg]
+                .iter()
+                .map(|t| t.to_f64_vec())
+                .collect()
         })?
     };
     for (dtype, tolerance) in [(DType::F32, 1e-4), (DType::F16, 2e-2), (DType::BF16, 1e-1)] {
@@ -163,10 +173,15 @@ pub fn cudnn_path_matches_own_kernels(device: ferroflow_tensor::Device) {
         let without = run(dtype);
         ferroflow_cuda::set_cudnn_enabled(true);
         let without = without.expect("convolutions on the backend's kernels");
-        for (what, (a, b)) in ["conv2d", "backprop_input", "backprop_filter"]
-            .iter()
-            .zip(with_cudnn.iter().zip(&without))
-        {
+        let ops = [
+            "conv2d",
+            "backprop_input",
+            "backprop_filter",
+            "max_pool",
+            "avg_pool",
+        ];
+        assert_eq!(with_cudnn.len(), ops.len());
+        for (what, (a, b)) in ops.iter().zip(with_cudnn.iter().zip(&without)) {
             assert_eq!(a.len(), b.len(), "{dtype} {what}");
             let scale = b.iter().fold(1.0f64, |m, v| m.max(v.abs()));
             for (i, (p, q)) in a.iter().zip(b).enumerate() {
