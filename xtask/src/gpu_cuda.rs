@@ -296,12 +296,19 @@ pub fn run(args: &[String]) -> bool {
         }
     }
     ferroflow_cuda::set_tensor_float_32_execution(true);
-    match per_op_micros(gpu) {
-        Ok(us) => row(
+    // With the block cache (no allocation or free per op), then without it (the driver's
+    // pool: two driver calls more per op).
+    let limit = ferroflow_cuda::block_cache_limit();
+    let with_cache = per_op_micros(gpu);
+    ferroflow_cuda::set_block_cache_limit(0);
+    let without = per_op_micros(gpu);
+    ferroflow_cuda::set_block_cache_limit(limit);
+    match (with_cache, without) {
+        (Ok(us), Ok(pool)) => row(
             "CUDA host cost per op (1000 chained adds of 16 floats)",
-            &format!("{us:.2} µs (goal ≤ 5)"),
+            &format!("{us:.2} µs (goal ≤ 5); {pool:.2} µs without the block cache"),
         ),
-        Err(e) => {
+        (Err(e), _) | (_, Err(e)) => {
             ok = false;
             row("CUDA host cost per op", &format!("error: {e}"));
         }

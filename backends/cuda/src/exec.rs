@@ -58,9 +58,109 @@ impl HostMemory {
 /// A buffer's memory on its device.
 pub(crate) enum Memory {
     /// Device memory (at least one byte: CUDA allocates no zero-size buffers).
-    Cuda(CudaSlice<u8>),
+    Cuda(DeviceBlock),
     /// Host memory of the emulated device.
     Host(HostMemory),
+}
+
+/// A block of device memory, handed back to its device's [`BlockCache`] when dropped (when
+/// it came from there), else freed to the driver's pool.
+pub(crate) struct DeviceBlock {
+    slice: std::mem::ManuallyDrop<CudaSlice<u8>>,
+    cache: Option<Arc<BlockCache>>,
+}
+
+impl DeviceBlock {
+    fn uncached(slice: CudaSlice<u8>) -> DeviceBlock {
+        DeviceBlock {
+            slice: std::mem::ManuallyDrop::new(slice),
+            cache: None,
+        }
+    }
+}
+
+impl std::ops::Deref for DeviceBlock {
+    type Target = CudaSlice<u8>;
+    fn deref(&self) -> &CudaSlice<u8> {
+        &self.slice
+    }
+}
+
+impl std::ops::DerefMut for DeviceBlock {
+    fn deref_mut(&mut self) -> &mut CudaSlice<u8> {
+        &mut self.slice
+    }
+}
+
+impl Drop for DeviceBlock {
+    fn drop(&mut self) {
+        // SAFETY: the slice is taken once, here, and not touched after.
+        let slice = unsafe { std::mem::ManuallyDrop::take(&mut self.slice) };
+        match &self.cache {
+            Some(cache) => cache.put(slice),
+            None => drop(slice),
+        }
+    }
+}
+
+/// The size class of a request of `bytes` for the block cache: a power of two from 512
+/// bytes to 1 MiB, or `None` (larger requests go to the driver's pool as they are).
+pub(crate) fn block_class(bytes: usize) -> Option<usize> {
+    (bytes <= 1 << 20).then(|| bytes.max(1).next_power_of_two().max(512))
+}
+
+/// Freed small blocks of one device, kept by size class for the next allocation of that
+/// class: an op's output then costs no driver call (`cuMemAllocAsync`, and
+/// `cuMemFreeAsync` when it is dropped), the per-op host cost that remains being the
+/// launch. Every op runs on the device's one stream, so a block freed while kernels that
+/// read it are still queued is written again only by work queued after them (PyTorch's
+/// caching allocator reuses blocks within a stream alike). At most
+/// [`crate::block_cache_limit`] bytes are kept; past it, and when an allocation fails, the
+/// blocks go back to the driver.
+pub(crate) struct BlockCache {
+    free: Mutex<KeptBlocks>,
+}
+
+/// The blocks kept by size class, and their bytes.
+#[derive(Default)]
+struct KeptBlocks {
+    by_class: HashMap<usize, Vec<CudaSlice<u8>>>,
+    bytes: usize,
+}
+
+impl BlockCache {
+    fn new() -> BlockCache {
+        BlockCache {
+            free: Mutex::new(KeptBlocks::default()),
+        }
+    }
+
+    fn take(&self, class: usize) -> Option<CudaSlice<u8>> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let block = free.by_class.get_mut(&class)?.pop()?;
+        free.bytes -= class;
+        Some(block)
+    }
+
+    fn put(&self, block: CudaSlice<u8>) {
+        let class = block.len();
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        if block_class(class) == Some(class) && free.bytes + class <= crate::block_cache_limit() {
+            free.bytes += class;
+            free.by_class.entry(class).or_default().push(block);
+        }
+        // Otherwise `block` is dropped here: freed to the driver's pool.
+    }
+
+    /// Hands every kept block back to the driver.
+    fn clear(&self) {
+        let blocks = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            free.bytes = 0;
+            std::mem::take(&mut free.by_class)
+        };
+        drop(blocks);
+    }
 }
 
 /// One kernel parameter.
@@ -128,6 +228,8 @@ struct CudaEngine {
     timed: Mutex<Vec<(CudaEvent, CudaEvent, Option<&'static str>)>>,
     /// cuDNN's handle, opened at the first convolution (or why there is none).
     dnn: OnceLock<std::result::Result<Dnn, String>>,
+    /// Freed small blocks kept for reuse.
+    blocks: Arc<BlockCache>,
 }
 
 /// One kernel's slot in [`CudaEngine::functions`]: empty until compiled (a failed compile
@@ -193,8 +295,9 @@ impl Gpu {
                 functions: Mutex::new(HashMap::new()),
                 timed: Mutex::new(Vec::new()),
                 dnn: OnceLock::new(),
+                blocks: Arc::new(BlockCache::new()),
             }),
-            error_word: Mutex::new(Memory::Cuda(word)),
+            error_word: Mutex::new(Memory::Cuda(DeviceBlock::uncached(word))),
         })
     }
 
@@ -214,6 +317,13 @@ impl Gpu {
         }
     }
 
+    /// Hands the blocks kept for reuse back to the driver (none on the host emulation).
+    pub(crate) fn clear_block_cache(&self) {
+        if let Engine::Cuda(c) = &self.engine {
+            c.blocks.clear();
+        }
+    }
+
     /// The GPU's streaming multiprocessors; `None` on the host emulation.
     pub(crate) fn multiprocessors(&self) -> Option<usize> {
         match &self.engine {
@@ -226,10 +336,29 @@ impl Gpu {
     pub(crate) fn alloc(&self, bytes: usize) -> Result<Memory> {
         match &self.engine {
             Engine::Cuda(c) => {
+                let class = block_class(bytes);
+                if let Some(block) = class.and_then(|k| c.blocks.take(k)) {
+                    return Ok(Memory::Cuda(DeviceBlock {
+                        slice: std::mem::ManuallyDrop::new(block),
+                        cache: Some(c.blocks.clone()),
+                    }));
+                }
+                let size = class.unwrap_or(bytes.max(1));
                 // SAFETY: every kernel writes each output element before anything reads it.
-                let data = unsafe { c.stream.alloc::<u8>(bytes.max(1)) }
-                    .map_err(|e| driver(&format!("allocating {bytes} bytes"), e))?;
-                Ok(Memory::Cuda(data))
+                let data = match unsafe { c.stream.alloc::<u8>(size) } {
+                    Ok(d) => d,
+                    Err(_) => {
+                        // Memory kept for reuse goes back to the driver, then one retry.
+                        c.blocks.clear();
+                        // SAFETY: as above.
+                        unsafe { c.stream.alloc::<u8>(size) }
+                            .map_err(|e| driver(&format!("allocating {bytes} bytes"), e))?
+                    }
+                };
+                Ok(Memory::Cuda(DeviceBlock {
+                    slice: std::mem::ManuallyDrop::new(data),
+                    cache: class.map(|_| c.blocks.clone()),
+                }))
             }
             Engine::Host(_) => HostMemory::zeroed(bytes)
                 .map(Memory::Host)
@@ -246,7 +375,7 @@ impl Gpu {
                 }
                 c.stream
                     .clone_htod(bytes)
-                    .map(Memory::Cuda)
+                    .map(|s| Memory::Cuda(DeviceBlock::uncached(s)))
                     .map_err(|e| driver("upload", e))
             }
             Engine::Host(_) => {
@@ -286,9 +415,10 @@ impl Gpu {
     /// Sets every byte of `mem` to zero.
     pub(crate) fn zero(&self, mem: &mut Memory) -> Result<()> {
         match (&self.engine, mem) {
-            (Engine::Cuda(c), Memory::Cuda(s)) => {
-                c.stream.memset_zeros(s).map_err(|e| driver("memset", e))
-            }
+            (Engine::Cuda(c), Memory::Cuda(s)) => c
+                .stream
+                .memset_zeros(&mut **s)
+                .map_err(|e| driver("memset", e)),
             (Engine::Host(_), Memory::Host(h)) => {
                 // SAFETY: the buffer holds `len` bytes and nothing else accesses it now.
                 unsafe { std::ptr::write_bytes(h.ptr(), 0, h.len) };
@@ -752,7 +882,7 @@ impl CudaEngine {
         let mut l = self.stream.launch_builder(f);
         for a in args {
             match a {
-                Arg::Buf(Memory::Cuda(s)) => l.arg(s),
+                Arg::Buf(Memory::Cuda(s)) => l.arg(&**s),
                 Arg::Buf(Memory::Host(_)) => return Err(foreign()),
                 Arg::I64(v) => l.arg(v),
                 Arg::I32(v) => l.arg(v),
@@ -1157,6 +1287,25 @@ fn launch_wrapper(kernel: &KernelSource, blocks: bool) -> std::result::Result<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Small requests share power-of-two classes from 512 bytes (a class holds the
+    /// request); past 1 MiB they go to the driver as they are.
+    #[test]
+    fn block_classes_hold_their_requests() {
+        assert_eq!(block_class(0), Some(512));
+        assert_eq!(block_class(1), Some(512));
+        assert_eq!(block_class(512), Some(512));
+        assert_eq!(block_class(513), Some(1024));
+        assert_eq!(block_class(64 * 4), Some(512));
+        assert_eq!(block_class(1 << 20), Some(1 << 20));
+        assert_eq!(block_class((1 << 20) + 1), None);
+        for bytes in (0..(1 << 20)).step_by(4099) {
+            let class = block_class(bytes).expect("a class");
+            assert!(class >= bytes && class.is_power_of_two() && class >= 512);
+            assert!(class == 512 || class < 2 * bytes, "{bytes} -> {class}");
+            assert_eq!(block_class(class), Some(class), "a class is its own class");
+        }
+    }
 
     #[test]
     fn the_launch_wrapper_reads_each_parameter_with_its_type() {

@@ -13,7 +13,9 @@
 //! (float dtypes), and batched matrix products through cuBLAS (f16, bf16, f32, f64;
 //! TensorFloat-32 per [`set_tensor_float_32_execution`]). Memory comes from the driver's
 //! stream-ordered pool, its release threshold lifted so that freed blocks are kept for
-//! reuse (no `cudaMalloc` per op, nothing handed back at each synchronisation); every op runs in order on the device's
+//! reuse (no `cudaMalloc` per op, nothing handed back at each synchronisation), and blocks
+//! of up to 1 MiB are kept by the backend itself once freed, for the next op of their size
+//! class with no driver call ([`set_block_cache_limit`]); every op runs in order on the device's
 //! stream and the host waits only where it reads a value. Every kernel source compiles with
 //! NVRTC for sm_80 and sm_90 and `ptxas` accepts it (the `nvrtc` test, run by CI with
 //! NVIDIA's wheels). Of the optional fused kernels it has the optimizer update (every rule,
@@ -201,6 +203,39 @@ pub fn set_convolution_workspace_limit(bytes: usize) {
 /// ```
 pub fn convolution_workspace_limit() -> usize {
     CONVOLUTION_WORKSPACE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The most bytes of freed small blocks a device keeps for reuse ([`set_block_cache_limit`]).
+static BLOCK_CACHE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(256 << 20);
+
+/// Caps the freed device memory each CUDA device keeps for reuse in blocks of up to 1 MiB
+/// (powers of two from 512 bytes): an op whose output fits one takes a kept block with no
+/// driver call, and hands it back when dropped, instead of allocating from and freeing to
+/// the driver's stream-ordered pool (two driver calls per op, a large part of a small op's
+/// host cost). 256 MiB by default; 0 keeps none (every block goes back to the driver, as
+/// PyTorch's `PYTORCH_NO_CUDA_MEMORY_CACHING=1`). Kept blocks go back to the driver when an
+/// allocation fails, and when the limit is set.
+///
+/// ```
+/// ferroflow_cuda::set_block_cache_limit(0);
+/// assert_eq!(ferroflow_cuda::block_cache_limit(), 0);
+/// ferroflow_cuda::set_block_cache_limit(256 << 20);
+/// ```
+pub fn set_block_cache_limit(bytes: usize) {
+    BLOCK_CACHE.store(bytes, std::sync::atomic::Ordering::Relaxed);
+    // The blocks kept so far go back to the driver; the cache refills under the new limit.
+    if let Ok(b) = shared() {
+        b.gpus.iter().for_each(Gpu::clear_block_cache);
+    }
+}
+
+/// The limit [`set_block_cache_limit`] set.
+///
+/// ```
+/// let _ = ferroflow_cuda::block_cache_limit();
+/// ```
+pub fn block_cache_limit() -> usize {
+    BLOCK_CACHE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Whether float convolutions go through cuDNN where it loads ([`set_cudnn_enabled`]).
