@@ -68,10 +68,10 @@ impl ConvGeometry {
                 .checked_add(span)?;
             let padded = w.input[1 + a].checked_add(w.pad_before[a].checked_mul(2)?)?;
             extra[a] = end.saturating_sub(padded);
-            input[1 + a] += extra[a];
+            input[1 + a] = input[1 + a].checked_add(extra[a])?;
             // cuDNN's output count with symmetric padding must be ours, window for window.
-            let reach = input[1 + a] + 2 * w.pad_before[a];
-            if reach < span || (reach - span) / w.strides[a] + 1 != w.output[a] {
+            let reach = padded.checked_add(extra[a])?;
+            if reach.checked_sub(span)?.checked_div(w.strides[a])? + 1 != w.output[a] {
                 return None;
             }
         }
@@ -124,12 +124,14 @@ pub(crate) type PlanOutcome = std::result::Result<(u32, usize), String>;
 pub(crate) struct DnnKey {
     pub(crate) op: DnnOp,
     pub(crate) dtype: DType,
-    /// TensorFloat-32 allowed (float32 on compute capability ≥ 8.0 with the switch on).
+    /// TensorFloat-32 allowed (float32 with the switch on; tensor cores take it on compute
+    /// capability ≥ 8.0).
     pub(crate) tf32: bool,
     pub(crate) geometry: ConvGeometry,
 }
 
-/// One convolution's descriptors and algorithm, made once per [`DnnKey`].
+/// One convolution's or pooling's descriptors (and a convolution's algorithm), made once
+/// per [`DnnKey`].
 pub(crate) struct Plan {
     key: DnnKey,
     /// cuDNN's descriptors; `None` for the host emulation's stand-in ([`host_stand_in`]).
@@ -249,6 +251,15 @@ struct AlgoPerf {
     reserved: [i32; 3],
 }
 
+// The record's layout is each of cuDNN's three (checked at compile time).
+const _: () = {
+    use std::mem::{align_of, size_of};
+    assert!(size_of::<AlgoPerf>() == size_of::<sys::cudnnConvolutionFwdAlgoPerf_t>());
+    assert!(size_of::<AlgoPerf>() == size_of::<sys::cudnnConvolutionBwdDataAlgoPerf_t>());
+    assert!(size_of::<AlgoPerf>() == size_of::<sys::cudnnConvolutionBwdFilterAlgoPerf_t>());
+    assert!(align_of::<AlgoPerf>() == align_of::<sys::cudnnConvolutionFwdAlgoPerf_t>());
+};
+
 /// Room for the records of one `Find` call (cuDNN 9 has at most 8 algorithms per op).
 const MAX_ALGOS: usize = 16;
 
@@ -311,7 +322,7 @@ impl Dnn {
     }
 
     /// The plan of `key`, made on first use (`Err` with cuDNN's reason where it cannot run
-    /// that convolution: the caller runs its own kernels then). `workspace_limit` bounds
+    /// it: the caller runs its own kernels then). `workspace_limit` bounds
     /// the workspace of the algorithm picked.
     pub(crate) fn plan(
         &self,
@@ -335,8 +346,8 @@ impl Dnn {
         self.plans.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Every convolution planned so far: its key, and the algorithm and workspace bytes
-    /// picked or why cuDNN refused it.
+    /// Every convolution and pooling planned so far: its key, and the algorithm and
+    /// workspace bytes picked or why cuDNN refused it.
     pub(crate) fn plans(&self) -> Vec<(DnnKey, PlanOutcome)> {
         self.lock_plans()
             .iter()
@@ -351,18 +362,18 @@ impl Dnn {
             .collect()
     }
 
-    /// Plans made and refused so far, with the first refusal's reason.
+    /// Plans made and refused so far, with one refusal's reason.
     pub(crate) fn report(&self) -> String {
         let plans = self.lock_plans();
         let refused: Vec<&String> = plans.values().filter_map(|p| p.as_ref().err()).collect();
         let mut s = format!(
-            "{}: {} convolution plans, {} refused",
+            "{}: {} plans (convolutions, pooling), {} refused",
             self.version,
             plans.len() - refused.len(),
             refused.len()
         );
         if let Some(first) = refused.first() {
-            s.push_str(&format!(" (first: {first})"));
+            s.push_str(&format!(" (one: {first})"));
         }
         s
     }
