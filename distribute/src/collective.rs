@@ -23,7 +23,7 @@ pub enum CommunicationImplementation {
     /// MPI's own collectives (`MPI_Allreduce`, ...) through the `mpi` crate: the `mpi` cargo
     /// feature, and a program started by `mpirun`; the ranks are the workers.
     Mpi,
-    /// NVIDIA's NCCL: the CUDA backend's (not available in this build).
+    /// NVIDIA's NCCL: not built yet (asking for it is an error naming the alternatives).
     Nccl,
 }
 
@@ -157,8 +157,9 @@ impl CollectiveGroup {
             CommunicationImplementation::Nccl => {
                 return Err(Error::invalid(
                     "CommunicationOptions",
-                    "the NCCL implementation needs the CUDA backend (the `cuda` cargo feature \
-                     of ferroflow, not in this build); use Ring, Mpi or Auto",
+                    "the NCCL implementation is not built yet (the CUDA backend has no NCCL \
+                     collectives, with or without the `cuda` cargo feature); use Ring, Mpi \
+                     or Auto",
                 ))
             }
             CommunicationImplementation::Mpi => true,

@@ -857,3 +857,24 @@ mod over_mpi {
         }
     }
 }
+
+/// NCCL collectives are not built: asking for them is an error that says so and names the
+/// implementations that are, never a group that silently uses another transport.
+#[test]
+fn nccl_is_an_error_naming_the_alternatives() {
+    use ferroflow_distribute::CommunicationImplementation;
+    ferroflow::init();
+    let options = CommunicationOptions {
+        implementation: CommunicationImplementation::Nccl,
+        ..CommunicationOptions::default()
+    };
+    let resolver = TfConfigClusterResolver::from_json("{}").unwrap();
+    let e = CollectiveGroup::new(&resolver, options)
+        .err()
+        .expect("an error")
+        .to_string();
+    assert!(
+        e.contains("NCCL") && e.contains("not built") && e.contains("Ring"),
+        "{e}"
+    );
+}

@@ -796,7 +796,7 @@ impl CudaEngine {
     ) -> Result<()> {
         let refused = |msg: String| Error::Backend {
             backend: BACKEND,
-            msg: format!("cuDNN convolution: {msg}"),
+            msg: format!("cuDNN: {msg}"),
         };
         let dnn = self.dnn().map_err(|e| refused(e.clone()))?;
         let [na, nb, nout] = plan.operand_bytes();
