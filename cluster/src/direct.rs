@@ -108,6 +108,24 @@ pub fn busy_wait<T>(until: Instant, mut ready: impl FnMut() -> Option<T>) -> Opt
     }
 }
 
+/// The `poll(2)` entry that asks whether `fd` is readable (for [`poll_readable`]).
+///
+/// ```
+/// use std::os::fd::AsRawFd;
+/// let (a, _b) = std::os::unix::net::UnixStream::pair()?;
+/// let entry = ferroflow_cluster::readable(a.as_raw_fd());
+/// assert_eq!((entry.fd, entry.events, entry.revents), (a.as_raw_fd(), libc::POLLIN, 0));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[cfg(unix)]
+pub fn readable(fd: std::os::fd::RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
 /// Waits until one of `fds` is readable (their `revents` say which) and returns how many
 /// are: polls without sleeping, yielding the CPU between polls, until `busy_until`, then
 /// sleeps in `poll(2)` for at most `timeout` (`None`: until one is readable). `Ok(0)` when
@@ -117,7 +135,7 @@ pub fn busy_wait<T>(until: Instant, mut ready: impl FnMut() -> Option<T>) -> Opt
 /// use std::os::fd::AsRawFd;
 /// use std::time::{Duration, Instant};
 /// let (a, mut b) = std::os::unix::net::UnixStream::pair()?;
-/// let mut fds = [libc::pollfd { fd: a.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+/// let mut fds = [ferroflow_cluster::readable(a.as_raw_fd())];
 /// let soon = Some(Duration::from_millis(1));
 /// assert_eq!(ferroflow_cluster::poll_readable(&mut fds, Instant::now(), soon)?, 0);
 /// std::io::Write::write_all(&mut b, b"x")?;
@@ -522,11 +540,7 @@ impl DirectClient {
             #[cfg(unix)]
             if let Some(until) = busy_until.take() {
                 use std::os::fd::AsRawFd;
-                let mut fds = [libc::pollfd {
-                    fd: stream.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                }];
+                let mut fds = [readable(stream.as_raw_fd())];
                 poll_readable(&mut fds, until, Some(Duration::ZERO))
                     .map_err(|e| self.unavailable("receive a reply", e.to_string()))?;
             }

@@ -57,9 +57,9 @@ mod spec;
 mod transport;
 mod wire;
 
-#[cfg(unix)]
-pub use direct::poll_readable;
 pub use direct::{busy_poll_window, busy_wait, DirectClient, DirectConnection, DirectListener};
+#[cfg(unix)]
+pub use direct::{poll_readable, readable};
 pub use launch::{
     free_loopback_addresses, LaunchOutcome, LaunchSpec, LocalCluster, PROFILER_PORT_ENV,
 };

@@ -255,11 +255,7 @@ fn a_greeting_longer_than_a_token_is_refused_before_any_of_it_is_read() {
 fn poll_readable_polls_until_its_busy_deadline_then_sleeps_until_its_timeout() {
     use std::os::fd::AsRawFd;
     let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
-    let mut fds = [libc::pollfd {
-        fd: a.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
+    let mut fds = [ferroflow_cluster::readable(a.as_raw_fd())];
     // Nothing arrives: the busy phase lasts until its deadline, a zero timeout adds nothing.
     let t = Instant::now();
     let busy = Duration::from_millis(30);

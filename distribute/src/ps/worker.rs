@@ -367,11 +367,7 @@ impl<S> FunctionThread<S> {
     ) {
         use std::io::Read;
         use std::os::fd::AsRawFd;
-        let pollfd = |fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let pollfd = ferroflow_cluster::readable;
         let mut connections: Vec<ferroflow_cluster::DirectConnection> = vec![];
         let mut fds = vec![];
         let window = ferroflow_cluster::busy_poll_window();
