@@ -48,7 +48,7 @@
 //! ```
 
 use crate::MAX_MESSAGE_BYTES;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ferroflow_tensor::{Error, Result};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -217,12 +217,12 @@ fn write_frame(stream: &mut TcpStream, parts: &[&[u8]]) -> std::io::Result<()> {
     }
 }
 
-/// Bytes read from a connection, cut into frames as they complete.
+/// Bytes read from a connection, cut into frames as they complete (each frame split off
+/// the buffer, not copied).
 #[derive(Default)]
 struct FrameBuffer {
-    bytes: Vec<u8>,
-    /// Where the first unconsumed byte is.
-    start: usize,
+    /// Bytes read and not yet cut into frames.
+    bytes: BytesMut,
 }
 
 /// What the buffer holds at its front.
@@ -238,16 +238,11 @@ enum Next {
 impl FrameBuffer {
     /// Reads once from `stream` into the buffer: `Ok(false)` when the peer closed it.
     fn fill(&mut self, stream: &mut TcpStream) -> std::io::Result<bool> {
-        if self.start > 0 && self.start == self.bytes.len() {
-            self.bytes.clear();
-            self.start = 0;
-        }
         // Room for the rest of the frame begun, when its length is known (one read for a
         // large message, as far as the socket delivers it), else for a few small ones.
-        let have = &self.bytes[self.start..];
-        let rest = match have.first_chunk::<4>() {
+        let rest = match self.bytes.first_chunk::<4>() {
             Some(h) if u32::from_le_bytes(*h) as usize <= MAX_MESSAGE_BYTES => {
-                (4 + u32::from_le_bytes(*h) as usize).saturating_sub(have.len())
+                (4 + u32::from_le_bytes(*h) as usize).saturating_sub(self.bytes.len())
             }
             _ => 0,
         };
@@ -261,24 +256,18 @@ impl FrameBuffer {
 
     /// The frame at the front, if whole; frames longer than `limit` are refused.
     fn next(&mut self, limit: usize) -> Next {
-        let have = &self.bytes[self.start..];
-        let Some(header) = have.first_chunk::<4>() else {
+        let Some(header) = self.bytes.first_chunk::<4>() else {
             return Next::Partial;
         };
         let len = u32::from_le_bytes(*header) as usize;
         if len > limit {
             return Next::TooLong(len);
         }
-        if have.len() < 4 + len {
+        if self.bytes.len() < 4 + len {
             return Next::Partial;
         }
-        let frame = Bytes::copy_from_slice(&have[4..4 + len]);
-        self.start += 4 + len;
-        if self.start == self.bytes.len() {
-            self.bytes.clear();
-            self.start = 0;
-        }
-        Next::Frame(frame)
+        bytes::Buf::advance(&mut self.bytes, 4);
+        Next::Frame(self.bytes.split_to(len).freeze())
     }
 }
 
