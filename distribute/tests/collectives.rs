@@ -660,16 +660,7 @@ fn mpi_without_the_mpi_feature_is_an_error_naming_it() {
         "SKIPPED: the MPI transport's tests: built without the `mpi` feature \
          (`cargo test -p ferroflow-distribute --features mpi --test collectives`; CI runs them)"
     );
-    ferroflow::init();
-    let options = CommunicationOptions {
-        implementation: CommunicationImplementation::Mpi,
-        ..CommunicationOptions::default()
-    };
-    let resolver = TfConfigClusterResolver::from_json("{}").unwrap();
-    let e = CollectiveGroup::new(&resolver, options)
-        .err()
-        .expect("an error")
-        .to_string();
+    let e = group_error(CommunicationImplementation::Mpi);
     assert!(
         e.contains("`mpi` cargo feature") && e.contains("MPI"),
         "{e}"
@@ -863,18 +854,24 @@ mod over_mpi {
 #[test]
 fn nccl_is_an_error_naming_the_alternatives() {
     use ferroflow_distribute::CommunicationImplementation;
-    ferroflow::init();
-    let options = CommunicationOptions {
-        implementation: CommunicationImplementation::Nccl,
-        ..CommunicationOptions::default()
-    };
-    let resolver = TfConfigClusterResolver::from_json("{}").unwrap();
-    let e = CollectiveGroup::new(&resolver, options)
-        .err()
-        .expect("an error")
-        .to_string();
+    let e = group_error(CommunicationImplementation::Nccl);
     assert!(
         e.contains("NCCL") && e.contains("not built") && e.contains("Ring"),
         "{e}"
     );
+}
+
+/// The error of a single-worker group asked to use `implementation` (a test fails where it
+/// makes a group).
+fn group_error(implementation: ferroflow_distribute::CommunicationImplementation) -> String {
+    ferroflow::init();
+    let options = CommunicationOptions {
+        implementation,
+        ..CommunicationOptions::default()
+    };
+    let resolver = TfConfigClusterResolver::from_json("{}").unwrap();
+    CollectiveGroup::new(&resolver, options)
+        .err()
+        .expect("an error")
+        .to_string()
 }

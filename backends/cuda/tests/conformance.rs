@@ -54,29 +54,28 @@ fn convolutions_run_through_cudnn_where_it_loads() {
     }
     common::cudnn_path_matches_own_kernels(device);
     let plans = ferroflow_cuda::cudnn_plans();
+    let cases = [
+        ("conv2d", common::CUDNN_CASE_INPUT, 7),
+        ("conv2d_backprop_input", common::CUDNN_CASE_INPUT, 7),
+        ("conv2d_backprop_filter", common::CUDNN_CASE_INPUT, 7),
+        ("max_pool2d", common::CUDNN_POOL_INPUT, 5),
+        ("avg_pool2d", common::CUDNN_POOL_INPUT, 5),
+    ];
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        for op in ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"] {
+        for (op, input, filters) in cases {
             let plan = plans
                 .iter()
-                .find(|p| p.op == op && p.dtype == dtype && p.input == common::CUDNN_CASE_INPUT)
+                .find(|p| p.op == op && p.dtype == dtype && p.input == input)
                 .unwrap_or_else(|| panic!("no cuDNN plan for {op} in {dtype}: {plans:?}"));
             assert!(
                 plan.algorithm.is_ok(),
                 "cuDNN refused {op} in {dtype}: {plan:?}"
             );
+            let stride = if filters == 7 { 2 } else { 1 };
             assert_eq!(
                 (plan.filters, plan.kernel, plan.strides),
-                (7, [3, 3], [2, 2])
-            );
-        }
-        for op in ["max_pool2d", "avg_pool2d"] {
-            let plan = plans
-                .iter()
-                .find(|p| p.op == op && p.dtype == dtype && p.input == common::CUDNN_POOL_INPUT)
-                .unwrap_or_else(|| panic!("no cuDNN plan for {op} in {dtype}: {plans:?}"));
-            assert!(
-                plan.algorithm.is_ok(),
-                "cuDNN refused {op} in {dtype}: {plan:?}"
+                (filters, [3, 3], [stride, stride]),
+                "{op} in {dtype}"
             );
         }
     }

@@ -9,20 +9,11 @@
 mod common;
 
 fn emulated_device() -> Option<ferroflow_tensor::Device> {
-    if ferroflow_cuda::emulation::available() {
+    common::emulated_device(
         // Each random elementwise program is a C++ compile of its own here (~0.25 s).
-        ferroflow_tensor::conformance::harness::limit_compiled_program_cases(24);
-        match ferroflow_cuda::emulation::register() {
-            Ok(_) => return Some(ferroflow_tensor::Device::gpu(0)),
-            Err(e) => panic!("the CUDA emulation did not start: {e}"),
-        }
-    }
-    ferroflow_tensor::testing::skip(
-        "FERROFLOW_REQUIRE_CXX",
-        "no C++ compiler runs (set CXX, or install g++), the CUDA kernels' emulated \
-         conformance suite did not run",
-    );
-    None
+        || ferroflow_tensor::conformance::harness::limit_compiled_program_cases(24),
+        "the CUDA kernels' emulated conformance suite did not run",
+    )
 }
 
 ferroflow_tensor::conformance_tests!(optional: emulated_device());

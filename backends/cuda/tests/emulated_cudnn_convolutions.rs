@@ -9,28 +9,14 @@
 
 mod common;
 
-fn emulated_device_with_cudnn_stand_in() -> Option<ferroflow_tensor::Device> {
+fn stand_in() {
     ferroflow_cuda::emulation::set_cudnn_stand_in(true);
-    if ferroflow_cuda::emulation::available() {
-        match ferroflow_cuda::emulation::register() {
-            Ok(_) => return Some(ferroflow_tensor::Device::gpu(0)),
-            Err(e) => panic!("the CUDA emulation did not start: {e}"),
-        }
-    }
-    ferroflow_tensor::testing::skip(
-        "FERROFLOW_REQUIRE_CXX",
-        "no C++ compiler runs (set CXX, or install g++), the cuDNN path was not checked on \
-         the CUDA emulation",
-    );
-    None
 }
 
+const MISSED: &str = "the cuDNN path was not checked";
+
 fn on_device(check: fn(&ferroflow_tensor::Device)) {
-    let Some(device) = emulated_device_with_cudnn_stand_in() else {
-        return;
-    };
-    ferroflow_tensor::with_device(&device.to_string(), || check(&device))
-        .expect("the emulated device");
+    common::on_emulated_device(stand_in, MISSED, check);
 }
 
 #[test]
@@ -50,7 +36,7 @@ fn cudnn_path_pooling() {
 
 #[test]
 fn cudnn_path_matches_own_kernels() {
-    if let Some(device) = emulated_device_with_cudnn_stand_in() {
+    if let Some(device) = common::emulated_device(stand_in, MISSED) {
         common::cudnn_path_matches_own_kernels(device);
     }
 }

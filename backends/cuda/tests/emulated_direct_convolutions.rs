@@ -4,28 +4,14 @@
 //! path runs in `emulated.rs`. Without a C++ compiler the tests skip loudly, unless
 //! `FERROFLOW_REQUIRE_CXX=1`.
 
-fn emulated_device_with_direct_convolutions() -> Option<ferroflow_tensor::Device> {
-    ferroflow_cuda::set_convolution_workspace_limit(0);
-    if ferroflow_cuda::emulation::available() {
-        match ferroflow_cuda::emulation::register() {
-            Ok(_) => return Some(ferroflow_tensor::Device::gpu(0)),
-            Err(e) => panic!("the CUDA emulation did not start: {e}"),
-        }
-    }
-    ferroflow_tensor::testing::skip(
-        "FERROFLOW_REQUIRE_CXX",
-        "no C++ compiler runs (set CXX, or install g++), the direct convolutions were not \
-         checked on the CUDA emulation",
-    );
-    None
-}
+mod common;
 
 fn on_device(check: fn(&ferroflow_tensor::Device)) {
-    let Some(device) = emulated_device_with_direct_convolutions() else {
-        return;
-    };
-    ferroflow_tensor::with_device(&device.to_string(), || check(&device))
-        .expect("the emulated device");
+    common::on_emulated_device(
+        || ferroflow_cuda::set_convolution_workspace_limit(0),
+        "the direct convolutions were not checked",
+        check,
+    );
 }
 
 #[test]

@@ -1,6 +1,33 @@
 //! Checks shared by the CUDA suites on the real device (`conformance.rs`) and on the host
-//! emulation (`emulated.rs`, `emulated_cudnn_convolutions.rs`); each uses a part.
+//! emulation (`emulated*.rs`); each uses a part.
 #![allow(dead_code)]
+
+/// The emulated device `/GPU:0` (after `configure` set the backend up for the suite), or
+/// `None` after one loud line saying that `missed` was not checked (a failure when
+/// `FERROFLOW_REQUIRE_CXX=1`, as in CI) where no C++ compiler runs.
+pub fn emulated_device(configure: fn(), missed: &str) -> Option<ferroflow_tensor::Device> {
+    configure();
+    if ferroflow_cuda::emulation::available() {
+        match ferroflow_cuda::emulation::register() {
+            Ok(_) => return Some(ferroflow_tensor::Device::gpu(0)),
+            Err(e) => panic!("the CUDA emulation did not start: {e}"),
+        }
+    }
+    ferroflow_tensor::testing::skip(
+        "FERROFLOW_REQUIRE_CXX",
+        &format!("no C++ compiler runs (set CXX, or install g++), {missed} on the CUDA emulation"),
+    );
+    None
+}
+
+/// Runs `check` (a conformance family) on [`emulated_device`] as the default device.
+pub fn on_emulated_device(configure: fn(), missed: &str, check: fn(&ferroflow_tensor::Device)) {
+    let Some(device) = emulated_device(configure, missed) else {
+        return;
+    };
+    ferroflow_tensor::with_device(&device.to_string(), || check(&device))
+        .expect("the emulated device");
+}
 
 /// Long reductions take each of the reduction's plans: the block-per-output kernels (a
 /// shared-memory tree behind `__syncthreads`; real threads on the emulation) for rows along
