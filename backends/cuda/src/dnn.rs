@@ -127,6 +127,8 @@ pub(crate) struct DnnKey {
     /// TensorFloat-32 allowed (float32 with the switch on; tensor cores take it on compute
     /// capability ≥ 8.0).
     pub(crate) tf32: bool,
+    /// Only algorithms whose results do not vary from run to run ([`deterministic_ops`]).
+    pub(crate) deterministic: bool,
     pub(crate) geometry: ConvGeometry,
 }
 
@@ -734,10 +736,18 @@ fn make_plan(
     let best = pick(
         &perf[..(returned.max(0) as usize).min(MAX_ALGOS)],
         workspace_limit,
+        key.deterministic,
         known,
     )
     .ok_or_else(|| {
-        format!("no algorithm ran within the {workspace_limit}-byte workspace limit for {key:?}")
+        format!(
+            "no{} algorithm ran within the {workspace_limit}-byte workspace limit for {key:?}",
+            if key.deterministic {
+                " deterministic"
+            } else {
+                ""
+            }
+        )
     })?;
     Ok(Plan {
         key: *key,
@@ -808,12 +818,34 @@ fn pool_plan(
 }
 
 /// The first (fastest: cuDNN sorts them by time) of `results` that succeeded, needs at most
-/// `limit` bytes of workspace and is an algorithm the bindings know.
-fn pick(results: &[AlgoPerf], limit: usize, known: impl Fn(u32) -> bool) -> Option<AlgoPerf> {
+/// `limit` bytes of workspace, is deterministic where `deterministic` asks it, and is an
+/// algorithm the bindings know.
+fn pick(
+    results: &[AlgoPerf],
+    limit: usize,
+    deterministic: bool,
+    known: impl Fn(u32) -> bool,
+) -> Option<AlgoPerf> {
     results
         .iter()
-        .find(|r| r.status == 0 && r.memory <= limit && known(r.algo))
+        .find(|r| {
+            r.status == 0
+                && r.memory <= limit
+                && (!deterministic || r.determinism == DETERMINISTIC)
+                && known(r.algo)
+        })
         .copied()
+}
+
+/// `CUDNN_DETERMINISTIC` in an algorithm record.
+const DETERMINISTIC: u32 = sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC as u32;
+
+/// Whether `TF_DETERMINISTIC_OPS` asks for results that do not vary from run to run (`1`
+/// or `true`, as TensorFlow 2.4 reads it): cuDNN's convolutions then use only algorithms it
+/// marks deterministic (some of its fastest gradients add with atomics, in any order). The
+/// backend's own kernels are deterministic either way.
+pub(crate) fn deterministic_ops() -> bool {
+    std::env::var("TF_DETERMINISTIC_OPS").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
 }
 
 /// The host emulation's stand-in for cuDNN: the plan's convolution by cuDNN's definitions
@@ -1015,24 +1047,35 @@ mod tests {
 
     #[test]
     fn pick_takes_the_fastest_that_succeeded_within_the_limit() {
-        let r = |algo, status, memory| AlgoPerf {
+        let r = |algo, status, memory, determinism| AlgoPerf {
             algo,
             status,
             memory,
+            determinism,
             ..AlgoPerf::default()
         };
         let results = [
-            r(6, 0, 1 << 30),
-            r(9, 0, 0),
-            r(1, 3, 0),
-            r(2, 0, 64),
-            r(0, 0, 0),
+            r(6, 0, 1 << 30, 1),
+            r(9, 0, 0, 1),
+            r(1, 3, 0, 1),
+            r(3, 0, 64, 0),
+            r(2, 0, 64, 1),
+            r(0, 0, 0, 0),
+            r(7, 0, 0, 1),
         ];
         let known = |a: u32| a < 8;
-        assert_eq!(pick(&results, 1 << 30, known).map(|p| p.algo), Some(6));
-        assert_eq!(pick(&results, 1 << 20, known).map(|p| p.algo), Some(2));
-        assert_eq!(pick(&results, 0, known).map(|p| p.algo), Some(0));
-        assert!(pick(&results[..3], 0, known).is_none());
+        let best =
+            |limit, deterministic| pick(&results, limit, deterministic, known).map(|p| p.algo);
+        assert_eq!(best(1 << 30, false), Some(6));
+        assert_eq!(best(1 << 20, false), Some(3));
+        assert_eq!(
+            best(1 << 20, true),
+            Some(2),
+            "algorithm 3 is not deterministic"
+        );
+        assert_eq!(best(0, false), Some(0));
+        assert_eq!(best(0, true), Some(7));
+        assert!(pick(&results[..3], 0, false, known).is_none());
     }
 
     /// Where cuDNN is on the loader's path its version is read (no GPU needed); where not,
