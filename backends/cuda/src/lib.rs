@@ -186,7 +186,8 @@ static CONVOLUTION_WORKSPACE: std::sync::atomic::AtomicUsize =
 /// (`batch · out_h · out_w × kh · kw · c` values) that lets a convolution run as one cuBLAS
 /// GEMM; one needing more runs the direct loops, which take none (slower). 1 GiB by
 /// default; 0 leaves cuDNN its algorithms without workspace and sends the rest to the
-/// direct loops.
+/// direct loops. Set it before the first convolution of a shape: cuDNN's plans keep the
+/// algorithm they picked.
 ///
 /// ```
 /// ferroflow_cuda::set_convolution_workspace_limit(256 << 20);
@@ -242,9 +243,9 @@ pub fn block_cache_limit() -> usize {
 /// Whether float convolutions go through cuDNN where it loads ([`set_cudnn_enabled`]).
 static CUDNN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-/// Lets float convolutions and their gradients run through cuDNN 9 where its library loads
-/// (`libcudnn.so.9` on the loader's path), or not: then they run as im2col and a cuBLAS
-/// GEMM (or direct loops). On by default; PyTorch's `torch.backends.cudnn.enabled`. Plans
+/// Lets float convolutions, their gradients and pooling run through cuDNN 9 where its
+/// library loads (`libcudnn.so.9` on the loader's path), or not: then convolutions run as
+/// im2col and a cuBLAS GEMM (or direct loops) and pooling on the backend's kernels. On by default; PyTorch's `torch.backends.cudnn.enabled`. Plans
 /// already made are kept for when it is turned on again.
 ///
 /// ```
@@ -256,7 +257,7 @@ pub fn set_cudnn_enabled(enabled: bool) {
     CUDNN.store(enabled, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Whether cuDNN may run convolutions (see [`set_cudnn_enabled`]).
+/// Whether cuDNN may run convolutions and pooling (see [`set_cudnn_enabled`]).
 ///
 /// ```
 /// let _ = ferroflow_cuda::cudnn_enabled();
@@ -305,14 +306,18 @@ pub struct CudnnPlan {
     /// `conv2d`, `conv2d_backprop_input`, `conv2d_backprop_filter`, `max_pool2d` or
     /// `avg_pool2d`.
     pub op: &'static str,
+    /// The operands' element type.
     pub dtype: DType,
     /// The input `[n, h, w, c]` as cuDNN runs it (with the zeros appended where TF pads
     /// one more after than before).
     pub input: [usize; 4],
     /// Output channels (pooling: the input's).
     pub filters: usize,
+    /// The window's height and width.
     pub kernel: [usize; 2],
+    /// The window's strides.
     pub strides: [usize; 2],
+    /// The window's dilations (1 for pooling).
     pub dilations: [usize; 2],
     /// cuDNN's algorithm number (its `cudnnConvolution…Algo_t`; 0 for pooling) and the
     /// workspace bytes it takes, or why cuDNN could not run it (the backend's kernels do).
@@ -1073,7 +1078,7 @@ impl Cuda {
 
     /// cuDNN's plan for `op` of window `w` with `filters` output channels on `gpu`,
     /// with its geometry and the rows and columns of zeros to append to the input; `None`
-    /// where the backend's own kernels run the convolution.
+    /// where the backend's own kernels run it.
     fn cudnn_plan(
         gpu: &Gpu,
         op: DnnOp,
