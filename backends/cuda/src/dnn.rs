@@ -129,6 +129,8 @@ pub(crate) struct DnnKey {
     pub(crate) tf32: bool,
     /// Only algorithms whose results do not vary from run to run ([`deterministic_ops`]).
     pub(crate) deterministic: bool,
+    /// Algorithms timed by cuDNN rather than ranked by its heuristics ([`autotune`]).
+    pub(crate) autotune: bool,
     pub(crate) geometry: ConvGeometry,
 }
 
@@ -685,45 +687,78 @@ fn make_plan(
         }
         (f, cd)
     };
-    // cuDNN times each algorithm once on scratch memory of its own (TF's autotuning); the
-    // fastest that succeeded within the workspace limit is kept.
+    // With autotuning (TF's default), cuDNN times each algorithm once on scratch memory of
+    // its own; without, its heuristics rank them (no run). The first that succeeded within
+    // the workspace limit is kept.
     let mut perf = [AlgoPerf::default(); MAX_ALGOS];
     let mut returned = 0i32;
+    let (n, r, out) = (MAX_ALGOS as i32, &mut returned, perf.as_mut_ptr());
     // SAFETY: `perf` holds MAX_ALGOS records of the layout cuDNN writes (AlgoPerf is
     // cudnnConvolution…AlgoPerf_t with integers for its enums); the descriptors are alive.
     let status = unsafe {
-        match key.op {
-            DnnOp::Conv2d => sys::cudnnFindConvolutionForwardAlgorithm(
+        use sys::*;
+        match (key.op, key.autotune) {
+            (DnnOp::Conv2d, true) => cudnnFindConvolutionForwardAlgorithm(
                 handle,
                 x.0,
                 w.0,
                 conv.0,
                 y.0,
-                MAX_ALGOS as i32,
-                &mut returned,
-                perf.as_mut_ptr().cast(),
+                n,
+                r,
+                out.cast(),
             ),
-            DnnOp::Conv2dBackpropInput => sys::cudnnFindConvolutionBackwardDataAlgorithm(
+            (DnnOp::Conv2d, false) => cudnnGetConvolutionForwardAlgorithm_v7(
+                handle,
+                x.0,
+                w.0,
+                conv.0,
+                y.0,
+                n,
+                r,
+                out.cast(),
+            ),
+            (DnnOp::Conv2dBackpropInput, true) => cudnnFindConvolutionBackwardDataAlgorithm(
                 handle,
                 w.0,
                 y.0,
                 conv.0,
                 x.0,
-                MAX_ALGOS as i32,
-                &mut returned,
-                perf.as_mut_ptr().cast(),
+                n,
+                r,
+                out.cast(),
             ),
-            DnnOp::Pool(_) => sys::cudnnStatus_t::CUDNN_STATUS_BAD_PARAM,
-            DnnOp::Conv2dBackpropFilter => sys::cudnnFindConvolutionBackwardFilterAlgorithm(
+            (DnnOp::Conv2dBackpropInput, false) => cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                handle,
+                w.0,
+                y.0,
+                conv.0,
+                x.0,
+                n,
+                r,
+                out.cast(),
+            ),
+            (DnnOp::Conv2dBackpropFilter, true) => cudnnFindConvolutionBackwardFilterAlgorithm(
                 handle,
                 x.0,
                 y.0,
                 conv.0,
                 w.0,
-                MAX_ALGOS as i32,
-                &mut returned,
-                perf.as_mut_ptr().cast(),
+                n,
+                r,
+                out.cast(),
             ),
+            (DnnOp::Conv2dBackpropFilter, false) => cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                handle,
+                x.0,
+                y.0,
+                conv.0,
+                w.0,
+                n,
+                r,
+                out.cast(),
+            ),
+            (DnnOp::Pool(_), _) => cudnnStatus_t::CUDNN_STATUS_BAD_PARAM,
         }
     };
     check("finding an algorithm", status)?;
@@ -835,6 +870,15 @@ fn pick(
                 && known(r.algo)
         })
         .copied()
+}
+
+/// Whether cuDNN times a convolution's algorithms on its first run of a shape, as TF does
+/// unless `TF_CUDNN_USE_AUTOTUNE` is `0` or `false`; then cuDNN's heuristics rank them
+/// without running them (much quicker to plan many shapes, e.g. a test suite's; PyTorch's
+/// default).
+pub(crate) fn autotune() -> bool {
+    !std::env::var("TF_CUDNN_USE_AUTOTUNE")
+        .is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
 /// `CUDNN_DETERMINISTIC` in an algorithm record.

@@ -28,7 +28,9 @@
 //! `libcudnn.so.9` loads ([`cudnn_version`]; NHWC, the algorithm picked per shape by
 //! cuDNN's own timing within [`set_convolution_workspace_limit`], TF32 per the switch;
 //! [`set_cudnn_enabled`] turns it off, [`cudnn_plans`] lists what it runs;
-//! `TF_DETERMINISTIC_OPS=1` keeps it to deterministic algorithms, as in TF 2.4). Without cuDNN,
+//! `TF_DETERMINISTIC_OPS=1` keeps it to deterministic algorithms and
+//! `TF_CUDNN_USE_AUTOTUNE=0` ranks them by cuDNN's heuristics instead of timing them, as in
+//! TF 2.4). Without cuDNN,
 //! or for a shape it refuses, pooling runs the backend's kernels and convolutions run
 //! as im2col (a generated kernel) and one cuBLAS GEMM (tensor cores, TF32 per the
 //! switch), the input gradient's columns summed back per input element (`col2im`,
@@ -1097,6 +1099,7 @@ impl Cuda {
             dtype,
             tf32: !pooling && dtype == DType::F32 && tensor_float_32_execution_enabled(),
             deterministic: !pooling && dnn::deterministic_ops(),
+            autotune: !pooling && dnn::autotune(),
             geometry,
         };
         gpu.dnn_plan(&key).map(|p| (p, geometry, extra))
