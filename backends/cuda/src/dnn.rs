@@ -694,71 +694,32 @@ fn make_plan(
     let mut returned = 0i32;
     let (n, r, out) = (MAX_ALGOS as i32, &mut returned, perf.as_mut_ptr());
     // SAFETY: `perf` holds MAX_ALGOS records of the layout cuDNN writes (AlgoPerf is
-    // cudnnConvolution…AlgoPerf_t with integers for its enums); the descriptors are alive.
+    // cudnnConvolution…AlgoPerf_t with integers for its enums); the descriptors are alive;
+    // each pair of functions (timed, ranked) takes the same arguments.
     let status = unsafe {
         use sys::*;
-        match (key.op, key.autotune) {
-            (DnnOp::Conv2d, true) => cudnnFindConvolutionForwardAlgorithm(
-                handle,
-                x.0,
-                w.0,
-                conv.0,
-                y.0,
-                n,
-                r,
-                out.cast(),
-            ),
-            (DnnOp::Conv2d, false) => cudnnGetConvolutionForwardAlgorithm_v7(
-                handle,
-                x.0,
-                w.0,
-                conv.0,
-                y.0,
-                n,
-                r,
-                out.cast(),
-            ),
-            (DnnOp::Conv2dBackpropInput, true) => cudnnFindConvolutionBackwardDataAlgorithm(
-                handle,
-                w.0,
-                y.0,
-                conv.0,
-                x.0,
-                n,
-                r,
-                out.cast(),
-            ),
-            (DnnOp::Conv2dBackpropInput, false) => cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                handle,
-                w.0,
-                y.0,
-                conv.0,
-                x.0,
-                n,
-                r,
-                out.cast(),
-            ),
-            (DnnOp::Conv2dBackpropFilter, true) => cudnnFindConvolutionBackwardFilterAlgorithm(
-                handle,
-                x.0,
-                y.0,
-                conv.0,
-                w.0,
-                n,
-                r,
-                out.cast(),
-            ),
-            (DnnOp::Conv2dBackpropFilter, false) => cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                handle,
-                x.0,
-                y.0,
-                conv.0,
-                w.0,
-                n,
-                r,
-                out.cast(),
-            ),
-            (DnnOp::Pool(_), _) => cudnnStatus_t::CUDNN_STATUS_BAD_PARAM,
+        let tuned = key.autotune;
+        match key.op {
+            DnnOp::Conv2d => (if tuned {
+                cudnnFindConvolutionForwardAlgorithm
+            } else {
+                cudnnGetConvolutionForwardAlgorithm_v7
+            })(handle, x.0, w.0, conv.0, y.0, n, r, out.cast()),
+            DnnOp::Conv2dBackpropInput => {
+                (if tuned {
+                    cudnnFindConvolutionBackwardDataAlgorithm
+                } else {
+                    cudnnGetConvolutionBackwardDataAlgorithm_v7
+                })(handle, w.0, y.0, conv.0, x.0, n, r, out.cast())
+            }
+            DnnOp::Conv2dBackpropFilter => {
+                (if tuned {
+                    cudnnFindConvolutionBackwardFilterAlgorithm
+                } else {
+                    cudnnGetConvolutionBackwardFilterAlgorithm_v7
+                })(handle, x.0, y.0, conv.0, w.0, n, r, out.cast())
+            }
+            DnnOp::Pool(_) => cudnnStatus_t::CUDNN_STATUS_BAD_PARAM,
         }
     };
     check("finding an algorithm", status)?;
