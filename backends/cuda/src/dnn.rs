@@ -838,8 +838,17 @@ fn pick(
 /// without running them (much quicker to plan many shapes, e.g. a test suite's; PyTorch's
 /// default).
 pub(crate) fn autotune() -> bool {
-    !std::env::var("TF_CUDNN_USE_AUTOTUNE")
-        .is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("false"))
+    bool_flag(std::env::var("TF_CUDNN_USE_AUTOTUNE").ok().as_deref(), true)
+}
+
+/// A boolean environment variable as TensorFlow reads one: `1` / `true` and `0` / `false`
+/// (any case); unset or anything else is `default`.
+fn bool_flag(value: Option<&str>, default: bool) -> bool {
+    match value.map(str::to_ascii_lowercase).as_deref() {
+        Some("1" | "true") => true,
+        Some("0" | "false") => false,
+        _ => default,
+    }
 }
 
 /// `CUDNN_DETERMINISTIC` in an algorithm record.
@@ -850,7 +859,7 @@ const DETERMINISTIC: u32 = sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC as u32;
 /// marks deterministic (some of its fastest gradients add with atomics, in any order). The
 /// backend's own kernels are deterministic either way.
 pub(crate) fn deterministic_ops() -> bool {
-    std::env::var("TF_DETERMINISTIC_OPS").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+    bool_flag(std::env::var("TF_DETERMINISTIC_OPS").ok().as_deref(), false)
 }
 
 /// The host emulation's stand-in for cuDNN: the plan's convolution by cuDNN's definitions
@@ -1093,6 +1102,27 @@ mod tests {
                 why.contains("libcudnn.so.9") || why.contains("cuDNN 9"),
                 "{why}"
             ),
+        }
+    }
+
+    #[test]
+    fn boolean_flags_read_as_tensorflow_reads_them() {
+        for (value, default, want) in [
+            (None, false, false),
+            (None, true, true),
+            (Some("1"), false, true),
+            (Some("TRUE"), false, true),
+            (Some("true"), false, true),
+            (Some("0"), true, false),
+            (Some("False"), true, false),
+            (Some("yes"), true, true),
+            (Some(""), false, false),
+        ] {
+            assert_eq!(
+                bool_flag(value, default),
+                want,
+                "{value:?}, default {default}"
+            );
         }
     }
 
