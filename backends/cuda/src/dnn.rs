@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::cudnn::sys;
-use ferroflow_tensor::{DType, Error, PoolKind, Result, Window2d};
+use ferroflow_tensor::{DType, Error, HostData, PoolKind, Result, Window2d};
 
 use crate::BACKEND;
 
@@ -267,15 +267,11 @@ const _: () = {
 /// Room for the records of one `Find` call (cuDNN 9 has at most 8 algorithms per op).
 const MAX_ALGOS: usize = 16;
 
-/// A cuDNN status as an error of `what`.
-fn failed(what: &str, status: sys::cudnnStatus_t) -> String {
-    format!("{what}: {status:?}")
-}
-
+/// `Err` naming `what` and the status unless cuDNN returned success.
 fn check(what: &str, status: sys::cudnnStatus_t) -> std::result::Result<(), String> {
     match status {
         sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS => Ok(()),
-        s => Err(failed(what, s)),
+        s => Err(format!("{what}: {s:?}")),
     }
 }
 
@@ -483,12 +479,12 @@ impl Dnn {
                     backend: BACKEND,
                     msg: format!(
                         "cuDNN: a plan of {} with another op's descriptors",
-                        plan.key.op.op()
+                        plan.key.op.name()
                     ),
                 })
             }
         };
-        check(plan.key.op.op(), status).map_err(|msg| Error::Backend {
+        check(plan.key.op.name(), status).map_err(|msg| Error::Backend {
             backend: BACKEND,
             msg: format!("cuDNN: {msg}"),
         })
@@ -496,8 +492,8 @@ impl Dnn {
 }
 
 impl DnnOp {
-    /// The op the op computes, for errors.
-    pub(crate) fn op(self) -> &'static str {
+    /// The op's name, for errors and reports.
+    pub(crate) fn name(self) -> &'static str {
         match self {
             DnnOp::Conv2d => "conv2d",
             DnnOp::Conv2dBackpropInput => "conv2d_backprop_input",
@@ -945,41 +941,17 @@ fn host_pooling(kind: PoolKind, g: &ConvGeometry, x: &[f64]) -> Vec<f64> {
 
 /// The float values of `bytes` (little-endian) of `dtype`.
 fn decode(dtype: DType, bytes: &[u8]) -> Result<Vec<f64>> {
-    let size = dtype.size_in_bytes();
-    bytes
-        .chunks_exact(size)
-        .map(|e| match dtype {
-            DType::F64 => {
-                let mut v = [0; 8];
-                v.copy_from_slice(e);
-                Ok(f64::from_le_bytes(v))
-            }
-            DType::F32 => Ok(f32::from_le_bytes([e[0], e[1], e[2], e[3]]) as f64),
-            DType::F16 => Ok(half::f16::from_le_bytes([e[0], e[1]]).to_f64()),
-            DType::BF16 => Ok(half::bf16::from_le_bytes([e[0], e[1]]).to_f64()),
-            other => Err(ferroflow_tensor::backend::unsupported(
-                BACKEND, "conv2d", other,
-            )),
-        })
-        .collect()
+    HostData::from_le_bytes(dtype, bytes)
+        .map(|h| h.to_f64_vec())
+        .ok_or_else(|| ferroflow_tensor::backend::unsupported(BACKEND, "conv2d", dtype))
 }
 
 /// `values` rounded to `dtype` into `out` (little-endian).
 fn encode(dtype: DType, values: &[f64], out: &mut [u8]) -> Result<()> {
-    let size = dtype.size_in_bytes();
-    for (v, e) in values.iter().zip(out.chunks_exact_mut(size)) {
-        match dtype {
-            DType::F64 => e.copy_from_slice(&v.to_le_bytes()),
-            DType::F32 => e.copy_from_slice(&(*v as f32).to_le_bytes()),
-            DType::F16 => e.copy_from_slice(&half::f16::from_f64(*v).to_le_bytes()),
-            DType::BF16 => e.copy_from_slice(&half::bf16::from_f64(*v).to_le_bytes()),
-            other => {
-                return Err(ferroflow_tensor::backend::unsupported(
-                    BACKEND, "conv2d", other,
-                ))
-            }
-        }
-    }
+    let bytes = HostData::from_f64_slice(dtype, values).to_le_bytes();
+    out.get_mut(..bytes.len())
+        .ok_or_else(|| ferroflow_tensor::backend::unsupported(BACKEND, "conv2d", dtype))?
+        .copy_from_slice(&bytes);
     Ok(())
 }
 

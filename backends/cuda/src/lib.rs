@@ -344,7 +344,7 @@ pub fn cudnn_plans() -> Vec<CudnnPlan> {
             let geo = key.geometry;
             plans.push(CudnnPlan {
                 device: g.ordinal,
-                op: key.op.op(),
+                op: key.op.name(),
                 dtype: key.dtype,
                 input: geo.input,
                 filters: geo.filters,
@@ -372,6 +372,23 @@ impl DeviceBuffer for CudaBuffer {
     }
     fn size_in_bytes(&self) -> usize {
         self.bytes
+    }
+}
+
+/// An operand as cuDNN reads it: dense, in its own buffer at a byte offset or in a copy
+/// made for it.
+enum DenseOperand<'a> {
+    Own(&'a CudaBuffer, usize),
+    Made(CudaBuffer),
+}
+
+impl DenseOperand<'_> {
+    /// The memory and the byte offset the operand starts at.
+    fn at(&self) -> (&Memory, usize) {
+        match self {
+            DenseOperand::Own(b, offset) => (&b.mem, *offset),
+            DenseOperand::Made(b) => (&b.mem, 0),
+        }
     }
 }
 
@@ -1106,28 +1123,23 @@ impl Cuda {
     }
 
     /// `x` dense from a byte offset cuDNN may start at (a multiple of 16): its own buffer
-    /// where it is, else a dense copy; (the copy if one was made, the byte offset).
-    fn dense_aligned(&self, x: Operand<'_>) -> Result<(Option<CudaBuffer>, usize)> {
-        let size = x.dtype.size_in_bytes();
-        let offset = x.layout.offset() * size;
+    /// where it is, else a dense copy.
+    fn dense_aligned<'a>(&self, x: Operand<'a>) -> Result<DenseOperand<'a>> {
+        let offset = x.layout.offset() * x.dtype.size_in_bytes();
         if x.layout.is_contiguous() && offset.is_multiple_of(16) {
-            return Ok((None, offset));
+            return Ok(DenseOperand::Own(ours(&x, "cuDNN")?, offset));
         }
-        Ok((Some(self.dense(x)?), 0))
+        Ok(DenseOperand::Made(self.dense(x)?))
     }
 
     /// `x` as cuDNN's input: dense NHWC with `extra` rows and columns of zeros appended
-    /// (see `ConvGeometry::of`); as [`Cuda::dense_aligned`] returns it.
-    fn cudnn_input(
-        &self,
-        x: Operand<'_>,
-        extra: [usize; 2],
-    ) -> Result<(Option<CudaBuffer>, usize)> {
+    /// (see `ConvGeometry::of`).
+    fn cudnn_input<'a>(&self, x: Operand<'a>, extra: [usize; 2]) -> Result<DenseOperand<'a>> {
         if extra == [0, 0] {
             return self.dense_aligned(x);
         }
         let paddings = [(0, 0), (0, extra[0]), (0, extra[1]), (0, 0)];
-        Ok((Some(self.padded(x, &paddings, 0.0)?), 0))
+        Ok(DenseOperand::Made(self.padded(x, &paddings, 0.0)?))
     }
 
     /// The filter `[kh, kw, cin, cout]` as cuDNN's dense `[cout, kh, kw, cin]`.
@@ -1148,18 +1160,17 @@ impl Cuda {
         filter: Operand<'_>,
         w: &Window2d,
     ) -> Result<Option<CudaBuffer>> {
-        let (gpu, own) = self.gpu_of(&x, op)?;
+        let (gpu, _) = self.gpu_of(&x, op)?;
         let filters = filter.layout.shape()[3];
         let Some((plan, g, extra)) = Self::cudnn_plan(gpu, DnnOp::Conv2d, x.dtype, w, filters)
         else {
             return Ok(None);
         };
-        let (made, offset) = self.cudnn_input(x, extra)?;
+        let input = self.cudnn_input(x, extra)?;
         let f = self.filter_krsc(filter)?;
         let size = x.dtype.size_in_bytes();
         let mut y = output(gpu, g.output_dims().iter().product::<usize>() * size)?;
-        let xm = made.as_ref().map_or(&own.mem, |b| &b.mem);
-        gpu.run_cudnn(&plan, (xm, offset), (&f.mem, 0), &mut y.mem)?;
+        gpu.run_cudnn(&plan, input.at(), (&f.mem, 0), &mut y.mem)?;
         Ok(Some(y))
     }
 
@@ -1174,17 +1185,16 @@ impl Cuda {
         x: Operand<'_>,
         w: &Window2d,
     ) -> Result<Option<CudaBuffer>> {
-        let (gpu, own) = self.gpu_of(&x, kind.name())?;
+        let (gpu, _) = self.gpu_of(&x, kind.name())?;
         let Some((plan, g, _)) = Self::cudnn_plan(gpu, DnnOp::Pool(kind), x.dtype, w, w.input[3])
         else {
             return Ok(None);
         };
-        let (made, offset) = self.dense_aligned(x)?;
+        let input = self.dense_aligned(x)?;
         let size = x.dtype.size_in_bytes();
         let mut y = output(gpu, g.output_dims().iter().product::<usize>() * size)?;
-        let xm = made.as_ref().map_or(&own.mem, |b| &b.mem);
         // The second operand is not read by pooling.
-        gpu.run_cudnn(&plan, (xm, offset), (xm, offset), &mut y.mem)?;
+        gpu.run_cudnn(&plan, input.at(), input.at(), &mut y.mem)?;
         Ok(Some(y))
     }
 
@@ -1197,7 +1207,7 @@ impl Cuda {
         w: &Window2d,
     ) -> Result<Option<CudaBuffer>> {
         let op = "conv2d_backprop_input";
-        let (gpu, own) = self.gpu_of(&dy, op)?;
+        let (gpu, _) = self.gpu_of(&dy, op)?;
         let filters = filter.layout.shape()[3];
         let Some((plan, g, extra)) =
             Self::cudnn_plan(gpu, DnnOp::Conv2dBackpropInput, dy.dtype, w, filters)
@@ -1205,11 +1215,10 @@ impl Cuda {
             return Ok(None);
         };
         let f = self.filter_krsc(filter)?;
-        let (made, offset) = self.dense_aligned(dy)?;
+        let grad = self.dense_aligned(dy)?;
         let size = dy.dtype.size_in_bytes();
         let mut dx = output(gpu, g.input.iter().product::<usize>() * size)?;
-        let dym = made.as_ref().map_or(&own.mem, |b| &b.mem);
-        gpu.run_cudnn(&plan, (&f.mem, 0), (dym, offset), &mut dx.mem)?;
+        gpu.run_cudnn(&plan, (&f.mem, 0), grad.at(), &mut dx.mem)?;
         if extra == [0, 0] {
             return Ok(Some(dx));
         }
@@ -1232,8 +1241,7 @@ impl Cuda {
         w: &Window2d,
     ) -> Result<Option<CudaBuffer>> {
         let op = "conv2d_backprop_filter";
-        let (gpu, own_x) = self.gpu_of(&x, op)?;
-        let own_dy = ours(&dy, op)?;
+        let (gpu, _) = self.gpu_of(&x, op)?;
         let Some((plan, g, extra)) = Self::cudnn_plan(
             gpu,
             DnnOp::Conv2dBackpropFilter,
@@ -1243,16 +1251,10 @@ impl Cuda {
         ) else {
             return Ok(None);
         };
-        let (made_x, offset_x) = self.cudnn_input(x, extra)?;
-        let (made_dy, offset_dy) = self.dense_aligned(dy)?;
+        let (input, grad) = (self.cudnn_input(x, extra)?, self.dense_aligned(dy)?);
         let size = x.dtype.size_in_bytes();
         let mut dw = output(gpu, filter_shape.iter().product::<usize>() * size)?;
-        gpu.run_cudnn(
-            &plan,
-            (made_x.as_ref().map_or(&own_x.mem, |b| &b.mem), offset_x),
-            (made_dy.as_ref().map_or(&own_dy.mem, |b| &b.mem), offset_dy),
-            &mut dw.mem,
-        )?;
+        gpu.run_cudnn(&plan, input.at(), grad.at(), &mut dw.mem)?;
         // cuDNN's [cout, kh, kw, cin] back to [kh, kw, cin, cout].
         let hwio = Layout::contiguous(&g.filter_dims()).permute(&[1, 2, 3, 0])?;
         Ok(Some(self.dense(Operand {
