@@ -4,7 +4,7 @@ use crate::shm::{Piece, Rendezvous, ShmLinks};
 use bytes::Bytes;
 use ferroflow_cluster::{ClusterResolver, Delivery, MpiLaunch, Peer, TaskId, TaskServer};
 use ferroflow_tensor::trace::{StatValue, TraceMe, PEER_WAIT_SPAN};
-use ferroflow_tensor::{DType, Element, Error, HostData, Result, Tensor};
+use ferroflow_tensor::{DType, Device, DeviceKind, Element, Error, HostData, Result, Tensor};
 use half::{bf16, f16};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +23,12 @@ pub enum CommunicationImplementation {
     /// MPI's own collectives (`MPI_Allreduce`, ...) through the `mpi` crate: the `mpi` cargo
     /// feature, and a program started by `mpirun`; the ranks are the workers.
     Mpi,
-    /// NVIDIA's NCCL: not built yet (asking for it is an error naming the alternatives).
+    /// NVIDIA's NCCL for tensors on a CUDA device (TF's choice for GPUs): the facade's
+    /// `cuda` cargo feature (`nccl` of this crate) and `libnccl.so.2` at run time. The
+    /// first collective on a device makes its communicator (the chief's id sent over the
+    /// gRPC ring); tensors on the host, or on different devices, take the ring, as TF's
+    /// NCCL implementation leaves host tensors to its ring. Every task must then pass its
+    /// tensors on a GPU, or every task on the host.
     Nccl,
 }
 
@@ -77,6 +82,10 @@ pub struct CollectiveGroup {
     world: usize,
     options: CommunicationOptions,
     instance: AtomicU64,
+    /// NCCL's communicators, one per device, each made by the first collective on it (the
+    /// `Nccl` implementation).
+    #[cfg(feature = "nccl")]
+    nccl: Mutex<Vec<Arc<ferroflow_cuda::nccl::NcclCommunicator>>>,
 }
 
 /// How a group's messages travel.
@@ -154,14 +163,18 @@ impl CollectiveGroup {
     ) -> Result<CollectiveGroup> {
         let tasks = training_tasks(resolver)?;
         let use_mpi = match options.implementation {
+            #[cfg(not(feature = "nccl"))]
             CommunicationImplementation::Nccl => {
-                return Err(Error::invalid(
-                    "CommunicationOptions",
-                    "the NCCL implementation is not built yet (the CUDA backend has no NCCL \
-                     collectives, with or without the `cuda` cargo feature); use Ring, Mpi \
-                     or Auto",
-                ))
+                return Err(Error::BackendUnavailable {
+                    device: "NCCL collectives".into(),
+                    hint: "ferroflow was built without NCCL: enable the `cuda` (or `cuda-13`) \
+                           cargo feature of ferroflow (the `nccl` feature of \
+                           ferroflow-distribute), or use Ring, Mpi or Auto"
+                        .into(),
+                })
             }
+            #[cfg(feature = "nccl")]
+            CommunicationImplementation::Nccl => false,
             CommunicationImplementation::Mpi => true,
             CommunicationImplementation::Ring => false,
             // `mpirun` started this process and no TF_CONFIG says otherwise.
@@ -235,6 +248,8 @@ impl CollectiveGroup {
             world,
             options,
             instance: AtomicU64::new(0),
+            #[cfg(feature = "nccl")]
+            nccl: Mutex::default(),
         }
     }
 
@@ -286,20 +301,28 @@ impl CollectiveGroup {
     /// of it: the algorithm, the transport, the bytes this task contributes, the group's size
     /// and the peers it exchanges with. The group's first collective (`key`) first looks
     /// for shared-memory links, so that its span names the transport it takes.
-    fn span(&self, key: &str, scope_and_type: &'static str, bytes: usize) -> Result<TraceMe> {
+    fn span(
+        &self,
+        key: &str,
+        scope_and_type: &'static str,
+        bytes: usize,
+        on_nccl: bool,
+    ) -> Result<TraceMe> {
         if let Transport::Ring(ring) = &self.transport {
             ring.links(key)?;
         }
         let mut span = TraceMe::new(scope_and_type);
         if span.is_recording() {
             let (algorithm, peers) = match &self.transport {
+                _ if on_nccl => ("nccl", "every rank".to_string()),
                 Transport::Alone => ("none", String::new()),
                 Transport::Ring(ring) => ring.algorithm_and_peers(bytes),
                 #[cfg(feature = "mpi")]
                 Transport::Mpi(_) => ("mpi", "every rank".to_string()),
             };
+            let transport = if on_nccl { "nccl" } else { self.transport() };
             span.stat("algorithm", StatValue::Str(algorithm.into()))
-                .stat("transport", StatValue::Str(self.transport().into()))
+                .stat("transport", StatValue::Str(transport.into()))
                 .stat("bytes", StatValue::U64(bytes as u64))
                 .stat("group_size", StatValue::U64(self.world as u64))
                 .stat("peers", StatValue::Str(peers.into()));
@@ -309,7 +332,8 @@ impl CollectiveGroup {
 
     /// How the group's messages travel: `"shared memory"` (every task on this host, found
     /// by the group's first collective), `"grpc"` (also before that first collective),
-    /// `"mpi"`, or `"none"` (a group of one).
+    /// `"mpi"`, or `"none"` (a group of one). Under the `Nccl` implementation, collectives
+    /// of GPU tensors go through NCCL whatever this says (their profiler spans say `nccl`).
     ///
     /// ```no_run
     /// # use ferroflow_distribute::{CollectiveGroup, CommunicationOptions};
@@ -358,10 +382,12 @@ impl CollectiveGroup {
             .iter()
             .map(|t| t.num_elements() * t.dtype().size_in_bytes())
             .sum();
+        let on_nccl = self.nccl_device(tensors.iter().map(Tensor::device));
         let _span = self.span(
             &name,
             "allreduce/CollectiveReduceV2:CollectiveReduceV2",
             bytes,
+            on_nccl.is_some(),
         )?;
         for (i, t) in tensors.iter().enumerate() {
             if !(t.dtype().is_float() || matches!(t.dtype(), DType::I32 | DType::I64)) {
@@ -380,6 +406,14 @@ impl CollectiveGroup {
                     ),
                 ));
             }
+        }
+        #[cfg(feature = "nccl")]
+        if let Some(device) = on_nccl {
+            let op = match op {
+                ReduceOp::Sum => ferroflow_cuda::nccl::NcclReduction::Sum,
+                ReduceOp::Mean => ferroflow_cuda::nccl::NcclReduction::Average,
+            };
+            return self.communicator(device, &name)?.all_reduce(tensors, op);
         }
         #[cfg(feature = "mpi")]
         if let Transport::Mpi(mpi) = &self.transport {
@@ -423,11 +457,17 @@ impl CollectiveGroup {
                 "a scalar has no axis 0 to gather along: reshape it to [1]",
             ));
         }
+        let on_nccl = self.nccl_device([tensor.device()]);
         let _span = self.span(
             &name,
             "allgather/CollectiveGatherV2:CollectiveGatherV2",
             tensor.num_elements() * tensor.dtype().size_in_bytes(),
+            on_nccl.is_some(),
         )?;
+        #[cfg(feature = "nccl")]
+        if let Some(device) = on_nccl {
+            return self.communicator(device, &name)?.all_gather(tensor);
+        }
         let mine = tensor.to_host()?.to_le_bytes();
         let all = match &self.transport {
             Transport::Alone => mine,
@@ -461,6 +501,7 @@ impl CollectiveGroup {
             ));
         }
         let key = format!("broadcast {instance}/0");
+        let on_nccl = self.nccl_device([tensor.device()]);
         let _span = self.span(
             &key,
             if self.rank == root {
@@ -469,7 +510,12 @@ impl CollectiveGroup {
                 "broadcast/CollectiveBcastRecvV2:CollectiveBcastRecvV2"
             },
             tensor.num_elements() * tensor.dtype().size_in_bytes(),
+            on_nccl.is_some(),
         )?;
+        #[cfg(feature = "nccl")]
+        if let Some(device) = on_nccl {
+            return self.communicator(device, &key)?.broadcast(tensor, root);
+        }
         let mine = tensor.to_host()?.to_le_bytes();
         let bytes = match &self.transport {
             Transport::Alone => return Ok(tensor.clone()),
@@ -505,7 +551,12 @@ impl CollectiveGroup {
     pub fn barrier(&self) -> Result<()> {
         let instance = self.instance.fetch_add(1, Ordering::SeqCst);
         let key = format!("barrier {instance}");
-        let _span = self.span(&key, "barrier/CollectiveReduceV2:CollectiveReduceV2", 4)?;
+        let _span = self.span(
+            &key,
+            "barrier/CollectiveReduceV2:CollectiveReduceV2",
+            4,
+            false,
+        )?;
         match &self.transport {
             Transport::Alone => Ok(()),
             Transport::Ring(ring) => {
@@ -526,6 +577,72 @@ impl CollectiveGroup {
                 Ok(())
             }
         }
+    }
+
+    /// The device whose NCCL communicator carries a collective of tensors on `devices`:
+    /// under the `Nccl` implementation, in a group of several tasks, when every tensor is
+    /// on one GPU.
+    fn nccl_device(&self, devices: impl IntoIterator<Item = Device>) -> Option<Device> {
+        if self.options.implementation != CommunicationImplementation::Nccl || self.world < 2 {
+            return None;
+        }
+        let mut devices = devices.into_iter();
+        let first = devices.next()?;
+        (first.kind() == DeviceKind::Gpu && devices.all(|d| d == first)).then_some(first)
+    }
+
+    /// The NCCL communicator of `device`, made by the first collective on it (`name`): the
+    /// chief makes the id and sends it, or why it could not, over the ring to every task,
+    /// and every task joins.
+    #[cfg(feature = "nccl")]
+    fn communicator(
+        &self,
+        device: Device,
+        name: &str,
+    ) -> Result<Arc<ferroflow_cuda::nccl::NcclCommunicator>> {
+        use ferroflow_cuda::nccl::{NcclCommunicator, NcclId};
+        let mut made = self.nccl.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = made.iter().find(|c| c.device() == device) {
+            return Ok(c.clone());
+        }
+        let Transport::Ring(ring) = &self.transport else {
+            return Err(Error::invalid(
+                "collectives",
+                "NCCL needs the ring to send its id (a group of several tasks)",
+            ));
+        };
+        // The chief's answer: 1 and the id, or 0 and its error.
+        let chiefs = match self.rank {
+            0 => match NcclId::new(device) {
+                Ok(id) => [&[1u8][..], id.as_bytes()].concat(),
+                Err(e) => [&[0u8][..], e.to_string().as_bytes()].concat(),
+            },
+            _ => vec![],
+        };
+        let answer = match ring.broadcast(&format!("{name}/nccl id"), chiefs.clone(), 0)? {
+            Some(got) => got.to_vec(),
+            None => chiefs,
+        };
+        let id = match answer.split_first() {
+            Some((1, id)) => NcclId::from_bytes(id)?,
+            Some((_, why)) => {
+                return Err(Error::Remote {
+                    op: format!("{name}: making NCCL's id"),
+                    peer: ring.names[0].clone(),
+                    msg: String::from_utf8_lossy(why).into_owned(),
+                })
+            }
+            None => return Err(Error::invalid("collectives", "the chief sent no NCCL id")),
+        };
+        let communicator = Arc::new(NcclCommunicator::new(
+            device,
+            &id,
+            self.rank,
+            self.world,
+            self.options.timeout,
+        )?);
+        made.push(communicator.clone());
+        Ok(communicator)
     }
 
     /// Indices of `tensors` grouped into packs: consecutive tensors of one dtype, up to

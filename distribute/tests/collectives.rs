@@ -10,91 +10,22 @@ use ferroflow::{DType, HostData, Tensor};
 use ferroflow_cluster::TfConfigClusterResolver;
 use ferroflow_distribute::{CollectiveGroup, CommunicationOptions, ReduceOp};
 use proptest::prelude::*;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+mod common;
+
+use common::{start_workers, wait_all, SpanTransports, Workers};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Kills every child on drop (a failing assertion included).
-struct Workers(Vec<Child>);
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// Starts `n` workers (chief-less cluster) running `mode`; returns them and when they began.
 fn start(n: usize, mode: &str, timeout_s: u64) -> Workers {
-    // Held listening until each worker has started with its own (`hand_over`).
-    let ports = ferroflow_cluster::reserve_loopback_ports(n).expect("reserve ports");
-    let addresses: Vec<&str> = ports.iter().map(|p| p.address()).collect();
-    let cluster = serde_json::json!({ "worker": addresses });
-    let exe = std::env::current_exe().expect("test binary");
-    let children = (0..n)
-        .map(|i| {
-            let tf_config = serde_json::json!({
-                "cluster": cluster,
-                "task": {"type": "worker", "index": i},
-            });
-            let mut command = Command::new(&exe);
-            ferroflow_cluster::hand_over(&mut command, &[&ports[i]]);
-            command
-                .args([
-                    "--ignored",
-                    "--exact",
-                    "worker",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env("TF_CONFIG", tf_config.to_string())
-                .env("FERROFLOW_COLLECTIVE_MODE", mode)
-                .env("FERROFLOW_COLLECTIVE_TIMEOUT_S", timeout_s.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start a worker")
-        })
-        .collect();
-    Workers(children)
-}
-
-/// Waits for every worker (bounded), returning (exit code, output) per worker.
-fn wait_all(workers: &mut Workers, limit: Duration) -> Vec<(i32, String)> {
-    let start = Instant::now();
-    let mut done: Vec<Option<i32>> = vec![None; workers.0.len()];
-    while done.iter().any(Option::is_none) {
-        assert!(
-            start.elapsed() < limit,
-            "workers still running after {limit:?}: {done:?}"
-        );
-        for (c, d) in workers.0.iter_mut().zip(&mut done) {
-            if d.is_none() {
-                if let Some(status) = c.try_wait().expect("wait") {
-                    *d = Some(status.code().unwrap_or(-1));
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    workers
-        .0
-        .iter_mut()
-        .zip(done)
-        .map(|(c, code)| {
-            use std::io::Read;
-            let mut out = String::new();
-            if let Some(mut s) = c.stdout.take() {
-                let _ = s.read_to_string(&mut out);
-            }
-            if let Some(mut s) = c.stderr.take() {
-                let _ = s.read_to_string(&mut out);
-            }
-            (code.unwrap_or(-1), out)
-        })
-        .collect()
+    start_workers(
+        n,
+        &[
+            ("FERROFLOW_COLLECTIVE_MODE", mode.to_string()),
+            ("FERROFLOW_COLLECTIVE_TIMEOUT_S", timeout_s.to_string()),
+        ],
+    )
 }
 
 /// The tensors worker `rank` contributes: deterministic, different per rank.
@@ -289,21 +220,6 @@ fn assert_exact_sum(
         sum[0].to_vec::<f32>().unwrap() == want,
         "the {what} tensor's sum differs"
     );
-}
-
-/// The `transport` stat of every collective span (a trace sink).
-#[derive(Default)]
-struct SpanTransports(Mutex<Vec<String>>);
-
-impl ferroflow::trace::TraceSink for SpanTransports {
-    fn on_host_event(&self, event: &ferroflow::trace::HostEvent<'_>) {
-        for (name, value) in event.stats {
-            if let (&"transport", ferroflow::trace::StatValue::Str(t)) = (name, value) {
-                self.0.lock().unwrap().push(t.to_string());
-            }
-        }
-    }
-    fn on_memory(&self, _: &ferroflow::trace::MemoryEvent) {}
 }
 
 /// `kill-mid` mode: all-reduces 64 MB tensors over and over; after the first (the links
@@ -671,6 +587,7 @@ fn mpi_without_the_mpi_feature_is_an_error_naming_it() {
 #[cfg(feature = "mpi")]
 mod over_mpi {
     use super::*;
+    use std::process::{Child, Stdio};
 
     /// `mpirun`, its process group (killed whole on drop, a failing assertion included) and
     /// the folder of its ranks' output (removed on drop).
@@ -849,14 +766,15 @@ mod over_mpi {
     }
 }
 
-/// NCCL collectives are not built: asking for them is an error that says so and names the
-/// implementations that are, never a group that silently uses another transport.
+/// Without the `nccl` feature, asking for NCCL is an error that names the cargo feature and
+/// the implementations that are built, never a group that silently uses another transport.
+#[cfg(not(feature = "nccl"))]
 #[test]
-fn nccl_is_an_error_naming_the_alternatives() {
+fn nccl_is_an_error_naming_the_feature_and_the_alternatives() {
     use ferroflow_distribute::CommunicationImplementation;
     let e = group_error(CommunicationImplementation::Nccl);
     assert!(
-        e.contains("NCCL") && e.contains("not built") && e.contains("Ring"),
+        e.contains("without NCCL") && e.contains("`cuda`") && e.contains("Ring"),
         "{e}"
     );
 }

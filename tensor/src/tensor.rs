@@ -142,6 +142,39 @@ impl Tensor {
         let storage = Arc::new(Storage::new(buffer, backend.clone(), device, shape, dtype));
         Tensor::from_storage(storage, Layout::contiguous(shape), dtype)
     }
+    /// A tensor over `buffer`, a dense row-major buffer of `shape` and `dtype` that the
+    /// backend serving `device` made (a backend crate's own operation's output, as
+    /// [`Tensor::operand`] is its input). An error when no backend serves `device` or the
+    /// buffer's size is not the shape's.
+    ///
+    /// ```no_run
+    /// # use ferroflow_tensor::{backend_for, DType, Device, HostData, Tensor};
+    /// let device = Device::parse("/CPU:0")?;
+    /// let buffer = backend_for(device)?.upload(0, HostData::F32(vec![1.0, 2.0]))?;
+    /// let x = Tensor::from_backend_buffer(buffer, &[2], DType::F32, device)?;
+    /// assert_eq!(x.to_vec::<f32>()?, vec![1.0, 2.0]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn from_backend_buffer(
+        buffer: BufferBox,
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        let backend = crate::device::backend_for(device)?;
+        let n = crate::layout::checked_num_elements("from_backend_buffer", shape)?;
+        let bytes = n.checked_mul(dtype.size_in_bytes());
+        if bytes != Some(buffer.size_in_bytes()) {
+            return Err(Error::invalid(
+                "from_backend_buffer",
+                format!(
+                    "a buffer of {} bytes does not hold a {dtype} tensor of shape {shape:?}",
+                    buffer.size_in_bytes()
+                ),
+            ));
+        }
+        Ok(Tensor::from_buffer(buffer, shape, dtype, &backend, device))
+    }
     /// The same storage under another layout (a view).
     pub(crate) fn view(&self, layout: Layout) -> Tensor {
         Tensor::from_storage(self.0.storage.clone(), layout, self.0.dtype)
@@ -292,8 +325,17 @@ impl Tensor {
     pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
         &self.0.storage.backend
     }
-    /// This tensor as a kernel input.
-    pub(crate) fn operand(&self) -> Operand<'_> {
+    /// This tensor as a kernel input: its backend's buffer, its layout and dtype. For a
+    /// backend crate's own operations outside the [`Backend`] trait (the CUDA backend's
+    /// NCCL collectives), which downcast the buffer to their own type.
+    ///
+    /// ```no_run
+    /// # use ferroflow_tensor::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?;
+    /// assert_eq!(x.operand().shape(), &[2]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn operand(&self) -> Operand<'_> {
         Operand {
             buffer: self.0.storage.buffer.as_ref(),
             layout: &self.0.layout,

@@ -77,6 +77,15 @@ pub fn available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// The emulated device's backend: one per process (registering again is a no-op, as for a
+/// real GPU).
+static EMULATED: OnceLock<Arc<Cuda>> = OnceLock::new();
+
+/// The emulated backend, once [`register`] made it.
+pub(crate) fn emulated() -> Option<&'static Arc<Cuda>> {
+    EMULATED.get()
+}
+
 /// Registers one emulated CUDA device as `/GPU:0` (backend name `cuda`, as a real one) and
 /// returns 1; its kernels are compiled on first use in a folder under the system's temporary
 /// directory, removed once they are loaded. An error when no C++ compiler runs.
@@ -95,8 +104,6 @@ pub fn register() -> Result<usize> {
             ),
         });
     }
-    // One emulated device per process (registering again is a no-op, as for a real GPU).
-    static EMULATED: OnceLock<Arc<Cuda>> = OnceLock::new();
     let cuda = EMULATED.get_or_init(|| {
         // Made while a library compiles, removed after it loads.
         let dir =

@@ -63,6 +63,21 @@ pub(crate) enum Memory {
     Host(HostMemory),
 }
 
+impl Memory {
+    /// The device address of byte `offset` of this memory, for a library call queued on
+    /// `stream` (the memory's device's stream); `None` for the emulation's host memory or
+    /// an offset past the end.
+    pub(crate) fn device_address(&self, stream: &CudaStream, offset: usize) -> Option<u64> {
+        match self {
+            Memory::Cuda(block) if offset <= block.len() => {
+                let (address, _record) = block.device_ptr(stream);
+                Some(address + offset as u64)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A block of device memory, handed back to its device's [`BlockCache`] when dropped (when
 /// it came from there), else freed to the driver's pool.
 pub(crate) struct DeviceBlock {
@@ -314,6 +329,15 @@ impl Gpu {
                 cells: (0..2).map(|_| UnsafeCell::new(0)).collect(),
                 len: 16,
             })),
+        }
+    }
+
+    /// The CUDA context (to make current for a library's calls) and the stream every op of
+    /// this device runs on, for NCCL; `None` on the host emulation.
+    pub(crate) fn context_and_stream(&self) -> Option<(&Arc<CudaContext>, &Arc<CudaStream>)> {
+        match &self.engine {
+            Engine::Cuda(c) => Some((&c.ctx, &c.stream)),
+            Engine::Host(_) => None,
         }
     }
 

@@ -75,6 +75,7 @@ pub mod compile;
 mod dnn;
 pub mod emulation;
 mod exec;
+pub mod nccl;
 pub mod source;
 
 use std::sync::{Arc, OnceLock};
@@ -483,6 +484,32 @@ pub fn devices() -> Vec<String> {
 /// ```
 pub fn devices_or_error() -> std::result::Result<Vec<String>, String> {
     shared().map(|b| b.gpus.iter().map(|g| g.name.clone()).collect())
+}
+
+/// This crate's backend serving `device` (a GPU's or the emulation's), or an error saying
+/// that `op` needs a CUDA device.
+fn serving(device: ferroflow_tensor::Device, op: &'static str) -> Result<Arc<Cuda>> {
+    let not_cuda = |why: String| {
+        Error::invalid(
+            op,
+            format!("{device} is not a CUDA device ({why}); NCCL runs on CUDA devices"),
+        )
+    };
+    if device.kind() != DeviceKind::Gpu {
+        return Err(not_cuda("a host device".into()));
+    }
+    let backend = ferroflow_tensor::backend_for(device).map_err(|e| not_cuda(e.to_string()))?;
+    let ours = |c: &Arc<Cuda>| std::ptr::addr_eq(Arc::as_ptr(&backend), Arc::as_ptr(c));
+    if let Some(c) = emulation::emulated().filter(|c| ours(c)) {
+        return Ok(c.clone());
+    }
+    match shared() {
+        Ok(c) if ours(&c) => Ok(c),
+        _ => Err(not_cuda(format!(
+            "the {} backend serves it",
+            backend.name()
+        ))),
+    }
 }
 
 fn ours<'a>(x: &Operand<'a>, op: &'static str) -> Result<&'a CudaBuffer> {
