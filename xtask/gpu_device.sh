@@ -12,13 +12,17 @@ OUT=${OUT:-/tmp}
 exec > >(tee "$OUT/run.log") 2>&1
 date; uname -r; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 SP=$(python3 -c "import site;print(site.getsitepackages()[0])")
-LIBS=$(find "$SP/nvidia" /usr/local/cuda/lib64 -maxdepth 4 \( -name 'libnvrtc.so.13*' -o -name 'libcublas.so.13*' -o -name 'libcublasLt.so.13*' -o -name 'libcudnn.so.9*' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+LIBS=$(find "$SP/nvidia" /usr/local/cuda/lib64 -maxdepth 4 \( -name 'libnvrtc.so.13*' -o -name 'libcublas.so.13*' -o -name 'libcublasLt.so.13*' -o -name 'libcudnn.so.9*' -o -name 'libnccl.so.2*' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
 echo "libraries: $LIBS"
 export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" RUST_BACKTRACE=1 FERROFLOW_REQUIRE_CUDA=1
 export FERROFLOW_CONFORMANCE_CASES=${CASES:-32}
 # cuDNN found with the other libraries: the suite must use it (convolutions_run_through_cudnn…).
 if [ -n "$LIBS" ] && find ${LIBS//:/ } -maxdepth 1 -name 'libcudnn.so.9*' 2>/dev/null | grep -q .; then
   export FERROFLOW_REQUIRE_CUDNN=1
+fi
+# NCCL found likewise: its collectives must run (nccl_collectives_on_every_gpu).
+if [ -n "$LIBS" ] && find ${LIBS//:/ } -maxdepth 1 -name 'libnccl.so.2*' 2>/dev/null | grep -q .; then
+  export FERROFLOW_REQUIRE_NCCL=1
 fi
 echo "=== conformance (cases $FERROFLOW_CONFORMANCE_CASES)"
 t0=$(date +%s)

@@ -255,10 +255,11 @@ pub fn run(args: &[String]) -> bool {
     row(
         "CUDA devices and versions",
         &format!(
-            "{:?}; {}; {}; nvidia-smi: {}",
+            "{:?}; {}; {}; {}; nvidia-smi: {}",
             ferroflow_cuda::devices(),
             ferroflow_cuda::versions().unwrap_or_else(|e| e),
             ferroflow_cuda::cudnn_version().unwrap_or_else(|e| format!("no cuDNN: {e}")),
+            ferroflow_cuda::nccl::nccl_version().unwrap_or_else(|e| format!("no NCCL: {e}")),
             std::process::Command::new("nvidia-smi")
                 .args(["--query-gpu=name,driver_version", "--format=csv,noheader"])
                 .output()

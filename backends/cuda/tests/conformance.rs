@@ -81,3 +81,26 @@ fn convolutions_run_through_cudnn_where_it_loads() {
     }
     println!("{}", ferroflow_cuda::cudnn_report().join("\n"));
 }
+
+/// NCCL's collectives with one rank per CUDA device of the machine (one rank where it has
+/// one GPU: NCCL runs no two ranks on one device), where `libnccl.so.2` loads
+/// (`FERROFLOW_REQUIRE_NCCL=1` makes its absence a failure).
+#[test]
+fn nccl_collectives_on_every_gpu() {
+    if cuda_device().is_none() {
+        return;
+    }
+    if let Err(why) = ferroflow_cuda::nccl::nccl_version() {
+        ferroflow_tensor::testing::skip("FERROFLOW_REQUIRE_NCCL", &why);
+        return;
+    }
+    let gpus: Vec<_> = (0..ferroflow_cuda::devices().len())
+        .map(ferroflow_tensor::Device::gpu)
+        .collect();
+    common::nccl_collectives_match_references(&gpus);
+    println!(
+        "{} over {} GPU(s)",
+        ferroflow_cuda::nccl::nccl_version().unwrap_or_default(),
+        gpus.len()
+    );
+}

@@ -220,3 +220,121 @@ pub fn cudnn_path_matches_own_kernels(device: ferroflow_tensor::Device) {
         }
     }
 }
+
+/// NCCL's collectives through [`ferroflow_cuda::nccl`] with one rank per entry of
+/// `devices` (each in a thread of its own, as NCCL's ranks of one process are): all-reduce
+/// sums in every dtype it takes (a transposed view among them), averages, an all-gather
+/// and a broadcast, against the sums of the ranks' values computed here. The values are
+/// small integers, exact in every float type, so every result must equal its reference;
+/// a dtype NCCL does not reduce is an error.
+pub fn nccl_collectives_match_references(devices: &[ferroflow_tensor::Device]) {
+    use ferroflow_cuda::nccl::{NcclCommunicator, NcclId, NcclReduction};
+    use ferroflow_tensor::{DType, Tensor};
+    let world = devices.len();
+    let value = |rank: usize, i: usize| ((i * 7 + rank * 3) % 11) as f64 - 5.0;
+    let values = |rank: usize, n: usize| (0..n).map(|i| value(rank, i)).collect::<Vec<f64>>();
+    let id = NcclId::new(devices[0]).expect("an NCCL id");
+    let rank_checks = |rank: usize, device: ferroflow_tensor::Device| {
+        let on = |data: Vec<f64>, shape: &[usize], dtype: DType| {
+            Tensor::from_host_on(ferroflow_tensor::HostData::F64(data), shape, device)
+                .and_then(|t| t.cast(dtype))
+                .expect("a tensor on the device")
+        };
+        let comm = NcclCommunicator::new(
+            device,
+            &id,
+            rank,
+            world,
+            std::time::Duration::from_secs(120),
+        )
+        .expect("joining the communicator");
+        let dtypes = [
+            DType::F32,
+            DType::F64,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::I64,
+        ];
+        let mut inputs: Vec<Tensor> = dtypes
+            .iter()
+            .map(|&d| on(values(rank, 65), &[5, 13], d))
+            .collect();
+        inputs.push(inputs[0].transpose(&[1, 0]).expect("a view"));
+        let sums = comm
+            .all_reduce(&inputs, NcclReduction::Sum)
+            .expect("all_reduce");
+        let sum_of = |i: usize| (0..world).map(|r| value(r, i)).sum::<f64>();
+        for (k, (s, x)) in sums.iter().zip(&inputs).enumerate() {
+            assert_eq!(
+                (s.dtype(), s.shape(), s.device()),
+                (x.dtype(), x.shape(), device),
+                "sum {k}"
+            );
+            let got = s
+                .contiguous()
+                .and_then(|t| t.to_f64_vec())
+                .expect("read back");
+            let reference: Vec<f64> = match k {
+                6 => (0..13)
+                    .flat_map(|c| (0..5).map(move |r| r * 13 + c))
+                    .map(sum_of)
+                    .collect(),
+                _ => (0..65).map(sum_of).collect(),
+            };
+            assert_eq!(
+                got,
+                reference,
+                "rank {rank}: the sum of input {k} ({})",
+                x.dtype()
+            );
+        }
+        let means = comm
+            .all_reduce(&inputs[..2], NcclReduction::Average)
+            .expect("average");
+        for m in &means {
+            for (i, got) in m.to_f64_vec().expect("read back").iter().enumerate() {
+                let want = sum_of(i) / world as f64;
+                assert!(
+                    (got - want).abs() <= 1e-6,
+                    "rank {rank}: average[{i}] {got} vs {want}"
+                );
+            }
+        }
+        let mine = on(values(rank, 6), &[2, 3], DType::I64);
+        let gathered = comm.all_gather(&mine).expect("all_gather");
+        assert_eq!(gathered.shape(), &[2 * world, 3]);
+        let want: Vec<f64> = (0..world).flat_map(|r| values(r, 6)).collect();
+        assert_eq!(
+            gathered.to_f64_vec().expect("read back"),
+            want,
+            "rank {rank}: all_gather"
+        );
+        let root = world - 1;
+        let sent = comm
+            .broadcast(&on(values(rank, 9), &[9], DType::F64), root)
+            .expect("broadcast");
+        assert_eq!(
+            sent.to_f64_vec().expect("read back"),
+            values(root, 9),
+            "rank {rank}: broadcast"
+        );
+        let bytes = on(values(rank, 4), &[4], DType::I8);
+        assert!(
+            comm.all_reduce(&[bytes], NcclReduction::Sum).is_err(),
+            "int8 is not reduced"
+        );
+    };
+    std::thread::scope(|s| {
+        let ranks: Vec<_> = devices
+            .iter()
+            .enumerate()
+            .map(|(rank, &device)| s.spawn(move || rank_checks(rank, device)))
+            .collect();
+        for (rank, r) in ranks.into_iter().enumerate() {
+            if let Err(panic) = r.join() {
+                std::panic::resume_unwind(Box::new(format!("rank {rank}: {panic:?}")));
+            }
+        }
+    });
+}
