@@ -9,11 +9,12 @@
 
 mod common;
 
-use common::{start_workers, wait_all, SpanTransports};
+use common::{start_workers, training, wait_all, SpanTransports};
 use ferroflow::{DType, Device, Tensor};
 use ferroflow_cluster::TfConfigClusterResolver;
 use ferroflow_distribute::{
-    CollectiveGroup, CommunicationImplementation, CommunicationOptions, ReduceOp,
+    CollectiveGroup, CommunicationImplementation, CommunicationOptions,
+    MultiWorkerMirroredStrategy, ReduceOp, Strategy,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,6 +66,10 @@ fn worker() {
         timeout,
         ..CommunicationOptions::default()
     };
+    if mode == "fit" {
+        fit_worker(&resolver, options);
+        return;
+    }
     let group = CollectiveGroup::new(&resolver, options).expect("group");
     let (rank, n) = (group.rank(), group.world_size());
     let gpu = Device::gpu(0);
@@ -182,6 +187,29 @@ fn worker() {
     println!("OK rank {rank} of {n}");
 }
 
+/// `fit` mode: Keras' `fit` under MultiWorkerMirroredStrategy with NCCL, the replicas on
+/// the emulated GPU: prints the trained weights, their device and the collectives'
+/// transports.
+fn fit_worker(resolver: &TfConfigClusterResolver, options: CommunicationOptions) {
+    let strategy = MultiWorkerMirroredStrategy::with_resolver(resolver, options)
+        .unwrap_or_else(|e| fail(format!("the strategy: {e}")));
+    let spans = Arc::new(SpanTransports::default());
+    let sink = ferroflow::trace::install_sink(spans.clone());
+    // Only the chief's seed matches the single-process reference: the others' initial
+    // weights and shuffle seed must come from the chief.
+    ferroflow::random::set_seed(3 + strategy.worker_index() as u64);
+    let mut m = {
+        let _scope = strategy.scope();
+        training::model()
+    };
+    let w = training::train(&mut m);
+    drop(sink);
+    println!("WEIGHTS {}", training::f32_hex(&w));
+    println!("DEVICE {}", m.weights()[0].peek().device());
+    let transports = spans.0.lock().unwrap().clone();
+    println!("TRANSPORTS {}", transports.join(","));
+}
+
 fn run(n: usize, mode: &str, timeout_s: u64, limit: Duration) -> Vec<(i32, String)> {
     let mut workers = start_workers(
         n,
@@ -254,4 +282,49 @@ fn a_rank_that_leaves_fails_the_others_next_collective() {
         );
     }
     println!("three workers, one leaving: {:?}", started.elapsed());
+}
+
+/// Two workers training with `fit` under MultiWorkerMirroredStrategy through NCCL (the
+/// replicas and variables on the emulated GPU, the chief's initial weights broadcast and
+/// every step's gradients all-reduced by the communicator) end with bit-identical weights,
+/// those of one process training with the global batch on the CPU.
+#[test]
+fn multi_worker_fit_through_nccl_matches_one_process() {
+    if !emulation_runs() {
+        return;
+    }
+    ferroflow::init();
+    ferroflow::random::set_seed(3);
+    let reference = training::train(&mut training::model());
+    let results = run(2, "fit", 120, Duration::from_secs(900));
+    let mut weights = vec![];
+    for (rank, (code, out)) in results.iter().enumerate() {
+        assert_eq!(*code, 0, "worker {rank} failed:\n{out}");
+        let line = |key: &str| {
+            out.lines()
+                .find_map(|l| l.split_once(key).map(|(_, v)| v.to_string()))
+                .unwrap_or_else(|| panic!("worker {rank} printed no {key}:\n{out}"))
+        };
+        assert_eq!(line("DEVICE "), "/device:GPU:0", "worker {rank}");
+        let transports = line("TRANSPORTS ");
+        assert!(
+            transports.split(',').filter(|t| *t == "nccl").count() >= training::STEPS,
+            "worker {rank}: the steps' gradients did not all go through NCCL: {transports}"
+        );
+        weights.push(training::from_hex(&line("WEIGHTS ")));
+    }
+    assert_eq!(
+        training::f32_hex(&weights[1]),
+        training::f32_hex(&weights[0]),
+        "the workers' weights differ"
+    );
+    let worst = weights[0]
+        .iter()
+        .zip(&reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst < 1e-4,
+        "two workers vs one process: max difference {worst}"
+    );
 }

@@ -5,6 +5,8 @@
 //! also when it fails.
 #![allow(dead_code)]
 
+pub mod training;
+
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
