@@ -3,6 +3,7 @@
 use crate::shm::{Piece, Rendezvous, ShmLinks};
 use bytes::Bytes;
 use ferroflow_cluster::{ClusterResolver, Delivery, MpiLaunch, Peer, TaskId, TaskServer};
+use ferroflow_tensor::distribution::DeviceCommunicator;
 use ferroflow_tensor::trace::{StatValue, TraceMe, PEER_WAIT_SPAN};
 use ferroflow_tensor::{DType, Device, DeviceKind, Element, Error, HostData, Result, Tensor};
 use half::{bf16, f16};
@@ -23,12 +24,14 @@ pub enum CommunicationImplementation {
     /// MPI's own collectives (`MPI_Allreduce`, ...) through the `mpi` crate: the `mpi` cargo
     /// feature, and a program started by `mpirun`; the ranks are the workers.
     Mpi,
-    /// NVIDIA's NCCL for tensors on a CUDA device (TF's choice for GPUs): the facade's
-    /// `cuda` cargo feature (`nccl` of this crate) and `libnccl.so.2` at run time. The
-    /// first collective on a device makes its communicator (the chief's id sent over the
-    /// gRPC ring); tensors on the host, or on different devices, take the ring, as TF's
-    /// NCCL implementation leaves host tensors to its ring. Every task must then pass its
-    /// tensors on a GPU, or every task on the host.
+    /// NVIDIA's NCCL for tensors on a CUDA device (TF's choice for GPUs), through the
+    /// device collectives the CUDA backend registers
+    /// ([`ferroflow_tensor::distribution::DeviceCollectives`]: the facade's `cuda` cargo
+    /// feature, an NVIDIA GPU and `libnccl.so.2`; an error at the group's creation where no
+    /// backend offers them). The first collective on a device makes its communicator (the
+    /// chief's id sent over the gRPC ring); tensors on the host, or on different devices,
+    /// take the ring, as TF's NCCL implementation leaves host tensors to its ring. Every
+    /// task must then pass its tensors on a GPU, or every task on the host.
     Nccl,
 }
 
@@ -61,14 +64,9 @@ impl Default for CommunicationOptions {
     }
 }
 
-/// How [`CollectiveGroup::all_reduce`] combines the tasks' tensors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReduceOp {
-    /// The sum over tasks.
-    Sum,
-    /// The sum divided by the number of tasks (float dtypes).
-    Mean,
-}
+/// How [`CollectiveGroup::all_reduce`] combines the tasks' tensors (defined with the
+/// backends' device collectives, which take it too).
+pub use ferroflow_tensor::distribution::ReduceOp;
 
 /// The training tasks of a cluster and their collectives.
 ///
@@ -82,10 +80,9 @@ pub struct CollectiveGroup {
     world: usize,
     options: CommunicationOptions,
     instance: AtomicU64,
-    /// NCCL's communicators, one per device, each made by the first collective on it (the
-    /// `Nccl` implementation).
-    #[cfg(feature = "nccl")]
-    nccl: Mutex<Vec<Arc<ferroflow_cuda::nccl::NcclCommunicator>>>,
+    /// The device collectives' communicators (NCCL's), one per device, each made by the
+    /// first collective on it (the `Nccl` implementation).
+    device_communicators: Mutex<Vec<Arc<dyn DeviceCommunicator>>>,
 }
 
 /// How a group's messages travel.
@@ -123,6 +120,17 @@ struct Ring {
     links: OnceLock<Option<ShmLinks>>,
     /// Held while the links are set up.
     setup: Mutex<()>,
+}
+
+/// The error for a GPU tensor under the `Nccl` implementation whose device no backend's
+/// collectives serve.
+fn no_collectives(device: Device) -> Error {
+    Error::BackendUnavailable {
+        device: format!("NCCL collectives on {device}"),
+        hint: "no backend offers NCCL for this device (the CUDA backend does for its \
+               devices); copy the tensors to a CUDA device or to the host, or use Ring"
+            .into(),
+    }
 }
 
 /// All-reduces whose data times the other tasks is at most this many bytes exchange the data
@@ -163,18 +171,19 @@ impl CollectiveGroup {
     ) -> Result<CollectiveGroup> {
         let tasks = training_tasks(resolver)?;
         let use_mpi = match options.implementation {
-            #[cfg(not(feature = "nccl"))]
             CommunicationImplementation::Nccl => {
-                return Err(Error::BackendUnavailable {
-                    device: "NCCL collectives".into(),
-                    hint: "ferroflow was built without NCCL: enable the `cuda` (or `cuda-13`) \
-                           cargo feature of ferroflow (the `nccl` feature of \
-                           ferroflow-distribute), or use Ring, Mpi or Auto"
-                        .into(),
-                })
+                if !ferroflow_tensor::distribution::have_device_collectives() {
+                    return Err(Error::BackendUnavailable {
+                        device: "NCCL collectives".into(),
+                        hint: "no backend offers NCCL here: the CUDA backend does, with the \
+                               `cuda` (or `cuda-13`) cargo feature of ferroflow, an NVIDIA GPU \
+                               and libnccl.so.2 (`ferroflow::init()` registers it); or use \
+                               Ring, Mpi or Auto"
+                            .into(),
+                    });
+                }
+                false
             }
-            #[cfg(feature = "nccl")]
-            CommunicationImplementation::Nccl => false,
             CommunicationImplementation::Mpi => true,
             CommunicationImplementation::Ring => false,
             // `mpirun` started this process and no TF_CONFIG says otherwise.
@@ -248,8 +257,7 @@ impl CollectiveGroup {
             world,
             options,
             instance: AtomicU64::new(0),
-            #[cfg(feature = "nccl")]
-            nccl: Mutex::default(),
+            device_communicators: Mutex::default(),
         }
     }
 
@@ -407,12 +415,7 @@ impl CollectiveGroup {
                 ));
             }
         }
-        #[cfg(feature = "nccl")]
         if let Some(device) = on_nccl {
-            let op = match op {
-                ReduceOp::Sum => ferroflow_cuda::nccl::NcclReduction::Sum,
-                ReduceOp::Mean => ferroflow_cuda::nccl::NcclReduction::Average,
-            };
             return self.communicator(device, &name)?.all_reduce(tensors, op);
         }
         #[cfg(feature = "mpi")]
@@ -464,7 +467,6 @@ impl CollectiveGroup {
             tensor.num_elements() * tensor.dtype().size_in_bytes(),
             on_nccl.is_some(),
         )?;
-        #[cfg(feature = "nccl")]
         if let Some(device) = on_nccl {
             return self.communicator(device, &name)?.all_gather(tensor);
         }
@@ -512,7 +514,6 @@ impl CollectiveGroup {
             tensor.num_elements() * tensor.dtype().size_in_bytes(),
             on_nccl.is_some(),
         )?;
-        #[cfg(feature = "nccl")]
         if let Some(device) = on_nccl {
             return self.communicator(device, &key)?.broadcast(tensor, root);
         }
@@ -591,17 +592,14 @@ impl CollectiveGroup {
         (first.kind() == DeviceKind::Gpu && devices.all(|d| d == first)).then_some(first)
     }
 
-    /// The NCCL communicator of `device`, made by the first collective on it (`name`): the
-    /// chief makes the id and sends it, or why it could not, over the ring to every task,
-    /// and every task joins.
-    #[cfg(feature = "nccl")]
-    fn communicator(
-        &self,
-        device: Device,
-        name: &str,
-    ) -> Result<Arc<ferroflow_cuda::nccl::NcclCommunicator>> {
-        use ferroflow_cuda::nccl::{NcclCommunicator, NcclId};
-        let mut made = self.nccl.lock().unwrap_or_else(|e| e.into_inner());
+    /// The device communicator (NCCL's) of `device`, made by the first collective on it
+    /// (`name`): the chief makes the id and sends it, or why it could not, over the ring to
+    /// every task, and every task joins.
+    fn communicator(&self, device: Device, name: &str) -> Result<Arc<dyn DeviceCommunicator>> {
+        let mut made = self
+            .device_communicators
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(c) = made.iter().find(|c| c.device() == device) {
             return Ok(c.clone());
         }
@@ -611,12 +609,14 @@ impl CollectiveGroup {
                 "NCCL needs the ring to send its id (a group of several tasks)",
             ));
         };
+        let collectives = ferroflow_tensor::distribution::device_collectives(device);
         // The chief's answer: 1 and the id, or 0 and its error.
-        let chiefs = match self.rank {
-            0 => match NcclId::new(device) {
-                Ok(id) => [&[1u8][..], id.as_bytes()].concat(),
+        let chiefs = match (self.rank, &collectives) {
+            (0, Some(c)) => match c.new_id(device) {
+                Ok(id) => [&[1u8][..], &id].concat(),
                 Err(e) => [&[0u8][..], e.to_string().as_bytes()].concat(),
             },
+            (0, None) => [&[0u8][..], no_collectives(device).to_string().as_bytes()].concat(),
             _ => vec![],
         };
         let answer = match ring.broadcast(&format!("{name}/nccl id"), chiefs.clone(), 0)? {
@@ -624,7 +624,7 @@ impl CollectiveGroup {
             None => chiefs,
         };
         let id = match answer.split_first() {
-            Some((1, id)) => NcclId::from_bytes(id)?,
+            Some((1, id)) => id,
             Some((_, why)) => {
                 return Err(Error::Remote {
                     op: format!("{name}: making NCCL's id"),
@@ -634,13 +634,9 @@ impl CollectiveGroup {
             }
             None => return Err(Error::invalid("collectives", "the chief sent no NCCL id")),
         };
-        let communicator = Arc::new(NcclCommunicator::new(
-            device,
-            &id,
-            self.rank,
-            self.world,
-            self.options.timeout,
-        )?);
+        let collectives = collectives.ok_or_else(|| no_collectives(device))?;
+        let communicator: Arc<dyn DeviceCommunicator> =
+            Arc::from(collectives.join(device, id, self.rank, self.world, self.options.timeout)?);
         made.push(communicator.clone());
         Ok(communicator)
     }

@@ -261,3 +261,104 @@ pub(crate) fn note_remote_failure(e: Error) {
 pub fn take_remote_failure() -> Option<Error> {
     REMOTE_FAILURE.with(|f| f.borrow_mut().take())
 }
+
+/// How a collective combines its participants' tensors (TF's `tf.distribute.ReduceOp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// The sum over participants.
+    Sum,
+    /// The sum divided by the number of participants (float dtypes).
+    Mean,
+}
+
+/// A backend's own collectives between its devices, in several processes or in one (the
+/// CUDA backend's NCCL): registered by the backend with [`register_device_collectives`],
+/// reached by the distribution crate through [`device_collectives`] for tensors on the
+/// devices it serves (TF's `CommunicationImplementation.NCCL` and `NcclAllReduce`), so that
+/// the distribution crate depends on no backend.
+pub trait DeviceCollectives: Send + Sync {
+    /// The library's name and version, for reports (`"NCCL 2.21.5"`).
+    fn name(&self) -> String;
+    /// Whether it serves `device`.
+    fn serves(&self, device: Device) -> bool;
+    /// A new id for a communicator of `device`'s kind, as bytes to send to the other ranks.
+    fn new_id(&self, device: Device) -> Result<Vec<u8>>;
+    /// Joins the communicator of `world` ranks that `id` names as `rank`, on `device`,
+    /// waiting at most `timeout` for every rank to join.
+    fn join(
+        &self,
+        device: Device,
+        id: &[u8],
+        rank: usize,
+        world: usize,
+        timeout: std::time::Duration,
+    ) -> Result<Box<dyn DeviceCommunicator>>;
+    /// One communicator per device of this process (distinct devices, ranks in their
+    /// order), all-reducing together.
+    fn local_group(
+        &self,
+        devices: &[Device],
+        timeout: std::time::Duration,
+    ) -> Result<Box<dyn LocalDeviceGroup>>;
+}
+
+/// One rank's membership of a [`DeviceCollectives`] communicator: its collectives take and
+/// return tensors on its device; every rank calls the same ones in the same order.
+pub trait DeviceCommunicator: Send + Sync {
+    /// The device its tensors are on.
+    fn device(&self) -> Device;
+    /// Tensor `i` of the result combines tensor `i` of every rank.
+    fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>>;
+    /// Every rank's `tensor` concatenated along axis 0 in rank order.
+    fn all_gather(&self, tensor: &Tensor) -> Result<Tensor>;
+    /// Rank `root`'s `tensor` on every rank.
+    fn broadcast(&self, tensor: &Tensor, root: usize) -> Result<Tensor>;
+}
+
+/// The communicators of one process's devices ([`DeviceCollectives::local_group`]).
+pub trait LocalDeviceGroup: Send + Sync {
+    /// The devices, in rank order.
+    fn devices(&self) -> Vec<Device>;
+    /// `per_device[i]`: the tensors on device `i`; returns, for each device, the
+    /// combination over devices of each of its tensors, on that device.
+    fn all_reduce(&self, per_device: &[Vec<Tensor>], op: ReduceOp) -> Result<Vec<Vec<Tensor>>>;
+}
+
+static DEVICE_COLLECTIVES: std::sync::RwLock<Vec<Arc<dyn DeviceCollectives>>> =
+    std::sync::RwLock::new(Vec::new());
+
+/// Registers a backend's device collectives (the first registered for a device serves it;
+/// registering an implementation of the same name again is a no-op).
+pub fn register_device_collectives(collectives: Arc<dyn DeviceCollectives>) {
+    let mut all = DEVICE_COLLECTIVES
+        .write()
+        .unwrap_or_else(|e| e.into_inner());
+    let name = collectives.name();
+    if !all.iter().any(|c| c.name() == name) {
+        all.push(collectives);
+    }
+}
+
+/// The device collectives serving `device`, if a backend registered some.
+///
+/// ```
+/// use ferroflow_tensor::{distribution::device_collectives, Device};
+/// // The CPU has none (the distribution crate's ring serves host tensors).
+/// assert!(device_collectives(Device::CPU).is_none());
+/// ```
+pub fn device_collectives(device: Device) -> Option<Arc<dyn DeviceCollectives>> {
+    DEVICE_COLLECTIVES
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|c| c.serves(device))
+        .cloned()
+}
+
+/// Whether any backend registered device collectives.
+pub fn have_device_collectives() -> bool {
+    !DEVICE_COLLECTIVES
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_empty()
+}

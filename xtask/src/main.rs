@@ -89,8 +89,8 @@ fn ci() -> bool {
         // The MPI transport's suite (the `mpi` feature: needs Open MPI, which .ci/run
         // installs) with its lints.
         && mpi_suite()
-        // The NCCL implementation of the collectives across processes (the `nccl`
-        // feature, which the facade's `cuda` enables), on emulated GPUs.
+        // The NCCL implementation of the collectives across processes (the facade's
+        // `cuda` feature), on emulated GPUs.
         && nccl_suite()
         // The GPU script's CUDA rows (`xtask gpu-cuda`), the CUDA backend against CUDA 13's
         // API and the facade registering it ahead of wgpu, which the default build leaves
@@ -260,14 +260,15 @@ fn mpi_suite() -> bool {
         )
 }
 
-/// The collectives' NCCL path (the `nccl` feature) with its lints: worker processes on the
-/// CUDA backend's host emulation, whose stand-in for NCCL carries their collectives.
+/// The collectives' NCCL path across processes (the facade's `cuda` feature, whose
+/// backend offers NCCL), with its lints: worker processes on the CUDA backend's host
+/// emulation, whose stand-in for NCCL carries their collectives.
 fn nccl_suite() -> bool {
     ["clippy", "test"].iter().all(|command| {
-        let mut args = vec![*command, "-p", "ferroflow-distribute", "--features", "nccl"];
+        let mut args = vec![*command, "-p", "ferroflow", "--features", "cuda"];
         args.extend_from_slice(match *command {
-            "clippy" => &["--all-targets", "--", "-D", "warnings"][..],
-            _ => &["--test", "nccl"],
+            "clippy" => &["--tests", "--", "-D", "warnings"][..],
+            _ => &["--test", "nccl_collectives"],
         });
         run("cargo", &args)
     })

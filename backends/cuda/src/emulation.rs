@@ -87,14 +87,27 @@ pub(crate) fn emulated() -> Option<&'static Arc<Cuda>> {
 }
 
 /// Registers one emulated CUDA device as `/GPU:0` (backend name `cuda`, as a real one) and
-/// returns 1; its kernels are compiled on first use in a folder under the system's temporary
-/// directory, removed once they are loaded. An error when no C++ compiler runs.
+/// returns 1 ([`register_devices`] with 1).
 ///
 /// ```no_run
 /// ferroflow_cuda::emulation::register()?;
 /// # Ok::<(), ferroflow_tensor::Error>(())
 /// ```
 pub fn register() -> Result<usize> {
+    register_devices(1)
+}
+
+/// Registers `count` emulated CUDA devices as `/GPU:0..` (for strategies over several
+/// local GPUs) and returns how many there are: the process' first call fixes the count,
+/// later calls return it. Each device compiles its kernels on first use in a folder of its
+/// own under the system's temporary directory, removed once they are loaded. An error when
+/// no C++ compiler runs.
+///
+/// ```no_run
+/// assert_eq!(ferroflow_cuda::emulation::register_devices(2)?, 2);
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
+pub fn register_devices(count: usize) -> Result<usize> {
     if !available() {
         return Err(Error::Backend {
             backend: BACKEND,
@@ -105,13 +118,22 @@ pub fn register() -> Result<usize> {
         });
     }
     let cuda = EMULATED.get_or_init(|| {
-        // Made while a library compiles, removed after it loads.
-        let dir =
-            std::env::temp_dir().join(format!("ferroflow-cuda-emulation-{}", std::process::id()));
-        Arc::new(Cuda {
-            gpus: vec![Gpu::host(0, dir)],
-        })
+        let gpus = (0..count.max(1))
+            .map(|ordinal| {
+                // Made while a library compiles, removed after it loads.
+                let dir = std::env::temp_dir().join(format!(
+                    "ferroflow-cuda-emulation-{}-{ordinal}",
+                    std::process::id()
+                ));
+                Gpu::host(ordinal, dir)
+            })
+            .collect();
+        Arc::new(Cuda { gpus })
     });
     ferroflow_tensor::register_backend(DeviceKind::Gpu, cuda.clone());
-    Ok(1)
+    // NCCL's stand-in serves the emulated devices.
+    ferroflow_tensor::distribution::register_device_collectives(Arc::new(
+        crate::nccl::NcclCollectives,
+    ));
+    Ok(cuda.gpus.len())
 }

@@ -456,6 +456,9 @@ pub fn register() -> usize {
         Ok(b) if !b.gpus.is_empty() => {
             let n = b.gpus.len();
             ferroflow_tensor::register_backend(DeviceKind::Gpu, b);
+            ferroflow_tensor::distribution::register_device_collectives(Arc::new(
+                nccl::NcclCollectives,
+            ));
             n
         }
         _ => 0,

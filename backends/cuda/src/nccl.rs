@@ -22,7 +22,8 @@
 //! processes, without a GPU; what only a GPU can check is NCCL itself.
 //!
 //! ```no_run
-//! use ferroflow_cuda::nccl::{NcclCommunicator, NcclId, NcclReduction};
+//! use ferroflow_cuda::nccl::{NcclCommunicator, NcclId};
+//! use ferroflow_tensor::distribution::ReduceOp;
 //! use ferroflow_tensor::{Device, Tensor};
 //! use std::time::Duration;
 //! // A communicator of one rank on /GPU:0 (ranks of several processes share the id).
@@ -30,7 +31,7 @@
 //! let id = NcclId::new(gpu)?;
 //! let comm = NcclCommunicator::new(gpu, &id, 0, 1, Duration::from_secs(60))?;
 //! let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?.to_device(gpu)?;
-//! let sum = comm.all_reduce(&[x], NcclReduction::Sum)?;
+//! let sum = comm.all_reduce(&[x], ReduceOp::Sum)?;
 //! # Ok::<(), ferroflow_tensor::Error>(())
 //! ```
 
@@ -40,6 +41,9 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use ferroflow_tensor::distribution::{
+    DeviceCollectives, DeviceCommunicator, LocalDeviceGroup, ReduceOp,
+};
 use ferroflow_tensor::{BufferBox, DType, Device, Error, Result, Tensor};
 
 use crate::exec::Gpu;
@@ -47,15 +51,6 @@ use crate::{output, Cuda, CudaBuffer, DenseOperand, BACKEND};
 
 /// The bytes of a [`NcclId`] (NCCL's `NCCL_UNIQUE_ID_BYTES`).
 pub const NCCL_ID_BYTES: usize = 128;
-
-/// How [`NcclCommunicator::all_reduce`] combines the ranks' tensors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NcclReduction {
-    /// The sum over ranks (`ncclSum`).
-    Sum,
-    /// The sum divided by the number of ranks (`ncclAvg`; float dtypes).
-    Average,
-}
 
 /// What every rank of one communicator shares (NCCL's `ncclUniqueId`): made by one process
 /// ([`NcclId::new`]) and sent to the others as bytes ([`NcclId::as_bytes`],
@@ -165,6 +160,7 @@ enum Link {
 }
 
 /// NCCL's `ncclComm_t`.
+#[derive(Clone, Copy)]
 struct RawComm(*mut c_void);
 
 // SAFETY: an NCCL communicator may be used from any thread, one call at a time (the
@@ -218,7 +214,7 @@ impl NcclCommunicator {
                 }
                 let raw = RawComm(comm);
                 let deadline = Instant::now() + timeout;
-                if let Err(e) = nccl.wait_ready(&raw, deadline, || None) {
+                if let Err(e) = nccl.wait(&raw, deadline, None) {
                     // SAFETY: the communicator is NCCL's and used nowhere else.
                     unsafe { (nccl.comm_abort)(raw.0) };
                     return Err(unavailable(
@@ -239,6 +235,127 @@ impl NcclCommunicator {
             timeout,
             link,
         })
+    }
+
+    /// One communicator per device of this process, ranks in the order of `devices`
+    /// (distinct CUDA devices, or the emulation's), as NCCL's `ncclCommInitAll`: what
+    /// MirroredStrategy's local replicas all-reduce through
+    /// ([`Self::all_reduce_together`]).
+    ///
+    /// ```no_run
+    /// # use ferroflow_cuda::nccl::NcclCommunicator;
+    /// # use ferroflow_tensor::Device;
+    /// let gpus = [Device::gpu(0), Device::gpu(1)];
+    /// let comms = NcclCommunicator::for_devices(&gpus, std::time::Duration::from_secs(60))?;
+    /// assert_eq!(comms[1].rank(), 1);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn for_devices(devices: &[Device], timeout: Duration) -> Result<Vec<NcclCommunicator>> {
+        let Some(&first) = devices.first() else {
+            return Err(Error::invalid(
+                "NcclCommunicator::for_devices",
+                "no devices",
+            ));
+        };
+        for (i, d) in devices.iter().enumerate() {
+            if devices[..i].contains(d) {
+                return Err(Error::invalid(
+                    "NcclCommunicator::for_devices",
+                    format!("{d} is listed twice (NCCL runs one rank per device)"),
+                ));
+            }
+        }
+        let world = devices.len();
+        let id = NcclId::new(first)?;
+        let cuda = crate::serving(first, "NcclCommunicator::for_devices")?;
+        if cuda.gpu(first.index())?.context_and_stream().is_none() {
+            // The stand-in's ranks each wait for every other to join: one thread each.
+            return std::thread::scope(|s| {
+                let handles: Vec<_> = devices
+                    .iter()
+                    .enumerate()
+                    .map(|(rank, &d)| {
+                        let id = &id;
+                        s.spawn(move || NcclCommunicator::new(d, id, rank, world, timeout))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Error::invalid("for_devices", "a rank's thread panicked"))
+                        })
+                    })
+                    .collect()
+            });
+        }
+        let nccl = library()?;
+        let mut comms = Vec::with_capacity(world);
+        let mut made = Ok(());
+        // SAFETY: no arguments; the group is closed below on every path.
+        nccl.check_queued("ncclGroupStart", unsafe { (nccl.group_start)() })?;
+        for (rank, &device) in devices.iter().enumerate() {
+            let joined = crate::serving(device, "NcclCommunicator::for_devices").and_then(|c| {
+                let (ctx, _) = c.gpu(device.index())?.context_and_stream().ok_or_else(|| {
+                    Error::invalid("for_devices", "a real GPU and the emulation mixed")
+                })?;
+                ctx.bind_to_thread()
+                    .map_err(|e| crate::exec::driver("making the context current for NCCL", e))?;
+                let mut config = Config::non_blocking();
+                let mut comm: *mut c_void = std::ptr::null_mut();
+                // SAFETY: as in `new`; inside the group NCCL joins the ranks at its end.
+                let code = unsafe {
+                    (nccl.comm_init_rank_config)(
+                        &mut comm,
+                        world as c_int,
+                        RawId(id.0),
+                        rank as c_int,
+                        &mut config,
+                    )
+                };
+                nccl.check_queued("ncclCommInitRankConfig", code)?;
+                Ok((c, RawComm(comm)))
+            });
+            match joined {
+                Ok(c) => comms.push((device, c)),
+                Err(e) => {
+                    made = Err(e);
+                    break;
+                }
+            }
+        }
+        // SAFETY: closes the group opened above.
+        let ended = nccl.check_queued("ncclGroupEnd", unsafe { (nccl.group_end)() });
+        let deadline = Instant::now() + timeout;
+        let ready = made.and(ended).and_then(|()| {
+            comms
+                .iter()
+                .try_for_each(|(_, (_, raw))| nccl.wait(raw, deadline, None))
+        });
+        if let Err(e) = ready {
+            for (_, (_, raw)) in &comms {
+                // SAFETY: the communicators are ours and used nowhere else.
+                unsafe { (nccl.comm_abort)(raw.0) };
+            }
+            return Err(unavailable(
+                "for_devices",
+                0,
+                world,
+                format!("joining: {e}"),
+            ));
+        }
+        Ok(comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, (device, (cuda, raw)))| NcclCommunicator {
+                cuda,
+                device,
+                rank,
+                world,
+                timeout,
+                link: Link::Nccl(Mutex::new(Some(raw))),
+            })
+            .collect())
     }
 
     /// This rank.
@@ -262,9 +379,78 @@ impl NcclCommunicator {
     }
 
     /// Tensor `i` of the result combines tensor `i` of every rank (`ncclAllReduce`, one
-    /// group for all): float dtypes, int32 and int64 (which wrap); `Average` for floats
+    /// group for all): float dtypes, int32 and int64 (which wrap); `Mean` for floats
     /// only. NCCL sums float16 and bfloat16 in their own precision.
-    pub fn all_reduce(&self, tensors: &[Tensor], op: NcclReduction) -> Result<Vec<Tensor>> {
+    pub fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
+        let calls = self.reduce_calls(tensors, op)?;
+        let outputs = self.run("all_reduce", tensors, &calls)?;
+        self.tensors(outputs, tensors)
+    }
+
+    /// The communicators `comms` of this process (one per device, [`Self::for_devices`])
+    /// all-reduce `tensors[i]` on `comms[i]` together, in one NCCL group, as TF's
+    /// `NcclAllReduce` does for MirroredStrategy's local replicas: result `i` is on
+    /// communicator `i`'s device, tensor `j` of it the combination of tensor `j` of every
+    /// communicator's list (the lists agree in length, shapes and dtypes).
+    pub fn all_reduce_together(
+        comms: &[NcclCommunicator],
+        tensors: &[Vec<Tensor>],
+        op: ReduceOp,
+    ) -> Result<Vec<Vec<Tensor>>> {
+        if comms.len() != tensors.len() {
+            return Err(Error::invalid(
+                "all_reduce_together",
+                format!(
+                    "{} lists of tensors for {} communicators",
+                    tensors.len(),
+                    comms.len()
+                ),
+            ));
+        }
+        let calls = comms
+            .iter()
+            .zip(tensors)
+            .map(|(c, t)| c.reduce_calls(t, op))
+            .collect::<Result<Vec<_>>>()?;
+        if comms.iter().any(|c| !c.is_nccl()) {
+            // The stand-in's members each wait for the hub's answer: one thread each.
+            return std::thread::scope(|s| {
+                let handles: Vec<_> = comms
+                    .iter()
+                    .zip(tensors)
+                    .map(|(c, t)| s.spawn(move || c.all_reduce(t, op)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Error::invalid(
+                                "all_reduce_together",
+                                "a rank's thread panicked",
+                            ))
+                        })
+                    })
+                    .collect()
+            });
+        }
+        let parts: Vec<(&NcclCommunicator, &[Tensor], &[Call])> = comms
+            .iter()
+            .zip(tensors)
+            .zip(&calls)
+            .map(|((c, t), k)| (c, t.as_slice(), k.as_slice()))
+            .collect();
+        let outputs = run_group("all_reduce", &parts)?;
+        comms
+            .iter()
+            .zip(outputs)
+            .zip(tensors)
+            .map(|((c, out), t)| c.tensors(out, t))
+            .collect()
+    }
+
+    /// The calls of an all-reduce of `tensors`, checked: on this device, dtypes NCCL
+    /// reduces.
+    fn reduce_calls(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Call>> {
         for t in tensors {
             self.check_device(t, "all_reduce")?;
             let dtype = t.dtype();
@@ -275,7 +461,7 @@ impl NcclCommunicator {
                     expected: "a float dtype, int32 or int64",
                 });
             }
-            if op == NcclReduction::Average && !dtype.is_float() {
+            if op == ReduceOp::Mean && !dtype.is_float() {
                 return Err(Error::UnsupportedDType {
                     op: "all_reduce (average)",
                     dtype,
@@ -283,7 +469,7 @@ impl NcclCommunicator {
                 });
             }
         }
-        let calls = tensors
+        tensors
             .iter()
             .map(|t| {
                 let bytes = t.num_elements() * t.dtype().size_in_bytes();
@@ -295,10 +481,12 @@ impl NcclCommunicator {
                     out_bytes: bytes,
                 })
             })
-            .collect::<Result<Vec<_>>>()?;
-        let outputs = self.run("all_reduce", tensors, &calls)?;
-        tensors
-            .iter()
+            .collect()
+    }
+
+    /// The results over `outputs`, shaped as `like`.
+    fn tensors(&self, outputs: Vec<CudaBuffer>, like: &[Tensor]) -> Result<Vec<Tensor>> {
+        like.iter()
             .zip(outputs)
             .map(|(t, out)| self.tensor(out, t.shape(), t.dtype()))
             .collect()
@@ -381,13 +569,13 @@ impl NcclCommunicator {
 
     /// Runs `calls[i]` on `inputs[i]` (dense first where a view is not), one output each.
     fn run(&self, op: &'static str, inputs: &[Tensor], calls: &[Call]) -> Result<Vec<CudaBuffer>> {
-        let gpu = self.gpu()?;
-        let dense = inputs
-            .iter()
-            .map(|t| self.cuda.dense_aligned(t.operand()))
-            .collect::<Result<Vec<DenseOperand<'_>>>>()?;
         match &self.link {
             Link::StandIn(member) => {
+                let gpu = self.gpu()?;
+                let dense = inputs
+                    .iter()
+                    .map(|t| self.cuda.dense_aligned(t.operand()))
+                    .collect::<Result<Vec<DenseOperand<'_>>>>()?;
                 let mut member = member.lock().unwrap_or_else(|e| e.into_inner());
                 dense
                     .iter()
@@ -414,77 +602,124 @@ impl NcclCommunicator {
                     })
                     .collect()
             }
-            Link::Nccl(comm) => {
-                let mut slot = comm.lock().unwrap_or_else(|e| e.into_inner());
-                let raw = slot.as_ref().ok_or_else(|| {
-                    unavailable(
-                        op,
-                        self.rank,
-                        self.world,
-                        "the communicator was aborted after an earlier collective failed".into(),
-                    )
-                })?;
-                let mut outputs = calls
-                    .iter()
-                    .map(|c| output(gpu, c.out_bytes))
-                    .collect::<Result<Vec<_>>>()?;
-                match self.run_nccl(gpu, raw, &dense, calls, &mut outputs) {
-                    Ok(()) => Ok(outputs),
-                    Err(e) => {
-                        if let (Some(raw), Ok(nccl)) = (slot.take(), library()) {
-                            // SAFETY: the communicator is ours, and dropped here (aborting
-                            // stops its queued work, so the buffers may be freed after).
-                            unsafe { (nccl.comm_abort)(raw.0) };
-                        }
-                        Err(unavailable(op, self.rank, self.world, e.to_string()))
-                    }
-                }
-            }
+            Link::Nccl(_) => run_group(op, &[(self, inputs, calls)])?
+                .pop()
+                .ok_or_else(|| Error::invalid(op, "NCCL returned no outputs")),
         }
     }
+}
 
-    /// Queues the calls in one NCCL group on the device's stream and waits for them (at
-    /// most the timeout).
-    fn run_nccl(
-        &self,
-        gpu: &Gpu,
-        comm: &RawComm,
-        inputs: &[DenseOperand<'_>],
-        calls: &[Call],
-        outputs: &mut [CudaBuffer],
-    ) -> Result<()> {
-        let nccl = library()?;
+/// One communicator's share of an NCCL group: its communicator, context and stream, its
+/// dense inputs, its calls and their outputs.
+struct GroupPart<'a> {
+    comm: RawComm,
+    ctx: &'a Arc<cudarc::driver::CudaContext>,
+    stream: &'a Arc<cudarc::driver::CudaStream>,
+    inputs: Vec<DenseOperand<'a>>,
+    calls: &'a [Call],
+    outputs: Vec<CudaBuffer>,
+    timeout: Duration,
+}
+
+/// Runs each part's calls (a communicator of this process, its inputs, its calls) in one
+/// NCCL group on the devices' streams and waits for them, at most each communicator's
+/// timeout; one list of outputs per part. A failure aborts every communicator of the group
+/// (NCCL's peers of a failed group may wait forever otherwise).
+fn run_group(
+    op: &'static str,
+    parts: &[(&NcclCommunicator, &[Tensor], &[Call])],
+) -> Result<Vec<Vec<CudaBuffer>>> {
+    let nccl = library()?;
+    let (first_rank, world) = parts.first().map_or((0, 0), |(c, _, _)| (c.rank, c.world));
+    let mut slots = Vec::with_capacity(parts.len());
+    for (c, _, _) in parts {
+        let Link::Nccl(slot) = &c.link else {
+            return Err(Error::invalid(
+                op,
+                "an NCCL group cannot take the emulation's stand-in",
+            ));
+        };
+        slots.push(slot.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+    let mut group = Vec::with_capacity(parts.len());
+    for ((c, inputs, calls), slot) in parts.iter().zip(&slots) {
+        let comm = (*slot).ok_or_else(|| {
+            unavailable(
+                op,
+                c.rank,
+                c.world,
+                "the communicator was aborted after an earlier collective failed".into(),
+            )
+        })?;
+        let gpu = c.gpu()?;
         let (ctx, stream) = gpu
             .context_and_stream()
-            .ok_or_else(|| Error::invalid("NCCL", "the device is not a GPU"))?;
-        ctx.bind_to_thread()
-            .map_err(|e| crate::exec::driver("making the context current for NCCL", e))?;
-        let deadline = Instant::now() + self.timeout;
-        let outside = || Error::invalid("NCCL", "an operand lies outside its buffer");
-        // SAFETY: no arguments; the group is closed below on every path.
-        let mut queued = nccl.check_queued("ncclGroupStart", unsafe { (nccl.group_start)() });
-        for ((x, call), out) in inputs.iter().zip(calls).zip(outputs.iter_mut()) {
+            .ok_or_else(|| Error::invalid(op, "an NCCL communicator's device is not a GPU"))?;
+        group.push(GroupPart {
+            comm,
+            ctx,
+            stream,
+            inputs: inputs
+                .iter()
+                .map(|t| c.cuda.dense_aligned(t.operand()))
+                .collect::<Result<_>>()?,
+            calls,
+            outputs: calls
+                .iter()
+                .map(|k| output(gpu, k.out_bytes))
+                .collect::<Result<_>>()?,
+            timeout: c.timeout,
+        });
+    }
+    match queue_group(nccl, &mut group).and_then(|()| wait_group(nccl, &group)) {
+        Ok(()) => Ok(group.into_iter().map(|p| p.outputs).collect()),
+        Err(e) => {
+            for slot in &mut slots {
+                if let Some(comm) = slot.take() {
+                    // SAFETY: the communicator is ours and dropped here (aborting stops
+                    // its queued work, so the buffers may be freed after).
+                    unsafe { (nccl.comm_abort)(comm.0) };
+                }
+            }
+            Err(unavailable(op, first_rank, world, e.to_string()))
+        }
+    }
+}
+
+/// Queues every part's calls between one `ncclGroupStart` and its `ncclGroupEnd`.
+fn queue_group(nccl: &Nccl, group: &mut [GroupPart<'_>]) -> Result<()> {
+    let outside = || Error::invalid("NCCL", "an operand lies outside its buffer");
+    // SAFETY: no arguments; the group is closed below on every path.
+    let mut queued = nccl.check_queued("ncclGroupStart", unsafe { (nccl.group_start)() });
+    'parts: for part in group.iter_mut() {
+        if let Err(e) = part.ctx.bind_to_thread() {
+            queued = Err(crate::exec::driver(
+                "making the context current for NCCL",
+                e,
+            ));
+            break;
+        }
+        let s = part.stream.cu_stream() as *mut c_void;
+        for ((x, call), out) in part.inputs.iter().zip(part.calls).zip(&mut part.outputs) {
             if queued.is_err() {
-                break;
+                break 'parts;
             }
             if call.count == 0 {
                 continue;
             }
             let (mem, offset) = x.at();
             let (Some(src), Some(dst)) = (
-                mem.device_address(stream, offset),
-                out.mem.device_address(stream, 0),
+                mem.device_address(part.stream, offset),
+                out.mem.device_address(part.stream, 0),
             ) else {
                 queued = Err(outside());
-                break;
+                break 'parts;
             };
-            let (src, dst) = (src as *const c_void, dst as *mut c_void);
-            let s = stream.cu_stream() as *mut c_void;
+            let (src, dst, c) = (src as *const c_void, dst as *mut c_void, part.comm.0);
             // SAFETY: `src` holds `in_bytes` from its offset and `dst` `out_bytes` (both
-            // this device's, alive until the stream has run the call: their frees are
-            // queued behind it); `c` is this device's communicator.
+            // this communicator's device's, alive until its stream has run the call: their
+            // frees are queued behind it); `c` is a live communicator of that device.
             let code = unsafe {
-                let c = comm.0;
                 match call.kind {
                     CallKind::AllReduce(op) => {
                         (nccl.all_reduce)(src, dst, call.count, call.data_type, reduction(op), c, s)
@@ -499,22 +734,26 @@ impl NcclCommunicator {
             };
             queued = nccl.check_queued(call.kind.name(), code);
         }
-        // The group is closed even after a failed call.
-        // SAFETY: closes the group opened above.
-        let ended = nccl.check_queued("ncclGroupEnd", unsafe { (nccl.group_end)() });
-        queued?;
-        ended?;
-        nccl.wait_ready(comm, deadline, || None)?;
-        // The calls are queued: wait for the stream to run them, NCCL's errors checked.
-        let done = stream
+    }
+    // SAFETY: closes the group opened above (also after a failed call).
+    let ended = nccl.check_queued("ncclGroupEnd", unsafe { (nccl.group_end)() });
+    queued.and(ended)
+}
+
+/// Waits until every part's communicator has queued its calls and its stream has run
+/// them, NCCL's asynchronous errors checked meanwhile.
+fn wait_group(nccl: &Nccl, group: &[GroupPart<'_>]) -> Result<()> {
+    let started = Instant::now();
+    for part in group {
+        let deadline = started + part.timeout;
+        nccl.wait(&part.comm, deadline, None)?;
+        let done = part
+            .stream
             .record_event(None)
             .map_err(|e| crate::exec::driver("recording an event after NCCL", e))?;
-        nccl.wait_ready(comm, deadline, || match done.try_is_complete() {
-            Ok(true) => Some(Ok(())),
-            Ok(false) => None,
-            Err(e) => Some(Err(crate::exec::driver("waiting for NCCL", e))),
-        })
+        nccl.wait(&part.comm, deadline, Some(&done))?;
     }
+    Ok(())
 }
 
 impl Drop for NcclCommunicator {
@@ -528,6 +767,71 @@ impl Drop for NcclCommunicator {
                 unsafe { (nccl.comm_destroy)(raw.0) };
             }
         }
+    }
+}
+
+/// NCCL as the backend's [`DeviceCollectives`] (registered with the CUDA devices, real or
+/// emulated): what the distribution crate's `Nccl` implementation and `NcclAllReduce` use.
+pub struct NcclCollectives;
+
+impl DeviceCollectives for NcclCollectives {
+    fn name(&self) -> String {
+        "NCCL".into()
+    }
+    fn serves(&self, device: Device) -> bool {
+        crate::serving(device, "NCCL").is_ok()
+    }
+    fn new_id(&self, device: Device) -> Result<Vec<u8>> {
+        Ok(NcclId::new(device)?.as_bytes().to_vec())
+    }
+    fn join(
+        &self,
+        device: Device,
+        id: &[u8],
+        rank: usize,
+        world: usize,
+        timeout: Duration,
+    ) -> Result<Box<dyn DeviceCommunicator>> {
+        let id = NcclId::from_bytes(id)?;
+        Ok(Box::new(NcclCommunicator::new(
+            device, &id, rank, world, timeout,
+        )?))
+    }
+    fn local_group(
+        &self,
+        devices: &[Device],
+        timeout: Duration,
+    ) -> Result<Box<dyn LocalDeviceGroup>> {
+        Ok(Box::new(NcclLocalGroup(NcclCommunicator::for_devices(
+            devices, timeout,
+        )?)))
+    }
+}
+
+impl DeviceCommunicator for NcclCommunicator {
+    fn device(&self) -> Device {
+        self.device
+    }
+    fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
+        NcclCommunicator::all_reduce(self, tensors, op)
+    }
+    fn all_gather(&self, tensor: &Tensor) -> Result<Tensor> {
+        NcclCommunicator::all_gather(self, tensor)
+    }
+    fn broadcast(&self, tensor: &Tensor, root: usize) -> Result<Tensor> {
+        NcclCommunicator::broadcast(self, tensor, root)
+    }
+}
+
+/// The communicators of this process's devices, all-reducing together.
+struct NcclLocalGroup(Vec<NcclCommunicator>);
+
+impl LocalDeviceGroup for NcclLocalGroup {
+    fn devices(&self) -> Vec<Device> {
+        self.0.iter().map(|c| c.device).collect()
+    }
+    fn all_reduce(&self, per_device: &[Vec<Tensor>], op: ReduceOp) -> Result<Vec<Vec<Tensor>>> {
+        NcclCommunicator::all_reduce_together(&self.0, per_device, op)
     }
 }
 
@@ -555,7 +859,7 @@ pub(crate) struct Call {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum CallKind {
-    AllReduce(NcclReduction),
+    AllReduce(ReduceOp),
     AllGather,
     Broadcast(usize),
 }
@@ -616,10 +920,10 @@ fn dtype_of(code: c_int) -> Option<DType> {
     })
 }
 
-fn reduction(op: NcclReduction) -> c_int {
+fn reduction(op: ReduceOp) -> c_int {
     match op {
-        NcclReduction::Sum => NCCL_SUM,
-        NcclReduction::Average => NCCL_AVG,
+        ReduceOp::Sum => NCCL_SUM,
+        ReduceOp::Mean => NCCL_AVG,
     }
 }
 
@@ -796,13 +1100,13 @@ impl Nccl {
         }
     }
 
-    /// Waits until `comm` has no call in progress and `done` says the work is finished
-    /// (`None`: not yet), failing with NCCL's asynchronous error or at `deadline`.
-    fn wait_ready(
+    /// Waits until `comm` has no call in progress and, with `done`, until the stream has
+    /// passed that event; fails with NCCL's asynchronous error or at `deadline`.
+    fn wait(
         &self,
         comm: &RawComm,
         deadline: Instant,
-        mut done: impl FnMut() -> Option<Result<()>>,
+        done: Option<&cudarc::driver::CudaEvent>,
     ) -> Result<()> {
         let started = Instant::now();
         loop {
@@ -811,11 +1115,11 @@ impl Nccl {
             let code = unsafe { (self.comm_get_async_error)(comm.0, &mut state) };
             self.check("ncclCommGetAsyncError", code)?;
             match state {
-                NCCL_SUCCESS => {
-                    if let Some(result) = done() {
-                        return result;
-                    }
-                }
+                NCCL_SUCCESS => match done.map(|e| e.try_is_complete()) {
+                    None | Some(Ok(true)) => return Ok(()),
+                    Some(Ok(false)) => {}
+                    Some(Err(e)) => return Err(crate::exec::driver("waiting for NCCL", e)),
+                },
                 NCCL_IN_PROGRESS => {}
                 failed => return Err(self.error("an NCCL collective", failed)),
             }

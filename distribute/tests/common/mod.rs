@@ -1,4 +1,5 @@
-//! Worker processes for the multi-process suites (`collectives.rs`, `nccl.rs`): each test
+//! Worker processes for the multi-process suites (`collectives.rs`, and the facade's
+//! `tests/nccl_collectives.rs`, which includes this file): each test
 //! starts its workers as child processes, the test binary again running its ignored
 //! `worker` test, with `TF_CONFIG` filled in on ports the OS picked (each handed to its
 //! worker listening), waits for them with a time limit and kills every one it started,
@@ -27,7 +28,7 @@ impl Drop for Workers {
 /// `env` set.
 pub fn start_workers(n: usize, env: &[(&str, String)]) -> Workers {
     // Held listening until each worker has started with its own (`hand_over`).
-    let ports = ferroflow_cluster::reserve_loopback_ports(n).expect("reserve ports");
+    let ports = ferroflow::cluster::reserve_loopback_ports(n).expect("reserve ports");
     let addresses: Vec<&str> = ports.iter().map(|p| p.address()).collect();
     let cluster = serde_json::json!({ "worker": addresses });
     let exe = std::env::current_exe().expect("test binary");
@@ -38,7 +39,7 @@ pub fn start_workers(n: usize, env: &[(&str, String)]) -> Workers {
                 "task": {"type": "worker", "index": i},
             });
             let mut command = Command::new(&exe);
-            ferroflow_cluster::hand_over(&mut command, &[&ports[i]]);
+            ferroflow::cluster::hand_over(&mut command, &[&ports[i]]);
             command
                 .args([
                     "--ignored",

@@ -1,5 +1,5 @@
-//! The training both multi-worker suites compare (`multi_worker.rs` over the ring, `nccl.rs`
-//! through NCCL): a small regression model, its data, and one epoch of `fit` with the
+//! The training both multi-worker suites compare (`multi_worker.rs` over the ring, the facade's
+//! `tests/nccl_collectives.rs` through NCCL): a small regression model, its data, and one epoch of `fit` with the
 //! global batch, whose weights a run of N workers must reproduce.
 
 use ferroflow::keras::activations::Activation;

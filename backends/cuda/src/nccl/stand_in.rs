@@ -6,8 +6,8 @@
 //!
 //! Wire format (little-endian): the id is `FFNCCLSI`, the hub's port (u16) and a nonce
 //! (u64); a rank says hello with the nonce, its rank, the world size (u32 each but the
-//! nonce) and its timeout in milliseconds (u64), and the hub answers `0` once every rank
-//! has joined. A request is kind (u8), NCCL data type (u8), two zero bytes, root (u32),
+//! nonce), its timeout in milliseconds (u64) and its process id (u32), and the hub answers
+//! `0` once every rank has joined. A request is kind (u8), NCCL data type (u8), two zero bytes, root (u32),
 //! byte count (u64) and the bytes; an answer is `0`, a byte count (u64) and the bytes, or
 //! `1`, a length (u32) and an error message.
 
@@ -18,12 +18,15 @@ use std::time::{Duration, Instant};
 
 use ferroflow_tensor::{Error, HostData, Result};
 
-use super::{dtype_of, Call, CallKind, NcclId, NcclReduction, NCCL_ID_BYTES};
+use super::{dtype_of, Call, CallKind, NcclId, ReduceOp, NCCL_ID_BYTES};
 
 const MAGIC: &[u8; 8] = b"FFNCCLSI";
 
 /// How long the hub waits for its first rank (after that, the ranks' own timeout).
 const FIRST_RANK_LIMIT: Duration = Duration::from_secs(600);
+
+/// The bytes of a rank's hello.
+const HELLO_BYTES: usize = 28;
 
 /// How long a connection may take to say hello.
 const HELLO_LIMIT: Duration = Duration::from_secs(10);
@@ -113,11 +116,12 @@ impl Member {
             .and_then(|()| stream.set_write_timeout(limit))
             .and_then(|()| stream.set_nodelay(true))
             .map_err(|e| failed("configuring the connection", e))?;
-        let mut hello = Vec::with_capacity(24);
+        let mut hello = Vec::with_capacity(HELLO_BYTES);
         hello.extend_from_slice(&nonce.to_le_bytes());
         hello.extend_from_slice(&(rank as u32).to_le_bytes());
         hello.extend_from_slice(&(world as u32).to_le_bytes());
         hello.extend_from_slice(&(timeout.as_millis().min(u64::MAX as u128) as u64).to_le_bytes());
+        hello.extend_from_slice(&std::process::id().to_le_bytes());
         stream
             .write_all(&hello)
             .map_err(|e| failed("saying hello", e))?;
@@ -129,8 +133,8 @@ impl Member {
     /// Sends this rank's part of `call` and returns the hub's answer.
     pub(super) fn call(&mut self, op: &str, call: &Call, mine: &[u8]) -> Result<Vec<u8>> {
         let (kind, root) = match call.kind {
-            CallKind::AllReduce(NcclReduction::Sum) => (0u8, 0u32),
-            CallKind::AllReduce(NcclReduction::Average) => (1, 0),
+            CallKind::AllReduce(ReduceOp::Sum) => (0u8, 0u32),
+            CallKind::AllReduce(ReduceOp::Mean) => (1, 0),
             CallKind::AllGather => (2, 0),
             CallKind::Broadcast(root) => (3, root as u32),
         };
@@ -260,6 +264,9 @@ fn serve(listener: TcpListener, nonce: u64) -> std::io::Result<()> {
     let started = Instant::now();
     let mut limit = FIRST_RANK_LIMIT;
     let mut ranks: Vec<Option<TcpStream>> = vec![];
+    // The ranks in the hub's own process, told of a failure last: the others must hear of
+    // it before that process can end (and the hub with it).
+    let mut local: Vec<bool> = vec![];
     while ranks.is_empty() || ranks.iter().any(Option::is_none) {
         if started.elapsed() > limit {
             for s in ranks.iter_mut().flatten() {
@@ -278,7 +285,7 @@ fn serve(listener: TcpListener, nonce: u64) -> std::io::Result<()> {
         s.set_nonblocking(false)?;
         s.set_read_timeout(Some(HELLO_LIMIT))?;
         s.set_nodelay(true)?;
-        let mut hello = [0u8; 24];
+        let mut hello = [0u8; HELLO_BYTES];
         if s.read_exact(&mut hello).is_err() {
             continue;
         }
@@ -312,10 +319,12 @@ fn serve(listener: TcpListener, nonce: u64) -> std::io::Result<()> {
         }
         if ranks.is_empty() {
             ranks = (0..world).map(|_| None).collect();
+            local = vec![false; world];
             limit = started.elapsed() + timeout;
         }
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
+        local[rank] = word(24) == std::process::id();
         ranks[rank] = Some(s);
     }
     let mut ranks: Vec<TcpStream> = ranks.into_iter().flatten().collect();
@@ -330,11 +339,7 @@ fn serve(listener: TcpListener, nonce: u64) -> std::io::Result<()> {
                 Ok(None) | Err(_) => {
                     let message =
                         format!("rank {r} left the communicator or stayed silent past its timeout");
-                    for (k, other) in ranks.iter_mut().enumerate() {
-                        if k != r {
-                            send_error(other, &message);
-                        }
-                    }
+                    fail_all(&mut ranks, &local, Some(r), &message);
                     return Ok(());
                 }
             }
@@ -346,10 +351,19 @@ fn serve(listener: TcpListener, nonce: u64) -> std::io::Result<()> {
                 }
             }
             Err(message) => {
-                for s in &mut ranks {
-                    send_error(s, &message);
-                }
+                fail_all(&mut ranks, &local, None, &message);
                 return Ok(());
+            }
+        }
+    }
+}
+
+/// Sends `message` to every rank but `except`, those of the hub's own process last.
+fn fail_all(ranks: &mut [TcpStream], local: &[bool], except: Option<usize>, message: &str) {
+    for last in [false, true] {
+        for (k, s) in ranks.iter_mut().enumerate() {
+            if Some(k) != except && local.get(k).copied().unwrap_or(false) == last {
+                send_error(s, message);
             }
         }
     }

@@ -228,7 +228,8 @@ pub fn cudnn_path_matches_own_kernels(device: ferroflow_tensor::Device) {
 /// small integers, exact in every float type, so every result must equal its reference;
 /// a dtype NCCL does not reduce is an error.
 pub fn nccl_collectives_match_references(devices: &[ferroflow_tensor::Device]) {
-    use ferroflow_cuda::nccl::{NcclCommunicator, NcclId, NcclReduction};
+    use ferroflow_cuda::nccl::{NcclCommunicator, NcclId};
+    use ferroflow_tensor::distribution::ReduceOp;
     use ferroflow_tensor::{DType, Tensor};
     let world = devices.len();
     let value = |rank: usize, i: usize| ((i * 7 + rank * 3) % 11) as f64 - 5.0;
@@ -261,9 +262,7 @@ pub fn nccl_collectives_match_references(devices: &[ferroflow_tensor::Device]) {
             .map(|&d| on(values(rank, 65), &[5, 13], d))
             .collect();
         inputs.push(inputs[0].transpose(&[1, 0]).expect("a view"));
-        let sums = comm
-            .all_reduce(&inputs, NcclReduction::Sum)
-            .expect("all_reduce");
+        let sums = comm.all_reduce(&inputs, ReduceOp::Sum).expect("all_reduce");
         let sum_of = |i: usize| (0..world).map(|r| value(r, i)).sum::<f64>();
         for (k, (s, x)) in sums.iter().zip(&inputs).enumerate() {
             assert_eq!(
@@ -290,7 +289,7 @@ pub fn nccl_collectives_match_references(devices: &[ferroflow_tensor::Device]) {
             );
         }
         let means = comm
-            .all_reduce(&inputs[..2], NcclReduction::Average)
+            .all_reduce(&inputs[..2], ReduceOp::Mean)
             .expect("average");
         for m in &means {
             for (i, got) in m.to_f64_vec().expect("read back").iter().enumerate() {
@@ -321,7 +320,7 @@ pub fn nccl_collectives_match_references(devices: &[ferroflow_tensor::Device]) {
         );
         let bytes = on(values(rank, 4), &[4], DType::I8);
         assert!(
-            comm.all_reduce(&[bytes], NcclReduction::Sum).is_err(),
+            comm.all_reduce(&[bytes], ReduceOp::Sum).is_err(),
             "int8 is not reduced"
         );
     };

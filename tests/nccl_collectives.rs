@@ -1,21 +1,23 @@
-//! The `Nccl` implementation of the collectives across real processes (`--features nccl`).
+//! The `Nccl` implementation of the collectives across real processes (the facade's `cuda`
+//! feature: `cargo test --features cuda --test nccl_collectives`).
 //! Each worker serves `/GPU:0` with the CUDA backend's host emulation, whose stand-in for
 //! NCCL is a hub in the chief's process that every rank reaches over loopback TCP
-//! (`ferroflow_cuda::nccl`): the group's NCCL path runs for real across processes (the
+//! (`ferroflow::cuda::nccl`, registered as the backend's device collectives): the group's NCCL path runs for real across processes (the
 //! chief's id sent over the gRPC ring, every rank joining, GPU tensors all-reduced,
 //! gathered and broadcast through the communicator, host tensors left to the ring), and a
 //! rank that dies fails the others' next collective. NCCL itself needs GPUs; the GPU suite
 //! runs it (`ferroflow-cuda`'s `tests/conformance.rs`).
 
+#[path = "../distribute/tests/common/mod.rs"]
 mod common;
 
 use common::{start_workers, training, wait_all, SpanTransports};
-use ferroflow::{DType, Device, Tensor};
-use ferroflow_cluster::TfConfigClusterResolver;
-use ferroflow_distribute::{
+use ferroflow::cluster::TfConfigClusterResolver;
+use ferroflow::distribute::{
     CollectiveGroup, CommunicationImplementation, CommunicationOptions,
     MultiWorkerMirroredStrategy, ReduceOp, Strategy,
 };
+use ferroflow::{DType, Device, Tensor};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,7 +51,7 @@ fn fail(what: String) -> ! {
 #[test]
 #[ignore = "a worker process, started by the tests below"]
 fn worker() {
-    if let Err(e) = ferroflow_cuda::emulation::register() {
+    if let Err(e) = ferroflow::cuda::emulation::register() {
         fail(format!("the CUDA emulation: {e}"));
     }
     ferroflow::init();
@@ -138,9 +140,9 @@ fn worker() {
     let want_half: Vec<f64> = (0..120)
         .map(|i| {
             let s: f64 = (0..n)
-                .map(|r| half::bf16::from_f32(floats(r)[i]).to_f64())
+                .map(|r| ferroflow::bf16::from_f32(floats(r)[i]).to_f64())
                 .sum();
-            half::bf16::from_f64(s).to_f64()
+            ferroflow::bf16::from_f64(s).to_f64()
         })
         .collect();
     if sums[4].dtype() != DType::BF16 || sums[4].to_f64_vec().unwrap() != want_half {
@@ -224,7 +226,7 @@ fn run(n: usize, mode: &str, timeout_s: u64, limit: Duration) -> Vec<(i32, Strin
 /// Whether the emulation runs here (a C++ compiler), else one loud line (a failure when
 /// `FERROFLOW_REQUIRE_CXX=1`, as in CI).
 fn emulation_runs() -> bool {
-    if ferroflow_cuda::emulation::available() {
+    if ferroflow::cuda::emulation::available() {
         return true;
     }
     ferroflow::testing::skip(
