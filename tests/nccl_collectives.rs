@@ -14,8 +14,8 @@ mod common;
 use common::{start_workers, training, wait_all, SpanTransports};
 use ferroflow::cluster::TfConfigClusterResolver;
 use ferroflow::distribute::{
-    CollectiveGroup, CommunicationImplementation, CommunicationOptions,
-    MultiWorkerMirroredStrategy, ReduceOp, Strategy,
+    CollectiveGroup, CommunicationImplementation, CommunicationOptions, CrossDeviceOps,
+    MirroredStrategy, MultiWorkerMirroredStrategy, ReduceOp, Strategy,
 };
 use ferroflow::{DType, Device, Tensor};
 use std::sync::Arc;
@@ -51,7 +51,8 @@ fn fail(what: String) -> ! {
 #[test]
 #[ignore = "a worker process, started by the tests below"]
 fn worker() {
-    if let Err(e) = ferroflow::cuda::emulation::register() {
+    // Two emulated devices (MirroredStrategy's mode uses both; the others /GPU:0).
+    if let Err(e) = ferroflow::cuda::emulation::register_devices(2) {
         fail(format!("the CUDA emulation: {e}"));
     }
     ferroflow::init();
@@ -70,6 +71,10 @@ fn worker() {
     };
     if mode == "fit" {
         fit_worker(&resolver, options);
+        return;
+    }
+    if mode == "mirrored" {
+        mirrored_worker();
         return;
     }
     let group = CollectiveGroup::new(&resolver, options).expect("group");
@@ -212,6 +217,28 @@ fn fit_worker(resolver: &TfConfigClusterResolver, options: CommunicationOptions)
     println!("TRANSPORTS {}", transports.join(","));
 }
 
+/// `mirrored` mode: Keras' `fit` under MirroredStrategy over the two emulated GPUs with
+/// `NcclAllReduce`: prints the trained weights and the collectives' transports.
+fn mirrored_worker() {
+    let strategy = MirroredStrategy::with_cross_device_ops(
+        &["/GPU:0", "/GPU:1"],
+        CrossDeviceOps::NcclAllReduce,
+    )
+    .unwrap_or_else(|e| fail(format!("the strategy: {e}")));
+    let spans = Arc::new(SpanTransports::default());
+    let sink = ferroflow::trace::install_sink(spans.clone());
+    ferroflow::random::set_seed(3);
+    let mut m = {
+        let _scope = strategy.scope();
+        training::model()
+    };
+    let w = training::train(&mut m);
+    drop(sink);
+    println!("WEIGHTS {}", training::f32_hex(&w));
+    let transports = spans.0.lock().unwrap().clone();
+    println!("TRANSPORTS {}", transports.join(","));
+}
+
 fn run(n: usize, mode: &str, timeout_s: u64, limit: Duration) -> Vec<(i32, String)> {
     let mut workers = start_workers(
         n,
@@ -328,5 +355,42 @@ fn multi_worker_fit_through_nccl_matches_one_process() {
     assert!(
         worst < 1e-4,
         "two workers vs one process: max difference {worst}"
+    );
+}
+
+/// MirroredStrategy over two GPUs with `NcclAllReduce` (emulated devices, NCCL's stand-in):
+/// `fit` sums each step's gradients of the two replicas through one NCCL all-reduce and ends
+/// with the weights of one device training with the global batch.
+#[test]
+fn mirrored_fit_over_two_gpus_through_nccl_matches_one_device() {
+    if !emulation_runs() {
+        return;
+    }
+    ferroflow::init();
+    ferroflow::random::set_seed(3);
+    let reference = training::train(&mut training::model());
+    let results = run(1, "mirrored", 120, Duration::from_secs(900));
+    let (code, out) = &results[0];
+    assert_eq!(*code, 0, "the process failed:\n{out}");
+    let line = |key: &str| {
+        out.lines()
+            .find_map(|l| l.split_once(key).map(|(_, v)| v.to_string()))
+            .unwrap_or_else(|| panic!("no {key}:\n{out}"))
+    };
+    let transports = line("TRANSPORTS ");
+    assert!(
+        transports.split(',').filter(|t| *t == "nccl").count() >= training::STEPS,
+        "the steps' gradients did not all go through NCCL: {transports}"
+    );
+    let weights = training::from_hex(&line("WEIGHTS "));
+    assert_eq!(weights.len(), reference.len());
+    let worst = weights
+        .iter()
+        .zip(&reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst < 1e-4,
+        "two GPUs vs one device: max difference {worst}"
     );
 }

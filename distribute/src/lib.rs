@@ -61,7 +61,7 @@ pub use ps::{
     ScheduleStats, Server, ShardedVariable, VariablePartitioner, WorkerContext,
 };
 pub use strategy::{
-    enter_scope, get_strategy, has_strategy, DefaultStrategy, MirroredStrategy,
+    enter_scope, get_strategy, has_strategy, CrossDeviceOps, DefaultStrategy, MirroredStrategy,
     MultiWorkerMirroredStrategy, OneDeviceStrategy, ReplicaContext, Strategy, StrategyScope,
 };
 pub use values::PerReplica;

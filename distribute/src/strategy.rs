@@ -9,8 +9,8 @@ use crate::ReduceOp;
 use ferroflow_cluster::{ClusterResolver, TfConfigClusterResolver};
 use ferroflow_data::{Dataset, Structure};
 use ferroflow_tensor::distribution::{
-    distributed_variables_scope, replica_context, replica_scope, CrossWorkerReduce, ReplicaInfo,
-    VariableDistribution, VariableDistributionScope,
+    distributed_variables_scope, replica_context, replica_scope, CrossWorkerReduce,
+    LocalDeviceGroup, ReplicaInfo, VariableDistribution, VariableDistributionScope,
 };
 use ferroflow_tensor::{
     device_scope, list_devices, Device, DeviceKind, Error, Result, Tensor, Variable,
@@ -64,6 +64,11 @@ pub trait Strategy: Send + Sync {
     }
     /// Sums across worker processes (absent with one worker).
     fn cross_worker(&self) -> Option<Arc<dyn CrossWorkerReduce>> {
+        None
+    }
+    /// The local replicas' devices reducing together ([`CrossDeviceOps::NcclAllReduce`]);
+    /// absent, the local replicas' gradients are summed on each variable's device.
+    fn cross_device(&self) -> Option<Arc<dyn LocalDeviceGroup>> {
         None
     }
     /// The chief's `tensors`, on every worker (the tensors themselves with one worker).
@@ -211,6 +216,9 @@ impl Strategy for Arc<dyn Strategy> {
     fn cross_worker(&self) -> Option<Arc<dyn CrossWorkerReduce>> {
         (**self).cross_worker()
     }
+    fn cross_device(&self) -> Option<Arc<dyn LocalDeviceGroup>> {
+        (**self).cross_device()
+    }
     fn broadcast_from_chief(&self, tensors: Vec<Tensor>) -> Result<Vec<Tensor>> {
         (**self).broadcast_from_chief(tensors)
     }
@@ -348,6 +356,7 @@ pub(crate) fn run_replicas<T>(
     let _scope = enter_scope(strategy.clone());
     let devices = strategy.local_devices();
     let cross_worker = strategy.cross_worker();
+    let cross_device = strategy.cross_device();
     let base = strategy.worker_index() * devices.len();
     let mut out = Vec::with_capacity(devices.len());
     for (i, device) in devices.iter().enumerate() {
@@ -358,6 +367,7 @@ pub(crate) fn run_replicas<T>(
             num_replicas_in_sync: strategy.num_replicas_in_sync(),
             device: *device,
             cross_worker: cross_worker.clone(),
+            cross_device: cross_device.clone(),
         };
         let _device = device_scope(&device.to_string())?;
         let _replica = replica_scope(info.clone());
@@ -533,16 +543,77 @@ impl Strategy for OneDeviceStrategy {
 pub struct MirroredStrategy {
     devices: Vec<Device>,
     variables: Arc<VariableDistribution>,
+    /// The devices' communicators under [`CrossDeviceOps::NcclAllReduce`].
+    cross_device: Option<Arc<dyn LocalDeviceGroup>>,
 }
+
+/// How MirroredStrategy sums the local replicas' gradients (TF's `cross_device_ops`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CrossDeviceOps {
+    /// Each gradient copied to its variable's device and summed there (TF's
+    /// `ReductionToOneDevice`; any devices).
+    #[default]
+    ReductionToOneDevice,
+    /// The replicas' gradients all-reduced by NCCL in one group across the devices (TF's
+    /// `NcclAllReduce`, its default for several GPUs): CUDA devices, whose backend offers
+    /// NCCL (the facade's `cuda` feature and `libnccl.so.2`).
+    NcclAllReduce,
+}
+
+/// How long MirroredStrategy's NCCL communicators wait for each other.
+const LOCAL_COLLECTIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl MirroredStrategy {
     /// Replicas on `devices` (`&["/GPU:0", "/GPU:1"]`); an empty list takes every GPU, or
     /// the CPU when there is none. A device no backend serves is an error naming it.
     pub fn new(devices: &[&str]) -> Result<MirroredStrategy> {
+        MirroredStrategy::with_cross_device_ops(devices, CrossDeviceOps::ReductionToOneDevice)
+    }
+
+    /// Replicas on `devices` (as [`MirroredStrategy::new`]) whose gradients are summed by
+    /// `ops` (TF's `MirroredStrategy(devices, cross_device_ops=tf.distribute.NcclAllReduce())`).
+    /// `NcclAllReduce` makes one NCCL communicator per device here; on devices whose
+    /// backend offers no NCCL it is an error naming them.
+    ///
+    /// ```no_run
+    /// use ferroflow_distribute::{CrossDeviceOps, MirroredStrategy};
+    /// ferroflow::init();
+    /// let strategy = MirroredStrategy::with_cross_device_ops(
+    ///     &["/GPU:0", "/GPU:1"],
+    ///     CrossDeviceOps::NcclAllReduce,
+    /// )?;
+    /// # Ok::<(), ferroflow::Error>(())
+    /// ```
+    pub fn with_cross_device_ops(
+        devices: &[&str],
+        ops: CrossDeviceOps,
+    ) -> Result<MirroredStrategy> {
         let devices = if devices.is_empty() {
             default_devices()
         } else {
             parse_devices("MirroredStrategy", devices)?
+        };
+        let cross_device = match ops {
+            CrossDeviceOps::ReductionToOneDevice => None,
+            CrossDeviceOps::NcclAllReduce => {
+                let offered = devices.first().and_then(|&d| {
+                    ferroflow_tensor::distribution::device_collectives(d)
+                        .filter(|c| devices.iter().all(|&other| c.serves(other)))
+                });
+                let Some(collectives) = offered else {
+                    let names: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+                    return Err(Error::BackendUnavailable {
+                        device: format!("NcclAllReduce over {}", names.join(", ")),
+                        hint: "no backend offers NCCL for these devices: NCCL needs CUDA \
+                               devices (the `cuda` cargo feature of ferroflow and \
+                               libnccl.so.2); use CrossDeviceOps::ReductionToOneDevice"
+                            .into(),
+                    });
+                };
+                Some(Arc::from(
+                    collectives.local_group(&devices, LOCAL_COLLECTIVE_TIMEOUT)?,
+                ))
+            }
         };
         Ok(MirroredStrategy {
             variables: Arc::new(VariableDistribution {
@@ -552,6 +623,7 @@ impl MirroredStrategy {
                 place: None,
             }),
             devices,
+            cross_device,
         })
     }
 }
@@ -562,6 +634,9 @@ impl Strategy for MirroredStrategy {
     }
     fn local_devices(&self) -> Vec<Device> {
         self.devices.clone()
+    }
+    fn cross_device(&self) -> Option<Arc<dyn LocalDeviceGroup>> {
+        self.cross_device.clone()
     }
     fn variable_distribution(&self) -> Option<Arc<VariableDistribution>> {
         Some(self.variables.clone())

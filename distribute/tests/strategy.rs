@@ -2,8 +2,8 @@
 //! strategy, distributed variables, the custom training loop of TF's tutorial.
 
 use ferroflow::distribute::{
-    get_strategy, has_strategy, AutoShardPolicy, InputOptions, MirroredStrategy, OneDeviceStrategy,
-    ReduceOp, Strategy,
+    get_strategy, has_strategy, AutoShardPolicy, CrossDeviceOps, InputOptions, MirroredStrategy,
+    OneDeviceStrategy, ReduceOp, Strategy,
 };
 use ferroflow::keras::{layers::Dense, losses::MeanSquaredError, sequential, FitConfig, Model};
 use ferroflow::optim::{Optimizer, Sgd};
@@ -258,4 +258,19 @@ fn replica_context_and_reduce() {
         .unwrap()
         .to_string();
     assert!(e.contains("distribute_datasets_from_function"), "{e}");
+}
+
+/// NCCL's all-reduce on devices whose backend offers no NCCL (the CPU's, here) is an error
+/// naming them and the alternative, not a strategy that quietly reduces another way.
+#[test]
+fn nccl_all_reduce_on_host_devices_is_an_error_naming_them() {
+    ferroflow::init();
+    let e = MirroredStrategy::with_cross_device_ops(&["/CPU:0"], CrossDeviceOps::NcclAllReduce)
+        .err()
+        .expect("an error")
+        .to_string();
+    assert!(
+        e.contains("NcclAllReduce") && e.contains("CPU:0") && e.contains("ReductionToOneDevice"),
+        "{e}"
+    );
 }

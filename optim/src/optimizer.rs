@@ -4,7 +4,9 @@
 use crate::dtype_scalar::DtypeScalar;
 use crate::schedule::Hyper;
 use ferroflow_autodiff::{GradientTape, Source};
-use ferroflow_tensor::distribution::{cross_replica_scope, replica_context, RemoteUpdate};
+use ferroflow_tensor::distribution::{
+    cross_replica_scope, replica_context, LocalDeviceGroup, ReduceOp, RemoteUpdate,
+};
 use ferroflow_tensor::{
     device_has_fused, Axes, DType, Error, FusedKernel, Result, Tensor, UpdateRule, Variable,
 };
@@ -143,7 +145,10 @@ impl ReplicaGradients {
             return Ok(None);
         }
         let parts = std::mem::take(&mut self.parts);
-        let mut summed = combine_local(parts)?;
+        let mut summed = match &r.cross_device {
+            Some(group) if parts.len() > 1 => combine_local_through(group.as_ref(), parts)?,
+            _ => combine_local(parts)?,
+        };
         if let (true, Some(cross)) = (cross_worker, &r.cross_worker) {
             let present: Vec<usize> = (0..summed.len())
                 .filter(|&i| summed[i].0.is_some())
@@ -161,73 +166,125 @@ impl ReplicaGradients {
     }
 }
 
-/// The local replicas' gradients summed per variable, on the variable's device.
-fn combine_local(
-    parts: Vec<Vec<(Option<Tensor>, Variable)>>,
-) -> Result<Vec<(Option<Tensor>, Variable)>> {
-    let mut parts = parts.into_iter();
-    let mut total = parts.next().unwrap_or_default();
-    for (r, part) in parts.enumerate() {
-        if part.len() != total.len() {
+/// That every replica passed gradients for the same variables, in the same order, each
+/// with a gradient on every replica or on none.
+fn check_replica_parts(parts: &[GradsAndVars]) -> Result<()> {
+    let Some(first) = parts.first() else {
+        return Ok(());
+    };
+    for (r, part) in parts.iter().enumerate().skip(1) {
+        if part.len() != first.len() {
             return Err(Error::invalid(
                 "apply_gradients",
                 format!(
-                    "replica {} passed {} gradients, replica 0 passed {}",
-                    r + 1,
+                    "replica {r} passed {} gradients, replica 0 passed {}",
                     part.len(),
-                    total.len()
+                    first.len()
                 ),
             ));
         }
-        for ((acc, var), (g, v)) in total.iter_mut().zip(part) {
+        for ((g0, var), (g, v)) in first.iter().zip(part) {
             if var.id() != v.id() {
                 return Err(Error::invalid(
                     "apply_gradients",
                     format!(
-                        "replica {} passed a gradient for {:?} where replica 0 passed one for {:?}",
-                        r + 1,
+                        "replica {r} passed a gradient for {:?} where replica 0 passed one for {:?}",
                         v.name(),
                         var.name()
                     ),
                 ));
             }
-            *acc = match (acc.take(), g) {
-                (Some(a), Some(g)) => {
-                    let device = var.peek().device();
-                    let a = if a.device() == device {
-                        a
-                    } else {
-                        a.to_device(device)?
-                    };
-                    let g = if g.device() == device {
-                        g
-                    } else {
-                        g.to_device(device)?
-                    };
-                    Some(a.add(&g)?)
-                }
-                (None, None) => None,
-                _ => {
-                    return Err(Error::invalid(
-                        "apply_gradients",
-                        format!(
-                            "variable {:?} has a gradient on some replicas only",
-                            var.name()
-                        ),
-                    ))
-                }
-            };
+            if g0.is_some() != g.is_some() {
+                return Err(Error::invalid(
+                    "apply_gradients",
+                    format!(
+                        "variable {:?} has a gradient on some replicas only",
+                        var.name()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `t` on `device` (itself when it is there).
+fn on_device(t: Tensor, device: ferroflow_tensor::Device) -> Result<Tensor> {
+    if t.device() == device {
+        Ok(t)
+    } else {
+        t.to_device(device)
+    }
+}
+
+/// The local replicas' gradients summed per variable, on the variable's device.
+fn combine_local(parts: Vec<GradsAndVars>) -> Result<GradsAndVars> {
+    check_replica_parts(&parts)?;
+    let mut parts = parts.into_iter();
+    let mut total = parts.next().unwrap_or_default();
+    for part in parts {
+        for ((acc, var), (g, _)) in total.iter_mut().zip(part) {
+            if let (Some(a), Some(g)) = (acc.take(), g) {
+                let device = var.peek().device();
+                *acc = Some(on_device(a, device)?.add(&on_device(g, device)?)?);
+            }
         }
     }
     for (g, var) in total.iter_mut() {
         if let Some(t) = g.take() {
-            let device = var.peek().device();
-            *g = Some(if t.device() == device {
-                t
-            } else {
-                t.to_device(device)?
-            });
+            *g = Some(on_device(t, var.peek().device())?);
         }
+    }
+    Ok(total)
+}
+
+/// The local replicas' gradients summed by the strategy's device group (MirroredStrategy's
+/// `NcclAllReduce`: one all-reduce across the replicas' devices), each variable's sum taken
+/// from the result on its own device.
+fn combine_local_through(
+    group: &dyn LocalDeviceGroup,
+    parts: Vec<GradsAndVars>,
+) -> Result<GradsAndVars> {
+    check_replica_parts(&parts)?;
+    let devices = group.devices();
+    if devices.len() != parts.len() {
+        return Err(Error::invalid(
+            "apply_gradients",
+            format!(
+                "{} replicas handed in gradients for a device group of {}",
+                parts.len(),
+                devices.len()
+            ),
+        ));
+    }
+    let present: Vec<usize> = parts
+        .first()
+        .map(|p| (0..p.len()).filter(|&i| p[i].0.is_some()).collect())
+        .unwrap_or_default();
+    let per_device = parts
+        .iter()
+        .zip(&devices)
+        .map(|(part, &device)| {
+            present
+                .iter()
+                .filter_map(|&i| part[i].0.clone())
+                .map(|g| on_device(g, device))
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let sums = group.all_reduce(&per_device, ReduceOp::Sum)?;
+    let mut total = parts.into_iter().next().unwrap_or_default();
+    for (k, &i) in present.iter().enumerate() {
+        let device = total[i].1.peek().device();
+        let replica = devices.iter().position(|&d| d == device).unwrap_or(0);
+        let sum = sums
+            .get(replica)
+            .and_then(|s| s.get(k))
+            .cloned()
+            .ok_or_else(|| {
+                Error::invalid("apply_gradients", "the device group returned too few sums")
+            })?;
+        total[i].0 = Some(on_device(sum, device)?);
     }
     Ok(total)
 }

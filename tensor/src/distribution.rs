@@ -49,6 +49,10 @@ pub struct ReplicaInfo {
     pub device: Device,
     /// Reductions across worker processes (absent with a single worker).
     pub cross_worker: Option<Arc<dyn CrossWorkerReduce>>,
+    /// The local replicas' devices reducing together (MirroredStrategy's `NcclAllReduce`),
+    /// which the gradients of the local replicas are summed through; absent, they are
+    /// summed on each variable's device (`ReductionToOneDevice`).
+    pub cross_device: Option<Arc<dyn LocalDeviceGroup>>,
 }
 
 impl ReplicaInfo {

@@ -98,6 +98,7 @@ fn nccl_collectives_on_every_gpu() {
         .map(ferroflow_tensor::Device::gpu)
         .collect();
     common::nccl_collectives_match_references(&gpus);
+    common::nccl_local_group_matches_references(&gpus);
     println!(
         "{} over {} GPU(s)",
         ferroflow_cuda::nccl::nccl_version().unwrap_or_default(),

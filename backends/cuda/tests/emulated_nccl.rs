@@ -8,11 +8,28 @@
 
 mod common;
 
+/// Registers the suite's two emulated devices (whichever test comes first).
+fn two_devices() {
+    let _ = ferroflow_cuda::emulation::register_devices(2);
+}
+
 #[test]
 fn nccl_collectives_through_the_stand_in() {
-    let Some(device) = common::emulated_device(|| {}, "the NCCL collectives were not checked")
+    let Some(device) =
+        common::emulated_device(two_devices, "the NCCL collectives were not checked")
     else {
         return;
     };
     common::nccl_collectives_match_references(&[device, device, device]);
+}
+
+/// One NCCL group across two emulated devices of this process (MirroredStrategy's
+/// `NcclAllReduce`).
+#[test]
+fn nccl_group_across_this_process_devices() {
+    let Some(device) = common::emulated_device(two_devices, "the NCCL group was not checked")
+    else {
+        return;
+    };
+    common::nccl_local_group_matches_references(&[device, ferroflow_tensor::Device::gpu(1)]);
 }

@@ -337,3 +337,51 @@ pub fn nccl_collectives_match_references(devices: &[ferroflow_tensor::Device]) {
         }
     });
 }
+
+/// One NCCL group across this process's `devices` (distinct devices; MirroredStrategy's
+/// `NcclAllReduce`): [`ferroflow_cuda::nccl::NcclCommunicator::for_devices`] and
+/// `all_reduce_together` sum each device's float32 and int64 tensors, every result on its
+/// own device and equal to the sum computed here.
+pub fn nccl_local_group_matches_references(devices: &[ferroflow_tensor::Device]) {
+    use ferroflow_cuda::nccl::NcclCommunicator;
+    use ferroflow_tensor::distribution::ReduceOp;
+    use ferroflow_tensor::{DType, HostData, Tensor};
+    let n = devices.len();
+    let value = |rank: usize, i: usize| ((i * 5 + rank * 7) % 13) as f64 - 6.0;
+    let comms = NcclCommunicator::for_devices(devices, std::time::Duration::from_secs(120))
+        .expect("a communicator per device");
+    assert_eq!(comms.len(), n);
+    let per_device: Vec<Vec<Tensor>> = devices
+        .iter()
+        .enumerate()
+        .map(|(rank, &d)| {
+            let values: Vec<f64> = (0..40).map(|i| value(rank, i)).collect();
+            [DType::F32, DType::I64]
+                .iter()
+                .map(|&dtype| {
+                    Tensor::from_host_on(HostData::F64(values.clone()), &[4, 10], d)
+                        .and_then(|t| t.cast(dtype))
+                        .expect("a tensor on the device")
+                })
+                .collect()
+        })
+        .collect();
+    let sums = NcclCommunicator::all_reduce_together(&comms, &per_device, ReduceOp::Sum)
+        .expect("all_reduce_together");
+    let want: Vec<f64> = (0..40).map(|i| (0..n).map(|r| value(r, i)).sum()).collect();
+    for (rank, (results, &device)) in sums.iter().zip(devices).enumerate() {
+        for t in results {
+            assert_eq!(t.device(), device, "rank {rank}");
+            assert_eq!(
+                t.to_f64_vec().expect("read back"),
+                want,
+                "rank {rank}: {}",
+                t.dtype()
+            );
+        }
+    }
+    assert!(
+        NcclCommunicator::all_reduce_together(&comms, &per_device[..n - 1], ReduceOp::Sum).is_err(),
+        "a list missing for a device"
+    );
+}
