@@ -44,8 +44,10 @@ pub use ferroflow_numpy as numpy;
 /// resolvers (`tf.distribute.cluster_resolver`).
 pub use ferroflow_cluster as cluster;
 
-/// Distribution (`ferroflow-distribute`, `tf.distribute`): so far the collectives across
-/// processes (`CollectiveGroup`: a ring all-reduce, all-gather and broadcast over gRPC).
+/// Distribution (`ferroflow-distribute`, `tf.distribute`): the strategies (Mirrored,
+/// MultiWorkerMirrored, ParameterServer with its `ClusterCoordinator`) and the collectives
+/// across processes (`CollectiveGroup`: over gRPC or shared memory, MPI, or NCCL for GPU
+/// tensors with the `cuda` feature).
 pub use ferroflow_distribute as distribute;
 
 /// The profiler (`ferroflow-profiler`, `tf.profiler` and `tf.summary`): traces, step time,
@@ -63,8 +65,9 @@ pub use ferroflow_tensor as tensor;
 #[cfg(feature = "cpu")]
 pub use ferroflow_cpu as cpu;
 /// The native NVIDIA backend crate (`ferroflow-cuda`, features `cuda` for CUDA 12's
-/// libraries or `cuda-13`), in progress: [`init`] registers it for NVIDIA GPUs; its kernels
-/// have not yet run on a real GPU (they pass the conformance suite on its host emulation).
+/// libraries or `cuda-13`), in progress: [`init`] registers it for NVIDIA GPUs, with NCCL
+/// as its device collectives; its conformance suite passed on an H200 and passes on its
+/// host emulation (the cuDNN and NCCL paths have run only there so far).
 #[cfg(any(feature = "cuda", feature = "cuda-13"))]
 pub use ferroflow_cuda as cuda;
 #[cfg(feature = "wgpu")]

@@ -6,8 +6,10 @@
 //!   `distribute_datasets_from_function`, `num_replicas_in_sync`; [`get_strategy`] (the
 //!   [`DefaultStrategy`] when no scope is open), [`ReplicaContext`].
 //! - The strategies: [`OneDeviceStrategy`], [`MirroredStrategy`] (one replica per local
-//!   device: GPUs, or logical CPU devices) and [`MultiWorkerMirroredStrategy`] (the cluster
-//!   from `TF_CONFIG`, gradients all-reduced across processes).
+//!   device: GPUs, or logical CPU devices; the replicas' gradients summed on each variable's
+//!   device, or by NCCL across GPUs with [`CrossDeviceOps::NcclAllReduce`]) and
+//!   [`MultiWorkerMirroredStrategy`] (the cluster from `TF_CONFIG`, gradients all-reduced
+//!   across processes).
 //! - Distributed values: [`PerReplica`]; variables created in a scope are distributed
 //!   (`Variable::is_distributed`): mirrored, or sync-on-read per their synchronization,
 //!   updated per their aggregation (`ferroflow_tensor::distribution` holds the seam).
@@ -15,8 +17,9 @@
 //! - [`CollectiveGroup`]: the training tasks of a cluster (the chief, then the workers),
 //!   each serving on its cluster address, and their collectives: `all_reduce` (a ring
 //!   reduce-scatter then all-gather over gRPC, or over shared memory when every task runs
-//!   on one host, tensors packed per [`CommunicationOptions::bytes_per_pack`]),
-//!   `all_gather`, `broadcast`, `barrier`.
+//!   on one host, tensors packed per [`CommunicationOptions::bytes_per_pack`]; or MPI's;
+//!   or, for GPU tensors under [`CommunicationImplementation::Nccl`], NCCL through the
+//!   device collectives the CUDA backend registers), `all_gather`, `broadcast`, `barrier`.
 //!
 //! A dead or hung peer is an error naming the peer and the collective within the timeout,
 //! never a hang.

@@ -39,6 +39,12 @@
 //! zeros appended where TF pads one more after, the filter reordered to KRSC, the gradients
 //! cut and transposed back) is checked on the host emulation against a stand-in for cuDNN
 //! ([`emulation::set_cudnn_stand_in`], `tests/emulated_cudnn_convolutions.rs`).
+//! NCCL's collectives ([`nccl`]: `libnccl.so.2` loaded at run time, non-blocking
+//! communicators waited for within the collective timeout) serve the distribution crate's
+//! `Nccl` implementation and MirroredStrategy's `NcclAllReduce`, registered as the
+//! backend's device collectives with its devices; on the emulation a stand-in (a hub over
+//! loopback TCP) carries them, so the path runs across processes without a GPU. NCCL
+//! itself has **not run on a GPU yet**.
 //! Uniform and normal random numbers are generated on the device (`Backend::random`: the
 //! host's Philox stream, element `i` from its own words, bit for bit the host's draws).
 //! While a profiler listens, every kernel and GEMM is timed on the device (events on the
