@@ -11,7 +11,7 @@
 #[path = "../distribute/tests/common/mod.rs"]
 mod common;
 
-use common::{start_workers, training, wait_all, SpanTransports};
+use common::{field, start_workers, training, wait_all, SpanTransports};
 use ferroflow::cluster::TfConfigClusterResolver;
 use ferroflow::distribute::{
     CollectiveGroup, CommunicationImplementation, CommunicationOptions, CrossDeviceOps,
@@ -189,8 +189,7 @@ fn worker() {
         fail("host all_reduce".into());
     }
     drop(sink);
-    let transports = spans.0.lock().unwrap().clone();
-    println!("TRANSPORTS {}", transports.join(","));
+    spans.print();
     println!("OK rank {rank} of {n}");
 }
 
@@ -213,8 +212,7 @@ fn fit_worker(resolver: &TfConfigClusterResolver, options: CommunicationOptions)
     drop(sink);
     println!("WEIGHTS {}", training::f32_hex(&w));
     println!("DEVICE {}", m.weights()[0].peek().device());
-    let transports = spans.0.lock().unwrap().clone();
-    println!("TRANSPORTS {}", transports.join(","));
+    spans.print();
 }
 
 /// `mirrored` mode: Keras' `fit` under MirroredStrategy over the two emulated GPUs with
@@ -235,8 +233,7 @@ fn mirrored_worker() {
     let w = training::train(&mut m);
     drop(sink);
     println!("WEIGHTS {}", training::f32_hex(&w));
-    let transports = spans.0.lock().unwrap().clone();
-    println!("TRANSPORTS {}", transports.join(","));
+    spans.print();
 }
 
 fn run(n: usize, mode: &str, timeout_s: u64, limit: Duration) -> Vec<(i32, String)> {
@@ -274,11 +271,7 @@ fn gpu_tensors_are_reduced_gathered_and_broadcast_through_nccl() {
     let results = run(3, "collectives", 60, Duration::from_secs(600));
     for (rank, (code, out)) in results.iter().enumerate() {
         assert_eq!(*code, 0, "worker {rank} failed:\n{out}");
-        let transports = out
-            .lines()
-            .find_map(|l| l.split_once("TRANSPORTS ").map(|(_, t)| t))
-            .unwrap_or_else(|| panic!("worker {rank} printed no transports:\n{out}"));
-        let transports: Vec<&str> = transports.split(',').collect();
+        let transports: Vec<&str> = field(out, "TRANSPORTS").split(',').collect();
         // all_reduce, mean, all_gather, broadcast on the GPU; then the host's all-reduce.
         assert_eq!(transports.len(), 5, "worker {rank}: {transports:?}");
         assert!(
@@ -322,39 +315,33 @@ fn multi_worker_fit_through_nccl_matches_one_process() {
     if !emulation_runs() {
         return;
     }
-    ferroflow::init();
-    ferroflow::random::set_seed(3);
-    let reference = training::train(&mut training::model());
+    let reference = training::reference_weights();
     let results = run(2, "fit", 120, Duration::from_secs(900));
     let mut weights = vec![];
     for (rank, (code, out)) in results.iter().enumerate() {
         assert_eq!(*code, 0, "worker {rank} failed:\n{out}");
-        let line = |key: &str| {
-            out.lines()
-                .find_map(|l| l.split_once(key).map(|(_, v)| v.to_string()))
-                .unwrap_or_else(|| panic!("worker {rank} printed no {key}:\n{out}"))
-        };
-        assert_eq!(line("DEVICE "), "/device:GPU:0", "worker {rank}");
-        let transports = line("TRANSPORTS ");
-        assert!(
-            transports.split(',').filter(|t| *t == "nccl").count() >= training::STEPS,
-            "worker {rank}: the steps' gradients did not all go through NCCL: {transports}"
-        );
-        weights.push(training::from_hex(&line("WEIGHTS ")));
+        assert_eq!(field(out, "DEVICE"), "/device:GPU:0", "worker {rank}");
+        assert_steps_went_through_nccl(field(out, "TRANSPORTS"));
+        weights.push(training::from_hex(field(out, "WEIGHTS")));
     }
     assert_eq!(
         training::f32_hex(&weights[1]),
         training::f32_hex(&weights[0]),
         "the workers' weights differ"
     );
-    let worst = weights[0]
-        .iter()
-        .zip(&reference)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let worst = training::max_difference(&weights[0], &reference);
     assert!(
         worst < 1e-4,
         "two workers vs one process: max difference {worst}"
+    );
+}
+
+/// That at least one collective per training step went through NCCL (`transports`: the
+/// comma-separated transports of a worker's collectives).
+fn assert_steps_went_through_nccl(transports: &str) {
+    assert!(
+        transports.split(',').filter(|t| *t == "nccl").count() >= training::STEPS,
+        "the steps' gradients did not all go through NCCL: {transports}"
     );
 }
 
@@ -366,29 +353,13 @@ fn mirrored_fit_over_two_gpus_through_nccl_matches_one_device() {
     if !emulation_runs() {
         return;
     }
-    ferroflow::init();
-    ferroflow::random::set_seed(3);
-    let reference = training::train(&mut training::model());
+    let reference = training::reference_weights();
     let results = run(1, "mirrored", 120, Duration::from_secs(900));
     let (code, out) = &results[0];
     assert_eq!(*code, 0, "the process failed:\n{out}");
-    let line = |key: &str| {
-        out.lines()
-            .find_map(|l| l.split_once(key).map(|(_, v)| v.to_string()))
-            .unwrap_or_else(|| panic!("no {key}:\n{out}"))
-    };
-    let transports = line("TRANSPORTS ");
-    assert!(
-        transports.split(',').filter(|t| *t == "nccl").count() >= training::STEPS,
-        "the steps' gradients did not all go through NCCL: {transports}"
-    );
-    let weights = training::from_hex(&line("WEIGHTS "));
-    assert_eq!(weights.len(), reference.len());
-    let worst = weights
-        .iter()
-        .zip(&reference)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    assert_steps_went_through_nccl(field(out, "TRANSPORTS"));
+    let weights = training::from_hex(field(out, "WEIGHTS"));
+    let worst = training::max_difference(&weights, &reference);
     assert!(
         worst < 1e-4,
         "two GPUs vs one device: max difference {worst}"

@@ -9,7 +9,10 @@
 
 mod common;
 
-use common::training::{data, f32_hex, from_hex, model, train, GLOBAL_BATCH};
+use common::field;
+use common::training::{
+    data, f32_hex, from_hex, max_difference, model, reference_weights, train, GLOBAL_BATCH,
+};
 use ferroflow::cluster::{LaunchSpec, LocalCluster};
 use ferroflow::distribute::{CommunicationOptions, MultiWorkerMirroredStrategy, Strategy};
 use ferroflow::keras::callbacks::{BackupAndRestore, Callback, Logs};
@@ -155,9 +158,7 @@ fn start_with(
 
 #[test]
 fn workers_end_with_the_weights_of_one_process_with_the_global_batch() {
-    ferroflow::init();
-    ferroflow::random::set_seed(3);
-    let reference = train(&mut model());
+    let reference = reference_weights();
     for workers in [2, 3] {
         let mut cluster = start(workers, "equivalence", 60);
         let outcome = cluster
@@ -183,12 +184,7 @@ fn workers_end_with_the_weights_of_one_process_with_the_global_batch() {
                 "worker {i}'s weights differ from the chief's ({workers} workers)"
             );
         }
-        assert_eq!(weights[0].len(), reference.len());
-        let worst = weights[0]
-            .iter()
-            .zip(&reference)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let worst = max_difference(&weights[0], &reference);
         assert!(
             worst < 1e-5,
             "{workers} workers vs one process: max difference {worst}"
@@ -265,12 +261,6 @@ fn a_killed_worker_fails_the_survivor_within_the_timeout() {
 }
 
 /// The line after `key ` in a worker's output.
-fn field<'a>(out: &'a str, key: &str) -> &'a str {
-    out.lines()
-        .find_map(|l| l.split(&format!("{key} ")).nth(1))
-        .unwrap_or_else(|| panic!("no {key} in:\n{out}"))
-}
-
 #[test]
 fn workers_restarted_after_a_loss_resume_from_the_backup() {
     let dir = std::env::temp_dir().join(format!("ferroflow-backup-test-{}", std::process::id()));

@@ -192,27 +192,7 @@ impl NcclCommunicator {
             )?)),
             Some((ctx, _)) => {
                 let nccl = library()?;
-                // NCCL takes the calling thread's current device (the runtime adopts the
-                // driver's current context).
-                ctx.bind_to_thread()
-                    .map_err(|e| crate::exec::driver("making the context current for NCCL", e))?;
-                let mut config = Config::non_blocking();
-                let mut comm: *mut c_void = std::ptr::null_mut();
-                // SAFETY: `comm` receives the communicator; `config` is a complete NCCL 2.17
-                // configuration (its size first, as NCCL reads it); the id is 128 bytes.
-                let code = unsafe {
-                    (nccl.comm_init_rank_config)(
-                        &mut comm,
-                        world as c_int,
-                        RawId(id.0),
-                        rank as c_int,
-                        &mut config,
-                    )
-                };
-                if code != NCCL_SUCCESS && code != NCCL_IN_PROGRESS {
-                    return Err(nccl.error("ncclCommInitRankConfig", code));
-                }
-                let raw = RawComm(comm);
+                let raw = nccl.init_rank(ctx, id, rank, world)?;
                 let deadline = Instant::now() + timeout;
                 if let Err(e) = nccl.wait(&raw, deadline, None) {
                     // SAFETY: the communicator is NCCL's and used nowhere else.
@@ -299,22 +279,9 @@ impl NcclCommunicator {
                 let (ctx, _) = c.gpu(device.index())?.context_and_stream().ok_or_else(|| {
                     Error::invalid("for_devices", "a real GPU and the emulation mixed")
                 })?;
-                ctx.bind_to_thread()
-                    .map_err(|e| crate::exec::driver("making the context current for NCCL", e))?;
-                let mut config = Config::non_blocking();
-                let mut comm: *mut c_void = std::ptr::null_mut();
-                // SAFETY: as in `new`; inside the group NCCL joins the ranks at its end.
-                let code = unsafe {
-                    (nccl.comm_init_rank_config)(
-                        &mut comm,
-                        world as c_int,
-                        RawId(id.0),
-                        rank as c_int,
-                        &mut config,
-                    )
-                };
-                nccl.check_queued("ncclCommInitRankConfig", code)?;
-                Ok((c, RawComm(comm)))
+                // Inside the group NCCL joins the ranks at its end.
+                let raw = nccl.init_rank(ctx, &id, rank, world)?;
+                Ok((c, raw))
             });
             match joined {
                 Ok(c) => comms.push((device, c)),
@@ -1098,6 +1065,33 @@ impl Nccl {
             backend: BACKEND,
             msg: format!("{call} failed: {text} (ncclResult_t {code})"),
         }
+    }
+
+    /// Starts joining the communicator `id` names as `rank` of `world` on `ctx`'s device
+    /// (non-blocking: [`Nccl::wait`] for it to be ready).
+    fn init_rank(
+        &self,
+        ctx: &cudarc::driver::CudaContext,
+        id: &NcclId,
+        rank: usize,
+        world: usize,
+    ) -> Result<RawComm> {
+        // NCCL takes the calling thread's current device (the runtime adopts the driver's
+        // current context).
+        ctx.bind_to_thread()
+            .map_err(|e| crate::exec::driver("making the context current for NCCL", e))?;
+        let (Ok(world), Ok(rank)) = (c_int::try_from(world), c_int::try_from(rank)) else {
+            return Err(Error::invalid("NCCL", "more ranks than a C int counts"));
+        };
+        let mut config = Config::non_blocking();
+        let mut comm: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `comm` receives the communicator; `config` is a complete NCCL 2.17
+        // configuration (its size first, as NCCL reads it); the id is 128 bytes.
+        let code = unsafe {
+            (self.comm_init_rank_config)(&mut comm, world, RawId(id.0), rank, &mut config)
+        };
+        self.check_queued("ncclCommInitRankConfig", code)?;
+        Ok(RawComm(comm))
     }
 
     fn check(&self, call: &str, code: c_int) -> Result<()> {

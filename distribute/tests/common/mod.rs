@@ -95,9 +95,23 @@ pub fn wait_all(workers: &mut Workers, limit: Duration) -> Vec<(i32, String)> {
         .collect()
 }
 
-/// The `transport` stat of every collective span (a trace sink).
+/// The value a worker printed after `key` and a space (the first such line).
+pub fn field<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.split(&format!("{key} ")).nth(1))
+        .unwrap_or_else(|| panic!("no {key} in:\n{out}"))
+}
+
+/// The transport stat of every collective span (a trace sink).
 #[derive(Default)]
 pub struct SpanTransports(pub Mutex<Vec<String>>);
+
+impl SpanTransports {
+    /// Prints `TRANSPORTS` and the transports seen, comma-separated (see [`field`]).
+    pub fn print(&self) {
+        println!("TRANSPORTS {}", self.0.lock().unwrap().join(","));
+    }
+}
 
 impl ferroflow::trace::TraceSink for SpanTransports {
     fn on_host_event(&self, event: &ferroflow::trace::HostEvent<'_>) {

@@ -64,3 +64,19 @@ pub fn from_hex(s: &str) -> Vec<f32> {
         .map(|h| f32::from_bits(u32::from_str_radix(h, 16).expect("hex")))
         .collect()
 }
+
+/// The largest difference between two weight lists of one model.
+pub fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "weights of different models");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max)
+}
+
+/// One process's weights after training with the global batch (seed 3, the chief's).
+pub fn reference_weights() -> Vec<f32> {
+    ferroflow::init();
+    ferroflow::random::set_seed(3);
+    train(&mut model())
+}
