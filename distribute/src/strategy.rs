@@ -548,6 +548,11 @@ pub struct MirroredStrategy {
 }
 
 /// How MirroredStrategy sums the local replicas' gradients (TF's `cross_device_ops`).
+///
+/// ```
+/// use ferroflow_distribute::CrossDeviceOps;
+/// assert_eq!(CrossDeviceOps::default(), CrossDeviceOps::ReductionToOneDevice);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CrossDeviceOps {
     /// Each gradient copied to its variable's device and summed there (TF's

@@ -267,6 +267,11 @@ pub fn take_remote_failure() -> Option<Error> {
 }
 
 /// How a collective combines its participants' tensors (TF's `tf.distribute.ReduceOp`).
+///
+/// ```
+/// use ferroflow_tensor::distribution::ReduceOp;
+/// assert_ne!(ReduceOp::Sum, ReduceOp::Mean);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {
     /// The sum over participants.
@@ -332,7 +337,17 @@ static DEVICE_COLLECTIVES: std::sync::RwLock<Vec<Arc<dyn DeviceCollectives>>> =
     std::sync::RwLock::new(Vec::new());
 
 /// Registers a backend's device collectives (the first registered for a device serves it;
-/// registering an implementation of the same name again is a no-op).
+/// registering an implementation of the same name again is a no-op). Backends call it with
+/// their devices (`ferroflow_cuda::register()` registers NCCL).
+///
+/// ```
+/// use ferroflow_tensor::distribution::{register_device_collectives, DeviceCollectives};
+/// use std::sync::Arc;
+/// // What a backend's `register()` does with its implementation:
+/// fn register(collectives: Arc<dyn DeviceCollectives>) {
+///     register_device_collectives(collectives);
+/// }
+/// ```
 pub fn register_device_collectives(collectives: Arc<dyn DeviceCollectives>) {
     let mut all = DEVICE_COLLECTIVES
         .write()
@@ -360,6 +375,11 @@ pub fn device_collectives(device: Device) -> Option<Arc<dyn DeviceCollectives>> 
 }
 
 /// Whether any backend registered device collectives.
+///
+/// ```
+/// // Without a backend that offers some (the CUDA backend with a GPU): none.
+/// let _ = ferroflow_tensor::distribution::have_device_collectives();
+/// ```
 pub fn have_device_collectives() -> bool {
     !DEVICE_COLLECTIVES
         .read()

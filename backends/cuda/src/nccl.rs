@@ -142,6 +142,17 @@ pub fn nccl_version() -> std::result::Result<String, String> {
 /// One rank's membership of an NCCL communicator on one CUDA device: its collectives take
 /// tensors on that device and return tensors there. Every rank calls the same collectives
 /// in the same order with tensors of the same shapes and dtypes (NCCL's rule).
+///
+/// ```no_run
+/// # use ferroflow_cuda::nccl::{NcclCommunicator, NcclId};
+/// # use ferroflow_tensor::{Device, Tensor};
+/// # let (id, rank, world) = (NcclId::new(Device::gpu(0))?, 0, 1);
+/// let comm = NcclCommunicator::new(Device::gpu(0), &id, rank, world, std::time::Duration::from_secs(60))?;
+/// let x = Tensor::from_vec(vec![1i64, 2], &[1, 2])?.to_device(Device::gpu(0))?;
+/// let all = comm.all_gather(&x)?; // [world, 2]
+/// let from_root = comm.broadcast(&x, 0)?;
+/// # Ok::<(), ferroflow_tensor::Error>(())
+/// ```
 pub struct NcclCommunicator {
     cuda: Arc<Cuda>,
     device: Device,
@@ -739,6 +750,13 @@ impl Drop for NcclCommunicator {
 
 /// NCCL as the backend's [`DeviceCollectives`] (registered with the CUDA devices, real or
 /// emulated): what the distribution crate's `Nccl` implementation and `NcclAllReduce` use.
+///
+/// ```
+/// use ferroflow_cuda::nccl::NcclCollectives;
+/// use ferroflow_tensor::distribution::DeviceCollectives;
+/// // It serves no host device.
+/// assert!(!NcclCollectives.serves(ferroflow_tensor::Device::CPU));
+/// ```
 pub struct NcclCollectives;
 
 impl DeviceCollectives for NcclCollectives {
