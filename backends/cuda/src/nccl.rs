@@ -429,31 +429,23 @@ impl NcclCommunicator {
     /// The calls of an all-reduce of `tensors`, checked: on this device, dtypes NCCL
     /// reduces.
     fn reduce_calls(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Call>> {
-        for t in tensors {
-            self.check_device(t, "all_reduce")?;
-            let dtype = t.dtype();
-            if !(dtype.is_float() || matches!(dtype, DType::I32 | DType::I64)) {
-                return Err(Error::UnsupportedDType {
-                    op: "all_reduce",
-                    dtype,
-                    expected: "a float dtype, int32 or int64",
-                });
-            }
-            if op == ReduceOp::Mean && !dtype.is_float() {
-                return Err(Error::UnsupportedDType {
-                    op: "all_reduce (average)",
-                    dtype,
-                    expected: "a float dtype",
-                });
-            }
-        }
         tensors
             .iter()
             .map(|t| {
-                let bytes = t.num_elements() * t.dtype().size_in_bytes();
+                self.check_device(t, "all_reduce")?;
+                let dtype = t.dtype();
+                let data_type = data_type(dtype)?;
+                if op == ReduceOp::Mean && !dtype.is_float() {
+                    return Err(Error::UnsupportedDType {
+                        op: "all_reduce (average)",
+                        dtype,
+                        expected: "a float dtype",
+                    });
+                }
+                let bytes = t.num_elements() * dtype.size_in_bytes();
                 Ok(Call {
                     kind: CallKind::AllReduce(op),
-                    data_type: data_type(t.dtype())?,
+                    data_type,
                     count: t.num_elements(),
                     in_bytes: bytes,
                     out_bytes: bytes,

@@ -16,7 +16,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use ferroflow_tensor::{Error, HostData, Result};
+use ferroflow_tensor::{DType, Element, Error, HostData, Result};
 
 use super::{dtype_of, Call, CallKind, NcclId, ReduceOp, NCCL_ID_BYTES};
 
@@ -358,6 +358,17 @@ fn serve(listener: TcpListener, nonce: u64) -> std::io::Result<()> {
     }
 }
 
+/// The ranks' integers summed element by element, wrapping as NCCL's integer sums do.
+fn wrapping_sums<T: Element>(parts: &[HostData], add: fn(T, T) -> T) -> HostData {
+    let mut sum = vec![T::default(); parts.first().map_or(0, HostData::len)];
+    for values in parts.iter().filter_map(T::slice_of) {
+        sum.iter_mut()
+            .zip(values)
+            .for_each(|(s, x)| *s = add(*s, *x));
+    }
+    T::into_host(sum)
+}
+
 /// Sends `message` to every rank but `except`, those of the hub's own process last.
 fn fail_all(ranks: &mut [TcpStream], local: &[bool], except: Option<usize>, message: &str) {
     for last in [false, true] {
@@ -394,29 +405,9 @@ fn combine(requests: &[Request]) -> std::result::Result<Vec<u8>, String> {
                 .map(|q| HostData::from_le_bytes(dtype, &q.bytes))
                 .collect::<Option<Vec<_>>>()
                 .ok_or("the bytes do not fill whole elements")?;
-            let sum = match &parts[0] {
-                HostData::I32(_) => {
-                    let mut sum = vec![0i32; parts[0].len()];
-                    for p in &parts {
-                        if let HostData::I32(v) = p {
-                            sum.iter_mut()
-                                .zip(v)
-                                .for_each(|(s, x)| *s = s.wrapping_add(*x));
-                        }
-                    }
-                    HostData::I32(sum)
-                }
-                HostData::I64(_) => {
-                    let mut sum = vec![0i64; parts[0].len()];
-                    for p in &parts {
-                        if let HostData::I64(v) = p {
-                            sum.iter_mut()
-                                .zip(v)
-                                .for_each(|(s, x)| *s = s.wrapping_add(*x));
-                        }
-                    }
-                    HostData::I64(sum)
-                }
+            let sum = match dtype {
+                DType::I32 => wrapping_sums(&parts, i32::wrapping_add),
+                DType::I64 => wrapping_sums(&parts, i64::wrapping_add),
                 _ => {
                     let mut sum = vec![0f64; parts[0].len()];
                     for p in &parts {
