@@ -3,8 +3,9 @@
 //! (an allocation over the runner's memory limit) names its target and keeps its input.
 //!
 //! The runner is built in the dev profile: it keeps overflow checks (a release build would
-//! wrap a hostile size silently instead of failing), and `cargo test --workspace` has
-//! already built its dependencies (optimised), so CI compiles little more for it.
+//! wrap a hostile size silently instead of failing), with the workspace's features
+//! (`--workspace`), so the crates below it are those `cargo test --workspace` built
+//! (optimised) and CI compiles only the runner for it.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -21,13 +22,17 @@ pub fn run(args: &[String]) -> bool {
             t => targets.push(t.to_string()),
         }
     }
-    if !crate::run("cargo", &["build", "--quiet", "-p", "ferroflow-fuzz"]) {
+    // The workspace's feature set, which `cargo test --workspace` built the crates below
+    // the runner with (see `built`).
+    let Some(built) =
+        crate::built::cargo_executables(&["build", "--workspace", "--bin", "ferroflow-fuzz"])
+    else {
         return false;
-    }
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let exe = target_dir.join("debug/ferroflow-fuzz");
+    };
+    let Some(runner) = crate::built::find(&built, "ferroflow-fuzz", "bin", "ferroflow-fuzz") else {
+        return false;
+    };
+    let exe = runner.path.clone();
     if targets.is_empty() {
         let Ok(out) = Command::new(&exe).arg("--list").output() else {
             eprintln!("xtask: cannot run {}", exe.display());

@@ -3,8 +3,10 @@
 //! - `ci`: the dependency direction between the crates (`deps`), format check, clippy with
 //!   warnings denied, the docs with warnings denied, the
 //!   README's test command, the CPU backend's tests again under `FERROFLOW_CPU_ISA=avx2` and
-//!   `scalar`, the fuzz targets, then the examples (each exits non-zero when its result is
-//!   wrong).
+//!   `scalar`, the MPI and NCCL suites, the fuzz targets, then the examples (each exits
+//!   non-zero when its result is wrong). Every cargo command names the whole workspace and
+//!   the programs run after the tests are those the test build made (`built`), so each
+//!   crate compiles once per feature set.
 //! - `bench [kernels|autodiff|optim|keras|data|data-service|mixed|numpy|distribute|ps|profiler|function] [--rounds N] [--check]`:
 //!   kernels against NumPy, a training step against
 //!   TensorFlow, an Adam step against the memory-bandwidth floor, all-reduce against Open
@@ -29,13 +31,18 @@ mod bench_mixed;
 mod bench_numpy;
 mod bench_profiler;
 mod bench_ps;
+mod built;
 mod deps;
 mod fuzz;
 mod gpu;
 #[cfg(any(feature = "cuda-12", feature = "cuda-13"))]
 mod gpu_cuda;
 
+use std::path::Path;
 use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use built::Executable;
 
 fn run(cmd: &str, args: &[&str]) -> bool {
     run_with(cmd, args, &[])
@@ -43,18 +50,33 @@ fn run(cmd: &str, args: &[&str]) -> bool {
 
 /// [`run`] with extra environment variables.
 fn run_with(cmd: &str, args: &[&str], env: &[(&str, &str)]) -> bool {
-    eprintln!("xtask: {cmd} {}", args.join(" "));
-    match Command::new(cmd)
-        .args(args)
-        .envs(env.iter().copied())
-        .status()
-    {
+    run_in(Path::new(cmd), args, env, None)
+}
+
+/// Runs `program` (in `dir` when given) with its output shown, says how long it took;
+/// whether it exited successfully.
+fn run_in(program: &Path, args: &[&str], env: &[(&str, &str)], dir: Option<&Path>) -> bool {
+    eprintln!("xtask: {} {}", program.display(), args.join(" "));
+    let started = Instant::now();
+    let mut command = Command::new(program);
+    command.args(args).envs(env.iter().copied());
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    let ok = match command.status() {
         Ok(s) => s.success(),
         Err(e) => {
-            eprintln!("xtask: cannot run {cmd}: {e}");
+            eprintln!("xtask: cannot run {}: {e}", program.display());
             false
         }
-    }
+    };
+    eprintln!(
+        "xtask: {} {} in {:.0} s",
+        program.file_name().unwrap_or_default().to_string_lossy(),
+        if ok { "done" } else { "FAILED" },
+        started.elapsed().as_secs_f64()
+    );
+    ok
 }
 
 fn ci() -> bool {
@@ -77,15 +99,15 @@ fn ci() -> bool {
             &[("RUSTDOCFLAGS", "-D warnings")],
         )
         && run("cargo", &["test", "--workspace"])
-        // The CPU backend again at the instruction-set levels this machine would not pick
-        // (its AVX-512 kernels' own tests skip there, so their switch is lifted).
-        && ["avx2", "scalar"].iter().all(|isa| {
-            run_with(
-                "cargo",
-                &["test", "-p", "ferroflow-cpu"],
-                &[("FERROFLOW_CPU_ISA", isa), ("FERROFLOW_REQUIRE_AVX512", "0")],
-            )
-        })
+        // What that built (nothing is compiled again): the runs below take their programs
+        // from it (see `built`: a `-p` would build every crate below it once more).
+        && built::cargo_executables(&["test", "--workspace", "--no-run"])
+            .is_some_and(|built| after_the_tests(&built))
+}
+
+/// CI's steps after the README's test command, given what it built.
+fn after_the_tests(built: &[Executable]) -> bool {
+    cpu_tests_at_other_isas(built)
         // The MPI transport's suite (the `mpi` feature: needs Open MPI, which .ci/run
         // installs) with its lints.
         && mpi_suite()
@@ -94,7 +116,8 @@ fn ci() -> bool {
         && nccl_suite()
         // The GPU script's CUDA rows (`xtask gpu-cuda`), the CUDA backend against CUDA 13's
         // API and the facade registering it ahead of wgpu, which the default build leaves
-        // out: compiled and linted.
+        // out: compiled and linted (by package: the workspace's CUDA crate would bring
+        // CUDA 12's feature beside 13's).
         && run(
             "cargo",
             &[
@@ -114,96 +137,127 @@ fn ci() -> bool {
         // Every file reader: seeds, regressions and 100k mutations each, under a memory
         // limit (about a minute).
         && fuzz::run(&[])
-        && [
-            &["tensors"][..],
-            &["custom_training_loop"],
-            // the whole step, optimizer included, as one graph function (exits non-zero
-            // below 96.5% test accuracy after 2 epochs)
-            &["training_loop_from_scratch"],
-            // strategy.run over two logical CPU devices (MirroredStrategy)
-            &["distributed_custom_training"],
-            // the NumPy API guide: exits non-zero when a result differs from NumPy's
-            &["numpy_api"],
-            // The main job: the MLP (exits non-zero below 97.5% test accuracy after 3
-            // epochs) and the CNN (below 98.7%; about a minute here), profiled: its
-            // TensorBoard logs and report are checked below.
-            &["mnist", "mlp"],
-            &["mnist", "cnn", "--profile"],
-            // TFRecord shards → interleave → parallel map → cache → shuffle → batch →
-            // prefetch → fit; exits non-zero below 97% test accuracy.
-            &["data_pipeline"],
-            // The tf.data service: a dispatcher and two worker processes run the pipeline's
-            // augmentation for fit (exits non-zero below 95.5% test accuracy).
-            &["data_service"],
-        ]
+        && examples(built)
+        && launched_examples(built)
+        && examples_under_mpirun()
+}
+
+/// The CPU backend's tests again at the instruction-set levels this machine would not pick
+/// (its AVX-512 kernels' own tests skip there, so their switch is lifted).
+fn cpu_tests_at_other_isas(built: &[Executable]) -> bool {
+    let tests: Vec<&Executable> = built
         .iter()
-        .all(|e| {
-            let mut args = vec!["run", "--quiet", "--example"];
-            args.extend_from_slice(e);
-            run("cargo", &args)
+        .filter(|e| e.package == "ferroflow-cpu" && e.test)
+        .collect();
+    if tests.is_empty() {
+        eprintln!("xtask: the test build made no test of ferroflow-cpu");
+        return false;
+    }
+    ["avx2", "scalar"].iter().all(|isa| {
+        tests.iter().all(|test| {
+            let env = [
+                ("FERROFLOW_CPU_ISA", *isa),
+                ("FERROFLOW_REQUIRE_AVX512", "0"),
+            ];
+            run_in(&test.path, &[], &env, Some(&test.package_dir))
         })
-        // The profiled CNN's log folder read back: every event file's CRCs, every profile
-        // reference (fails on a corrupt or missing file).
-        && run(
-            "cargo",
-            &[
-                "run", "--quiet", "--bin", "ferroflow", "--", "profile", "summarize",
-                "target/mnist/logs/cnn",
-            ],
-        )
-        // Distributed training as TF's tutorials do it, two worker processes started by
-        // `ferroflow launch` (each exits non-zero below its accuracy goal; the launcher
-        // with the first failing worker's code).
-        && run(
-            "cargo",
-            &[
-                "build", "--quiet", "--bin", "ferroflow", "--example", "multi_worker_mnist",
-                "--example", "distributed_custom_training", "--example",
-                "parameter_server_training",
-            ],
-        )
-        && {
-            let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-            let launcher = format!("{target}/debug/ferroflow");
-            ["multi_worker_mnist", "distributed_custom_training"].iter().all(|e| {
-                let program = format!("{target}/debug/examples/{e}");
-                run(
-                    &launcher,
-                    &["launch", "--workers", "2", "--timeout", "600", "--", &program],
-                )
-            })
-            // TF's parameter-server tutorial, Keras' fit and the custom loop: a chief, 2
-            // workers and 2 parameter servers (exits non-zero below 95% test accuracy).
-            && ["fit", "custom"].iter().all(|api| {
-                let program = format!("{target}/debug/examples/parameter_server_training");
-                run(
-                    &launcher,
-                    &[
-                        "launch", "--chief", "--workers", "2", "--ps", "2", "--timeout", "600",
-                        "--", &program, "--api", api,
-                    ],
-                )
-            })
-        }
-        // The same programs, unchanged, started by `mpirun` (built with the `mpi` feature:
-        // no TF_CONFIG, the collectives over MPI).
-        && (!have_mpi()
-            || run(
-                "cargo",
-                &[
-                    "build", "--quiet", "--features", "mpi", "--example", "multi_worker_mnist",
-                    "--example", "distributed_custom_training",
-                ],
-            ) && {
-                let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-                ["multi_worker_mnist", "distributed_custom_training"].iter().all(|e| {
-                    let program = format!("{target}/debug/examples/{e}");
-                    run(
-                        "mpirun",
-                        &["--allow-run-as-root", "--oversubscribe", "-np", "2", &program],
-                    )
+    })
+}
+
+/// The facade's examples, each exiting non-zero when its result is wrong.
+fn examples(built: &[Executable]) -> bool {
+    [
+        &["tensors"][..],
+        &["custom_training_loop"],
+        // the whole step, optimizer included, as one graph function (exits non-zero
+        // below 96.5% test accuracy after 2 epochs)
+        &["training_loop_from_scratch"],
+        // strategy.run over two logical CPU devices (MirroredStrategy)
+        &["distributed_custom_training"],
+        // the NumPy API guide: exits non-zero when a result differs from NumPy's
+        &["numpy_api"],
+        // The main job: the MLP (exits non-zero below 97.5% test accuracy after 3
+        // epochs) and the CNN (below 98.7%; about a minute here), profiled: its
+        // TensorBoard logs and report are checked below.
+        &["mnist", "mlp"],
+        &["mnist", "cnn", "--profile"],
+        // TFRecord shards → interleave → parallel map → cache → shuffle → batch →
+        // prefetch → fit; exits non-zero below 97% test accuracy.
+        &["data_pipeline"],
+        // The tf.data service: a dispatcher and two worker processes run the pipeline's
+        // augmentation for fit (exits non-zero below 95.5% test accuracy).
+        &["data_service"],
+    ]
+    .iter()
+    .all(|e| {
+        built::find(built, "ferroflow", "example", e[0])
+            .is_some_and(|example| run_in(&example.path, &e[1..], &[], None))
+    })
+}
+
+/// The profiled CNN's logs read back, and distributed training as TF's tutorials do it:
+/// worker processes started by `ferroflow launch`.
+fn launched_examples(built: &[Executable]) -> bool {
+    let Some(launcher) = built::find(built, "ferroflow", "bin", "ferroflow") else {
+        return false;
+    };
+    let launch = |example: &str, options: &[&str], program_args: &[&str]| {
+        built::find(built, "ferroflow", "example", example).is_some_and(|program| {
+            let program = program.path.to_string_lossy();
+            let mut args = vec!["launch"];
+            args.extend_from_slice(options);
+            args.extend_from_slice(&["--timeout", "600", "--", &program]);
+            args.extend_from_slice(program_args);
+            run_in(&launcher.path, &args, &[], None)
+        })
+    };
+    // The profiled CNN's log folder: every event file's CRCs, every profile reference
+    // (fails on a corrupt or missing file).
+    let summarize = ["profile", "summarize", "target/mnist/logs/cnn"];
+    run_in(&launcher.path, &summarize, &[], None)
+        // Two workers (each exits non-zero below its accuracy goal; the launcher with the
+        // first failing worker's code).
+        && ["multi_worker_mnist", "distributed_custom_training"]
+            .iter()
+            .all(|e| launch(e, &["--workers", "2"], &[]))
+        // TF's parameter-server tutorial, Keras' fit and the custom loop: a chief, 2
+        // workers and 2 parameter servers (exits non-zero below 95% test accuracy).
+        && ["fit", "custom"].iter().all(|api| {
+            let cluster = ["--chief", "--workers", "2", "--ps", "2"];
+            launch("parameter_server_training", &cluster, &["--api", api])
+        })
+}
+
+/// The launched programs again, unchanged, started by `mpirun` (built with the `mpi`
+/// feature: no TF_CONFIG, the collectives over MPI), where MPI is installed.
+fn examples_under_mpirun() -> bool {
+    let programs = ["multi_worker_mnist", "distributed_custom_training"];
+    !have_mpi()
+        || built::cargo_executables(&[
+            "build",
+            "--workspace",
+            "--features",
+            "ferroflow/mpi",
+            "--example",
+            programs[0],
+            "--example",
+            programs[1],
+        ])
+        .is_some_and(|with_mpi| {
+            programs.iter().all(|e| {
+                built::find(&with_mpi, "ferroflow", "example", e).is_some_and(|program| {
+                    let program = program.path.to_string_lossy();
+                    let args = [
+                        "--allow-run-as-root",
+                        "--oversubscribe",
+                        "-np",
+                        "2",
+                        &program,
+                    ];
+                    run("mpirun", &args)
                 })
             })
+        })
 }
 
 /// Whether this machine can build and run the `mpi` feature (`mpicc` and `mpirun` on
@@ -230,42 +284,33 @@ fn have_mpi() -> bool {
     found
 }
 
-/// The `mpi` feature's lints and the collectives suite over MPI, where MPI is installed.
+/// The `mpi` feature's lints and the collectives suite over MPI, where MPI is installed
+/// (the workspace's features plus `mpi`: only the distribution crate and those above it
+/// compile again).
 fn mpi_suite() -> bool {
     !have_mpi()
-        || run(
-            "cargo",
-            &[
-                "clippy",
-                "-p",
-                "ferroflow-distribute",
+        || ["clippy", "test"].iter().all(|command| {
+            let mut args = vec![
+                *command,
+                "--workspace",
                 "--features",
-                "mpi",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ],
-        ) && run(
-            "cargo",
-            &[
-                "test",
-                "-p",
-                "ferroflow-distribute",
-                "--features",
-                "mpi",
-                "--test",
-                "collectives",
-            ],
-        )
+                "ferroflow-distribute/mpi",
+            ];
+            args.extend_from_slice(match *command {
+                "clippy" => &["--all-targets", "--", "-D", "warnings"][..],
+                _ => &["--test", "collectives"],
+            });
+            run("cargo", &args)
+        })
 }
 
 /// The collectives' NCCL path across processes (the facade's `cuda` feature, whose
 /// backend offers NCCL), with its lints: worker processes on the CUDA backend's host
-/// emulation, whose stand-in for NCCL carries their collectives.
+/// emulation, whose stand-in for NCCL carries their collectives (the workspace's features
+/// plus the facade's `cuda`: only the facade compiles again).
 fn nccl_suite() -> bool {
     ["clippy", "test"].iter().all(|command| {
-        let mut args = vec![*command, "-p", "ferroflow", "--features", "cuda"];
+        let mut args = vec![*command, "--workspace", "--features", "ferroflow/cuda"];
         args.extend_from_slice(match *command {
             "clippy" => &["--tests", "--", "-D", "warnings"][..],
             _ => &["--test", "nccl_collectives"],
