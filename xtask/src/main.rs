@@ -71,8 +71,9 @@ fn run_in(program: &Path, args: &[&str], env: &[(&str, &str)], dir: Option<&Path
         }
     };
     eprintln!(
-        "xtask: {} {} in {:.0} s",
+        "xtask: {} {} {} in {:.0} s",
         program.file_name().unwrap_or_default().to_string_lossy(),
+        args.first().copied().unwrap_or_default(),
         if ok { "done" } else { "FAILED" },
         started.elapsed().as_secs_f64()
     );
@@ -116,16 +117,15 @@ fn after_the_tests(built: &[Executable]) -> bool {
         && nccl_suite()
         // The GPU script's CUDA rows (`xtask gpu-cuda`), the CUDA backend against CUDA 13's
         // API and the facade registering it ahead of wgpu, which the default build leaves
-        // out: compiled and linted (by package: the workspace's CUDA crate would bring
-        // CUDA 12's feature beside 13's).
+        // out: compiled and linted (the CUDA crate not named, so that its default, CUDA 12,
+        // stays off; the library is linted as the others' dependency).
         && run(
             "cargo",
             &[
                 "clippy",
-                "-p",
-                "xtask",
-                "-p",
-                "ferroflow",
+                "--workspace",
+                "--exclude",
+                "ferroflow-cuda",
                 "--features",
                 "xtask/cuda-13,ferroflow/cuda-13,ferroflow/wgpu",
                 "--all-targets",
