@@ -11,10 +11,15 @@
 //! - `ferroflow-cluster` and `ferroflow-distribute` never on keras, optim, autodiff or a
 //!   backend (Keras and the optimizers build on the distribution seam, not the reverse).
 //!
+//! It also checks that no crate the workspace's `Cargo.toml` builds unoptimised (`opt-level
+//! = 0`: proc macros, build scripts and what only they use) is linked into ferroflow's
+//! code, which would then run unoptimised in the tests.
+//!
 //! Edges are the dependencies each crate declares. Crates above the tensor core reach a
 //! backend in their tests and doc examples through the facade (`ferroflow::init()`), as a
 //! user does.
 
+use std::collections::HashSet;
 use std::process::Command;
 
 /// The backend crates (present and planned).
@@ -63,18 +68,7 @@ pub type Edge = (String, String, String);
 
 /// The workspace's ferroflow → ferroflow dependencies, from `cargo metadata`.
 pub fn edges() -> Result<Vec<Edge>, String> {
-    let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .output()
-        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("cargo metadata printed no JSON: {e}"))?;
+    let meta = metadata(&["--no-deps"])?;
     let packages = meta["packages"]
         .as_array()
         .ok_or("cargo metadata: no packages")?;
@@ -92,7 +86,117 @@ pub fn edges() -> Result<Vec<Edge>, String> {
     Ok(edges)
 }
 
-/// Checks every edge; prints each offending one. True when the layering holds.
+/// `cargo metadata` (with `extra` arguments) as JSON.
+fn metadata(extra: &[&str]) -> Result<serde_json::Value, String> {
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1"])
+        .args(extra)
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata printed no JSON: {e}"))
+}
+
+/// The crates a manifest builds unoptimised in the dev profile: each
+/// `[profile.dev.package.NAME]` table whose `opt-level` is 0.
+pub fn unoptimised_crates(manifest: &str) -> Vec<String> {
+    let mut names = vec![];
+    let mut table: Option<&str> = None;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            table = line
+                .strip_prefix("[profile.dev.package.")
+                .and_then(|rest| rest.strip_suffix(']'));
+        } else if let (Some(name), Some((key, value))) = (table, line.split_once('=')) {
+            if key.trim() == "opt-level" && value.trim() == "0" {
+                names.push(name.trim_matches('"').to_string());
+            }
+        }
+    }
+    names
+}
+
+/// The crates ferroflow's code links (libraries, binaries, tests, examples): the workspace's
+/// normal and dev dependencies, every feature on, followed through everything but proc
+/// macros (which run in the compiler).
+pub fn linked_crates() -> Result<HashSet<String>, String> {
+    let meta = metadata(&["--all-features"])?;
+    let packages = meta["packages"]
+        .as_array()
+        .ok_or("cargo metadata: no packages")?;
+    let name_of = |id: &str| {
+        packages
+            .iter()
+            .find(|p| p["id"] == id)
+            .and_then(|p| p["name"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let proc_macro = |id: &str| {
+        packages.iter().any(|p| {
+            p["id"] == id
+                && p["targets"].as_array().into_iter().flatten().any(|t| {
+                    t["kind"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|k| k == "proc-macro")
+                })
+        })
+    };
+    let nodes = meta["resolve"]["nodes"]
+        .as_array()
+        .ok_or("cargo metadata: no resolve")?;
+    let mut todo: Vec<String> = meta["workspace_members"]
+        .as_array()
+        .ok_or("cargo metadata: no workspace members")?
+        .iter()
+        .filter_map(|m| m.as_str().map(String::from))
+        .collect();
+    let mut seen: HashSet<String> = HashSet::new();
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        let Some(node) = nodes.iter().find(|n| n["id"] == id.as_str()) else {
+            continue;
+        };
+        for dep in node["deps"].as_array().into_iter().flatten() {
+            let Some(to) = dep["pkg"].as_str() else {
+                continue;
+            };
+            let linked = dep["dep_kinds"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|k| k["kind"].is_null() || k["kind"] == "dev");
+            if linked && !proc_macro(to) {
+                todo.push(to.to_string());
+            }
+        }
+    }
+    Ok(seen.iter().map(|id| name_of(id)).collect())
+}
+
+/// The crates built unoptimised that ferroflow's code links, or why they could not be read.
+fn unoptimised_but_linked() -> Result<Vec<String>, String> {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let manifest = std::fs::read_to_string(&manifest)
+        .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
+    let linked = linked_crates()?;
+    Ok(unoptimised_crates(&manifest)
+        .into_iter()
+        .filter(|name| linked.contains(name))
+        .collect())
+}
+
+/// Checks every edge, and that nothing linked is built unoptimised; prints each offence.
+/// True when both hold.
 pub fn run() -> bool {
     let edges = match edges() {
         Ok(e) => e,
@@ -101,6 +205,21 @@ pub fn run() -> bool {
             return false;
         }
     };
+    match unoptimised_but_linked() {
+        Ok(bad) if bad.is_empty() => {}
+        Ok(bad) => {
+            eprintln!(
+                "xtask deps: Cargo.toml builds {} unoptimised (opt-level = 0) but ferroflow's \
+                 code links them: remove their tables",
+                bad.join(", ")
+            );
+            return false;
+        }
+        Err(e) => {
+            eprintln!("xtask deps: {e}");
+            return false;
+        }
+    }
     let mut ok = true;
     for (from, to, kind) in &edges {
         if let Some(why) = forbidden(from, to) {
@@ -155,5 +274,27 @@ mod tests {
             .filter(|(f, t, _)| forbidden(f, t).is_some())
             .collect();
         assert!(bad.is_empty(), "edges against the layering: {bad:?}");
+    }
+
+    #[test]
+    fn unoptimised_crates_are_read_from_the_profile_tables() {
+        let manifest = "[profile.dev.package.\"*\"]\nopt-level = 3\n[profile.dev.package.syn]\n\
+                        opt-level = 0\n[profile.dev.package.half]\nopt-level = 2\n\
+                        [dependencies]\nopt-level = 0\n[profile.dev.package.quote]\nopt-level=0\n";
+        assert_eq!(unoptimised_crates(manifest), ["syn", "quote"]);
+    }
+
+    #[test]
+    fn what_runs_only_in_the_compiler_is_what_is_built_unoptimised() {
+        let linked = linked_crates().expect("cargo metadata");
+        // Linked: what the kernels and the transports are made of.
+        for name in ["ferroflow-tensor", "gemm", "half", "tonic", "prost"] {
+            assert!(linked.contains(name), "{name} not found among {linked:?}");
+        }
+        // Not linked: proc macros and build-time code generators.
+        for name in ["syn", "serde_derive", "prost-build"] {
+            assert!(!linked.contains(name), "{name} found linked");
+        }
+        assert_eq!(unoptimised_but_linked(), Ok(vec![]));
     }
 }
