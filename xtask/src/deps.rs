@@ -19,7 +19,7 @@
 //! backend in their tests and doc examples through the facade (`ferroflow::init()`), as a
 //! user does.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::process::Command;
 
 /// The backend crates (present and planned).
@@ -66,9 +66,8 @@ pub fn forbidden(from: &str, to: &str) -> Option<&'static str> {
 /// One declared dependency between two ferroflow crates: (from, to, kind).
 pub type Edge = (String, String, String);
 
-/// The workspace's ferroflow → ferroflow dependencies, from `cargo metadata`.
-pub fn edges() -> Result<Vec<Edge>, String> {
-    let meta = metadata(&["--no-deps"])?;
+/// The workspace's ferroflow → ferroflow dependencies, from its [`metadata`].
+pub fn edges(meta: &serde_json::Value) -> Result<Vec<Edge>, String> {
     let packages = meta["packages"]
         .as_array()
         .ok_or("cargo metadata: no packages")?;
@@ -86,11 +85,10 @@ pub fn edges() -> Result<Vec<Edge>, String> {
     Ok(edges)
 }
 
-/// `cargo metadata` (with `extra` arguments) as JSON.
-fn metadata(extra: &[&str]) -> Result<serde_json::Value, String> {
+/// `cargo metadata` of the workspace with every feature on, as JSON: what both checks read.
+pub fn metadata() -> Result<serde_json::Value, String> {
     let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1"])
-        .args(extra)
+        .args(["metadata", "--format-version", "1", "--all-features"])
         .output()
         .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
     if !out.status.success() {
@@ -124,49 +122,43 @@ pub fn unoptimised_crates(manifest: &str) -> Vec<String> {
 /// The crates ferroflow's code links (libraries, binaries, tests, examples): the workspace's
 /// normal and dev dependencies, every feature on, followed through everything but proc
 /// macros (which run in the compiler).
-pub fn linked_crates() -> Result<HashSet<String>, String> {
-    let meta = metadata(&["--all-features"])?;
-    let packages = meta["packages"]
+pub fn linked_crates(meta: &serde_json::Value) -> Result<HashSet<String>, String> {
+    let packages: HashMap<&str, &serde_json::Value> = meta["packages"]
         .as_array()
-        .ok_or("cargo metadata: no packages")?;
-    let name_of = |id: &str| {
-        packages
-            .iter()
-            .find(|p| p["id"] == id)
-            .and_then(|p| p["name"].as_str())
-            .unwrap_or_default()
-            .to_string()
-    };
+        .ok_or("cargo metadata: no packages")?
+        .iter()
+        .filter_map(|p| Some((p["id"].as_str()?, p)))
+        .collect();
     let proc_macro = |id: &str| {
-        packages.iter().any(|p| {
-            p["id"] == id
-                && p["targets"].as_array().into_iter().flatten().any(|t| {
-                    t["kind"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|k| k == "proc-macro")
-                })
+        packages.get(id).is_some_and(|p| {
+            p["targets"].as_array().into_iter().flatten().any(|t| {
+                t["kind"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|k| k == "proc-macro")
+            })
         })
     };
-    let nodes = meta["resolve"]["nodes"]
+    let nodes: HashMap<&str, &serde_json::Value> = meta["resolve"]["nodes"]
         .as_array()
-        .ok_or("cargo metadata: no resolve")?;
-    let mut todo: Vec<String> = meta["workspace_members"]
+        .ok_or("cargo metadata: no resolve")?
+        .iter()
+        .filter_map(|n| Some((n["id"].as_str()?, n)))
+        .collect();
+    let mut todo: Vec<&str> = meta["workspace_members"]
         .as_array()
         .ok_or("cargo metadata: no workspace members")?
         .iter()
-        .filter_map(|m| m.as_str().map(String::from))
+        .filter_map(|m| m.as_str())
         .collect();
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     while let Some(id) = todo.pop() {
-        if !seen.insert(id.clone()) {
+        if !seen.insert(id) {
             continue;
         }
-        let Some(node) = nodes.iter().find(|n| n["id"] == id.as_str()) else {
-            continue;
-        };
-        for dep in node["deps"].as_array().into_iter().flatten() {
+        let deps = nodes.get(id).and_then(|n| n["deps"].as_array());
+        for dep in deps.into_iter().flatten() {
             let Some(to) = dep["pkg"].as_str() else {
                 continue;
             };
@@ -176,19 +168,22 @@ pub fn linked_crates() -> Result<HashSet<String>, String> {
                 .flatten()
                 .any(|k| k["kind"].is_null() || k["kind"] == "dev");
             if linked && !proc_macro(to) {
-                todo.push(to.to_string());
+                todo.push(to);
             }
         }
     }
-    Ok(seen.iter().map(|id| name_of(id)).collect())
+    Ok(seen
+        .iter()
+        .filter_map(|id| Some(packages.get(id)?["name"].as_str()?.to_string()))
+        .collect())
 }
 
 /// The crates built unoptimised that ferroflow's code links, or why they could not be read.
-fn unoptimised_but_linked() -> Result<Vec<String>, String> {
+fn unoptimised_but_linked(meta: &serde_json::Value) -> Result<Vec<String>, String> {
     let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
     let manifest = std::fs::read_to_string(&manifest)
         .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
-    let linked = linked_crates()?;
+    let linked = linked_crates(meta)?;
     Ok(unoptimised_crates(&manifest)
         .into_iter()
         .filter(|name| linked.contains(name))
@@ -198,27 +193,21 @@ fn unoptimised_but_linked() -> Result<Vec<String>, String> {
 /// Checks every edge, and that nothing linked is built unoptimised; prints each offence.
 /// True when both hold.
 pub fn run() -> bool {
-    let edges = match edges() {
-        Ok(e) => e,
+    let read = metadata().and_then(|meta| Ok((edges(&meta)?, unoptimised_but_linked(&meta)?)));
+    let (edges, unoptimised) = match read {
+        Ok(read) => read,
         Err(e) => {
             eprintln!("xtask deps: {e}");
             return false;
         }
     };
-    match unoptimised_but_linked() {
-        Ok(bad) if bad.is_empty() => {}
-        Ok(bad) => {
-            eprintln!(
-                "xtask deps: Cargo.toml builds {} unoptimised (opt-level = 0) but ferroflow's \
-                 code links them: remove their tables",
-                bad.join(", ")
-            );
-            return false;
-        }
-        Err(e) => {
-            eprintln!("xtask deps: {e}");
-            return false;
-        }
+    if !unoptimised.is_empty() {
+        eprintln!(
+            "xtask deps: Cargo.toml builds {} unoptimised (opt-level = 0) but ferroflow's \
+             code links them: remove their tables",
+            unoptimised.join(", ")
+        );
+        return false;
     }
     let mut ok = true;
     for (from, to, kind) in &edges {
@@ -262,7 +251,7 @@ mod tests {
 
     #[test]
     fn the_workspace_keeps_the_layering() {
-        let edges = edges().expect("cargo metadata");
+        let edges = edges(&metadata().expect("cargo metadata")).expect("the edges");
         assert!(
             edges
                 .iter()
@@ -286,7 +275,8 @@ mod tests {
 
     #[test]
     fn what_runs_only_in_the_compiler_is_what_is_built_unoptimised() {
-        let linked = linked_crates().expect("cargo metadata");
+        let meta = metadata().expect("cargo metadata");
+        let linked = linked_crates(&meta).expect("the linked crates");
         // Linked: what the kernels and the transports are made of.
         for name in ["ferroflow-tensor", "gemm", "half", "tonic", "prost"] {
             assert!(linked.contains(name), "{name} not found among {linked:?}");
@@ -295,6 +285,6 @@ mod tests {
         for name in ["syn", "serde_derive", "prost-build"] {
             assert!(!linked.contains(name), "{name} found linked");
         }
-        assert_eq!(unoptimised_but_linked(), Ok(vec![]));
+        assert_eq!(unoptimised_but_linked(&meta), Ok(vec![]));
     }
 }
