@@ -48,13 +48,7 @@ pub fn cargo_executables(args: &[&str]) -> Option<Vec<Executable>> {
             return None;
         }
     };
-    eprintln!(
-        "xtask: cargo {} took {:.0} s",
-        args.first().copied().unwrap_or_default(),
-        started.elapsed().as_secs_f64()
-    );
-    if !output.status.success() {
-        eprintln!("xtask: cargo {} failed ({})", args.join(" "), output.status);
+    if !crate::said_how_long("cargo", args, output.status.success(), started) {
         return None;
     }
     Some(

@@ -32,9 +32,9 @@ pub fn run(args: &[String]) -> bool {
     let Some(runner) = crate::built::find(&built, "ferroflow-fuzz", "bin", "ferroflow-fuzz") else {
         return false;
     };
-    let exe = runner.path.clone();
+    let exe = &runner.path;
     if targets.is_empty() {
-        let Ok(out) = Command::new(&exe).arg("--list").output() else {
+        let Ok(out) = Command::new(exe).arg("--list").output() else {
             eprintln!("xtask: cannot run {}", exe.display());
             return false;
         };
@@ -45,7 +45,7 @@ pub fn run(args: &[String]) -> bool {
     }
     let mut failed = vec![];
     for t in &targets {
-        let child = Command::new(&exe)
+        let child = Command::new(exe)
             .args([t.as_str(), "--mutations", &mutations, "--seed", &seed])
             .spawn();
         let Ok(mut child) = child else {

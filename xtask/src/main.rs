@@ -70,13 +70,20 @@ fn run_in(program: &Path, args: &[&str], env: &[(&str, &str)], dir: Option<&Path
             false
         }
     };
-    eprintln!(
-        "xtask: {} {} {} in {:.0} s",
-        program.file_name().unwrap_or_default().to_string_lossy(),
-        args.first().copied().unwrap_or_default(),
-        if ok { "done" } else { "FAILED" },
-        started.elapsed().as_secs_f64()
-    );
+    let name = program.file_name().unwrap_or_default().to_string_lossy();
+    said_how_long(&name, args, ok, started)
+}
+
+/// Says on stderr that `program` (named with its first argument, `cargo test`) is done or
+/// failed, and in how long; returns `ok`.
+fn said_how_long(program: &str, args: &[&str], ok: bool, started: Instant) -> bool {
+    let named = match args.first() {
+        Some(first) => format!("{program} {first}"),
+        None => program.to_string(),
+    };
+    let outcome = if ok { "done" } else { "FAILED" };
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!("xtask: {named} {outcome} in {seconds:.0} s");
     ok
 }
 
@@ -284,39 +291,30 @@ fn have_mpi() -> bool {
     found
 }
 
-/// The `mpi` feature's lints and the collectives suite over MPI, where MPI is installed
-/// (the workspace's features plus `mpi`: only the distribution crate and those above it
-/// compile again).
+/// The `mpi` feature's lints and the collectives suite over MPI, where MPI is installed.
 fn mpi_suite() -> bool {
-    !have_mpi()
-        || ["clippy", "test"].iter().all(|command| {
-            let mut args = vec![
-                *command,
-                "--workspace",
-                "--features",
-                "ferroflow-distribute/mpi",
-            ];
-            args.extend_from_slice(match *command {
-                "clippy" => &["--all-targets", "--", "-D", "warnings"][..],
-                _ => &["--test", "collectives"],
-            });
-            run("cargo", &args)
-        })
+    !have_mpi() || suite_with_feature("ferroflow-distribute/mpi", "--all-targets", "collectives")
 }
 
 /// The collectives' NCCL path across processes (the facade's `cuda` feature, whose
 /// backend offers NCCL), with its lints: worker processes on the CUDA backend's host
-/// emulation, whose stand-in for NCCL carries their collectives (the workspace's features
-/// plus the facade's `cuda`: only the facade compiles again).
+/// emulation, whose stand-in for NCCL carries their collectives.
 fn nccl_suite() -> bool {
-    ["clippy", "test"].iter().all(|command| {
-        let mut args = vec![*command, "--workspace", "--features", "ferroflow/cuda"];
-        args.extend_from_slice(match *command {
-            "clippy" => &["--tests", "--", "-D", "warnings"][..],
-            _ => &["--test", "nccl_collectives"],
-        });
-        run("cargo", &args)
-    })
+    suite_with_feature("ferroflow/cuda", "--tests", "nccl_collectives")
+}
+
+/// Clippy over `lint_targets` and the test `test` with the workspace's features plus
+/// `feature` (`package/feature`): only the crates that feature changes compile again.
+fn suite_with_feature(feature: &str, lint_targets: &str, test: &str) -> bool {
+    let with = ["--workspace", "--features", feature];
+    let clippy = [
+        &["clippy"][..],
+        &with,
+        &[lint_targets, "--", "-D", "warnings"],
+    ]
+    .concat();
+    let tests = [&["test"][..], &with, &["--test", test]].concat();
+    run("cargo", &clippy) && run("cargo", &tests)
 }
 
 fn main() -> ExitCode {
