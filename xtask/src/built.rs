@@ -8,6 +8,12 @@
 //! every crate below them a second time. Every cargo command of `xtask ci` names the whole
 //! workspace, adding features with `--features package/feature`, so each crate compiles
 //! once per feature set.
+//!
+//! Dev-dependencies count too: cargo unifies their features only in a command that builds
+//! a test or an example. `cargo build --workspace --bin xtask` leaves out ferroflow-tensor's
+//! `conformance` and serde_json's `float_roundtrip` and compiles every crate above them once
+//! more than `cargo test --workspace` (5.5 of the clean build's 12 minutes here), so a build
+//! of a program for CI names `--tests` (`.ci/run`: `--tests --examples --bin xtask`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -3,8 +3,9 @@
 //! (an allocation over the runner's memory limit) names its target and keeps its input.
 //!
 //! The runner is built in the dev profile: it keeps overflow checks (a release build would
-//! wrap a hostile size silently instead of failing), with the workspace's features
-//! (`--workspace`), so the crates below it are those `cargo test --workspace` built
+//! wrap a hostile size silently instead of failing), with the features `cargo test
+//! --workspace` resolves (`--workspace --tests`: the test targets bring in the
+//! dev-dependencies' features), so the crates below it are those the test build made
 //! (optimised) and CI compiles only the runner for it.
 
 use std::path::PathBuf;
@@ -22,11 +23,11 @@ pub fn run(args: &[String]) -> bool {
             t => targets.push(t.to_string()),
         }
     }
-    // The workspace's feature set, which `cargo test --workspace` built the crates below
-    // the runner with (see `built`).
-    let Some(built) =
-        crate::built::cargo_executables(&["build", "--workspace", "--bin", "ferroflow-fuzz"])
-    else {
+    // The feature set `cargo test --workspace` built the crates below the runner with (see
+    // `built`): without `--tests`, the dev-dependencies' features drop out and every crate
+    // above ferroflow-tensor compiles again.
+    let build = ["build", "--workspace", "--tests", "--bin", "ferroflow-fuzz"];
+    let Some(built) = crate::built::cargo_executables(&build) else {
         return false;
     };
     let Some(runner) = crate::built::find(&built, "ferroflow-fuzz", "bin", "ferroflow-fuzz") else {
