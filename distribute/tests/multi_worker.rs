@@ -190,14 +190,15 @@ fn workers_end_with_the_weights_of_one_process_with_the_global_batch() {
             "{workers} workers vs one process: max difference {worst}"
         );
         // Training moved the weights (the comparison is not of untouched initial values).
-        ferroflow::random::set_seed(3);
-        let mut fresh = model();
-        fresh.build(&[5]).unwrap();
-        let initial: Vec<f32> = fresh
-            .weights()
-            .iter()
-            .flat_map(|v| v.peek().to_vec::<f32>().unwrap())
-            .collect();
+        let initial: Vec<f32> = ferroflow::testing::seeded(3, || {
+            let mut fresh = model();
+            fresh.build(&[5]).unwrap();
+            fresh
+                .weights()
+                .iter()
+                .flat_map(|v| v.peek().to_vec::<f32>().unwrap())
+                .collect()
+        });
         let moved = initial
             .iter()
             .zip(&reference)

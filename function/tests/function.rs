@@ -225,17 +225,16 @@ fn random_ops_draw_new_numbers_on_every_call() {
     assert_ne!(draws[0], draws[1]);
     assert_ne!(draws[1], draws[2]);
     // Under a global seed, the graph draws what eager execution draws.
-    let eager = || -> Vec<Vec<u32>> {
-        random::set_seed(11);
+    let expected: Vec<Vec<u32>> = ferroflow::testing::seeded(11, || {
         (0..3)
             .map(|_| bits(&random::normal(&[64], 0.0, 1.0, DType::F32, None).unwrap()))
             .collect()
-    };
-    let expected = eager();
-    random::set_seed(11);
-    let traced: Vec<Vec<u32>> = (0..3)
-        .map(|_| bits(&f.call(std::slice::from_ref(&x)).unwrap()[0]))
-        .collect();
+    });
+    let traced: Vec<Vec<u32>> = ferroflow::testing::seeded(11, || {
+        (0..3)
+            .map(|_| bits(&f.call(std::slice::from_ref(&x)).unwrap()[0]))
+            .collect()
+    });
     assert_eq!(traced, expected);
 }
 

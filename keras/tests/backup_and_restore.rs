@@ -20,16 +20,16 @@ fn data() -> (Tensor, Tensor) {
 }
 
 /// A model built from `seed` (the tests of this file run in parallel and share the global
-/// generator: seeding and building happen under one lock).
+/// generator: seeding and building happen in one seeded run).
 fn model(seed: u64) -> Model {
-    static GLOBAL_SEED: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one_at_a_time = GLOBAL_SEED.lock().unwrap_or_else(|e| e.into_inner());
-    ferroflow::random::set_seed(seed);
-    let mut m = Model::from(sequential![
-        Dense::new(8).activation(Activation::Tanh),
-        Dense::new(1)
-    ]);
-    m.build(&[2]).unwrap();
+    let mut m = ferroflow::testing::seeded(seed, || {
+        let mut m = Model::from(sequential![
+            Dense::new(8).activation(Activation::Tanh),
+            Dense::new(1)
+        ]);
+        m.build(&[2]).unwrap();
+        m
+    });
     m.compile(Adam::new(0.05), MeanSquaredError::new(), &[])
         .unwrap();
     m

@@ -357,16 +357,15 @@ fn random_augmentations_are_the_identity_in_inference_and_their_transform_in_tra
         assert!(row(&y) == row(&x) || row(&y) == row(&mirror), "image {i}");
     }
     // A rotation by the layer's own draw: the transform of TF 2.4's rotation matrix.
-    ferroflow_tensor::random::set_seed(5);
     let mut rot = RandomRotation::new(0.25).fill_mode(FillMode::Constant);
-    let y = rot.forward(&x, true).unwrap();
-    ferroflow_tensor::random::set_seed(5);
+    let y = ferroflow_tensor::testing::seeded(5, || rot.forward(&x, true).unwrap());
     let turn = 2.0 * std::f64::consts::PI;
-    let angles =
+    let angles = ferroflow_tensor::testing::seeded(5, || {
         ferroflow_tensor::random::uniform(&[4], -0.25 * turn, 0.25 * turn, DType::F32, None)
             .unwrap()
             .to_vec::<f32>()
-            .unwrap();
+            .unwrap()
+    });
     let want = transform_images(
         &x,
         &rotation_matrices(&angles, 6, 5),

@@ -339,13 +339,15 @@ fn weights_round_trip_and_mismatches_change_nothing() {
         x.slice(&[0, 0], &[32, 2]).unwrap(),
         y.slice(&[0], &[32]).unwrap(),
     );
-    let seeded = |m: &mut Model| {
-        ferroflow_tensor::random::set_seed(11); // the same dropout mask in both
-        m.train_step(std::slice::from_ref(&bx), std::slice::from_ref(&by))
-            .unwrap();
+    let seeded_step = |m: &mut Model| {
+        // The same dropout mask in both.
+        ferroflow_tensor::testing::seeded(11, || {
+            m.train_step(std::slice::from_ref(&bx), std::slice::from_ref(&by))
+                .unwrap()
+        });
     };
-    seeded(&mut bn);
-    seeded(&mut back);
+    seeded_step(&mut bn);
+    seeded_step(&mut back);
     for (a, b) in bn
         .get_weights()
         .unwrap()

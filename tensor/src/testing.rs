@@ -1,5 +1,6 @@
-//! Test-suite support shared by every ferroflow crate: one rule for skipping, and child
-//! processes that never outlive their test ([`ChildProcess`]).
+//! Test-suite support shared by every ferroflow crate: one rule for skipping, child
+//! processes that never outlive their test ([`ChildProcess`]), and seeded runs that other
+//! tests' threads cannot disturb ([`seeded`]).
 //!
 //! A test that cannot run here (no GPU, no NumPy, no AVX-512) calls [`skip`] with the
 //! switch that would require it. Without the switch set it prints one loud `SKIPPED:` line
@@ -32,6 +33,29 @@ pub fn skip(switch: &str, missing: &str) {
         panic!("{switch}=1 requires this test to run, but {missing}");
     }
     eprintln!("SKIPPED: {missing} (set {switch}=1 to make this a failure)");
+}
+
+/// Runs `f` right after [`set_seed`](crate::random::set_seed)`(seed)`, alone among this
+/// process's seeded runs, and returns what it returns.
+///
+/// The stateful generator is one per process (as TF's global seed), and a test binary runs
+/// its tests on threads side by side: two tests that seed and then draw at once interleave
+/// their numbers, and each one's values depend on the other's timing. Runs inside `seeded`
+/// never overlap. A draw on another thread outside `seeded` still advances the
+/// generator's operation counter, so a test binary whose values are checked under a seed
+/// runs its other drawing tests inside `seeded` too, or keeps them in another binary.
+///
+/// ```
+/// use ferroflow_tensor::testing::seeded;
+/// let first = seeded(7, || ferroflow_tensor::random::get_seed(None));
+/// let again = seeded(7, || ferroflow_tensor::random::get_seed(None));
+/// assert_eq!(first, again);
+/// ```
+pub fn seeded<R>(seed: u64, f: impl FnOnce() -> R) -> R {
+    static SEEDED_RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = SEEDED_RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    crate::random::set_seed(seed);
+    f()
 }
 
 /// A child process of a multi-process test or benchmark, killed and reaped when dropped —

@@ -327,10 +327,9 @@ fn random_numbers_are_generated_on_the_device_as_the_host_draws_them() {
         let t = random::stateless_truncated_normal(&[n], seed, 0.0, 1.0, DType::F32)?;
         assert!(t.to_f64_vec()?.iter().all(|v| v.abs() <= 2.0));
         // Stateful draws: the same seed sequence on the device as on the host.
-        random::set_seed(11);
-        let a = random::normal(&[64], 0.0, 1.0, DType::F32, None)?.to_f64_vec()?;
-        random::set_seed(11);
-        let b = random::normal(&[64], 0.0, 1.0, DType::F32, None)?.to_f64_vec()?;
+        let draw = || random::normal(&[64], 0.0, 1.0, DType::F32, None)?.to_f64_vec();
+        let a = ferroflow_tensor::testing::seeded(11, draw)?;
+        let b = ferroflow_tensor::testing::seeded(11, draw)?;
         assert_eq!(a, b);
         Ok(())
     })

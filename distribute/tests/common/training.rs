@@ -77,6 +77,5 @@ pub fn max_difference(a: &[f32], b: &[f32]) -> f32 {
 /// One process's weights after training with the global batch (seed 3, the chief's).
 pub fn reference_weights() -> Vec<f32> {
     ferroflow::init();
-    ferroflow::random::set_seed(3);
-    train(&mut model())
+    ferroflow::testing::seeded(3, || train(&mut model()))
 }
