@@ -375,7 +375,9 @@ pub struct TaskServer {
     handlers: Handlers,
     token: Option<Arc<str>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    serving: Option<tokio::task::JoinHandle<()>>,
+    /// The bound socket and the stop signal until [`serve`](TaskServer::serve) takes them.
+    unserved: Mutex<Option<(tokio::net::TcpListener, tokio::sync::oneshot::Receiver<()>)>>,
+    serving: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl TaskServer {
@@ -383,6 +385,30 @@ impl TaskServer {
     /// runtime of its own. `token`: the cluster token calls must carry (and that this task's
     /// [`Peer`]s send).
     pub fn start(address: &str, token: Option<&str>) -> Result<TaskServer> {
+        let server = TaskServer::bind(address, token)?;
+        server.serve();
+        Ok(server)
+    }
+
+    /// Binds `address` as [`start`](TaskServer::start) does, without answering calls yet:
+    /// those that arrive wait (connected) until [`serve`](TaskServer::serve). A task whose
+    /// methods need its own address registers them in between, so no caller ever finds it
+    /// up without them (a task restarted on its address is called at once by the peers that
+    /// were retrying it).
+    ///
+    /// ```
+    /// use ferroflow_cluster::TaskServer;
+    /// use std::time::Duration;
+    /// let server = TaskServer::bind("127.0.0.1:0", None)?;
+    /// let address = server.local_addr().to_string();
+    /// server.handle("whoami", move |_| Ok(address.clone().into()));
+    /// server.serve();
+    /// let client = TaskServer::start("127.0.0.1:0", None)?;
+    /// let peer = client.peer("/job:worker/task:0", &server.local_addr().to_string(), Duration::from_secs(5))?;
+    /// assert_eq!(peer.call("whoami", Default::default())?, server.local_addr().to_string());
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn bind(address: &str, token: Option<&str>) -> Result<TaskServer> {
         let unavailable = |msg: String| Error::Unavailable {
             op: "start the task server".into(),
             peer: address.to_string(),
@@ -408,12 +434,6 @@ impl TaskServer {
         let mailbox = Arc::new(Mailbox::default());
         let handlers: Handlers = Arc::default();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = runtime.spawn(crate::transport::serve(
-            listener,
-            Services::new(mailbox.clone(), handlers.clone(), TokenCheck(token.clone())),
-            SETTINGS,
-            stopped,
-        ));
         Ok(TaskServer {
             runtime: Arc::new(runtime),
             addr,
@@ -421,8 +441,33 @@ impl TaskServer {
             handlers,
             token,
             stop: Some(stop),
-            serving: Some(serving),
+            unserved: Mutex::new(Some((listener, stopped))),
+            serving: Mutex::default(),
         })
+    }
+
+    /// Starts answering calls (those waiting since [`bind`](TaskServer::bind) first), with
+    /// the methods registered by then and any registered later. Serving twice is serving.
+    pub fn serve(&self) {
+        let Some((listener, stopped)) = self
+            .unserved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let serving = self.runtime.spawn(crate::transport::serve(
+            listener,
+            Services::new(
+                self.mailbox.clone(),
+                self.handlers.clone(),
+                TokenCheck(self.token.clone()),
+            ),
+            SETTINGS,
+            stopped,
+        ));
+        *self.serving.lock().unwrap_or_else(|e| e.into_inner()) = Some(serving);
     }
 
     /// The address the server listens on (with the port the OS picked for port 0).
@@ -572,7 +617,12 @@ impl Drop for TaskServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(serving) = self.serving.take() {
+        if let Some(serving) = self
+            .serving
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             let _ = self
                 .runtime
                 .block_on(async { tokio::time::timeout(Duration::from_secs(2), serving).await });
@@ -1086,6 +1136,29 @@ mod tests {
         assert_eq!(
             &ps.call("echo.twice", Bytes::from_static(b"c")).unwrap()[..],
             b"cc"
+        );
+    }
+
+    /// A call that reaches a server bound but not yet serving waits, and gets the answer
+    /// of the method registered before `serve`: never "no such method".
+    #[test]
+    fn a_call_before_serve_waits_for_the_methods_registered_until_then() {
+        let server = TaskServer::bind("127.0.0.1:0", None).unwrap();
+        let client = TaskServer::start("127.0.0.1:0", None).unwrap();
+        let peer = client
+            .peer("/job:worker/task:0", &server.local_addr().to_string(), T)
+            .unwrap();
+        let pending = peer.start_call("echo", Bytes::from_static(b"early"), false);
+        // The call is on its way (connected, its request sent) while the method is missing.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!pending.is_finished(), "answered before serve");
+        server.handle("echo", Ok);
+        server.serve();
+        assert_eq!(&pending.wait().unwrap()[..], b"early");
+        server.serve(); // serving twice is serving
+        assert_eq!(
+            &peer.call("echo", Bytes::from_static(b"again")).unwrap()[..],
+            b"again"
         );
     }
 

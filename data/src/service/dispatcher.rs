@@ -661,7 +661,9 @@ impl DispatchServer {
             worker_timeout: self.config.worker_timeout,
         });
         let address = format!("{}:{}", self.config.bind_address, self.config.port);
-        let server = TaskServer::start(&address, self.config.token.as_deref())?;
+        // Bound now, serving once its methods are there (a restarted dispatcher is called at
+        // once by the workers and consumers that were retrying it).
+        let server = TaskServer::bind(&address, self.config.token.as_deref())?;
         fn serve<Q, A>(
             server: &TaskServer,
             dispatcher: &Arc<Dispatcher>,
@@ -698,6 +700,7 @@ impl DispatchServer {
             Dispatcher::worker_heartbeat,
         );
         serve(&server, &dispatcher, GET_SPLIT, Dispatcher::get_split);
+        server.serve();
         let stop_sweeper = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sweeper = {
             let (d, stop) = (dispatcher.clone(), stop_sweeper.clone());

@@ -587,7 +587,9 @@ impl WorkerServer {
             return Ok(());
         }
         let bind = format!("{}:{}", self.config.bind_address, self.config.port);
-        let server = TaskServer::start(&bind, self.config.token.as_deref())?;
+        // Bound now, serving once its method is there (a worker restarted on its address
+        // is called at once by the consumers that were retrying it).
+        let server = TaskServer::bind(&bind, self.config.token.as_deref())?;
         let address = self
             .config
             .worker_address
@@ -610,6 +612,7 @@ impl WorkerServer {
         });
         let w = worker.clone();
         server.handle(GET_ELEMENT, move |payload| w.get_element(payload));
+        server.serve();
         let stop = Arc::new(AtomicBool::new(false));
         let (w, s, interval) = (worker.clone(), stop.clone(), self.config.heartbeat_interval);
         self.heartbeats = Some(std::thread::spawn(move || {

@@ -240,7 +240,10 @@ pub struct Server {
 
 impl Server {
     /// Starts serving this process' task of the cluster `resolver` describes, on its
-    /// address, with the cluster token; a ps serves its variables from now on.
+    /// address, with the cluster token: a ps serves its variables from now on; a worker
+    /// binds its address now and answers once [`run_worker`](Server::run_worker) has its
+    /// functions (the chief, calling a restarted worker at once, never finds it without
+    /// them).
     pub fn new(resolver: &dyn ClusterResolver) -> Result<Server> {
         let cluster = PsCluster::from_resolver(resolver, "Server")?;
         let task = cluster.task.clone().ok_or_else(|| {
@@ -255,7 +258,7 @@ impl Server {
         let address = resolver.task_address()?.ok_or_else(|| {
             Error::invalid("Server", format!("the cluster has no address for {task}"))
         })?;
-        let server = Arc::new(TaskServer::start(&address, token_from_env().as_deref())?);
+        let server = Arc::new(TaskServer::bind(&address, token_from_env().as_deref())?);
         let stopped = Arc::new((Mutex::new(false), Condvar::new()));
         let s = stopped.clone();
         server.handle("task.stop", move |_| {
@@ -265,6 +268,7 @@ impl Server {
         });
         if task.task_type == "ps" {
             serve_parameters(&server);
+            server.serve();
         }
         Ok(Server {
             server,
@@ -320,6 +324,7 @@ impl Server {
             functions.partitioner.clone(),
         )?;
         let _worker = serve_worker(&self.server, strategy, self.task.index, functions)?;
+        self.server.serve();
         self.wait_for_stop();
         Ok(())
     }
