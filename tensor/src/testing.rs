@@ -44,6 +44,7 @@ pub fn skip(switch: &str, missing: &str) {
 /// never overlap. A draw on another thread outside `seeded` still advances the
 /// generator's operation counter, so a test binary whose values are checked under a seed
 /// runs its other drawing tests inside `seeded` too, or keeps them in another binary.
+/// Within `f`, seed again with `set_seed`: a `seeded` inside another waits for it forever.
 ///
 /// ```
 /// use ferroflow_tensor::testing::seeded;
