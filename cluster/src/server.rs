@@ -375,9 +375,16 @@ pub struct TaskServer {
     handlers: Handlers,
     token: Option<Arc<str>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    /// The bound socket and the stop signal until [`serve`](TaskServer::serve) takes them.
-    unserved: Mutex<Option<(tokio::net::TcpListener, tokio::sync::oneshot::Receiver<()>)>>,
-    serving: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Bound until [`serve`](TaskServer::serve), then serving (`None` once dropped).
+    listening: Mutex<Option<Listening>>,
+}
+
+/// Where a [`TaskServer`]'s socket is in its life.
+enum Listening {
+    /// Bound, answering nothing yet: the socket and the stop signal the serving loop takes.
+    Bound(tokio::net::TcpListener, tokio::sync::oneshot::Receiver<()>),
+    /// Answering calls: the serving loop.
+    Serving(tokio::task::JoinHandle<()>),
 }
 
 impl TaskServer {
@@ -441,33 +448,29 @@ impl TaskServer {
             handlers,
             token,
             stop: Some(stop),
-            unserved: Mutex::new(Some((listener, stopped))),
-            serving: Mutex::default(),
+            listening: Mutex::new(Some(Listening::Bound(listener, stopped))),
         })
     }
 
     /// Starts answering calls (those waiting since [`bind`](TaskServer::bind) first), with
     /// the methods registered by then and any registered later. Serving twice is serving.
     pub fn serve(&self) {
-        let Some((listener, stopped)) = self
-            .unserved
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        else {
-            return;
+        let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
+        *listening = match listening.take() {
+            Some(Listening::Bound(listener, stopped)) => Some(Listening::Serving(
+                self.runtime.spawn(crate::transport::serve(
+                    listener,
+                    Services::new(
+                        self.mailbox.clone(),
+                        self.handlers.clone(),
+                        TokenCheck(self.token.clone()),
+                    ),
+                    SETTINGS,
+                    stopped,
+                )),
+            )),
+            serving => serving,
         };
-        let serving = self.runtime.spawn(crate::transport::serve(
-            listener,
-            Services::new(
-                self.mailbox.clone(),
-                self.handlers.clone(),
-                TokenCheck(self.token.clone()),
-            ),
-            SETTINGS,
-            stopped,
-        ));
-        *self.serving.lock().unwrap_or_else(|e| e.into_inner()) = Some(serving);
     }
 
     /// The address the server listens on (with the port the OS picked for port 0).
@@ -617,12 +620,8 @@ impl Drop for TaskServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(serving) = self
-            .serving
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        let listening = self.listening.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(Listening::Serving(serving)) = listening.take() {
             let _ = self
                 .runtime
                 .block_on(async { tokio::time::timeout(Duration::from_secs(2), serving).await });
