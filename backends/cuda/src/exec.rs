@@ -1068,6 +1068,7 @@ static inline unsigned int atomicMax(unsigned int* p, unsigned int v) {
 /// statics, its barrier the block's. POSIX threads, not C++'s `<thread>` and `<barrier>`:
 /// those headers took a block kernel's library from 0.3 s to 1.2 s to compile.
 const HOST_BLOCK_SHIM: &str = r#"
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #define __shared__ static
@@ -1076,11 +1077,12 @@ static inline void __syncthreads() { pthread_barrier_wait(ff_block_barrier); }
 /* A block's threads wait at this gate until all of them exist (go = 1), or one could not
    be made (go = -1: none runs the kernel, so none waits at a barrier for it). */
 struct ff_gate { pthread_mutex_t lock; pthread_cond_t open; int go; };
-static void ff_gate_wait_open(ff_gate* g, int* go) {
+static int ff_gate_wait(ff_gate* g) {
     pthread_mutex_lock(&g->lock);
     while (g->go == 0) pthread_cond_wait(&g->open, &g->lock);
-    *go = g->go;
+    int go = g->go;
     pthread_mutex_unlock(&g->lock);
+    return go;
 }
 static void ff_gate_set(ff_gate* g, int go) {
     pthread_mutex_lock(&g->lock);
@@ -1245,7 +1247,8 @@ impl HostEngine {
                 Arg::Geo(v) => v as *const Geo as *const _,
             });
         }
-        type Entry = unsafe extern "C" fn(*const *const std::ffi::c_void, u32, u32) -> i32;
+        type Entry =
+            unsafe extern "C" fn(*const *const std::ffi::c_void, u32, u32) -> std::ffi::c_int;
         let symbol = format!("ff_host_launch_{name}");
         // SAFETY: the symbol is the wrapper `launch_wrapper` wrote: it reads each parameter
         // through its pointer with the type the kernel declares, as CUDA's `cuLaunchKernel`
@@ -1262,7 +1265,8 @@ impl HostEngine {
                     backend: BACKEND,
                     msg: format!(
                         "kernel {name}: the host could not start a block of {block} threads \
-                         (pthread_create: error {started})"
+                         ({})",
+                        std::io::Error::from_raw_os_error(started)
                     ),
                 });
             }
@@ -1327,8 +1331,7 @@ fn launch_wrapper(kernel: &KernelSource, blocks: bool) -> std::result::Result<St
          struct ff_thread_{name} {{ void** p; unsigned int grid, block, b, t; pthread_barrier_t* bar; ff_gate* gate; }};\n\
          static void* ff_thread_main_{name}(void* a) {{\n\
          ff_thread_{name}* x = (ff_thread_{name}*)a;\n\
-         int go; ff_gate_wait_open(x->gate, &go);\n\
-         if (go > 0) ff_run_{name}(x->p, x->grid, x->block, x->b, x->t, x->bar);\n\
+         if (ff_gate_wait(x->gate) > 0) ff_run_{name}(x->p, x->grid, x->block, x->b, x->t, x->bar);\n\
          return nullptr;\n}}\n\
          static pthread_mutex_t ff_lock_{name} = PTHREAD_MUTEX_INITIALIZER;\n\
          extern \"C\" int ff_host_launch_{name}(void** p, unsigned int grid, unsigned int block) {{\n\
@@ -1336,7 +1339,7 @@ fn launch_wrapper(kernel: &KernelSource, blocks: bool) -> std::result::Result<St
          pthread_mutex_lock(&ff_lock_{name});\n\
          pthread_t* threads = (pthread_t*)calloc(block, sizeof(pthread_t));\n\
          ff_thread_{name}* args = (ff_thread_{name}*)calloc(block, sizeof(ff_thread_{name}));\n\
-         int failed = (threads == nullptr || args == nullptr) ? 12 : 0;\n\
+         int failed = (threads == nullptr || args == nullptr) ? ENOMEM : 0;\n\
          for (unsigned int b = 0; b < grid && failed == 0; ++b) {{\n\
          pthread_barrier_t bar; pthread_barrier_init(&bar, nullptr, block);\n\
          ff_gate gate = {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}};\n\
