@@ -118,7 +118,9 @@ fn two_mnist_workers_captured_while_training() {
         &LaunchSpec {
             workers: 2,
             program: example.to_string_lossy().into_owned(),
-            args: ["--epochs", "5", "--out", &out.path().to_string_lossy()]
+            // Far more epochs than the test lasts (its workers are killed when it ends):
+            // the capture must find them training, however fast the machine.
+            args: ["--epochs", "1000", "--out", &out.path().to_string_lossy()]
                 .map(String::from)
                 .to_vec(),
             profile_ports: true,
