@@ -166,7 +166,14 @@ fn two_mnist_workers_captured_while_training() {
     check_sums(&view, &capture.run_dir);
     // The training goes on after the capture.
     std::thread::sleep(Duration::from_millis(500));
-    assert!(cluster.try_code(0).unwrap().is_none() && cluster.try_code(1).unwrap().is_none());
+    for i in 0..2 {
+        let code = cluster.try_code(i).unwrap();
+        assert!(
+            code.is_none(),
+            "worker {i} exited with {code:?}:\n{}",
+            cluster.output(i)
+        );
+    }
     drop(cluster);
 
     let cli = |args: &[&str]| {
