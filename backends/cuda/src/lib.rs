@@ -1725,40 +1725,30 @@ impl Backend for Cuda {
         activation: FusedActivation,
     ) -> Result<(BufferBox, BufferBox)> {
         let op = "bias_activation_grad";
-        let e = float_elem(g.dtype, op)?;
-        let k = kernels(
-            source::KernelKey::BiasActivationGrad(e, activation),
-            op,
-            g.dtype,
-        )?;
-        let (gpu, gbuf) = self.gpu_of(&g, op)?;
-        let ybuf = ours(&y, op)?;
-        let shape = g.layout.shape();
-        let channels = shape.last().copied().unwrap_or(1);
-        let n = g.layout.num_elements();
-        let rows = n.checked_div(channels).unwrap_or(0);
-        let size = g.dtype.size_in_bytes();
-        let (dx, db) = (output(gpu, n * size)?, output(gpu, channels * size)?);
-        if channels > 0 {
-            let kernel = &k.kernels[0];
-            // (G, vg, Y, vy, DX, DB, rows, channels); no rows gives a zero dbias.
-            gpu.launch(
-                &kernel.name,
-                || kernel.clone(),
-                Launch::Items(channels),
-                &[
-                    Arg::Buf(&gbuf.mem),
-                    Arg::View(view(g.layout, op)?),
-                    Arg::Buf(&ybuf.mem),
-                    Arg::View(view(y.layout, op)?),
-                    Arg::Buf(&dx.mem),
-                    Arg::Buf(&db.mem),
-                    Arg::I64(rows as i64),
-                    Arg::I64(channels as i64),
-                ],
-            )?;
+        float_elem(g.dtype, op)?;
+        let shape = g.layout.shape().to_vec();
+        let lead: Vec<usize> = (0..shape.len().saturating_sub(1)).collect();
+        if activation == FusedActivation::Linear {
+            // dx is g itself.
+            let db = self.reduce(ReduceOp::ReduceSum, g, &lead)?;
+            return Ok((self.copy(g)?, db));
         }
-        Ok((Box::new(dx), Box::new(db)))
+        // dx = g·[y > 0] stored and summed over the leading axes in one pass: the fused
+        // reduction's plan spreads the rows over the whole GPU (a thread per channel, each
+        // looping over every row, left a 32-channel convolution's gradient on one warp).
+        let program = ElementwiseProgram {
+            num_inputs: 2,
+            steps: vec![ElementwiseStep::Binary(BinaryOp::ReluGrad, 0, 1)],
+            outputs: vec![2, 2],
+        };
+        let mut out = self.fused_reduce(&program, &[g, y], &shape, ReduceOp::ReduceSum, &lead)?;
+        match (out.pop(), out.pop()) {
+            (Some(dx), Some(db)) if out.is_empty() => Ok((dx, db)),
+            _ => Err(Error::Backend {
+                backend: BACKEND,
+                msg: format!("{op}: the fused reduction returned no dx or no dbias"),
+            }),
+        }
     }
     fn fused_elementwise(
         &self,

@@ -1759,46 +1759,6 @@ pub fn clip_scalar(e: Elem) -> Option<KernelSource> {
     Some(program_source(&name, "", &kernel))
 }
 
-/// The gradients of `activation(x + bias)` in one pass (`Backend::bias_activation_grad`):
-/// thread `c` walks channel `c` down the rows, writing `dx = g · [y > 0]` (ReLU; `g` itself
-/// for Linear) and summing it into `dbias[c]` (in double, in row order: deterministic).
-pub fn bias_activation_grad(e: Elem, activation: FusedActivation) -> Option<KernelSource> {
-    if !e.is_float() {
-        return None;
-    }
-    let c = e.compute();
-    let name = format!(
-        "bias_activation_grad_{}_{}",
-        format!("{activation:?}").to_lowercase(),
-        e.tag()
-    );
-    let gate = match activation {
-        FusedActivation::Linear => String::new(),
-        FusedActivation::Relu => format!(
-            "v = v * ({} > ({c})0 ? ({c})1 : ({c})0);\n",
-            e.load("Yv[at(vy, k)]")
-        ),
-    };
-    let kernel = format!(
-        "extern \"C\" __global__ void {name}(const {s}* __restrict__ G, View vg, const {s}* __restrict__ Yv, View vy, \
-         {s}* __restrict__ DX, {s}* __restrict__ DB, ff_i64 rows, ff_i64 channels) {{\n\
-         FF_LOOP(channels) {{\n\
-         double acc = 0;\n\
-         for (ff_i64 r = 0; r < rows; ++r) {{\n\
-         ff_i64 k = r * channels + i;\n\
-         {c} v = {lg};\n\
-         {gate}\
-         DX[k] = {sv};\n\
-         acc = acc + v;\n}}\n\
-         DB[i] = {sacc};\n}}\n}}\n",
-        s = e.store(),
-        lg = e.load("G[at(vg, k)]"),
-        sv = e.store_expr("v"),
-        sacc = e.store_expr("acc"),
-    );
-    Some(program_source(&name, "", &kernel))
-}
-
 /// Inputs one elementwise-program kernel reads: each is a pointer and a [`View`] by value
 /// (152 bytes), and 16 of them with the reduction's two views and
 /// [`MAX_PROGRAM_OUTPUTS`] output pointers stay inside CUDA's 4 KB of kernel parameters
@@ -2181,8 +2141,6 @@ pub enum KernelKey {
     FusedConv2d(Elem, FusedActivation),
     /// [`clip_scalar`].
     ClipScalar(Elem),
-    /// [`bias_activation_grad`].
-    BiasActivationGrad(Elem, FusedActivation),
     /// [`sparse_softmax_xent`]: logits and labels.
     SparseSoftmaxXent(Elem, Elem),
 }
@@ -2237,7 +2195,6 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::OptimizerGroup(kind, e, count) => one(optimizer_group(kind, e, count)),
         KernelKey::FusedConv2d(e, a) => one(fused_conv2d(e, a)),
         KernelKey::ClipScalar(e) => one(clip_scalar(e)),
-        KernelKey::BiasActivationGrad(e, a) => one(bias_activation_grad(e, a)),
     }
     .map(|(kernels, checked)| Arc::new(Generated { kernels, checked }));
     memo.lock()
@@ -2299,7 +2256,6 @@ pub fn catalog() -> Vec<KernelSource> {
         }
         for a in [FusedActivation::Linear, FusedActivation::Relu] {
             all.extend(fused_conv2d(e, a));
-            all.extend(bias_activation_grad(e, a));
         }
         all.extend(clip_scalar(e));
     }
@@ -2403,8 +2359,6 @@ mod tests {
                 KernelKey::FusedConv2d(e, FusedActivation::Linear),
                 KernelKey::FusedConv2d(e, FusedActivation::Relu),
                 KernelKey::ClipScalar(e),
-                KernelKey::BiasActivationGrad(e, FusedActivation::Linear),
-                KernelKey::BiasActivationGrad(e, FusedActivation::Relu),
             ]);
         }
         let mut launchable = 0;

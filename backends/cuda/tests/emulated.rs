@@ -125,6 +125,55 @@ fn elementwise_programs_match_their_ops_in_every_float_type() {
     .expect("elementwise programs");
 }
 
+/// A bias's gradient through a ReLU over many rows and few channels (a convolution's:
+/// rows are batch · height · width) is one fused reduction spread over the rows (the split
+/// plan: 3 channels take it on the emulation as 32 do on a GPU), `dx` and `dbias` the same
+/// bits as `relu_grad` and its sum one by one, in each float type; the gradient of a
+/// Linear activation is `g` and its sum.
+#[test]
+fn bias_gradients_over_long_columns_match_their_ops_in_every_float_type() {
+    use ferroflow_tensor::{DType, FusedActivation, Tensor};
+    let Some(device) = emulated_device() else {
+        return;
+    };
+    ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
+        for shape in [vec![1000usize, 3], vec![10, 10, 12, 2]] {
+            let n: usize = shape.iter().product();
+            let g_values: Vec<f64> = (0..n)
+                .map(|i| ((i * 7919) % 1013) as f64 / 101.0 - 5.0)
+                .collect();
+            // A ReLU's output: about a third exactly zero.
+            let y_values: Vec<f64> = (0..n)
+                .map(|i| (((i * 104_729) % 997) as f64 / 99.0 - 3.0).max(0.0))
+                .collect();
+            let lead: Vec<isize> = (0..shape.len() as isize - 1).collect();
+            for dtype in [DType::F16, DType::BF16, DType::F32, DType::F64] {
+                let g = Tensor::from_vec(g_values.clone(), &shape)?.cast(dtype)?;
+                let y = Tensor::from_vec(y_values.clone(), &shape)?.cast(dtype)?;
+                for activation in [FusedActivation::Relu, FusedActivation::Linear] {
+                    let (dx, db) = g.bias_activation_grad(&y, activation)?;
+                    let want_dx = match activation {
+                        FusedActivation::Relu => g.relu_grad(&y)?,
+                        FusedActivation::Linear => g.clone(),
+                    };
+                    let want_db = want_dx.reduce_sum(lead.clone(), false)?;
+                    assert_eq!(db.shape(), &shape[shape.len() - 1..]);
+                    let what = format!("{dtype} {activation:?} {shape:?}");
+                    assert!(
+                        same_bits(&dx.to_f64_vec()?, &want_dx.to_f64_vec()?),
+                        "dx, {what}"
+                    );
+                    let (got, want) = (db.to_f64_vec()?, want_db.to_f64_vec()?);
+                    assert!(same_bits(&got, &want), "dbias, {what}: {got:?} vs {want:?}");
+                }
+            }
+        }
+        Ok(())
+    })
+    .expect("the emulated device")
+    .expect("bias gradients");
+}
+
 /// A program wider than one kernel's parameters (more than
 /// `source::MAX_PROGRAM_INPUTS` inputs) runs op by op through the ops' own kernels, each
 /// output its own tensor, with and without a reduction: the same bits as the ops.
