@@ -2305,7 +2305,6 @@ impl Backend for Cuda {
         let (gpu, a) = self.gpu_of(&x, "sort")?;
         let e = elem(x.dtype, "sort")?;
         let k = kernels(source::KernelKey::Sort(e), "sort", x.dtype)?;
-        let kernel = &k.kernels[0];
         let shape = x.layout.shape();
         let total = x.layout.num_elements();
         let y = output(gpu, total * x.dtype.size_in_bytes())?;
@@ -2315,23 +2314,89 @@ impl Backend for Cuda {
             return Ok((Box::new(y), Box::new(idx)));
         }
         let (kin, sin, kout, sout) = line_views(&x, axis, "sort")?;
-        // (A, kin, sin, Y, I, kout, sout, m, n, descending): every element is written once,
-        // at its rank within its line.
+        let (n, m64) = (total as i64, m as i64);
+        if m <= source::SORT_RANK_MAX {
+            // (A, kin, sin, Y, I, kout, sout, m, n, descending): every element is written
+            // once, at its rank within its line.
+            let rank = &k.kernels[0];
+            gpu.launch(
+                &rank.name,
+                || rank.clone(),
+                Launch::Items(total),
+                &[
+                    Arg::Buf(&a.mem),
+                    Arg::View(kin),
+                    Arg::I64(sin),
+                    Arg::Buf(&y.mem),
+                    Arg::Buf(&idx.mem),
+                    Arg::View(kout),
+                    Arg::I64(sout),
+                    Arg::I64(m64),
+                    Arg::I64(n),
+                    Arg::I32(descending as i32),
+                ],
+            )?;
+            return Ok((Box::new(y), Box::new(idx)));
+        }
+        // Long lines: keys and indices into scratch, merge passes between two scratch
+        // pairs (runs of 1, 2, 4, .. merged), then the values placed in the final order.
+        let [_, keys, merge, place] = &k.kernels[..] else {
+            return Err(Error::Backend {
+                backend: BACKEND,
+                msg: "sort: the merge kernels are missing".into(),
+            });
+        };
+        let mut from = (output(gpu, total * 8)?, output(gpu, total * 4)?);
+        let mut to = (output(gpu, total * 8)?, output(gpu, total * 4)?);
         gpu.launch(
-            &kernel.name,
-            || kernel.clone(),
+            &keys.name,
+            || keys.clone(),
             Launch::Items(total),
             &[
                 Arg::Buf(&a.mem),
                 Arg::View(kin),
                 Arg::I64(sin),
+                Arg::Buf(&from.0.mem),
+                Arg::Buf(&from.1.mem),
+                Arg::I64(m64),
+                Arg::I64(n),
+                Arg::I32(descending as i32),
+            ],
+        )?;
+        let mut w = 1usize;
+        while w < m {
+            gpu.launch(
+                &merge.name,
+                || merge.clone(),
+                Launch::Items(total),
+                &[
+                    Arg::Buf(&from.0.mem),
+                    Arg::Buf(&from.1.mem),
+                    Arg::Buf(&to.0.mem),
+                    Arg::Buf(&to.1.mem),
+                    Arg::I64(m64),
+                    Arg::I64(n),
+                    Arg::I64(w as i64),
+                ],
+            )?;
+            std::mem::swap(&mut from, &mut to);
+            w *= 2;
+        }
+        gpu.launch(
+            &place.name,
+            || place.clone(),
+            Launch::Items(total),
+            &[
+                Arg::Buf(&a.mem),
+                Arg::View(kin),
+                Arg::I64(sin),
+                Arg::Buf(&from.1.mem),
                 Arg::Buf(&y.mem),
                 Arg::Buf(&idx.mem),
                 Arg::View(kout),
                 Arg::I64(sout),
-                Arg::I64(m as i64),
-                Arg::I64(total as i64),
-                Arg::I32(descending as i32),
+                Arg::I64(m64),
+                Arg::I64(n),
             ],
         )?;
         Ok((Box::new(y), Box::new(idx)))

@@ -1412,16 +1412,32 @@ pub fn conv2d_backprop_filter(e: Elem) -> Option<KernelSource> {
     Some(window_kernel(&name, e, 2, &body))
 }
 
+/// Lines up to this long sort by rank ([`sort`]'s first kernel, one launch); longer ones
+/// by merging (its other three, `2 + ⌈log2 m⌉` launches).
+pub const SORT_RANK_MAX: usize = 256;
+
 /// A stable sort along one axis, as the CPU backend orders: each element's unsigned key
 /// (numbers ascending, -0 equal to 0, every NaN above everything; complemented for
-/// descending) and its index; element `j` of a line goes to the place of its rank among the
-/// line's (key, index) pairs, with its index (int32) beside it. A thread per element
-/// compares it with its whole line: m² work, parallel and deterministic.
-pub fn sort(e: Elem) -> Option<KernelSource> {
+/// descending), ties in index order, each value placed with its index (int32). Four
+/// kernels:
+/// - `sort_{t}` (lines of at most [`SORT_RANK_MAX`]): a thread per element places it at
+///   its rank among its line's (key, index) pairs, comparing it with its whole line;
+///   parameters `(A, kin, sin, Y, I, kout, sout, m, n, descending)`;
+/// - `sort_keys_{t}`: each element's key and index into dense scratch `[lines, m]`
+///   (`A, kin, sin, K, P, m, n, descending`);
+/// - `sort_merge_{t}`: one pass of a merge sort over the scratch (`Kin, Pin, Kout, Pout, m,
+///   n, w`): runs of `w` merged in pairs, each element placed by a binary search of the
+///   other run (a left element after the right run's smaller keys, a right one after the
+///   left run's keys not above it: stable); `w` = 1, 2, 4, .. while `w < m`;
+/// - `sort_place_{t}`: the values and indices written in the sorted order (`A, kin, sin, P,
+///   Y, I, kout, sout, m, n`).
+///
+/// Both ways give the same bits: the (key, index) order is total.
+pub fn sort(e: Elem) -> Option<[KernelSource; 4]> {
     if e == Elem::Bool {
         return None;
     }
-    let name = format!("sort_{}", e.tag());
+    let t = e.tag();
     let key = if e.is_float() {
         "__device__ __forceinline__ unsigned long long ff_key(double x) {\n\
          const unsigned long long sign = 1ull << 63;\n\
@@ -1443,8 +1459,10 @@ pub fn sort(e: Elem) -> Option<KernelSource> {
         )
     };
     let arg = if e.is_float() { "(double)" } else { "" };
-    let kernel = format!(
-        "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View kin, ff_i64 sin, {s}* __restrict__ Y, \
+    let s = e.store();
+    let rank_name = format!("sort_{t}");
+    let rank = format!(
+        "extern \"C\" __global__ void {rank_name}(const {s}* __restrict__ A, View kin, ff_i64 sin, {s}* __restrict__ Y, \
          int* __restrict__ I, View kout, ff_i64 sout, ff_i64 m, ff_i64 n, int descending) {{\n\
          unsigned long long flip = descending ? ~0ull : 0ull;\n\
          FF_LOOP(n) {{\n\
@@ -1458,11 +1476,63 @@ pub fn sort(e: Elem) -> Option<KernelSource> {
          ff_i64 y = at(kout, line) + rank * sout;\n\
          Y[y] = A[a0 + j * sin];\n\
          I[y] = (int)j;\n}}\n}}\n",
-        s = e.store(),
         lj = e.load("A[a0 + j * sin]"),
         lk = e.load("A[a0 + k * sin]"),
     );
-    Some(program_source(&name, &key, &kernel))
+    let keys_name = format!("sort_keys_{t}");
+    let keys = format!(
+        "extern \"C\" __global__ void {keys_name}(const {s}* __restrict__ A, View kin, ff_i64 sin, \
+         unsigned long long* __restrict__ K, int* __restrict__ P, ff_i64 m, ff_i64 n, int descending) {{\n\
+         unsigned long long flip = descending ? ~0ull : 0ull;\n\
+         FF_LOOP(n) {{\n\
+         ff_i64 line = i / m, j = i % m;\n\
+         K[i] = ff_key({arg}{lj}) ^ flip;\n\
+         P[i] = (int)j;\n}}\n}}\n",
+        lj = e.load("A[at(kin, line) + j * sin]"),
+    );
+    let merge_name = format!("sort_merge_{t}");
+    let merge = format!(
+        "extern \"C\" __global__ void {merge_name}(const unsigned long long* __restrict__ Kin, \
+         const int* __restrict__ Pin, unsigned long long* __restrict__ Kout, int* __restrict__ Pout, \
+         ff_i64 m, ff_i64 n, ff_i64 w) {{\n\
+         FF_LOOP(n) {{\n\
+         ff_i64 line = i / m, p = i % m;\n\
+         const unsigned long long* L = Kin + line * m;\n\
+         ff_i64 base = p - p % (2 * w);\n\
+         ff_i64 mid = base + w < m ? base + w : m;\n\
+         ff_i64 end = mid + w < m ? mid + w : m;\n\
+         unsigned long long k = Kin[i];\n\
+         ff_i64 lo, hi, place;\n\
+         if (p < mid) {{\n\
+         lo = mid; hi = end;\n\
+         while (lo < hi) {{ ff_i64 c = lo + (hi - lo) / 2; if (L[c] < k) lo = c + 1; else hi = c; }}\n\
+         place = base + (p - base) + (lo - mid);\n\
+         }} else {{\n\
+         lo = base; hi = mid;\n\
+         while (lo < hi) {{ ff_i64 c = lo + (hi - lo) / 2; if (L[c] <= k) lo = c + 1; else hi = c; }}\n\
+         place = base + (p - mid) + (lo - base);\n\
+         }}\n\
+         Kout[line * m + place] = k;\n\
+         Pout[line * m + place] = Pin[i];\n}}\n}}\n"
+    );
+    let place_name = format!("sort_place_{t}");
+    let place = format!(
+        "extern \"C\" __global__ void {place_name}(const {s}* __restrict__ A, View kin, ff_i64 sin, \
+         const int* __restrict__ P, {s}* __restrict__ Y, int* __restrict__ I, View kout, ff_i64 sout, \
+         ff_i64 m, ff_i64 n) {{\n\
+         FF_LOOP(n) {{\n\
+         ff_i64 line = i / m, p = i % m;\n\
+         int j = P[i];\n\
+         ff_i64 y = at(kout, line) + p * sout;\n\
+         Y[y] = A[at(kin, line) + (ff_i64)j * sin];\n\
+         I[y] = j;\n}}\n}}\n"
+    );
+    Some([
+        program_source(&rank_name, &key, &rank),
+        program_source(&keys_name, &key, &keys),
+        program_source(&merge_name, "", &merge),
+        program_source(&place_name, "", &place),
+    ])
 }
 
 /// Integer matrix products (cuBLAS has none): `Y[p, i, j] = Σ_l A[p, i, l] · B[p, l, j]` over
@@ -2179,7 +2249,7 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::ScatterAdd(e, ie) => scatter_add(e, ie).map(|k| (vec![k], true)),
         KernelKey::SparseSoftmaxXent(e, ie) => sparse_softmax_xent(e, ie).map(|k| (vec![k], true)),
         KernelKey::Cumulative(op, e) => one(cumulative(op, e)),
-        KernelKey::Sort(e) => one(sort(e)),
+        KernelKey::Sort(e) => sort(e).map(|ks| (ks.to_vec(), false)),
         KernelKey::MatmulInt(e) => one(matmul_int(e)),
         KernelKey::Pool(kind, e) => one(pool2d(kind, e)),
         KernelKey::MaxPoolGrad(e) => one(max_pool_grad(e)),
@@ -2249,7 +2319,7 @@ pub fn catalog() -> Vec<KernelSource> {
         all.extend(col2im(e));
         all.extend(random_uniform(e));
         all.extend(random_normal(e));
-        all.extend(sort(e));
+        all.extend(sort(e).into_iter().flatten());
         all.extend(matmul_int(e));
         for kind in OptimizerKind::ALL {
             all.extend(optimizer(kind, e));

@@ -38,6 +38,14 @@ fn long_reductions_match_references_in_every_plan() {
     }
 }
 
+/// Sorts of long lines take the merge passes (see `common`).
+#[test]
+fn long_sorts_match_references() {
+    if let Some(device) = cuda_device() {
+        common::long_sorts_match_references(device);
+    }
+}
+
 /// Where cuDNN loads (`FERROFLOW_REQUIRE_CUDNN=1` makes its absence a failure), float
 /// convolutions and pooling go through it: the values of
 /// `common::cudnn_path_matches_own_kernels`, and a cuDNN plan (no refusal) for each of its

@@ -35,6 +35,14 @@ fn long_reductions_match_references_in_every_plan() {
     }
 }
 
+/// Sorts of long lines take the merge passes (see `common`).
+#[test]
+fn long_sorts_match_references() {
+    if let Some(device) = emulated_device() {
+        common::long_sorts_match_references(device);
+    }
+}
+
 /// Every fusible op in one elementwise program (its own generated kernel: each step the
 /// op's own expression, rounded where the op's kernel stores it) in each float type,
 /// including the half types the conformance property does not draw: the same bits as the

@@ -179,4 +179,22 @@ pub fn sorting(device: &Device) {
         .and_then(|t| t.to_vec::<f32>())
         .expect("sort");
     assert!(s[0] == -1.0 && s[1] == 2.0 && s[2].is_nan(), "{s:?}");
+    // A line longer than int32 indices reach is refused, not sorted with wrapped indices
+    // (a broadcast view: no memory; a device that cannot hold its size refuses the view).
+    let narrow = supported(device, &[DType::U8, DType::I16, DType::F32]);
+    let long = crate::Tensor::from_host_on(
+        crate::HostData::from_f64_slice(narrow[0], &[1.0]),
+        &[1],
+        *device,
+    )
+    .expect("upload")
+    .broadcast_to(&[i32::MAX as usize + 1]);
+    if let Ok(long) = long {
+        let r = long.sort_with_indices(0, false);
+        assert!(
+            matches!(&r, Err(crate::Error::InvalidArgument { msg, .. }) if msg.contains("int32")),
+            "{:?}",
+            r.map(|_| ())
+        );
+    }
 }

@@ -70,6 +70,16 @@ impl Tensor {
                 expected: "a real numeric dtype",
             });
         }
+        if self.shape()[axis] > i32::MAX as usize {
+            return Err(Error::invalid(
+                "sort",
+                format!(
+                    "a line of {} elements along axis {axis}: its int32 indices stop at {}",
+                    self.shape()[axis],
+                    i32::MAX
+                ),
+            ));
+        }
         dispatch(
             || Op::Sort { axis, descending },
             &[self],

@@ -158,6 +158,95 @@ pub fn long_reductions_match_references(device: ferroflow_tensor::Device, rows: 
     .expect("long reductions");
 }
 
+/// Sorts of lines longer than the rank kernel takes (`source::SORT_RANK_MAX`: merge passes
+/// over runs of 1, 2, 4, ..) against a stable sort of the documented keys (numbers
+/// ascending, -0 equal to 0, NaN above everything; descending the reverse, ties in index
+/// order either way), values and int32 indices, along a contiguous and a strided axis, with
+/// lengths that leave a run unpaired, in float types (NaN, ±0 and many ties) and integers.
+pub fn long_sorts_match_references(device: ferroflow_tensor::Device) {
+    use ferroflow_tensor::{DType, Tensor};
+    let m0 = ferroflow_cuda::source::SORT_RANK_MAX;
+    ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
+        for (m, lines) in [(m0 + 1, 3usize), (1000, 2), (2 * m0, 1)] {
+            let n = m * lines;
+            let raw: Vec<f64> = (0..n)
+                .map(|i| match i % 17 {
+                    0 => f64::NAN,
+                    1 => -0.0,
+                    2 => 0.0,
+                    _ => ((i * 7919) % 61) as f64 / 4.0 - 7.0,
+                })
+                .collect();
+            for dtype in [
+                DType::F32,
+                DType::F16,
+                DType::BF16,
+                DType::F64,
+                DType::I32,
+                DType::U8,
+            ] {
+                let values: Vec<f64> = if dtype.is_float() {
+                    raw.clone()
+                } else {
+                    (0..n).map(|i| ((i * 7919) % 211) as f64).collect()
+                };
+                // [lines, m] sorted along 1; its transpose [m, lines] (a view) along 0.
+                let rows = Tensor::from_vec(values.clone(), &[lines, m])?.cast(dtype)?;
+                let exact = rows.to_f64_vec()?;
+                let key = |v: f64| -> (u8, f64) {
+                    if v.is_nan() {
+                        (1, 0.0)
+                    } else {
+                        (0, if v == 0.0 { 0.0 } else { v })
+                    }
+                };
+                for descending in [false, true] {
+                    let mut want_v = vec![0.0; n];
+                    let mut want_i = vec![0.0; n];
+                    for l in 0..lines {
+                        let line = &exact[l * m..(l + 1) * m];
+                        let mut order: Vec<usize> = (0..m).collect();
+                        order.sort_by(|&p, &q| {
+                            let o = key(line[p])
+                                .partial_cmp(&key(line[q]))
+                                .expect("ordered keys");
+                            if descending {
+                                o.reverse()
+                            } else {
+                                o
+                            }
+                        });
+                        for (j, &p) in order.iter().enumerate() {
+                            want_v[l * m + j] = line[p];
+                            want_i[l * m + j] = p as f64;
+                        }
+                    }
+                    let what = format!("{dtype}, {lines} lines of {m}, descending {descending}");
+                    let (v, i) = rows.sort_with_indices(1, descending)?;
+                    let (tv, ti) = rows.transpose(&[1, 0])?.sort_with_indices(0, descending)?;
+                    let (tv, ti) = (tv.transpose(&[1, 0])?, ti.transpose(&[1, 0])?);
+                    for (how, v, i) in [("along 1", v, i), ("along 0 of the transpose", tv, ti)] {
+                        assert_eq!(i.dtype(), DType::I32);
+                        let got_v = v.to_f64_vec()?;
+                        assert!(
+                            got_v
+                                .iter()
+                                .zip(&want_v)
+                                .all(|(g, w)| g.to_bits() == w.to_bits()
+                                    || (g.is_nan() && w.is_nan())),
+                            "values, {what}, {how}"
+                        );
+                        assert_eq!(i.to_f64_vec()?, want_i, "indices, {what}, {how}");
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+    .expect("the device")
+    .expect("long sorts");
+}
+
 /// The input cuDNN runs [`cudnn_path_matches_own_kernels`]'s convolutions on: `[3, 12, 10,
 /// 5]` with a row and a column of zeros appended (stride 2, SAME: TF pads one more after).
 pub const CUDNN_CASE_INPUT: [usize; 4] = [3, 13, 11, 5];
