@@ -739,6 +739,63 @@ impl Cuda {
         self.map_one(x, e, "copy", &k.kernels[0])
     }
 
+    /// The (key, index) pairs of `total / m` lines of `m` elements read from `a` (`A[at(kin,
+    /// line) + j·sin]`) sorted by [`source::sort`]'s keys kernel and merge passes (`k`: the
+    /// element type's sort kernels): `(keys, indices)`, each dense `[lines, m]`.
+    fn merge_sorted(
+        gpu: &Gpu,
+        k: &source::Generated,
+        (a, kin, sin): (&Memory, View, i64),
+        m: usize,
+        total: usize,
+        descending: bool,
+    ) -> Result<(CudaBuffer, CudaBuffer)> {
+        let [_, keys, merge, _] = &k.kernels[..] else {
+            return Err(Error::Backend {
+                backend: BACKEND,
+                msg: "sort: the merge kernels are missing".into(),
+            });
+        };
+        let (n, m64) = (total as i64, m as i64);
+        let mut from = (output(gpu, total * 8)?, output(gpu, total * 4)?);
+        let mut to = (output(gpu, total * 8)?, output(gpu, total * 4)?);
+        gpu.launch(
+            &keys.name,
+            || keys.clone(),
+            Launch::Items(total),
+            &[
+                Arg::Buf(a),
+                Arg::View(kin),
+                Arg::I64(sin),
+                Arg::Buf(&from.0.mem),
+                Arg::Buf(&from.1.mem),
+                Arg::I64(m64),
+                Arg::I64(n),
+                Arg::I32(descending as i32),
+            ],
+        )?;
+        let mut w = 1usize;
+        while w < m {
+            gpu.launch(
+                &merge.name,
+                || merge.clone(),
+                Launch::Items(total),
+                &[
+                    Arg::Buf(&from.0.mem),
+                    Arg::Buf(&from.1.mem),
+                    Arg::Buf(&to.0.mem),
+                    Arg::Buf(&to.1.mem),
+                    Arg::I64(m64),
+                    Arg::I64(n),
+                    Arg::I64(w as i64),
+                ],
+            )?;
+            std::mem::swap(&mut from, &mut to);
+            w *= 2;
+        }
+        Ok(from)
+    }
+
     fn data_error(op: &'static str, (code, index): (u32, i64), bound: usize) -> Result<()> {
         match code {
             0 => Ok(()),
@@ -2220,14 +2277,66 @@ impl Backend for Cuda {
             "scatter_add",
             updates.dtype,
         )?;
-        boxed(self.indexed(
-            "scatter_add",
-            &k.kernels[0],
-            updates,
-            indices,
-            n,
-            (inner, ni, shape[axis]),
-        )?)
+        let bound = shape[axis];
+        if ni <= source::SCATTER_SCAN_MAX || n == 0 {
+            return boxed(self.indexed(
+                "scatter_add",
+                &k.kernels[0],
+                updates,
+                indices,
+                n,
+                (inner, ni, bound),
+            )?);
+        }
+        // Many indices: sorted (stable) with their positions, then each output sums its
+        // row's run, found by a binary search.
+        let op = "scatter_add";
+        let sorted = k.kernels.get(1).ok_or_else(|| Error::Backend {
+            backend: BACKEND,
+            msg: format!("{op}: the sorted kernel is missing"),
+        })?;
+        let (gpu, ubuf) = self.gpu_of(&updates, op)?;
+        let ibuf = ours(&indices, op)?;
+        // The indices as one line: in place where their view steps as one axis.
+        let line = view(indices.layout, op)?;
+        let dense;
+        let (imem, kin, sin) = if line.rank <= 1 {
+            let step = if line.rank == 1 { line.strides[0] } else { 0 };
+            (
+                &ibuf.mem,
+                view_of(&[], &[], line.offset as usize, op)?,
+                step,
+            )
+        } else {
+            dense = self.dense(indices)?;
+            (&dense.mem, view_of(&[], &[], 0, op)?, 1)
+        };
+        let sort_kernels = kernels(source::KernelKey::Sort(ie), op, indices.dtype)?;
+        let (keys, order) =
+            Self::merge_sorted(gpu, &sort_kernels, (imem, kin, sin), ni, ni, false)?;
+        let y = output(gpu, n * updates.dtype.size_in_bytes())?;
+        let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
+        gpu.zero(&mut word)?;
+        // (A, va, K, P, Y, n, inner, ni, bound, E)
+        gpu.launch(
+            &sorted.name,
+            || sorted.clone(),
+            Launch::Items(n),
+            &[
+                Arg::Buf(&ubuf.mem),
+                Arg::View(view(updates.layout, op)?),
+                Arg::Buf(&keys.mem),
+                Arg::Buf(&order.mem),
+                Arg::Buf(&y.mem),
+                Arg::I64(n as i64),
+                Arg::I64(inner as i64),
+                Arg::I64(ni as i64),
+                Arg::I64(bound as i64),
+                Arg::Buf(&word),
+            ],
+        )?;
+        Self::data_error(op, read_error(gpu, &word)?, bound)?;
+        boxed(y)
     }
     fn concat(&self, inputs: &[Operand<'_>], axis: usize) -> Result<BufferBox> {
         let first = inputs.first().ok_or_else(|| Error::Backend {
@@ -2338,50 +2447,9 @@ impl Backend for Cuda {
             )?;
             return Ok((Box::new(y), Box::new(idx)));
         }
-        // Long lines: keys and indices into scratch, merge passes between two scratch
-        // pairs (runs of 1, 2, 4, .. merged), then the values placed in the final order.
-        let [_, keys, merge, place] = &k.kernels[..] else {
-            return Err(Error::Backend {
-                backend: BACKEND,
-                msg: "sort: the merge kernels are missing".into(),
-            });
-        };
-        let mut from = (output(gpu, total * 8)?, output(gpu, total * 4)?);
-        let mut to = (output(gpu, total * 8)?, output(gpu, total * 4)?);
-        gpu.launch(
-            &keys.name,
-            || keys.clone(),
-            Launch::Items(total),
-            &[
-                Arg::Buf(&a.mem),
-                Arg::View(kin),
-                Arg::I64(sin),
-                Arg::Buf(&from.0.mem),
-                Arg::Buf(&from.1.mem),
-                Arg::I64(m64),
-                Arg::I64(n),
-                Arg::I32(descending as i32),
-            ],
-        )?;
-        let mut w = 1usize;
-        while w < m {
-            gpu.launch(
-                &merge.name,
-                || merge.clone(),
-                Launch::Items(total),
-                &[
-                    Arg::Buf(&from.0.mem),
-                    Arg::Buf(&from.1.mem),
-                    Arg::Buf(&to.0.mem),
-                    Arg::Buf(&to.1.mem),
-                    Arg::I64(m64),
-                    Arg::I64(n),
-                    Arg::I64(w as i64),
-                ],
-            )?;
-            std::mem::swap(&mut from, &mut to);
-            w *= 2;
-        }
+        // Long lines: keys and indices merge-sorted in scratch, then the values placed.
+        let (_, order) = Self::merge_sorted(gpu, &k, (&a.mem, kin, sin), m, total, descending)?;
+        let place = &k.kernels[3];
         gpu.launch(
             &place.name,
             || place.clone(),
@@ -2390,7 +2458,7 @@ impl Backend for Cuda {
                 Arg::Buf(&a.mem),
                 Arg::View(kin),
                 Arg::I64(sin),
-                Arg::Buf(&from.1.mem),
+                Arg::Buf(&order.mem),
                 Arg::Buf(&y.mem),
                 Arg::Buf(&idx.mem),
                 Arg::View(kout),

@@ -963,20 +963,27 @@ pub fn sparse_softmax_xent(e: Elem, ie: Elem) -> Option<KernelSource> {
     Some(program_source(&name, "", &kernel))
 }
 
+/// Scatter-adds of at most this many indices scan them all per output ([`scatter_add`]'s
+/// first kernel); more are sorted first (its second).
+pub const SCATTER_SCAN_MAX: usize = 64;
+
 /// The adjoint of gather: output `i` (of `outer × bound × inner`, zeros first) sums the
-/// updates whose index selects its row, in index order (deterministic, no atomics); an index
-/// out of range is recorded in the error word.
-pub fn scatter_add(e: Elem, ie: Elem) -> Option<KernelSource> {
+/// updates whose index selects its row, in index order (deterministic, no atomics); an
+/// index out of range is recorded in the error word. Two kernels, the same bits:
+/// - `scatter_add_{t}_{it}` (at most [`SCATTER_SCAN_MAX`] indices): each output reads every
+///   index; parameters `(A, va, B, vb, Y, n, inner, ni, bound, E)`;
+/// - `scatter_add_sorted_{t}_{it}`: the indices' keys and positions sorted (stable: the
+///   index type's [`sort`] kernels), each output finds its row's run by a binary search and
+///   sums the run's updates in order (positions ascending, as the scan adds them);
+///   parameters `(A, va, K, P, Y, n, inner, ni, bound, E)`; out-of-range indices, at the
+///   run's two ends, checked by the first thread.
+pub fn scatter_add(e: Elem, ie: Elem) -> Option<[KernelSource; 2]> {
     if e == Elem::Bool {
         return None;
     }
     let name = format!("scatter_add_{}_{}", e.tag(), ie.tag());
     let load = index_load(ie, "continue;")?;
-    let (acc, add) = if e.is_float() {
-        (e.compute(), "acc = acc + v;".to_string())
-    } else {
-        (e.wide(), "acc = acc + v;".to_string())
-    };
+    let acc = if e.is_float() { e.compute() } else { e.wide() };
     let kernel = format!(
         "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View va, const {is}* __restrict__ B, View vb, \
          {s}* __restrict__ Y, ff_i64 n, ff_i64 inner, ff_i64 ni, ff_i64 bound, unsigned int* E) {{\n\
@@ -986,7 +993,7 @@ pub fn scatter_add(e: Elem, ie: Elem) -> Option<KernelSource> {
          {acc} acc = 0;\n\
          for (ff_i64 j = 0; j < ni; ++j) {{\n\
          {load}\
-         if (r == row) {{ {c} v = {lv}; {add} }}\n}}\n\
+         if (r == row) {{ {c} v = {lv}; acc = acc + v; }}\n}}\n\
          Y[i] = {store};\n}}\n}}\n",
         s = e.store(),
         is = ie.store(),
@@ -994,7 +1001,46 @@ pub fn scatter_add(e: Elem, ie: Elem) -> Option<KernelSource> {
         lv = e.load("A[at(va, (outer * ni + j) * inner + i % inner)]"),
         store = e.store_expr("acc"),
     );
-    Some(program_source(&name, "", &kernel))
+    let sorted_name = format!("scatter_add_sorted_{}_{}", e.tag(), ie.tag());
+    let bad = |r: &str| {
+        format!(
+            "if (atomicMax(E, {code}u) < {code}u) {{ *(unsigned long long*)(E + 2) = \
+             (unsigned long long)({r}); }}",
+            code = error_code::INDEX_OUT_OF_RANGE
+        )
+    };
+    let sorted = format!(
+        "extern \"C\" __global__ void {sorted_name}(const {s}* __restrict__ A, View va, \
+         const unsigned long long* __restrict__ K, const int* __restrict__ P, {s}* __restrict__ Y, \
+         ff_i64 n, ff_i64 inner, ff_i64 ni, ff_i64 bound, unsigned int* E) {{\n\
+         const unsigned long long sign = 1ull << 63;\n\
+         FF_LOOP(n) {{\n\
+         if (i == 0) {{\n\
+         long long first = (long long)(K[0] ^ sign), last = (long long)(K[ni - 1] ^ sign);\n\
+         if (first < 0) {{ {bad_first} }}\n\
+         if (last >= bound) {{ {bad_last} }}\n\
+         }}\n\
+         ff_i64 row = (i / inner) % bound;\n\
+         ff_i64 outer = i / (inner * bound);\n\
+         unsigned long long key = ((unsigned long long)(long long)row) ^ sign;\n\
+         ff_i64 lo = 0, hi = ni;\n\
+         while (lo < hi) {{ ff_i64 c = lo + (hi - lo) / 2; if (K[c] < key) lo = c + 1; else hi = c; }}\n\
+         {acc} acc = 0;\n\
+         for (ff_i64 t = lo; t < ni && K[t] == key; ++t) {{\n\
+         ff_i64 j = P[t];\n\
+         {c} v = {lv}; acc = acc + v;\n}}\n\
+         Y[i] = {store};\n}}\n}}\n",
+        s = e.store(),
+        c = e.compute(),
+        bad_first = bad("first"),
+        bad_last = bad("last"),
+        lv = e.load("A[at(va, (outer * ni + j) * inner + i % inner)]"),
+        store = e.store_expr("acc"),
+    );
+    Some([
+        program_source(&name, "", &kernel),
+        program_source(&sorted_name, "", &sorted),
+    ])
 }
 
 /// Running sums or products along one axis, one thread per line, in the compute type and in
@@ -2246,7 +2292,7 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::CopyInto(e) => one(Some(copy_into(e))),
         KernelKey::Fill(e) => one(Some(fill(e))),
         KernelKey::Gather(e, ie) => gather(e, ie).map(|k| (vec![k], true)),
-        KernelKey::ScatterAdd(e, ie) => scatter_add(e, ie).map(|k| (vec![k], true)),
+        KernelKey::ScatterAdd(e, ie) => scatter_add(e, ie).map(|ks| (ks.to_vec(), true)),
         KernelKey::SparseSoftmaxXent(e, ie) => sparse_softmax_xent(e, ie).map(|k| (vec![k], true)),
         KernelKey::Cumulative(op, e) => one(cumulative(op, e)),
         KernelKey::Sort(e) => sort(e).map(|ks| (ks.to_vec(), false)),
@@ -2301,7 +2347,7 @@ pub fn catalog() -> Vec<KernelSource> {
         all.push(fill(e));
         for ie in [Elem::I32, Elem::I64] {
             all.extend(gather(e, ie));
-            all.extend(scatter_add(e, ie));
+            all.extend(scatter_add(e, ie).into_iter().flatten());
             all.extend(sparse_softmax_xent(e, ie));
         }
         for &op in CumulativeOp::ALL {

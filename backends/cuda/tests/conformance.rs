@@ -46,6 +46,14 @@ fn long_sorts_match_references() {
     }
 }
 
+/// Scatter-adds of many indices take the sorted kernel (see `common`).
+#[test]
+fn many_index_scatter_adds_match_references() {
+    if let Some(device) = cuda_device() {
+        common::many_index_scatter_adds_match_references(device);
+    }
+}
+
 /// Where cuDNN loads (`FERROFLOW_REQUIRE_CUDNN=1` makes its absence a failure), float
 /// convolutions and pooling go through it: the values of
 /// `common::cudnn_path_matches_own_kernels`, and a cuDNN plan (no refusal) for each of its

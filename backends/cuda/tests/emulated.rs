@@ -43,6 +43,14 @@ fn long_sorts_match_references() {
     }
 }
 
+/// Scatter-adds of many indices take the sorted kernel (see `common`).
+#[test]
+fn many_index_scatter_adds_match_references() {
+    if let Some(device) = emulated_device() {
+        common::many_index_scatter_adds_match_references(device);
+    }
+}
+
 /// Every fusible op in one elementwise program (its own generated kernel: each step the
 /// op's own expression, rounded where the op's kernel stores it) in each float type,
 /// including the half types the conformance property does not draw: the same bits as the

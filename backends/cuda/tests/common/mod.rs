@@ -247,6 +247,89 @@ pub fn long_sorts_match_references(device: ferroflow_tensor::Device) {
     .expect("long sorts");
 }
 
+/// Scatter-adds of more indices than the scanning kernel takes
+/// (`source::SCATTER_SCAN_MAX`: the indices sorted, each output summing its row's run)
+/// against sums in index order in the kernels' accumulator types (the same bits): repeated
+/// and unused rows, leading and trailing axes around the scattered one, int32 and int64
+/// indices (contiguous, and a transposed view made dense), float32, float64 and int32
+/// updates; an index below zero or at the bound is the error naming it.
+pub fn many_index_scatter_adds_match_references(device: ferroflow_tensor::Device) {
+    use ferroflow_tensor::{DType, Error, Tensor};
+    let ni = ferroflow_cuda::source::SCATTER_SCAN_MAX * 3 + 5;
+    let (outer, bound, inner) = (2usize, 23usize, 3usize);
+    // Rows 0..20 only (20..23 get nothing), some many times.
+    let rows: Vec<i64> = (0..ni).map(|j| ((j * j * 7 + 3 * j) % 20) as i64).collect();
+    let upd: Vec<f64> = (0..outer * ni * inner)
+        .map(|i| ((i * 7919) % 1013) as f64 / 37.0 - 13.0)
+        .collect();
+    ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
+        let shape = [outer, bound, inner];
+        for index_dtype in [DType::I32, DType::I64] {
+            // [ni] as given, and as the transpose of a [3, ni/3] view (made dense).
+            let flat = Tensor::from_vec(rows.clone(), &[ni])?.cast(index_dtype)?;
+            let third = ni / 3;
+            let by_column: Vec<i64> = (0..ni)
+                .map(|q| rows[(q % 3) * third + q / 3])
+                .collect();
+            let strided = Tensor::from_vec(by_column[..third * 3].to_vec(), &[third, 3])?
+                .cast(index_dtype)?
+                .transpose(&[1, 0])?;
+            for (how, indices, order) in [
+                ("contiguous", flat, rows.clone()),
+                ("a transposed view", strided, rows[..third * 3].to_vec()),
+            ] {
+                let count = order.len();
+                let mut ushape = vec![outer];
+                ushape.extend(indices.shape());
+                ushape.push(inner);
+                let u = &upd[..outer * count * inner];
+                for dtype in [DType::F32, DType::F64, DType::I32] {
+                    let updates = Tensor::from_vec(u.to_vec(), &ushape)?.cast(dtype)?;
+                    let exact = updates.to_f64_vec()?;
+                    let got = Tensor::scatter_add(&indices, &updates, &shape, 1)?.to_f64_vec()?;
+                    for o in 0..outer {
+                        for r in 0..bound {
+                            for c in 0..inner {
+                                // In index order, in the kernel's accumulator type.
+                                let terms = (0..count)
+                                    .filter(|&j| order[j] == r as i64)
+                                    .map(|j| exact[(o * count + j) * inner + c]);
+                                let want = match dtype {
+                                    DType::F32 => terms.fold(0f32, |a, v| a + v as f32) as f64,
+                                    DType::I32 => terms.fold(0i64, |a, v| a + v as i64) as i32 as f64,
+                                    _ => terms.fold(0f64, |a, v| a + v),
+                                };
+                                let at = (o * bound + r) * inner + c;
+                                assert_eq!(
+                                    got[at].to_bits(),
+                                    want.to_bits(),
+                                    "{dtype} by {index_dtype} indices ({how}), row {r}: {} vs {want}",
+                                    got[at]
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            for bad in [-1i64, bound as i64] {
+                let mut wrong = rows.clone();
+                wrong[ni / 2] = bad;
+                let indices = Tensor::from_vec(wrong, &[ni])?.cast(index_dtype)?;
+                let updates = Tensor::from_vec(upd.clone(), &[outer, ni, inner])?;
+                let r = Tensor::scatter_add(&indices, &updates, &shape, 1);
+                assert!(
+                    matches!(r, Err(Error::IndexOutOfRange { index, bound: b, .. }) if index == bad && b == bound),
+                    "index {bad} ({index_dtype}): {:?}",
+                    r.map(|_| ())
+                );
+            }
+        }
+        Ok(())
+    })
+    .expect("the device")
+    .expect("scatter-adds");
+}
+
 /// The input cuDNN runs [`cudnn_path_matches_own_kernels`]'s convolutions on: `[3, 12, 10,
 /// 5]` with a row and a column of zeros appended (stride 2, SAME: TF pads one more after).
 pub const CUDNN_CASE_INPUT: [usize; 4] = [3, 13, 11, 5];
