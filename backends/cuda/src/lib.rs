@@ -1754,11 +1754,21 @@ impl Backend for Cuda {
             let (va, vb) = (view(logits.layout, op)?, view(labels.layout, op)?);
             let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
             gpu.zero(&mut word)?;
-            let kernel = &k.kernels[0];
+            // A thread per row, or for wide rows a block per row (grids stop at 2^31 - 1).
+            let (kernel, how) = match (k.kernels.get(1), u32::try_from(rows)) {
+                (Some(blocks), Ok(r)) if classes > source::SOFTMAX_ROW_MAX && r < u32::MAX => (
+                    blocks,
+                    Launch::Blocks {
+                        blocks: r,
+                        threads: source::REDUCE_BLOCK,
+                    },
+                ),
+                _ => (&k.kernels[0], Launch::Items(rows)),
+            };
             gpu.launch(
                 &kernel.name,
                 || kernel.clone(),
-                Launch::Items(rows),
+                how,
                 &[
                     Arg::Buf(&lbuf.mem),
                     Arg::View(va),

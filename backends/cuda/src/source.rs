@@ -926,12 +926,20 @@ pub fn gather(e: Elem, ie: Elem) -> Option<KernelSource> {
     Some(program_source(&name, "", &kernel))
 }
 
-/// The sparse softmax cross-entropy (`Backend::sparse_softmax_cross_entropy`): thread `i`
-/// takes row `i` of the logits (`bound` classes, read through the view once, into the
-/// backprop output), writes the softmax minus the one-hot label there and the loss
-/// `logsumexp - x[label]` (shifted by the row's maximum, as TF's kernel) into `L`, in the
-/// compute type; a label outside `[0, bound)` is recorded in the error word.
-pub fn sparse_softmax_xent(e: Elem, ie: Elem) -> Option<KernelSource> {
+/// Rows of at most this many classes take [`sparse_softmax_xent`]'s thread-per-row kernel;
+/// wider ones (a language model's vocabulary) its block-per-row kernel.
+pub const SOFTMAX_ROW_MAX: usize = 1024;
+
+/// The sparse softmax cross-entropy (`Backend::sparse_softmax_cross_entropy`): each row of
+/// the logits (`bound` classes, read through the view once, into the backprop output) gets
+/// the softmax minus the one-hot label there and the loss `logsumexp - x[label]` (shifted
+/// by the row's maximum, as TF's kernel) in `L`, in the compute type; a label outside
+/// `[0, bound)` is recorded in the error word. Two kernels, parameters `(A, va, B, vb, L, BP,
+/// rows, bound, E)`: `sparse_softmax_xent_{t}_{it}`, a thread per row walking its classes
+/// in order (rows of up to [`SOFTMAX_ROW_MAX`]); `sparse_softmax_xent_blocks_{t}_{it}`, a
+/// block of [`REDUCE_BLOCK`] threads per row, its maximum and sum combined by a fixed tree
+/// (deterministic; the sum's rounding differs from the row kernel's by its order).
+pub fn sparse_softmax_xent(e: Elem, ie: Elem) -> Option<[KernelSource; 2]> {
     if !matches!(e, Elem::F32 | Elem::F64) {
         return None;
     }
@@ -960,7 +968,50 @@ pub fn sparse_softmax_xent(e: Elem, ie: Elem) -> Option<KernelSource> {
         exp = e.math("exp"),
         log = e.math("log"),
     );
-    Some(program_source(&name, "", &kernel))
+    let blocks_name = format!("sparse_softmax_xent_blocks_{}_{}", e.tag(), ie.tag());
+    let tree = |combine: &str| {
+        format!(
+            "part[threadIdx.x] = t;\n\
+             __syncthreads();\n\
+             for (unsigned int half = {REDUCE_BLOCK} / 2; half > 0; half >>= 1) {{\n\
+             if (threadIdx.x < half) {{ {c} o = part[threadIdx.x + half]; {c} t = part[threadIdx.x]; {combine} part[threadIdx.x] = t; }}\n\
+             __syncthreads();\n}}\n"
+        )
+    };
+    let blocks = format!(
+        "extern \"C\" __global__ void {blocks_name}(const {s}* __restrict__ A, View va, const {is}* __restrict__ B, View vb, \
+         {s}* __restrict__ L, {s}* __restrict__ BP, ff_i64 rows, ff_i64 bound, unsigned int* E) {{\n\
+         __shared__ {c} part[{REDUCE_BLOCK}];\n\
+         ff_i64 i = (ff_i64)blockIdx.x;\n\
+         long long r = (long long)B[at(vb, i)];\n\
+         int bad = r < 0 || r >= bound;\n\
+         if (bad && threadIdx.x == 0 && atomicMax(E, {code}u) < {code}u) {{ *(unsigned long long*)(E + 2) = (unsigned long long)r; }}\n\
+         ff_i64 base = i * bound;\n\
+         {c} t = {lo};\n\
+         for (ff_i64 k = threadIdx.x; k < bound; k += {REDUCE_BLOCK}) {{ {c} v = A[at(va, base + k)]; BP[base + k] = v; if (v > t) t = v; }}\n\
+         {max_tree}\
+         {c} m = part[0];\n\
+         __syncthreads();\n\
+         t = 0;\n\
+         for (ff_i64 k = threadIdx.x; k < bound; k += {REDUCE_BLOCK}) {{ {c} x = {exp}(BP[base + k] - m); BP[base + k] = x; t = t + x; }}\n\
+         {sum_tree}\
+         {c} s = part[0];\n\
+         {c} inv = ({c})1 / s;\n\
+         for (ff_i64 k = threadIdx.x; k < bound; k += {REDUCE_BLOCK}) {{ {c} p = BP[base + k] * inv; if (k == r) p = p - ({c})1; BP[base + k] = p; }}\n\
+         if (threadIdx.x == 0 && !bad) {{ {c} picked = A[at(va, base + r)]; L[i] = {log}(s) - (picked - m); }}\n}}\n",
+        s = e.store(),
+        is = ie.store(),
+        lo = e.limits().0,
+        exp = e.math("exp"),
+        log = e.math("log"),
+        code = error_code::INDEX_OUT_OF_RANGE,
+        max_tree = tree("if (o > t) t = o;"),
+        sum_tree = tree("t = t + o;"),
+    );
+    Some([
+        program_source(&name, "", &kernel),
+        program_source(&blocks_name, "", &blocks),
+    ])
 }
 
 /// Scatter-adds of at most this many indices scan them all per output ([`scatter_add`]'s
@@ -2293,7 +2344,9 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::Fill(e) => one(Some(fill(e))),
         KernelKey::Gather(e, ie) => gather(e, ie).map(|k| (vec![k], true)),
         KernelKey::ScatterAdd(e, ie) => scatter_add(e, ie).map(|ks| (ks.to_vec(), true)),
-        KernelKey::SparseSoftmaxXent(e, ie) => sparse_softmax_xent(e, ie).map(|k| (vec![k], true)),
+        KernelKey::SparseSoftmaxXent(e, ie) => {
+            sparse_softmax_xent(e, ie).map(|ks| (ks.to_vec(), true))
+        }
         KernelKey::Cumulative(op, e) => one(cumulative(op, e)),
         KernelKey::Sort(e) => sort(e).map(|ks| (ks.to_vec(), false)),
         KernelKey::MatmulInt(e) => one(matmul_int(e)),
@@ -2348,7 +2401,7 @@ pub fn catalog() -> Vec<KernelSource> {
         for ie in [Elem::I32, Elem::I64] {
             all.extend(gather(e, ie));
             all.extend(scatter_add(e, ie).into_iter().flatten());
-            all.extend(sparse_softmax_xent(e, ie));
+            all.extend(sparse_softmax_xent(e, ie).into_iter().flatten());
         }
         for &op in CumulativeOp::ALL {
             all.extend(cumulative(op, e));

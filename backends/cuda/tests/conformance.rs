@@ -54,6 +54,14 @@ fn many_index_scatter_adds_match_references() {
     }
 }
 
+/// Softmax cross-entropy over wide rows takes the block-per-row kernel (see `common`).
+#[test]
+fn wide_softmax_cross_entropy_matches_references() {
+    if let Some(device) = cuda_device() {
+        common::wide_softmax_cross_entropy_matches_references(device);
+    }
+}
+
 /// Where cuDNN loads (`FERROFLOW_REQUIRE_CUDNN=1` makes its absence a failure), float
 /// convolutions and pooling go through it: the values of
 /// `common::cudnn_path_matches_own_kernels`, and a cuDNN plan (no refusal) for each of its

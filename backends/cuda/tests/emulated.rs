@@ -51,6 +51,14 @@ fn many_index_scatter_adds_match_references() {
     }
 }
 
+/// Softmax cross-entropy over wide rows takes the block-per-row kernel (see `common`).
+#[test]
+fn wide_softmax_cross_entropy_matches_references() {
+    if let Some(device) = emulated_device() {
+        common::wide_softmax_cross_entropy_matches_references(device);
+    }
+}
+
 /// Every fusible op in one elementwise program (its own generated kernel: each step the
 /// op's own expression, rounded where the op's kernel stores it) in each float type,
 /// including the half types the conformance property does not draw: the same bits as the

@@ -330,6 +330,74 @@ pub fn many_index_scatter_adds_match_references(device: ferroflow_tensor::Device
     .expect("scatter-adds");
 }
 
+/// Softmax cross-entropy over rows wider than the thread-per-row kernel takes
+/// (`source::SOFTMAX_ROW_MAX`: a block per row) against float64 references: losses and
+/// backprop in float32 and float64 with int32 and int64 labels, widths that leave the
+/// block's last pass partial; a NaN logit makes its row's loss NaN and leaves the others;
+/// a label at the bound is the error naming it.
+pub fn wide_softmax_cross_entropy_matches_references(device: ferroflow_tensor::Device) {
+    use ferroflow_tensor::{DType, Error, Tensor};
+    let rows = 3usize;
+    ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
+        for classes in [ferroflow_cuda::source::SOFTMAX_ROW_MAX + 1, 2049] {
+            let logits: Vec<f64> = (0..rows * classes)
+                .map(|i| ((i * 7919) % 1013) as f64 / 61.0 - 8.0)
+                .collect();
+            let labels: Vec<i64> = (0..rows).map(|r| ((r * 977 + 5) % classes) as i64).collect();
+            for dtype in [DType::F32, DType::F64] {
+                let x = Tensor::from_vec(logits.clone(), &[rows, classes])?.cast(dtype)?;
+                let exact = x.to_f64_vec()?;
+                for label_dtype in [DType::I32, DType::I64] {
+                    let y = Tensor::from_vec(labels.clone(), &[rows])?.cast(label_dtype)?;
+                    let (loss, backprop) = x.sparse_softmax_cross_entropy_with_logits(&y)?;
+                    let (loss, backprop) = (loss.to_f64_vec()?, backprop.to_f64_vec()?);
+                    let eps = if dtype == DType::F32 { 1e-6 } else { 1e-14 };
+                    for r in 0..rows {
+                        let row = &exact[r * classes..(r + 1) * classes];
+                        let m = row.iter().cloned().fold(f64::MIN, f64::max);
+                        let sum: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                        let want = sum.ln() - (row[labels[r] as usize] - m);
+                        let what = format!("{dtype} by {label_dtype}, {classes} classes, row {r}");
+                        assert!(
+                            (loss[r] - want).abs() <= 8.0 * eps * (1.0 + want.abs()),
+                            "loss, {what}: {} vs {want}",
+                            loss[r]
+                        );
+                        for (k, v) in row.iter().enumerate() {
+                            let p = (v - m).exp() / sum - f64::from(k == labels[r] as usize);
+                            let got = backprop[r * classes + k];
+                            assert!(
+                                (got - p).abs() <= 8.0 * eps * (1.0 / classes as f64 + p.abs()),
+                                "backprop, {what}, class {k}: {got} vs {p}"
+                            );
+                        }
+                    }
+                }
+            }
+            // A NaN logit: its row's loss is NaN, the others' are not.
+            let mut with_nan = logits.clone();
+            with_nan[classes + 7] = f64::NAN;
+            let x = Tensor::from_vec(with_nan, &[rows, classes])?.cast(DType::F32)?;
+            let y = Tensor::from_vec(labels.clone(), &[rows])?.cast(DType::I32)?;
+            let loss = x.sparse_softmax_cross_entropy_with_logits(&y)?.0.to_f64_vec()?;
+            assert!(loss[1].is_nan() && !loss[0].is_nan() && !loss[2].is_nan(), "{loss:?}");
+            // A label at the bound.
+            let mut wrong = labels.clone();
+            wrong[2] = classes as i64;
+            let y = Tensor::from_vec(wrong, &[rows])?.cast(DType::I64)?;
+            let r = x.sparse_softmax_cross_entropy_with_logits(&y);
+            assert!(
+                matches!(r, Err(Error::IndexOutOfRange { index, bound, .. }) if index == classes as i64 && bound == classes),
+                "{:?}",
+                r.map(|_| ())
+            );
+        }
+        Ok(())
+    })
+    .expect("the device")
+    .expect("wide softmax cross-entropy");
+}
+
 /// The input cuDNN runs [`cudnn_path_matches_own_kernels`]'s convolutions on: `[3, 12, 10,
 /// 5]` with a row and a column of zeros appended (stride 2, SAME: TF pads one more after).
 pub const CUDNN_CASE_INPUT: [usize; 4] = [3, 13, 11, 5];
