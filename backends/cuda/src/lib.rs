@@ -1756,13 +1756,17 @@ impl Backend for Cuda {
             gpu.zero(&mut word)?;
             // A thread per row, or for wide rows a block per row (grids stop at 2^31 - 1).
             let (kernel, how) = match (k.kernels.get(1), u32::try_from(rows)) {
-                (Some(blocks), Ok(r)) if classes > source::SOFTMAX_ROW_MAX && r < u32::MAX => (
-                    blocks,
-                    Launch::Blocks {
-                        blocks: r,
-                        threads: source::REDUCE_BLOCK,
-                    },
-                ),
+                (Some(blocks), Ok(r))
+                    if classes > source::SOFTMAX_ROW_MAX && r <= i32::MAX as u32 =>
+                {
+                    (
+                        blocks,
+                        Launch::Blocks {
+                            blocks: r,
+                            threads: source::REDUCE_BLOCK,
+                        },
+                    )
+                }
                 _ => (&k.kernels[0], Launch::Items(rows)),
             };
             gpu.launch(
@@ -2174,7 +2178,6 @@ impl Backend for Cuda {
     fn arg_reduce(&self, op: ArgReduceOp, x: Operand<'_>, axis: usize) -> Result<BufferBox> {
         let e = elem(x.dtype, op.name())?;
         let k = kernels(source::KernelKey::ArgReduce(op, e), op.name(), x.dtype)?;
-        let kernel = &k.kernels[0];
         let (gpu, a) = self.gpu_of(&x, op.name())?;
         let (kept, _, m) = Self::split_views(&x, &[axis], op.name())?;
         let stride = x.layout.strides()[axis] as i64;
@@ -2183,11 +2186,22 @@ impl Backend for Cuda {
         if outputs == 0 || m == 0 {
             return boxed(y);
         }
+        // A thread per output, or for long lines a block per output (grids stop at 2^31 - 1).
+        let (kernel, how) = match (k.kernels.get(1), u32::try_from(outputs)) {
+            (Some(blocks), Ok(o)) if m > source::ARG_REDUCE_ROW_MAX && o <= i32::MAX as u32 => (
+                blocks,
+                Launch::Blocks {
+                    blocks: o,
+                    threads: source::REDUCE_BLOCK,
+                },
+            ),
+            _ => (&k.kernels[0], Launch::Items(outputs)),
+        };
         // (A, kept, stride, m, Y, n)
         gpu.launch(
             &kernel.name,
             || kernel.clone(),
-            Launch::Items(outputs),
+            how,
             &[
                 Arg::Buf(&a.mem),
                 Arg::View(kept),

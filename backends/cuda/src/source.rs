@@ -839,17 +839,26 @@ fn reduction_kernels(
     ])
 }
 
+/// Arg-reductions along at most this many elements take [`arg_reduce`]'s thread-per-output
+/// kernel; longer ones (an argmax over a vocabulary) its block-per-output kernel.
+pub const ARG_REDUCE_ROW_MAX: usize = 1024;
+
 /// The index (int64) of the extreme along one axis: output `o` scans `A[at(kept, o) + j·stride]`
 /// for `j < m`; the first index wins ties and the first NaN beats any number, as on the CPU.
-pub fn arg_reduce(op: ArgReduceOp, e: Elem) -> Option<KernelSource> {
+/// Two kernels, parameters `(A, kept, stride, m, Y, n)`: `{op}_{t}`, a thread per output
+/// (lines of up to [`ARG_REDUCE_ROW_MAX`]); `{op}_blocks_{t}`, a block of [`REDUCE_BLOCK`]
+/// threads per output, each keeping the first best of its stride of the line, combined by
+/// a fixed tree under the same rule (the same index: the rule picks one element).
+pub fn arg_reduce(op: ArgReduceOp, e: Elem) -> Option<[KernelSource; 2]> {
     if e == Elem::Bool {
         return None;
     }
     let name = format!("{}_{}", op.name(), e.tag());
-    let better = match op {
-        ArgReduceOp::ArgMax => "v > best",
-        ArgReduceOp::ArgMin => "v < best",
+    let (better, cmp) = match op {
+        ArgReduceOp::ArgMax => ("v > best", ">"),
+        ArgReduceOp::ArgMin => ("v < best", "<"),
     };
+    let (s, c) = (e.store(), e.compute());
     let kernel = format!(
         "extern \"C\" __global__ void {name}(const {s}* __restrict__ A, View kept, ff_i64 stride, ff_i64 m, \
          long long* __restrict__ Y, ff_i64 n) {{\n\
@@ -861,12 +870,43 @@ pub fn arg_reduce(op: ArgReduceOp, e: Elem) -> Option<KernelSource> {
          {c} v = {next};\n\
          if (ff_isnan(v) || {better}) {{ best = v; index = j; }}\n}}\n\
          Y[i] = index;\n}}\n}}\n",
-        s = e.store(),
-        c = e.compute(),
         first = e.load("A[base]"),
         next = e.load("A[base + j * stride]"),
     );
-    Some(program_source(&name, "", &kernel))
+    let blocks_name = format!("{}_blocks_{}", op.name(), e.tag());
+    let blocks = format!(
+        "extern \"C\" __global__ void {blocks_name}(const {s}* __restrict__ A, View kept, ff_i64 stride, ff_i64 m, \
+         long long* __restrict__ Y, ff_i64 n) {{\n\
+         __shared__ {c} pv[{REDUCE_BLOCK}];\n\
+         __shared__ long long pi[{REDUCE_BLOCK}];\n\
+         ff_i64 base = at(kept, (ff_i64)blockIdx.x);\n\
+         {c} best = 0;\n\
+         long long index = -1;\n\
+         for (ff_i64 j = threadIdx.x; j < m; j += {REDUCE_BLOCK}) {{\n\
+         {c} v = {next};\n\
+         if (index < 0 || (!ff_isnan(best) && (ff_isnan(v) || {better}))) {{ best = v; index = j; }}\n}}\n\
+         pv[threadIdx.x] = best;\n\
+         pi[threadIdx.x] = index;\n\
+         __syncthreads();\n\
+         for (unsigned int half = {REDUCE_BLOCK} / 2; half > 0; half >>= 1) {{\n\
+         if (threadIdx.x < half) {{\n\
+         {c} t = pv[threadIdx.x], o = pv[threadIdx.x + half];\n\
+         long long ti = pi[threadIdx.x], oi = pi[threadIdx.x + half];\n\
+         int take;\n\
+         if (oi < 0) take = 0;\n\
+         else if (ti < 0) take = 1;\n\
+         else if (ff_isnan(t)) take = ff_isnan(o) && oi < ti;\n\
+         else if (ff_isnan(o)) take = 1;\n\
+         else take = (o {cmp} t) || (o == t && oi < ti);\n\
+         if (take) {{ pv[threadIdx.x] = o; pi[threadIdx.x] = oi; }}\n}}\n\
+         __syncthreads();\n}}\n\
+         if (threadIdx.x == 0) Y[blockIdx.x] = pi[0];\n}}\n",
+        next = e.load("A[base + j * stride]"),
+    );
+    Some([
+        program_source(&name, "", &kernel),
+        program_source(&blocks_name, "", &blocks),
+    ])
 }
 
 /// `Y[at(vy, i)] = A[at(va, i)]` over the `n` elements of a shape both views describe: a
@@ -2337,7 +2377,7 @@ pub fn generated(key: KernelKey) -> Option<std::sync::Arc<Generated>> {
         KernelKey::Unary(op, e, out) => one(unary(op, e, out)),
         KernelKey::Binary(op, e, out) => binary(op, e, out).map(|(k, checked)| (vec![k], checked)),
         KernelKey::Reduce(op, e) => reduce(op, e).map(|ks| (ks.to_vec(), false)),
-        KernelKey::ArgReduce(op, e) => one(arg_reduce(op, e)),
+        KernelKey::ArgReduce(op, e) => arg_reduce(op, e).map(|ks| (ks.to_vec(), false)),
         KernelKey::Cast(from, to) => one(Some(cast(from, to))),
         KernelKey::Select(e) => one(Some(select(e))),
         KernelKey::CopyInto(e) => one(Some(copy_into(e))),
@@ -2394,7 +2434,7 @@ pub fn catalog() -> Vec<KernelSource> {
             all.extend(reduce(op, e).into_iter().flatten());
         }
         for &op in ArgReduceOp::ALL {
-            all.extend(arg_reduce(op, e));
+            all.extend(arg_reduce(op, e).into_iter().flatten());
         }
         all.push(copy_into(e));
         all.push(fill(e));

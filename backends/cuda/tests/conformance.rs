@@ -62,6 +62,14 @@ fn wide_softmax_cross_entropy_matches_references() {
     }
 }
 
+/// Arg-reductions along long lines take the block-per-output kernel (see `common`).
+#[test]
+fn long_arg_reductions_match_references() {
+    if let Some(device) = cuda_device() {
+        common::long_arg_reductions_match_references(device);
+    }
+}
+
 /// Where cuDNN loads (`FERROFLOW_REQUIRE_CUDNN=1` makes its absence a failure), float
 /// convolutions and pooling go through it: the values of
 /// `common::cudnn_path_matches_own_kernels`, and a cuDNN plan (no refusal) for each of its

@@ -59,6 +59,14 @@ fn wide_softmax_cross_entropy_matches_references() {
     }
 }
 
+/// Arg-reductions along long lines take the block-per-output kernel (see `common`).
+#[test]
+fn long_arg_reductions_match_references() {
+    if let Some(device) = emulated_device() {
+        common::long_arg_reductions_match_references(device);
+    }
+}
+
 /// Every fusible op in one elementwise program (its own generated kernel: each step the
 /// op's own expression, rounded where the op's kernel stores it) in each float type,
 /// including the half types the conformance property does not draw: the same bits as the

@@ -398,6 +398,61 @@ pub fn wide_softmax_cross_entropy_matches_references(device: ferroflow_tensor::D
     .expect("wide softmax cross-entropy");
 }
 
+/// Arg-reductions along lines longer than the thread-per-output kernel takes
+/// (`source::ARG_REDUCE_ROW_MAX`: a block per output) against the rule they share with the
+/// CPU: the first index of the extreme, the first NaN before any number; along a
+/// contiguous and a strided axis, in float32, bfloat16 (many ties) and int32.
+pub fn long_arg_reductions_match_references(device: ferroflow_tensor::Device) {
+    use ferroflow_tensor::{DType, Tensor};
+    let m = ferroflow_cuda::source::ARG_REDUCE_ROW_MAX * 2 + 3;
+    let lines = 4usize;
+    ferroflow_tensor::with_device(&device.to_string(), || -> ferroflow_tensor::Result<()> {
+        let values: Vec<f64> = (0..lines * m)
+            .map(|i| {
+                let (l, j) = (i / m, i % m);
+                match (l, j) {
+                    // Lines 1 and 2: NaNs late in the line, after the extremes, in
+                    // threads the tree meets in both orders; line 3: none.
+                    (1, 1030) | (1, 1900) | (2, 1100) | (2, 1300) | (2, 1500) => f64::NAN,
+                    (2, 1900) | (2, 2000) | (2, 2040) => f64::NAN,
+                    _ => ((i * 7919) % 2003) as f64 / 7.0 - 140.0,
+                }
+            })
+            .collect();
+        for dtype in [DType::F32, DType::BF16, DType::I32] {
+            let rows = Tensor::from_vec(values.clone(), &[lines, m])?.cast(dtype)?;
+            let exact = rows.to_f64_vec()?;
+            for max in [true, false] {
+                let want: Vec<f64> = (0..lines)
+                    .map(|l| {
+                        let line = &exact[l * m..(l + 1) * m];
+                        if let Some(j) = line.iter().position(|v| v.is_nan()) {
+                            return j as f64;
+                        }
+                        let mut best = 0;
+                        for (j, &v) in line.iter().enumerate() {
+                            if (max && v > line[best]) || (!max && v < line[best]) {
+                                best = j;
+                            }
+                        }
+                        best as f64
+                    })
+                    .collect();
+                let arg =
+                    |t: &Tensor, axis: isize| if max { t.argmax(axis) } else { t.argmin(axis) };
+                let along = arg(&rows, 1)?.to_f64_vec()?;
+                let strided = arg(&rows.transpose(&[1, 0])?, 0)?.to_f64_vec()?;
+                let what = format!("{dtype} {}", if max { "argmax" } else { "argmin" });
+                assert_eq!(along, want, "{what} along the contiguous axis");
+                assert_eq!(strided, want, "{what} along a strided axis");
+            }
+        }
+        Ok(())
+    })
+    .expect("the device")
+    .expect("long arg-reductions");
+}
+
 /// The input cuDNN runs [`cudnn_path_matches_own_kernels`]'s convolutions on: `[3, 12, 10,
 /// 5]` with a row and a column of zeros appended (stride 2, SAME: TF pads one more after).
 pub const CUDNN_CASE_INPUT: [usize; 4] = [3, 13, 11, 5];
