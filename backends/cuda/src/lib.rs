@@ -813,24 +813,25 @@ impl Cuda {
         }
     }
 
-    /// Runs a gather-like kernel `(A, va, B, vb, Y, n, inner, ni, bound, E)`: `a` read through
-    /// its view, `indices` checked against `bound`.
+    /// Runs a gather-like kernel `(A, va, I0, I1, Y, n, inner, ni, bound, E)`: `a` read
+    /// through its view, the indices given as the kernel's two arguments `index` (the
+    /// indices and their view, or a scatter-add's sorted keys and positions), checked
+    /// against `bound` through the error word.
     fn indexed(
         &self,
         op: &'static str,
         kernel: &KernelSource,
         a: Operand<'_>,
-        indices: Operand<'_>,
+        index: [Arg<'_>; 2],
         n: usize,
         (inner, ni, bound): (usize, usize, usize),
     ) -> Result<CudaBuffer> {
         let (gpu, abuf) = self.gpu_of(&a, op)?;
-        let ibuf = ours(&indices, op)?;
         let y = output(gpu, n * a.dtype.size_in_bytes())?;
         if n == 0 {
             return Ok(y);
         }
-        let (va, vb) = (view(a.layout, op)?, view(indices.layout, op)?);
+        let [i0, i1] = index;
         let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
         gpu.zero(&mut word)?;
         gpu.launch(
@@ -839,9 +840,9 @@ impl Cuda {
             Launch::Items(n),
             &[
                 Arg::Buf(&abuf.mem),
-                Arg::View(va),
-                Arg::Buf(&ibuf.mem),
-                Arg::View(vb),
+                Arg::View(view(a.layout, op)?),
+                i0,
+                i1,
                 Arg::Buf(&y.mem),
                 Arg::I64(n as i64),
                 Arg::I64(inner as i64),
@@ -852,6 +853,15 @@ impl Cuda {
         )?;
         Self::data_error(op, read_error(gpu, &word)?, bound)?;
         Ok(y)
+    }
+
+    /// A tensor's indices as the two arguments of [`Cuda::indexed`]'s kernels: its buffer and
+    /// its view.
+    fn index_args<'a>(indices: &Operand<'a>, op: &'static str) -> Result<[Arg<'a>; 2]> {
+        Ok([
+            Arg::Buf(&ours(indices, op)?.mem),
+            Arg::View(view(indices.layout, op)?),
+        ])
     }
 
     /// `activation(y + bias)` over a dense product `y` of shape `out` (bias along the last
@@ -2279,7 +2289,7 @@ impl Backend for Cuda {
             "gather",
             &k.kernels[0],
             x,
-            indices,
+            Self::index_args(&indices, "gather")?,
             outer * ni * inner,
             (inner, ni, shape[axis]),
         )?)
@@ -2307,7 +2317,7 @@ impl Backend for Cuda {
                 "scatter_add",
                 &k.kernels[0],
                 updates,
-                indices,
+                Self::index_args(&indices, "scatter_add")?,
                 n,
                 (inner, ni, bound),
             )?);
@@ -2319,48 +2329,30 @@ impl Backend for Cuda {
             backend: BACKEND,
             msg: format!("{op}: the sorted kernel is missing"),
         })?;
-        let (gpu, ubuf) = self.gpu_of(&updates, op)?;
         let ibuf = ours(&indices, op)?;
         // The indices as one line: in place where their view steps as one axis.
         let line = view(indices.layout, op)?;
         let dense;
         let (imem, kin, sin) = if line.rank <= 1 {
             let step = if line.rank == 1 { line.strides[0] } else { 0 };
-            (
-                &ibuf.mem,
-                view_of(&[], &[], line.offset as usize, op)?,
-                step,
-            )
+            let at = view_of(&[], &[], line.offset as usize, op)?;
+            (&ibuf.mem, at, step)
         } else {
             dense = self.dense(indices)?;
             (&dense.mem, view_of(&[], &[], 0, op)?, 1)
         };
         let sort_kernels = kernels(source::KernelKey::Sort(ie), op, indices.dtype)?;
+        let (gpu, _) = self.gpu_of(&updates, op)?;
         let (keys, order) =
             Self::merge_sorted(gpu, &sort_kernels, (imem, kin, sin), ni, ni, false)?;
-        let y = output(gpu, n * updates.dtype.size_in_bytes())?;
-        let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
-        gpu.zero(&mut word)?;
-        // (A, va, K, P, Y, n, inner, ni, bound, E)
-        gpu.launch(
-            &sorted.name,
-            || sorted.clone(),
-            Launch::Items(n),
-            &[
-                Arg::Buf(&ubuf.mem),
-                Arg::View(view(updates.layout, op)?),
-                Arg::Buf(&keys.mem),
-                Arg::Buf(&order.mem),
-                Arg::Buf(&y.mem),
-                Arg::I64(n as i64),
-                Arg::I64(inner as i64),
-                Arg::I64(ni as i64),
-                Arg::I64(bound as i64),
-                Arg::Buf(&word),
-            ],
-        )?;
-        Self::data_error(op, read_error(gpu, &word)?, bound)?;
-        boxed(y)
+        boxed(self.indexed(
+            op,
+            sorted,
+            updates,
+            [Arg::Buf(&keys.mem), Arg::Buf(&order.mem)],
+            n,
+            (inner, ni, bound),
+        )?)
     }
     fn concat(&self, inputs: &[Operand<'_>], axis: usize) -> Result<BufferBox> {
         let first = inputs.first().ok_or_else(|| Error::Backend {
@@ -2447,48 +2439,33 @@ impl Backend for Cuda {
             return Ok((Box::new(y), Box::new(idx)));
         }
         let (kin, sin, kout, sout) = line_views(&x, axis, "sort")?;
-        let (n, m64) = (total as i64, m as i64);
-        if m <= source::SORT_RANK_MAX {
-            // (A, kin, sin, Y, I, kout, sout, m, n, descending): every element is written
-            // once, at its rank within its line.
-            let rank = &k.kernels[0];
-            gpu.launch(
-                &rank.name,
-                || rank.clone(),
-                Launch::Items(total),
-                &[
-                    Arg::Buf(&a.mem),
-                    Arg::View(kin),
-                    Arg::I64(sin),
-                    Arg::Buf(&y.mem),
-                    Arg::Buf(&idx.mem),
-                    Arg::View(kout),
-                    Arg::I64(sout),
-                    Arg::I64(m64),
-                    Arg::I64(n),
-                    Arg::I32(descending as i32),
-                ],
-            )?;
-            return Ok((Box::new(y), Box::new(idx)));
-        }
-        // Long lines: keys and indices merge-sorted in scratch, then the values placed.
-        let (_, order) = Self::merge_sorted(gpu, &k, (&a.mem, kin, sin), m, total, descending)?;
-        let place = &k.kernels[3];
+        // Short lines: each element placed at its rank within its line. Long ones: keys
+        // and indices merge-sorted in scratch, then the values placed in that order.
+        let merged = if m > source::SORT_RANK_MAX {
+            Some(Self::merge_sorted(gpu, &k, (&a.mem, kin, sin), m, total, descending)?.1)
+        } else {
+            None
+        };
+        let (kernel, last) = match &merged {
+            None => (&k.kernels[0], Arg::I32(descending as i32)),
+            Some(order) => (&k.kernels[3], Arg::Buf(&order.mem)),
+        };
+        // (A, kin, sin, Y, I, kout, sout, m, n, descending | P): every element written once.
         gpu.launch(
-            &place.name,
-            || place.clone(),
+            &kernel.name,
+            || kernel.clone(),
             Launch::Items(total),
             &[
                 Arg::Buf(&a.mem),
                 Arg::View(kin),
                 Arg::I64(sin),
-                Arg::Buf(&order.mem),
                 Arg::Buf(&y.mem),
                 Arg::Buf(&idx.mem),
                 Arg::View(kout),
                 Arg::I64(sout),
-                Arg::I64(m64),
-                Arg::I64(n),
+                Arg::I64(m as i64),
+                Arg::I64(total as i64),
+                last,
             ],
         )?;
         Ok((Box::new(y), Box::new(idx)))

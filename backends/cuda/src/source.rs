@@ -1566,8 +1566,8 @@ pub const SORT_RANK_MAX: usize = 256;
 ///   n, w`): runs of `w` merged in pairs, each element placed by a binary search of the
 ///   other run (a left element after the right run's smaller keys, a right one after the
 ///   left run's keys not above it: stable); `w` = 1, 2, 4, .. while `w < m`;
-/// - `sort_place_{t}`: the values and indices written in the sorted order (`A, kin, sin, P,
-///   Y, I, kout, sout, m, n`).
+/// - `sort_place_{t}`: the values and indices written in the sorted order (`A, kin, sin, Y,
+///   I, kout, sout, m, n, P`: the rank kernel's, the order for the direction).
 ///
 /// Both ways give the same bits: the (key, index) order is total.
 pub fn sort(e: Elem) -> Option<[KernelSource; 4]> {
@@ -1655,8 +1655,8 @@ pub fn sort(e: Elem) -> Option<[KernelSource; 4]> {
     let place_name = format!("sort_place_{t}");
     let place = format!(
         "extern \"C\" __global__ void {place_name}(const {s}* __restrict__ A, View kin, ff_i64 sin, \
-         const int* __restrict__ P, {s}* __restrict__ Y, int* __restrict__ I, View kout, ff_i64 sout, \
-         ff_i64 m, ff_i64 n) {{\n\
+         {s}* __restrict__ Y, int* __restrict__ I, View kout, ff_i64 sout, ff_i64 m, ff_i64 n, \
+         const int* __restrict__ P) {{\n\
          FF_LOOP(n) {{\n\
          ff_i64 line = i / m, p = i % m;\n\
          int j = P[i];\n\
