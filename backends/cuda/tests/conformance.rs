@@ -38,38 +38,6 @@ fn long_reductions_match_references_in_every_plan() {
     }
 }
 
-/// Sorts of long lines take the merge passes (see `common`).
-#[test]
-fn long_sorts_match_references() {
-    if let Some(device) = cuda_device() {
-        common::long_sorts_match_references(device);
-    }
-}
-
-/// Scatter-adds of many indices take the sorted kernel (see `common`).
-#[test]
-fn many_index_scatter_adds_match_references() {
-    if let Some(device) = cuda_device() {
-        common::many_index_scatter_adds_match_references(device);
-    }
-}
-
-/// Softmax cross-entropy over wide rows takes the block-per-row kernel (see `common`).
-#[test]
-fn wide_softmax_cross_entropy_matches_references() {
-    if let Some(device) = cuda_device() {
-        common::wide_softmax_cross_entropy_matches_references(device);
-    }
-}
-
-/// Arg-reductions along long lines take the block-per-output kernel (see `common`).
-#[test]
-fn long_arg_reductions_match_references() {
-    if let Some(device) = cuda_device() {
-        common::long_arg_reductions_match_references(device);
-    }
-}
-
 /// Where cuDNN loads (`FERROFLOW_REQUIRE_CUDNN=1` makes its absence a failure), float
 /// convolutions and pooling go through it: the values of
 /// `common::cudnn_path_matches_own_kernels`, and a cuDNN plan (no refusal) for each of its

@@ -240,3 +240,86 @@ pub fn nd_and_one_hot(device: &Device) {
     .expect("one_hot");
     assert_eq!(oh, vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
 }
+
+/// Scatter-adds of more indices than GPU kernels scan per output (the CUDA backend's 64:
+/// sorted beyond, each output summing its row's run) against sums in index order in each
+/// type (the same bits: every backend adds a row's updates in index order): repeated and
+/// unused rows, leading and trailing axes around the scattered one, the index types the
+/// device has (contiguous, and a transposed view), float32, float64 and int32 updates; an
+/// index below zero or at the bound is the error naming it.
+pub fn many_index_scatter_adds(device: &Device) {
+    let ni = 64 * 3 + 5;
+    let (outer, bound, inner) = (2usize, 23usize, 3usize);
+    // Rows 0..20 only (20..23 get nothing), some many times.
+    let rows: Vec<i64> = (0..ni).map(|j| ((j * j * 7 + 3 * j) % 20) as i64).collect();
+    let upd: Vec<f64> = (0..outer * ni * inner)
+        .map(|i| ((i * 7919) % 1013) as f64 / 37.0 - 13.0)
+        .collect();
+    let shape = [outer, bound, inner];
+    let up = |dtype: DType, v: &[f64], shape: &[usize]| {
+        Tensor::from_host_on(HostData::from_f64_slice(dtype, v), shape, *device).expect("upload")
+    };
+    for index_dtype in supported(device, &[DType::I32, DType::I64]) {
+        let as_f64 = |v: &[i64]| v.iter().map(|&r| r as f64).collect::<Vec<f64>>();
+        // [ni] as given, and as the transpose of a [third, 3] view.
+        let flat = up(index_dtype, &as_f64(&rows), &[ni]);
+        let third = ni / 3;
+        let by_column: Vec<i64> = (0..third * 3)
+            .map(|q| rows[(q % 3) * third + q / 3])
+            .collect();
+        let strided = up(index_dtype, &as_f64(&by_column), &[third, 3])
+            .transpose(&[1, 0])
+            .expect("transpose");
+        for (how, indices, order) in [
+            ("contiguous", flat, rows.clone()),
+            ("a transposed view", strided, rows[..third * 3].to_vec()),
+        ] {
+            let count = order.len();
+            let mut ushape = vec![outer];
+            ushape.extend(indices.shape());
+            ushape.push(inner);
+            let u = &upd[..outer * count * inner];
+            for dtype in supported(device, &[DType::F32, DType::F64, DType::I32]) {
+                let updates = up(dtype, u, &ushape);
+                let exact = updates.to_f64_vec().expect("read");
+                let got = Tensor::scatter_add(&indices, &updates, &shape, 1)
+                    .and_then(|t| t.to_f64_vec())
+                    .expect("scatter_add");
+                for o in 0..outer {
+                    for r in 0..bound {
+                        for c in 0..inner {
+                            let terms = (0..count)
+                                .filter(|&j| order[j] == r as i64)
+                                .map(|j| exact[(o * count + j) * inner + c]);
+                            let want = match dtype {
+                                DType::F32 => terms.fold(0f32, |a, v| a + v as f32) as f64,
+                                DType::I32 => terms.fold(0i64, |a, v| a + v as i64) as f64,
+                                _ => terms.fold(0f64, |a, v| a + v),
+                            };
+                            let at = (o * bound + r) * inner + c;
+                            assert_eq!(
+                                got[at].to_bits(),
+                                want.to_bits(),
+                                "{dtype} by {index_dtype} indices ({how}), row {r}: {} vs {want}",
+                                got[at]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        for bad in [-1i64, bound as i64] {
+            let mut wrong = rows.clone();
+            wrong[ni / 2] = bad;
+            let indices = up(index_dtype, &as_f64(&wrong), &[ni]);
+            let updates = up(exact_float(device), &upd, &[outer, ni, inner]);
+            let r = Tensor::scatter_add(&indices, &updates, &shape, 1);
+            assert!(
+                matches!(r, Err(crate::Error::IndexOutOfRange { index, bound: b, .. })
+                    if index == bad && b == bound),
+                "index {bad} ({index_dtype}): {:?}",
+                r.map(|_| ())
+            );
+        }
+    }
+}

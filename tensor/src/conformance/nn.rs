@@ -767,3 +767,83 @@ pub fn sparse_softmax_cross_entropy(device: &Device) {
         }
     }
 }
+
+/// Softmax cross-entropy over rows wider than GPU kernels take a thread per row for (the
+/// CUDA and wgpu backends' 1024: a block per row beyond) against float64 references: losses
+/// and backprop in the float types the op takes, with int32 and int64 labels, widths that
+/// leave a block's last pass partial; a NaN logit makes its row's loss NaN and leaves the
+/// others; a label at the bound is the error naming it.
+pub fn wide_softmax_cross_entropy(device: &Device) {
+    let rows = 3usize;
+    let up = |dtype: DType, v: &[f64], shape: &[usize]| {
+        Tensor::from_host_on(crate::HostData::from_f64_slice(dtype, v), shape, *device)
+            .expect("upload")
+    };
+    let label_types = supported(device, &[DType::I32, DType::I64]);
+    for classes in [1025usize, 2049] {
+        let logits: Vec<f64> = (0..rows * classes)
+            .map(|i| ((i * 7919) % 1013) as f64 / 61.0 - 8.0)
+            .collect();
+        let labels: Vec<f64> = (0..rows)
+            .map(|r| ((r * 977 + 5) % classes) as f64)
+            .collect();
+        for dtype in supported(device, &[DType::F32, DType::F64]) {
+            let x = up(dtype, &logits, &[rows, classes]);
+            let exact = x.to_f64_vec().expect("read");
+            for &label_dtype in &label_types {
+                let y = up(label_dtype, &labels, &[rows]);
+                let (loss, backprop) = x
+                    .sparse_softmax_cross_entropy_with_logits(&y)
+                    .expect("softmax cross-entropy");
+                let loss = loss.to_f64_vec().expect("read");
+                let backprop = backprop.to_f64_vec().expect("read");
+                let eps = epsilon(dtype);
+                for r in 0..rows {
+                    let row = &exact[r * classes..(r + 1) * classes];
+                    let label = labels[r] as usize;
+                    let m = row.iter().cloned().fold(f64::MIN, f64::max);
+                    let sum: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                    let want = sum.ln() - (row[label] - m);
+                    let what = format!("{dtype} by {label_dtype}, {classes} classes, row {r}");
+                    assert!(
+                        (loss[r] - want).abs() <= 16.0 * eps * (1.0 + want.abs()),
+                        "loss, {what}: {} vs {want}",
+                        loss[r]
+                    );
+                    for (k, v) in row.iter().enumerate() {
+                        let p = (v - m).exp() / sum - f64::from(k == label);
+                        let got = backprop[r * classes + k];
+                        assert!(
+                            (got - p).abs() <= 16.0 * eps * (1.0 / classes as f64 + p.abs()),
+                            "backprop, {what}, class {k}: {got} vs {p}"
+                        );
+                    }
+                }
+            }
+            // A NaN logit: its row's loss is NaN, the others' are not.
+            let mut with_nan = logits.clone();
+            with_nan[classes + 7] = f64::NAN;
+            let x = up(dtype, &with_nan, &[rows, classes]);
+            let y = up(label_types[0], &labels, &[rows]);
+            let loss = x
+                .sparse_softmax_cross_entropy_with_logits(&y)
+                .and_then(|(l, _)| l.to_f64_vec())
+                .expect("softmax cross-entropy");
+            assert!(
+                loss[1].is_nan() && !loss[0].is_nan() && !loss[2].is_nan(),
+                "{dtype}: {loss:?}"
+            );
+            // A label at the bound.
+            let mut wrong = labels.clone();
+            wrong[2] = classes as f64;
+            let y = up(label_types[0], &wrong, &[rows]);
+            let r = x.sparse_softmax_cross_entropy_with_logits(&y);
+            assert!(
+                matches!(r, Err(crate::Error::IndexOutOfRange { index, bound, .. })
+                    if index == classes as i64 && bound == classes),
+                "{dtype}: {:?}",
+                r.map(|_| ())
+            );
+        }
+    }
+}

@@ -304,3 +304,57 @@ pub fn arg_reductions(device: &Device) {
         )
     });
 }
+
+/// Arg-reductions along lines longer than GPU kernels take a thread per output for (the
+/// CUDA backend's 1024: a block per output beyond) against the rule every backend shares:
+/// the first index of the extreme, the first NaN before any number; along a contiguous and
+/// a strided axis, with NaNs in threads a block's tree meets in both orders, in float32,
+/// bfloat16 (many ties) and int32 where the device has them.
+pub fn long_arg_reductions(device: &Device) {
+    let m = 1024 * 2 + 3;
+    let lines = 4usize;
+    for dtype in supported(device, &[DType::F32, DType::BF16, DType::I32]) {
+        let values: Vec<f64> = (0..lines * m)
+            .map(|i| match (dtype.is_float(), i / m, i % m) {
+                (true, 1, 1030 | 1900) | (true, 2, 1100 | 1300 | 1500 | 1900 | 2000 | 2040) => {
+                    f64::NAN
+                }
+                _ => ((i * 7919) % 2003) as f64 / 7.0 - 140.0,
+            })
+            .collect();
+        let rows = crate::Tensor::from_host_on(
+            crate::HostData::from_f64_slice(dtype, &values),
+            &[lines, m],
+            *device,
+        )
+        .expect("upload");
+        let exact = rows.to_f64_vec().expect("read");
+        for max in [true, false] {
+            let want: Vec<f64> = (0..lines)
+                .map(|l| {
+                    let line = &exact[l * m..(l + 1) * m];
+                    if let Some(j) = line.iter().position(|v| v.is_nan()) {
+                        return j as f64;
+                    }
+                    let mut best = 0;
+                    for (j, &v) in line.iter().enumerate() {
+                        if (max && v > line[best]) || (!max && v < line[best]) {
+                            best = j;
+                        }
+                    }
+                    best as f64
+                })
+                .collect();
+            let arg = |t: &crate::Tensor, axis: isize| {
+                if max { t.argmax(axis) } else { t.argmin(axis) }
+                    .and_then(|a| a.to_f64_vec())
+                    .expect("arg-reduction")
+            };
+            let along = arg(&rows, 1);
+            let strided = arg(&rows.transpose(&[1, 0]).expect("transpose"), 0);
+            let what = format!("{dtype} {}", if max { "argmax" } else { "argmin" });
+            assert_eq!(along, want, "{what} along the contiguous axis");
+            assert_eq!(strided, want, "{what} along a strided axis");
+        }
+    }
+}

@@ -198,3 +198,99 @@ pub fn sorting(device: &Device) {
         );
     }
 }
+
+/// Sorts of lines longer than GPU kernels sort by rank (the CUDA backend's 256: merge passes
+/// beyond) against a stable sort of the documented keys (numbers ascending, -0 equal to 0,
+/// NaN above everything; descending the reverse, ties in index order either way): values
+/// and int32 indices, along a contiguous and a strided axis, with lengths that leave a run
+/// unpaired, in the float types (NaN, ±0 and many ties) and integers the device has.
+pub fn long_sorts(device: &Device) {
+    let dtypes = supported(
+        device,
+        &[
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::F64,
+            DType::I32,
+            DType::U8,
+        ],
+    );
+    for (m, lines) in [(257usize, 3usize), (1000, 2), (512, 1)] {
+        let n = m * lines;
+        for &dtype in &dtypes {
+            let values: Vec<f64> = (0..n)
+                .map(|i| match (dtype.is_float(), i % 17) {
+                    (true, 0) => f64::NAN,
+                    (true, 1) => -0.0,
+                    (true, 2) => 0.0,
+                    (true, _) => ((i * 7919) % 61) as f64 / 4.0 - 7.0,
+                    (false, _) => ((i * 7919) % 211) as f64,
+                })
+                .collect();
+            // [lines, m] sorted along 1; its transpose [m, lines] (a view) along 0.
+            let rows = crate::Tensor::from_host_on(
+                crate::HostData::from_f64_slice(dtype, &values),
+                &[lines, m],
+                *device,
+            )
+            .expect("upload");
+            let exact = rows.to_f64_vec().expect("read");
+            let key = |v: f64| -> (u8, f64) {
+                if v.is_nan() {
+                    (1, 0.0)
+                } else {
+                    (0, if v == 0.0 { 0.0 } else { v })
+                }
+            };
+            for descending in [false, true] {
+                let mut want_v = vec![0.0; n];
+                let mut want_i = vec![0.0; n];
+                for l in 0..lines {
+                    let line = &exact[l * m..(l + 1) * m];
+                    let mut order: Vec<usize> = (0..m).collect();
+                    order.sort_by(|&p, &q| {
+                        let o = key(line[p])
+                            .partial_cmp(&key(line[q]))
+                            .expect("ordered keys");
+                        if descending {
+                            o.reverse()
+                        } else {
+                            o
+                        }
+                    });
+                    for (j, &p) in order.iter().enumerate() {
+                        want_v[l * m + j] = line[p];
+                        want_i[l * m + j] = p as f64;
+                    }
+                }
+                let what = format!("{dtype}, {lines} lines of {m}, descending {descending}");
+                let along = rows.sort_with_indices(1, descending).expect("sort");
+                let (tv, ti) = rows
+                    .transpose(&[1, 0])
+                    .and_then(|t| t.sort_with_indices(0, descending))
+                    .expect("sort of the transpose");
+                let strided = (
+                    tv.transpose(&[1, 0]).expect("transpose"),
+                    ti.transpose(&[1, 0]).expect("transpose"),
+                );
+                for (how, (v, i)) in [("along 1", along), ("along 0 of the transpose", strided)] {
+                    assert_eq!(i.dtype(), DType::I32);
+                    let got_v = v.to_f64_vec().expect("read");
+                    assert!(
+                        got_v
+                            .iter()
+                            .zip(&want_v)
+                            .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())),
+                        "values, {what}, {how}"
+                    );
+                    assert_eq!(
+                        i.to_f64_vec().expect("read"),
+                        want_i,
+                        "indices, {what}, {how}"
+                    );
+                }
+            }
+        }
+    }
+}

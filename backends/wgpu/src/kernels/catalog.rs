@@ -7,6 +7,7 @@ use super::fused::{fused_reduce_source, fused_source};
 use super::gemm::{self, conv_loaders, gemm_full_source, matmul_loaders, Reads, Tile};
 use super::index::{
     gather_group_source, gather_source, scatter_add_source, sparse_softmax_cross_entropy_source,
+    sparse_softmax_cross_entropy_wide_source,
 };
 use super::movement::{concat_source, copy_source, pad_source, select_source};
 use super::optimizer::optimizer_source;
@@ -98,6 +99,10 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
             add(
                 format!("sparse_softmax_xent_{ie:?}"),
                 sparse_softmax_cross_entropy_source(ie),
+            );
+            add(
+                format!("sparse_softmax_xent_wide_{ie:?}"),
+                sparse_softmax_cross_entropy_wide_source(ie),
             );
             add(
                 format!("scatter_add_{e:?}_{ie:?}"),

@@ -6,8 +6,8 @@
 use super::{map_source, output, run_map, same_gpu, In};
 use crate::buffer::WgpuBuffer;
 use crate::elem::{unsupported_on, Elem, Params};
-use crate::gpu::{backend_error, Gpu};
-use crate::shaders::fill;
+use crate::gpu::{backend_error, groups_for, Gpu};
+use crate::shaders::{fill, kernel_source};
 use ferroflow_tensor::{Error, Result};
 use std::sync::Arc;
 
@@ -347,8 +347,30 @@ pub(crate) fn sparse_softmax_cross_entropy_source(ie: Elem) -> Option<String> {
     ))
 }
 
+/// Rows of at most this many classes take one invocation each
+/// ([`sparse_softmax_cross_entropy_source`]); wider ones a workgroup each
+/// ([`sparse_softmax_cross_entropy_wide_source`]).
+pub(crate) const SOFTMAX_ROW_MAX: usize = 1024;
+
+/// The sparse softmax cross-entropy over rows wider than [`SOFTMAX_ROW_MAX`]: a workgroup
+/// per row (`wgsl/sparse_softmax_xent_wide.wgsl`), or `None`.
+pub(crate) fn sparse_softmax_cross_entropy_wide_source(ie: Elem) -> Option<String> {
+    let body = fill(
+        include_str!("../wgsl/sparse_softmax_xent_wide.wgsl"),
+        &[("INDEX_LOAD", index_load(ie)?), ("FLAG", index_flag(ie))],
+    );
+    Some(kernel_source(
+        false,
+        &format!(
+            "{}{body}",
+            super::bindings(&["f32", ie.store()], &["f32", "f32"], true)
+        ),
+    ))
+}
+
 /// `(loss, backprop)` of float32 `logits` (`[.., classes]`) against int32/int64 `labels`:
-/// one invocation per row; a label outside `[0, classes)` is the op's error.
+/// one invocation per row, or a workgroup per row for rows wider than [`SOFTMAX_ROW_MAX`];
+/// a label outside `[0, classes)` is the op's error.
 pub(crate) fn sparse_softmax_cross_entropy(
     logits: &In<'_>,
     labels: &In<'_>,
@@ -372,14 +394,29 @@ pub(crate) fn sparse_softmax_cross_entropy(
     if rows == 0 || classes == 0 {
         return Ok((loss, backprop));
     }
-    let k = gpu.kernel(&format!("sparse_softmax_xent_{ie:?}"), 2, 3, || {
-        sparse_softmax_cross_entropy_source(ie).unwrap_or_default()
-    })?;
     let p = Params::new(rows)
         .set(6, classes as u32)
         .set(7, f32::NEG_INFINITY.to_bits())
         .desc(0, logits.desc())
         .desc(1, labels.desc());
+    if classes > SOFTMAX_ROW_MAX {
+        let k = gpu.kernel(&format!("sparse_softmax_xent_wide_{ie:?}"), 2, 3, || {
+            sparse_softmax_cross_entropy_wide_source(ie).unwrap_or_default()
+        })?;
+        let word = gpu.error_word()?;
+        gpu.dispatch(
+            &k,
+            &p.0,
+            &[logits.buf.raw(), labels.buf.raw()],
+            &[loss.raw(), backprop.raw(), &word],
+            groups_for(rows, 1)?,
+        )?;
+        index_error(gpu, Some(word), OP, classes)?;
+        return Ok((loss, backprop));
+    }
+    let k = gpu.kernel(&format!("sparse_softmax_xent_{ie:?}"), 2, 3, || {
+        sparse_softmax_cross_entropy_source(ie).unwrap_or_default()
+    })?;
     let word = run_map(
         gpu,
         &k,
