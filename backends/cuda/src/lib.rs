@@ -2312,7 +2312,8 @@ impl Backend for Cuda {
             updates.dtype,
         )?;
         let bound = shape[axis];
-        if ni <= source::SCATTER_SCAN_MAX || n == 0 {
+        // Few indices, or more than the sort's int32 positions reach, are scanned.
+        if ni <= source::SCATTER_SCAN_MAX || ni > i32::MAX as usize || n == 0 {
             return boxed(self.indexed(
                 "scatter_add",
                 &k.kernels[0],
