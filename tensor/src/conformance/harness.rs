@@ -104,7 +104,9 @@ pub fn quantize(dtype: DType, v: &[f64]) -> Vec<f64> {
     HostData::from_f64_slice(dtype, v).to_f64_vec()
 }
 
-fn upload(device: &Device, dtype: DType, shape: &[usize], v: &[f64]) -> crate::Result<Tensor> {
+/// A dense tensor of `shape` on `device` holding `v` converted to `dtype` (rounded or
+/// truncated as `HostData::from_f64_slice` converts; read it back for the exact values).
+pub fn upload(device: &Device, dtype: DType, shape: &[usize], v: &[f64]) -> crate::Result<Tensor> {
     Tensor::from_host_on(HostData::from_f64_slice(dtype, v), shape, *device)
 }
 

@@ -256,9 +256,8 @@ pub fn many_index_scatter_adds(device: &Device) {
         .map(|i| ((i * 7919) % 1013) as f64 / 37.0 - 13.0)
         .collect();
     let shape = [outer, bound, inner];
-    let up = |dtype: DType, v: &[f64], shape: &[usize]| {
-        Tensor::from_host_on(HostData::from_f64_slice(dtype, v), shape, *device).expect("upload")
-    };
+    let up =
+        |dtype: DType, v: &[f64], shape: &[usize]| upload(device, dtype, shape, v).expect("upload");
     for index_dtype in supported(device, &[DType::I32, DType::I64]) {
         let as_f64 = |v: &[i64]| v.iter().map(|&r| r as f64).collect::<Vec<f64>>();
         // [ni] as given, and as the transpose of a [third, 3] view.

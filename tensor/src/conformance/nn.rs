@@ -775,10 +775,8 @@ pub fn sparse_softmax_cross_entropy(device: &Device) {
 /// others; a label at the bound is the error naming it.
 pub fn wide_softmax_cross_entropy(device: &Device) {
     let rows = 3usize;
-    let up = |dtype: DType, v: &[f64], shape: &[usize]| {
-        Tensor::from_host_on(crate::HostData::from_f64_slice(dtype, v), shape, *device)
-            .expect("upload")
-    };
+    let up =
+        |dtype: DType, v: &[f64], shape: &[usize]| upload(device, dtype, shape, v).expect("upload");
     let label_types = supported(device, &[DType::I32, DType::I64]);
     for classes in [1025usize, 2049] {
         let logits: Vec<f64> = (0..rows * classes)

@@ -322,12 +322,7 @@ pub fn long_arg_reductions(device: &Device) {
                 _ => ((i * 7919) % 2003) as f64 / 7.0 - 140.0,
             })
             .collect();
-        let rows = crate::Tensor::from_host_on(
-            crate::HostData::from_f64_slice(dtype, &values),
-            &[lines, m],
-            *device,
-        )
-        .expect("upload");
+        let rows = upload(device, dtype, &[lines, m], &values).expect("upload");
         let exact = rows.to_f64_vec().expect("read");
         for max in [true, false] {
             let want: Vec<f64> = (0..lines)

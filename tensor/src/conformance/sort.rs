@@ -182,13 +182,9 @@ pub fn sorting(device: &Device) {
     // A line longer than int32 indices reach is refused, not sorted with wrapped indices
     // (a broadcast view: no memory; a device that cannot hold its size refuses the view).
     let narrow = supported(device, &[DType::U8, DType::I16, DType::F32]);
-    let long = crate::Tensor::from_host_on(
-        crate::HostData::from_f64_slice(narrow[0], &[1.0]),
-        &[1],
-        *device,
-    )
-    .expect("upload")
-    .broadcast_to(&[i32::MAX as usize + 1]);
+    let long = upload(device, narrow[0], &[1], &[1.0])
+        .expect("upload")
+        .broadcast_to(&[i32::MAX as usize + 1]);
     if let Ok(long) = long {
         let r = long.sort_with_indices(0, false);
         assert!(
@@ -229,12 +225,7 @@ pub fn long_sorts(device: &Device) {
                 })
                 .collect();
             // [lines, m] sorted along 1; its transpose [m, lines] (a view) along 0.
-            let rows = crate::Tensor::from_host_on(
-                crate::HostData::from_f64_slice(dtype, &values),
-                &[lines, m],
-                *device,
-            )
-            .expect("upload");
+            let rows = upload(device, dtype, &[lines, m], &values).expect("upload");
             let exact = rows.to_f64_vec().expect("read");
             let key = |v: f64| -> (u8, f64) {
                 if v.is_nan() {
