@@ -755,6 +755,20 @@ pub fn reduce(op: ReduceOp, e: Elem) -> Option<[KernelSource; 4]> {
     reduction_kernels(&base, op, e, &input, "", &load, "")
 }
 
+/// A block's tree over its `__shared__` array `part` ([`REDUCE_BLOCK`] values of `acc`):
+/// each thread's `r` stored, then the upper half folded into the lower by `combine` (which
+/// folds `v` into `r`), halving until `part[0]` holds the block's result, the same order
+/// on every run.
+fn block_tree(acc: &str, combine: &str) -> String {
+    format!(
+        "part[threadIdx.x] = r;\n\
+         __syncthreads();\n\
+         for (unsigned int half = {REDUCE_BLOCK} / 2; half > 0; half >>= 1) {{\n\
+         if (threadIdx.x < half) {{ r = part[threadIdx.x]; {acc} v = part[threadIdx.x + half]; {combine} part[threadIdx.x] = r; }}\n\
+         __syncthreads();\n}}\n"
+    )
+}
+
 /// The `_rows`, `_blocks`, `_partials` and `_finish` kernels of reduction `op` on `e` (see
 /// [`reduce`]) named `{base}_rows` and so on: parameters `({inputs}View kept, View red,
 /// ff_i64 m, S* Y{extra}[, ff_i64 n])` (`_partials`: `({inputs}View kept, View red, ff_i64 m,
@@ -796,13 +810,7 @@ fn reduction_kernels(
          for (ff_i64 j = 0; j < m; ++j) {{ {c} v = {load}; {combine} }}\n\
          Y[i] = {store};\n}}\n}}\n"
     );
-    let tree = format!(
-        "part[threadIdx.x] = r;\n\
-         __syncthreads();\n\
-         for (unsigned int half = {REDUCE_BLOCK} / 2; half > 0; half >>= 1) {{\n\
-         if (threadIdx.x < half) {{ r = part[threadIdx.x]; {acc} v = part[threadIdx.x + half]; {combine} part[threadIdx.x] = r; }}\n\
-         __syncthreads();\n}}\n"
-    );
+    let tree = block_tree(&acc, &combine);
     let blocks = format!(
         "extern \"C\" __global__ void {base}_blocks({inputs}View kept, View red, ff_i64 m, \
          {s}* __restrict__ Y{extra}) {{\n\
@@ -1009,44 +1017,35 @@ pub fn sparse_softmax_xent(e: Elem, ie: Elem) -> Option<[KernelSource; 2]> {
         log = e.math("log"),
     );
     let blocks_name = format!("sparse_softmax_xent_blocks_{}_{}", e.tag(), ie.tag());
-    let tree = |combine: &str| {
-        format!(
-            "part[threadIdx.x] = t;\n\
-             __syncthreads();\n\
-             for (unsigned int half = {REDUCE_BLOCK} / 2; half > 0; half >>= 1) {{\n\
-             if (threadIdx.x < half) {{ {c} o = part[threadIdx.x + half]; {c} t = part[threadIdx.x]; {combine} part[threadIdx.x] = t; }}\n\
-             __syncthreads();\n}}\n"
-        )
-    };
     let blocks = format!(
         "extern \"C\" __global__ void {blocks_name}(const {s}* __restrict__ A, View va, const {is}* __restrict__ B, View vb, \
          {s}* __restrict__ L, {s}* __restrict__ BP, ff_i64 rows, ff_i64 bound, unsigned int* E) {{\n\
          __shared__ {c} part[{REDUCE_BLOCK}];\n\
          ff_i64 i = (ff_i64)blockIdx.x;\n\
-         long long r = (long long)B[at(vb, i)];\n\
-         int bad = r < 0 || r >= bound;\n\
-         if (bad && threadIdx.x == 0 && atomicMax(E, {code}u) < {code}u) {{ *(unsigned long long*)(E + 2) = (unsigned long long)r; }}\n\
+         long long label = (long long)B[at(vb, i)];\n\
+         int bad = label < 0 || label >= bound;\n\
+         if (bad && threadIdx.x == 0 && atomicMax(E, {code}u) < {code}u) {{ *(unsigned long long*)(E + 2) = (unsigned long long)label; }}\n\
          ff_i64 base = i * bound;\n\
-         {c} t = {lo};\n\
-         for (ff_i64 k = threadIdx.x; k < bound; k += {REDUCE_BLOCK}) {{ {c} v = A[at(va, base + k)]; BP[base + k] = v; if (v > t) t = v; }}\n\
+         {c} r = {lo};\n\
+         for (ff_i64 k = threadIdx.x; k < bound; k += {REDUCE_BLOCK}) {{ {c} v = A[at(va, base + k)]; BP[base + k] = v; if (v > r) r = v; }}\n\
          {max_tree}\
          {c} m = part[0];\n\
          __syncthreads();\n\
-         t = 0;\n\
-         for (ff_i64 k = threadIdx.x; k < bound; k += {REDUCE_BLOCK}) {{ {c} x = {exp}(BP[base + k] - m); BP[base + k] = x; t = t + x; }}\n\
+         r = 0;\n\
+         for (ff_i64 k = threadIdx.x; k < bound; k += {REDUCE_BLOCK}) {{ {c} x = {exp}(BP[base + k] - m); BP[base + k] = x; r = r + x; }}\n\
          {sum_tree}\
          {c} s = part[0];\n\
          {c} inv = ({c})1 / s;\n\
-         for (ff_i64 k = threadIdx.x; k < bound; k += {REDUCE_BLOCK}) {{ {c} p = BP[base + k] * inv; if (k == r) p = p - ({c})1; BP[base + k] = p; }}\n\
-         if (threadIdx.x == 0 && !bad) {{ {c} picked = A[at(va, base + r)]; L[i] = {log}(s) - (picked - m); }}\n}}\n",
+         for (ff_i64 k = threadIdx.x; k < bound; k += {REDUCE_BLOCK}) {{ {c} p = BP[base + k] * inv; if (k == label) p = p - ({c})1; BP[base + k] = p; }}\n\
+         if (threadIdx.x == 0 && !bad) {{ {c} picked = A[at(va, base + label)]; L[i] = {log}(s) - (picked - m); }}\n}}\n",
         s = e.store(),
         is = ie.store(),
         lo = e.limits().0,
         exp = e.math("exp"),
         log = e.math("log"),
         code = error_code::INDEX_OUT_OF_RANGE,
-        max_tree = tree("if (o > t) t = o;"),
-        sum_tree = tree("t = t + o;"),
+        max_tree = block_tree(c, "if (v > r) r = v;"),
+        sum_tree = block_tree(c, "r = r + v;"),
     );
     Some([
         program_source(&name, "", &kernel),
