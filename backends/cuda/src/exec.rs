@@ -1278,8 +1278,9 @@ impl HostEngine {
 /// `extern "C" int ff_host_launch_NAME(void** params, unsigned grid, unsigned block)`: calls the
 /// kernel once per (block, thread) with each parameter read through its pointer as the
 /// kernel declares it; without `blocks` (no [`HOST_BLOCK_SHIM`]) only launches of one
-/// thread per block, the grid-stride loops'. It returns 0, or `pthread_create`'s error when
-/// a block's threads could not all be made (then the kernel ran in none of them).
+/// thread per block, the grid-stride loops'. It returns 0, or `pthread_barrier_init`'s or
+/// `pthread_create`'s error when a block's barrier or threads could not all be made (then
+/// the kernel ran in none of that block's threads).
 fn launch_wrapper(kernel: &KernelSource, blocks: bool) -> std::result::Result<String, String> {
     let head = format!("__global__ void {}(", kernel.name);
     let start = kernel
@@ -1341,7 +1342,9 @@ fn launch_wrapper(kernel: &KernelSource, blocks: bool) -> std::result::Result<St
          ff_thread_{name}* args = (ff_thread_{name}*)calloc(block, sizeof(ff_thread_{name}));\n\
          int failed = (threads == nullptr || args == nullptr) ? ENOMEM : 0;\n\
          for (unsigned int b = 0; b < grid && failed == 0; ++b) {{\n\
-         pthread_barrier_t bar; pthread_barrier_init(&bar, nullptr, block);\n\
+         pthread_barrier_t bar;\n\
+         failed = pthread_barrier_init(&bar, nullptr, block);\n\
+         if (failed != 0) break;\n\
          ff_gate gate = {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}};\n\
          unsigned int made = 0;\n\
          for (; made < block; ++made) {{\n\
