@@ -6,14 +6,17 @@ use super::elementwise::{binary_source, cast_source, unary_source};
 use super::fused::{fused_reduce_source, fused_source};
 use super::gemm::{self, conv_loaders, gemm_full_source, matmul_loaders, Reads, Tile};
 use super::index::{
-    gather_group_source, gather_source, scatter_add_source, sparse_softmax_cross_entropy_source,
+    gather_group_source, gather_source, scatter_add_sorted_source, scatter_add_source,
+    scatter_keys_source, sparse_softmax_cross_entropy_source,
     sparse_softmax_cross_entropy_wide_source,
 };
 use super::movement::{concat_source, copy_source, pad_source, select_source};
 use super::optimizer::optimizer_source;
 use super::pool::{avg_pool_grad_source, max_pool_grad_source, pool2d_source};
 use super::reduce::{arg_reduce_source, reduce_source};
-use super::scan::{cumulative_source, sort_source};
+use super::scan::{
+    cumulative_source, sort_keys_source, sort_merge_source, sort_place_source, sort_source,
+};
 use crate::elem::Elem;
 use ferroflow_tensor::{
     ArgReduceOp, BinaryOp, CumulativeOp, DType, FusedActivation, PoolKind, ReduceOp, UnaryOp,
@@ -89,6 +92,12 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
                 sort_source(e, descending),
             );
         }
+        add(format!("sort_keys_{e:?}"), sort_keys_source(e));
+        add(format!("sort_place_{e:?}"), sort_place_source(e));
+        add(
+            format!("scatter_add_sorted_{e:?}"),
+            scatter_add_sorted_source(e),
+        );
         for ie in [Elem::I32, Elem::I64] {
             add(format!("gather_{e:?}_{ie:?}"), gather_source(e, ie));
             // With a batch's targets (int64) and weights (float32) beside it.
@@ -108,6 +117,7 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
                 format!("scatter_add_{e:?}_{ie:?}"),
                 scatter_add_source(e, ie),
             );
+            add(format!("scatter_keys_{ie:?}"), scatter_keys_source(ie));
         }
         for &kind in PoolKind::ALL {
             add(format!("{}_{e:?}", kind.name()), pool2d_source(kind, e));
@@ -115,6 +125,7 @@ pub(crate) fn all_shaders() -> Vec<(String, String)> {
         add(format!("max_pool_grad_{e:?}"), max_pool_grad_source(e));
         add(format!("avg_pool_grad_{e:?}"), avg_pool_grad_source(e));
     }
+    add("sort_merge".into(), Some(sort_merge_source()));
     // One rule of each kind (the conformance suite's: centered RMSprop included).
     for rule in ferroflow_tensor::conformance::fused::rules() {
         add(format!("optimizer_{rule:?}"), Some(optimizer_source(&rule)));
@@ -261,8 +272,13 @@ mod tests {
             "cumsum_",
             "cumprod_",
             "sort_",
+            "sort_keys_",
+            "sort_merge",
+            "sort_place_",
             "gather_",
             "scatter_add_",
+            "scatter_keys_",
+            "scatter_add_sorted_",
             "max_pool2d_",
             "avg_pool2d_",
             "max_pool_grad_",

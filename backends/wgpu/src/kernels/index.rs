@@ -11,14 +11,23 @@ use crate::shaders::{fill, kernel_source};
 use ferroflow_tensor::{Error, Result};
 use std::sync::Arc;
 
-/// WGSL reading index `j` as `raw`, its range check `ok` and its value `r`.
-fn index_load(idx: Elem) -> Option<&'static str> {
+/// Where the gather-like kernels read index `j`: the second input, descriptor 1.
+const INDEX_J: &str = "B[at(P[2], j)]";
+
+/// Whether `e` can index (int32 or int64).
+fn is_index(e: Elem) -> bool {
+    matches!(e, Elem::I32 | Elem::I64)
+}
+
+/// WGSL reading index `j` from `at` (an int32 or int64 buffer element) as `raw`, its range
+/// check `ok` against the axis length `P[6]` and its value `r`.
+fn index_load(idx: Elem, at: &str) -> Option<String> {
     Some(match idx {
         Elem::I32 => {
-            "let raw = B[at(P[2], j)]; let ok = raw >= 0 && u32(raw) < P[6]; let r = u32(raw);"
+            format!("let raw = {at}; let ok = raw >= 0 && u32(raw) < P[6]; let r = u32(raw);")
         }
         Elem::I64 => {
-            "let raw = B[at(P[2], j)]; let ok = raw.y == 0u && raw.x < P[6]; let r = raw.x;"
+            format!("let raw = {at}; let ok = raw.y == 0u && raw.x < P[6]; let r = raw.x;")
         }
         _ => return None,
     })
@@ -58,7 +67,7 @@ pub(crate) fn gather_source(e: Elem, ie: Elem) -> Option<String> {
     let body = fill(
         include_str!("../wgsl/gather.wgsl"),
         &[
-            ("INDEX_LOAD", index_load(ie)?),
+            ("INDEX_LOAD", &index_load(ie, INDEX_J)?),
             ("FLAG", index_flag(ie)),
             ("MOV", e.mov()),
         ],
@@ -83,7 +92,7 @@ pub(crate) fn gather(x: &In<'_>, idx: &In<'_>, axis: usize) -> Result<WgpuBuffer
     let ni = idx.n();
     let n = outer * ni * inner;
     let out = output(gpu, e, n)?;
-    if index_load(ie).is_none() {
+    if !is_index(ie) {
         return Err(backend_error("gather: indices must be int32 or int64"));
     }
     let k = gpu.kernel(&format!("gather_{}_{ie:?}", e.mov()), 2, 2, || {
@@ -154,7 +163,7 @@ pub(crate) fn gather_group_source(elems: &[Elem], ie: Elem) -> Option<String> {
     }}
 ",
             slot + 1,
-            index_load(ie)?,
+            index_load(ie, INDEX_J)?,
             index_flag(ie),
             e.mov(),
             slot + 2,
@@ -179,10 +188,7 @@ pub(crate) fn gather_group(
     };
     let gpu = first.gpu();
     let ie = idx.elem();
-    if xs.len() > GATHER_GROUP_MAX
-        || 3 + 2 * xs.len() > gpu.max_storage_buffers
-        || index_load(ie).is_none()
-    {
+    if xs.len() > GATHER_GROUP_MAX || 3 + 2 * xs.len() > gpu.max_storage_buffers || !is_index(ie) {
         return Ok(None);
     }
     for x in xs {
@@ -246,7 +252,7 @@ pub(crate) fn scatter_add_source(e: Elem, ie: Elem) -> Option<String> {
     let body = fill(
         include_str!("../wgsl/scatter_add.wgsl"),
         &[
-            ("INDEX_LOAD", index_load(ie)?),
+            ("INDEX_LOAD", &index_load(ie, INDEX_J)?),
             ("FLAG", index_flag(ie)),
             ("C", e.compute()?),
             (
@@ -265,6 +271,53 @@ pub(crate) fn scatter_add_source(e: Elem, ie: Elem) -> Option<String> {
     ))
 }
 
+/// A scatter-add of up to this many indices has every output scan them all
+/// ([`scatter_add_source`]); with more, the indices are sorted first and each output sums
+/// its row's run ([`scatter_keys_source`], `scan::merge_sorted`,
+/// [`scatter_add_sorted_source`]), the same terms in the same order.
+pub(crate) const SCATTER_SCAN_MAX: usize = 64;
+
+/// Each index of `ie` as a sort key with its position (out of range: flagged, keyed last),
+/// or `None`.
+pub(crate) fn scatter_keys_source(ie: Elem) -> Option<String> {
+    let body = fill(
+        include_str!("../wgsl/scatter_keys.wgsl"),
+        &[
+            ("INDEX_LOAD", &index_load(ie, "A[at(P[1], j)]")?),
+            ("FLAG", index_flag(ie)),
+        ],
+    );
+    Some(map_source(&[], &[ie.store()], &["u32", "u32"], true, &body))
+}
+
+/// The sums of a scatter-add of elements `e` over indices sorted with their positions, or
+/// `None`.
+pub(crate) fn scatter_add_sorted_source(e: Elem) -> Option<String> {
+    if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
+        return None;
+    }
+    let body = fill(
+        include_str!("../wgsl/scatter_add_sorted.wgsl"),
+        &[
+            ("C", e.compute()?),
+            (
+                "LOAD",
+                &e.load("A[at(P[1], (outer * ni + C[j]) * inner + i % inner)]"),
+            ),
+            ("STORE", &e.store_expr("acc")),
+        ],
+    );
+    Some(map_source(
+        &[e],
+        &[e.store(), "u32", "u32"],
+        &[e.store()],
+        false,
+        &body,
+    ))
+}
+
+/// `scatter_add`: scanning every index per output up to [`SCATTER_SCAN_MAX`] indices, by
+/// sorted indices beyond.
 pub(crate) fn scatter_add(
     idx: &In<'_>,
     upd: &In<'_>,
@@ -278,24 +331,52 @@ pub(crate) fn scatter_add(
     if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
         return Err(unsupported_on(gpu, "scatter_add", e.dtype()));
     }
-    if index_load(ie).is_none() {
+    if !is_index(ie) {
         return Err(backend_error("scatter_add: indices must be int32 or int64"));
     }
     let inner: usize = shape[axis + 1..].iter().product();
     let n: usize = shape.iter().product();
     let out = output(gpu, e, n)?;
+    let (ni, bound) = (idx.n(), shape[axis]);
+    if ni > SCATTER_SCAN_MAX && n > 0 {
+        let keys = gpu.kernel(&format!("scatter_keys_{ie:?}"), 1, 3, || {
+            scatter_keys_source(ie).unwrap_or_default()
+        })?;
+        let scratch = (output(gpu, Elem::U32, ni)?, output(gpu, Elem::U32, ni)?);
+        let word = run_map(
+            gpu,
+            &keys,
+            Params::new(ni).set(6, bound as u32).desc(0, idx.desc()),
+            &[idx.buf.raw()],
+            &[scratch.0.raw(), scratch.1.raw()],
+            true,
+            ni,
+        )?;
+        let (sorted, positions) = super::scan::merge_sorted(gpu, scratch.0, scratch.1, ni)?;
+        let sums = gpu.kernel(&format!("scatter_add_sorted_{e:?}"), 3, 1, || {
+            scatter_add_sorted_source(e).unwrap_or_default()
+        })?;
+        let p = Params::new(n)
+            .set(4, inner.max(1) as u32)
+            .set(5, ni as u32)
+            .set(6, bound as u32)
+            .desc(0, upd.desc());
+        run_map(
+            gpu,
+            &sums,
+            p,
+            &[upd.buf.raw(), sorted.raw(), positions.raw()],
+            &[out.raw()],
+            false,
+            n,
+        )?;
+        index_error(gpu, word, "scatter_add", bound)?;
+        return Ok(out);
+    }
     let k = gpu.kernel(&format!("scatter_add_{e:?}_{ie:?}"), 2, 2, || {
         scatter_add_source(e, ie).unwrap_or_default()
     })?;
-    run_indexed(
-        gpu,
-        &k,
-        "scatter_add",
-        (upd, idx),
-        &out,
-        (n, inner),
-        shape[axis],
-    )?;
+    run_indexed(gpu, &k, "scatter_add", (upd, idx), &out, (n, inner), bound)?;
     Ok(out)
 }
 
@@ -336,7 +417,10 @@ fn run_indexed(
 pub(crate) fn sparse_softmax_cross_entropy_source(ie: Elem) -> Option<String> {
     let body = fill(
         include_str!("../wgsl/sparse_softmax_xent.wgsl"),
-        &[("INDEX_LOAD", index_load(ie)?), ("FLAG", index_flag(ie))],
+        &[
+            ("INDEX_LOAD", &index_load(ie, INDEX_J)?),
+            ("FLAG", index_flag(ie)),
+        ],
     );
     Some(map_source(
         &[Elem::F32],
@@ -357,7 +441,10 @@ pub(crate) const SOFTMAX_ROW_MAX: usize = 1024;
 pub(crate) fn sparse_softmax_cross_entropy_wide_source(ie: Elem) -> Option<String> {
     let body = fill(
         include_str!("../wgsl/sparse_softmax_xent_wide.wgsl"),
-        &[("INDEX_LOAD", index_load(ie)?), ("FLAG", index_flag(ie))],
+        &[
+            ("INDEX_LOAD", &index_load(ie, INDEX_J)?),
+            ("FLAG", index_flag(ie)),
+        ],
     );
     Some(kernel_source(
         false,
@@ -382,7 +469,7 @@ pub(crate) fn sparse_softmax_cross_entropy(
         return Err(unsupported_on(gpu, OP, logits.elem().dtype()));
     }
     let ie = labels.elem();
-    if index_load(ie).is_none() {
+    if !is_index(ie) {
         return Err(backend_error(format!(
             "{OP}: labels must be int32 or int64"
         )));

@@ -214,3 +214,12 @@ fn f_atan2(a: f32, b: f32) -> f32 {
 fn f_eq(a: f32, b: f32) -> bool { return !is_nan(a) && !is_nan(b) && a == b; }
 fn f_lt(a: f32, b: f32) -> bool { return !is_nan(a) && !is_nan(b) && a < b; }
 fn f_le(a: f32, b: f32) -> bool { return !is_nan(a) && !is_nan(b) && a <= b; }
+// The sort key of `x`: an unsigned word whose order is the CPU's sort order (numbers
+// ascending, -0 equal to 0, every NaN above everything), read from the bits so that a
+// device which flushes subnormals in comparisons still orders them.
+fn sort_key(x: f32) -> u32 {
+    let bits = bitcast<u32>(x);
+    if is_nan(x) { return 0xffffffffu; }
+    if (bits & 0x7fffffffu) == 0u { return 0x80000000u; }
+    return select(bits | 0x80000000u, ~bits, (bits & 0x80000000u) != 0u);
+}
