@@ -225,19 +225,42 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Fused gradients of `activation(x + bias)` from the output gradient `g` and the output
     /// `y` (same shape): `(dx, dbias)` with `dbias` summed over every axis but the last, in
-    /// one pass; called where [`Backend::has_fused`] says so, elsewhere
-    /// [`crate::Tensor::bias_activation_grad`] composes `relu_grad` and `reduce_sum`.
+    /// one pass. Called where [`Backend::has_fused`] declares
+    /// [`FusedKernel::BiasActivationGrad`]; elsewhere [`crate::Tensor::bias_activation_grad`]
+    /// composes `relu_grad` and `reduce_sum`. The default is [`Backend::fused_reduce`] of
+    /// the program `relu_grad(g, y)` with its result both stored (dx) and summed (dbias),
+    /// which spreads the rows over the device as the reductions do (for
+    /// [`FusedActivation::Linear`], dx being `g`, a copy and a reduction): a backend with
+    /// [`FusedKernel::Elementwise`] may declare this kernel without writing one.
     fn bias_activation_grad(
         &self,
-        _g: Operand<'_>,
-        _y: Operand<'_>,
-        _activation: FusedActivation,
+        g: Operand<'_>,
+        y: Operand<'_>,
+        activation: FusedActivation,
     ) -> Result<(BufferBox, BufferBox)> {
-        Err(Error::NotSupportedByBackend {
-            op: "bias_activation_grad",
-            backend: self.name(),
-            detail: ", it declares no such fused kernel (`Backend::has_fused`)".into(),
-        })
+        let shape = g.layout.shape();
+        let lead: Vec<usize> = (0..shape.len().saturating_sub(1)).collect();
+        if activation == FusedActivation::Linear {
+            let db = self.reduce(ReduceOp::ReduceSum, g, &lead)?;
+            return Ok((self.copy(g)?, db));
+        }
+        let program = crate::fused::ElementwiseProgram {
+            num_inputs: 2,
+            steps: vec![crate::fused::ElementwiseStep::Binary(
+                BinaryOp::ReluGrad,
+                0,
+                1,
+            )],
+            outputs: vec![2, 2],
+        };
+        let mut out = self.fused_reduce(&program, &[g, y], shape, ReduceOp::ReduceSum, &lead)?;
+        match (out.pop(), out.pop()) {
+            (Some(dx), Some(db)) if out.is_empty() => Ok((dx, db)),
+            _ => Err(Error::Backend {
+                backend: self.name(),
+                msg: "bias_activation_grad: the fused reduction returned no dx or no dbias".into(),
+            }),
+        }
     }
 
     /// `activation(a @ b + bias)` for float operands laid out as [`Backend::matmul`] gets

@@ -1688,7 +1688,10 @@ impl Backend for Cuda {
         let float = matches!(dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64);
         match kernel {
             FusedKernel::OptimizerUpdate => matches!(dtype, DType::F32 | DType::F64),
-            FusedKernel::FusedConv2d | FusedKernel::BiasActivationGrad => float,
+            FusedKernel::FusedConv2d => float,
+            // The trait's default: one fused reduction that also stores dx, its rows spread
+            // over the GPU by the reductions' split plan.
+            FusedKernel::BiasActivationGrad => float,
             FusedKernel::ClipScalar => dtype != DType::Bool && Elem::of(dtype).is_some(),
             FusedKernel::Elementwise => float,
             FusedKernel::SparseSoftmaxCrossEntropy => matches!(dtype, DType::F32 | DType::F64),
@@ -1798,38 +1801,6 @@ impl Backend for Cuda {
             Self::data_error(op, read_error(gpu, &word)?, classes)?;
         }
         Ok((boxed(loss)?, boxed(backprop)?))
-    }
-    fn bias_activation_grad(
-        &self,
-        g: Operand<'_>,
-        y: Operand<'_>,
-        activation: FusedActivation,
-    ) -> Result<(BufferBox, BufferBox)> {
-        let op = "bias_activation_grad";
-        float_elem(g.dtype, op)?;
-        let shape = g.layout.shape().to_vec();
-        let lead: Vec<usize> = (0..shape.len().saturating_sub(1)).collect();
-        if activation == FusedActivation::Linear {
-            // dx is g itself.
-            let db = self.reduce(ReduceOp::ReduceSum, g, &lead)?;
-            return Ok((self.copy(g)?, db));
-        }
-        // dx = g·[y > 0] stored and summed over the leading axes in one pass: the fused
-        // reduction's plan spreads the rows over the whole GPU (a thread per channel, each
-        // looping over every row, left a 32-channel convolution's gradient on one warp).
-        let program = ElementwiseProgram {
-            num_inputs: 2,
-            steps: vec![ElementwiseStep::Binary(BinaryOp::ReluGrad, 0, 1)],
-            outputs: vec![2, 2],
-        };
-        let mut out = self.fused_reduce(&program, &[g, y], &shape, ReduceOp::ReduceSum, &lead)?;
-        match (out.pop(), out.pop()) {
-            (Some(dx), Some(db)) if out.is_empty() => Ok((dx, db)),
-            _ => Err(Error::Backend {
-                backend: BACKEND,
-                msg: format!("{op}: the fused reduction returned no dx or no dbias"),
-            }),
-        }
     }
     fn fused_elementwise(
         &self,
