@@ -34,8 +34,10 @@
 //! or for a shape it refuses, pooling runs the backend's kernels and convolutions run
 //! as im2col (a generated kernel) and one cuBLAS GEMM (tensor cores, TF32 per the
 //! switch), the input gradient's columns summed back per input element (`col2im`,
-//! deterministic); where the column matrix would pass the workspace limit (1 GiB), as
-//! direct loops. The cuDNN path has **not run on a GPU yet**: its side of the backend (the
+//! deterministic; a pointwise window's columns are its input, no workspace); where the
+//! batch's column matrix would pass the workspace limit (1 GiB), a chunk of images at a
+//! time whose columns fit (outputs copied into place, filter gradients summed), and as
+//! direct loops only where one image's columns would pass it. The cuDNN path has **not run on a GPU yet**: its side of the backend (the
 //! zeros appended where TF pads one more after, the filter reordered to KRSC, the gradients
 //! cut and transposed back) is checked on the host emulation against a stand-in for cuDNN
 //! ([`emulation::set_cudnn_stand_in`], `tests/emulated_cudnn_convolutions.rs`).
@@ -193,8 +195,10 @@ static CONVOLUTION_WORKSPACE: std::sync::atomic::AtomicUsize =
 /// workspace (its algorithms that need more are not picked; TF's
 /// `TF_CUDNN_WORKSPACE_LIMIT_IN_MB`) and, without cuDNN, the column matrix of im2col
 /// (`batch · out_h · out_w × kh · kw · c` values) that lets a convolution run as one cuBLAS
-/// GEMM; one needing more runs the direct loops, which take none (slower). 1 GiB by
-/// default; 0 leaves cuDNN its algorithms without workspace and sends the rest to the
+/// GEMM; a batch needing more runs as GEMMs over chunks of images whose columns fit, and
+/// only a window whose one image's columns pass the limit runs the direct loops, which take
+/// none (slower). A pointwise window (1×1, stride 1, no padding) needs no workspace. 1 GiB
+/// by default; 0 leaves cuDNN its algorithms without workspace and sends the rest to the
 /// direct loops. Set it before the first convolution of a shape: cuDNN's plans keep the
 /// algorithm they picked.
 ///
@@ -1368,9 +1372,9 @@ impl Cuda {
     }
 
     /// The shape `[batch · oh · ow, kh · kw · c]` of a convolution's column matrix
-    /// (`source::im2col`; a pointwise window's is its input), when its bytes fit
-    /// [`convolution_workspace_limit`] (the convolution then runs as a GEMM); `None` sends it
-    /// to the direct loops.
+    /// (`source::im2col`; a pointwise window's is its input, no workspace), when its bytes
+    /// fit [`convolution_workspace_limit`] (the convolution then runs as a GEMM); `None`
+    /// sends it to [`Cuda::images_per_chunk`] and from there to the direct loops.
     fn columns_shape(w: &Window2d, dtype: DType) -> Option<[usize; 2]> {
         let m = w.input[0]
             .checked_mul(w.output[0])?
@@ -1379,7 +1383,123 @@ impl Cuda {
             .checked_mul(w.kernel[1])?
             .checked_mul(w.input[3])?;
         let bytes = m.checked_mul(k)?.checked_mul(dtype.size_in_bytes())?;
-        (bytes > 0 && bytes <= convolution_workspace_limit()).then_some([m, k])
+        (bytes > 0 && (Self::pointwise(w) || bytes <= convolution_workspace_limit()))
+            .then_some([m, k])
+    }
+
+    /// Images per chunk for a convolution whose whole batch's column matrix would pass
+    /// [`convolution_workspace_limit`] while one image's fits: the most whose columns fit,
+    /// so that the batch runs as GEMMs chunk by chunk ([`Cuda::by_image_chunks`]) and not
+    /// as the direct loops (a thread per output looping over the window, or for the filter
+    /// gradient over every image's positions). `None` where the whole batch fits or not one
+    /// image does.
+    fn images_per_chunk(w: &Window2d, dtype: DType) -> Option<usize> {
+        let batch = w.input[0];
+        if batch < 2 || Self::columns_shape(w, dtype).is_some() {
+            return None;
+        }
+        let [m, k] = Self::columns_shape(&Self::images_of(w, 1), dtype)?;
+        let per_image = m * k * dtype.size_in_bytes();
+        Some((convolution_workspace_limit() / per_image).clamp(1, batch - 1))
+    }
+
+    /// Window `w` over `count` of its images.
+    fn images_of(w: &Window2d, count: usize) -> Window2d {
+        let mut chunk = w.clone();
+        chunk.input[0] = count;
+        chunk
+    }
+
+    /// Images `start..start + count` (axis 0) of a `[batch, ..]` view.
+    fn batch_slice(layout: &Layout, start: usize, count: usize) -> Layout {
+        let rank = layout.rank();
+        let mut begin = vec![0; rank];
+        begin[0] = start;
+        let mut len = layout.shape().to_vec();
+        len[0] = count;
+        layout.slice_steps(&begin, &len, &vec![1; rank])
+    }
+
+    /// A convolution op over `w`'s batch, `images` images at a time: `chunk(start, window)`
+    /// runs images `start..start + window.input[0]`. Results that stack along the batch
+    /// (`stacked: Some([batch, ..])`, a forward output or an input gradient) are each copied
+    /// into their place; others (the filter gradient) are summed.
+    fn by_image_chunks(
+        &self,
+        op: &'static str,
+        like: &Operand<'_>,
+        w: &Window2d,
+        images: usize,
+        stacked: Option<[usize; 4]>,
+        mut chunk: impl FnMut(usize, &Window2d) -> Result<BufferBox>,
+    ) -> Result<BufferBox> {
+        let (gpu, _) = self.gpu_of(like, op)?;
+        let e = float_elem(like.dtype, op)?;
+        let batch = w.input[0];
+        let stacked_out = stacked
+            .map(|shape| {
+                let n: usize = shape.iter().product();
+                Ok::<_, Error>((shape, output(gpu, n * like.dtype.size_in_bytes())?))
+            })
+            .transpose()?;
+        let mut sum: Option<BufferBox> = None;
+        let mut start = 0;
+        while start < batch {
+            let count = images.min(batch - start);
+            let part = chunk(start, &Self::images_of(w, count))?;
+            match &stacked_out {
+                Some((shape, y)) => {
+                    let mut part_shape = *shape;
+                    part_shape[0] = count;
+                    let per_image: usize = shape[1..].iter().product();
+                    self.copy_into(
+                        gpu,
+                        e,
+                        &Operand {
+                            buffer: part.as_ref(),
+                            layout: &Layout::contiguous(&part_shape),
+                            dtype: like.dtype,
+                        },
+                        y,
+                        &ferroflow_tensor::layout::contiguous_strides(shape),
+                        start * per_image,
+                        op,
+                    )?;
+                }
+                None => {
+                    sum = Some(match sum {
+                        None => part,
+                        Some(acc) => {
+                            let layout = Layout::contiguous(&[
+                                part.size_in_bytes() / like.dtype.size_in_bytes()
+                            ]);
+                            let (lhs, rhs) = (
+                                Operand {
+                                    buffer: acc.as_ref(),
+                                    layout: &layout,
+                                    dtype: like.dtype,
+                                },
+                                Operand {
+                                    buffer: part.as_ref(),
+                                    layout: &layout,
+                                    dtype: like.dtype,
+                                },
+                            );
+                            self.binary(BinaryOp::Add, lhs, rhs)?
+                        }
+                    });
+                }
+            }
+            start += count;
+        }
+        match (stacked_out, sum) {
+            (Some((_, y)), _) => boxed(y),
+            (None, Some(sum)) => Ok(sum),
+            (None, None) => Err(Error::Backend {
+                backend: BACKEND,
+                msg: format!("{op}: a chunked convolution over an empty batch"),
+            }),
+        }
     }
 
     /// Whether window `w` is pointwise (1×1, stride 1, no padding): its column matrix is the
@@ -1721,6 +1841,12 @@ impl Backend for Cuda {
             // step rounded where the composed ops round).
             let y = self.conv2d_gemm(op, x, filter, w, shape)?;
             return self.bias_activation_epilogue(op, y, x.dtype, &out, bias, activation);
+        }
+        if let Some(images) = Self::images_per_chunk(w, x.dtype) {
+            return self.by_image_chunks(op, &x, w, images, Some(out), |start, cw| {
+                let part = Self::batch_slice(x.layout, start, cw.input[0]);
+                self.fused_conv2d(Operand { layout: &part, ..x }, filter, bias, cw, activation)
+            });
         }
         let n = w.input[0] * w.output[0] * w.output[1] * cout;
         let g = kernels(source::KernelKey::FusedConv2d(e, activation), op, x.dtype)?;
@@ -2451,6 +2577,13 @@ impl Backend for Cuda {
             return self.conv2d_gemm("conv2d", x, filter, w, shape);
         }
         let cout = filter.layout.shape()[3];
+        if let Some(images) = Self::images_per_chunk(w, x.dtype) {
+            let out = [w.input[0], w.output[0], w.output[1], cout];
+            return self.by_image_chunks("conv2d", &x, w, images, Some(out), |start, cw| {
+                let part = Self::batch_slice(x.layout, start, cw.input[0]);
+                self.conv2d(Operand { layout: &part, ..x }, filter, cw)
+            });
+        }
         let n = w.input[0] * w.output[0] * w.output[1] * cout;
         let g = kernels(source::KernelKey::Conv2d(e), "conv2d", x.dtype)?;
         let k = &g.kernels[0];
@@ -2516,6 +2649,19 @@ impl Backend for Cuda {
                 geo(w, cout, &input, None)?,
             )?);
         }
+        if let Some(images) = Self::images_per_chunk(w, dy.dtype) {
+            return self.by_image_chunks(op, &dy, w, images, Some(w.input), |start, cw| {
+                let part = Self::batch_slice(dy.layout, start, cw.input[0]);
+                self.conv2d_backprop_input(
+                    filter,
+                    Operand {
+                        layout: &part,
+                        ..dy
+                    },
+                    cw,
+                )
+            });
+        }
         let n = w.input.iter().product();
         let g = kernels(source::KernelKey::Conv2dBackpropInput(e), op, dy.dtype)?;
         let k = &g.kernels[0];
@@ -2560,6 +2706,22 @@ impl Backend for Cuda {
                     dtype: dy.dtype,
                 },
             );
+        }
+        if let Some(images) = Self::images_per_chunk(w, x.dtype) {
+            // The filter gradient is a sum over the batch: the chunks' gradients summed.
+            return self.by_image_chunks(op, &x, w, images, None, |start, cw| {
+                let count = cw.input[0];
+                let (xs, dys) = (
+                    Self::batch_slice(x.layout, start, count),
+                    Self::batch_slice(dy.layout, start, count),
+                );
+                self.conv2d_backprop_filter(
+                    Operand { layout: &xs, ..x },
+                    Operand { layout: &dys, ..dy },
+                    filter_shape,
+                    cw,
+                )
+            });
         }
         let n = filter_shape.iter().product();
         let g = kernels(source::KernelKey::Conv2dBackpropFilter(e), op, x.dtype)?;
