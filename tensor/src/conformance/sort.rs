@@ -195,11 +195,13 @@ pub fn sorting(device: &Device) {
     }
 }
 
-/// Sorts of lines longer than GPU kernels sort by rank (the CUDA backend's 256: merge passes
-/// beyond) against a stable sort of the documented keys (numbers ascending, -0 equal to 0,
-/// NaN above everything; descending the reverse, ties in index order either way): values
-/// and int32 indices, along a contiguous and a strided axis, with lengths that leave a run
-/// unpaired, in the float types (NaN, ±0 and many ties) and integers the device has.
+/// Sorts of lines longer than GPU kernels sort by rank or in one thread (the CUDA and wgpu
+/// backends' 256: merge passes beyond), and of short lines, against a stable sort of the
+/// documented keys (numbers ascending, -0 equal to 0, NaN above everything; descending the
+/// reverse, ties in index order either way): values and int32 indices, along a contiguous
+/// and a strided axis, with lengths that leave a run unpaired, in the float types (NaN, ±0,
+/// float32 subnormals, which a device flushing them in comparisons would tie with 0, and
+/// many ties) and integers the device has.
 pub fn long_sorts(device: &Device) {
     let dtypes = supported(
         device,
@@ -212,7 +214,7 @@ pub fn long_sorts(device: &Device) {
             DType::U8,
         ],
     );
-    for (m, lines) in [(257usize, 3usize), (1000, 2), (512, 1)] {
+    for (m, lines) in [(257usize, 3usize), (1000, 2), (512, 1), (40, 3)] {
         let n = m * lines;
         for &dtype in &dtypes {
             let values: Vec<f64> = (0..n)
@@ -220,6 +222,8 @@ pub fn long_sorts(device: &Device) {
                     (true, 0) => f64::NAN,
                     (true, 1) => -0.0,
                     (true, 2) => 0.0,
+                    (true, 3) => 1e-40,
+                    (true, 4) => -3e-40,
                     (true, _) => ((i * 7919) % 61) as f64 / 4.0 - 7.0,
                     (false, _) => ((i * 7919) % 211) as f64,
                 })

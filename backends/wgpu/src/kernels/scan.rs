@@ -80,9 +80,11 @@ pub(crate) fn sort_source(e: Elem, descending: bool) -> Option<String> {
     if !matches!(e, Elem::F32 | Elem::F16 | Elem::I32 | Elem::U32) {
         return None;
     }
+    // Floats by their sort keys, from the bits (as the merge passes order them), so that a
+    // device which flushes subnormals in comparisons still orders them.
     let before = match (descending, e.is_float()) {
-        (false, true) => "(!is_nan(a) && is_nan(b)) || f_lt(a, b)",
-        (true, true) => "(is_nan(a) && !is_nan(b)) || f_lt(b, a)",
+        (false, true) => "sort_key(a) < sort_key(b)",
+        (true, true) => "sort_key(a) > sort_key(b)",
         (false, false) => "a < b",
         (true, false) => "a > b",
     };
