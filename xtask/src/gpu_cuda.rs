@@ -352,17 +352,28 @@ pub fn run(args: &[String]) -> bool {
             &cell,
         );
     }
-    // The same float32 step on the backend's own convolutions (im2col and cuBLAS), for
-    // what cuDNN gains.
-    if ferroflow_cuda::cudnn_version().is_ok() {
-        ferroflow_cuda::set_cudnn_enabled(false);
+    // The same float32 step on the backend's own convolutions (cuDNN off): im2col and one
+    // cuBLAS GEMM each (what cuDNN gains, where it loads), then under a 16 MiB workspace
+    // (GEMMs over chunks of images) and none (the direct loops: what the chunks save).
+    let cudnn = ferroflow_cuda::cudnn_version().is_ok();
+    let workspace = ferroflow_cuda::convolution_workspace_limit();
+    ferroflow_cuda::set_cudnn_enabled(false);
+    for (plan, limit) in [
+        ("im2col + cuBLAS", workspace),
+        ("GEMMs over image chunks, 16 MiB workspace", 16 << 20),
+        ("direct loops, no workspace", 0),
+    ] {
+        if limit == workspace && !cudnn {
+            // The rows above ran this plan already.
+            continue;
+        }
+        ferroflow_cuda::set_convolution_workspace_limit(limit);
         let own = resnet_samples_per_second(gpu, "float32");
-        ferroflow_cuda::set_cudnn_enabled(true);
         let cell = match own {
             Ok(r) => format!(
                 "{r:.0} samples/s{}",
                 float32_rate
-                    .map(|f| format!("; with cuDNN {:.2}× that", f / r))
+                    .map(|f| format!("; the default plan {:.2}× that", f / r))
                     .unwrap_or_default()
             ),
             Err(e) => {
@@ -371,10 +382,12 @@ pub fn run(args: &[String]) -> bool {
             }
         };
         row(
-            "CUDA ResNet-style step, float32, cuDNN off (im2col + cuBLAS)",
+            &format!("CUDA ResNet-style step, float32, cuDNN off, {plan}"),
             &cell,
         );
     }
+    ferroflow_cuda::set_convolution_workspace_limit(workspace);
+    ferroflow_cuda::set_cudnn_enabled(true);
     for line in ferroflow_cuda::cudnn_report() {
         row("CUDA convolutions", &line);
     }
