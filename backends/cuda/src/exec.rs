@@ -224,6 +224,35 @@ enum Engine {
     Host(HostEngine),
 }
 
+/// The workspace cuBLAS should have on a device of compute capability `major`.x: NVIDIA's
+/// recommendation, 32 MiB on Hopper and later (its GEMM kernels split the inner dimension
+/// across more blocks with it), where cuBLAS's own pool is 4 MiB, enough elsewhere.
+fn blas_workspace_bytes(major: i32) -> Option<usize> {
+    (major >= 9).then_some(32 << 20)
+}
+
+/// Gives `blas` a workspace of [`blas_workspace_bytes`] on its stream (cuBLAS uses it for
+/// every later call on that stream), or leaves it its own pool where the device needs no
+/// more or the memory cannot be had (products stay correct, only possibly slower).
+fn blas_workspace(
+    blas: &CudaBlas,
+    stream: &Arc<CudaStream>,
+    major: i32,
+) -> Option<Box<CudaSlice<u8>>> {
+    let bytes = blas_workspace_bytes(major)?;
+    // SAFETY: cuBLAS's scratch: it writes before it reads.
+    let workspace = unsafe { stream.alloc::<u8>(bytes) }.ok()?;
+    let status = {
+        let (ptr, _record) = workspace.device_ptr(stream);
+        // SAFETY: the memory is this device's, `bytes` long, and outlives the handle
+        // (`CudaEngine` drops `blas` first); the handle's stream was set when it was made
+        // (setting a stream again would put cuBLAS back on its own pool).
+        unsafe { cudarc::cublas::sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut _, bytes) }
+    };
+    (status == cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+        .then(|| Box::new(workspace))
+}
+
 struct CudaEngine {
     /// `compute_XY` for NVRTC.
     arch: &'static str,
@@ -234,6 +263,9 @@ struct CudaEngine {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
+    /// cuBLAS's workspace where the device wants more than the 4 MiB pool cuBLAS makes for
+    /// itself ([`blas_workspace`]); after `blas`, so the handle goes before its memory.
+    _blas_workspace: Option<Box<CudaSlice<u8>>>,
     /// Compiled kernels by name, each behind a lock of its own: a kernel is compiled once,
     /// and NVRTC compiles different kernels in parallel (threads wait only for the kernel
     /// they need; under one lock for all, a test suite's threads queued behind each other).
@@ -292,6 +324,7 @@ impl Gpu {
             backend: BACKEND,
             msg: format!("creating a cuBLAS handle: {e:?}"),
         })?;
+        let blas_workspace = blas_workspace(&blas, &stream, major);
         let word = stream
             .alloc_zeros::<u8>(16)
             .map_err(|e| driver("allocating the error word", e))?;
@@ -307,6 +340,7 @@ impl Gpu {
                 ctx,
                 stream,
                 blas,
+                _blas_workspace: blas_workspace,
                 functions: Mutex::new(HashMap::new()),
                 timed: Mutex::new(Vec::new()),
                 dnn: OnceLock::new(),
