@@ -1041,12 +1041,17 @@ impl CudaEngine {
             let mut vc = c
                 .transmute_mut::<T>(len)
                 .ok_or_else(|| refused("the output"))?;
-            self.blas
-                .gemm_strided_batched(cfg, &va, &vb, &mut vc)
-                .map_err(|e| Error::Backend {
-                    backend: BACKEND,
-                    msg: format!("matmul: cuBLAS: {e:?}"),
-                })?;
+            // One product through cuBLAS's plain GEMM (PyTorch's `mm` call), whose
+            // heuristics need not be the batched entry point's with a batch of one.
+            let done = if cfg.batch_size == 1 {
+                self.blas.gemm(cfg.gemm, &va, &vb, &mut vc)
+            } else {
+                self.blas.gemm_strided_batched(cfg, &va, &vb, &mut vc)
+            };
+            done.map_err(|e| Error::Backend {
+                backend: BACKEND,
+                msg: format!("matmul: cuBLAS: {e:?}"),
+            })?;
         }
         Ok(())
     }
