@@ -496,6 +496,99 @@ pub fn matmul_then_fused_reduce<B: Backend + ?Sized>(
     backend.fused_reduce(program, &operands, &[m, n], ReduceOp::ReduceSum, &[0])
 }
 
+/// Lines longer than this are what [`chunked_cumulative`] is for: a GPU backend scanning
+/// such a line in one thread runs it at one thread's speed.
+pub const SCAN_LINE_MAX: usize = 4096;
+
+/// A running sum or product along `axis` (`Backend::cumulative`) for backends whose
+/// threads are many and slow (GPUs), where one thread per line leaves a long line to one of
+/// them: the line is cut into chunks of ⌈√m⌉ (the last padded with the identity), every
+/// chunk is scanned by [`Backend::cumulative`] (`exclusive` and `reverse` as asked), the
+/// chunks' totals are reduced ([`Backend::reduce`]) and scanned, exclusively, in the same
+/// direction, and each chunk's values are combined with the totals before it
+/// ([`Backend::binary`]): about 2√m dependent steps instead of m, in six kernels. Integer
+/// results are the one-thread scan's (wrapping sums and products are associative); float
+/// ones round in another order, within the scan's usual error (TensorFlow's GPU scans do
+/// not round as its CPU kernels do either).
+///
+/// ```
+/// use ferroflow_tensor::backend::{chunked_cumulative, SCAN_LINE_MAX};
+/// use ferroflow_tensor::{op::CumulativeOp, Backend, BufferBox, Operand, Result};
+/// // A GPU backend's `cumulative`: its one-thread-per-line kernel for short lines.
+/// fn cumulative(
+///     backend: &dyn Backend,
+///     x: Operand<'_>,
+///     axis: usize,
+///     per_line: impl FnOnce() -> Result<BufferBox>,
+/// ) -> Result<BufferBox> {
+///     if x.layout.shape()[axis] > SCAN_LINE_MAX {
+///         return chunked_cumulative(backend, CumulativeOp::Cumsum, x, axis, false, false);
+///     }
+///     per_line()
+/// }
+/// ```
+pub fn chunked_cumulative<B: Backend + ?Sized>(
+    backend: &B,
+    op: CumulativeOp,
+    x: Operand<'_>,
+    axis: usize,
+    exclusive: bool,
+    reverse: bool,
+) -> Result<BufferBox> {
+    let shape = x.layout.shape();
+    let m = shape[axis];
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let chunk = ((m as f64).sqrt().ceil() as usize).max(1);
+    let chunks = m.div_ceil(chunk);
+    let padded_len = chunks * chunk;
+    let (identity, reduce, combine) = match op {
+        CumulativeOp::Cumsum => (0.0, ReduceOp::ReduceSum, BinaryOp::Add),
+        CumulativeOp::Cumprod => (1.0, ReduceOp::ReduceProd, BinaryOp::Mul),
+    };
+    let dtype = x.dtype;
+    fn on<'a>(buffer: &'a BufferBox, layout: &'a Layout, dtype: DType) -> Operand<'a> {
+        Operand {
+            buffer: buffer.as_ref(),
+            layout,
+            dtype,
+        }
+    }
+    let mut paddings = vec![(0, 0); shape.len()];
+    paddings[axis] = (0, padded_len - m);
+    let padded = backend.pad(x, &paddings, identity)?;
+    let split = Layout::contiguous(&[outer, chunks, chunk, inner]);
+    let local = backend.cumulative(op, on(&padded, &split, dtype), 2, exclusive, reverse)?;
+    let totals = backend.reduce(reduce, on(&padded, &split, dtype), &[2])?;
+    let before = backend.cumulative(
+        op,
+        on(&totals, &Layout::contiguous(&[outer, chunks, inner]), dtype),
+        1,
+        true,
+        reverse,
+    )?;
+    // The totals before each chunk, spread along it.
+    let spread = Layout::new(
+        vec![outer, chunks, chunk, inner],
+        vec![(chunks * inner) as isize, inner as isize, 0, 1],
+        0,
+    );
+    let combined = backend.binary(
+        combine,
+        on(&before, &spread, dtype),
+        on(&local, &split, dtype),
+    )?;
+    if padded_len == m {
+        return Ok(combined);
+    }
+    let first_m = Layout::contiguous(&[outer, padded_len, inner]).slice_steps(
+        &[0, 0, 0],
+        &[outer, m, inner],
+        &[1, 1, 1],
+    );
+    backend.copy(on(&combined, &first_m, dtype))
+}
+
 /// `program` through [`Backend::fused_elementwise`], then `op` over `axes` of its first
 /// output with [`Backend::reduce`]: `[the reduction, the program's other outputs]`, as
 /// [`Backend::fused_reduce`] returns them. The trait's default, and the fallback of a

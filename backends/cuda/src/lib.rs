@@ -2485,6 +2485,12 @@ impl Backend for Cuda {
         exclusive: bool,
         reverse: bool,
     ) -> Result<BufferBox> {
+        if x.layout.shape()[axis] > ferroflow_tensor::backend::SCAN_LINE_MAX {
+            // A long line in chunks, not one thread's walk down it.
+            return ferroflow_tensor::backend::chunked_cumulative(
+                self, op, x, axis, exclusive, reverse,
+            );
+        }
         let (gpu, a) = self.gpu_of(&x, op.name())?;
         let e = elem(x.dtype, op.name())?;
         let k = kernels(source::KernelKey::Cumulative(op, e), op.name(), x.dtype)?;

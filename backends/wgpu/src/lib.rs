@@ -432,6 +432,12 @@ impl Backend for WgpuBackend {
         exclusive: bool,
         reverse: bool,
     ) -> Result<BufferBox> {
+        if x.layout.shape()[axis] > ferroflow_tensor::backend::SCAN_LINE_MAX {
+            // A long line in chunks, not one invocation's walk down it.
+            return ferroflow_tensor::backend::chunked_cumulative(
+                self, op, x, axis, exclusive, reverse,
+            );
+        }
         boxed(kernels::scan::cumulative(
             op,
             &In::new(x)?,

@@ -77,6 +77,7 @@ macro_rules! conformance_tests {
             scans => sort::scans,
             sorting => sort::sorting,
             long_sorts => sort::long_sorts,
+            long_scans => sort::long_scans,
             conv2d => nn::conv2d,
             fused_conv2d => nn::fused_conv2d,
             bias_activation_grad => nn::bias_activation_grad,

@@ -195,6 +195,110 @@ pub fn sorting(device: &Device) {
     }
 }
 
+/// Scans of lines longer than GPU backends scan in one thread (4096: chunks beyond, their
+/// totals scanned and added back), one line and two, along a contiguous and a strided axis,
+/// in every (exclusive, reverse) mode, with lengths that leave the last chunk short: running
+/// sums in the float types against float64 references, sums and products of integers exactly
+/// (wrapping), float products of values near 1 within a tolerance.
+pub fn long_scans(device: &Device) {
+    let dtypes = supported(device, &[DType::F32, DType::F64, DType::I32, DType::I64]);
+    for (m, lines) in [(4097usize, 1usize), (10_007, 2)] {
+        let n = m * lines;
+        for &dtype in &dtypes {
+            for prod in [false, true] {
+                let values: Vec<f64> = (0..n)
+                    .map(|i| match (dtype.is_float(), prod) {
+                        (true, false) => ((i * 7919) % 1013) as f64 / 101.0 - 5.0,
+                        (true, true) => 1.0 + (((i * 7919) % 101) as f64 - 50.0) / 50_000.0,
+                        (false, false) => ((i * 7919) % 2001) as f64 - 1000.0,
+                        // Odd factors: a product that wraps but never becomes 0.
+                        (false, true) => (2 * ((i * 7919) % 7) + 1) as f64,
+                    })
+                    .collect();
+                let rows = upload(device, dtype, &[lines, m], &values).expect("upload");
+                let exact = rows.to_f64_vec().expect("read");
+                for (exclusive, reverse) in
+                    [(false, false), (true, false), (false, true), (true, true)]
+                {
+                    let mut want = vec![0.0; n];
+                    for l in 0..lines {
+                        let order: Vec<usize> = if reverse {
+                            (0..m).rev().collect()
+                        } else {
+                            (0..m).collect()
+                        };
+                        let (mut acc, mut wrapped) =
+                            (if prod { 1.0 } else { 0.0 }, if prod { 1i64 } else { 0 });
+                        for j in order {
+                            let v = exact[l * m + j];
+                            let at = l * m + j;
+                            if exclusive {
+                                want[at] = if dtype.is_float() {
+                                    acc
+                                } else {
+                                    wrapped as f64
+                                };
+                            }
+                            acc = if prod { acc * v } else { acc + v };
+                            wrapped = match (prod, dtype) {
+                                (true, DType::I32) => {
+                                    (wrapped as i32).wrapping_mul(v as i32) as i64
+                                }
+                                (false, DType::I32) => {
+                                    (wrapped as i32).wrapping_add(v as i32) as i64
+                                }
+                                (true, _) => wrapped.wrapping_mul(v as i64),
+                                (false, _) => wrapped.wrapping_add(v as i64),
+                            };
+                            if !exclusive {
+                                want[at] = if dtype.is_float() {
+                                    acc
+                                } else {
+                                    wrapped as f64
+                                };
+                            }
+                        }
+                    }
+                    let scan = |t: &crate::Tensor, axis: isize| {
+                        if prod {
+                            t.cumprod(axis, exclusive, reverse)
+                        } else {
+                            t.cumsum(axis, exclusive, reverse)
+                        }
+                    };
+                    let along = scan(&rows, 1).expect("scan");
+                    let strided = rows
+                        .transpose(&[1, 0])
+                        .and_then(|t| scan(&t, 0))
+                        .and_then(|t| t.transpose(&[1, 0]))
+                        .expect("scan of the transpose");
+                    let what = format!(
+                        "{} {dtype}, {lines} lines of {m}, exclusive {exclusive}, reverse {reverse}",
+                        if prod { "cumprod" } else { "cumsum" }
+                    );
+                    for (how, t) in [("along 1", along), ("along 0 of the transpose", strided)] {
+                        let got = t.to_f64_vec().expect("read");
+                        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                            let close = if dtype.is_float() {
+                                // Terms folded into element i so far, and the error a
+                                // fold of them may carry: relative for products, against
+                                // the running sum of magnitudes (at most 5 a term) for sums.
+                                let j = i % m;
+                                let k = (if reverse { m - j } else { j + 1 }) as f64;
+                                let scale = if prod { k * w.abs() } else { 5.0 * k };
+                                (g - w).abs() <= 16.0 * epsilon(dtype) * scale.max(1.0)
+                            } else {
+                                g == w
+                            };
+                            assert!(close, "{what}, {how}: element {i} is {g}, want {w}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Sorts of lines longer than GPU kernels sort by rank or in one thread (the CUDA and wgpu
 /// backends' 256: merge passes beyond), and of short lines, against a stable sort of the
 /// documented keys (numbers ascending, -0 equal to 0, NaN above everything; descending the
