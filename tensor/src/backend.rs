@@ -509,7 +509,8 @@ pub const SCAN_LINE_MAX: usize = 4096;
 /// ([`Backend::binary`]): about 2√m dependent steps instead of m, in six kernels. Integer
 /// results are the one-thread scan's (wrapping sums and products are associative); float
 /// ones round in another order, within the scan's usual error (TensorFlow's GPU scans do
-/// not round as its CPU kernels do either).
+/// not round as its CPU kernels do either). `x` has elements (an empty tensor is the
+/// caller's to answer: this calls the backend's own `cumulative` on shorter lines).
 ///
 /// ```
 /// use ferroflow_tensor::backend::{chunked_cumulative, SCAN_LINE_MAX};
@@ -521,7 +522,7 @@ pub const SCAN_LINE_MAX: usize = 4096;
 ///     axis: usize,
 ///     per_line: impl FnOnce() -> Result<BufferBox>,
 /// ) -> Result<BufferBox> {
-///     if x.layout.shape()[axis] > SCAN_LINE_MAX {
+///     if x.layout.shape()[axis] > SCAN_LINE_MAX && x.layout.num_elements() > 0 {
 ///         return chunked_cumulative(backend, CumulativeOp::Cumsum, x, axis, false, false);
 ///     }
 ///     per_line()

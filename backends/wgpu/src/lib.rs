@@ -432,7 +432,9 @@ impl Backend for WgpuBackend {
         exclusive: bool,
         reverse: bool,
     ) -> Result<BufferBox> {
-        if x.layout.shape()[axis] > ferroflow_tensor::backend::SCAN_LINE_MAX {
+        if x.layout.shape()[axis] > ferroflow_tensor::backend::SCAN_LINE_MAX
+            && x.layout.num_elements() > 0
+        {
             // A long line in chunks, not one invocation's walk down it.
             return ferroflow_tensor::backend::chunked_cumulative(
                 self, op, x, axis, exclusive, reverse,
