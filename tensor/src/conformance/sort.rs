@@ -201,7 +201,10 @@ pub fn sorting(device: &Device) {
 /// sums in the float types against float64 references, sums and products of integers exactly
 /// (wrapping), float products of values near 1 within a tolerance.
 pub fn long_scans(device: &Device) {
-    let dtypes = supported(device, &[DType::F32, DType::F64, DType::I32, DType::I64]);
+    let dtypes = supported(
+        device,
+        &[DType::F32, DType::F16, DType::F64, DType::I32, DType::I64],
+    );
     for (m, lines) in [(4097usize, 1usize), (10_007, 2)] {
         let n = m * lines;
         for &dtype in &dtypes {
