@@ -225,8 +225,8 @@ enum Engine {
 }
 
 /// The workspace cuBLAS should have on a device of compute capability `major`.x: NVIDIA's
-/// recommendation, 32 MiB on Hopper and later (its GEMM kernels split the inner dimension
-/// across more blocks with it), where cuBLAS's own pool is 4 MiB, enough elsewhere.
+/// recommendation, 32 MiB on Hopper and later, where cuBLAS's own pool is 4 MiB (enough
+/// elsewhere, by the same recommendation).
 fn blas_workspace_bytes(major: i32) -> Option<usize> {
     (major >= 9).then_some(32 << 20)
 }

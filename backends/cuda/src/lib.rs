@@ -412,6 +412,31 @@ fn output(gpu: &Gpu, bytes: usize) -> Result<CudaBuffer> {
     })
 }
 
+/// How a kernel pair `[a thread per output, a block of REDUCE_BLOCK threads per output]`
+/// runs `outputs` outputs: the block kernel where each output's line is `long` and the grid
+/// can hold a block per output (at most 2^31 - 1), else the thread kernel.
+fn per_output_launch<'k>(
+    kernels: &'k [KernelSource],
+    outputs: usize,
+    long: bool,
+    op: &'static str,
+) -> Result<(&'k KernelSource, Launch)> {
+    match (kernels, u32::try_from(outputs)) {
+        ([_, blocks, ..], Ok(o)) if long && o <= i32::MAX as u32 => Ok((
+            blocks,
+            Launch::Blocks {
+                blocks: o,
+                threads: source::REDUCE_BLOCK,
+            },
+        )),
+        ([threads, ..], _) => Ok((threads, Launch::Items(outputs))),
+        ([], _) => Err(Error::Backend {
+            backend: BACKEND,
+            msg: format!("{op}: its kernels are missing"),
+        }),
+    }
+}
+
 /// The error word's code and, for an index out of range, the index (waits for the kernel).
 fn read_error(gpu: &Gpu, word: &Memory) -> Result<(u32, i64)> {
     let b = gpu.download(word, 0..16)?;
@@ -1893,21 +1918,8 @@ impl Backend for Cuda {
             let (va, vb) = (view(logits.layout, op)?, view(labels.layout, op)?);
             let mut word = gpu.error_word.lock().unwrap_or_else(|e| e.into_inner());
             gpu.zero(&mut word)?;
-            // A thread per row, or for wide rows a block per row (grids stop at 2^31 - 1).
-            let (kernel, how) = match (k.kernels.get(1), u32::try_from(rows)) {
-                (Some(blocks), Ok(r))
-                    if classes > source::SOFTMAX_ROW_MAX && r <= i32::MAX as u32 =>
-                {
-                    (
-                        blocks,
-                        Launch::Blocks {
-                            blocks: r,
-                            threads: source::REDUCE_BLOCK,
-                        },
-                    )
-                }
-                _ => (&k.kernels[0], Launch::Items(rows)),
-            };
+            let (kernel, how) =
+                per_output_launch(&k.kernels, rows, classes > source::SOFTMAX_ROW_MAX, op)?;
             gpu.launch(
                 &kernel.name,
                 || kernel.clone(),
@@ -2293,17 +2305,12 @@ impl Backend for Cuda {
         if outputs == 0 || m == 0 {
             return boxed(y);
         }
-        // A thread per output, or for long lines a block per output (grids stop at 2^31 - 1).
-        let (kernel, how) = match (k.kernels.get(1), u32::try_from(outputs)) {
-            (Some(blocks), Ok(o)) if m > source::ARG_REDUCE_ROW_MAX && o <= i32::MAX as u32 => (
-                blocks,
-                Launch::Blocks {
-                    blocks: o,
-                    threads: source::REDUCE_BLOCK,
-                },
-            ),
-            _ => (&k.kernels[0], Launch::Items(outputs)),
-        };
+        let (kernel, how) = per_output_launch(
+            &k.kernels,
+            outputs,
+            m > source::ARG_REDUCE_ROW_MAX,
+            op.name(),
+        )?;
         // (A, kept, stride, m, Y, n)
         gpu.launch(
             &kernel.name,
