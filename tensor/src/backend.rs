@@ -502,11 +502,13 @@ pub const SCAN_LINE_MAX: usize = 4096;
 
 /// A running sum or product along `axis` (`Backend::cumulative`) for backends whose
 /// threads are many and slow (GPUs), where one thread per line leaves a long line to one of
-/// them: the line is cut into chunks of ⌈√m⌉ (the last padded with the identity), every
-/// chunk is scanned by [`Backend::cumulative`] (`exclusive` and `reverse` as asked), the
-/// chunks' totals are reduced ([`Backend::reduce`]) and scanned, exclusively, in the same
-/// direction, and each chunk's values are combined with the totals before it
-/// ([`Backend::binary`]): about 2√m dependent steps instead of m, in six kernels. Integer
+/// them: the line is cut into chunks of about √m (a divisor of m where one is near, else
+/// ⌈√m⌉ with the last chunk padded with the identity), every chunk is scanned by
+/// [`Backend::cumulative`] (`exclusive` and `reverse` as asked), the chunks' totals are
+/// reduced ([`Backend::reduce`]) and scanned, exclusively, in the same direction, and each
+/// chunk's values are combined with the totals before it ([`Backend::binary`]): about 2√m
+/// dependent steps instead of m, in four kernels (six where the input is a strided view or
+/// the line needs padding: a dense copy first, the padding cut off last). Integer
 /// results are the one-thread scan's (wrapping sums and products are associative); float
 /// ones round in another order, within the scan's usual error (TensorFlow's GPU scans do
 /// not round as its CPU kernels do either). `x` has elements (an empty tensor is the
@@ -540,7 +542,7 @@ pub fn chunked_cumulative<B: Backend + ?Sized>(
     let m = shape[axis];
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
-    let chunk = ((m as f64).sqrt().ceil() as usize).max(1);
+    let chunk = scan_chunk(m);
     let chunks = m.div_ceil(chunk);
     let padded_len = chunks * chunk;
     let (identity, reduce, combine) = match op {
@@ -548,22 +550,43 @@ pub fn chunked_cumulative<B: Backend + ?Sized>(
         CumulativeOp::Cumprod => (1.0, ReduceOp::ReduceProd, BinaryOp::Mul),
     };
     let dtype = x.dtype;
-    fn on<'a>(buffer: &'a BufferBox, layout: &'a Layout, dtype: DType) -> Operand<'a> {
+    fn on<'a>(buffer: &'a dyn DeviceBuffer, layout: &'a Layout, dtype: DType) -> Operand<'a> {
         Operand {
-            buffer: buffer.as_ref(),
+            buffer,
             layout,
             dtype,
         }
     }
-    let mut paddings = vec![(0, 0); shape.len()];
-    paddings[axis] = (0, padded_len - m);
-    let padded = backend.pad(x, &paddings, identity)?;
-    let split = Layout::contiguous(&[outer, chunks, chunk, inner]);
-    let local = backend.cumulative(op, on(&padded, &split, dtype), 2, exclusive, reverse)?;
-    let totals = backend.reduce(reduce, on(&padded, &split, dtype), &[2])?;
+    // The lines as [outer, chunks, chunk, inner]: `x` itself where it is dense and the
+    // chunks divide its lines, else a dense copy padded with the identity.
+    let split_shape = [outer, chunks, chunk, inner];
+    let padded;
+    let (source, split): (&dyn DeviceBuffer, Layout) = match x.layout.contiguous_range() {
+        Some((offset, _)) if padded_len == m => (
+            x.buffer,
+            Layout::new(
+                split_shape.to_vec(),
+                crate::layout::contiguous_strides(&split_shape),
+                offset,
+            ),
+        ),
+        _ => {
+            let mut paddings = vec![(0, 0); shape.len()];
+            paddings[axis] = (0, padded_len - m);
+            padded = backend.pad(x, &paddings, identity)?;
+            (padded.as_ref(), Layout::contiguous(&split_shape))
+        }
+    };
+    let source = on(source, &split, dtype);
+    let local = backend.cumulative(op, source, 2, exclusive, reverse)?;
+    let totals = backend.reduce(reduce, source, &[2])?;
     let before = backend.cumulative(
         op,
-        on(&totals, &Layout::contiguous(&[outer, chunks, inner]), dtype),
+        on(
+            totals.as_ref(),
+            &Layout::contiguous(&[outer, chunks, inner]),
+            dtype,
+        ),
         1,
         true,
         reverse,
@@ -576,8 +599,8 @@ pub fn chunked_cumulative<B: Backend + ?Sized>(
     );
     let combined = backend.binary(
         combine,
-        on(&before, &spread, dtype),
-        on(&local, &split, dtype),
+        on(before.as_ref(), &spread, dtype),
+        on(local.as_ref(), &Layout::contiguous(&split_shape), dtype),
     )?;
     if padded_len == m {
         return Ok(combined);
@@ -587,7 +610,18 @@ pub fn chunked_cumulative<B: Backend + ?Sized>(
         &[outer, m, inner],
         &[1, 1, 1],
     );
-    backend.copy(on(&combined, &first_m, dtype))
+    backend.copy(on(combined.as_ref(), &first_m, dtype))
+}
+
+/// The chunk length [`chunked_cumulative`] cuts a line of `m` into: a divisor of `m` within
+/// a factor of two of √m where there is one (no padding, and a dense input is read in
+/// place), else ⌈√m⌉ (the last chunk padded).
+fn scan_chunk(m: usize) -> usize {
+    let root = ((m as f64).sqrt().ceil() as usize).max(1);
+    (root.div_ceil(2).max(1)..=root * 2)
+        .filter(|&d| m.is_multiple_of(d))
+        .min_by_key(|d| d.abs_diff(root))
+        .unwrap_or(root)
 }
 
 /// `program` through [`Backend::fused_elementwise`], then `op` over `axes` of its first

@@ -197,7 +197,8 @@ pub fn sorting(device: &Device) {
 
 /// Scans of lines longer than GPU backends scan in one thread (4096: chunks beyond, their
 /// totals scanned and added back), one line and two, along a contiguous and a strided axis,
-/// in every (exclusive, reverse) mode, with lengths that leave the last chunk short: running
+/// in every (exclusive, reverse) mode, with lengths that leave the last chunk short and one
+/// the chunks divide (read in place where the line is dense): running
 /// sums in the float types against float64 references, sums and products of integers exactly
 /// (wrapping), float products of values near 1 within a tolerance.
 pub fn long_scans(device: &Device) {
@@ -205,7 +206,7 @@ pub fn long_scans(device: &Device) {
         device,
         &[DType::F32, DType::F16, DType::F64, DType::I32, DType::I64],
     );
-    for (m, lines) in [(4097usize, 1usize), (10_007, 2)] {
+    for (m, lines) in [(4097usize, 1usize), (10_007, 2), (4900, 2)] {
         let n = m * lines;
         for &dtype in &dtypes {
             for prod in [false, true] {
