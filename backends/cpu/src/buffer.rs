@@ -1,7 +1,6 @@
 //! The CPU buffer (a typed host vector) and the helpers kernels use to read views.
 
 use ferroflow_tensor::{DType, DeviceBuffer, Element, Error, HostData, Layout, Operand, Result};
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use std::any::Any;
 use std::borrow::Cow;
@@ -54,22 +53,28 @@ pub(crate) fn dense_owned<T: Element>(v: Vec<T>, layout: &Layout) -> Vec<T> {
 }
 
 /// A half-precision element type and its conversions to and from f32 (`half`'s rounding:
-/// to nearest even, NaN kept).
-pub(crate) trait Half: Copy + Default + Send + Sync + 'static {
-    /// `dst[i] = src[i]` as f32 (exact).
-    fn widen_into(src: &[Self], dst: &mut [f32]);
-    /// `dst[i] = src[i]` rounded to this type.
-    fn narrow_into(src: &[f32], dst: &mut [Self]);
+/// to nearest even, NaN kept); whole slices widen with [`Lanes::widen_into`](crate::lanes::Lanes::widen_into).
+pub(crate) trait Half: crate::lanes::Lanes + Default {
+    /// One element as f32 (exact): the conversion where no vector one runs.
+    fn widen_one(self) -> f32;
+    /// One f32 rounded to this type: the conversion where no vector one runs.
+    fn narrow_one(x: f32) -> Self;
     /// Wraps a vector as host data.
     fn host(v: Vec<Self>) -> HostData;
+    /// `dst[i] = src[i]` rounded to this type, over the shorter of the two.
+    fn narrow_into(src: &[f32], dst: &mut [Self]) {
+        let n = src.len().min(dst.len());
+        // SAFETY: dst has room for n elements.
+        unsafe { narrow_uninit(&src[..n], dst.as_mut_ptr()) }
+    }
 }
 
 impl Half for f16 {
-    fn widen_into(src: &[f16], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst)
+    fn widen_one(self) -> f32 {
+        self.to_f32()
     }
-    fn narrow_into(src: &[f32], dst: &mut [f16]) {
-        dst.convert_from_f32_slice(src)
+    fn narrow_one(x: f32) -> f16 {
+        f16::from_f32(x)
     }
     fn host(v: Vec<f16>) -> HostData {
         HostData::F16(v)
@@ -77,106 +82,53 @@ impl Half for f16 {
 }
 
 impl Half for bf16 {
-    fn widen_into(src: &[bf16], dst: &mut [f32]) {
-        let n = src.len().min(dst.len());
-        // SAFETY: dst has room for n elements.
-        unsafe { widen_bf16_to(&src[..n], dst.as_mut_ptr()) }
+    fn widen_one(self) -> f32 {
+        self.to_f32()
     }
-    fn narrow_into(src: &[f32], dst: &mut [bf16]) {
-        let n = src.len().min(dst.len());
-        // SAFETY: dst has room for n elements.
-        unsafe { narrow_bf16_to(&src[..n], dst.as_mut_ptr()) }
+    fn narrow_one(x: f32) -> bf16 {
+        bf16::from_f32(x)
     }
     fn host(v: Vec<bf16>) -> HostData {
         HostData::BF16(v)
     }
 }
 
-/// `dst[i] = src[i]` as f32 into memory that may be uninitialised.
+/// `dst[i] = src[i]` as f32 into memory that may be uninitialised: in registers
+/// (`crate::lanes`) with AVX-512 or AVX2 + F16C, else element by element.
 ///
 /// # Safety
 /// `dst` is valid for `src.len()` writes.
-unsafe fn widen_bf16_to(src: &[bf16], dst: *mut f32) {
-    let done = if crate::simd::has_avx512() {
-        bf16_simd::widen(src.as_ptr(), dst, src.len())
-    } else {
-        0
-    };
-    // bfloat16 is the upper half of a float32: exact, a shift.
-    for (i, s) in src.iter().enumerate().skip(done) {
-        dst.add(i).write(f32::from_bits((s.to_bits() as u32) << 16));
+pub(crate) unsafe fn widen_uninit<H: Half>(src: &[H], dst: *mut f32) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx512() {
+        return crate::lanes::avx512::widen_all(src, dst);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2() {
+        return crate::lanes::avx2::widen_all(src, dst);
+    }
+    for (i, &s) in src.iter().enumerate() {
+        dst.add(i).write(s.widen_one());
     }
 }
 
-/// `dst[i] = src[i]` rounded to bf16 (to nearest even, NaN made quiet) into memory that
-/// may be uninitialised.
+/// `dst[i] = src[i]` rounded to `H` (to nearest even, NaN made quiet) into memory that may
+/// be uninitialised: in registers with AVX-512 or AVX2 + F16C, else element by element
+/// (the same results, `crate::lanes`' tests check every pattern).
 ///
 /// # Safety
 /// `dst` is valid for `src.len()` writes.
-pub(crate) unsafe fn narrow_bf16_to(src: &[f32], dst: *mut bf16) {
-    let done = if crate::simd::has_avx512() {
-        bf16_simd::narrow(src.as_ptr(), dst, src.len())
-    } else {
-        0
-    };
-    for (i, &x) in src.iter().enumerate().skip(done) {
-        let b = x.to_bits();
-        let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
-        let quiet_nan = ((b >> 16) | 0x40) as u16;
-        dst.add(i).write(bf16::from_bits(if x.is_nan() {
-            quiet_nan
-        } else {
-            rounded
-        }));
-    }
-}
-
-/// bf16 conversions 16 elements at a time on AVX-512F, with the scalar code's rounding (to
-/// nearest even in integer arithmetic, NaN made quiet): each returns how many leading
-/// elements it converted (a multiple of 16; the caller converts the rest).
-mod bf16_simd {
-    use half::bf16;
-
-    /// # Safety
-    /// AVX-512F is present; `src` and `dst` hold `n` elements.
+pub(crate) unsafe fn narrow_uninit<H: Half>(src: &[f32], dst: *mut H) {
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn widen(src: *const bf16, dst: *mut f32, n: usize) -> usize {
-        use crate::lanes::avx512::from_bf16;
-        use std::arch::x86_64::*;
-        let mut i = 0;
-        while i + 16 <= n {
-            let h = _mm256_loadu_si256(src.add(i) as *const __m256i);
-            _mm512_storeu_ps(dst.add(i), from_bf16(h));
-            i += 16;
-        }
-        i
+    if crate::simd::has_avx512() {
+        return crate::lanes::avx512::narrow_all(src, dst);
     }
-
-    /// # Safety
-    /// AVX-512F is present; `src` and `dst` hold `n` elements.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn narrow(src: *const f32, dst: *mut bf16, n: usize) -> usize {
-        use crate::lanes::avx512::round_to_bf16;
-        use std::arch::x86_64::*;
-        let mut i = 0;
-        while i + 16 <= n {
-            let r = round_to_bf16(_mm512_loadu_ps(src.add(i)));
-            _mm256_storeu_si256(dst.add(i) as *mut __m256i, _mm512_cvtepi32_epi16(r));
-            i += 16;
-        }
-        i
+    if crate::simd::has_avx2() {
+        return crate::lanes::avx2::narrow_all(src, dst);
     }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    pub(super) unsafe fn widen(_: *const bf16, _: *mut f32, _: usize) -> usize {
-        0
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    pub(super) unsafe fn narrow(_: *const f32, _: *mut bf16, _: usize) -> usize {
-        0
+    for (i, &x) in src.iter().enumerate() {
+        dst.add(i).write(H::narrow_one(x));
     }
 }
 
@@ -184,8 +136,8 @@ mod bf16_simd {
 /// buffers convert on all cores.
 pub(crate) fn widen(data: &HostData) -> Option<Vec<f32>> {
     match data {
-        HostData::F16(v) => Some(convert(v, f16::widen_into)),
-        HostData::BF16(v) => Some(convert_uninit(v, widen_bf16_to)),
+        HostData::F16(v) => Some(convert_uninit(v, widen_uninit)),
+        HostData::BF16(v) => Some(convert_uninit(v, widen_uninit)),
         _ => None,
     }
 }
@@ -201,8 +153,8 @@ pub(crate) fn narrow(v: Vec<f32>, dtype: DType) -> HostData {
 /// f32 values narrowed to a half dtype (copied as f32 for any other dtype).
 pub(crate) fn narrow_from(v: &[f32], dtype: DType) -> HostData {
     match dtype {
-        DType::F16 => HostData::F16(convert(v, f16::narrow_into)),
-        DType::BF16 => HostData::BF16(convert_uninit(v, narrow_bf16_to)),
+        DType::F16 => HostData::F16(convert_uninit(v, narrow_uninit)),
+        DType::BF16 => HostData::BF16(convert_uninit(v, narrow_uninit)),
         _ => HostData::F32(v.to_vec()),
     }
 }
@@ -240,26 +192,8 @@ pub(crate) fn widen_range<H: Half>(src: &[H], start: usize, end: usize) -> Vec<f
 }
 
 /// Element-type conversion of a whole slice with `f` applied chunk by chunk, in parallel
-/// above [`crate::simd::PAR_THRESHOLD`] elements.
-fn convert<S: Sync, D: Copy + Default + Send>(
-    src: &[S],
-    f: impl Fn(&[S], &mut [D]) + Sync,
-) -> Vec<D> {
-    use rayon::prelude::*;
-    const CHUNK: usize = 1 << 14;
-    let mut out = vec![D::default(); src.len()];
-    if src.len() < crate::simd::PAR_THRESHOLD {
-        f(src, &mut out);
-    } else {
-        out.par_chunks_mut(CHUNK)
-            .zip(src.par_chunks(CHUNK))
-            .for_each(|(o, s)| f(s, o));
-    }
-    out
-}
-
-/// [`convert`] into uninitialised memory (no zeroing pass over the output): `f` writes
-/// every element of its chunk's destination.
+/// above [`crate::simd::PAR_THRESHOLD`] elements, into uninitialised memory (no zeroing
+/// pass over the output): `f` writes every element of its chunk's destination.
 fn convert_uninit<S: Sync, D: Send>(src: &[S], f: unsafe fn(&[S], *mut D)) -> Vec<D> {
     const CHUNK: usize = 1 << 14;
     let n = src.len();

@@ -46,13 +46,13 @@ fn zip_loop<T: Copy, U, F: Fn(T, T) -> U>(a: &[T], b: &[T], out: &mut [MaybeUnin
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn map_loop_avx2<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [MaybeUninit<U>], f: &F) {
     map_loop(x, out, f)
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn zip_loop_avx2<T: Copy, U, F: Fn(T, T) -> U>(
     a: &[T],
     b: &[T],
@@ -105,7 +105,11 @@ pub(crate) fn isa() -> Isa {
 fn detected() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
-        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        // F16C (half-precision conversions in registers) came with or before AVX2 on every
+        // x86-64 CPU that has both AVX2 and FMA; the AVX2 level asks for all three.
+        let avx2 = is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c");
         let avx512 = is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512vl")
             && is_x86_feature_detected!("avx512dq");
@@ -128,7 +132,8 @@ pub(crate) fn has_avx512() -> bool {
     isa() >= Isa::Avx512
 }
 
-/// Whether the AVX2+FMA kernels run.
+/// Whether the AVX2 + FMA kernels run (the CPU has F16C too: half-precision data
+/// converts in registers, see `crate::lanes`).
 #[inline]
 pub(crate) fn has_avx2() -> bool {
     isa() >= Isa::Avx2
@@ -308,7 +313,7 @@ fn fold_lanes<T: Copy, const LANES: usize>(x: &[T], init: T, f: &impl Fn(T, T) -
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn fold_lanes_avx2<T: Copy, const LANES: usize>(
     x: &[T],
     init: T,
@@ -494,7 +499,7 @@ where
         s
     }
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn lanes_avx2<T>(a: &[T], b: &[T], zero: T) -> T
     where
         T: Copy
@@ -546,7 +551,7 @@ pub(crate) fn combine_into<T: Copy, F: Fn(T, T) -> T>(dst: &mut [T], src: &[T], 
         }
     }
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn combine_avx2<T: Copy, F: Fn(T, T) -> T>(dst: &mut [T], src: &[T], f: &F) {
         combine_loop(dst, src, f)
     }

@@ -2,10 +2,11 @@
 //! (a fused convolution's last step on paths without a native epilogue), and its gradients
 //! (`dx = g·[y > 0]`, `dbias = Σ dx` over the leading axes) in one pass.
 
+use super::f32_gemm::{native_isa, with_isa, Kernels};
 use crate::buffer::{dense, host, widen_range, Half};
 use crate::lanes::Lanes;
 use crate::num::Num;
-use crate::simd::{for_each_chunk_shared, SharedMut};
+use crate::simd::{for_each_chunk_shared, Isa, SharedMut};
 use ferroflow_tensor::{backend::unsupported, FusedActivation, HostData, Operand, Result};
 use rayon::prelude::*;
 
@@ -176,17 +177,16 @@ fn grad_typed<T: Num + Send + Sync + num_traits::Float>(
     })
 }
 
-/// Half-precision `g`, `y`: in registers on AVX-512, else widened chunk by chunk.
+/// Half-precision `g`, `y`: in registers with AVX-512 or AVX2, else widened chunk by chunk.
 fn grad_half_precision<H: Half + Lanes + Send + Sync>(
     g: &[H],
     y: &[H],
     c: usize,
     relu: bool,
 ) -> (Vec<H>, Vec<H>) {
-    if crate::simd::has_avx512() {
-        grad_lanes(g, y, c, relu)
-    } else {
-        grad_half(g, y, c, relu)
+    match native_isa() {
+        Some(isa) => grad_lanes(isa, g, y, c, relu),
+        None => grad_half(g, y, c, relu),
     }
 }
 
@@ -217,15 +217,23 @@ fn grad_half<H: Half + Send + Sync>(g: &[H], y: &[H], c: usize, relu: bool) -> (
     (dx, narrow_sums(&db))
 }
 
-/// Half-precision `g`, `y` on AVX-512: `dx` is `g`'s own value or zero (exact: nothing to
-/// round), the bias gradient summed in f32 from `g` widened in registers; no f32 buffers.
-fn grad_lanes<H: Half + Lanes>(g: &[H], y: &[H], c: usize, relu: bool) -> (Vec<H>, Vec<H>) {
+/// Half-precision `g`, `y` in registers (`isa`'s vectors): `dx` is `g`'s own value or zero
+/// (exact: nothing to round), the bias gradient summed in f32 from `g` widened in
+/// registers; no f32 buffers.
+fn grad_lanes<H: Half + Lanes>(
+    isa: Isa,
+    g: &[H],
+    y: &[H],
+    c: usize,
+    relu: bool,
+) -> (Vec<H>, Vec<H>) {
     let (dx, db) = over_chunks(g.len().min(y.len()), c, |r0, r1, dst, sum: &mut [f32]| {
         let span = r0 * c..r1 * c;
-        // SAFETY: AVX-512 (the caller checked); g, y and dst hold the chunk's rows; sum
-        // holds c values.
+        // SAFETY: the CPU has `isa` (`native_isa` chose it); g, y and dst hold the chunk's
+        // rows; sum holds c values.
         unsafe {
             grad_rows_lanes(
+                isa,
                 &g[span.clone()],
                 &y[span],
                 c,
@@ -239,14 +247,14 @@ fn grad_lanes<H: Half + Lanes>(g: &[H], y: &[H], c: usize, relu: bool) -> (Vec<H
 }
 
 /// `dst = g·[y > 0]` (or `g` without ReLU) and `sum += dst` per channel over rows of `c`
-/// channels, 16 channels at a time.
+/// channels, `K::LANES` channels at a time: [`grad_rows`]' arithmetic (a blocked lane
+/// adds zero, as it does there).
 ///
 /// # Safety
-/// AVX-512F is present; `dst` is valid for `g.len()` writes; `y` is as long as `g` and
-/// `sum` holds `c` values.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn grad_rows_lanes<H: Lanes>(
+/// The CPU has `K`'s instruction set; `dst` is valid for `g.len()` writes; `y` is as long
+/// as `g` and `sum` holds `c` values.
+#[inline(always)]
+unsafe fn grad_rows_lanes_with<K: Kernels, H: Lanes>(
     g: &[H],
     y: &[H],
     c: usize,
@@ -254,35 +262,34 @@ unsafe fn grad_rows_lanes<H: Lanes>(
     dst: *mut H,
     sum: &mut [f32],
 ) {
-    use std::arch::x86_64::*;
     assert!(y.len() >= g.len() && sum.len() >= c);
-    let zero = _mm512_setzero_ps();
     for r in 0..g.len() / c {
-        for c0 in (0..c).step_by(16) {
-            let len = 16.min(c - c0);
-            let k = crate::lanes::avx512::first(len);
+        for c0 in (0..c).step_by(K::LANES) {
+            let len = K::LANES.min(c - c0);
             let at = r * c + c0;
-            let (gv, yv) = (
-                H::load(g.as_ptr().add(at), len),
-                H::load(y.as_ptr().add(at), len),
-            );
+            let gv = K::load_from(g.as_ptr().add(at), len);
             // Passes where y > 0 (a NaN y blocks), as grad_rows.
-            let pass = if relu {
-                _mm512_cmp_ps_mask::<_CMP_GT_OQ>(yv, zero) & k
+            let kept = if relu {
+                K::keep(K::positive(K::load_from(y.as_ptr().add(at), len)), gv)
             } else {
-                k
+                gv
             };
             // g's own bits or zero: exact.
-            H::store_exact(dst.add(at), len, _mm512_maskz_mov_ps(pass, gv));
+            K::store_exact_to(dst.add(at), len, kept);
             let s = sum.as_mut_ptr().add(c0);
-            let total = _mm512_maskz_loadu_ps(k, s);
-            let total = _mm512_mask_add_ps(total, pass, total, gv);
-            _mm512_mask_storeu_ps(s, k, total);
+            K::store(s, len, K::add(K::load(s, len), kept));
         }
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn grad_rows_lanes<H>(_: &[H], _: &[H], _: usize, _: bool, _: *mut H, _: &mut [f32]) {
-    unreachable!("grad_lanes is only chosen on x86-64 with AVX-512")
+with_isa! {
+    /// [`grad_rows_lanes_with`] on `isa`'s vectors.
+    unsafe fn grad_rows_lanes[H: Lanes][H](
+        g: &[H],
+        y: &[H],
+        c: usize,
+        relu: bool,
+        dst: *mut H,
+        sum: &mut [f32],
+    ) = grad_rows_lanes_with;
 }

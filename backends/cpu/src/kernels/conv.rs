@@ -1,8 +1,8 @@
 //! conv2d (NHWC x HWIO), the fused conv2d + bias + activation, the two backprop kernels,
 //! and 2-D pooling. float32 runs the kernels of `f32_conv` / `f32_winograd` / `max_pool` on
-//! CPUs with AVX-512 or AVX2 + FMA; bfloat16 and float16 run them with AVX-512 (half types
-//! read and written in registers, f32 arithmetic; see `crate::lanes`); bf16 convolutions
-//! those kernels do not take use AVX512-BF16 products, and everything else goes through
+//! CPUs with AVX-512 or AVX2 + FMA, and so do bfloat16 and float16 (half types read and
+//! written in registers, f32 arithmetic; see `crate::lanes`); bf16 convolutions those
+//! kernels do not take use AVX512-BF16 products, and everything else goes through
 //! im2col + gemm here (half types widened).
 //!
 //! im2col turns each output position's receptive field into a row of `kh·kw·cin` values, so
@@ -285,7 +285,7 @@ fn conv2d_then(
     // Half-precision data through the float32 kernels, read and written as its own type
     // (the filter, small, widened).
     if let (true, Some(a)) = (
-        super::f32_conv::available_for_halves() && filter.dtype == x.dtype,
+        super::f32_conv::available() && filter.dtype == x.dtype,
         dense_half(&x),
     ) {
         if let Floats::F32(f) = floats("conv2d", &filter)? {
@@ -410,7 +410,7 @@ mod direct {
     const BLOCK: usize = 16;
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn forward_row_avx2(
         x: &[f32],
         f: &[f32],
@@ -468,7 +468,7 @@ mod direct {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn filter_rows_avx2(
         x: &[f32],
         dy: &[f32],
@@ -597,7 +597,7 @@ pub(crate) fn conv2d_backprop_input(
         ));
     }
     if let (true, Some(g)) = (
-        super::f32_conv::available_for_halves() && filter.dtype == dy.dtype,
+        super::f32_conv::available() && filter.dtype == dy.dtype,
         dense_half(&dy),
     ) {
         if let Floats::F32(f) = floats(op, &filter)? {
@@ -671,7 +671,7 @@ pub(crate) fn conv2d_backprop_filter(
             DType::BF16,
         ));
     }
-    if super::f32_conv::available_for_halves() {
+    if super::f32_conv::available() {
         match (dense_half(&x), dense_half(&dy)) {
             (Some(HalfView::BF16(a)), Some(HalfView::BF16(g))) => {
                 let grad = super::f32_conv::backprop_filter(&a[..], &g[..], w, cout);
@@ -799,7 +799,6 @@ pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<Hos
     let [_, h, wd, c] = w.input;
     let out_per_image = w.output[0] * w.output[1] * c;
     let fast = kind == PoolKind::MaxPool2d && super::max_pool::available();
-    let fast_halves = kind == PoolKind::MaxPool2d && super::max_pool::available_for_halves();
     let pool_f32 = |x: &[f32], part: &Window2d| {
         if fast {
             super::max_pool::max_pool(x, part)
@@ -809,13 +808,13 @@ pub(crate) fn pool2d(kind: PoolKind, x: Operand<'_>, w: &Window2d) -> Result<Hos
     };
     let kernel = |part: &Window2d, ins: &[Vec<f32>]| pool_f32(&ins[0], part);
     match dense_half(&x) {
-        Some(HalfView::F16(v)) if fast_halves => {
+        Some(HalfView::F16(v)) if fast => {
             return Ok(HostData::F16(super::max_pool::max_pool(&v, w)))
         }
         Some(HalfView::F16(v)) => {
             return Ok(pool_half(w, &[(&v, h * wd * c)], out_per_image, kernel))
         }
-        Some(HalfView::BF16(v)) if fast_halves => {
+        Some(HalfView::BF16(v)) if fast => {
             return Ok(HostData::BF16(super::max_pool::max_pool(&v, w)))
         }
         Some(HalfView::BF16(v)) => {
@@ -894,7 +893,6 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
     let [_, h, wd, c] = w.input;
     let (per_x, per_dy) = (h * wd * c, w.output[0] * w.output[1] * c);
     let fast = super::max_pool::available();
-    let fast_halves = super::max_pool::available_for_halves();
     let grad_f32 = |x: &[f32], dy: &[f32], part: &Window2d| {
         if fast {
             super::max_pool::max_pool_grad(x, dy, part)
@@ -905,7 +903,7 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
     let kernel = |part: &Window2d, ins: &[Vec<f32>]| grad_f32(&ins[0], &ins[1], part);
     match (dense_half(&x), dense_half(&dy)) {
         (Some(HalfView::F16(a)), Some(HalfView::F16(g)))
-            if fast_halves && super::max_pool::grad_exact::<half::f16>(w) =>
+            if fast && super::max_pool::grad_exact::<half::f16>(w) =>
         {
             return Ok(HostData::F16(super::max_pool::max_pool_grad(&a, &g, w)))
         }
@@ -913,7 +911,7 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
             return Ok(pool_half(w, &[(&a, per_x), (&g, per_dy)], per_x, kernel))
         }
         (Some(HalfView::BF16(a)), Some(HalfView::BF16(g)))
-            if fast_halves && super::max_pool::grad_exact::<half::bf16>(w) =>
+            if fast && super::max_pool::grad_exact::<half::bf16>(w) =>
         {
             return Ok(HostData::BF16(super::max_pool::max_pool_grad(&a, &g, w)))
         }

@@ -22,16 +22,11 @@ use crate::lanes::Lanes;
 use crate::simd::{for_each_chunk_shared, Isa, SharedMut};
 use ferroflow_tensor::{FusedActivation, Window2d};
 
-/// Whether these kernels take float32 data here (AVX-512, or AVX2 + FMA); callers fall back
+/// Whether these kernels run here (AVX-512, or AVX2 + FMA + F16C), on float32, bfloat16
+/// and float16 data alike (half types convert in registers, [`Lanes`]); callers fall back
 /// to im2col + GEMM otherwise.
 pub(crate) fn available() -> bool {
     native_isa().is_some()
-}
-
-/// Whether they take bfloat16 and float16 data here: with AVX-512 only, which converts in
-/// registers ([`Lanes`]); the AVX2 versions would convert element by element.
-pub(crate) fn available_for_halves() -> bool {
-    crate::simd::has_avx512()
 }
 
 /// The instruction set the native float32 kernels run with (the convolutions here and in

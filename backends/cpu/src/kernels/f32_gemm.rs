@@ -214,6 +214,9 @@ pub(super) trait Kernels {
     unsafe fn load_from<T: Lanes>(p: *const T, len: usize) -> Self::V;
     /// The first `len` (≤ LANES) lanes stored at `p`, rounded to `T`.
     unsafe fn store_to<T: Lanes>(p: *mut T, len: usize, v: Self::V);
+    /// As [`Kernels::store_to`] for lanes that hold values of `T` exactly (loaded elements
+    /// or zero): nothing to round.
+    unsafe fn store_exact_to<T: Lanes>(p: *mut T, len: usize, v: Self::V);
     /// A lane predicate.
     type Mask: Copy;
     /// The first `len` lanes.
@@ -234,6 +237,8 @@ pub(super) trait Kernels {
     unsafe fn max_first_nan(m: Self::V, v: Self::V) -> Self::V;
     /// The lanes where `v` equals the maximum `m` (NaN matching NaN).
     unsafe fn is_max(v: Self::V, m: Self::V) -> Self::Mask;
+    /// The lanes where `v > 0` (NaN not).
+    unsafe fn positive(v: Self::V) -> Self::Mask;
 }
 
 /// The AVX-512F building blocks.
@@ -301,6 +306,15 @@ impl Kernels for Avx512Kernels {
     #[inline(always)]
     unsafe fn store_to<T: Lanes>(p: *mut T, len: usize, v: Self::V) {
         T::store(p, len, v)
+    }
+    #[inline(always)]
+    unsafe fn store_exact_to<T: Lanes>(p: *mut T, len: usize, v: Self::V) {
+        T::store_exact(p, len, v)
+    }
+    #[inline(always)]
+    unsafe fn positive(v: Self::V) -> Self::Mask {
+        use std::arch::x86_64::*;
+        _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, _mm512_setzero_ps())
     }
     type Mask = std::arch::x86_64::__mmask16;
     #[inline(always)]
@@ -393,46 +407,34 @@ impl Kernels for Avx2Kernels {
     }
     #[inline(always)]
     unsafe fn load(p: *const f32, len: usize) -> Self::V {
-        if len >= 8 {
-            std::arch::x86_64::_mm256_loadu_ps(p)
-        } else {
-            std::arch::x86_64::_mm256_maskload_ps(p, lanes_avx2(len))
-        }
+        f32::load8(p, len)
     }
     #[inline(always)]
     unsafe fn store(p: *mut f32, len: usize, v: Self::V) {
-        if len >= 8 {
-            std::arch::x86_64::_mm256_storeu_ps(p, v)
-        } else {
-            std::arch::x86_64::_mm256_maskstore_ps(p, lanes_avx2(len), v)
-        }
+        f32::store8(p, len, v)
     }
-    /// float32 directly; other types element by element (correct, not fast: the AVX2
-    /// kernels are chosen for float32 data only, see `f32_conv::available_for_halves`).
     #[inline(always)]
     unsafe fn load_from<T: Lanes>(p: *const T, len: usize) -> Self::V {
-        if T::IS_F32 {
-            return Self::load(p as *const f32, len);
-        }
-        let (len, mut wide) = (len.min(8), [0f32; 8]);
-        T::widen_into(std::slice::from_raw_parts(p, len), &mut wide[..len]);
-        std::arch::x86_64::_mm256_loadu_ps(wide.as_ptr())
+        T::load8(p, len)
     }
-    /// As [`Kernels::load_from`]: float32 directly, other types element by element.
     #[inline(always)]
     unsafe fn store_to<T: Lanes>(p: *mut T, len: usize, v: Self::V) {
-        if T::IS_F32 {
-            return Self::store(p as *mut f32, len, v);
-        }
-        let mut wide = [0f32; 8];
-        std::arch::x86_64::_mm256_storeu_ps(wide.as_mut_ptr(), v);
-        T::narrow_to(&wide[..len.min(8)], p)
+        T::store8(p, len, v)
+    }
+    #[inline(always)]
+    unsafe fn store_exact_to<T: Lanes>(p: *mut T, len: usize, v: Self::V) {
+        T::store8_exact(p, len, v)
+    }
+    #[inline(always)]
+    unsafe fn positive(v: Self::V) -> Self::Mask {
+        use std::arch::x86_64::*;
+        _mm256_cmp_ps::<_CMP_GT_OQ>(v, _mm256_setzero_ps())
     }
     /// All-ones lanes where true.
     type Mask = std::arch::x86_64::__m256;
     #[inline(always)]
     unsafe fn first_lanes(len: usize) -> Self::Mask {
-        std::arch::x86_64::_mm256_castsi256_ps(lanes_avx2(len))
+        std::arch::x86_64::_mm256_castsi256_ps(crate::lanes::avx2::first(len))
     }
     #[inline(always)]
     unsafe fn and(a: Self::Mask, b: Self::Mask) -> Self::Mask {
@@ -503,7 +505,7 @@ macro_rules! with_isa {
                 unsafe fn avx512$(<$($bound)*>)?($($arg: $ty),*) $(-> $ret)? {
                     $generic::<$crate::kernels::f32_gemm::Avx512Kernels $($(, $g)*)?>($($arg),*)
                 }
-                #[target_feature(enable = "avx2,fma")]
+                #[target_feature(enable = "avx2,fma,f16c")]
                 #[allow(clippy::too_many_arguments)]
                 unsafe fn avx2$(<$($bound)*>)?($($arg: $ty),*) $(-> $ret)? {
                     $generic::<$crate::kernels::f32_gemm::Avx2Kernels $($(, $g)*)?>($($arg),*)
@@ -546,7 +548,7 @@ unsafe fn block_avx512(
 
 /// [`block`] with the AVX2 + FMA kernels.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn block_avx2(
     dst: *mut f32,
@@ -736,24 +738,13 @@ unsafe fn load8<const FULL: bool>(
     }
 }
 
-/// The first `n` (0..=8) lanes of a ymm register, as the mask `_mm256_maskload_ps` takes.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn lanes_avx2(n: usize) -> std::arch::x86_64::__m256i {
-    use std::arch::x86_64::*;
-    _mm256_cmpgt_epi32(
-        _mm256_set1_epi32(n.min(8) as i32),
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-    )
-}
-
 /// [`pack_panel`] with AVX2: the same layout (`kc` rows of [`NR`] floats, columns past
 /// `width` zero where a row is written through registers).
 ///
 /// # Safety
 /// AVX2 is present, the panel lies inside its buffer and `dst` holds `kc * NR` floats.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn pack_panel_avx2(
     src: *const f32,
     (rs, cs): (isize, isize),
@@ -764,7 +755,7 @@ pub(super) unsafe fn pack_panel_avx2(
     use std::arch::x86_64::*;
     if cs == 1 {
         let masks: [__m256i; NR / 8] =
-            std::array::from_fn(|q| lanes_avx2(width.saturating_sub(8 * q)));
+            std::array::from_fn(|q| crate::lanes::avx2::first(width.saturating_sub(8 * q)));
         for p in 0..kc {
             let s = src.offset(p as isize * rs);
             let d = dst.add(p * NR);
@@ -781,12 +772,12 @@ pub(super) unsafe fn pack_panel_avx2(
 
 /// [`pack_transposed`] with AVX2: 8x8 blocks through registers.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pack_transposed_avx2(src: *const f32, cs: isize, kc: usize, width: usize, dst: *mut f32) {
     use std::arch::x86_64::*;
     for p0 in (0..kc).step_by(8) {
         let depth = 8.min(kc - p0);
-        let load_mask = lanes_avx2(depth);
+        let load_mask = crate::lanes::avx2::first(depth);
         for oct in 0..width.div_ceil(8) {
             let mut r = [_mm256_setzero_ps(); 8];
             for (jj, v) in r.iter_mut().enumerate() {
@@ -1046,7 +1037,10 @@ impl Tile<'_> {
         width: usize,
     ) {
         use std::arch::x86_64::*;
-        let (k0, k1) = (lanes_avx2(width), lanes_avx2(width.saturating_sub(8)));
+        let (k0, k1) = (
+            crate::lanes::avx2::first(width),
+            crate::lanes::avx2::first(width.saturating_sub(8)),
+        );
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let mut bp = self.b.add(col);
         for &segment in self.segments {

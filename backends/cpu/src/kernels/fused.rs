@@ -47,7 +47,7 @@ unsafe fn update_loop_avx512<T: Copy, const S: usize, F: Fn(T, T, [T; S]) -> (T,
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn update_loop_avx2<T: Copy, const S: usize, F: Fn(T, T, [T; S]) -> (T, [T; S])>(
     w: &[T],
     g: &[T],

@@ -2,10 +2,9 @@
 //! at a time, the window's taps read in place, one pass over the input; written once over
 //! [`Kernels`] and compiled per instruction set ([`with_isa!`]).
 //!
-//! With AVX-512, half types run natively: their values widen exactly to f32 lanes in
-//! registers, the maximum of half values is one of them, and a gradient element is a `dy`
-//! value or zero, so every half-precision store is exact. No f32 buffer is made. (The AVX2
-//! versions take float32 only: [`available_for_halves`].)
+//! Half types run natively: their values widen exactly to f32 lanes in registers, the
+//! maximum of half values is one of them, and a gradient element is a `dy` value or zero,
+//! so every half-precision store is exact. No f32 buffer is made.
 //!
 //! The gradient recomputes each window's maximum and sends the window's gradient to the
 //! first tap holding it (a NaN: the first NaN), as the generic kernel in `conv.rs` does; it
@@ -21,9 +20,8 @@ use crate::lanes::Lanes;
 use crate::simd::{for_each_chunk_shared, SharedMut};
 use ferroflow_tensor::Window2d;
 
-/// Whether these kernels take float32 data here, and half-precision data: as the
-/// convolutions' (AVX-512 or AVX2; halves with AVX-512 only).
-pub(crate) use super::f32_conv::{available, available_for_halves};
+/// Whether these kernels run here (float32 and half types alike): as the convolutions'.
+pub(crate) use super::f32_conv::available;
 
 /// Runs `image(b, out_of_image_b)` for every image on the pool, `per_image` outputs each,
 /// into a new uninitialised buffer every image fills entirely.
@@ -163,7 +161,8 @@ unsafe fn max_pool_image_with<K: Kernels, T: Lanes>(x: *const T, w: &Window2d, o
                     // Generic kernel's rule: a later tap wins when greater or NaN.
                     m = K::max_last_nan(m, K::load_from(x.add(t + c0), len));
                 }
-                K::store_to(o.add(c0), len, m);
+                // One of the taps (or the lowest value): exact in `T`.
+                K::store_exact_to(o.add(c0), len, m);
             }
         }
     }
@@ -216,7 +215,8 @@ unsafe fn max_pool_grad_image_with<K: Kernels, T: Lanes>(
                     open = K::and_not(open, hit);
                     let d = dx.add(t + c0);
                     if tiled {
-                        K::store_to(d, len, K::keep(hit, grad));
+                        // A `dy` value or zero: exact in `T`, nothing to round.
+                        K::store_exact_to(d, len, K::keep(hit, grad));
                     } else {
                         // f32 only (grad_exact): the sum is the f32 kernel's.
                         let sum = K::load_from(d, len);
