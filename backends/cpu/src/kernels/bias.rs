@@ -61,7 +61,9 @@ pub(crate) fn fused_matmul(
 }
 
 /// `(dx, dbias)` for `y = activation(x + bias)` from `y`'s gradient `g`, in every float
-/// type (half precision computed in f32 chunk by chunk).
+/// type: float32 and the half types in vector registers where the CPU has AVX2 or
+/// AVX-512 (half types widened there, sums in f32), else element by element (half types
+/// widened chunk by chunk).
 pub(crate) fn bias_activation_grad(
     g: Operand<'_>,
     y: Operand<'_>,
@@ -71,7 +73,11 @@ pub(crate) fn bias_activation_grad(
     let relu = activation == FusedActivation::Relu;
     match (host(&g)?, host(&y)?) {
         (HostData::F32(a), HostData::F32(b)) => {
-            let (dx, db) = grad_typed(&dense(a, g.layout), &dense(b, y.layout), c, relu);
+            let (a, b) = (dense(a, g.layout), dense(b, y.layout));
+            let (dx, db) = match native_isa() {
+                Some(isa) => grad_lanes(isa, &a, &b, c, relu),
+                None => grad_typed(&a, &b, c, relu),
+            };
             Ok((HostData::F32(dx), HostData::F32(db)))
         }
         (HostData::F64(a), HostData::F64(b)) => {
@@ -157,10 +163,14 @@ fn over_chunks<D: Copy + Send, S: num_traits::Float + Send + Sync>(
     (dx, partials)
 }
 
-/// The bias gradient, summed in f32, narrowed once to the half type.
-fn narrow_sums<H: Half>(db: &[f32]) -> Vec<H> {
-    let mut out = vec![H::default(); db.len()];
-    H::narrow_into(db, &mut out);
+/// The bias gradient, summed in f32, narrowed once to the element type (a copy for f32).
+fn narrow_sums<H: Lanes>(db: &[f32]) -> Vec<H> {
+    let mut out = Vec::with_capacity(db.len());
+    // SAFETY: narrow_to writes all db.len() elements of the capacity.
+    unsafe {
+        H::narrow_to(db, out.as_mut_ptr());
+        out.set_len(db.len());
+    }
     out
 }
 
@@ -217,16 +227,10 @@ fn grad_half<H: Half + Send + Sync>(g: &[H], y: &[H], c: usize, relu: bool) -> (
     (dx, narrow_sums(&db))
 }
 
-/// Half-precision `g`, `y` in registers (`isa`'s vectors): `dx` is `g`'s own value or zero
-/// (exact: nothing to round), the bias gradient summed in f32 from `g` widened in
-/// registers; no f32 buffers.
-fn grad_lanes<H: Half + Lanes>(
-    isa: Isa,
-    g: &[H],
-    y: &[H],
-    c: usize,
-    relu: bool,
-) -> (Vec<H>, Vec<H>) {
+/// `g`, `y` in registers (`isa`'s vectors): `dx` is `g`'s own value or zero (exact:
+/// nothing to round), the bias gradient summed in f32 from `g` widened in registers; no
+/// f32 buffers for half types.
+fn grad_lanes<H: Lanes>(isa: Isa, g: &[H], y: &[H], c: usize, relu: bool) -> (Vec<H>, Vec<H>) {
     let (dx, db) = over_chunks(g.len().min(y.len()), c, |r0, r1, dst, sum: &mut [f32]| {
         let span = r0 * c..r1 * c;
         // SAFETY: the CPU has `isa` (`native_isa` chose it); g, y and dst hold the chunk's
@@ -246,9 +250,14 @@ fn grad_lanes<H: Half + Lanes>(
     (dx, narrow_sums(&db))
 }
 
+/// Vectors of channels [`grad_rows_lanes_with`] sums in registers at once.
+const SUM_VECTORS: usize = 4;
+
 /// `dst = g·[y > 0]` (or `g` without ReLU) and `sum += dst` per channel over rows of `c`
-/// channels, `K::LANES` channels at a time: [`grad_rows`]' arithmetic (a blocked lane
-/// adds zero, as it does there).
+/// channels: blocks of up to [`SUM_VECTORS`] vectors of `K::LANES` channels, each block's
+/// sums held in registers down all the rows (not loaded and stored back per row). Each
+/// channel still adds its rows in order, as [`grad_rows`] does (the same bits); a blocked
+/// lane adds zero, as it does there.
 ///
 /// # Safety
 /// The CPU has `K`'s instruction set; `dst` is valid for `g.len()` writes; `y` is as long
@@ -263,21 +272,40 @@ unsafe fn grad_rows_lanes_with<K: Kernels, H: Lanes>(
     sum: &mut [f32],
 ) {
     assert!(y.len() >= g.len() && sum.len() >= c);
-    for r in 0..g.len() / c {
-        for c0 in (0..c).step_by(K::LANES) {
-            let len = K::LANES.min(c - c0);
-            let at = r * c + c0;
-            let gv = K::load_from(g.as_ptr().add(at), len);
-            // Passes where y > 0 (a NaN y blocks), as grad_rows.
-            let kept = if relu {
-                K::keep(K::positive(K::load_from(y.as_ptr().add(at), len)), gv)
-            } else {
-                gv
-            };
-            // g's own bits or zero: exact.
-            K::store_exact_to(dst.add(at), len, kept);
-            let s = sum.as_mut_ptr().add(c0);
-            K::store(s, len, K::add(K::load(s, len), kept));
+    let rows = g.len() / c;
+    for b0 in (0..c).step_by(SUM_VECTORS * K::LANES) {
+        // Channels of each vector of the block (0: past the last channel).
+        let lens: [usize; SUM_VECTORS] =
+            std::array::from_fn(|j| c.saturating_sub(b0 + j * K::LANES).min(K::LANES));
+        let mut acc = [K::zero(); SUM_VECTORS];
+        for j in 0..SUM_VECTORS {
+            if lens[j] > 0 {
+                acc[j] = K::load(sum.as_ptr().add(b0 + j * K::LANES), lens[j]);
+            }
+        }
+        for r in 0..rows {
+            for j in 0..SUM_VECTORS {
+                let len = lens[j];
+                if len == 0 {
+                    break;
+                }
+                let at = r * c + b0 + j * K::LANES;
+                let gv = K::load_from(g.as_ptr().add(at), len);
+                // Passes where y > 0 (a NaN y blocks), as grad_rows.
+                let kept = if relu {
+                    K::keep(K::positive(K::load_from(y.as_ptr().add(at), len)), gv)
+                } else {
+                    gv
+                };
+                // g's own bits or zero: exact.
+                K::store_exact_to(dst.add(at), len, kept);
+                acc[j] = K::add(acc[j], kept);
+            }
+        }
+        for j in 0..SUM_VECTORS {
+            if lens[j] > 0 {
+                K::store(sum.as_mut_ptr().add(b0 + j * K::LANES), lens[j], acc[j]);
+            }
         }
     }
 }
@@ -292,4 +320,72 @@ with_isa! {
         dst: *mut H,
         sum: &mut [f32],
     ) = grad_rows_lanes_with;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `g` and `y` for `rows` rows of `c` channels: values in [-1, 1] with zeros, a NaN `g`
+    /// and a NaN `y` among them.
+    fn operands(rows: usize, c: usize, seed: u32) -> (Vec<f32>, Vec<f32>) {
+        let mut state = seed;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            (state % 2001) as f32 / 1000.0 - 1.0
+        };
+        let n = rows * c;
+        let mut g: Vec<f32> = (0..n).map(|_| next()).collect();
+        let mut y: Vec<f32> = (0..n)
+            .map(|i| if i % 5 == 0 { 0.0 } else { next() })
+            .collect();
+        g[n / 3] = f32::NAN;
+        y[n / 2] = f32::NAN;
+        (g, y)
+    }
+
+    fn bits<T: Copy>(v: &[T], wide: impl Fn(T) -> f32) -> Vec<u32> {
+        v.iter().map(|&x| wide(x).to_bits()).collect()
+    }
+
+    /// The vector path (sums in registers, blocks of channels, chunks of rows) gives the
+    /// element-by-element path's bits for float32, and for bf16 and f16 the widened path's,
+    /// over channel counts around the vector and block widths and row counts past a chunk.
+    #[test]
+    fn vector_bias_gradient_matches_the_element_by_element_one() {
+        let Some(isa) = native_isa() else {
+            return ferroflow_tensor::testing::skip(
+                "FERROFLOW_REQUIRE_AVX512",
+                "neither AVX-512 nor AVX2 + FMA here (or FERROFLOW_CPU_ISA=scalar); the vector bias gradient does not run",
+            );
+        };
+        for c in [1, 7, 8, 9, 16, 31, 32, 33, 64, 65, 100] {
+            for rows in [1, 3, rows_per_chunk(c) * 2 + 5] {
+                for relu in [true, false] {
+                    let case = format!("c {c}, rows {rows}, relu {relu}");
+                    let (g, y) = operands(rows, c, 0x9e37_79b9 ^ (c * 31 + rows) as u32);
+                    let (dx, db) = grad_lanes(isa, &g, &y, c, relu);
+                    let (want_dx, want_db) = grad_typed(&g, &y, c, relu);
+                    assert_eq!(bits(&dx, |x| x), bits(&want_dx, |x| x), "f32 dx {case}");
+                    assert_eq!(bits(&db, |x| x), bits(&want_db, |x| x), "f32 db {case}");
+                    let gh: Vec<half::bf16> = g.iter().map(|&x| half::bf16::from_f32(x)).collect();
+                    let yh: Vec<half::bf16> = y.iter().map(|&x| half::bf16::from_f32(x)).collect();
+                    let (dx, db) = grad_lanes(isa, &gh, &yh, c, relu);
+                    let (want_dx, want_db) = grad_half(&gh, &yh, c, relu);
+                    let wide = |x: half::bf16| x.to_f32();
+                    assert_eq!(bits(&dx, wide), bits(&want_dx, wide), "bf16 dx {case}");
+                    assert_eq!(bits(&db, wide), bits(&want_db, wide), "bf16 db {case}");
+                    let gh: Vec<half::f16> = g.iter().map(|&x| half::f16::from_f32(x)).collect();
+                    let yh: Vec<half::f16> = y.iter().map(|&x| half::f16::from_f32(x)).collect();
+                    let (dx, db) = grad_lanes(isa, &gh, &yh, c, relu);
+                    let (want_dx, want_db) = grad_half(&gh, &yh, c, relu);
+                    let wide = |x: half::f16| x.to_f32();
+                    assert_eq!(bits(&dx, wide), bits(&want_dx, wide), "f16 dx {case}");
+                    assert_eq!(bits(&db, wide), bits(&want_db, wide), "f16 db {case}");
+                }
+            }
+        }
+    }
 }
