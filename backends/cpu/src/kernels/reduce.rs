@@ -51,7 +51,7 @@ pub(crate) fn reduce_with<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(
     }
 }
 
-/// out[j] = f(.. f(f(init, x[0][j]), x[1][j]) ..): row-wise passes that vectorise over j.
+/// `out[j] = f(.. f(f(init, x[0][j]), x[1][j]) ..)`: row-wise passes that vectorise over j.
 /// Large inputs split the rows among threads (each streams whole rows, contiguous memory)
 /// and combine the per-thread partial rows in order.
 fn reduce_columns<T: Element, F: Fn(T, T) -> T + Sync + Send + Copy>(
