@@ -184,10 +184,15 @@ pub(crate) fn half_chunked<H: Half>(
     out
 }
 
-/// `src[start..end]` widened to f32.
+/// `src[start..end]` widened to f32 (into a new buffer, not zeroed first).
 pub(crate) fn widen_range<H: Half>(src: &[H], start: usize, end: usize) -> Vec<f32> {
-    let mut v = vec![0f32; end - start];
-    H::widen_into(&src[start..end], &mut v);
+    let part = &src[start..end];
+    let mut v = Vec::with_capacity(part.len());
+    // SAFETY: widen_uninit writes all part.len() elements of the capacity.
+    unsafe {
+        widen_uninit(part, v.as_mut_ptr());
+        v.set_len(part.len());
+    }
     v
 }
 
