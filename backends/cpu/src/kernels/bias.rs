@@ -346,8 +346,21 @@ mod tests {
         (g, y)
     }
 
-    fn bits<T: Copy>(v: &[T], wide: impl Fn(T) -> f32) -> Vec<u32> {
-        v.iter().map(|&x| wide(x).to_bits()).collect()
+    fn bits<T: Half>(v: &[T]) -> Vec<u32> {
+        v.iter().map(|&x| x.widen_one().to_bits()).collect()
+    }
+
+    /// The vector path against the widened one for half type `H`, bit for bit.
+    fn half_matches<H: Half>(isa: Isa, g: &[f32], y: &[f32], c: usize, relu: bool, case: &str) {
+        let (gh, yh): (Vec<H>, Vec<H>) = (
+            g.iter().map(|&x| H::narrow_one(x)).collect(),
+            y.iter().map(|&x| H::narrow_one(x)).collect(),
+        );
+        let (dx, db) = grad_lanes(isa, &gh, &yh, c, relu);
+        let (want_dx, want_db) = grad_half(&gh, &yh, c, relu);
+        let name = std::any::type_name::<H>();
+        assert_eq!(bits(&dx), bits(&want_dx), "{name} dx {case}");
+        assert_eq!(bits(&db), bits(&want_db), "{name} db {case}");
     }
 
     /// The vector path (sums in registers, blocks of channels, chunks of rows) gives the
@@ -368,22 +381,11 @@ mod tests {
                     let (g, y) = operands(rows, c, 0x9e37_79b9 ^ (c * 31 + rows) as u32);
                     let (dx, db) = grad_lanes(isa, &g, &y, c, relu);
                     let (want_dx, want_db) = grad_typed(&g, &y, c, relu);
-                    assert_eq!(bits(&dx, |x| x), bits(&want_dx, |x| x), "f32 dx {case}");
-                    assert_eq!(bits(&db, |x| x), bits(&want_db, |x| x), "f32 db {case}");
-                    let gh: Vec<half::bf16> = g.iter().map(|&x| half::bf16::from_f32(x)).collect();
-                    let yh: Vec<half::bf16> = y.iter().map(|&x| half::bf16::from_f32(x)).collect();
-                    let (dx, db) = grad_lanes(isa, &gh, &yh, c, relu);
-                    let (want_dx, want_db) = grad_half(&gh, &yh, c, relu);
-                    let wide = |x: half::bf16| x.to_f32();
-                    assert_eq!(bits(&dx, wide), bits(&want_dx, wide), "bf16 dx {case}");
-                    assert_eq!(bits(&db, wide), bits(&want_db, wide), "bf16 db {case}");
-                    let gh: Vec<half::f16> = g.iter().map(|&x| half::f16::from_f32(x)).collect();
-                    let yh: Vec<half::f16> = y.iter().map(|&x| half::f16::from_f32(x)).collect();
-                    let (dx, db) = grad_lanes(isa, &gh, &yh, c, relu);
-                    let (want_dx, want_db) = grad_half(&gh, &yh, c, relu);
-                    let wide = |x: half::f16| x.to_f32();
-                    assert_eq!(bits(&dx, wide), bits(&want_dx, wide), "f16 dx {case}");
-                    assert_eq!(bits(&db, wide), bits(&want_db, wide), "f16 db {case}");
+                    let f32_bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(f32_bits(&dx), f32_bits(&want_dx), "f32 dx {case}");
+                    assert_eq!(f32_bits(&db), f32_bits(&want_db), "f32 db {case}");
+                    half_matches::<half::bf16>(isa, &g, &y, c, relu, &case);
+                    half_matches::<half::f16>(isa, &g, &y, c, relu, &case);
                 }
             }
         }
