@@ -32,9 +32,10 @@ mod simd;
 
 pub use buffer::CpuBuffer;
 
-/// The instruction set the kernels use in this process: `"avx512"`, `"avx2"` or
-/// `"scalar"` — the best the CPU has, capped by the `FERROFLOW_CPU_ISA` environment
-/// variable (same values; read once), so the lower levels' code can be tested anywhere.
+/// The instruction set the kernels use in this process: `"avx512"` (AVX-512 F, VL and DQ),
+/// `"avx2"` (AVX2, FMA and F16C) or `"scalar"` — the best the CPU has, capped by the
+/// `FERROFLOW_CPU_ISA` environment variable (same values; read once), so the lower levels'
+/// code can be tested anywhere.
 ///
 /// ```
 /// assert!(["avx512", "avx2", "scalar"].contains(&ferroflow_cpu::isa()));
