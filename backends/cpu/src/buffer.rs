@@ -161,26 +161,37 @@ pub(crate) fn narrow_from(v: &[f32], dtype: DType) -> HostData {
 
 /// An elementwise f32 kernel run over half-precision data without widening whole buffers:
 /// chunks of the output (in parallel when large) get their inputs widened into small f32
-/// buffers by `widen_chunk(start, end, scratch...)`, `f32_kernel` computes them, and the
-/// results are narrowed in place. `align` keeps chunk boundaries on multiples of it.
+/// buffers by `f32_kernel(start, end)`, which computes them (`end - start` values), and the
+/// results are narrowed into the output (never zeroed first). `align` keeps chunk
+/// boundaries on multiples of it.
 pub(crate) fn half_chunked<H: Half>(
     n: usize,
     align: usize,
     f32_kernel: impl Fn(usize, usize) -> Vec<f32> + Sync,
 ) -> Vec<H> {
-    use rayon::prelude::*;
     let chunk = (8192 / align.max(1)).max(1) * align.max(1);
-    let mut out = vec![H::default(); n];
-    let run = |(c, o): (usize, &mut [H])| {
-        let start = c * chunk;
-        let v = f32_kernel(start, start + o.len());
-        H::narrow_into(&v, o);
+    let chunks = n.div_ceil(chunk);
+    let mut out: Vec<H> = Vec::with_capacity(n);
+    let dst = crate::simd::SharedMut(out.as_mut_ptr());
+    let run = |c: usize| {
+        let (start, end) = (c * chunk, ((c + 1) * chunk).min(n));
+        let v = f32_kernel(start, end);
+        assert_eq!(
+            v.len(),
+            end - start,
+            "an f32 kernel's chunk of the wrong length"
+        );
+        // SAFETY: chunk c owns out[start..end] (within the capacity n); narrow_to writes
+        // every element of it.
+        unsafe { H::narrow_to(&v, dst.get().add(start)) }
     };
     if n < crate::simd::PAR_THRESHOLD {
-        out.chunks_mut(chunk).enumerate().for_each(run);
+        (0..chunks).for_each(run);
     } else {
-        out.par_chunks_mut(chunk).enumerate().for_each(run);
+        crate::simd::for_each_chunk_shared(chunks, run);
     }
+    // SAFETY: the chunks cover 0..n and each wrote its elements.
+    unsafe { out.set_len(n) };
     out
 }
 

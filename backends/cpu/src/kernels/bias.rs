@@ -217,11 +217,13 @@ fn grad_half<H: Half + Send + Sync>(g: &[H], y: &[H], c: usize, relu: bool) -> (
                 &mut *(wide.as_mut_slice() as *mut [f32] as *mut [std::mem::MaybeUninit<f32>])
             };
             grad_rows(&gw, &yw, c, relu, view, sum);
-            let mut narrow = vec![H::default(); wide.len()];
-            H::narrow_into(&wide, &mut narrow);
-            for (d, v) in dst.iter_mut().zip(narrow) {
-                d.write(v);
-            }
+            assert_eq!(
+                wide.len(),
+                dst.len(),
+                "a chunk's dx and its rows differ in length"
+            );
+            // SAFETY: dst holds wide.len() elements; narrow_to writes every one.
+            unsafe { H::narrow_to(&wide, dst.as_mut_ptr().cast()) }
         },
     );
     (dx, narrow_sums(&db))
