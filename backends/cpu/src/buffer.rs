@@ -5,8 +5,15 @@ use half::{bf16, f16};
 use std::any::Any;
 use std::borrow::Cow;
 
-/// Host memory holding one dense typed vector.
+/// Host memory holding one dense typed vector. Dropped, a large vector's memory goes to the
+/// backend's block cache for the next output of its size ([`crate::set_block_cache_limit`]).
 pub struct CpuBuffer(pub HostData);
+
+impl Drop for CpuBuffer {
+    fn drop(&mut self) {
+        ferroflow_tensor::with_host_data!(&mut self.0, v => crate::block_cache::keep(std::mem::take(v)))
+    }
+}
 
 impl DeviceBuffer for CpuBuffer {
     fn as_any(&self) -> &dyn Any {
@@ -38,9 +45,21 @@ pub(crate) fn dense<'a, T: Element>(v: &'a [T], layout: &Layout) -> Cow<'a, [T]>
     if let Some((off, n)) = layout.contiguous_range() {
         return Cow::Borrowed(&v[off..off + n]);
     }
-    let mut out = Vec::with_capacity(layout.num_elements());
+    let mut out = crate::block_cache::with_capacity(layout.num_elements());
     layout.for_each_offset(|o| out.push(v[o]));
     Cow::Owned(out)
+}
+
+/// The view's elements, dense and row-major, in a vector of their own.
+pub(crate) fn dense_vec<T: Element>(v: &[T], layout: &Layout) -> Vec<T> {
+    match dense(v, layout) {
+        Cow::Borrowed(part) => {
+            let mut out = crate::block_cache::with_capacity(part.len());
+            out.extend_from_slice(part);
+            out
+        }
+        Cow::Owned(out) => out,
+    }
 }
 
 /// The view's elements, dense and row-major, from a vector the caller owns: the vector
@@ -48,7 +67,7 @@ pub(crate) fn dense<'a, T: Element>(v: &'a [T], layout: &Layout) -> Cow<'a, [T]>
 pub(crate) fn dense_owned<T: Element>(v: Vec<T>, layout: &Layout) -> Vec<T> {
     match layout.contiguous_range() {
         Some((0, n)) if n == v.len() => v,
-        _ => dense(&v, layout).into_owned(),
+        _ => dense_vec(&v, layout),
     }
 }
 
@@ -171,7 +190,7 @@ pub(crate) fn half_chunked<H: Half>(
 ) -> Vec<H> {
     let chunk = (8192 / align.max(1)).max(1) * align.max(1);
     let chunks = n.div_ceil(chunk);
-    let mut out: Vec<H> = Vec::with_capacity(n);
+    let mut out: Vec<H> = crate::block_cache::with_capacity(n);
     let dst = crate::simd::SharedMut(out.as_mut_ptr());
     let run = |c: usize| {
         let (start, end) = (c * chunk, ((c + 1) * chunk).min(n));
@@ -210,10 +229,10 @@ pub(crate) fn widen_range<H: Half>(src: &[H], start: usize, end: usize) -> Vec<f
 /// Element-type conversion of a whole slice with `f` applied chunk by chunk, in parallel
 /// above [`crate::simd::PAR_THRESHOLD`] elements, into uninitialised memory (no zeroing
 /// pass over the output): `f` writes every element of its chunk's destination.
-fn convert_uninit<S: Sync, D: Send>(src: &[S], f: unsafe fn(&[S], *mut D)) -> Vec<D> {
+fn convert_uninit<S: Sync, D: Send + Copy>(src: &[S], f: unsafe fn(&[S], *mut D)) -> Vec<D> {
     const CHUNK: usize = 1 << 14;
     let n = src.len();
-    let mut out: Vec<D> = Vec::with_capacity(n);
+    let mut out: Vec<D> = crate::block_cache::with_capacity(n);
     let dst = crate::simd::SharedMut(out.as_mut_ptr());
     // SAFETY: chunk c writes elements c·CHUNK.. of its own part of `out` (capacity n).
     if n < crate::simd::PAR_THRESHOLD {
@@ -243,10 +262,10 @@ pub(crate) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usiz
     )
 }
 
-/// A zeroed vector for a kernel's output. (Large buffers are recycled by malloc, see
-/// [`crate::register`], so no page-fault tricks are needed here.)
+/// A zeroed vector for a kernel's output (a kept block when one fits, see
+/// [`crate::block_cache`]).
 pub(crate) fn zeroed<T: Copy + Default>(n: usize) -> Vec<T> {
-    vec![T::default(); n]
+    crate::block_cache::filled(n, T::default())
 }
 
 #[cfg(test)]

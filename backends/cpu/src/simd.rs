@@ -248,7 +248,7 @@ pub(crate) fn zip_rows<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> 
 
 /// A vector of `rows · width` elements written row by row (`row(r, out)` writes every
 /// element of row `r`), groups of whole rows split across threads when it is large.
-pub(crate) fn fill_rows<U: Send>(
+pub(crate) fn fill_rows<U: Send + Copy>(
     rows: usize,
     width: usize,
     row: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
@@ -281,8 +281,8 @@ pub(crate) fn fill_rows<U: Send>(
 
 /// A vector of `n` elements, every one written by `fill` before it is exposed. Skipping the
 /// zeroing pass matters: for an elementwise op it is a third of the memory traffic.
-fn fill_uninit<U>(n: usize, fill: impl FnOnce(&mut [MaybeUninit<U>])) -> Vec<U> {
-    let mut out: Vec<U> = Vec::with_capacity(n);
+fn fill_uninit<U: Copy>(n: usize, fill: impl FnOnce(&mut [MaybeUninit<U>])) -> Vec<U> {
+    let mut out: Vec<U> = crate::block_cache::with_capacity(n);
     fill(&mut out.spare_capacity_mut()[..n]);
     // SAFETY: callers write every element of the slice (map/zip write one output per input,
     // and the input lengths equal n).

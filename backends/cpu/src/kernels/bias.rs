@@ -133,7 +133,7 @@ fn over_chunks<D: Copy + Send, S: num_traits::Float + Send + Sync>(
     let rows = values / c;
     let per = rows_per_chunk(c);
     let chunks = rows.div_ceil(per);
-    let mut dx: Vec<D> = Vec::with_capacity(rows * c);
+    let mut dx: Vec<D> = crate::block_cache::with_capacity(rows * c);
     let mut partials = vec![S::zero(); chunks.max(1) * c];
     let (out, sums) = (SharedMut(dx.as_mut_ptr()), SharedMut(partials.as_mut_ptr()));
     for_each_chunk_shared(chunks, |k| {

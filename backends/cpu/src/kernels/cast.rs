@@ -1,6 +1,6 @@
 //! `cast` between every dtype pair, and dense copies of views.
 
-use crate::buffer::{dense, dense_owned, host, narrow, narrow_from, widen};
+use crate::buffer::{dense, dense_owned, dense_vec, host, narrow, narrow_from, widen};
 use crate::simd::map;
 use ferroflow_tensor::{
     bf16, f16, with_host_data, Complex32, Complex64, DType, Element, HostData, Operand, Result,
@@ -55,9 +55,9 @@ impl Convert for bool {
 
 fn convert<T: Convert, U: Convert>(src: &[T]) -> Vec<U> {
     if T::INT && U::INT {
-        src.iter().map(|&x| U::from_i64(x.to_i64())).collect()
+        map(src, |x: T| U::from_i64(x.to_i64()))
     } else {
-        src.iter().map(|&x| U::from_f64(x.to_f64())).collect()
+        map(src, |x: T| U::from_f64(x.to_f64()))
     }
 }
 
@@ -140,5 +140,5 @@ pub(crate) fn cast(x: Operand<'_>, to: DType) -> Result<HostData> {
 
 pub(crate) fn copy(x: Operand<'_>) -> Result<HostData> {
     let data = host(&x)?;
-    Ok(with_host_data!(data, v => Element::into_host(dense(v, x.layout).into_owned())))
+    Ok(with_host_data!(data, v => Element::into_host(dense_vec(v, x.layout))))
 }

@@ -345,7 +345,7 @@ where
             <F as Element>::from_f64(z.im * scale),
         )
     };
-    let mut out = vec![Complex::<F>::zero(); x.len()];
+    let mut out = crate::block_cache::filled(x.len(), Complex::<F>::zero());
     // one row buffer and one scratch buffer per thread, reused across its rows
     type Buffers = (Vec<Complex64>, Vec<Complex64>);
     let row = |(buf, scratch): &mut Buffers, (dst, src): (&mut [Complex<F>], &[Complex<F>])| {

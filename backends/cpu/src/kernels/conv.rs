@@ -216,7 +216,7 @@ fn conv2d_typed<T: Copy + Default + Send + Sync, G: ConvGemm<T>>(
     let [n, _, _, cin] = w.input;
     let kdim = w.kernel[0] * w.kernel[1] * cin;
     let rows_per_image = w.output[0] * w.output[1];
-    let mut out = vec![G::Acc::ZERO; n * rows_per_image * cout];
+    let mut out = crate::block_cache::filled(n * rows_per_image * cout, G::Acc::ZERO);
     let step = batch_chunk(w, kdim);
     for b0 in (0..n).step_by(step) {
         let b1 = (b0 + step).min(n);
@@ -425,7 +425,7 @@ mod direct {
     pub(super) fn forward(x: &[f32], f: &[f32], w: &Window2d, cout: usize) -> Vec<f32> {
         let [n, ..] = w.input;
         let [oh, ow] = w.output;
-        let mut out = vec![0f32; n * oh * ow * cout];
+        let mut out = crate::block_cache::filled(n * oh * ow * cout, 0f32);
         let avx2 = crate::simd::has_avx2();
         out.par_chunks_mut((ow * cout).max(1))
             .enumerate()
@@ -524,7 +524,7 @@ fn backprop_input_typed<T: Copy + Send + Sync, G: ConvGemm<T>>(
     let [kh, kw] = w.kernel;
     let kdim = kh * kw * cin;
     let rows_per_image = oh * ow;
-    let mut dx = vec![G::Acc::ZERO; n * h * wd * cin];
+    let mut dx = crate::block_cache::filled(n * h * wd * cin, G::Acc::ZERO);
     let step = batch_chunk(w, kdim);
     for b0 in (0..n).step_by(step) {
         let b1 = (b0 + step).min(n);
@@ -725,7 +725,7 @@ fn pool_typed<T: Num + Send + Sync + num_traits::Float>(
 ) -> Vec<T> {
     let [n, h, wd, c] = w.input;
     let [oh, ow] = w.output;
-    let mut out = vec![T::ZERO; n * oh * ow * c];
+    let mut out = crate::block_cache::filled(n * oh * ow * c, T::ZERO);
     out.par_chunks_mut((ow * c).max(1))
         .enumerate()
         .for_each(|(r, row)| {
@@ -839,7 +839,7 @@ fn max_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(
 ) -> Vec<T> {
     let [n, h, wd, c] = w.input;
     let [oh, ow] = w.output;
-    let mut dx = vec![T::ZERO; n * h * wd * c];
+    let mut dx = crate::block_cache::filled(n * h * wd * c, T::ZERO);
     // Windows that tile the input (Keras' default pooling) write each element once.
     let tiled = w.strides == w.kernel && w.pad_before == [0, 0];
     dx.par_chunks_mut((h * wd * c).max(1))
@@ -933,7 +933,7 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
 fn avg_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(dy: &[T], w: &Window2d) -> Vec<T> {
     let [n, h, wd, c] = w.input;
     let [oh, ow] = w.output;
-    let mut dx = vec![T::ZERO; n * h * wd * c];
+    let mut dx = crate::block_cache::filled(n * h * wd * c, T::ZERO);
     dx.par_chunks_mut((h * wd * c).max(1))
         .enumerate()
         .for_each(|(b, img)| {

@@ -422,7 +422,7 @@ pub(crate) fn forward<T: Lanes>(
         x.len() >= g.n * g.h * g.w * g.cin,
         "conv operands smaller than their shapes"
     );
-    let mut out: Vec<T> = Vec::with_capacity(total);
+    let mut out: Vec<T> = crate::block_cache::with_capacity(total);
     let dst = SharedMut(out.as_mut_ptr());
     let per = IMAGES_PER_CHUNK_STATELESS;
     let (per_in, per_out) = (g.h * g.w * g.cin, pixels * g.cout);
@@ -475,7 +475,7 @@ pub(crate) fn backprop_input<T: Lanes>(filter: &[f32], dy: &[T], w: &Window2d) -
     let isa = kernel_isa();
     let packed = PackedFilter::strided(isa, filter, cout, zcols, (1, cout as isize));
     let per_image = h * wd * cin;
-    let mut dx: Vec<T> = Vec::with_capacity(n * per_image);
+    let mut dx: Vec<T> = crate::block_cache::with_capacity(n * per_image);
     let dst = SharedMut(dx.as_mut_ptr());
     let per = IMAGES_PER_CHUNK_STATELESS;
     thread_local! {

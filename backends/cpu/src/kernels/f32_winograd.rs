@@ -254,7 +254,7 @@ pub(crate) fn forward<T: Lanes>(
         .map(|xi| PackedFilter::new(isa, &u[xi * p.cin * cout..], p.cin, cout))
         .collect();
     let (per_in, per_out) = (p.h * p.w * p.cin, p.oh * p.ow * cout);
-    let mut out: Vec<T> = Vec::with_capacity(p.n * per_out);
+    let mut out: Vec<T> = crate::block_cache::with_capacity(p.n * per_out);
     let dst = SharedMut(out.as_mut_ptr());
     for_each_chunk_shared(p.chunks(), |c| {
         let images = p.chunk(c);
@@ -309,7 +309,7 @@ pub(crate) fn backprop_input<T: Lanes>(
     };
     let packed: Vec<PackedFilter> = (0..POSITIONS).map(transposed).collect();
     let (per_in, per_out) = (p.h * p.w * p.cin, p.oh * p.ow * cout);
-    let mut dx: Vec<T> = Vec::with_capacity(p.n * per_in);
+    let mut dx: Vec<T> = crate::block_cache::with_capacity(p.n * per_in);
     let dst = SharedMut(dx.as_mut_ptr());
     for_each_chunk_shared(p.chunks(), |c| {
         let images = p.chunk(c);

@@ -69,8 +69,8 @@ where
 {
     let n = w.len();
     assert!(g.len() == n && slots.iter().all(|s| s.len() == n));
-    let mut nw: Vec<T> = Vec::with_capacity(n);
-    let mut ns: [Vec<T>; S] = std::array::from_fn(|_| Vec::with_capacity(n));
+    let mut nw: Vec<T> = crate::block_cache::with_capacity(n);
+    let mut ns: [Vec<T>; S] = std::array::from_fn(|_| crate::block_cache::with_capacity(n));
     let out_w = crate::simd::SharedMut(nw.as_mut_ptr());
     let out_s = ns
         .each_mut()

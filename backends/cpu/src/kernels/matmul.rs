@@ -243,7 +243,7 @@ fn matmul_int<T: crate::num::Num + Send + Sync>(
 ) -> Vec<T> {
     let d = dims(la, lb);
     let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
-    let mut out = vec![T::ZERO; oa.len() * d.m * d.n];
+    let mut out = crate::block_cache::filled(oa.len() * d.m * d.n, T::ZERO);
     for (bi, dst) in out
         .chunks_mut((d.m * d.n).max(1))
         .enumerate()
@@ -271,7 +271,7 @@ fn gemm_batched_bf16(a: &[half::bf16], la: &Layout, b: &[half::bf16], lb: &Layou
     let d = dims(la, lb);
     let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
     let mn = d.m * d.n;
-    let mut out = vec![0f32; oa.len() * mn];
+    let mut out = crate::block_cache::filled(oa.len() * mn, 0f32);
     if mn == 0 {
         return out;
     }

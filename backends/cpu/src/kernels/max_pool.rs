@@ -25,9 +25,9 @@ pub(crate) use super::f32_conv::available;
 
 /// Runs `image(b, out_of_image_b)` for every image on the pool, `per_image` outputs each,
 /// into a new uninitialised buffer every image fills entirely.
-fn per_image<T>(n: usize, per_image: usize, image: impl Fn(usize, *mut T) + Sync) -> Vec<T> {
+fn per_image<T: Copy>(n: usize, per_image: usize, image: impl Fn(usize, *mut T) + Sync) -> Vec<T> {
     let total = n * per_image;
-    let mut out: Vec<T> = Vec::with_capacity(total);
+    let mut out: Vec<T> = crate::block_cache::with_capacity(total);
     let dst = SharedMut(out.as_mut_ptr());
     let per = n.div_ceil(4 * rayon::current_num_threads()).max(1);
     for_each_chunk_shared(n.div_ceil(per), |c| {

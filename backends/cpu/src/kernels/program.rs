@@ -25,7 +25,11 @@ fn run<T: FloatMath>(
 ) -> Result<Vec<Vec<T>>> {
     let layout_of = |len: usize| Layout::contiguous(&[len]);
     // Each output written in place, chunk by chunk: `parts[c]` holds chunk c of every output.
-    let mut outputs: Vec<Vec<T>> = program.outputs.iter().map(|_| vec![T::ZERO; n]).collect();
+    let mut outputs: Vec<Vec<T>> = program
+        .outputs
+        .iter()
+        .map(|_| crate::block_cache::filled(n, T::ZERO))
+        .collect();
     let mut parts: Vec<Vec<&mut [T]>> = (0..n.div_ceil(CHUNK)).map(|_| Vec::new()).collect();
     for o in outputs.iter_mut() {
         for (c, part) in o.chunks_mut(CHUNK).enumerate() {

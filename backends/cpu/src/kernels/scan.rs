@@ -294,8 +294,8 @@ fn sort_typed<T: SortKey>(
 ) -> (Vec<T>, Vec<i32>) {
     let x = dense(v, layout);
     let (outer, n, inner) = split_at_axis(layout.shape(), axis);
-    let mut vals = vec![T::default(); x.len()];
-    let mut idxs = vec![0i32; x.len()];
+    let mut vals = crate::block_cache::filled(x.len(), T::default());
+    let mut idxs = crate::block_cache::filled(x.len(), 0i32);
     if inner == 1 && n > 0 {
         // contiguous lanes, sorted in parallel
         vals.par_chunks_mut(n)

@@ -49,7 +49,7 @@ fn rows_per_chunk(classes: usize) -> usize {
 
 fn rows<T: num_traits::Float + Send + Sync>(x: &[T], ids: &[i64], c: usize) -> (Vec<T>, Vec<T>) {
     let mut loss = vec![T::zero(); ids.len()];
-    let mut backprop = vec![T::zero(); x.len()];
+    let mut backprop = crate::block_cache::filled(x.len(), T::zero());
     if c == 0 {
         return (loss, backprop);
     }
