@@ -259,7 +259,7 @@ fn serves_this_thread() -> bool {
 /// An empty vector with room for at least `n` elements: a kept block when one fits, else
 /// new memory from malloc. What a kernel writes a large output into.
 pub(crate) fn with_capacity<T: Copy>(n: usize) -> Vec<T> {
-    if serves_this_thread() {
+    if n.saturating_mul(size_of::<T>()) >= MIN_BYTES && serves_this_thread() {
         CACHE.with_capacity(n)
     } else {
         Vec::with_capacity(n)
@@ -276,7 +276,8 @@ pub(crate) fn filled<T: Copy>(n: usize, value: T) -> Vec<T> {
 /// Keeps a freed vector's memory for a later [`with_capacity`] when it is large enough and
 /// the limit allows; otherwise frees it.
 pub(crate) fn keep<T: Copy>(v: Vec<T>) {
-    if serves_this_thread() {
+    // Small vectors (nearly every one) are freed without looking at the thread.
+    if v.capacity().saturating_mul(size_of::<T>()) >= MIN_BYTES && serves_this_thread() {
         CACHE.keep(v)
     }
 }
