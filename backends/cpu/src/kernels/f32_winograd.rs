@@ -199,10 +199,8 @@ unsafe fn filter_transforms_with<K: Kernels, const I: usize, const O: usize>(
     for ci in 0..cin {
         for c0 in (0..cout).step_by(K::LANES) {
             let len = K::LANES.min(cout - c0);
-            let mut f = [[K::zero(); I]; I];
-            for (t, value) in f.as_flattened_mut().iter_mut().enumerate() {
-                *value = K::load(from.add((t * cin + ci) * cout + c0), len);
-            }
+            let f =
+                patch::<K, I>(|a, b| K::load(from.add(((a * I + b) * cin + ci) * cout + c0), len));
             let transformed = two_d::<K, I, O>(m, &f);
             for (t, &value) in transformed.as_flattened().iter().enumerate() {
                 K::store(to.add((t * cin + ci) * cout + c0), len, value);
@@ -481,6 +479,13 @@ unsafe fn apply<K: Kernels, const I: usize, const O: usize>(
     out
 }
 
+/// An `I x I` patch of vectors, element `(a, b)` from `value(a, b)`: built in place, not
+/// zeroed first (a zeroed patch cost a `memset` call per tile and block of channels).
+#[inline(always)]
+fn patch<K: Kernels, const I: usize>(value: impl Fn(usize, usize) -> K::V) -> [[K::V; I]; I] {
+    std::array::from_fn(|a| std::array::from_fn(|b| value(a, b)))
+}
+
 /// `m · d · mᵀ` of an `I x I` patch of vectors.
 #[inline(always)]
 unsafe fn two_d<K: Kernels, const I: usize, const O: usize>(
@@ -525,18 +530,16 @@ unsafe fn input_transform_with<K: Kernels, T: Lanes>(
             let t = first + ty * p.tw + tx;
             for c0 in (0..p.cin).step_by(K::LANES) {
                 let len = K::LANES.min(p.cin - c0);
-                let mut d = [[K::zero(); PATCH]; PATCH];
-                for (a, patch_row) in d.iter_mut().enumerate() {
-                    let Some(r) = (TILE * ty + a).checked_sub(p.pad[0]).filter(|&r| r < p.h) else {
-                        continue;
-                    };
-                    for (b, value) in patch_row.iter_mut().enumerate() {
-                        if let Some(c) = (TILE * tx + b).checked_sub(p.pad[1]).filter(|&c| c < p.w)
-                        {
-                            *value = K::load_from(image.add((r * p.w + c) * p.cin + c0), len);
+                let d = patch::<K, PATCH>(|a, b| {
+                    let r = (TILE * ty + a).checked_sub(p.pad[0]).filter(|&r| r < p.h);
+                    let c = (TILE * tx + b).checked_sub(p.pad[1]).filter(|&c| c < p.w);
+                    match (r, c) {
+                        (Some(r), Some(c)) => {
+                            K::load_from(image.add((r * p.w + c) * p.cin + c0), len)
                         }
+                        _ => K::zero(),
                     }
-                }
+                });
                 let transformed = two_d::<K, PATCH, PATCH>(&BT, &d);
                 for (xi, &value) in transformed.as_flattened().iter().enumerate() {
                     K::store(v.add((xi * rows + t) * p.cin + c0), len, value);
@@ -576,16 +579,14 @@ unsafe fn output_gradient_transform_with<K: Kernels, T: Lanes>(
             let t = first + ty * p.tw + tx;
             for c0 in (0..p.cout).step_by(K::LANES) {
                 let len = K::LANES.min(p.cout - c0);
-                let mut y = [[K::zero(); TILE]; TILE];
-                for (a, block_row) in y.iter_mut().enumerate() {
-                    let r = TILE * ty + a;
-                    for (b, value) in block_row.iter_mut().enumerate() {
-                        let c = TILE * tx + b;
-                        if r < p.oh && c < p.ow {
-                            *value = K::load_from(dy.add((r * p.ow + c) * p.cout + c0), len);
-                        }
+                let y = patch::<K, TILE>(|a, b| {
+                    let (r, c) = (TILE * ty + a, TILE * tx + b);
+                    if r < p.oh && c < p.ow {
+                        K::load_from(dy.add((r * p.ow + c) * p.cout + c0), len)
+                    } else {
+                        K::zero()
                     }
-                }
+                });
                 let transformed = two_d::<K, TILE, PATCH>(&A, &y);
                 for (xi, &value) in transformed.as_flattened().iter().enumerate() {
                     K::store(dm.add((xi * rows + t) * p.cout + c0), len, value);
@@ -627,10 +628,12 @@ unsafe fn output_transform_with<K: Kernels, T: Lanes>(
             let t = first + ty * p.tw + tx;
             for c0 in (0..p.cout).step_by(K::LANES) {
                 let len = K::LANES.min(p.cout - c0);
-                let mut sums = [[K::zero(); PATCH]; PATCH];
-                for (xi, value) in sums.as_flattened_mut().iter_mut().enumerate() {
-                    *value = K::load(m.as_ptr().add((xi * rows + t) * p.cout + c0), len);
-                }
+                let sums = patch::<K, PATCH>(|a, b| {
+                    K::load(
+                        m.as_ptr().add(((a * PATCH + b) * rows + t) * p.cout + c0),
+                        len,
+                    )
+                });
                 let y = two_d::<K, PATCH, TILE>(&AT, &sums);
                 let bias = match epilogue {
                     Some(e) => K::load(e.bias.as_ptr().add(c0), len),
@@ -690,10 +693,12 @@ unsafe fn input_gradient_transform_with<K: Kernels, T: Lanes>(
             let t = first + ty * p.tw + tx;
             for c0 in (0..p.cin).step_by(K::LANES) {
                 let len = K::LANES.min(p.cin - c0);
-                let mut n = [[K::zero(); PATCH]; PATCH];
-                for (xi, value) in n.as_flattened_mut().iter_mut().enumerate() {
-                    *value = K::load(dv.as_ptr().add((xi * rows + t) * p.cin + c0), len);
-                }
+                let n = patch::<K, PATCH>(|a, b| {
+                    K::load(
+                        dv.as_ptr().add(((a * PATCH + b) * rows + t) * p.cin + c0),
+                        len,
+                    )
+                });
                 let patch = two_d::<K, PATCH, PATCH>(&B, &n);
                 for (a, values) in patch.iter().enumerate() {
                     for (b, &value) in values.iter().enumerate() {
