@@ -189,8 +189,17 @@ unsafe fn max_pool_grad_image_with<K: Kernels, T: Lanes>(
     let [_, h, wd, c] = w.input;
     let [oh, ow] = w.output;
     let tiled = tiles(w);
-    let covered = tiled && oh * w.kernel[0] == h && ow * w.kernel[1] == wd;
-    if !covered {
+    if tiled {
+        // Every element of the windows' rows and columns is one window's tap, which the
+        // loop below stores; only the rows and columns past the last window are zeroed.
+        let (rows, cols) = ((oh * w.kernel[0]).min(h), (ow * w.kernel[1]).min(wd));
+        if cols < wd {
+            for r in 0..rows {
+                std::ptr::write_bytes(dx.add((r * wd + cols) * c), 0, (wd - cols) * c);
+            }
+        }
+        std::ptr::write_bytes(dx.add(rows * wd * c), 0, (h - rows) * wd * c);
+    } else {
         std::ptr::write_bytes(dx, 0, h * wd * c);
     }
     let mut windows = Windows::new(w);
