@@ -45,21 +45,21 @@ pub(crate) fn dense<'a, T: Element>(v: &'a [T], layout: &Layout) -> Cow<'a, [T]>
     if let Some((off, n)) = layout.contiguous_range() {
         return Cow::Borrowed(&v[off..off + n]);
     }
-    let mut out = crate::block_cache::with_capacity(layout.num_elements());
+    let mut out = Vec::with_capacity(layout.num_elements());
     layout.for_each_offset(|o| out.push(v[o]));
     Cow::Owned(out)
 }
 
-/// The view's elements, dense and row-major, in a vector of their own.
+/// The view's elements, dense and row-major, in a vector of their own: a kernel's output,
+/// so its memory comes from the block cache ([`dense`]'s copies are temporaries, which
+/// would take kept blocks and free them to malloc).
 pub(crate) fn dense_vec<T: Element>(v: &[T], layout: &Layout) -> Vec<T> {
-    match dense(v, layout) {
-        Cow::Borrowed(part) => {
-            let mut out = crate::block_cache::with_capacity(part.len());
-            out.extend_from_slice(part);
-            out
-        }
-        Cow::Owned(out) => out,
+    let mut out = crate::block_cache::with_capacity(layout.num_elements());
+    match layout.contiguous_range() {
+        Some((off, n)) => out.extend_from_slice(&v[off..off + n]),
+        None => layout.for_each_offset(|o| out.push(v[o])),
     }
+    out
 }
 
 /// The view's elements, dense and row-major, from a vector the caller owns: the vector
@@ -164,7 +164,12 @@ pub(crate) fn widen(data: &HostData) -> Option<Vec<f32>> {
 /// f32 results narrowed back to a half dtype (or kept as f32).
 pub(crate) fn narrow(v: Vec<f32>, dtype: DType) -> HostData {
     match dtype {
-        DType::F16 | DType::BF16 => narrow_from(&v, dtype),
+        DType::F16 | DType::BF16 => {
+            let out = narrow_from(&v, dtype);
+            // The f32 values were a temporary: their memory serves the next output.
+            crate::block_cache::keep(v);
+            out
+        }
         _ => HostData::F32(v),
     }
 }
