@@ -114,7 +114,8 @@ impl BlockCache {
         let (found, evicted) = {
             let mut kept = self.kept();
             kept.requests += 1;
-            let stale = evict_stale(&mut kept);
+            // Blocks kept before the last STALE_AFTER requests: sizes no longer asked for.
+            let stale = evict_while(&mut kept, |k, b| k.requests - b.kept_at > STALE_AFTER);
             let fits = |b: &Block| {
                 b.align == align_of::<T>()
                     && b.bytes.is_multiple_of(size)
@@ -125,13 +126,9 @@ impl BlockCache {
                 .filter(|(_, b)| fits(b))
                 .min_by_key(|(_, b)| b.bytes)
                 .map(|(i, _)| i);
-            match best.and_then(|i| kept.blocks.remove(i)) {
-                Some(block) => {
-                    kept.bytes -= block.bytes;
-                    (Some(block), stale)
-                }
-                None => (None, stale),
-            }
+            let found = best.and_then(|i| kept.blocks.remove(i));
+            kept.bytes -= found.as_ref().map_or(0, |b| b.bytes);
+            (found, stale)
         };
         evicted.into_iter().for_each(Block::free);
         match found {
@@ -152,29 +149,22 @@ impl BlockCache {
         if size_of::<T>() == 0 || bytes < MIN_BYTES || bytes > limit {
             return;
         }
-        let mut v = ManuallyDrop::new(v);
-        let block = Block {
-            // A vector with capacity points at its allocation whatever its length; the
-            // elements are `Copy`, so there is nothing to drop.
-            ptr: NonNull::from(&mut v[..]).cast::<u8>(),
-            bytes,
-            align: align_of::<T>(),
-            kept_at: 0,
-        };
+        // A vector with capacity points at its allocation whatever its length; the elements
+        // are `Copy`, so there is nothing to drop.
+        let ptr = NonNull::from(&mut ManuallyDrop::new(v)[..]).cast::<u8>();
         let evicted = {
             let mut kept = self.kept();
-            let block = Block {
-                kept_at: kept.requests,
-                ..block
-            };
-            kept.bytes += block.bytes;
-            kept.blocks.push_back(block);
-            let over = kept.bytes.saturating_sub(limit);
-            let mut evicted = evict(&mut kept, over);
-            while kept.blocks.len() > MAX_BLOCKS {
-                evicted.extend(evict(&mut kept, 1));
-            }
-            evicted
+            let kept_at = kept.requests;
+            kept.bytes += bytes;
+            kept.blocks.push_back(Block {
+                ptr,
+                bytes,
+                align: align_of::<T>(),
+                kept_at,
+            });
+            evict_while(&mut kept, |k, _| {
+                k.bytes > limit || k.blocks.len() > MAX_BLOCKS
+            })
         };
         evicted.into_iter().for_each(Block::free);
     }
@@ -183,41 +173,25 @@ impl BlockCache {
         self.limit.store(bytes, Ordering::Relaxed);
         let evicted = {
             let mut kept = self.kept();
-            let over = kept.bytes.saturating_sub(bytes);
-            evict(&mut kept, over)
+            evict_while(&mut kept, |k, _| k.bytes > bytes)
         };
         evicted.into_iter().for_each(Block::free);
     }
 }
 
-/// Takes the blocks kept before the last [`STALE_AFTER`] requests out, for the caller to
-/// free once the lock is released: blocks of a size no longer asked for.
-fn evict_stale(kept: &mut Kept) -> Vec<Block> {
+/// Takes the oldest kept blocks out while `evict(kept, oldest)` holds, for the caller to
+/// free once the lock is released.
+fn evict_while(kept: &mut Kept, evict: impl Fn(&Kept, &Block) -> bool) -> Vec<Block> {
     let mut out = Vec::new();
-    while let Some(block) = kept.blocks.front() {
-        if kept.requests - block.kept_at <= STALE_AFTER {
-            break;
-        }
+    while kept
+        .blocks
+        .front()
+        .is_some_and(|oldest| evict(kept, oldest))
+    {
         if let Some(block) = kept.blocks.pop_front() {
             kept.bytes -= block.bytes;
             out.push(block);
         }
-    }
-    out
-}
-
-/// Takes the oldest kept blocks out, at least `bytes` of them (or all), for the caller to
-/// free once the lock is released.
-fn evict(kept: &mut Kept, bytes: usize) -> Vec<Block> {
-    let mut out = Vec::new();
-    let mut freed = 0;
-    while freed < bytes {
-        let Some(block) = kept.blocks.pop_front() else {
-            break;
-        };
-        kept.bytes -= block.bytes;
-        freed += block.bytes;
-        out.push(block);
     }
     out
 }
