@@ -419,9 +419,9 @@ pub(crate) fn backward(
                 g.ifft()?.mul(&n)?
             })]
         }
-        Op::MaxPoolGrad(_) => {
+        Op::MaxPoolGrad(_) | Op::MaxPoolBiasActivationGrad(..) => {
             return Err(Error::NoGradient {
-                op: "max_pool_grad",
+                op: op.name(),
                 detail: ", so max pooling has no second derivative here yet".into(),
             })
         }

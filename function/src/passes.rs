@@ -254,6 +254,39 @@ pub(crate) fn fuse_matmul_bias(graph: &mut Graph) -> usize {
     fused
 }
 
+/// Pooling-gradient fusion: a `max_pool_grad` of `y` read only by a `bias_activation_grad`
+/// with the same `y` (a convolution's ReLU and bias under a max pooling, in the backward)
+/// becomes one `Op::MaxPoolBiasActivationGrad`: the pooling gradient, as large as the
+/// convolution's output, is never stored and read back. Returns how many nodes it removed.
+pub(crate) fn fuse_max_pool_bias_grad(graph: &mut Graph) -> usize {
+    use ferroflow_tensor::Op;
+    let readers = readers_of(graph);
+    let n = graph.nodes.len();
+    let mut keep = vec![true; n];
+    for j in 0..n {
+        let NodeKind::Op(Op::BiasActivationGrad(activation)) = graph.nodes[j].kind else {
+            continue;
+        };
+        let [g, y] = graph.nodes[j].inputs[..] else {
+            continue;
+        };
+        let pool = &graph.nodes[g.node];
+        let NodeKind::Op(Op::MaxPoolGrad(w)) = &pool.kind else {
+            continue;
+        };
+        let only_here = readers.get(&g).is_some_and(|r| r.as_slice() == [j]);
+        if g.output != 0 || !only_here || pool.inputs.len() != 2 || pool.inputs[0] != y {
+            continue;
+        }
+        let (w, dy) = (w.clone(), pool.inputs[1]);
+        keep[g.node] = false;
+        let node = &mut graph.nodes[j];
+        node.kind = NodeKind::Op(Op::MaxPoolBiasActivationGrad(w, activation));
+        node.inputs = vec![y, dy];
+    }
+    keep_nodes(graph, &keep)
+}
+
 /// The program step of a node when it is a fusible elementwise op of floats.
 fn fusible_step(graph: &Graph, i: usize) -> Option<()> {
     use ferroflow_tensor::{ElementwiseProgram, Op};

@@ -765,3 +765,84 @@ fn a_backward_product_with_the_relu_and_bias_gradients_below_is_one_kernel() {
         &first_and_second_order(&|a| f64_fn.call(a), &a64, 1, &loss),
     );
 }
+
+/// A convolution's ReLU and bias under a max pooling, differentiated in a graph: the
+/// pooling gradient and the ReLU/bias gradient below it are one
+/// `max_pool_bias_activation_grad` node, and every result equals the eager step's to the
+/// bit. A pooling gradient that something else reads too stays as it was.
+#[test]
+fn a_pooling_gradient_with_the_relu_and_bias_gradients_below_is_one_kernel() {
+    use ferroflow::{FusedActivation, Padding, PoolKind};
+    ferroflow::init();
+    // a = [x, filter, bias, dense weights]; 2x2 pooling of 10x10 maps (and one of 9x9:
+    // the last row and column in no window).
+    let step = |a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
+        let tape = GradientTape::new();
+        for v in &a[1..] {
+            tape.watch(v);
+        }
+        let h = a[0].fused_conv2d(
+            &a[1],
+            &a[2],
+            FusedActivation::Relu,
+            [1, 1],
+            Padding::Valid,
+            [1, 1],
+        )?;
+        let p = h.pool2d(PoolKind::MaxPool2d, [2, 2], [2, 2], Padding::Valid)?;
+        let flat = p.reshape_to(&[p.shape()[0], p.num_elements() / p.shape()[0]])?;
+        let loss = flat.matmul(&a[3])?.square()?.reduce_sum(Axes::All, false)?;
+        let g = tape.gradient(&loss, &[(&a[1]).into(), (&a[2]).into(), (&a[3]).into()])?;
+        let mut out = vec![loss];
+        out.extend(g.into_iter().map(|g| g.unwrap()));
+        Ok(out)
+    };
+    for (size, seed) in [(12usize, 31u64), (11, 47)] {
+        let pooled = (size - 2) / 2;
+        let args = [
+            f32s(&[3, size, size, 2], seed),
+            f32s(&[3, 3, 2, 8], seed + 1),
+            f32s(&[8], seed + 2),
+            f32s(&[pooled * pooled * 8, 4], seed + 3),
+        ];
+        let f = Function::new(step);
+        let c = f.get_concrete_function(&args).unwrap();
+        let kinds = op_kinds(&c);
+        let listing = c.graph().listing();
+        assert_eq!(
+            kinds
+                .iter()
+                .filter(|k| *k == "max_pool_bias_activation_grad")
+                .count(),
+            1,
+            "{listing}"
+        );
+        assert!(
+            !kinds
+                .iter()
+                .any(|k| k == "max_pool_grad" || k == "bias_activation_grad"),
+            "{listing}"
+        );
+        let (eager, traced) = (step(&args).unwrap(), f.call(&args).unwrap());
+        for (e, t) in eager.iter().zip(&traced) {
+            assert_eq!(e.shape(), t.shape());
+            assert_eq!(bits(e), bits(t), "{listing}");
+        }
+    }
+    // The pooling gradient returned as well: both ops stay.
+    let both = Function::new(|a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
+        let g = a[0].max_pool_grad(&a[1], [2, 2], [2, 2], Padding::Valid)?;
+        let (dx, db) = g.bias_activation_grad(&a[0], FusedActivation::Relu)?;
+        Ok(vec![dx, db, g])
+    });
+    let args = [
+        f32s(&[2, 4, 4, 3], 5).relu().unwrap(),
+        f32s(&[2, 2, 2, 3], 6),
+    ];
+    let kinds = op_kinds(&both.get_concrete_function(&args).unwrap());
+    assert!(
+        kinds.iter().any(|k| k == "max_pool_grad")
+            && kinds.iter().any(|k| k == "bias_activation_grad"),
+        "{kinds:?}"
+    );
+}

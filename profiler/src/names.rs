@@ -47,6 +47,7 @@ pub fn tf_op_type_of_name(name: &'static str) -> &'static str {
         "sparse_softmax_cross_entropy_with_logits" => "SparseSoftmaxCrossEntropyWithLogits",
         "fused_matmul" => "_FusedMatMul",
         "fused_matmul_reduce" => "_FusedMatMulReduce",
+        "max_pool_bias_activation_grad" => "_FusedMaxPoolGradBiasAddGrad",
         "conv2d_backprop_input" => "Conv2DBackpropInput",
         "conv2d_backprop_filter" => "Conv2DBackpropFilter",
         "clip_scalar" => "ClipByValue",
@@ -232,6 +233,11 @@ pub fn cost(op: &Op, inputs: &[&Tensor], outputs: &[Tensor]) -> (u64, u64) {
                 .sum::<u64>()
         }
         Op::BiasActivationGrad(_) => inputs.first().map_or(0, |t| 2 * elements(t)),
+        // The pooling gradient's window comparisons, then the mask and the sum per input.
+        Op::MaxPoolBiasActivationGrad(w, _) => {
+            let out: u64 = (w.input[0] * w.output[0] * w.output[1] * w.input[3]) as u64;
+            out * (w.kernel[0] * w.kernel[1]) as u64 + inputs.first().map_or(0, |t| 2 * elements(t))
+        }
         // max, exp and sum, the loss, the softmax and its one-hot difference per logit.
         Op::SparseSoftmaxCrossEntropy => inputs.first().map_or(0, |t| 5 * elements(t)),
         _ => 0,

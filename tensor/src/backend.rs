@@ -263,6 +263,24 @@ pub trait Backend: Send + Sync + 'static {
         }
     }
 
+    /// The gradients of `max_pool(activation(x + bias))`: from the pool's input `y`
+    /// (`[n, h, w, c]`, the activation's output) and the pooled output's gradient `dy`,
+    /// `(dx, dbias)` equal to [`Backend::max_pool_grad`] followed by
+    /// [`Backend::bias_activation_grad`] on the same `y`, bit for bit, without storing the
+    /// pooling gradient between them. Called where [`Backend::has_fused`] declares
+    /// [`FusedKernel::MaxPoolBiasActivationGrad`]; elsewhere
+    /// [`crate::Tensor::max_pool_bias_activation_grad`] composes the two. The default runs
+    /// the two kernels ([`max_pool_then_bias_activation_grad`]).
+    fn max_pool_bias_activation_grad(
+        &self,
+        y: Operand<'_>,
+        dy: Operand<'_>,
+        w: &Window2d,
+        activation: FusedActivation,
+    ) -> Result<(BufferBox, BufferBox)> {
+        max_pool_then_bias_activation_grad(self, y, dy, w, activation)
+    }
+
     /// `activation(a @ b + bias)` for float operands laid out as [`Backend::matmul`] gets
     /// them (batch axes broadcast) and a bias vector along the output's last axis, the bias
     /// and activation applied as the product is stored (ReLU keeps NaN, as the `relu`
@@ -422,6 +440,39 @@ pub trait Backend: Send + Sync + 'static {
             .map(|v| self.optimizer_update(rule, v.w, v.g, &v.slots))
             .collect()
     }
+}
+
+/// [`Backend::max_pool_grad`], then [`Backend::bias_activation_grad`] of its result with
+/// the same `y`: the [`Backend::max_pool_bias_activation_grad`] default, and the fallback of
+/// a backend whose one-pass version does not take these windows or this dtype.
+///
+/// ```
+/// use ferroflow_tensor::backend::max_pool_then_bias_activation_grad;
+/// use ferroflow_tensor::{Backend, BufferBox, FusedActivation, Operand, Result, Window2d};
+/// fn fallback(
+///     backend: &dyn Backend,
+///     y: Operand<'_>,
+///     dy: Operand<'_>,
+///     w: &Window2d,
+/// ) -> Result<(BufferBox, BufferBox)> {
+///     max_pool_then_bias_activation_grad(backend, y, dy, w, FusedActivation::Relu)
+/// }
+/// ```
+pub fn max_pool_then_bias_activation_grad<B: Backend + ?Sized>(
+    backend: &B,
+    y: Operand<'_>,
+    dy: Operand<'_>,
+    w: &Window2d,
+    activation: FusedActivation,
+) -> Result<(BufferBox, BufferBox)> {
+    let g = backend.max_pool_grad(y, dy, w)?;
+    let layout = Layout::contiguous(y.shape());
+    let g = Operand {
+        buffer: g.as_ref(),
+        layout: &layout,
+        dtype: y.dtype,
+    };
+    backend.bias_activation_grad(g, y, activation)
 }
 
 /// [`Backend::gather`] of each of `xs` in turn: the [`Backend::gather_group`] default, and

@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | [`FusedKernel::FusedConv2d`] | [`crate::Tensor::fused_conv2d`] | `conv2d`, `add`, `relu` |
 //! | [`FusedKernel::BiasActivationGrad`] | [`crate::Tensor::bias_activation_grad`] | `relu_grad`, `reduce_sum` |
+//! | [`FusedKernel::MaxPoolBiasActivationGrad`] | [`crate::Tensor::max_pool_bias_activation_grad`] | `max_pool_grad`, then `bias_activation_grad` |
 //! | [`FusedKernel::ClipScalar`] | [`crate::Tensor::clip_scalar`] | `maximum`, `minimum` |
 //! | [`FusedKernel::OptimizerUpdate`] | [`crate::Tensor::optimizer_update`] | the optimizer's rule in primitives (`ferroflow-optim`) |
 //! | [`FusedKernel::OptimizerUpdate`] | [`crate::Tensor::optimizer_update_group`] | one `optimizer_update` per variable |
@@ -22,6 +23,11 @@ pub enum FusedKernel {
     FusedConv2d,
     /// The gradients of `activation(x + bias)` ([`crate::Backend::bias_activation_grad`]).
     BiasActivationGrad,
+    /// The gradients of `max_pool(activation(x + bias))` from the pooled output's gradient
+    /// and the pool's input ([`crate::Backend::max_pool_bias_activation_grad`]): max
+    /// pooling's gradient and [`FusedKernel::BiasActivationGrad`] in one pass, the pooling
+    /// gradient never stored.
+    MaxPoolBiasActivationGrad,
     /// `min(max(x, min), max)` with constant bounds ([`crate::Backend::clip_scalar`]).
     ClipScalar,
     /// One optimizer step by an [`UpdateRule`] ([`crate::Backend::optimizer_update`]).
@@ -48,6 +54,7 @@ impl FusedKernel {
     pub const ALL: &'static [FusedKernel] = &[
         FusedKernel::FusedConv2d,
         FusedKernel::BiasActivationGrad,
+        FusedKernel::MaxPoolBiasActivationGrad,
         FusedKernel::ClipScalar,
         FusedKernel::OptimizerUpdate,
         FusedKernel::Elementwise,
@@ -60,6 +67,7 @@ impl FusedKernel {
         match self {
             FusedKernel::FusedConv2d => "fused_conv2d",
             FusedKernel::BiasActivationGrad => "bias_activation_grad",
+            FusedKernel::MaxPoolBiasActivationGrad => "max_pool_bias_activation_grad",
             FusedKernel::ClipScalar => "clip_scalar",
             FusedKernel::OptimizerUpdate => "optimizer_update",
             FusedKernel::Elementwise => "fused_elementwise",

@@ -629,6 +629,12 @@ pub enum Op {
     /// gradient `g` and the output `y`: inputs [g, y], outputs [dx, dbias] (TF's `ReluGrad`
     /// and `BiasAddGrad` in one pass). A fused kernel, not a primitive ([`crate::fused`]).
     BiasActivationGrad(FusedActivation),
+    /// The gradients of `max_pool(activation(x + bias))` (max pooling by the window,
+    /// the bias along the last axis) from the pool's input `y` and the pooled output's
+    /// gradient `dy`: inputs [y, dy], outputs [dx, dbias], what `MaxPoolGrad` followed by
+    /// `BiasActivationGrad` on the same `y` computes, in one pass. A fused kernel, not a
+    /// primitive ([`crate::fused`]); graph functions make it of those two nodes.
+    MaxPoolBiasActivationGrad(Window2d, FusedActivation),
     /// `activation(a @ b + bias)` (bias along the last axis): inputs [a, b, bias] (TF's
     /// `_FusedMatMul` with `BiasAdd` and an optional `Relu`). A fused kernel, not a
     /// primitive ([`crate::fused`]); graph functions make it of a product, its bias add and
@@ -757,6 +763,7 @@ impl Op {
             Op::Conv2d(_) => "conv2d",
             Op::FusedConv2d(..) => "fused_conv2d",
             Op::BiasActivationGrad(_) => "bias_activation_grad",
+            Op::MaxPoolBiasActivationGrad(..) => "max_pool_bias_activation_grad",
             Op::SparseSoftmaxCrossEntropy => "sparse_softmax_cross_entropy_with_logits",
             Op::FusedMatMul(_) => "fused_matmul",
             Op::Conv2dBackpropInput(_) => "conv2d_backprop_input",

@@ -159,7 +159,9 @@ impl Backend for CpuBackend {
     /// variables are rare: mixed precision keeps them in f32; half logits compute in f32).
     fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
         match kernel {
-            FusedKernel::FusedConv2d | FusedKernel::BiasActivationGrad => dtype.is_float(),
+            FusedKernel::FusedConv2d
+            | FusedKernel::BiasActivationGrad
+            | FusedKernel::MaxPoolBiasActivationGrad => dtype.is_float(),
             FusedKernel::ClipScalar => dtype != DType::Bool && !dtype.is_complex(),
             FusedKernel::OptimizerUpdate
             | FusedKernel::Elementwise
@@ -280,6 +282,21 @@ impl Backend for CpuBackend {
     ) -> Result<(BufferBox, BufferBox)> {
         let (dx, db) = kernels::bias::bias_activation_grad(g, y, activation)?;
         Ok((out(dx)?, out(db)?))
+    }
+    fn max_pool_bias_activation_grad(
+        &self,
+        y: Operand<'_>,
+        dy: Operand<'_>,
+        w: &Window2d,
+        activation: FusedActivation,
+    ) -> Result<(BufferBox, BufferBox)> {
+        match kernels::conv::max_pool_bias_activation_grad(y, dy, w, activation)? {
+            Some((dx, db)) => Ok((out(dx)?, out(db)?)),
+            // Other windows and types: this backend's two kernels (the same bits).
+            None => ferroflow_tensor::backend::max_pool_then_bias_activation_grad(
+                self, y, dy, w, activation,
+            ),
+        }
     }
     fn conv2d_backprop_input(
         &self,

@@ -1837,6 +1837,8 @@ impl Backend for Cuda {
             // The trait's default: one fused reduction that also stores dx, its rows spread
             // over the GPU by the reductions' split plan.
             FusedKernel::BiasActivationGrad => float,
+            // Composed: the pooling gradient's kernel, then the fused reduction above.
+            FusedKernel::MaxPoolBiasActivationGrad => false,
             FusedKernel::ClipScalar => dtype != DType::Bool && Elem::of(dtype).is_some(),
             FusedKernel::Elementwise => float,
             FusedKernel::SparseSoftmaxCrossEntropy => matches!(dtype, DType::F32 | DType::F64),

@@ -437,7 +437,8 @@ pub fn bias_activation_grad(device: &Device) {
 }
 
 /// max/avg pooling vs the reference; avg_pool_grad by adjointness; max_pool_grad routes each
-/// dy to the first maximum of its window.
+/// dy to the first maximum of its window; max_pool_bias_activation_grad is max_pool_grad and
+/// then bias_activation_grad, bit for bit.
 pub fn pooling(device: &Device) {
     let floats = supported(device, &FLOATS);
     check(
@@ -516,6 +517,31 @@ pub fn pooling(device: &Device) {
                 1.0,
                 overlap,
             )?;
+            // The pooling gradient with the ReLU and bias gradients below it, in one op:
+            // what the two ops give, bit for bit (a NaN as a NaN).
+            for activation in [FusedActivation::Relu, FusedActivation::Linear] {
+                let (dx, db) = ok(
+                    "max_pool_bias_activation_grad",
+                    x.max_pool_bias_activation_grad(&dy, k, g.strides, pad, activation),
+                )?;
+                let (want_dx, want_db) = ok(
+                    "bias_activation_grad",
+                    mx.bias_activation_grad(&x, activation),
+                )?;
+                for (name, got, want) in [("dx", &dx, &want_dx), ("dbias", &db, &want_db)] {
+                    prop_assert_eq!(got.shape(), want.shape());
+                    let (got, want) = (
+                        ok("read", got.to_f64_vec())?,
+                        ok("read", want.to_f64_vec())?,
+                    );
+                    prop_assert!(
+                        got.iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())),
+                        "max_pool_bias_activation_grad {name} {activation:?} {dtype}: {got:?}, the two ops {want:?}"
+                    );
+                }
+            }
             // avg_pool_grad by adjointness, in the most exact float the device has.
             if dtype != exact_float(device) {
                 return Ok(());

@@ -180,6 +180,17 @@ impl Op {
                 let (dx, db) = inputs[0].bias_activation_grad(inputs[1], *activation)?;
                 Ok(vec![dx, db])
             }
+            Op::MaxPoolBiasActivationGrad(w, activation) => {
+                n(2)?;
+                let (dx, db) = inputs[0].max_pool_bias_activation_grad(
+                    inputs[1],
+                    w.kernel,
+                    w.strides,
+                    w.padding(),
+                    *activation,
+                )?;
+                Ok(vec![dx, db])
+            }
             Op::FusedMatMul(activation) => {
                 n(3)?;
                 one(inputs[0].fused_matmul(inputs[1], inputs[2], *activation)?)

@@ -564,6 +564,77 @@ impl Tensor {
         )
     }
 
+    /// The gradients of `max_pool(activation(x + bias))` from `self`, the pool's input `y`
+    /// (the activation's output, `[n, h, w, c]`), and the pooled output's gradient `dy`:
+    /// `(dx, dbias)`, what [`Tensor::max_pool_grad`] followed by
+    /// [`Tensor::bias_activation_grad`] with the same `y` gives, to the bit. One pass where
+    /// the backend has the fused kernel (a convolution's ReLU and bias under a max pooling:
+    /// the pooling gradient is never stored), else those two ops; graph functions make it of
+    /// them.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::{FusedActivation, Padding, Tensor};
+    /// // One image of 2x2 pixels, one channel: the window's maximum is the last pixel.
+    /// let y = Tensor::from_vec(vec![0.0f32, 1.0, 0.5, 2.0], &[1, 2, 2, 1])?;
+    /// let dy = Tensor::from_vec(vec![3.0f32], &[1, 1, 1, 1])?;
+    /// let (dx, db) = y.max_pool_bias_activation_grad(
+    ///     &dy,
+    ///     [2, 2],
+    ///     [2, 2],
+    ///     Padding::Valid,
+    ///     FusedActivation::Relu,
+    /// )?;
+    /// assert_eq!(dx.to_vec::<f32>()?, vec![0.0, 0.0, 0.0, 3.0]);
+    /// assert_eq!(db.to_vec::<f32>()?, vec![3.0]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    pub fn max_pool_bias_activation_grad(
+        &self,
+        dy: &Tensor,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+        activation: FusedActivation,
+    ) -> Result<(Tensor, Tensor)> {
+        const OP: &str = "max_pool_bias_activation_grad";
+        let w = self.pool_window(OP, ksize, strides, padding)?;
+        self.check_pool_dy(OP, &w, dy)?;
+        let composed = || {
+            self.max_pool_grad(dy, ksize, strides, padding)?
+                .bias_activation_grad(self, activation)
+        };
+        // Linear: `bias_activation_grad` sums the pooling gradient with `reduce_sum`, whose
+        // order a one-pass kernel does not follow; nothing to gain there either way.
+        if activation == FusedActivation::Linear
+            || self.num_elements() == 0
+            || !device_has_fused(
+                self.device(),
+                FusedKernel::MaxPoolBiasActivationGrad,
+                self.dtype(),
+            )
+        {
+            return composed();
+        }
+        let channels = self.shape()[3];
+        dispatch(
+            || Op::MaxPoolBiasActivationGrad(w.clone(), activation),
+            &[self, dy],
+            |p| {
+                let (dx, db) = p.backend.max_pool_bias_activation_grad(
+                    self.operand(),
+                    dy.operand(),
+                    &w.clipped_for_pooling(),
+                    activation,
+                )?;
+                Ok((
+                    Tensor::from_buffer(dx, self.shape(), self.dtype(), p.backend, p.device),
+                    Tensor::from_buffer(db, &[channels], self.dtype(), p.backend, p.device),
+                ))
+            },
+        )
+    }
+
     /// Gradient of average pooling for an input of shape `input_shape`.
     pub fn avg_pool_grad(
         input_shape: [usize; 4],

@@ -70,26 +70,29 @@ pub(crate) fn bias_activation_grad(
     activation: FusedActivation,
 ) -> Result<(HostData, HostData)> {
     let c = g.shape().last().copied().unwrap_or(1).max(1);
+    let per = chunk_rows(g.shape());
     let relu = activation == FusedActivation::Relu;
     match (host(&g)?, host(&y)?) {
         (HostData::F32(a), HostData::F32(b)) => {
             let (a, b) = (dense(a, g.layout), dense(b, y.layout));
             let (dx, db) = match native_isa() {
-                Some(isa) => grad_lanes(isa, &a, &b, c, relu),
-                None => grad_typed(&a, &b, c, relu),
+                Some(isa) => grad_lanes(isa, &a, &b, c, per, relu),
+                None => grad_typed(&a, &b, c, per, relu),
             };
             Ok((HostData::F32(dx), HostData::F32(db)))
         }
         (HostData::F64(a), HostData::F64(b)) => {
-            let (dx, db) = grad_typed(&dense(a, g.layout), &dense(b, y.layout), c, relu);
+            let (dx, db) = grad_typed(&dense(a, g.layout), &dense(b, y.layout), c, per, relu);
             Ok((HostData::F64(dx), HostData::F64(db)))
         }
         (HostData::BF16(a), HostData::BF16(b)) => {
-            let (dx, db) = grad_half_precision(&dense(a, g.layout), &dense(b, y.layout), c, relu);
+            let (dx, db) =
+                grad_half_precision(&dense(a, g.layout), &dense(b, y.layout), c, per, relu);
             Ok((HostData::BF16(dx), HostData::BF16(db)))
         }
         (HostData::F16(a), HostData::F16(b)) => {
-            let (dx, db) = grad_half_precision(&dense(a, g.layout), &dense(b, y.layout), c, relu);
+            let (dx, db) =
+                grad_half_precision(&dense(a, g.layout), &dense(b, y.layout), c, per, relu);
             Ok((HostData::F16(dx), HostData::F16(db)))
         }
         _ => Err(unsupported("cpu", "bias_activation_grad", g.dtype)),
@@ -99,6 +102,26 @@ pub(crate) fn bias_activation_grad(
 /// Rows of `c` channels per chunk claimed by a thread (about 64 KB of `g`).
 fn rows_per_chunk(c: usize) -> usize {
     (16384 / c.max(1)).max(1)
+}
+
+/// Values of an image at most that a chunk holds whole ([`chunk_rows`]): 256 KB of f32.
+const WHOLE_IMAGE_VALUES: usize = 65536;
+
+/// The rows (all axes but the last, flattened) per chunk of a bias gradient over a tensor
+/// of `shape`, whose chunks' partial sums fix its order of additions: whole images (the
+/// axes between the first and the last) where one has at most [`WHOLE_IMAGE_VALUES`]
+/// values, as many as make about 64 KB; else (and for matrices) [`rows_per_chunk`]. Whole
+/// images let the fused pooling gradient sum each image as it writes it.
+pub(super) fn chunk_rows(shape: &[usize]) -> usize {
+    let c = shape.last().copied().unwrap_or(1).max(1);
+    let image: usize = shape
+        .get(1..shape.len().saturating_sub(1))
+        .map_or(1, |s| s.iter().product());
+    if shape.len() >= 3 && image > 0 && image * c <= WHOLE_IMAGE_VALUES {
+        image * (16384 / (image * c)).max(1)
+    } else {
+        rows_per_chunk(c)
+    }
 }
 
 /// One chunk of rows: `dst = g·mask` (written), `sum += dst` per channel.
@@ -128,31 +151,47 @@ fn grad_rows<T: Num + num_traits::Float>(
 fn over_chunks<D: Copy + Send, S: num_traits::Float + Send + Sync>(
     values: usize,
     c: usize,
+    per: usize,
     chunk: impl Fn(usize, usize, &mut [std::mem::MaybeUninit<D>], &mut [S]) + Sync,
 ) -> (Vec<D>, Vec<S>) {
     let rows = values / c;
-    let per = rows_per_chunk(c);
-    let chunks = rows.div_ceil(per);
     let mut dx: Vec<D> = crate::block_cache::with_capacity(rows * c);
-    let mut partials = vec![S::zero(); chunks.max(1) * c];
-    let (out, sums) = (SharedMut(dx.as_mut_ptr()), SharedMut(partials.as_mut_ptr()));
-    for_each_chunk_shared(chunks, |k| {
-        let (r0, r1) = (k * per, ((k + 1) * per).min(rows));
-        // SAFETY: chunk k owns partial k (c values) and rows r0..r1 of dx, which has
-        // capacity for rows * c values; the rows are written before dx's length is set.
-        let (sum, dst) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(sums.get().add(k * c), c),
-                std::slice::from_raw_parts_mut(
-                    out.get().add(r0 * c).cast::<std::mem::MaybeUninit<D>>(),
-                    (r1 - r0) * c,
-                ),
+    let out = SharedMut(dx.as_mut_ptr());
+    let sums = chunk_sums(rows, c, per, |r0, r1, sum| {
+        // SAFETY: rows r0..r1 of dx are this chunk's only, and dx has capacity for rows * c
+        // values; the rows are written before dx's length is set.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(
+                out.get().add(r0 * c).cast::<std::mem::MaybeUninit<D>>(),
+                (r1 - r0) * c,
             )
         };
         chunk(r0, r1, dst, sum);
     });
     // SAFETY: `chunk` wrote every row (its contract).
     unsafe { dx.set_len(rows * c) };
+    (dx, sums)
+}
+
+/// The order every bias gradient here sums in: `chunk(rows r0..r1, partial)` adds each
+/// chunk's rows (`per` of them, [`chunk_rows`]) into a partial of `c` sums starting at
+/// zero, on the pool; the partials are then added in chunk order.
+pub(super) fn chunk_sums<S: num_traits::Float + Send + Sync>(
+    rows: usize,
+    c: usize,
+    per: usize,
+    chunk: impl Fn(usize, usize, &mut [S]) + Sync,
+) -> Vec<S> {
+    let per = per.max(1);
+    let chunks = rows.div_ceil(per);
+    let mut partials = vec![S::zero(); chunks.max(1) * c];
+    let sums = SharedMut(partials.as_mut_ptr());
+    for_each_chunk_shared(chunks, |k| {
+        let (r0, r1) = (k * per, ((k + 1) * per).min(rows));
+        // SAFETY: chunk k owns partial k (c values).
+        let sum = unsafe { std::slice::from_raw_parts_mut(sums.get().add(k * c), c) };
+        chunk(r0, r1, sum);
+    });
     let (db, rest) = partials.split_at_mut(c);
     for part in rest.chunks(c) {
         for (a, &b) in db.iter_mut().zip(part) {
@@ -160,11 +199,21 @@ fn over_chunks<D: Copy + Send, S: num_traits::Float + Send + Sync>(
         }
     }
     partials.truncate(c);
-    (dx, partials)
+    partials
+}
+
+/// Adds the rows of `dx` (`c ≥ 1` channels each, in order) to `sum` per channel, widened
+/// to f32: one chunk's share of a bias gradient whose `dx` is already masked (the fused
+/// pooling gradient's), as [`grad_rows_lanes`] adds it.
+///
+/// # Safety
+/// The CPU has `isa`.
+pub(super) unsafe fn add_rows<H: Lanes>(isa: Isa, dx: &[H], c: usize, sum: &mut [f32]) {
+    grad_rows_lanes(isa, dx, &[], c, false, None, sum)
 }
 
 /// The bias gradient, summed in f32, narrowed once to the element type (a copy for f32).
-fn narrow_sums<H: Lanes>(db: &[f32]) -> Vec<H> {
+pub(super) fn narrow_sums<H: Lanes>(db: &[f32]) -> Vec<H> {
     let mut out = Vec::with_capacity(db.len());
     // SAFETY: narrow_to writes all db.len() elements of the capacity.
     unsafe {
@@ -179,9 +228,10 @@ fn grad_typed<T: Num + Send + Sync + num_traits::Float>(
     g: &[T],
     y: &[T],
     c: usize,
+    per: usize,
     relu: bool,
 ) -> (Vec<T>, Vec<T>) {
-    over_chunks(g.len().min(y.len()), c, |r0, r1, dst, sum| {
+    over_chunks(g.len().min(y.len()), c, per, |r0, r1, dst, sum| {
         let span = r0 * c..r1 * c;
         grad_rows(&g[span.clone()], &y[span], c, relu, dst, sum)
     })
@@ -192,20 +242,28 @@ fn grad_half_precision<H: Half + Lanes + Send + Sync>(
     g: &[H],
     y: &[H],
     c: usize,
+    per: usize,
     relu: bool,
 ) -> (Vec<H>, Vec<H>) {
     match native_isa() {
-        Some(isa) => grad_lanes(isa, g, y, c, relu),
-        None => grad_half(g, y, c, relu),
+        Some(isa) => grad_lanes(isa, g, y, c, per, relu),
+        None => grad_half(g, y, c, per, relu),
     }
 }
 
 /// Half-precision `g`, `y`: each chunk widened to f32, computed, `dx` narrowed back; the
 /// bias gradient summed in f32 and narrowed once.
-fn grad_half<H: Half + Send + Sync>(g: &[H], y: &[H], c: usize, relu: bool) -> (Vec<H>, Vec<H>) {
+fn grad_half<H: Half + Send + Sync>(
+    g: &[H],
+    y: &[H],
+    c: usize,
+    per: usize,
+    relu: bool,
+) -> (Vec<H>, Vec<H>) {
     let (dx, db) = over_chunks(
         g.len().min(y.len()),
         c,
+        per,
         |r0, r1, dst: &mut [std::mem::MaybeUninit<H>], sum| {
             let (gw, yw) = (
                 widen_range(g, r0 * c, r1 * c),
@@ -232,48 +290,60 @@ fn grad_half<H: Half + Send + Sync>(g: &[H], y: &[H], c: usize, relu: bool) -> (
 /// `g`, `y` in registers (`isa`'s vectors): `dx` is `g`'s own value or zero (exact:
 /// nothing to round), the bias gradient summed in f32 from `g` widened in registers; no
 /// f32 buffers for half types.
-fn grad_lanes<H: Lanes>(isa: Isa, g: &[H], y: &[H], c: usize, relu: bool) -> (Vec<H>, Vec<H>) {
-    let (dx, db) = over_chunks(g.len().min(y.len()), c, |r0, r1, dst, sum: &mut [f32]| {
-        let span = r0 * c..r1 * c;
-        // SAFETY: the CPU has `isa` (`native_isa` chose it); g, y and dst hold the chunk's
-        // rows; sum holds c values.
-        unsafe {
-            grad_rows_lanes(
-                isa,
-                &g[span.clone()],
-                &y[span],
-                c,
-                relu,
-                dst.as_mut_ptr().cast(),
-                sum,
-            )
-        }
-    });
+fn grad_lanes<H: Lanes>(
+    isa: Isa,
+    g: &[H],
+    y: &[H],
+    c: usize,
+    per: usize,
+    relu: bool,
+) -> (Vec<H>, Vec<H>) {
+    let (dx, db) = over_chunks(
+        g.len().min(y.len()),
+        c,
+        per,
+        |r0, r1, dst, sum: &mut [f32]| {
+            let span = r0 * c..r1 * c;
+            // SAFETY: the CPU has `isa` (`native_isa` chose it); g, y and dst hold the chunk's
+            // rows; sum holds c values.
+            unsafe {
+                grad_rows_lanes(
+                    isa,
+                    &g[span.clone()],
+                    &y[span],
+                    c,
+                    relu,
+                    Some(dst.as_mut_ptr().cast()),
+                    sum,
+                )
+            }
+        },
+    );
     (dx, narrow_sums(&db))
 }
 
 /// Vectors of channels [`grad_rows_lanes_with`] sums in registers at once.
 const SUM_VECTORS: usize = 4;
 
-/// `dst = g·[y > 0]` (or `g` without ReLU) and `sum += dst` per channel over rows of `c`
-/// channels: blocks of up to [`SUM_VECTORS`] vectors of `K::LANES` channels, each block's
+/// `dst = g·[y > 0]` (or `g` without ReLU; nothing stored without `dst`) and `sum += dst`
+/// per channel over rows of `c` channels: blocks of up to [`SUM_VECTORS`] vectors of `K::LANES` channels, each block's
 /// sums held in registers down all the rows (not loaded and stored back per row). Each
 /// channel still adds its rows in order, as [`grad_rows`] does (the same bits); a blocked
 /// lane adds zero, as it does there.
 ///
 /// # Safety
-/// The CPU has `K`'s instruction set; `dst` is valid for `g.len()` writes; `y` is as long
-/// as `g` and `sum` holds `c` values.
+/// The CPU has `K`'s instruction set; `dst`, if any, is valid for `g.len()` writes; `y` is
+/// as long as `g` where `relu`; `sum` holds `c` values.
 #[inline(always)]
 unsafe fn grad_rows_lanes_with<K: Kernels, H: Lanes>(
     g: &[H],
     y: &[H],
     c: usize,
     relu: bool,
-    dst: *mut H,
+    dst: Option<*mut H>,
     sum: &mut [f32],
 ) {
-    assert!(y.len() >= g.len() && sum.len() >= c);
+    assert!((!relu || y.len() >= g.len()) && sum.len() >= c);
     let rows = g.len() / c;
     for b0 in (0..c).step_by(SUM_VECTORS * K::LANES) {
         // Channels of each vector of the block (0: past the last channel).
@@ -299,8 +369,10 @@ unsafe fn grad_rows_lanes_with<K: Kernels, H: Lanes>(
                 } else {
                     gv
                 };
-                // g's own bits or zero: exact.
-                K::store_exact_to(dst.add(at), len, kept);
+                if let Some(dst) = dst {
+                    // g's own bits or zero: exact.
+                    K::store_exact_to(dst.add(at), len, kept);
+                }
                 acc[j] = K::add(acc[j], kept);
             }
         }
@@ -319,7 +391,7 @@ with_isa! {
         y: &[H],
         c: usize,
         relu: bool,
-        dst: *mut H,
+        dst: Option<*mut H>,
         sum: &mut [f32],
     ) = grad_rows_lanes_with;
 }
@@ -358,8 +430,9 @@ mod tests {
             g.iter().map(|&x| H::narrow_one(x)).collect(),
             y.iter().map(|&x| H::narrow_one(x)).collect(),
         );
-        let (dx, db) = grad_lanes(isa, &gh, &yh, c, relu);
-        let (want_dx, want_db) = grad_half(&gh, &yh, c, relu);
+        let per = rows_per_chunk(c);
+        let (dx, db) = grad_lanes(isa, &gh, &yh, c, per, relu);
+        let (want_dx, want_db) = grad_half(&gh, &yh, c, per, relu);
         let name = std::any::type_name::<H>();
         assert_eq!(bits(&dx), bits(&want_dx), "{name} dx {case}");
         assert_eq!(bits(&db), bits(&want_db), "{name} db {case}");
@@ -381,8 +454,9 @@ mod tests {
                 for relu in [true, false] {
                     let case = format!("c {c}, rows {rows}, relu {relu}");
                     let (g, y) = operands(rows, c, 0x9e37_79b9 ^ (c * 31 + rows) as u32);
-                    let (dx, db) = grad_lanes(isa, &g, &y, c, relu);
-                    let (want_dx, want_db) = grad_typed(&g, &y, c, relu);
+                    let per = rows_per_chunk(c);
+                    let (dx, db) = grad_lanes(isa, &g, &y, c, per, relu);
+                    let (want_dx, want_db) = grad_typed(&g, &y, c, per, relu);
                     let f32_bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(f32_bits(&dx), f32_bits(&want_dx), "f32 dx {case}");
                     assert_eq!(f32_bits(&db), f32_bits(&want_db), "f32 db {case}");

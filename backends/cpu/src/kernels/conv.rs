@@ -930,6 +930,40 @@ pub(crate) fn max_pool_grad(x: Operand<'_>, dy: Operand<'_>, w: &Window2d) -> Re
     )
 }
 
+/// `max_pool_grad` then the bias gradient in one pass ([`super::max_pool::bias_activation_grad_tiled`])
+/// where the native kernels run, the windows tile the input and the type is float32 or a
+/// half type; `None` elsewhere (the caller runs the two kernels, which give the same bits).
+pub(crate) fn max_pool_bias_activation_grad(
+    y: Operand<'_>,
+    dy: Operand<'_>,
+    w: &Window2d,
+    activation: FusedActivation,
+) -> Result<Option<(HostData, HostData)>> {
+    use super::max_pool::{available, bias_activation_grad_tiled, tiles};
+    if !available() || !tiles(w) || w.input.contains(&0) {
+        return Ok(None);
+    }
+    let relu = activation == FusedActivation::Relu;
+    Ok(match (host(&y)?, host(&dy)?) {
+        (HostData::F32(a), HostData::F32(g)) => {
+            let (dx, db) =
+                bias_activation_grad_tiled(&dense(a, y.layout), &dense(g, dy.layout), w, relu);
+            Some((HostData::F32(dx), HostData::F32(db)))
+        }
+        (HostData::BF16(a), HostData::BF16(g)) => {
+            let (dx, db) =
+                bias_activation_grad_tiled(&dense(a, y.layout), &dense(g, dy.layout), w, relu);
+            Some((HostData::BF16(dx), HostData::BF16(db)))
+        }
+        (HostData::F16(a), HostData::F16(g)) => {
+            let (dx, db) =
+                bias_activation_grad_tiled(&dense(a, y.layout), &dense(g, dy.layout), w, relu);
+            Some((HostData::F16(dx), HostData::F16(db)))
+        }
+        _ => None,
+    })
+}
+
 fn avg_pool_grad_typed<T: Num + Send + Sync + num_traits::Float>(dy: &[T], w: &Window2d) -> Vec<T> {
     let [n, h, wd, c] = w.input;
     let [oh, ow] = w.output;

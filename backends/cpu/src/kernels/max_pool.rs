@@ -13,6 +13,7 @@
 //! their taps; overlapping windows add to them (float32 only: half-precision sums would round at every
 //! addition, so [`grad_exact`] sends them to the widened path).
 
+use super::bias;
 use super::conv::for_windows;
 use super::f32_conv::{kernel_isa, Geometry};
 use super::f32_gemm::{with_isa, Kernels};
@@ -107,13 +108,84 @@ pub(crate) fn grad_exact<T: Lanes>(w: &Window2d) -> bool {
 }
 
 /// Whether the windows tile the input: stride = window, no padding.
-fn tiles(w: &Window2d) -> bool {
+pub(crate) fn tiles(w: &Window2d) -> bool {
     w.strides == w.kernel && w.pad_before == [0, 0]
 }
 
 /// The gradient of `max_pool2d` for input `x` and output gradient `dy` (both dense); only
 /// where [`grad_exact`] says so.
 pub(crate) fn max_pool_grad<T: Lanes>(x: &[T], dy: &[T], w: &Window2d) -> Vec<T> {
+    max_pool_grad_masked(x, dy, w, false)
+}
+
+/// `(dx, dbias)` of `max_pool(activation(x + bias))` from the pool's input `y` (the
+/// activation's output, dense `[n, h, w, c]`) and the pooled output's gradient `dy`, for
+/// windows that tile the input ([`tiles`]): what [`max_pool_grad`] and then the bias
+/// gradient (`bias::bias_activation_grad`) give, bit for bit, in one pass. The pooling
+/// gradient is written with the ReLU's mask applied (the tap's own value, loaded to find
+/// the window's maximum, says whether it passes), image by image, and each image's rows
+/// are added to the bias gradient's partial sums while they are in cache: the bias
+/// gradient's chunks hold whole images at these sizes (`bias::chunk_rows`), so the order
+/// of additions is its own. Where an image is too large for a chunk, the rows are summed
+/// in a second pass, in the same order. Callers check [`available`] and [`tiles`].
+pub(crate) fn bias_activation_grad_tiled<T: Lanes>(
+    y: &[T],
+    dy: &[T],
+    w: &Window2d,
+    relu: bool,
+) -> (Vec<T>, Vec<T>) {
+    let [n, h, wd, c] = w.input;
+    let (image, per_dy) = (h * wd, w.output[0] * w.output[1] * c);
+    assert!(
+        y.len() >= n * image * c && dy.len() >= n * per_dy,
+        "max_pool_bias_activation_grad operands smaller than their shapes"
+    );
+    assert!(
+        tiles(w) && c > 0 && image > 0,
+        "windows that do not tile the input, or an empty one"
+    );
+    let isa = kernel_isa();
+    let per = bias::chunk_rows(&w.input);
+    if !per.is_multiple_of(image) {
+        // Images larger than a chunk: the masked gradient, then its rows summed.
+        let dx = max_pool_grad_masked(y, dy, w, relu);
+        let sums = bias::chunk_sums(n * image, c, per, |r0, r1, sum: &mut [f32]| {
+            // SAFETY: the CPU has `isa` (callers check `available`).
+            unsafe { bias::add_rows(isa, &dx[r0 * c..r1 * c], c, sum) }
+        });
+        return (dx, bias::narrow_sums(&sums));
+    }
+    let mut dx: Vec<T> = crate::block_cache::with_capacity(n * image * c);
+    let out = SharedMut(dx.as_mut_ptr());
+    let sums = bias::chunk_sums(n * image, c, per, |r0, r1, sum: &mut [f32]| {
+        for b in r0 / image..r1 / image {
+            // SAFETY: the CPU has `isa` (callers check `available`); image b lies in y and
+            // its gradients in dy; its part of dx (capacity n * image * c) is this chunk's
+            // only, written here before it is read and before dx's length is set; the
+            // windows tile the input (asserted), as `relu` needs.
+            unsafe {
+                let d = out.get().add(b * image * c);
+                max_pool_grad_image(
+                    isa,
+                    y[b * image * c..].as_ptr(),
+                    dy[b * per_dy..].as_ptr(),
+                    w,
+                    relu,
+                    d,
+                );
+                bias::add_rows(isa, std::slice::from_raw_parts(d, image * c), c, sum);
+            }
+        }
+    });
+    // SAFETY: the chunks cover all n images (whole ones: `per` is a multiple of `image`),
+    // and each wrote its images.
+    unsafe { dx.set_len(n * image * c) };
+    (dx, bias::narrow_sums(&sums))
+}
+
+/// [`max_pool_grad`], each element kept only where it is positive when `relu` (windows
+/// that tile the input only).
+fn max_pool_grad_masked<T: Lanes>(x: &[T], dy: &[T], w: &Window2d, relu: bool) -> Vec<T> {
     let [n, h, wd, c] = w.input;
     let per_dy = w.output[0] * w.output[1] * c;
     assert!(
@@ -124,16 +196,18 @@ pub(crate) fn max_pool_grad<T: Lanes>(x: &[T], dy: &[T], w: &Window2d) -> Vec<T>
         grad_exact::<T>(w),
         "overlapping half-precision pooling windows would round their sums"
     );
+    assert!(!relu || tiles(w), "a ReLU mask on overlapping windows");
     let isa = kernel_isa();
     per_image(n, h * wd * c, |b, dx| {
         // SAFETY: the CPU has `isa` (callers check `available`); image b lies in x and its
-        // gradients in dy; `dx` holds the image's h * w * c floats.
+        // gradients in dy; `dx` holds the image's h * w * c floats; relu only when tiled.
         unsafe {
             max_pool_grad_image(
                 isa,
                 x[b * h * wd * c..].as_ptr(),
                 dy[b * per_dy..].as_ptr(),
                 w,
+                relu,
                 dx,
             )
         }
@@ -178,12 +252,14 @@ with_isa! {
 /// # Safety
 /// The CPU has `K`'s instruction set; `x` holds the image's `h * w * c` elements, `dy` its
 /// `oh * ow * c` gradients, and `dx` has room for `h * w * c` elements; overlapping windows
-/// only for f32 (`grad_exact`).
+/// only for f32 (`grad_exact`) and without `relu` (which keeps an element only where `x`
+/// is positive: a NaN blocks, as the ReLU's gradient).
 #[inline(always)]
 unsafe fn max_pool_grad_image_with<K: Kernels, T: Lanes>(
     x: *const T,
     dy: *const T,
     w: &Window2d,
+    relu: bool,
     dx: *mut T,
 ) {
     let [_, h, wd, c] = w.input;
@@ -220,12 +296,18 @@ unsafe fn max_pool_grad_image_with<K: Kernels, T: Lanes>(
                 let grad = K::load_from(g.add(c0), len);
                 let mut open = K::first_lanes(len);
                 for &t in taps {
-                    let hit = K::and(K::is_max(K::load_from(x.add(t + c0), len), m), open);
+                    let v = K::load_from(x.add(t + c0), len);
+                    let hit = K::and(K::is_max(v, m), open);
                     open = K::and_not(open, hit);
                     let d = dx.add(t + c0);
                     if tiled {
+                        let pass = if relu {
+                            K::and(hit, K::positive(v))
+                        } else {
+                            hit
+                        };
                         // A `dy` value or zero: exact in `T`, nothing to round.
-                        K::store_exact_to(d, len, K::keep(hit, grad));
+                        K::store_exact_to(d, len, K::keep(pass, grad));
                     } else {
                         // f32 only (grad_exact): the sum is the f32 kernel's.
                         let sum = K::load_from(d, len);
@@ -243,6 +325,7 @@ with_isa! {
         x: *const T,
         dy: *const T,
         w: &Window2d,
+        relu: bool,
         dx: *mut T,
     ) = max_pool_grad_image_with;
 }
@@ -250,7 +333,7 @@ with_isa! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferroflow_tensor::Padding;
+    use ferroflow_tensor::{Element, Padding};
     use half::{bf16, f16};
 
     /// A half type's conversions, for tests generic over bf16 and f16.
@@ -258,6 +341,15 @@ mod tests {
         const NAN: Self;
         fn of(v: f32) -> Self;
         fn wide(self) -> f32;
+    }
+    impl HalfTest for f32 {
+        const NAN: f32 = f32::NAN;
+        fn of(v: f32) -> f32 {
+            v
+        }
+        fn wide(self) -> f32 {
+            self
+        }
     }
     impl HalfTest for bf16 {
         const NAN: bf16 = bf16::NAN;
@@ -330,6 +422,112 @@ mod tests {
             Window2d::resolve("test", [1, 4, 4, 1], [3, 3], [1, 1], [1, 1], Padding::Valid)
                 .unwrap();
         assert!(!grad_exact::<H>(&overlapping));
+    }
+
+    /// The fused pooling and ReLU/bias gradient (`conv::max_pool_bias_activation_grad`)
+    /// gives, bit for bit, what `max_pool_grad` and then `bias::bias_activation_grad` give,
+    /// in float32, bfloat16 and float16: windows of 2x2 and 3x3 and 2x3, inputs that the
+    /// windows cover exactly, that leave a last row and column, and SAME windows cut by the
+    /// edge; channel counts across the vector widths; chunks of the bias gradient of one and
+    /// of several images, and images larger than a chunk; ties, zeros, negative values and
+    /// NaNs. Windows that overlap are not its (`None`: the two kernels run).
+    fn fused_pooling_bias_gradient_equals_the_two_kernels<H: Element + HalfTest>() {
+        use super::super::{bias, conv};
+        use crate::CpuBuffer;
+        use ferroflow_tensor::{FusedActivation, HostData, Layout, Operand};
+        fn operand<'a, H: Element>(buffer: &'a CpuBuffer, layout: &'a Layout) -> Operand<'a> {
+            Operand {
+                buffer,
+                layout,
+                dtype: H::DTYPE,
+            }
+        }
+        let bits =
+            |d: &HostData| -> Vec<u64> { d.to_f64_vec().iter().map(|v| v.to_bits()).collect() };
+        for (shape, k, strides, pad) in [
+            ([3, 26, 26, 32], [2, 2], [2, 2], Padding::Valid),
+            ([4, 11, 11, 64], [2, 2], [2, 2], Padding::Valid),
+            ([24, 13, 9, 7], [2, 2], [2, 2], Padding::Same),
+            ([2, 9, 10, 33], [3, 3], [3, 3], Padding::Valid),
+            ([3, 8, 10, 1], [2, 3], [2, 3], Padding::Valid),
+            // An image past a chunk of the bias gradient: its rows summed in a second pass.
+            ([2, 34, 34, 64], [2, 2], [2, 2], Padding::Valid),
+        ] {
+            let w = Window2d::resolve("test", shape, k, strides, [1, 1], pad)
+                .unwrap()
+                .clipped_for_pooling();
+            assert!(tiles(&w), "{shape:?}");
+            let mut seed = 0x2545_f491u32 ^ (shape.iter().product::<usize>() as u32);
+            let mut next = || {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed
+            };
+            let n: usize = shape.iter().product();
+            // Mostly a ReLU's output (a third zero, ties on a coarse grid), with negative
+            // values and NaNs among them.
+            let y: Vec<H> = (0..n)
+                .map(|_| match next() % 97 {
+                    0 => H::NAN,
+                    1..=3 => H::of(-0.5),
+                    v if v < 35 => H::of(0.0),
+                    v => H::of((v % 9) as f32 / 4.0),
+                })
+                .collect();
+            let dy_shape = [shape[0], w.output[0], w.output[1], shape[3]];
+            let dy: Vec<H> = (0..dy_shape.iter().product())
+                .map(|_| H::of((next() % 1000) as f32 / 97.0 - 5.0))
+                .collect();
+            let (y, dy) = (CpuBuffer(H::into_host(y)), CpuBuffer(H::into_host(dy)));
+            let (y_layout, dy_layout) = (Layout::contiguous(&shape), Layout::contiguous(&dy_shape));
+            let (yo, dyo) = (operand::<H>(&y, &y_layout), operand::<H>(&dy, &dy_layout));
+            for activation in [FusedActivation::Relu, FusedActivation::Linear] {
+                let case = format!("{} {shape:?} {k:?} {activation:?}", H::DTYPE);
+                let (dx, db) = conv::max_pool_bias_activation_grad(yo, dyo, &w, activation)
+                    .unwrap()
+                    .expect("the fused path takes windows that tile the input");
+                let g = CpuBuffer(conv::max_pool_grad(yo, dyo, &w).unwrap());
+                let (want_dx, want_db) =
+                    bias::bias_activation_grad(operand::<H>(&g, &y_layout), yo, activation)
+                        .unwrap();
+                assert_eq!(bits(&dx), bits(&want_dx), "dx {case}");
+                assert_eq!(bits(&db), bits(&want_db), "dbias {case}");
+            }
+        }
+        // Overlapping windows: the two kernels, not this one.
+        let overlapping =
+            Window2d::resolve("test", [1, 5, 5, 3], [3, 3], [2, 2], [1, 1], Padding::Valid)
+                .unwrap();
+        let (x, dy) = (
+            CpuBuffer(H::into_host(vec![H::of(1.0); 75])),
+            CpuBuffer(H::into_host(vec![H::of(1.0); 12])),
+        );
+        let (x_layout, dy_layout) = (
+            Layout::contiguous(&[1, 5, 5, 3]),
+            Layout::contiguous(&[1, 2, 2, 3]),
+        );
+        let fused = conv::max_pool_bias_activation_grad(
+            operand::<H>(&x, &x_layout),
+            operand::<H>(&dy, &dy_layout),
+            &overlapping,
+            FusedActivation::Relu,
+        )
+        .unwrap();
+        assert!(fused.is_none(), "overlapping windows took the tiled kernel");
+    }
+
+    #[test]
+    fn fused_pooling_and_bias_gradients_equal_the_two_kernels() {
+        if !available() {
+            return ferroflow_tensor::testing::skip(
+                "FERROFLOW_REQUIRE_AVX512",
+                "neither AVX-512 nor AVX2 here (or FERROFLOW_CPU_ISA=scalar); the fused pooling gradient does not run",
+            );
+        }
+        fused_pooling_bias_gradient_equals_the_two_kernels::<f32>();
+        fused_pooling_bias_gradient_equals_the_two_kernels::<bf16>();
+        fused_pooling_bias_gradient_equals_the_two_kernels::<f16>();
     }
 
     #[test]
