@@ -448,6 +448,28 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
             let ts = with_example_ranks(inputs, rank)?;
             run(op.clone(), ts)
         }
+        // The pooling gradient folded as `MaxPoolGrad`'s, the ReLU's mask over the whole
+        // batch, and each example's bias gradient summed over its own pixels.
+        Op::MaxPoolBiasActivationGrad(w, activation) if inputs.len() == 2 => {
+            let (y, dy) = (inputs[0].batched(batch)?, inputs[1].batched(batch)?);
+            if y.rank() != 5 || dy.rank() != 5 {
+                return Ok(None);
+            }
+            let fold = |t: &Tensor| -> Result<Tensor> {
+                let s = t.shape();
+                t.reshape_to(&[s[0] * s[1], s[2], s[3], s[4]])
+            };
+            let g = Op::MaxPoolGrad(w.clone())
+                .execute(&[&fold(&y)?, &fold(&dy)?])?
+                .remove(0)
+                .reshape_to(y.shape())?;
+            let dx = match activation {
+                ferroflow_tensor::FusedActivation::Relu => g.relu_grad(&y)?,
+                ferroflow_tensor::FusedActivation::Linear => g,
+            };
+            let db = dx.reduce_sum(ferroflow_tensor::Axes::List(vec![1, 2, 3]), false)?;
+            Ok(Some(vec![dx, db]))
+        }
         Op::Conv2d(_) | Op::FusedConv2d(..) | Op::Pool2d(..) | Op::MaxPoolGrad(_)
             if inputs[1..].iter().all(|v| !v.is_batched()) || matches!(op, Op::MaxPoolGrad(_)) =>
         {

@@ -388,3 +388,44 @@ fn an_index_out_of_an_examples_range_is_an_error_not_a_neighbours_row() {
     let e = vectorized_map(|e| Ok(vec![e[0].gather(&e[1], 0)?]), &[params, indices]);
     assert!(e.is_err(), "{e:?}");
 }
+
+/// Per-example bias gradients of a convolution with its ReLU under a max pooling: the
+/// graph's fused pooling and ReLU/bias gradient has a batching rule (the map runs with no
+/// loop to fall back to), and the gradients equal the loop's.
+#[test]
+fn the_fused_pooling_and_bias_gradient_is_batched() {
+    use ferroflow::FusedActivation;
+    ferroflow::init();
+    let images = f64s(&[3, 6, 6, 2], 40);
+    let filter = f64s(&[3, 3, 2, 4], 41);
+    // Negative biases: windows of a ReLU's zeros, whose gradient the mask stops.
+    let bias = Tensor::from_vec(vec![-1.5f64, -3.0, 0.3, -2.0], &[4]).unwrap();
+    // The pooled outputs weighted: `dy` nonzero where an output is zero too.
+    let weights = f64s(&[1, 3, 3, 4], 43);
+    let f = |e: &[Tensor]| -> Result<Vec<Tensor>> {
+        let tape = GradientTape::new();
+        tape.watch(&bias);
+        let x = e[0].expand_dims(0)?;
+        let y = x.fused_conv2d(
+            &filter,
+            &bias,
+            FusedActivation::Relu,
+            [1, 1],
+            Padding::Same,
+            [1, 1],
+        )?;
+        let p = y.pool2d(
+            ferroflow::PoolKind::MaxPool2d,
+            [2, 2],
+            [2, 2],
+            Padding::Valid,
+        )?;
+        let loss = p.mul(&weights)?.reduce_sum(Axes::All, false)?;
+        let g = tape.gradient(&loss, &[(&bias).into()])?;
+        Ok(vec![g[0].clone().unwrap()])
+    };
+    let mapped = vectorized_map_with(f, std::slice::from_ref(&images), false).unwrap();
+    let want = looped(&f, std::slice::from_ref(&images)).unwrap();
+    assert_eq!(mapped[0].shape(), &[3, 4]);
+    assert_close(&mapped[0], &want[0], "bias gradients");
+}
