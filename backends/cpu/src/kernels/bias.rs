@@ -107,17 +107,28 @@ fn rows_per_chunk(c: usize) -> usize {
 /// Values of an image at most that a chunk holds whole ([`chunk_rows`]): 256 KB of f32.
 const WHOLE_IMAGE_VALUES: usize = 65536;
 
+/// Images a batch needs for chunks of whole images ([`chunk_rows`]): fewer would leave
+/// threads idle (a constant, not the thread count, so that the sums' order is the same on
+/// every machine).
+const WHOLE_IMAGE_BATCH: usize = 8;
+
 /// The rows (all axes but the last, flattened) per chunk of a bias gradient over a tensor
 /// of `shape`, whose chunks' partial sums fix its order of additions: whole images (the
 /// axes between the first and the last) where one has at most [`WHOLE_IMAGE_VALUES`]
-/// values, as many as make about 64 KB; else (and for matrices) [`rows_per_chunk`]. Whole
-/// images let the fused pooling gradient sum each image as it writes it.
+/// values and the batch at least [`WHOLE_IMAGE_BATCH`] of them, as many as make about
+/// 64 KB; else (and for matrices) [`rows_per_chunk`]. Whole images let the fused pooling
+/// gradient sum each image as it writes it.
 pub(super) fn chunk_rows(shape: &[usize]) -> usize {
     let c = shape.last().copied().unwrap_or(1).max(1);
     let image: usize = shape
         .get(1..shape.len().saturating_sub(1))
         .map_or(1, |s| s.iter().product());
-    if shape.len() >= 3 && image > 0 && image * c <= WHOLE_IMAGE_VALUES {
+    let batch = shape.first().copied().unwrap_or(0);
+    if shape.len() >= 3
+        && image > 0
+        && image * c <= WHOLE_IMAGE_VALUES
+        && batch >= WHOLE_IMAGE_BATCH
+    {
         image * (16384 / (image * c)).max(1)
     } else {
         rows_per_chunk(c)

@@ -336,6 +336,16 @@ mod tests {
     use ferroflow_tensor::{Element, Padding};
     use half::{bf16, f16};
 
+    /// A xorshift32 stream from `seed` (not 0).
+    fn xorshift(mut seed: u32) -> impl FnMut() -> u32 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        }
+    }
+
     /// A half type's conversions, for tests generic over bf16 and f16.
     trait HalfTest: Lanes + PartialEq + std::fmt::Debug {
         const NAN: Self;
@@ -380,13 +390,7 @@ mod tests {
             ([2, 5, 7, 18], [3, 3], [2, 1], Padding::Same),
         ] {
             let w = Window2d::resolve("test", shape, k, strides, [1, 1], pad).unwrap();
-            let mut seed = 0x9e37_79b9u32;
-            let mut next = || {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                seed
-            };
+            let mut next = xorshift(0x9e37_79b9);
             // A coarse grid (ties in windows), a few NaNs.
             let n: usize = shape.iter().product();
             let x: Vec<H> = (0..n)
@@ -429,8 +433,8 @@ mod tests {
     /// in float32, bfloat16 and float16: windows of 2x2 and 3x3 and 2x3, inputs that the
     /// windows cover exactly, that leave a last row and column, and SAME windows cut by the
     /// edge; channel counts across the vector widths; chunks of the bias gradient of one and
-    /// of several images, and images larger than a chunk; ties, zeros, negative values and
-    /// NaNs. Windows that overlap are not its (`None`: the two kernels run).
+    /// of several images, and rows cut across images (a small batch, an image larger than a
+    /// chunk); ties, zeros, negative values and NaNs. Windows that overlap are not its (`None`: the two kernels run).
     fn fused_pooling_bias_gradient_equals_the_two_kernels<H: Element + HalfTest>() {
         use super::super::{bias, conv};
         use crate::CpuBuffer;
@@ -445,10 +449,11 @@ mod tests {
         let bits =
             |d: &HostData| -> Vec<u64> { d.to_f64_vec().iter().map(|v| v.to_bits()).collect() };
         for (shape, k, strides, pad) in [
-            ([3, 26, 26, 32], [2, 2], [2, 2], Padding::Valid),
-            ([4, 11, 11, 64], [2, 2], [2, 2], Padding::Valid),
+            ([9, 26, 26, 32], [2, 2], [2, 2], Padding::Valid),
+            ([8, 11, 11, 64], [2, 2], [2, 2], Padding::Valid),
             ([24, 13, 9, 7], [2, 2], [2, 2], Padding::Same),
-            ([2, 9, 10, 33], [3, 3], [3, 3], Padding::Valid),
+            ([8, 9, 10, 33], [3, 3], [3, 3], Padding::Valid),
+            // A batch too small for chunks of whole images.
             ([3, 8, 10, 1], [2, 3], [2, 3], Padding::Valid),
             // An image past a chunk of the bias gradient: its rows summed in a second pass.
             ([2, 34, 34, 64], [2, 2], [2, 2], Padding::Valid),
@@ -457,13 +462,7 @@ mod tests {
                 .unwrap()
                 .clipped_for_pooling();
             assert!(tiles(&w), "{shape:?}");
-            let mut seed = 0x2545_f491u32 ^ (shape.iter().product::<usize>() as u32);
-            let mut next = || {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                seed
-            };
+            let mut next = xorshift(0x2545_f491 ^ shape.iter().product::<usize>() as u32);
             let n: usize = shape.iter().product();
             // Mostly a ReLU's output (a third zero, ties on a coarse grid), with negative
             // values and NaNs among them.
