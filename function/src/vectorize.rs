@@ -455,12 +455,8 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
             if y.rank() != 5 || dy.rank() != 5 {
                 return Ok(None);
             }
-            let fold = |t: &Tensor| -> Result<Tensor> {
-                let s = t.shape();
-                t.reshape_to(&[s[0] * s[1], s[2], s[3], s[4]])
-            };
             let g = Op::MaxPoolGrad(w.clone())
-                .execute(&[&fold(&y)?, &fold(&dy)?])?
+                .execute(&[&fold_batch(&y)?, &fold_batch(&dy)?])?
                 .remove(0)
                 .reshape_to(y.shape())?;
             let dx = match activation {
@@ -474,16 +470,11 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
             if inputs[1..].iter().all(|v| !v.is_batched()) || matches!(op, Op::MaxPoolGrad(_)) =>
         {
             // Images [batch, n, h, w, c]: the batch folded into n.
-            let fold = |t: &Tensor| -> Result<Tensor> {
-                let mut s = vec![t.shape()[0] * t.shape()[1]];
-                s.extend_from_slice(&t.shape()[2..]);
-                t.reshape_to(&s)
-            };
             let mut ts = Vec::with_capacity(inputs.len());
             for (i, v) in inputs.iter().enumerate() {
                 let image = i == 0 || matches!(op, Op::MaxPoolGrad(_));
                 ts.push(if image {
-                    fold(&v.batched(batch)?)?
+                    fold_batch(&v.batched(batch)?)?
                 } else {
                     v.tensor().clone()
                 });
@@ -515,6 +506,13 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
         }
         _ => Ok(None),
     }
+}
+
+/// `[batch, n, ..]` as `[batch · n, ..]`: a batch of image batches as one.
+fn fold_batch(t: &Tensor) -> Result<Tensor> {
+    let mut s = vec![t.shape()[0] * t.shape()[1]];
+    s.extend_from_slice(&t.shape()[2..]);
+    t.reshape_to(&s)
 }
 
 /// Runs `node` once per example and stacks the results.
