@@ -62,6 +62,23 @@ fn conv2d_grads(
     ])
 }
 
+/// The gradients of `y = act(conv2d(x, f) + b)` (inputs `[x, f, b]`) for `y`'s gradient `g`:
+/// through the activation (ReLU: where y > 0, i.e. where its input was positive), then
+/// conv2d's and a bias add's.
+fn fused_conv2d(
+    w: &ferroflow_tensor::Window2d,
+    activation: FusedActivation,
+    inputs: &[Tensor],
+    y: &Tensor,
+    g: Tensor,
+    need: impl Fn(usize) -> bool,
+) -> Result<Vec<Option<Tensor>>> {
+    let (g, db) = through_bias_activation(g, y, activation, need(2))?;
+    let mut grads = conv2d_grads(w, &inputs[0], &inputs[1], &g, [need(0), need(1)])?;
+    grads.push(db);
+    Ok(grads)
+}
+
 /// `(dx, db) = bias_activation_grad(g, y)` is linear in `g`: dx = g·mask, db = Σ dx over
 /// the leading axes, so d/dg = (gdx + gdb broadcast along the last axis)·mask; `y` enters
 /// only through the mask (zero derivative almost everywhere).
@@ -250,6 +267,21 @@ pub(crate) fn backward(
             grads,
         );
     }
+    // (y, max_pool(y)) with y = act(conv2d(x, f) + b): y's gradient is its own plus the
+    // pooling's (routed to each window's first maximum), then the fused convolution's rule.
+    if let Op::FusedConv2dMaxPool(w, activation, pool) = op {
+        let y = &outputs[0];
+        let through_pool = match grads.get(1).cloned().flatten() {
+            Some(gp) => Some(y.max_pool_grad(&gp, pool.kernel, pool.strides, pool.padding())?),
+            None => None,
+        };
+        let g = match (grads.first().cloned().flatten(), through_pool) {
+            (Some(gy), Some(gp)) => gy.add(&gp)?,
+            (Some(g), None) | (None, Some(g)) => g,
+            (None, None) => return Ok(vec![None; inputs.len()]),
+        };
+        return fused_conv2d(w, *activation, inputs, y, g, need);
+    }
     let Some(g) = grads.first().cloned().flatten() else {
         return Ok(vec![None; inputs.len()]);
     };
@@ -361,14 +393,7 @@ pub(crate) fn backward(
         Op::ToHost => vec![None],
         // conv2d: dx = backprop_input(f, g), df = backprop_filter(x, g).
         Op::Conv2d(w) => conv2d_grads(w, &inputs[0], &inputs[1], &g, [need(0), need(1)])?,
-        // y = act(conv2d(x, f) + b): the gradient through the activation (ReLU: where y > 0,
-        // i.e. where its input was positive), then conv2d's and a bias add's.
-        Op::FusedConv2d(w, activation) => {
-            let (g, db) = through_bias_activation(g, y, *activation, need(2))?;
-            let mut grads = conv2d_grads(w, &inputs[0], &inputs[1], &g, [need(0), need(1)])?;
-            grads.push(db);
-            grads
-        }
+        Op::FusedConv2d(w, activation) => fused_conv2d(w, *activation, inputs, y, g, need)?,
         // y = act(a @ b + bias): the gradient through the activation, then matmul's and
         // the bias add's.
         Op::FusedMatMul(activation) => {

@@ -3,8 +3,8 @@
 
 use crate::graph::{Graph, GraphStats, ValueRef, ValueType};
 use crate::passes::{
-    eliminate_common_subexpressions, eliminate_dead_code, fuse_elementwise, fuse_matmul_bias,
-    fuse_matmul_reduce, fuse_max_pool_bias_grad,
+    eliminate_common_subexpressions, eliminate_dead_code, fuse_conv_max_pool, fuse_elementwise,
+    fuse_matmul_bias, fuse_matmul_reduce, fuse_max_pool_bias_grad,
 };
 use crate::tape_op::TapeOp;
 use crate::trace::trace;
@@ -109,6 +109,7 @@ impl ConcreteFunction {
         let merged = eliminate_common_subexpressions(&mut graph);
         let dead = eliminate_dead_code(&mut graph);
         let fused = fuse_matmul_bias(&mut graph)
+            + fuse_conv_max_pool(&mut graph)
             + fuse_max_pool_bias_grad(&mut graph)
             + fuse_elementwise(&mut graph)
             + fuse_matmul_reduce(&mut graph);

@@ -287,6 +287,62 @@ pub(crate) fn fuse_max_pool_bias_grad(graph: &mut Graph) -> usize {
     keep_nodes(graph, &keep)
 }
 
+/// Convolution-pooling fusion: a max pooling of a fused convolution's output (a Keras
+/// `Conv2D` with its activation under a `MaxPooling2D`) joins the convolution's node, which
+/// becomes one `Op::FusedConv2dMaxPool` with the convolution's output and the pooled one:
+/// each image is pooled while the convolution's output for it is in cache. The output stays
+/// a value of the graph for its other readers (the pooling's gradient). Returns how many
+/// nodes it removed.
+pub(crate) fn fuse_conv_max_pool(graph: &mut Graph) -> usize {
+    use ferroflow_tensor::{Op, PoolKind};
+    let n = graph.nodes.len();
+    let mut keep = vec![true; n];
+    let mut moved: HashMap<ValueRef, ValueRef> = HashMap::new();
+    for j in 0..n {
+        let NodeKind::Op(Op::Pool2d(PoolKind::MaxPool2d, pool)) = &graph.nodes[j].kind else {
+            continue;
+        };
+        let [y] = graph.nodes[j].inputs[..] else {
+            continue;
+        };
+        let conv = &graph.nodes[y.node];
+        let NodeKind::Op(Op::FusedConv2d(w, activation)) = &conv.kind else {
+            continue;
+        };
+        if y.output != 0 || conv.outputs.len() != 1 || graph.nodes[j].outputs.len() != 1 {
+            continue;
+        }
+        let kind = NodeKind::Op(Op::FusedConv2dMaxPool(w.clone(), *activation, pool.clone()));
+        let pooled = graph.nodes[j].outputs[0].clone();
+        let node = &mut graph.nodes[y.node];
+        node.kind = kind;
+        node.outputs.push(pooled);
+        moved.insert(
+            ValueRef { node: j, output: 0 },
+            ValueRef {
+                node: y.node,
+                output: 1,
+            },
+        );
+        keep[j] = false;
+    }
+    if moved.is_empty() {
+        return 0;
+    }
+    // The pooling's readers read the fused node's second output (an earlier node: the
+    // order stays topological).
+    let redirect = |v: &mut ValueRef| {
+        if let Some(to) = moved.get(v) {
+            *v = *to;
+        }
+    };
+    for node in graph.nodes.iter_mut() {
+        node.inputs.iter_mut().for_each(redirect);
+    }
+    graph.outputs.iter_mut().for_each(redirect);
+    keep_nodes(graph, &keep)
+}
+
 /// The program step of a node when it is a fusible elementwise op of floats.
 fn fusible_step(graph: &Graph, i: usize) -> Option<()> {
     use ferroflow_tensor::{ElementwiseProgram, Op};

@@ -466,7 +466,11 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
             let db = dx.reduce_sum(ferroflow_tensor::Axes::List(vec![1, 2, 3]), false)?;
             Ok(Some(vec![dx, db]))
         }
-        Op::Conv2d(_) | Op::FusedConv2d(..) | Op::Pool2d(..) | Op::MaxPoolGrad(_)
+        Op::Conv2d(_)
+        | Op::FusedConv2d(..)
+        | Op::FusedConv2dMaxPool(..)
+        | Op::Pool2d(..)
+        | Op::MaxPoolGrad(_)
             if inputs[1..].iter().all(|v| !v.is_batched()) || matches!(op, Op::MaxPoolGrad(_)) =>
         {
             // Images [batch, n, h, w, c]: the batch folded into n.
@@ -480,11 +484,15 @@ fn batch_op(op: &Op, inputs: &[Value], batch: usize) -> Result<Option<Vec<Tensor
                 });
             }
             let r: Vec<&Tensor> = ts.iter().collect();
-            let y = op.execute(&r)?.remove(0);
             let n = inputs[0].tensor().shape()[inputs[0].tensor().rank() - 4];
-            let mut s = vec![batch, n];
-            s.extend_from_slice(&y.shape()[1..]);
-            Ok(Some(vec![y.reshape_to(&s)?]))
+            // Each output (the fused pooling's two) unfolded again.
+            let unfold = |y: Tensor| {
+                let mut s = vec![batch, n];
+                s.extend_from_slice(&y.shape()[1..]);
+                y.reshape_to(&s)
+            };
+            let ys = op.execute(&r)?.into_iter().map(unfold);
+            Ok(Some(ys.collect::<Result<Vec<Tensor>>>()?))
         }
         Op::RandomStateful {
             distribution,

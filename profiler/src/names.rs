@@ -48,6 +48,7 @@ pub fn tf_op_type_of_name(name: &'static str) -> &'static str {
         "fused_matmul" => "_FusedMatMul",
         "fused_matmul_reduce" => "_FusedMatMulReduce",
         "max_pool_bias_activation_grad" => "_FusedMaxPoolGradBiasAddGrad",
+        "fused_conv2d_max_pool" => "_FusedConv2DMaxPool",
         "conv2d_backprop_input" => "Conv2DBackpropInput",
         "conv2d_backprop_filter" => "Conv2DBackpropFilter",
         "clip_scalar" => "ClipByValue",
@@ -214,6 +215,13 @@ pub fn cost(op: &Op, inputs: &[&Tensor], outputs: &[Tensor]) -> (u64, u64) {
                 .max()
                 .unwrap_or(1);
             2 * out * cout * (w.kernel[0] * w.kernel[1]) as u64 * w.input[3] as u64
+        }
+        // The convolution's multiply-adds over `y`, then the pooling's comparisons.
+        Op::FusedConv2dMaxPool(w, _, pool) => {
+            let y: u64 = (w.input[0] * w.output[0] * w.output[1]) as u64 * pool.input[3] as u64;
+            let pooled: u64 = (pool.input[0] * pool.output[0] * pool.output[1]) as u64;
+            2 * y * (w.kernel[0] * w.kernel[1] * w.input[3]) as u64
+                + pooled * pool.input[3] as u64 * (pool.kernel[0] * pool.kernel[1]) as u64
         }
         Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Cumulative { .. } => {
             inputs.first().map_or(0, |t| elements(t))

@@ -223,6 +223,24 @@ pub trait Backend: Send + Sync + 'static {
         })
     }
 
+    /// [`Backend::fused_conv2d`] and the max pooling (window `pool`, as
+    /// [`Backend::pool2d`] gets it) of its result: `(y, pooled)`, each equal to what those
+    /// two kernels give, bit for bit, without reading `y` back from memory for the pooling.
+    /// Called where [`Backend::has_fused`] declares [`FusedKernel::FusedConv2dMaxPool`];
+    /// elsewhere [`crate::Tensor::fused_conv2d_max_pool`] composes the two. The default runs
+    /// the two kernels ([`fused_conv2d_then_max_pool`]).
+    fn fused_conv2d_max_pool(
+        &self,
+        x: Operand<'_>,
+        filter: Operand<'_>,
+        bias: Operand<'_>,
+        w: &Window2d,
+        activation: FusedActivation,
+        pool: &Window2d,
+    ) -> Result<(BufferBox, BufferBox)> {
+        fused_conv2d_then_max_pool(self, x, filter, bias, w, activation, pool)
+    }
+
     /// Fused gradients of `activation(x + bias)` from the output gradient `g` and the output
     /// `y` (same shape): `(dx, dbias)` with `dbias` summed over every axis but the last, in
     /// one pass. Called where [`Backend::has_fused`] declares
@@ -440,6 +458,45 @@ pub trait Backend: Send + Sync + 'static {
             .map(|v| self.optimizer_update(rule, v.w, v.g, &v.slots))
             .collect()
     }
+}
+
+/// [`Backend::fused_conv2d`], then [`Backend::pool2d`] (max) of its result: the
+/// [`Backend::fused_conv2d_max_pool`] default, and the fallback of a backend whose one-pass
+/// version does not take these operands.
+///
+/// ```
+/// use ferroflow_tensor::backend::fused_conv2d_then_max_pool;
+/// use ferroflow_tensor::{Backend, BufferBox, FusedActivation, Operand, Result, Window2d};
+/// fn fallback(
+///     backend: &dyn Backend,
+///     [x, filter, bias]: [Operand<'_>; 3],
+///     w: &Window2d,
+///     pool: &Window2d,
+/// ) -> Result<(BufferBox, BufferBox)> {
+///     fused_conv2d_then_max_pool(backend, x, filter, bias, w, FusedActivation::Relu, pool)
+/// }
+/// ```
+pub fn fused_conv2d_then_max_pool<B: Backend + ?Sized>(
+    backend: &B,
+    x: Operand<'_>,
+    filter: Operand<'_>,
+    bias: Operand<'_>,
+    w: &Window2d,
+    activation: FusedActivation,
+    pool: &Window2d,
+) -> Result<(BufferBox, BufferBox)> {
+    let y = backend.fused_conv2d(x, filter, bias, w, activation)?;
+    let layout = Layout::contiguous(&pool.input);
+    let pooled = backend.pool2d(
+        PoolKind::MaxPool2d,
+        Operand {
+            buffer: y.as_ref(),
+            layout: &layout,
+            dtype: x.dtype,
+        },
+        pool,
+    )?;
+    Ok((y, pooled))
 }
 
 /// [`Backend::max_pool_grad`], then [`Backend::bias_activation_grad`] of its result with

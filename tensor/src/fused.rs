@@ -7,6 +7,7 @@
 //! | kernel | tensor method | composed from |
 //! |---|---|---|
 //! | [`FusedKernel::FusedConv2d`] | [`crate::Tensor::fused_conv2d`] | `conv2d`, `add`, `relu` |
+//! | [`FusedKernel::FusedConv2dMaxPool`] | [`crate::Tensor::fused_conv2d_max_pool`] | `fused_conv2d`, then `max_pool2d` |
 //! | [`FusedKernel::BiasActivationGrad`] | [`crate::Tensor::bias_activation_grad`] | `relu_grad`, `reduce_sum` |
 //! | [`FusedKernel::MaxPoolBiasActivationGrad`] | [`crate::Tensor::max_pool_bias_activation_grad`] | `max_pool_grad`, then `bias_activation_grad` |
 //! | [`FusedKernel::ClipScalar`] | [`crate::Tensor::clip_scalar`] | `maximum`, `minimum` |
@@ -21,6 +22,10 @@
 pub enum FusedKernel {
     /// `activation(conv2d(x, filter) + bias)` ([`crate::Backend::fused_conv2d`]).
     FusedConv2d,
+    /// [`FusedKernel::FusedConv2d`] and the max pooling of its output
+    /// ([`crate::Backend::fused_conv2d_max_pool`]): both results, each image pooled while
+    /// the convolution's output for it is in cache.
+    FusedConv2dMaxPool,
     /// The gradients of `activation(x + bias)` ([`crate::Backend::bias_activation_grad`]).
     BiasActivationGrad,
     /// The gradients of `max_pool(activation(x + bias))` from the pooled output's gradient
@@ -53,6 +58,7 @@ impl FusedKernel {
     /// Every fused kernel.
     pub const ALL: &'static [FusedKernel] = &[
         FusedKernel::FusedConv2d,
+        FusedKernel::FusedConv2dMaxPool,
         FusedKernel::BiasActivationGrad,
         FusedKernel::MaxPoolBiasActivationGrad,
         FusedKernel::ClipScalar,
@@ -66,6 +72,7 @@ impl FusedKernel {
     pub fn name(self) -> &'static str {
         match self {
             FusedKernel::FusedConv2d => "fused_conv2d",
+            FusedKernel::FusedConv2dMaxPool => "fused_conv2d_max_pool",
             FusedKernel::BiasActivationGrad => "bias_activation_grad",
             FusedKernel::MaxPoolBiasActivationGrad => "max_pool_bias_activation_grad",
             FusedKernel::ClipScalar => "clip_scalar",

@@ -12,8 +12,8 @@
 //! - [`Op`]: the primitive op vocabulary as data. There are 21 primitive kernels (the
 //!   [`Backend`] methods every backend implements) covering 33 unary, 22 binary, 7 reduce,
 //!   2 arg-reduce, 2 scan and 2 pool variants; every other op is composed from them. Beside
-//!   them, 9 fused kernels ([`fused`]: the fused convolution, its bias gradient, max
-//!   pooling's gradient with that bias gradient, `clip_scalar`, the optimizer update, elementwise programs, the sparse softmax cross-entropy, the
+//!   them, 10 fused kernels ([`fused`]: the fused convolution, the same with the max
+//!   pooling of its output, its bias gradient, max pooling's gradient with that bias gradient, `clip_scalar`, the optimizer update, elementwise programs, the sparse softmax cross-entropy, the
 //!   product with its bias and activation, and the product through a program summed over
 //!   its rows) are optional: a backend declares them with
 //!   [`Backend::has_fused`], and callers compose primitives where it has none

@@ -625,6 +625,11 @@ pub enum Op {
     /// BiasAdd and an optional Relu); inputs [x, filter, bias]. A fused kernel, not a
     /// primitive ([`crate::fused`]).
     FusedConv2d(Window2d, FusedActivation),
+    /// `y = activation(conv2d(x, filter) + bias)` and `max_pool(y)`: inputs [x, filter,
+    /// bias], outputs [y, pooled]; the convolution's window, its activation, then the
+    /// pooling's window (over `y`). A fused kernel, not a primitive ([`crate::fused`]);
+    /// graph functions make it of a fused convolution and a max pooling of its output.
+    FusedConv2dMaxPool(Window2d, FusedActivation, Window2d),
     /// The gradients of `activation(x + bias)` (bias along the last axis) from the output's
     /// gradient `g` and the output `y`: inputs [g, y], outputs [dx, dbias] (TF's `ReluGrad`
     /// and `BiasAddGrad` in one pass). A fused kernel, not a primitive ([`crate::fused`]).
@@ -762,6 +767,7 @@ impl Op {
             Op::ToHost => "to_host",
             Op::Conv2d(_) => "conv2d",
             Op::FusedConv2d(..) => "fused_conv2d",
+            Op::FusedConv2dMaxPool(..) => "fused_conv2d_max_pool",
             Op::BiasActivationGrad(_) => "bias_activation_grad",
             Op::MaxPoolBiasActivationGrad(..) => "max_pool_bias_activation_grad",
             Op::SparseSoftmaxCrossEntropy => "sparse_softmax_cross_entropy_with_logits",

@@ -52,7 +52,8 @@ pub fn isa() -> &'static str {
 use buffer::out;
 use ferroflow_tensor::{
     ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, FusedActivation,
-    FusedKernel, HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
+    FusedKernel, HostData, Layout, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule,
+    Window2d,
 };
 use std::sync::Arc;
 
@@ -160,6 +161,7 @@ impl Backend for CpuBackend {
     fn has_fused(&self, _ordinal: usize, kernel: FusedKernel, dtype: DType) -> bool {
         match kernel {
             FusedKernel::FusedConv2d
+            | FusedKernel::FusedConv2dMaxPool
             | FusedKernel::BiasActivationGrad
             | FusedKernel::MaxPoolBiasActivationGrad => dtype.is_float(),
             FusedKernel::ClipScalar => dtype != DType::Bool && !dtype.is_complex(),
@@ -273,6 +275,33 @@ impl Backend for CpuBackend {
         activation: FusedActivation,
     ) -> Result<BufferBox> {
         out(kernels::conv::fused_conv2d(x, filter, bias, w, activation)?)
+    }
+    fn fused_conv2d_max_pool(
+        &self,
+        x: Operand<'_>,
+        filter: Operand<'_>,
+        bias: Operand<'_>,
+        w: &Window2d,
+        activation: FusedActivation,
+        pool: &Window2d,
+    ) -> Result<(BufferBox, BufferBox)> {
+        let (y, pooled) =
+            kernels::conv::fused_conv2d_max_pool(x, filter, bias, w, activation, pool)?;
+        let y = out(y)?;
+        let pooled = match pooled {
+            Some(p) => out(p)?,
+            // Kernels that pool the stored result: this backend's pooling (the same bits).
+            None => {
+                let layout = Layout::contiguous(&pool.input);
+                let stored = Operand {
+                    buffer: y.as_ref(),
+                    layout: &layout,
+                    dtype: x.dtype,
+                };
+                self.pool2d(PoolKind::MaxPool2d, stored, pool)?
+            }
+        };
+        Ok((y, pooled))
     }
     fn bias_activation_grad(
         &self,

@@ -1839,6 +1839,8 @@ impl Backend for Cuda {
             FusedKernel::BiasActivationGrad => float,
             // Composed: the pooling gradient's kernel, then the fused reduction above.
             FusedKernel::MaxPoolBiasActivationGrad => false,
+            // Composed: the fused convolution's kernel, then the pooling's.
+            FusedKernel::FusedConv2dMaxPool => false,
             FusedKernel::ClipScalar => dtype != DType::Bool && Elem::of(dtype).is_some(),
             FusedKernel::Elementwise => float,
             FusedKernel::SparseSoftmaxCrossEntropy => matches!(dtype, DType::F32 | DType::F64),

@@ -303,10 +303,11 @@ fn conv_elementwise(
 
 /// fused_conv2d (`activation(conv2d(x, f) + bias)`) vs the reference convolution plus bias
 /// and ReLU, in every float type, over random geometries with up to 39 output channels
-/// (AVX-512 lane edges) and the MNIST network's two layers.
+/// (AVX-512 lane edges) and the MNIST network's two layers; fused_conv2d_max_pool is
+/// fused_conv2d and then max_pool2d, bit for bit.
 pub fn fused_conv2d(device: &Device) {
     let floats = supported(device, &FLOATS);
-    let case = |dtype: DType, g: &Geometry, activation: FusedActivation, seed: u64, view| {
+    let case = |dtype: DType, g: &Geometry, activation: FusedActivation, seed: u64, view, pool| {
         let Some((pad, w, _, xs, fs)) = conv_case(device, g, dtype, seed)? else {
             return Ok(());
         };
@@ -337,7 +338,33 @@ pub fn fused_conv2d(device: &Device) {
             &RefArray::new(&want.shape, quantize(dtype, &want.data)),
             2.0,
             2.0 * epsilon(dtype) * kdim,
-        )
+        )?;
+        // With the max pooling of its output: the two ops' results, bit for bit. Windows
+        // that tile it (Keras' default), or overlapping ones cut by the edge (ResNet's).
+        let (ksize, strides, pool_pad) = match pool {
+            0 if w.output.iter().all(|&d| d >= 2) => ([2, 2], [2, 2], Padding::Valid),
+            1 => ([3, 3], [2, 2], Padding::Same),
+            _ => ([2, 3], [2, 1], Padding::Same),
+        };
+        let (y, pooled) = ok(
+            "fused_conv2d_max_pool",
+            x.fused_conv2d_max_pool(
+                &f,
+                &b,
+                activation,
+                g.strides,
+                pad,
+                g.dilations,
+                ksize,
+                strides,
+                pool_pad,
+            ),
+        )?;
+        let what =
+            format!("fused_conv2d_max_pool {activation:?} {dtype} {g:?} {ksize:?}/{strides:?}");
+        same_bits(&format!("{what}: y"), &y, &got)?;
+        let want_pooled = ok("max_pool2d", got.max_pool2d(ksize, strides, pool_pad))?;
+        same_bits(&format!("{what}: pooled"), &pooled, &want_pooled)
     };
     check(
         "fused_conv2d",
@@ -347,9 +374,9 @@ pub fn fused_conv2d(device: &Device) {
             any::<bool>(),
             0..floats.len(),
             any::<u64>(),
-            view_kind(),
+            (view_kind(), 0..3usize),
         ),
-        |(mut g, wide, relu, di, seed, view)| {
+        |(mut g, wide, relu, di, seed, (view, pool))| {
             if wide > 0 {
                 g.cout = wide;
             }
@@ -358,7 +385,7 @@ pub fn fused_conv2d(device: &Device) {
             } else {
                 FusedActivation::Linear
             };
-            case(floats[di], &g, activation, seed, view)
+            case(floats[di], &g, activation, seed, view, pool)
         },
     );
     for dtype in floats.iter().copied() {
@@ -371,8 +398,18 @@ pub fn fused_conv2d(device: &Device) {
                 dilations: [1, 1],
                 same: false,
             };
-            let r = case(dtype, &g, FusedActivation::Relu, 11, ViewKind::Contiguous);
-            assert!(r.is_ok(), "{r:?}");
+            // The pooling tiles the output, overlaps it, or is 2x3 / 2x1.
+            for pool in 0..3 {
+                let r = case(
+                    dtype,
+                    &g,
+                    FusedActivation::Relu,
+                    11,
+                    ViewKind::Contiguous,
+                    pool,
+                );
+                assert!(r.is_ok(), "{r:?}");
+            }
         }
     }
 }
@@ -434,6 +471,22 @@ pub fn bias_activation_grad(device: &Device) {
             )
         },
     );
+}
+
+/// `got` equal to `want` in shape and bit for bit (a NaN as any NaN).
+fn same_bits(what: &str, got: &Tensor, want: &Tensor) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.shape(), want.shape(), "{}", what);
+    let (got, want) = (
+        ok("read", got.to_f64_vec())?,
+        ok("read", want.to_f64_vec())?,
+    );
+    prop_assert!(
+        got.iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())),
+        "{what}: {got:?}, the composed ops {want:?}"
+    );
+    Ok(())
 }
 
 /// max/avg pooling vs the reference; avg_pool_grad by adjointness; max_pool_grad routes each
@@ -529,17 +582,11 @@ pub fn pooling(device: &Device) {
                     mx.bias_activation_grad(&x, activation),
                 )?;
                 for (name, got, want) in [("dx", &dx, &want_dx), ("dbias", &db, &want_db)] {
-                    prop_assert_eq!(got.shape(), want.shape());
-                    let (got, want) = (
-                        ok("read", got.to_f64_vec())?,
-                        ok("read", want.to_f64_vec())?,
-                    );
-                    prop_assert!(
-                        got.iter()
-                            .zip(&want)
-                            .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())),
-                        "max_pool_bias_activation_grad {name} {activation:?} {dtype}: {got:?}, the two ops {want:?}"
-                    );
+                    same_bits(
+                        &format!("max_pool_bias_activation_grad {name} {activation:?} {dtype}"),
+                        got,
+                        want,
+                    )?;
                 }
             }
             // avg_pool_grad by adjointness, in the most exact float the device has.

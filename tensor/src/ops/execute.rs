@@ -180,6 +180,21 @@ impl Op {
                 let (dx, db) = inputs[0].bias_activation_grad(inputs[1], *activation)?;
                 Ok(vec![dx, db])
             }
+            Op::FusedConv2dMaxPool(w, activation, pool) => {
+                n(3)?;
+                let (y, pooled) = inputs[0].fused_conv2d_max_pool(
+                    inputs[1],
+                    inputs[2],
+                    *activation,
+                    w.strides,
+                    w.padding(),
+                    w.dilations,
+                    pool.kernel,
+                    pool.strides,
+                    pool.padding(),
+                )?;
+                Ok(vec![y, pooled])
+            }
             Op::MaxPoolBiasActivationGrad(w, activation) => {
                 n(2)?;
                 let (dx, db) = inputs[0].max_pool_bias_activation_grad(

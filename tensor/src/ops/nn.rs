@@ -198,6 +198,92 @@ impl Tensor {
         )
     }
 
+    /// `y = activation(conv2d(x, filter) + bias)` ([`Tensor::fused_conv2d`]) and its max
+    /// pooling ([`Tensor::max_pool2d`] of `y` by `pool_ksize`, `pool_strides`,
+    /// `pool_padding`): `(y, pooled)`, each equal to what those two ops give, to the bit. One
+    /// kernel where the backend has it (each image pooled while the convolution's output for
+    /// it is in cache, so the pooling does not read `y` back from memory), else the two ops;
+    /// graph functions make it of them (a Keras `Conv2D` with its activation under a
+    /// `MaxPooling2D`). `y` is returned too: the pooling's gradient needs it.
+    ///
+    /// ```no_run
+    /// // A backend registered first: `ferroflow::init()` (the facade).
+    /// use ferroflow_tensor::{FusedActivation, Padding, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, -4.0], &[1, 2, 2, 1])?;
+    /// let f = Tensor::from_vec(vec![1.0f32], &[1, 1, 1, 1])?;
+    /// let b = Tensor::from_vec(vec![0.5f32], &[1])?;
+    /// let (y, pooled) = x.fused_conv2d_max_pool(
+    ///     &f,
+    ///     &b,
+    ///     FusedActivation::Relu,
+    ///     [1, 1],
+    ///     Padding::Valid,
+    ///     [1, 1],
+    ///     [2, 2],
+    ///     [2, 2],
+    ///     Padding::Valid,
+    /// )?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![1.5, 0.0, 3.5, 0.0]);
+    /// assert_eq!(pooled.to_vec::<f32>()?, vec![3.5]);
+    /// # Ok::<(), ferroflow_tensor::Error>(())
+    /// ```
+    #[allow(clippy::too_many_arguments)] // the convolution's settings, then the pooling's
+    pub fn fused_conv2d_max_pool(
+        &self,
+        filter: &Tensor,
+        bias: &Tensor,
+        activation: FusedActivation,
+        strides: [usize; 2],
+        padding: Padding,
+        dilations: [usize; 2],
+        pool_ksize: [usize; 2],
+        pool_strides: [usize; 2],
+        pool_padding: Padding,
+    ) -> Result<(Tensor, Tensor)> {
+        const OP: &str = "fused_conv2d_max_pool";
+        let composed = || {
+            let y = self.fused_conv2d(filter, bias, activation, strides, padding, dilations)?;
+            let pooled = y.max_pool2d(pool_ksize, pool_strides, pool_padding)?;
+            Ok((y, pooled))
+        };
+        let x = nhwc(OP, self)?;
+        same_dtype(OP, self, &[filter, bias])?;
+        let w = conv_window(x, filter.shape(), strides, padding, dilations)?;
+        let cout = filter.shape()[3];
+        let shape = [x[0], w.output[0], w.output[1], cout];
+        let pool = Window2d::resolve(OP, shape, pool_ksize, pool_strides, [1, 1], pool_padding)?;
+        let pooled_shape = [x[0], pool.output[0], pool.output[1], cout];
+        if bias.shape() != [cout]
+            || shape.contains(&0)
+            || pooled_shape.contains(&0)
+            || !device_has_fused(self.device(), FusedKernel::FusedConv2dMaxPool, self.dtype())
+        {
+            // The two ops (their errors, empty results, or a backend without the kernel).
+            return composed();
+        }
+        dispatch(
+            || Op::FusedConv2dMaxPool(w.clone(), activation, pool.clone()),
+            &[self, filter, bias],
+            |p| {
+                p.check_output(OP, &shape, self.dtype())?;
+                p.check_output(OP, &pooled_shape, self.dtype())?;
+                check_conv_scratch(&p, OP, &w, self.dtype())?;
+                let (y, pooled) = p.backend.fused_conv2d_max_pool(
+                    self.operand(),
+                    filter.operand(),
+                    bias.operand(),
+                    &w,
+                    activation,
+                    &pool.clipped_for_pooling(),
+                )?;
+                Ok((
+                    Tensor::from_buffer(y, &shape, self.dtype(), p.backend, p.device),
+                    Tensor::from_buffer(pooled, &pooled_shape, self.dtype(), p.backend, p.device),
+                ))
+            },
+        )
+    }
+
     /// The gradients of `y = activation(x + bias)` (bias along the last axis, as
     /// [`Tensor::fused_conv2d`] or a Dense layer adds it) from the gradient `g` of `y`:
     /// `(dx, dbias)`, `dx = g·[y > 0]` for ReLU (`g` itself when linear) and `dbias` its sum

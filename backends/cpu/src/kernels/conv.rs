@@ -241,7 +241,7 @@ fn conv2d_typed<T: Copy + Default + Send + Sync, G: ConvGemm<T>>(
 }
 
 pub(crate) fn conv2d(x: Operand<'_>, filter: Operand<'_>, w: &Window2d) -> Result<HostData> {
-    conv2d_then(x, filter, w, None)
+    Ok(conv2d_then(x, filter, w, None, None)?.0)
 }
 
 /// `activation(conv2d(x, filter) + bias)`: the bias and activation applied to each image's
@@ -254,15 +254,36 @@ pub(crate) fn fused_conv2d(
     w: &Window2d,
     activation: FusedActivation,
 ) -> Result<HostData> {
-    conv2d_then(x, filter, w, Some((bias, activation)))
+    Ok(conv2d_then(x, filter, w, Some((bias, activation)), None)?.0)
 }
 
+/// [`fused_conv2d`] and the max pooling of its result by `pool`: `(y, pooled)`, pooled
+/// only where the convolution runs on the float32 kernels ([`super::f32_conv::forward`]:
+/// float32, bfloat16 and float16 on AVX2 or AVX-512), each image as soon as it is written,
+/// by [`super::max_pool::max_pool`]'s kernel (the same bits); `None` elsewhere: the caller
+/// pools the stored result.
+pub(crate) fn fused_conv2d_max_pool(
+    x: Operand<'_>,
+    filter: Operand<'_>,
+    bias: Operand<'_>,
+    w: &Window2d,
+    activation: FusedActivation,
+    pool: &Window2d,
+) -> Result<(HostData, Option<HostData>)> {
+    conv2d_then(x, filter, w, Some((bias, activation)), Some(pool))
+}
+
+/// The convolution, fused with a bias and activation when `fused` says so; with `pool`,
+/// also each image's max pooling where the float32 kernels run the convolution (`None` in
+/// the second result elsewhere: the caller pools the stored result).
 fn conv2d_then(
     x: Operand<'_>,
     filter: Operand<'_>,
     w: &Window2d,
     fused: Option<(Operand<'_>, FusedActivation)>,
-) -> Result<HostData> {
+    pool: Option<&Window2d>,
+) -> Result<(HostData, Option<HostData>)> {
+    use super::max_pool::PoolEachImage;
     let cout = filter.shape()[3];
     let (bias, activation) = match &fused {
         Some((b, a)) => (Some(floats("fused_conv2d", b)?), *a),
@@ -280,7 +301,7 @@ fn conv2d_then(
     };
     if let Some((a, f)) = bf16_operands(&x, &filter, w, cout) {
         let y = finish32(conv2d_typed(&a, &f, w, cout, &Bf16Dot));
-        return Ok(narrow(y, DType::BF16));
+        return Ok((narrow(y, DType::BF16), None));
     }
     // Half-precision data through the float32 kernels, read and written as its own type
     // (the filter, small, widened).
@@ -292,15 +313,25 @@ fn conv2d_then(
             let epilogue = bias32.map(|bias| super::f32_conv::Epilogue { bias, activation });
             return Ok(match a {
                 HalfView::BF16(a) => {
-                    HostData::BF16(super::f32_conv::forward(&a[..], &f, w, cout, epilogue))
+                    let pooled = pool.map(PoolEachImage::new);
+                    let y =
+                        super::f32_conv::forward(&a[..], &f, w, cout, epilogue, pooled.as_ref());
+                    (
+                        HostData::BF16(y),
+                        pooled.map(|p| HostData::BF16(p.finish())),
+                    )
                 }
                 HalfView::F16(a) => {
-                    HostData::F16(super::f32_conv::forward(&a[..], &f, w, cout, epilogue))
+                    let pooled = pool.map(PoolEachImage::new);
+                    let y =
+                        super::f32_conv::forward(&a[..], &f, w, cout, epilogue, pooled.as_ref());
+                    (HostData::F16(y), pooled.map(|p| HostData::F16(p.finish())))
                 }
             });
         }
     }
-    float_pair(
+    let mut pooled32: Option<Vec<f32>> = None;
+    let y = float_pair(
         "conv2d",
         &x,
         &filter,
@@ -308,7 +339,10 @@ fn conv2d_then(
         |a, f| {
             if super::f32_conv::available() {
                 let epilogue = bias32.map(|bias| super::f32_conv::Epilogue { bias, activation });
-                super::f32_conv::forward(a, f, w, cout, epilogue)
+                let pooled = pool.map(PoolEachImage::new);
+                let y = super::f32_conv::forward(a, f, w, cout, epilogue, pooled.as_ref());
+                pooled32 = pooled.map(PoolEachImage::finish);
+                y
             } else if direct::suits(w) {
                 finish32(direct::forward(a, f, w, cout))
             } else {
@@ -322,7 +356,13 @@ fn conv2d_then(
             }
             y
         },
-    )
+    )?;
+    // Float32 only: `float_pair` gave `y` in `x`'s type, and the hook pooled that type.
+    let pooled = match (pooled32, x.dtype) {
+        (Some(p), DType::F32) => Some(HostData::F32(p)),
+        _ => None,
+    };
+    Ok((y, pooled))
 }
 
 /// Direct convolution for inputs with few channels (a network's first layer: `kh·kw·cin`

@@ -18,6 +18,7 @@
 //! gradients into `[kh·kw·cin, cout]` tiles.
 
 use super::f32_gemm::{column_masks, native_isa, with_isa, Kernels, Tile, MR, NR};
+use super::max_pool::PoolEachImage;
 use crate::lanes::Lanes;
 use crate::simd::{for_each_chunk_shared, Isa, SharedMut};
 use ferroflow_tensor::{FusedActivation, Window2d};
@@ -402,16 +403,18 @@ with_isa! {
 /// `conv2d(x, filter)`: `x` `[n, h, w, cin]`, `filter` `[kh, kw, cin, cout]`, both dense;
 /// `x` and the result float32, bfloat16 or float16 (computed in f32 image by image).
 ///
-/// With an `epilogue`, `activation(conv2d(x, filter) + bias)` (a fused convolution).
+/// With an `epilogue`, `activation(conv2d(x, filter) + bias)` (a fused convolution); with
+/// `pool`, each image of the result is max pooled as soon as it is written.
 pub(crate) fn forward<T: Lanes>(
     x: &[T],
     filter: &[f32],
     w: &Window2d,
     cout: usize,
     epilogue: Option<Epilogue<'_>>,
+    pool: Option<&PoolEachImage<T>>,
 ) -> Vec<T> {
     if super::f32_winograd::suits(w, cout) {
-        return super::f32_winograd::forward(x, filter, w, cout, epilogue);
+        return super::f32_winograd::forward(x, filter, w, cout, epilogue, pool);
     }
     let isa = kernel_isa();
     let g = &Geometry::of(w, cout);
@@ -441,6 +444,10 @@ pub(crate) fn forward<T: Lanes>(
                             wide_out.resize(per_out, 0.0);
                             forward_image(isa, img, g, filter, epilogue, wide_out.as_mut_ptr());
                             T::narrow_to(wide_out, out);
+                        }
+                        // Image b is written, and each chunk's images are its own.
+                        if let Some(pool) = pool {
+                            pool.image(b, out);
                         }
                     }
                 })

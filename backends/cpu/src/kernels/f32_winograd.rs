@@ -30,6 +30,7 @@
 
 use super::f32_conv::{kernel_isa, packed_product, sum_partials, Epilogue, PackedFilter};
 use super::f32_gemm::{column_masks, with_isa, Kernels, Tile, NR};
+use super::max_pool::PoolEachImage;
 use crate::lanes::Lanes;
 use crate::simd::Isa;
 use crate::simd::{for_each_chunk_shared, SharedMut};
@@ -227,13 +228,14 @@ thread_local! {
 }
 
 /// `conv2d(x, filter)` for a convolution [`suits`] accepts, with an optional fused bias
-/// and activation.
+/// and activation, and each image max pooled once written when `pool` is given.
 pub(crate) fn forward<T: Lanes>(
     x: &[T],
     filter: &[f32],
     w: &Window2d,
     cout: usize,
     epilogue: Option<Epilogue<'_>>,
+    pool: Option<&PoolEachImage<T>>,
 ) -> Vec<T> {
     let p = &Plan::of(w, cout);
     assert!(
@@ -272,6 +274,10 @@ pub(crate) fn forward<T: Lanes>(
                 for (i, b) in images.enumerate() {
                     let (at, out) = ((rows, i * p.tiles), dst.get().add(b * per_out));
                     output_transform(isa, p, m, at, epilogue, out);
+                    // Image b is written; each chunk's images are its own.
+                    if let Some(pool) = pool {
+                        pool.image(b, out);
+                    }
                 }
             }
         })

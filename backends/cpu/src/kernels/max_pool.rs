@@ -18,8 +18,9 @@ use super::conv::for_windows;
 use super::f32_conv::{kernel_isa, Geometry};
 use super::f32_gemm::{with_isa, Kernels};
 use crate::lanes::Lanes;
-use crate::simd::{for_each_chunk_shared, SharedMut};
+use crate::simd::{for_each_chunk_shared, Isa, SharedMut};
 use ferroflow_tensor::Window2d;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Whether these kernels run here (float32 and half types alike): as the convolutions'.
 pub(crate) use super::f32_conv::available;
@@ -98,6 +99,69 @@ pub(crate) fn max_pool<T: Lanes>(x: &[T], w: &Window2d) -> Vec<T> {
         // holds the image's oh * ow * c outputs.
         unsafe { max_pool_image(isa, x[b * h * wd * c..].as_ptr(), w, out) }
     })
+}
+
+/// The max pooling of a convolution's output, image by image, run by the convolution as
+/// soon as it has written an image ([`PoolEachImage::image`]), while the image is in cache:
+/// [`max_pool`] of the whole output, bit for bit, without reading it back from memory.
+pub(crate) struct PoolEachImage<T> {
+    /// The pooling's windows over the convolution's output (as [`max_pool`] gets them).
+    w: Window2d,
+    out: Vec<T>,
+    dst: SharedMut<T>,
+    isa: Isa,
+    /// Images pooled so far.
+    done: AtomicUsize,
+}
+
+impl<T: Lanes> PoolEachImage<T> {
+    /// Room for the pooled outputs of `w.input[0]` images, none written yet.
+    pub(crate) fn new(w: &Window2d) -> PoolEachImage<T> {
+        let mut out: Vec<T> = crate::block_cache::with_capacity(w.input[0] * Self::per_image(w));
+        let dst = SharedMut(out.as_mut_ptr());
+        PoolEachImage {
+            w: w.clone(),
+            out,
+            dst,
+            isa: kernel_isa(),
+            done: AtomicUsize::new(0),
+        }
+    }
+
+    fn per_image(w: &Window2d) -> usize {
+        w.output[0] * w.output[1] * w.input[3]
+    }
+
+    /// Pools image `b` of the convolution's output, whose `h * w * c` elements start at `y`.
+    ///
+    /// # Safety
+    /// The CPU has the instruction set of [`kernel_isa`] (callers check [`available`]);
+    /// `y` holds image `b`, written; each image is pooled once, `b < n`.
+    pub(crate) unsafe fn image(&self, b: usize, y: *const T) {
+        debug_assert!(b < self.w.input[0]);
+        max_pool_image(
+            self.isa,
+            y,
+            &self.w,
+            self.dst.get().add(b * Self::per_image(&self.w)),
+        );
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The pooled outputs, once every image was pooled (checked).
+    pub(crate) fn finish(self) -> Vec<T> {
+        let n = self.w.input[0];
+        assert_eq!(
+            self.done.load(Ordering::Acquire),
+            n,
+            "the convolution pooled some of its images twice or not at all"
+        );
+        let mut out = self.out;
+        // SAFETY: each of the n images wrote its part (counted above; `image`'s contract:
+        // each once).
+        unsafe { out.set_len(n * Self::per_image(&self.w)) };
+        out
+    }
 }
 
 /// Whether [`max_pool_grad`] takes `T` for windows `w`: always for float32; for half types
