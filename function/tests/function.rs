@@ -846,3 +846,99 @@ fn a_pooling_gradient_with_the_relu_and_bias_gradients_below_is_one_kernel() {
         "{kinds:?}"
     );
 }
+
+/// A fused convolution under a max pooling, traced: one `fused_conv2d_max_pool` node gives
+/// the convolution's output (returned too) and its pooling, each equal to the eager ops'
+/// to the bit; a max pooling of a plain convolution stays as it is. A tape outside the
+/// function differentiates the call through the fused node (gradients reaching both of its
+/// outputs), to the bit of the eager gradients.
+#[test]
+fn a_max_pooling_of_a_fused_convolution_is_one_kernel() {
+    use ferroflow::{FusedActivation, Padding};
+    ferroflow::init();
+    // a = [x, filter, bias]; 2x2 pooling of 10x10 maps (and of 9x9: the last row and
+    // column in no window).
+    let forward = |a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
+        let h = a[0].fused_conv2d(
+            &a[1],
+            &a[2],
+            FusedActivation::Relu,
+            [1, 1],
+            Padding::Valid,
+            [1, 1],
+        )?;
+        let p = h.max_pool2d([2, 2], [2, 2], Padding::Valid)?;
+        Ok(vec![h, p])
+    };
+    for (size, seed) in [(12usize, 61u64), (11, 67)] {
+        let args = [
+            f32s(&[3, size, size, 2], seed),
+            f32s(&[3, 3, 2, 8], seed + 1),
+            f32s(&[8], seed + 2),
+        ];
+        let f = Function::new(forward);
+        let c = f.get_concrete_function(&args).unwrap();
+        let (kinds, listing) = (op_kinds(&c), c.graph().listing());
+        assert_eq!(
+            kinds
+                .iter()
+                .filter(|k| *k == "fused_conv2d_max_pool")
+                .count(),
+            1,
+            "{listing}"
+        );
+        assert!(
+            !kinds
+                .iter()
+                .any(|k| k == "fused_conv2d" || k == "max_pool2d"),
+            "{listing}"
+        );
+        let (eager, traced) = (forward(&args).unwrap(), f.call(&args).unwrap());
+        assert_eq!(eager.len(), traced.len());
+        for (e, t) in eager.iter().zip(&traced) {
+            assert_eq!(e.shape(), t.shape());
+            assert_eq!(bits(e), bits(t), "{listing}");
+        }
+        // A tape outside: a loss of both outputs, differentiated through the call.
+        let (wh, wp) = (
+            f32s(eager[0].shape(), seed + 3),
+            f32s(eager[1].shape(), seed + 4),
+        );
+        let gradients = |run: &dyn Fn(&[Tensor]) -> ferroflow::Result<Vec<Tensor>>| {
+            let tape = GradientTape::new();
+            args.iter().for_each(|a| tape.watch(a));
+            let out = run(&args).unwrap();
+            let loss = out[0]
+                .mul(&wh)
+                .unwrap()
+                .reduce_sum(Axes::All, false)
+                .unwrap()
+                .add(
+                    &out[1]
+                        .mul(&wp)
+                        .unwrap()
+                        .reduce_sum(Axes::All, false)
+                        .unwrap(),
+                )
+                .unwrap();
+            let sources: Vec<_> = args.iter().map(|a| a.into()).collect();
+            tape.gradient(&loss, &sources).unwrap()
+        };
+        let (want, got) = (gradients(&forward), gradients(&|a| f.call(a)));
+        for (w, g) in want.iter().zip(&got) {
+            let (w, g) = (w.as_ref().unwrap(), g.as_ref().unwrap());
+            assert_eq!(bits(w), bits(g), "{listing}");
+        }
+    }
+    // A plain convolution's pooling: no fused convolution to join.
+    let plain = Function::new(|a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
+        let h = a[0].conv2d(&a[1], [1, 1], Padding::Valid, [1, 1])?;
+        Ok(vec![h.max_pool2d([2, 2], [2, 2], Padding::Valid)?])
+    });
+    let args = [f32s(&[2, 6, 6, 2], 5), f32s(&[3, 3, 2, 4], 6)];
+    let kinds = op_kinds(&plain.get_concrete_function(&args).unwrap());
+    assert!(
+        kinds.iter().any(|k| k == "conv2d") && kinds.iter().any(|k| k == "max_pool2d"),
+        "{kinds:?}"
+    );
+}

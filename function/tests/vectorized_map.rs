@@ -389,9 +389,10 @@ fn an_index_out_of_an_examples_range_is_an_error_not_a_neighbours_row() {
     assert!(e.is_err(), "{e:?}");
 }
 
-/// Per-example bias gradients of a convolution with its ReLU under a max pooling: the
-/// graph's fused pooling and ReLU/bias gradient has a batching rule (the map runs with no
-/// loop to fall back to), and the gradients equal the loop's.
+/// Per-example bias gradients and losses of a convolution with its ReLU under a max
+/// pooling: the graph's fused convolution and pooling, and its fused pooling and ReLU/bias
+/// gradient, have batching rules (the map runs with no loop to fall back to), and the
+/// results equal the loop's.
 #[test]
 fn the_fused_pooling_and_bias_gradient_is_batched() {
     use ferroflow::FusedActivation;
@@ -422,10 +423,13 @@ fn the_fused_pooling_and_bias_gradient_is_batched() {
         )?;
         let loss = p.mul(&weights)?.reduce_sum(Axes::All, false)?;
         let g = tape.gradient(&loss, &[(&bias).into()])?;
-        Ok(vec![g[0].clone().unwrap()])
+        Ok(vec![g[0].clone().unwrap(), loss])
     };
     let mapped = vectorized_map_with(f, std::slice::from_ref(&images), false).unwrap();
     let want = looped(&f, std::slice::from_ref(&images)).unwrap();
     assert_eq!(mapped[0].shape(), &[3, 4]);
     assert_close(&mapped[0], &want[0], "bias gradients");
+    // The loss needs the pooling: the graph's convolution and pooling are one fused node,
+    // batched as well.
+    assert_close(&mapped[1], &want[1], "losses");
 }
