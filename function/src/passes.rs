@@ -298,7 +298,7 @@ pub(crate) fn fuse_conv_max_pool(graph: &mut Graph) -> usize {
     let n = graph.nodes.len();
     let mut keep = vec![true; n];
     let mut moved: HashMap<ValueRef, ValueRef> = HashMap::new();
-    for j in 0..n {
+    for (j, kept) in keep.iter_mut().enumerate() {
         let NodeKind::Op(Op::Pool2d(PoolKind::MaxPool2d, pool)) = &graph.nodes[j].kind else {
             continue;
         };
@@ -312,7 +312,11 @@ pub(crate) fn fuse_conv_max_pool(graph: &mut Graph) -> usize {
         if y.output != 0 || conv.outputs.len() != 1 || graph.nodes[j].outputs.len() != 1 {
             continue;
         }
-        let kind = NodeKind::Op(Op::FusedConv2dMaxPool(w.clone(), *activation, pool.clone()));
+        let kind = NodeKind::Op(Op::FusedConv2dMaxPool(
+            w.clone(),
+            *activation,
+            Box::new(pool.clone()),
+        ));
         let pooled = graph.nodes[j].outputs[0].clone();
         let node = &mut graph.nodes[y.node];
         node.kind = kind;
@@ -324,7 +328,7 @@ pub(crate) fn fuse_conv_max_pool(graph: &mut Graph) -> usize {
                 output: 1,
             },
         );
-        keep[j] = false;
+        *kept = false;
     }
     if moved.is_empty() {
         return 0;

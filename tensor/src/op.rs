@@ -629,7 +629,7 @@ pub enum Op {
     /// bias], outputs [y, pooled]; the convolution's window, its activation, then the
     /// pooling's window (over `y`). A fused kernel, not a primitive ([`crate::fused`]);
     /// graph functions make it of a fused convolution and a max pooling of its output.
-    FusedConv2dMaxPool(Window2d, FusedActivation, Window2d),
+    FusedConv2dMaxPool(Window2d, FusedActivation, Box<Window2d>),
     /// The gradients of `activation(x + bias)` (bias along the last axis) from the output's
     /// gradient `g` and the output `y`: inputs [g, y], outputs [dx, dbias] (TF's `ReluGrad`
     /// and `BiasAddGrad` in one pass). A fused kernel, not a primitive ([`crate::fused`]).

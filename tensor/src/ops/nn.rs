@@ -262,7 +262,7 @@ impl Tensor {
             return composed();
         }
         dispatch(
-            || Op::FusedConv2dMaxPool(w.clone(), activation, pool.clone()),
+            || Op::FusedConv2dMaxPool(w.clone(), activation, Box::new(pool.clone())),
             &[self, filter, bias],
             |p| {
                 p.check_output(OP, &shape, self.dtype())?;

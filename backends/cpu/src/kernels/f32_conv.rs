@@ -768,8 +768,8 @@ mod tests {
             });
             let case = format!("{shape:?} -> {cout}");
             assert_eq!(
-                bits(&forward(&x, &filter, &w, cout, epilogue)),
-                rounded(&forward(&wide(&x), &filter, &w, cout, epilogue)),
+                bits(&forward(&x, &filter, &w, cout, epilogue, None)),
+                rounded(&forward(&wide(&x), &filter, &w, cout, epilogue, None)),
                 "forward {case}"
             );
             assert_eq!(
