@@ -766,6 +766,35 @@ fn a_backward_product_with_the_relu_and_bias_gradients_below_is_one_kernel() {
     );
 }
 
+/// `step` traced on `args`: its graph holds one `fused` node and no `gone` one, and a call
+/// gives the eager step's results to the bit. Returns the function, the eager results and
+/// the graph's listing.
+fn fused_to_the_bit<F>(
+    step: &F,
+    args: &[Tensor],
+    fused: &str,
+    gone: &[&str],
+) -> (Function<'static>, Vec<Tensor>, String)
+where
+    F: Fn(&[Tensor]) -> ferroflow::Result<Vec<Tensor>> + Clone + Send + Sync + 'static,
+{
+    let f = Function::new(step.clone());
+    let c = f.get_concrete_function(args).unwrap();
+    let (kinds, listing) = (op_kinds(&c), c.graph().listing());
+    assert_eq!(kinds.iter().filter(|k| *k == fused).count(), 1, "{listing}");
+    assert!(
+        !kinds.iter().any(|k| gone.contains(&k.as_str())),
+        "{listing}"
+    );
+    let (eager, traced) = (step(args).unwrap(), f.call(args).unwrap());
+    assert_eq!(eager.len(), traced.len());
+    for (e, t) in eager.iter().zip(&traced) {
+        assert_eq!(e.shape(), t.shape());
+        assert_eq!(bits(e), bits(t), "{listing}");
+    }
+    (f, eager, listing)
+}
+
 /// A convolution's ReLU and bias under a max pooling, differentiated in a graph: the
 /// pooling gradient and the ReLU/bias gradient below it are one
 /// `max_pool_bias_activation_grad` node, and every result equals the eager step's to the
@@ -805,29 +834,12 @@ fn a_pooling_gradient_with_the_relu_and_bias_gradients_below_is_one_kernel() {
             f32s(&[8], seed + 2),
             f32s(&[pooled * pooled * 8, 4], seed + 3),
         ];
-        let f = Function::new(step);
-        let c = f.get_concrete_function(&args).unwrap();
-        let kinds = op_kinds(&c);
-        let listing = c.graph().listing();
-        assert_eq!(
-            kinds
-                .iter()
-                .filter(|k| *k == "max_pool_bias_activation_grad")
-                .count(),
-            1,
-            "{listing}"
+        fused_to_the_bit(
+            &step,
+            &args,
+            "max_pool_bias_activation_grad",
+            &["max_pool_grad", "bias_activation_grad"],
         );
-        assert!(
-            !kinds
-                .iter()
-                .any(|k| k == "max_pool_grad" || k == "bias_activation_grad"),
-            "{listing}"
-        );
-        let (eager, traced) = (step(&args).unwrap(), f.call(&args).unwrap());
-        for (e, t) in eager.iter().zip(&traced) {
-            assert_eq!(e.shape(), t.shape());
-            assert_eq!(bits(e), bits(t), "{listing}");
-        }
     }
     // The pooling gradient returned as well: both ops stay.
     let both = Function::new(|a: &[Tensor]| -> ferroflow::Result<Vec<Tensor>> {
@@ -876,29 +888,12 @@ fn a_max_pooling_of_a_fused_convolution_is_one_kernel() {
             f32s(&[3, 3, 2, 8], seed + 1),
             f32s(&[8], seed + 2),
         ];
-        let f = Function::new(forward);
-        let c = f.get_concrete_function(&args).unwrap();
-        let (kinds, listing) = (op_kinds(&c), c.graph().listing());
-        assert_eq!(
-            kinds
-                .iter()
-                .filter(|k| *k == "fused_conv2d_max_pool")
-                .count(),
-            1,
-            "{listing}"
+        let (f, eager, listing) = fused_to_the_bit(
+            &forward,
+            &args,
+            "fused_conv2d_max_pool",
+            &["fused_conv2d", "max_pool2d"],
         );
-        assert!(
-            !kinds
-                .iter()
-                .any(|k| k == "fused_conv2d" || k == "max_pool2d"),
-            "{listing}"
-        );
-        let (eager, traced) = (forward(&args).unwrap(), f.call(&args).unwrap());
-        assert_eq!(eager.len(), traced.len());
-        for (e, t) in eager.iter().zip(&traced) {
-            assert_eq!(e.shape(), t.shape());
-            assert_eq!(bits(e), bits(t), "{listing}");
-        }
         // A tape outside: a loss of both outputs, differentiated through the call.
         let (wh, wp) = (
             f32s(eager[0].shape(), seed + 3),

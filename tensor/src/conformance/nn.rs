@@ -412,6 +412,43 @@ pub fn fused_conv2d(device: &Device) {
             }
         }
     }
+    // Bad operands are errors naming the op: a bias that is not [out_channels], a VALID
+    // pooling window larger than the convolution's output.
+    let zeros = |shape: &[usize]| {
+        Tensor::zeros(shape, DType::F32)
+            .and_then(|t| t.to_device(*device))
+            .expect("zeros")
+    };
+    let (x, f) = (zeros(&[1, 4, 4, 1]), zeros(&[3, 3, 1, 2]));
+    let fused = |bias: &Tensor, pool: [usize; 2]| {
+        x.fused_conv2d_max_pool(
+            &f,
+            bias,
+            FusedActivation::Relu,
+            [1, 1],
+            Padding::Valid,
+            [1, 1],
+            pool,
+            pool,
+            Padding::Valid,
+        )
+    };
+    let r = fused(&zeros(&[3]), [2, 2]);
+    assert!(
+        matches!(
+            &r,
+            Err(crate::Error::ShapeMismatch {
+                op: "fused_conv2d_max_pool",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    let r = fused(&zeros(&[2]), [3, 3]);
+    assert!(
+        matches!(&r, Err(crate::Error::InvalidArgument { msg, .. }) if msg.contains("negative")),
+        "{r:?}"
+    );
 }
 
 /// bias_activation_grad (`dx = g·[y > 0]`, `dbias = Σ dx` over the leading axes; linear:

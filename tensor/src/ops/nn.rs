@@ -126,6 +126,33 @@ impl Tensor {
         )
     }
 
+    /// A fused convolution's operands checked (NHWC input, one dtype, the bias
+    /// `[out_channels]`): its window and output shape.
+    fn fused_conv_window(
+        &self,
+        op: &'static str,
+        filter: &Tensor,
+        bias: &Tensor,
+        strides: [usize; 2],
+        padding: Padding,
+        dilations: [usize; 2],
+    ) -> Result<(Window2d, [usize; 4])> {
+        let x = nhwc(op, self)?;
+        same_dtype(op, self, &[filter, bias])?;
+        let w = conv_window(x, filter.shape(), strides, padding, dilations)?;
+        let cout = filter.shape()[3];
+        if bias.shape() != [cout] {
+            return Err(Error::ShapeMismatch {
+                op,
+                msg: "bias must be [out_channels]",
+                lhs: vec![cout],
+                rhs: bias.shape().to_vec(),
+            });
+        }
+        let shape = [x[0], w.output[0], w.output[1], cout];
+        Ok((w, shape))
+    }
+
     /// `activation(conv2d(x, filter) + bias)` (TF's `_FusedConv2D` with BiasAdd and Relu, the
     /// form Keras' `Conv2D(activation="relu")` runs in a graph): one kernel where the backend
     /// has it, so the convolution's output is written once; else the three ops composed.
@@ -150,19 +177,8 @@ impl Tensor {
         padding: Padding,
         dilations: [usize; 2],
     ) -> Result<Tensor> {
-        let x = nhwc("fused_conv2d", self)?;
-        same_dtype("fused_conv2d", self, &[filter, bias])?;
-        let w = conv_window(x, filter.shape(), strides, padding, dilations)?;
-        let cout = filter.shape()[3];
-        if bias.shape() != [cout] {
-            return Err(Error::ShapeMismatch {
-                op: "fused_conv2d",
-                msg: "bias must be [out_channels]",
-                lhs: vec![cout],
-                rhs: bias.shape().to_vec(),
-            });
-        }
-        let shape = [x[0], w.output[0], w.output[1], cout];
+        let (w, shape) =
+            self.fused_conv_window("fused_conv2d", filter, bias, strides, padding, dilations)?;
         if !device_has_fused(self.device(), FusedKernel::FusedConv2d, self.dtype()) {
             let y = self
                 .conv2d(filter, strides, padding, dilations)?
@@ -246,19 +262,14 @@ impl Tensor {
             let pooled = y.max_pool2d(pool_ksize, pool_strides, pool_padding)?;
             Ok((y, pooled))
         };
-        let x = nhwc(OP, self)?;
-        same_dtype(OP, self, &[filter, bias])?;
-        let w = conv_window(x, filter.shape(), strides, padding, dilations)?;
-        let cout = filter.shape()[3];
-        let shape = [x[0], w.output[0], w.output[1], cout];
+        let (w, shape) = self.fused_conv_window(OP, filter, bias, strides, padding, dilations)?;
         let pool = Window2d::resolve(OP, shape, pool_ksize, pool_strides, [1, 1], pool_padding)?;
-        let pooled_shape = [x[0], pool.output[0], pool.output[1], cout];
-        if bias.shape() != [cout]
-            || shape.contains(&0)
+        let pooled_shape = [shape[0], pool.output[0], pool.output[1], shape[3]];
+        if shape.contains(&0)
             || pooled_shape.contains(&0)
             || !device_has_fused(self.device(), FusedKernel::FusedConv2dMaxPool, self.dtype())
         {
-            // The two ops (their errors, empty results, or a backend without the kernel).
+            // The two ops (empty results, or a backend without the kernel).
             return composed();
         }
         dispatch(
