@@ -136,9 +136,13 @@ impl<T: Lanes> PoolEachImage<T> {
     ///
     /// # Safety
     /// The CPU has the instruction set of [`kernel_isa`] (callers check [`available`]);
-    /// `y` holds image `b`, written; each image is pooled once, `b < n`.
+    /// `y` holds image `b`, written; each image is pooled once (`b` past the batch panics).
     pub(crate) unsafe fn image(&self, b: usize, y: *const T) {
-        debug_assert!(b < self.w.input[0]);
+        assert!(
+            b < self.w.input[0],
+            "image {b} of a batch of {}",
+            self.w.input[0]
+        );
         max_pool_image(
             self.isa,
             y,
