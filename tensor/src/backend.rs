@@ -486,17 +486,37 @@ pub fn fused_conv2d_then_max_pool<B: Backend + ?Sized>(
     pool: &Window2d,
 ) -> Result<(BufferBox, BufferBox)> {
     let y = backend.fused_conv2d(x, filter, bias, w, activation)?;
+    let pooled = max_pool_stored(backend, &y, x.dtype, pool)?;
+    Ok((y, pooled))
+}
+
+/// [`Backend::pool2d`] (max, windows `pool`) of `y`, a dense `pool.input`-shaped buffer of
+/// `dtype` this backend made: the second half of [`fused_conv2d_then_max_pool`], for a
+/// backend whose fused kernel pools only some convolutions as it writes them.
+///
+/// ```
+/// use ferroflow_tensor::backend::max_pool_stored;
+/// use ferroflow_tensor::{Backend, BufferBox, DType, Result, Window2d};
+/// fn pool(backend: &dyn Backend, y: &BufferBox, w: &Window2d) -> Result<BufferBox> {
+///     max_pool_stored(backend, y, DType::F32, w)
+/// }
+/// ```
+pub fn max_pool_stored<B: Backend + ?Sized>(
+    backend: &B,
+    y: &BufferBox,
+    dtype: DType,
+    pool: &Window2d,
+) -> Result<BufferBox> {
     let layout = Layout::contiguous(&pool.input);
-    let pooled = backend.pool2d(
+    backend.pool2d(
         PoolKind::MaxPool2d,
         Operand {
             buffer: y.as_ref(),
             layout: &layout,
-            dtype: x.dtype,
+            dtype,
         },
         pool,
-    )?;
-    Ok((y, pooled))
+    )
 }
 
 /// [`Backend::max_pool_grad`], then [`Backend::bias_activation_grad`] of its result with

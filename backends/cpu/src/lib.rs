@@ -52,8 +52,7 @@ pub fn isa() -> &'static str {
 use buffer::out;
 use ferroflow_tensor::{
     ArgReduceOp, Backend, BinaryOp, BufferBox, CumulativeOp, DType, DeviceKind, FusedActivation,
-    FusedKernel, HostData, Layout, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule,
-    Window2d,
+    FusedKernel, HostData, Operand, PoolKind, ReduceOp, Result, UnaryOp, UpdateRule, Window2d,
 };
 use std::sync::Arc;
 
@@ -291,15 +290,7 @@ impl Backend for CpuBackend {
         let pooled = match pooled {
             Some(p) => out(p)?,
             // Kernels that pool the stored result: this backend's pooling (the same bits).
-            None => {
-                let layout = Layout::contiguous(&pool.input);
-                let stored = Operand {
-                    buffer: y.as_ref(),
-                    layout: &layout,
-                    dtype: x.dtype,
-                };
-                self.pool2d(PoolKind::MaxPool2d, stored, pool)?
-            }
+            None => ferroflow_tensor::backend::max_pool_stored(self, &y, x.dtype, pool)?,
         };
         Ok((y, pooled))
     }

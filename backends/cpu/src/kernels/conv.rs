@@ -283,7 +283,6 @@ fn conv2d_then(
     fused: Option<(Operand<'_>, FusedActivation)>,
     pool: Option<&Window2d>,
 ) -> Result<(HostData, Option<HostData>)> {
-    use super::max_pool::PoolEachImage;
     let cout = filter.shape()[3];
     let (bias, activation) = match &fused {
         Some((b, a)) => (Some(floats("fused_conv2d", b)?), *a),
@@ -313,19 +312,12 @@ fn conv2d_then(
             let epilogue = bias32.map(|bias| super::f32_conv::Epilogue { bias, activation });
             return Ok(match a {
                 HalfView::BF16(a) => {
-                    let pooled = pool.map(PoolEachImage::new);
-                    let y =
-                        super::f32_conv::forward(&a[..], &f, w, cout, epilogue, pooled.as_ref());
-                    (
-                        HostData::BF16(y),
-                        pooled.map(|p| HostData::BF16(p.finish())),
-                    )
+                    let (y, pooled) = forward_pooled(&a, &f, w, cout, epilogue, pool);
+                    (HostData::BF16(y), pooled.map(HostData::BF16))
                 }
                 HalfView::F16(a) => {
-                    let pooled = pool.map(PoolEachImage::new);
-                    let y =
-                        super::f32_conv::forward(&a[..], &f, w, cout, epilogue, pooled.as_ref());
-                    (HostData::F16(y), pooled.map(|p| HostData::F16(p.finish())))
+                    let (y, pooled) = forward_pooled(&a, &f, w, cout, epilogue, pool);
+                    (HostData::F16(y), pooled.map(HostData::F16))
                 }
             });
         }
@@ -339,9 +331,8 @@ fn conv2d_then(
         |a, f| {
             if super::f32_conv::available() {
                 let epilogue = bias32.map(|bias| super::f32_conv::Epilogue { bias, activation });
-                let pooled = pool.map(PoolEachImage::new);
-                let y = super::f32_conv::forward(a, f, w, cout, epilogue, pooled.as_ref());
-                pooled32 = pooled.map(PoolEachImage::finish);
+                let (y, pooled) = forward_pooled(a, f, w, cout, epilogue, pool);
+                pooled32 = pooled;
                 y
             } else if direct::suits(w) {
                 finish32(direct::forward(a, f, w, cout))
@@ -363,6 +354,22 @@ fn conv2d_then(
         _ => None,
     };
     Ok((y, pooled))
+}
+
+/// [`super::f32_conv::forward`], and with `pool` each image of its result max pooled as
+/// soon as it is written ([`super::max_pool::PoolEachImage`]).
+fn forward_pooled<T: crate::lanes::Lanes>(
+    x: &[T],
+    filter: &[f32],
+    w: &Window2d,
+    cout: usize,
+    epilogue: Option<super::f32_conv::Epilogue<'_>>,
+    pool: Option<&Window2d>,
+) -> (Vec<T>, Option<Vec<T>>) {
+    use super::max_pool::PoolEachImage;
+    let pooled = pool.map(PoolEachImage::new);
+    let y = super::f32_conv::forward(x, filter, w, cout, epilogue, pooled.as_ref());
+    (y, pooled.map(PoolEachImage::finish))
 }
 
 /// Direct convolution for inputs with few channels (a network's first layer: `kh·kw·cin`
